@@ -1,0 +1,212 @@
+"""Configuration: the one registry of environment variables and the typed `Config`.
+
+Every environment variable the project reads is declared in `ENV` below, with its type, default
+and meaning; nothing else in the package calls `os.environ`. Values are read lazily (when a
+`Config` is built), so setting a variable after import still takes effect.
+
+A `Config` is built from the environment and then from `torch.compile(..., options={...})`;
+options win over the environment. `override(...)` patches the environment-derived defaults for a
+block of code (tests use it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+__all__ = ["ENV", "EnvVar", "Mode", "Config", "ConfigError", "override", "env_value"]
+
+
+class ConfigError(ValueError):
+    """A configuration value or option is invalid; the message names it."""
+
+
+class Mode(str, Enum):
+    """What the backend does with each partition of a graph."""
+
+    CACHE = "cache"  # use cached winners; record misses as pending tasks; Inductor runs the rest
+    GENERATE = "generate"  # on a miss, run the kernel generator before compiling
+    OFF = "off"  # pure Inductor: no partitioning at all
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+
+
+def _default_cache_dir() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "kevin_backend"
+
+
+ENV: dict[str, EnvVar] = {
+    v.name: v
+    for v in (
+        EnvVar("KEVIN_MODE", Mode, Mode.CACHE, "cache | generate | off"),
+        EnvVar("KEVIN_CACHE_DIR", Path, None, "user kernel cache (default ~/.cache/kevin_backend)"),
+        EnvVar("KEVIN_SEED_CACHE", _parse_bool, True, "consult the seed cache shipped with the package"),
+        EnvVar("KEVIN_LLM_URL", str, "http://localhost:8000/v1", "OpenAI-compatible server base URL"),
+        EnvVar("KEVIN_MODEL", str, "cognition-ai/Kevin-32B", "model name on that server"),
+        EnvVar("KEVIN_MIN_PARTITION", int, 2, "fewest compute nodes in a partition"),
+        EnvVar("KEVIN_MAX_PARTITION", int, 64, "most compute nodes in a partition"),
+        EnvVar("KEVIN_RECORD_PENDING", _parse_bool, True, "record cache misses as pending tasks"),
+        EnvVar("KEVIN_CPU_KERNELS", _parse_bool, False, "use cached kernels for CPU tensors (pipeline tests)"),
+        EnvVar("KEVIN_LOG", str, "WARNING", "log level of the kevin_backend logger"),
+    )
+}
+
+_overrides: dict[str, Any] = {}
+
+
+def env_value(name: str) -> Any:
+    """The typed value of a registered environment variable (override, then environment, then default)."""
+    var = ENV[name]
+    if name in _overrides:
+        return _overrides[name]
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return _default_cache_dir() if name == "KEVIN_CACHE_DIR" and var.default is None else var.default
+    try:
+        return var.parse(raw)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"environment variable {name}={raw!r} is invalid ({var.doc}): {exc}") from exc
+
+
+@contextlib.contextmanager
+def override(**values: Any) -> Iterator[None]:
+    """Patch environment-derived values for a block: `with override(KEVIN_MODE="off"): ...`."""
+    unknown = set(values) - set(ENV)
+    if unknown:
+        raise ConfigError(f"unknown setting(s): {sorted(unknown)}; known: {sorted(ENV)}")
+    saved = dict(_overrides)
+    _overrides.update(values)
+    try:
+        yield
+    finally:
+        _overrides.clear()
+        _overrides.update(saved)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything the backend needs to know, passed explicitly from stage to stage."""
+
+    mode: Mode = Mode.CACHE
+    cache_dir: Path = field(default_factory=_default_cache_dir)
+    seed_cache: bool = True
+    llm_url: str = "http://localhost:8000/v1"
+    model: str = "cognition-ai/Kevin-32B"
+    min_partition: int = 2
+    max_partition: int = 64
+    record_pending: bool = True
+    cpu_kernels: bool = False
+    # A KernelGenerator (kevin_backend.generate.protocol); used in mode "generate".
+    generator: Any = None
+
+    # torch.compile option name -> Config field name
+    _OPTION_FIELDS = {
+        "mode": "mode",
+        "cache_dir": "cache_dir",
+        "seed_cache": "seed_cache",
+        "llm_url": "llm_url",
+        "model": "model",
+        "min_partition": "min_partition",
+        "max_partition": "max_partition",
+        "record_pending": "record_pending",
+        "cpu_kernels": "cpu_kernels",
+        "generator": "generator",
+    }
+
+    @classmethod
+    def from_env(cls) -> "Config":
+        return cls(
+            mode=env_value("KEVIN_MODE"),
+            cache_dir=env_value("KEVIN_CACHE_DIR"),
+            seed_cache=env_value("KEVIN_SEED_CACHE"),
+            llm_url=env_value("KEVIN_LLM_URL"),
+            model=env_value("KEVIN_MODEL"),
+            min_partition=env_value("KEVIN_MIN_PARTITION"),
+            max_partition=env_value("KEVIN_MAX_PARTITION"),
+            record_pending=env_value("KEVIN_RECORD_PENDING"),
+            cpu_kernels=env_value("KEVIN_CPU_KERNELS"),
+        )._validated()
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any] | None) -> "Config":
+        """The environment's config with `torch.compile(options=...)` applied on top."""
+        base = cls.from_env()
+        if not options:
+            return base
+        unknown = sorted(set(options) - set(cls._OPTION_FIELDS))
+        if unknown:
+            raise ConfigError(
+                f"unknown kevin option(s) {unknown}; known options: {sorted(cls._OPTION_FIELDS)}"
+            )
+        changes: dict[str, Any] = {}
+        for key, value in options.items():
+            name = cls._OPTION_FIELDS[key]
+            changes[name] = _coerce(name, value)
+        return dataclasses.replace(base, **changes)._validated()
+
+    def _validated(self) -> "Config":
+        if self.min_partition < 1:
+            raise ConfigError(f"min_partition must be >= 1, got {self.min_partition}")
+        if self.max_partition < self.min_partition:
+            raise ConfigError(
+                f"max_partition ({self.max_partition}) must be >= min_partition ({self.min_partition})"
+            )
+        if self.generator is not None and not callable(getattr(self.generator, "generate", None)):
+            raise ConfigError("option 'generator' must have a generate(task, key) method")
+        return self
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings that change what the backend compiles (part of Inductor's cache key)."""
+        return {
+            "mode": self.mode.value,
+            "cache_dir": str(self.cache_dir),
+            "seed_cache": self.seed_cache,
+            "min_partition": self.min_partition,
+            "max_partition": self.max_partition,
+            "cpu_kernels": self.cpu_kernels,
+            "generator": getattr(self.generator, "name", type(self.generator).__name__)
+            if self.generator is not None
+            else None,
+        }
+
+
+def _coerce(name: str, value: Any) -> Any:
+    try:
+        if name == "mode":
+            return Mode(value)
+        if name == "cache_dir":
+            return Path(value).expanduser()
+        if name in ("seed_cache", "record_pending", "cpu_kernels"):
+            return _parse_bool(value) if isinstance(value, str) else bool(value)
+        if name in ("min_partition", "max_partition"):
+            if isinstance(value, bool) or int(value) != value:
+                raise ValueError("expected an integer")
+            return int(value)
+        if name in ("llm_url", "model"):
+            if not isinstance(value, str):
+                raise ValueError("expected a string")
+        return value
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"kevin option {name}={value!r} is invalid: {exc}") from exc

@@ -1,0 +1,117 @@
+"""The values that pass between stages: tensor specs and kernel tasks."""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["TensorSpec", "KernelTask", "dtype_from_name", "load_program"]
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype name {name!r}")
+    return dtype
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape, strides, dtype and device type of one tensor (concrete sizes only)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str  # torch dtype name without the "torch." prefix, e.g. "float32"
+    device: str  # device type, e.g. "cuda" or "cpu"
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> "TensorSpec":
+        return cls(
+            shape=tuple(int(s) for s in tensor.shape),
+            stride=tuple(int(s) for s in tensor.stride()),
+            dtype=str(tensor.dtype).removeprefix("torch."),
+            device=tensor.device.type,
+        )
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return dtype_from_name(self.dtype)
+
+    @property
+    def is_contiguous(self) -> bool:
+        expected, running = [], 1
+        for size in reversed(self.shape):
+            expected.append(running)
+            running *= max(size, 1)
+        expected.reverse()
+        return all(st == ex for st, ex, sz in zip(self.stride, expected, self.shape) if sz != 1)
+
+    def matches(self, tensor: torch.Tensor) -> bool:
+        """True when `tensor` has exactly this spec (what a kernel was verified on)."""
+        return (
+            tuple(tensor.shape) == self.shape
+            and tuple(tensor.stride()) == self.stride
+            and str(tensor.dtype).removeprefix("torch.") == self.dtype
+            and tensor.device.type == self.device
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "stride": list(self.stride), "dtype": self.dtype, "device": self.device}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TensorSpec":
+        return cls(tuple(data["shape"]), tuple(data["stride"]), str(data["dtype"]), str(data["device"]))
+
+
+@dataclass(frozen=True)
+class KernelTask:
+    """One partition as a standalone KernelBench-format program.
+
+    `source` defines `Model` (the partition's exact computation), `get_inputs()` and
+    `get_init_inputs()`; it imports only torch and runs on its own. `graph_hash` covers the
+    program's computation (ops, constants, arity) but not names: two partitions that compute the
+    same thing on the same input specs have the same hash.
+    """
+
+    name: str
+    source: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    ops: tuple[str, ...]
+    graph_hash: str
+
+    def load(self) -> types.ModuleType:
+        """Execute the program in a fresh module and return it (has Model, get_inputs, ...)."""
+        return load_program(self.source, f"kevin_task_{self.name}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "inputs": [s.as_dict() for s in self.inputs],
+            "outputs": [s.as_dict() for s in self.outputs],
+            "ops": list(self.ops),
+            "graph_hash": self.graph_hash,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str) -> "KernelTask":
+        return cls(
+            name=str(data["name"]),
+            source=source,
+            inputs=tuple(TensorSpec.from_dict(d) for d in data["inputs"]),
+            outputs=tuple(TensorSpec.from_dict(d) for d in data["outputs"]),
+            ops=tuple(data["ops"]),
+            graph_hash=str(data["graph_hash"]),
+        )
+
+
+def load_program(source: str, module_name: str) -> types.ModuleType:
+    """Execute a KernelBench-format program (task or candidate) as a module."""
+    module = types.ModuleType(module_name)
+    module.__file__ = f"<{module_name}>"
+    code = compile(source, module.__file__, "exec")
+    exec(code, module.__dict__)  # noqa: S102 - task programs are ours; candidates are judged first
+    return module
