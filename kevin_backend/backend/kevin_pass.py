@@ -1,0 +1,300 @@
+"""The kevin pass: Inductor's post-grad custom pass that swaps cached kernels into aten graphs.
+
+Inductor runs it on every forward, backward and inference graph it compiles (after AOTAutograd
+and decompositions, before its own pattern passes), and includes `uuid()` in its cache key, so
+the project's version, settings and cache state decide whether Inductor's cached code is reused.
+
+For each graph:
+  1. partition it into fusible subgraphs the writer supports (partition.py)
+  2. write each partition as a KernelBench task (task.py) and key it (cache/key.py)
+  3. look the key up: a KERNEL entry is loaded (runtime.py); a miss is recorded as pending
+     (mode cache) or generated (mode generate); an INDUCTOR entry leaves the partition alone
+  4. replace each loaded partition by one `kevin::launch` call; Inductor compiles the rest
+
+Every failure before step 4 leaves that partition to Inductor with a recorded reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import heapq
+import json
+import logging
+import operator
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._guards import detect_fake_mode
+from torch._inductor import custom_graph_pass
+
+from kevin_backend import __version__
+from kevin_backend.backend import runtime
+from kevin_backend.backend.partition import Partition, partition_graph
+from kevin_backend.backend.report import (
+    CompileReport,
+    FallbackReason,
+    GraphReport,
+    PartitionRecord,
+    Status,
+    counters,
+)
+from kevin_backend.backend.support import GeneralOpSupport, OpSupport
+from kevin_backend.backend.task import extract_task
+from kevin_backend.cache.entry import CacheEntry, EntryKind
+from kevin_backend.cache.key import SCHEMA_VERSION, make_key
+from kevin_backend.config import Config, Mode
+
+__all__ = ["KevinPass", "KevinRewriteError"]
+
+log = logging.getLogger("kevin_backend")
+
+# Inductor >= 2.10 tells inference-aware passes whether the graph is an inference graph.
+INFERENCE_AWARE: type | None = getattr(custom_graph_pass, "CustomInferenceAwareGraphPass", None)
+PassBase: type = INFERENCE_AWARE or custom_graph_pass.CustomGraphPass
+
+
+class KevinRewriteError(RuntimeError):
+    """The graph was being rewritten when something failed: the whole graph must fall back."""
+
+
+@functools.lru_cache(maxsize=None)
+def _code_hash() -> str:
+    """A hash of the package's own source: a code change invalidates Inductor's cached graphs."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class _Swap:
+    def __init__(self, partition: Partition, digest: str, out_vals: list[Any]) -> None:
+        self.partition = partition
+        self.digest = digest
+        self.out_vals = out_vals
+
+
+class KevinPass(PassBase):  # type: ignore[misc, valid-type]
+    def __init__(self, config: Config, cache: Any, report: CompileReport, support: OpSupport | None = None) -> None:
+        self.config = config
+        self.cache = cache
+        self.report = report
+        self.support = support or GeneralOpSupport()
+
+    def uuid(self) -> str:
+        state = {
+            "kevin": __version__,
+            "code": _code_hash(),
+            "schema": SCHEMA_VERSION,
+            "config": self.config.fingerprint(),
+            "support": self.support.name,
+            "cache": self.cache.fingerprint(),
+        }
+        return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+    def __call__(self, graph: fx.Graph, is_inference: bool | None = None) -> None:
+        kind = _graph_kind(graph, is_inference)
+        graph_report = GraphReport(graph_id=len(self.report.graphs), kind=kind, nodes=len(graph.nodes))
+        self.report.graphs.append(graph_report)
+        counters.add("graphs")
+        start = time.perf_counter()
+        try:
+            swaps = self._decide_all(graph, graph_report)
+        except Exception as exc:  # the pass never breaks a compile: this graph is Inductor's
+            graph_report.error = f"{type(exc).__name__}: {exc}"
+            log.warning("kevin pass failed on %s graph (%s); Inductor compiles all of it", kind, graph_report.error)
+            counters.add("fallbacks")
+            swaps = []
+        if swaps:
+            try:
+                for swap in swaps:
+                    _rewrite(graph, swap)
+                _stable_toposort(graph)
+                graph.lint()
+            except Exception as exc:
+                raise KevinRewriteError(f"rewriting the {kind} graph failed: {exc}") from exc
+        graph_report.seconds = time.perf_counter() - start
+
+    # -- decisions ---------------------------------------------------------------------------
+
+    def _decide_all(self, graph: fx.Graph, graph_report: GraphReport) -> list[_Swap]:
+        plan = partition_graph(graph, self.support, self.config.min_partition, self.config.max_partition)
+        graph_report.left_out = plan.left_out
+        swaps: list[_Swap] = []
+        for partition in plan.partitions:
+            counters.add("partitions")
+            record, swap = self._decide(partition, graph_report.kind)
+            graph_report.partitions.append(record)
+            counters.add(_COUNTER_OF_STATUS[record.status])
+            if swap is not None:
+                swaps.append(swap)
+        return swaps
+
+    def _decide(self, partition: Partition, kind: str) -> tuple[PartitionRecord, _Swap | None]:
+        ops = partition.ops
+
+        def record(status: Status, reason: FallbackReason | None = None, detail: str = "", **kw: Any) -> PartitionRecord:
+            if reason is not None:
+                log.info("kevin: partition %d (%s) -> %s: %s %s", partition.index, kind, status.value, reason.value, detail)
+            return PartitionRecord(partition.index, ops, status, reason=reason, detail=detail, **kw)
+
+        # 1. the partition as a standalone task, and its key
+        try:
+            task = extract_task(partition, graph_kind=kind)
+            key = make_key(task)
+        except Exception as exc:
+            return record(Status.FALLBACK, FallbackReason.EXTRACTION_ERROR, _short(exc)), None
+        ids = {"key": key.digest, "key_dict": key.as_dict(), "task": task.name}
+        devices = {s.device for s in task.inputs + task.outputs}
+        if devices != {"cuda"} and not self.config.cpu_kernels:
+            return record(Status.SKIPPED, FallbackReason.NEEDS_CUDA, "/".join(sorted(devices)), **ids), None
+
+        # 2. the cache decides, or the generator does
+        try:
+            entry = self.cache.get(key)
+        except Exception as exc:
+            return record(Status.FALLBACK, FallbackReason.LOOKUP_ERROR, _short(exc), **ids), None
+        status = Status.HIT
+        if entry is None:
+            if self.config.mode is Mode.CACHE:
+                if self.config.record_pending:
+                    try:
+                        self.cache.record_pending(key, task)
+                    except Exception as exc:
+                        return record(Status.MISS, detail=f"pending not recorded: {_short(exc)}", **ids), None
+                    return record(Status.PENDING, **ids), None
+                return record(Status.MISS, **ids), None
+            generator = self.config.generator
+            if generator is None:
+                return record(Status.FALLBACK, FallbackReason.NO_GENERATOR, **ids), None
+            try:
+                entry = generator.generate(task, key)
+                if not isinstance(entry, CacheEntry) or entry.key != key:
+                    raise TypeError("generate() must return a CacheEntry for the key it was given")
+                self.cache.put(entry, replace=True)
+            except Exception as exc:
+                return record(Status.FALLBACK, FallbackReason.GENERATOR_ERROR, _short(exc), **ids), None
+            status = Status.GENERATED
+        speedup = entry.timings.speedup_vs_inductor
+        if entry.kind is EntryKind.INDUCTOR:
+            return record(Status.INDUCTOR, detail=entry.reason, **ids), None
+
+        # 3. load the kernel and check it against the partition on fake tensors
+        try:
+            kernel = runtime.load_entry(entry)
+        except Exception as exc:
+            return record(Status.FALLBACK, FallbackReason.LOAD_ERROR, _short(exc), **ids), None
+        runtime.register(kernel)
+        try:
+            out_vals = _fake_outputs(partition, key.digest)
+        except Exception as exc:
+            return record(Status.FALLBACK, FallbackReason.KERNEL_MISMATCH, _short(exc), **ids), None
+        return record(status, speedup_vs_inductor=speedup, **ids), _Swap(partition, key.digest, out_vals)
+
+
+_COUNTER_OF_STATUS = {
+    Status.HIT: "hits",
+    Status.GENERATED: "generated",
+    Status.PENDING: "misses",
+    Status.MISS: "misses",
+    Status.INDUCTOR: "inductor_winners",
+    Status.SKIPPED: "skipped",
+    Status.FALLBACK: "fallbacks",
+}
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) < 300 else text[:297] + "..."
+
+
+def _graph_kind(graph: fx.Graph, is_inference: bool | None) -> str:
+    if any(n.op == "placeholder" and n.name.startswith("tangents") for n in graph.nodes):
+        return "backward"
+    if is_inference is None:
+        return "forward"
+    return "inference" if is_inference else "forward"
+
+
+def _fake_outputs(partition: Partition, digest: str) -> list[Any]:
+    """Run `kevin::launch` on the partition's fake inputs; check it matches the partition's outputs."""
+    vals = [n.meta["val"] for n in partition.inputs]
+    fake_mode = detect_fake_mode(vals + [n.meta["val"] for n in partition.outputs])
+    if fake_mode is None:
+        raise RuntimeError("graph has no fake tensors")
+    with fake_mode:
+        outs = torch.ops.kevin.launch.default(digest, vals)
+    expected = [n.meta["val"] for n in partition.outputs]
+    if len(outs) != len(expected):
+        raise RuntimeError(f"kernel returns {len(outs)} outputs, partition has {len(expected)}")
+    for i, (got, want) in enumerate(zip(outs, expected)):
+        if got.shape != want.shape or got.dtype != want.dtype:
+            raise RuntimeError(f"output {i}: kernel gives {tuple(got.shape)} {got.dtype}, partition {tuple(want.shape)} {want.dtype}")
+    return list(outs)
+
+
+# -- the rewrite -----------------------------------------------------------------------------
+
+
+def _rewrite(graph: fx.Graph, swap: _Swap) -> None:
+    """Replace the partition's nodes by one `kevin::launch` call and a getitem per output.
+
+    Before:  a = relu(x); b = mul(a, y); use(b)
+    After:   k = kevin.launch("<digest>", [x, y]); b_new = k[0]; use(b_new)
+    """
+    part = swap.partition
+    anchor = part.nodes[-1]
+    with graph.inserting_after(anchor):
+        call = graph.call_function(torch.ops.kevin.launch.default, (swap.digest, list(part.inputs)))
+    call.meta["val"] = swap.out_vals
+    results = []
+    cursor = call
+    for i, (old, val) in enumerate(zip(part.outputs, swap.out_vals)):
+        with graph.inserting_after(cursor):
+            item = graph.call_function(operator.getitem, (call, i))
+        item.meta["val"] = val
+        for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
+            if key in old.meta:
+                item.meta[key] = old.meta[key]
+        results.append(item)
+        cursor = item
+    for old, new in zip(part.outputs, results):
+        old.replace_all_uses_with(new)
+    for node in reversed(part.nodes):
+        if node.users:
+            raise KevinRewriteError(f"{node.name} still has users outside its partition")
+        graph.erase_node(node)
+
+
+def _stable_toposort(graph: fx.Graph) -> None:
+    """Reorder nodes so every node follows its inputs, moving as few nodes as possible.
+
+    Needed when a value read outside a partition is used before the partition's last node: the
+    launch call sits after the last node, so such users must move below it.
+    """
+    nodes = list(graph.nodes)
+    position = {n: i for i, n in enumerate(nodes)}
+    pending = {n: len(n.all_input_nodes) for n in nodes}
+    last = len(nodes)
+    ready = [(position[n] if n.op != "output" else last, position[n]) for n in nodes if pending[n] == 0]
+    heapq.heapify(ready)
+    order: list[fx.Node] = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        node = nodes[i]
+        order.append(node)
+        for user in node.users:
+            pending[user] -= 1
+            if pending[user] == 0:
+                heapq.heappush(ready, (position[user] if user.op != "output" else last, position[user]))
+    if len(order) != len(nodes):
+        raise KevinRewriteError("the rewritten graph has a cycle")
+    if order == nodes:
+        return
+    for before, after in zip(order, order[1:]):
+        before.append(after)

@@ -1,0 +1,184 @@
+"""The compile report and the counters: what the backend decided for every partition, and why."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from kevin_backend.backend.partition import LeftOut
+
+__all__ = [
+    "Status",
+    "FallbackReason",
+    "PartitionRecord",
+    "GraphReport",
+    "CompileReport",
+    "Counters",
+    "counters",
+    "last_report",
+]
+
+
+class Status(str, Enum):
+    HIT = "hit"  # a cached kernel replaces the partition
+    GENERATED = "generated"  # generated now (mode generate), verified, cached and swapped in
+    PENDING = "pending"  # miss in cache mode, recorded for `kevin prewarm`; Inductor runs it
+    MISS = "miss"  # miss, not recorded; Inductor runs it
+    INDUCTOR = "inductor"  # the cache says Inductor's code is the best known: Inductor runs it
+    SKIPPED = "skipped"  # not looked up (see reason); Inductor runs it
+    FALLBACK = "fallback"  # something failed in the kevin path; Inductor runs it
+
+
+class FallbackReason(str, Enum):
+    NEEDS_CUDA = "generated kernels need CUDA"
+    EXTRACTION_ERROR = "could not write the partition as a task"
+    LOOKUP_ERROR = "cache lookup failed"
+    LOAD_ERROR = "could not load the cached kernel"
+    KERNEL_MISMATCH = "cached kernel's outputs do not match the partition"
+    NO_GENERATOR = "mode 'generate' has no generator configured"
+    GENERATOR_ERROR = "the generator failed"
+    REWRITE_ERROR = "could not swap the kernel into the graph"
+    PASS_ERROR = "the kevin pass failed on this graph"
+    COMPILE_ERROR = "Inductor failed on the rewritten graph"
+
+
+@dataclass(frozen=True)
+class PartitionRecord:
+    index: int
+    ops: tuple[str, ...]
+    status: Status
+    key: str | None = None  # the cache key's digest
+    key_dict: dict[str, Any] | None = None
+    task: str | None = None  # the task's name
+    reason: FallbackReason | None = None
+    detail: str = ""
+    speedup_vs_inductor: float | None = None
+
+
+@dataclass
+class GraphReport:
+    graph_id: int
+    kind: str  # forward | backward | inference
+    nodes: int
+    partitions: list[PartitionRecord] = field(default_factory=list)
+    left_out: tuple[LeftOut, ...] = ()
+    error: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class CompileReport:
+    """All graphs of one backend call (a Dynamo frame): forward, backward or inference."""
+
+    config: dict[str, Any]
+    graphs: list[GraphReport] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def records(self) -> list[PartitionRecord]:
+        return [r for g in self.graphs for r in g.partitions]
+
+    def count(self, status: Status) -> int:
+        return sum(1 for r in self.records() if r.status is status)
+
+    def summary(self) -> dict[str, int]:
+        return {s.value: self.count(s) for s in Status if self.count(s)}
+
+    def __str__(self) -> str:
+        lines = [f"kevin compile report (mode={self.config.get('mode')})"]
+        if not self.graphs:
+            lines.append("  no graph reached the kevin pass (Inductor's cache served this compile, or mode is off)")
+        for g in self.graphs:
+            lines.append(
+                f"  graph {g.graph_id} [{g.kind}]: {g.nodes} nodes, {len(g.partitions)} partitions, "
+                f"{len(g.left_out)} nodes left out, {g.seconds * 1000:.1f} ms"
+            )
+            if g.error:
+                lines.append(f"    error: {g.error}")
+            for r in g.partitions:
+                ops = ", ".join(dict.fromkeys(o.removeprefix("aten.").split(".")[0] for o in r.ops))
+                why = f" - {r.reason.value}" if r.reason else ""
+                detail = f" ({r.detail})" if r.detail else ""
+                speed = f" {r.speedup_vs_inductor:.2f}x vs inductor" if r.speedup_vs_inductor else ""
+                key = r.key[:12] if r.key else "-" * 12
+                lines.append(f"    #{r.index:<3} {r.status.value:<9} {key}  {len(r.ops):>3} ops [{ops}]{speed}{why}{detail}")
+            reasons = Counter(lo.reason.value for lo in g.left_out)
+            if reasons:
+                lines.append("    left out: " + ", ".join(f"{n} {why}" for why, n in reasons.most_common()))
+        lines.extend(f"  note: {n}" for n in self.notes)
+        totals = ", ".join(f"{v} {k}" for k, v in self.summary().items()) or "no partitions"
+        lines.append(f"  total: {totals}")
+        return "\n".join(lines)
+
+
+class Counters:
+    """Process-wide counters for observability and tests: `counters.expect(hits=1, fallbacks=0)`."""
+
+    NAMES = (
+        "compiles",
+        "graphs",
+        "partitions",
+        "hits",
+        "generated",
+        "misses",
+        "pending_recorded",
+        "inductor_winners",
+        "skipped",
+        "fallbacks",
+        "compile_fallbacks",
+        "runtime_loads",
+        "runtime_size_fallbacks",
+        "runtime_errors",
+    )
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: Counter[str] = Counter()
+
+    def add(self, name: str, n: int = 1) -> None:
+        if name not in self.NAMES:
+            raise KeyError(f"unknown counter {name!r}")
+        with self._lock:
+            self._values[name] += n
+
+    def __getitem__(self, name: str) -> int:
+        if name not in self.NAMES:
+            raise KeyError(f"unknown counter {name!r}")
+        return self._values[name]
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {n: self._values[n] for n in self.NAMES}
+
+    def reset(self) -> None:
+        with self._lock:
+            self._values.clear()
+
+    def expect(self, **expected: int) -> None:
+        """Assert counter values; the error lists every mismatch."""
+        got = self.snapshot()
+        unknown = set(expected) - set(got)
+        if unknown:
+            raise KeyError(f"unknown counter(s) {sorted(unknown)}")
+        wrong = {k: (v, got[k]) for k, v in expected.items() if got[k] != v}
+        if wrong:
+            text = ", ".join(f"{k}: expected {e}, got {g}" for k, (e, g) in wrong.items())
+            raise AssertionError(f"counters differ: {text}")
+
+
+counters = Counters()
+
+_last: list[CompileReport] = []
+
+
+def begin_report(config: dict[str, Any]) -> CompileReport:
+    report = CompileReport(config=config)
+    _last[:] = [report]
+    return report
+
+
+def last_report() -> CompileReport | None:
+    """The report of the most recent `backend="kevin"` compile in this process (None before any)."""
+    return _last[0] if _last else None

@@ -1,0 +1,150 @@
+"""Runtime: the custom op `kevin::launch` that runs a cached kernel in place of its partition.
+
+    torch.ops.kevin.launch(key: str, inputs: list[Tensor]) -> list[Tensor]
+
+The op is defined when this module is imported (the package imports it), so Inductor code cached
+on disk and loaded by a fresh process finds it. `key` is the cache key's digest; the kernel is
+looked up in this process's registry and, on a miss, loaded from the kernel caches the backend
+has used (or the default one). Its fake implementation runs the task's reference program on fake
+tensors, so output shapes follow symbolic sizes too.
+
+Each kernel runs only on inputs exactly like those it was verified on (shapes, strides, dtypes):
+other inputs (another size under `dynamic=True`) run the reference program instead, and a kernel
+that raises is disabled and replaced by the reference, with the reason logged. Outputs are always
+contiguous, in the fake and the real implementation alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from kevin_backend.backend.report import counters
+from kevin_backend.cache.entry import CacheEntry, EntryKind
+from kevin_backend.types import TensorSpec, load_program
+
+__all__ = ["LoadedKernel", "load_entry", "register", "lookup", "use_cache", "launch"]
+
+log = logging.getLogger("kevin_backend")
+
+_LIB = torch.library.Library("kevin", "DEF")
+_TAGS = tuple(t for t in (getattr(torch.Tag, "needs_exact_strides", None),) if t is not None)
+_LIB.define("launch(str key, Tensor[] inputs) -> Tensor[]", tags=_TAGS)
+
+
+@dataclass
+class LoadedKernel:
+    """A cached kernel ready to run, with the reference it falls back to."""
+
+    digest: str
+    inputs: tuple[TensorSpec, ...]
+    kernel: Callable[..., Any]  # ModelNew(...).forward
+    reference: Callable[..., Any]  # Model(...).forward: the partition's exact computation
+    disabled: str | None = None  # why the kernel is no longer used
+    _expected: tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, str], ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._expected = tuple((s.shape, s.stride, s.torch_dtype, s.device) for s in self.inputs)
+
+    def accepts(self, inputs: Sequence[torch.Tensor]) -> bool:
+        if len(inputs) != len(self._expected):
+            return False
+        for t, (shape, stride, dtype, device) in zip(inputs, self._expected):
+            if t.dtype != dtype or t.shape != shape or t.stride() != stride or t.device.type != device:
+                return False
+        return True
+
+    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if self.disabled is None and self.accepts(inputs):
+            try:
+                return _as_output_list(self.kernel(*inputs))
+            except Exception as exc:  # a kernel that raises is never tried again in this process
+                self.disabled = f"{type(exc).__name__}: {exc}"
+                counters.add("runtime_errors")
+                log.warning("kevin kernel %s failed (%s); running its reference from now on", self.digest, self.disabled)
+        else:
+            counters.add("runtime_size_fallbacks")
+        return _as_output_list(self.reference(*inputs))
+
+
+def _as_output_list(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out.contiguous()]
+    return [o.contiguous() for o in out]
+
+
+_lock = threading.Lock()
+_registry: dict[str, LoadedKernel] = {}
+_caches: list[Any] = []  # KernelCache objects the backend used in this process, newest first
+
+
+def use_cache(cache: Any) -> None:
+    """Let the runtime load kernels from `cache` (called by the backend on every compile)."""
+    with _lock:
+        for i, known in enumerate(_caches):
+            if getattr(known, "cache_dir", None) == getattr(cache, "cache_dir", object()):
+                _caches.pop(i)
+                break
+        _caches.insert(0, cache)
+
+
+def load_entry(entry: CacheEntry) -> LoadedKernel:
+    """Build a runnable kernel from a KERNEL cache entry (executes its program: may compile CUDA)."""
+    if entry.kind is not EntryKind.KERNEL or entry.kernel_source is None:
+        raise ValueError(f"entry {entry.digest} holds no kernel")
+    task_module = load_program(entry.task.source, f"kevin_task_{entry.digest}")
+    kernel_module = load_program(entry.kernel_source, f"kevin_kernel_{entry.digest}")
+    if not hasattr(kernel_module, "ModelNew"):
+        raise ValueError(f"kernel of entry {entry.digest} defines no ModelNew")
+    init_inputs = list(task_module.get_init_inputs())
+    device = entry.task.inputs[0].device if entry.task.inputs else "cpu"
+    model = kernel_module.ModelNew(*init_inputs).to(device).eval()
+    reference = task_module.Model(*init_inputs).to(device).eval()
+    return LoadedKernel(entry.digest, entry.key.inputs, model.forward, reference.forward)
+
+
+def register(kernel: LoadedKernel) -> None:
+    with _lock:
+        _registry[kernel.digest] = kernel
+
+
+def lookup(digest: str) -> LoadedKernel:
+    """The kernel for `digest`: from the registry, else loaded from a cache the backend used."""
+    kernel = _registry.get(digest)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        caches = list(_caches)
+    if not caches:
+        from kevin_backend.cache.store import KernelCache
+        from kevin_backend.config import Config
+
+        caches = [KernelCache.from_config(Config.from_env())]
+    for cache in caches:
+        entry = cache.get_digest(digest)
+        if entry is not None and entry.kind is EntryKind.KERNEL:
+            kernel = load_entry(entry)
+            counters.add("runtime_loads")
+            register(kernel)
+            return kernel
+    raise RuntimeError(
+        f"kevin kernel {digest} is in compiled code but in no kernel cache "
+        f"(searched: {[str(getattr(c, 'cache_dir', c)) for c in caches]}). "
+        "Restore the cache entry, or clear Inductor's cache so the model is compiled again."
+    )
+
+
+def launch(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return lookup(key)(inputs)
+
+
+def _launch_fake(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _as_output_list(lookup(key).reference(*inputs))
+
+
+_LIB.impl("launch", launch, "CompositeExplicitAutograd")
+torch.library.register_fake("kevin::launch", _launch_fake, lib=_LIB)

@@ -1,0 +1,26 @@
+"""The `KernelGenerator` protocol: how the backend asks for a kernel on a cache miss.
+
+The backend's `generate` mode calls `generate(task, key)` for each partition missing from the
+cache. A generator returns a `CacheEntry`: a KERNEL entry (a verified kernel that beat Inductor)
+or an INDUCTOR entry (nothing did); the backend stores it and swaps KERNEL winners in. A
+generator that raises is a fallback to Inductor for that partition, never a failed compile.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from kevin_backend.cache.entry import CacheEntry
+from kevin_backend.cache.key import CacheKey
+from kevin_backend.types import KernelTask
+
+__all__ = ["KernelGenerator"]
+
+
+@runtime_checkable
+class KernelGenerator(Protocol):
+    name: str
+
+    def generate(self, task: KernelTask, key: CacheKey) -> CacheEntry:
+        """A verified decision for `task` on the device `key` names."""
+        ...
