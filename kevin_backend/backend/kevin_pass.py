@@ -112,8 +112,9 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
             swaps = []
         if swaps:
             try:
+                replaced: dict[fx.Node, fx.Node] = {}
                 for swap in swaps:
-                    _rewrite(graph, swap)
+                    _rewrite(graph, swap, replaced)
                 _stable_toposort(graph)
                 graph.lint()
             except Exception as exc:
@@ -241,17 +242,24 @@ def _fake_outputs(partition: Partition, digest: str) -> list[Any]:
 # -- the rewrite -----------------------------------------------------------------------------
 
 
-def _rewrite(graph: fx.Graph, swap: _Swap) -> None:
+def _rewrite(graph: fx.Graph, swap: _Swap, replaced: dict[fx.Node, fx.Node]) -> None:
     """Replace the partition's nodes by one `kevin::launch` call and a getitem per output.
 
     Before:  a = relu(x); b = mul(a, y); use(b)
     After:   k = kevin.launch("<digest>", [x, y]); b_new = k[0]; use(b_new)
+
+    `replaced` maps outputs of partitions rewritten earlier to their getitems: a partition may
+    read another's output.
     """
     part = swap.partition
     anchor = part.nodes[-1]
+    inputs = [replaced.get(n, n) for n in part.inputs]
     with graph.inserting_after(anchor):
-        call = graph.call_function(torch.ops.kevin.launch.default, (swap.digest, list(part.inputs)))
+        call = graph.call_function(torch.ops.kevin.launch.default, (swap.digest, inputs))
     call.meta["val"] = swap.out_vals
+    # With the op's needs_exact_strides tag, Inductor hands the kernel inputs with exactly these
+    # strides (the ones in the cache key) only when the node records them here.
+    call.meta["eager_input_vals"] = ((swap.digest, [n.meta["val"] for n in inputs]), {})
     results = []
     cursor = call
     for i, (old, val) in enumerate(zip(part.outputs, swap.out_vals)):
@@ -265,6 +273,7 @@ def _rewrite(graph: fx.Graph, swap: _Swap) -> None:
         cursor = item
     for old, new in zip(part.outputs, results):
         old.replace_all_uses_with(new)
+        replaced[old] = new
     for node in reversed(part.nodes):
         if node.users:
             raise KevinRewriteError(f"{node.name} still has users outside its partition")

@@ -53,6 +53,9 @@ VIEW_OPS = frozenset(
         aten.unsqueeze.default,
         aten.slice.Tensor,
         aten.select.int,
+        aten.split.Tensor,
+        aten.split_with_sizes.default,
+        aten.unbind.int,
         aten.alias.default,
         aten.clone.default,
     }
