@@ -207,6 +207,7 @@ class _Builder:
         self._members: dict[int, list[fx.Node]] = {}
         self._merged: dict[int, int] = {}
         self._upstream: dict[fx.Node, frozenset[int]] = {}
+        self._next_id = 0
 
     def _find(self, pid: int) -> int:
         while pid in self._merged:
@@ -242,7 +243,8 @@ class _Builder:
             if self._can_merge([*group, pid], node):
                 group.append(pid)
         if not group:
-            pid = len(self._members)
+            pid = self._next_id
+            self._next_id += 1
             self._members[pid] = []
             self.place(node, pid)
             return
