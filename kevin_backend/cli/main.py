@@ -1,0 +1,132 @@
+"""The `kevin` command line.
+
+Each subcommand lives in its own module listed in `COMMAND_MODULES`; the module exposes
+`register(subparsers, parents)`, which adds its subparser (passing `parents` to every parser it
+creates, so the global options work before or after the subcommand) and sets a `handler`
+default: `handler(args, config) -> exit code`. Adding `kevin eval` later is one new module and
+one line here.
+
+Exit codes: 0 ok, 1 the operation failed, 2 usage error (bad arguments, unknown or ambiguous
+digest prefix, missing confirmation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import sys
+from pathlib import Path
+from typing import Callable, Final, Sequence
+
+from kevin_backend.config import Config, ConfigError
+
+__all__ = [
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "COMMAND_MODULES",
+    "CommandError",
+    "Handler",
+    "build_parser",
+    "config_from_args",
+    "main",
+]
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+
+# Modules that each register one subcommand, in the order `kevin --help` lists them.
+COMMAND_MODULES: Final[tuple[str, ...]] = ("kevin_backend.cli.cache_cmd",)
+
+Handler = Callable[[argparse.Namespace, Config], int]
+
+
+class CommandError(Exception):
+    """Raised by a handler to stop with a message on stderr and an exit code."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _global_options() -> argparse.ArgumentParser:
+    """Options every (sub)command accepts.
+
+    Their default is SUPPRESS so that a subparser which did not see the option does not
+    overwrite the value given before the subcommand; read them with getattr(args, name, None).
+    """
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="user kernel cache folder (default: KEVIN_CACHE_DIR or ~/.cache/kevin_backend)",
+    )
+    options.add_argument(
+        "--no-seed",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="ignore the seed cache shipped with the package",
+    )
+    return options
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full `kevin` parser, with every module in COMMAND_MODULES registered."""
+    common = _global_options()
+    parser = argparse.ArgumentParser(
+        prog="kevin",
+        description="Manage kevin_backend, the torch.compile backend that swaps in verified CUDA kernels.",
+        parents=[common],
+    )
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers, [common])
+    parser.set_defaults(handler=_help_handler(parser))
+    return parser
+
+
+def _help_handler(parser: argparse.ArgumentParser) -> Handler:
+    """A handler for a command group called without its subcommand: print its help, usage error."""
+
+    def handler(args: argparse.Namespace, config: Config) -> int:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+
+    return handler
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The environment's Config with the global command-line options applied on top."""
+    changes: dict[str, object] = {}
+    cache_dir = getattr(args, "cache_dir", None)
+    if cache_dir is not None:
+        changes["cache_dir"] = Path(cache_dir).expanduser()
+    if getattr(args, "no_seed", False):
+        changes["seed_cache"] = False
+    return dataclasses.replace(Config.from_env(), **changes)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `kevin` with `argv` (default: sys.argv[1:]) and return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help (0) and on usage errors (2)
+        return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_USAGE)
+    try:
+        config = config_from_args(args)
+        return int(args.handler(args, config))
+    except ConfigError as exc:
+        print(f"kevin: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except CommandError as exc:
+        print(f"kevin: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
