@@ -75,3 +75,51 @@ def capture_aot_graphs(
             compiled(*inputs)
     torch._dynamo.reset()
     return graphs
+
+
+# A kernel "written" by the test generator below: it runs the task's own reference program
+# through a separate module, standing in for a generated kernel on machines without a GPU.
+_CPU_KERNEL = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *init_inputs):
+        super().__init__()
+        self.reference = Model(*init_inputs)
+
+    def forward(self, *inputs):
+        return self.reference(*inputs)
+'''
+
+
+class ReferenceGenerator:
+    """A KernelGenerator written for the tests: every task gets a KERNEL entry that runs the
+    task's reference program (so swapped-in partitions must still give eager's results), and
+    every call is remembered."""
+
+    name = "test-reference"
+
+    def __init__(self, fail_on: tuple[str, ...] = ()) -> None:
+        self.tasks: list[Any] = []
+        self.fail_on = fail_on
+
+    def generate(self, task: Any, key: Any) -> Any:
+        from kevin_backend.cache.entry import CacheEntry, EntryKind, Timings
+
+        self.tasks.append(task)
+        if any(op in task.ops for op in self.fail_on):
+            raise RuntimeError("the test generator refuses this task")
+        return CacheEntry(
+            key=key,
+            kind=EntryKind.KERNEL,
+            task=task,
+            kernel_source=task.source + _CPU_KERNEL,
+            timings=Timings(eager_ms=1.0, inductor_ms=0.8, kernel_ms=0.5),
+            policy=self.name,
+        )
+
+
+def assert_close_tree(got: Any, want: Any, atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)

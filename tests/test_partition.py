@@ -108,7 +108,7 @@ def test_structural_reasons() -> None:
 def test_views_alone_are_not_a_partition() -> None:
     plan = partition_graph(trace(lambda x: x.t().reshape(-1).unsqueeze(0), torch.randn(3, 4)), GeneralOpSupport(), min_nodes=1)
     assert plan.partitions == ()
-    assert {lo.reason for lo in plan.left_out if lo.op.startswith("aten")} == {LeftOutReason.NO_COMPUTE}
+    assert {lo.reason for lo in plan.left_out if lo.op.startswith("aten")} <= {LeftOutReason.ALIAS_VIEW, LeftOutReason.NO_COMPUTE}
 
 
 def test_multi_output_op_keeps_its_getitems() -> None:
@@ -136,3 +136,16 @@ def test_partitioner_sizes_validated_by_config(bad: int) -> None:
 
     with pytest.raises(ConfigError, match="min_partition"):
         Config.from_options({"min_partition": bad})
+
+
+def test_edge_views_stay_outside_so_outputs_never_alias() -> None:
+    # weight.t() feeds the matmul (a leading view); y.view(...) is only read outside (trailing)
+    def fn(x, w):
+        y = torch.relu(x @ w.t())
+        return y.view(-1), y * 2
+
+    plan = partition_graph(trace(fn, torch.randn(4, 8), torch.randn(8, 8)), GeneralOpSupport())
+    (part,) = plan.partitions
+    assert names(part) == ["mm", "relu", "mul"]
+    left = {lo.op.removeprefix("aten.").split(".")[0]: lo.reason for lo in plan.left_out}
+    assert left["t"] is LeftOutReason.ALIAS_VIEW and left["view"] is LeftOutReason.ALIAS_VIEW

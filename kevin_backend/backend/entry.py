@@ -17,7 +17,7 @@ import torch.fx as fx
 
 from kevin_backend.backend import runtime
 from kevin_backend.backend.kevin_pass import INFERENCE_AWARE, KevinPass, PassBase
-from kevin_backend.backend.report import begin_report, counters
+from kevin_backend.backend.report import Status, begin_report, counters
 from kevin_backend.config import Config, Mode
 
 __all__ = ["kevin"]
@@ -79,9 +79,22 @@ def kevin(
     try:
         return compile_fx(gm, example_inputs, config_patches={**patches, "post_grad_custom_pre_pass": kevin_pass})
     except Exception as exc:
+        # Dynamo's own control flow (restart analysis and the like) passes through, and so does
+        # any failure of a graph the kevin pass did not change: plain Inductor would fail alike.
+        if isinstance(exc, _dynamo_control_flow()) or not any(
+            r.status in (Status.HIT, Status.GENERATED) for r in report.records()
+        ):
+            raise
         counters.add("compile_fallbacks")
         _say_once(report.notes, f"compile with kevin kernels failed ({type(exc).__name__}: {exc}); plain Inductor instead")
         return compile_fx(backup, example_inputs, config_patches=patches)
+
+
+def _dynamo_control_flow() -> tuple[type[BaseException], ...]:
+    from torch._dynamo import exc as dynamo_exc
+
+    names = ("RestartAnalysis", "TensorifyScalarRestartAnalysis", "SkipFrame", "ObservedException")
+    return tuple(t for t in (getattr(dynamo_exc, n, None) for n in names) if isinstance(t, type))
 
 
 class _Chain(PassBase):  # type: ignore[misc, valid-type]

@@ -188,6 +188,8 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
         # 3. load the kernel and check it against the partition on fake tensors
         try:
             kernel = runtime.load_entry(entry)
+        except runtime.KernelMismatch as exc:
+            return record(Status.FALLBACK, FallbackReason.KERNEL_MISMATCH, _short(exc), **ids), None
         except Exception as exc:
             return record(Status.FALLBACK, FallbackReason.LOAD_ERROR, _short(exc), **ids), None
         runtime.register(kernel)

@@ -51,6 +51,7 @@ class LeftOutReason(str, Enum):
     ORPHAN = "reads a left-out multi-output op"
     TOO_SMALL = "partition too small"
     NO_COMPUTE = "partition has no compute"
+    ALIAS_VIEW = "view at a partition's edge (a kernel's outputs must not alias)"
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,9 @@ def partition_graph(
     # Dissolve partitions too small to be worth a kernel, then number the rest in graph order.
     partitions: list[Partition] = []
     for nodes in builder.groups():
+        for n in _alias_views(nodes):
+            nodes.remove(n)
+            leave(n, LeftOutReason.ALIAS_VIEW)
         compute = sum(1 for n in nodes if _is_compute(n))
         if compute == 0:
             for n in nodes:
@@ -276,6 +280,25 @@ class _Builder:
 
     def groups(self) -> list[list[fx.Node]]:
         return [nodes for _, nodes in sorted(self._members.items(), key=lambda kv: self._order[kv[1][0]])]
+
+
+def _alias_views(nodes: list[fx.Node]) -> list[fx.Node]:
+    """View nodes a kernel must not own, since its outputs would alias its inputs or each other.
+
+    Leading views (views of the partition's inputs, through views only) and trailing views (views
+    none of the partition's nodes read) are free outside a kernel: Inductor keeps them as views.
+    """
+    inside = set(nodes)
+    views = {n for n in nodes if n.target in VIEW_OPS and n.target is not torch.ops.aten.clone.default}
+    leading: set[fx.Node] = set()
+    for n in nodes:  # graph order: a view's producer is decided before the view
+        if n in views and all(i not in inside or i in leading for i in n.all_input_nodes):
+            leading.add(n)
+    trailing: set[fx.Node] = set()
+    for n in reversed(nodes):
+        if n in views and n not in leading and all(u not in inside or u in trailing for u in n.users):
+            trailing.add(n)
+    return [n for n in nodes if n in leading or n in trailing]
 
 
 def _make_partition(index: int, nodes: list[fx.Node]) -> Partition:

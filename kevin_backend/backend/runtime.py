@@ -27,7 +27,7 @@ from kevin_backend.backend.report import counters
 from kevin_backend.cache.entry import CacheEntry, EntryKind
 from kevin_backend.types import TensorSpec, load_program
 
-__all__ = ["LoadedKernel", "load_entry", "register", "lookup", "use_cache", "launch"]
+__all__ = ["KernelMismatch", "LoadedKernel", "load_entry", "register", "lookup", "use_cache", "launch"]
 
 log = logging.getLogger("kevin_backend")
 
@@ -46,6 +46,7 @@ class LoadedKernel:
     reference: Callable[..., Any]  # Model(...).forward: the partition's exact computation
     disabled: str | None = None  # why the kernel is no longer used
     _told: bool = field(default=False, init=False, repr=False)
+    _aliasing: bool | None = field(default=None, init=False, repr=False)
     _expected: tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, str], ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -64,7 +65,10 @@ class LoadedKernel:
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if self.disabled is None and self.accepts(inputs):
             try:
-                return _as_output_list(self.kernel(*inputs))
+                outputs = _as_output_list(self.kernel(*inputs))
+                if self._aliasing is None:  # decided once: a kernel's aliasing does not change
+                    self._aliasing = _aliases(outputs, inputs)
+                return _unaliased(outputs, inputs) if self._aliasing else outputs
             except Exception as exc:  # a kernel that raises is never tried again in this process
                 self.disabled = f"{type(exc).__name__}: {exc}"
                 counters.add("runtime_errors")
@@ -75,7 +79,32 @@ class LoadedKernel:
                 self._told = True
                 got = [(tuple(t.shape), t.stride(), t.dtype, t.device.type) for t in inputs]
                 log.info("kevin kernel %s: inputs %s differ from the verified %s; running its reference", self.digest, got, self._expected)
-        return _as_output_list(self.reference(*inputs))
+        return _unaliased(_as_output_list(self.reference(*inputs)), inputs)
+
+
+def _aliases(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -> bool:
+    seen = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
+    for o in outputs:
+        ptr = o.untyped_storage().data_ptr()
+        if o.numel() and ptr in seen:
+            return True
+        seen.add(ptr)
+    return False
+
+
+def _unaliased(outputs: list[torch.Tensor], inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Outputs that share memory with an input or an earlier output are copied: an op's outputs
+    must be fresh tensors (Inductor and autograd rely on it)."""
+    seen = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
+    result = []
+    for o in outputs:
+        ptr = o.untyped_storage().data_ptr()
+        if o.numel() and ptr in seen:
+            o = o.clone()
+            ptr = o.untyped_storage().data_ptr()
+        seen.add(ptr)
+        result.append(o)
+    return result
 
 
 def _same_layout(shape: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]) -> bool:
@@ -116,7 +145,37 @@ def load_entry(entry: CacheEntry) -> LoadedKernel:
     device = entry.task.inputs[0].device if entry.task.inputs else "cpu"
     model = kernel_module.ModelNew(*init_inputs).to(device).eval()
     reference = task_module.Model(*init_inputs).to(device).eval()
-    return LoadedKernel(entry.digest, entry.key.inputs, model.forward, reference.forward)
+    kernel = LoadedKernel(entry.digest, entry.key.inputs, model.forward, reference.forward)
+    _smoke_test(kernel, task_module)
+    return kernel
+
+
+class KernelMismatch(RuntimeError):
+    """A cached kernel disagrees with its task's reference on a smoke run."""
+
+
+_TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+
+def _smoke_test(kernel: LoadedKernel, task_module: Any) -> None:
+    """One run of the kernel and its reference on the task's own inputs before the kernel is used:
+    a damaged or mismatched cache entry is caught here, never in a user's forward pass. (The
+    judge verified the kernel thoroughly; this only guards the way from the cache to the graph.)"""
+    with torch.no_grad():
+        inputs = list(task_module.get_inputs())
+        got = _as_output_list(kernel.kernel(*[t.clone() for t in inputs]))
+        want = _as_output_list(kernel.reference(*inputs))
+    if len(got) != len(want):
+        raise KernelMismatch(f"kernel returns {len(got)} outputs, the task {len(want)}")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            raise KernelMismatch(f"output {i}: kernel gives {tuple(g.shape)} {g.dtype}, task {tuple(w.shape)} {w.dtype}")
+        tol = _TOLERANCE.get(w.dtype, 1e-4)
+        if w.is_floating_point() and not torch.allclose(g, w, rtol=tol, atol=tol, equal_nan=True):
+            err = (g.float() - w.float()).abs().max().item()
+            raise KernelMismatch(f"output {i}: kernel differs from the task by up to {err:.3g}")
+        if not w.is_floating_point() and not torch.equal(g, w):
+            raise KernelMismatch(f"output {i}: kernel differs from the task")
 
 
 def register(kernel: LoadedKernel) -> None:
@@ -155,7 +214,13 @@ def launch(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _launch_fake(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    return _as_output_list(lookup(key).reference(*inputs))
+    outputs = _as_output_list(lookup(key).reference(*inputs))
+    fresh: list[torch.Tensor] = []
+    for o in outputs:
+        if any(torch._C._is_alias_of(o, t) for t in (*inputs, *fresh)):
+            o = o.clone()
+        fresh.append(o)
+    return fresh
 
 
 _LIB.impl("launch", launch, "CompositeExplicitAutograd")

@@ -1,0 +1,200 @@
+"""Modes and fallbacks on the CPU: generate fills the cache and cache mode hits it; every failure
+in the kevin path ends in Inductor with a recorded reason; a fresh process with a warm Inductor
+cache still runs the cached kernels."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import kevin_backend
+from conftest import ReferenceGenerator, assert_close_tree
+from kevin_backend.backend.report import FallbackReason, Status, counters
+from kevin_backend.cache.entry import CacheEntry, EntryKind
+from kevin_backend.cache.store import KernelCache
+from kevin_backend.models import make_example
+
+
+def compile_and_run(options: dict[str, Any], name: str = "mlp") -> tuple[torch.Tensor, torch.Tensor]:
+    torch._dynamo.reset()
+    model, inputs = make_example(name)
+    model.eval()
+    with torch.no_grad():
+        want = model(*inputs)
+        got = torch.compile(model, backend="kevin", options=options)(*inputs)
+    return got, want
+
+
+def statuses() -> list[Status]:
+    report = kevin_backend.last_report()
+    assert report is not None
+    return [r.status for r in report.records()]
+
+
+def reasons() -> set[FallbackReason | None]:
+    return {r.reason for r in kevin_backend.last_report().records()}
+
+
+def test_generate_fills_the_cache_and_cache_mode_hits(kevin_dir: Path) -> None:
+    gen = ReferenceGenerator()
+    got, want = compile_and_run({"mode": "generate", "generator": gen, "cache_dir": str(kevin_dir), "cpu_kernels": True})
+    assert_close_tree(got, want)
+    n = len(gen.tasks)
+    assert n >= 2 and statuses() == [Status.GENERATED] * n
+    counters.expect(generated=n, hits=0, fallbacks=0)
+    assert len(KernelCache(kevin_dir, None).entries()) == n
+
+    counters.reset()
+    got, want = compile_and_run({"cache_dir": str(kevin_dir), "cpu_kernels": True})
+    assert_close_tree(got, want)
+    assert statuses() == [Status.HIT] * n
+    counters.expect(hits=n, misses=0, generated=0, fallbacks=0)
+    assert len(gen.tasks) == n  # not asked again
+    text = str(kevin_backend.last_report())
+    assert "hit" in text and "total: %d hit" % n in text
+
+
+def test_cache_mode_records_pending_tasks(kevin_dir: Path) -> None:
+    got, want = compile_and_run({"cache_dir": str(kevin_dir), "cpu_kernels": True})
+    assert_close_tree(got, want)
+    n = len(statuses())
+    assert n >= 2 and statuses() == [Status.PENDING] * n
+    pending = KernelCache(kevin_dir, None).pending()
+    assert len(pending) == n
+    for p in pending:  # each pending task is a program that runs on its own
+        module = p.task.load()
+        out = module.Model(*module.get_init_inputs())(*module.get_inputs())
+        assert out is not None
+    # again: the same misses, recorded once
+    compile_and_run({"cache_dir": str(kevin_dir), "cpu_kernels": True})
+    assert len(KernelCache(kevin_dir, None).pending()) == n
+
+
+def test_without_cuda_partitions_are_reported_and_skipped(kevin_dir: Path) -> None:
+    got, want = compile_and_run({"cache_dir": str(kevin_dir)})
+    assert_close_tree(got, want)
+    assert set(statuses()) == {Status.SKIPPED} and reasons() == {FallbackReason.NEEDS_CUDA}
+    assert any("need CUDA" in n for n in kevin_backend.last_report().notes)
+    assert KernelCache(kevin_dir, None).pending() == []
+
+
+def test_mode_off_is_plain_inductor(kevin_dir: Path) -> None:
+    got, want = compile_and_run({"mode": "off", "cache_dir": str(kevin_dir)})
+    assert_close_tree(got, want)
+    assert kevin_backend.last_report().graphs == []
+
+
+def test_generate_without_generator_falls_back(kevin_dir: Path) -> None:
+    got, want = compile_and_run({"mode": "generate", "cache_dir": str(kevin_dir), "cpu_kernels": True})
+    assert_close_tree(got, want)
+    assert set(statuses()) == {Status.FALLBACK} and reasons() == {FallbackReason.NO_GENERATOR}
+
+
+def test_failing_generator_falls_back_for_its_partitions_only(kevin_dir: Path) -> None:
+    gen = ReferenceGenerator(fail_on=("aten.native_layer_norm.default", "aten.var_mean.correction"))
+    got, want = compile_and_run({"mode": "generate", "generator": gen, "cache_dir": str(kevin_dir), "cpu_kernels": True})
+    assert_close_tree(got, want)
+    records = kevin_backend.last_report().records()
+    failed = [r for r in records if r.status is Status.FALLBACK]
+    assert failed and all(r.reason is FallbackReason.GENERATOR_ERROR for r in failed)
+    assert "refuses" in failed[0].detail
+    assert any(r.status is Status.GENERATED for r in records)
+
+
+class _BrokenGenerator(ReferenceGenerator):
+    def __init__(self, kernel_source: str) -> None:
+        super().__init__()
+        self.kernel_source = kernel_source
+
+    def generate(self, task: Any, key: Any) -> CacheEntry:
+        entry = super().generate(task, key)
+        return CacheEntry(key=key, kind=EntryKind.KERNEL, task=task, kernel_source=task.source + self.kernel_source, policy="broken")
+
+
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        ("\nclass ModelNew(:\n", FallbackReason.LOAD_ERROR),  # does not parse
+        ("\nimport torch\nclass ModelNew(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        raise RuntimeError('no')\n", FallbackReason.LOAD_ERROR),
+        (
+            "\nimport torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, *xs):\n        return torch.zeros(3, 3)\n",
+            FallbackReason.KERNEL_MISMATCH,
+        ),
+    ],
+    ids=["syntax-error", "raises-in-init", "wrong-output-shape"],
+)
+def test_broken_kernels_fall_back(kevin_dir: Path, source: str, reason: FallbackReason) -> None:
+    gen = _BrokenGenerator(source)
+    got, want = compile_and_run({"mode": "generate", "generator": gen, "cache_dir": str(kevin_dir), "cpu_kernels": True})
+    assert_close_tree(got, want)
+    assert set(statuses()) == {Status.FALLBACK} and reasons() == {reason}
+
+
+def test_inductor_winner_is_remembered(kevin_dir: Path) -> None:
+    class InductorWins(ReferenceGenerator):
+        def generate(self, task: Any, key: Any) -> CacheEntry:
+            self.tasks.append(task)
+            return CacheEntry(key=key, kind=EntryKind.INDUCTOR, task=task, kernel_source=None, reason="nothing beat Inductor")
+
+    gen = InductorWins()
+    options = {"mode": "generate", "generator": gen, "cache_dir": str(kevin_dir), "cpu_kernels": True}
+    compile_and_run(options)
+    n = len(gen.tasks)
+    assert set(statuses()) == {Status.INDUCTOR}
+    compile_and_run(options)
+    assert set(statuses()) == {Status.INDUCTOR} and len(gen.tasks) == n
+
+
+def test_kernel_that_raises_at_run_time_is_replaced_by_its_reference(kevin_dir: Path) -> None:
+    source = "\nimport torch\nclass ModelNew(Model):\n    calls = 0\n    def forward(self, *xs):\n        ModelNew.calls += 1\n        if ModelNew.calls > 1:\n            raise RuntimeError('kernel crashed')\n        return super().forward(*xs)\n"
+    gen = _BrokenGenerator(source)
+    got, want = compile_and_run({"mode": "generate", "generator": gen, "cache_dir": str(kevin_dir), "cpu_kernels": True})
+    assert_close_tree(got, want)
+    assert Status.GENERATED in statuses()
+    assert counters["runtime_errors"] >= 1
+
+
+_FRESH = textwrap.dedent(
+    """
+    import json, sys, torch, kevin_backend
+    from kevin_backend.models import make_example
+    model, inputs = make_example("mlp")
+    model.eval()
+    with torch.no_grad():
+        want = model(*inputs)
+        got = torch.compile(model, backend="kevin", options={"cache_dir": sys.argv[1], "cpu_kernels": True})(*inputs)
+    report = kevin_backend.last_report()
+    print(json.dumps({
+        "error": (got - want).abs().max().item(),
+        "statuses": [r.status.value for r in report.records()],
+        "counters": kevin_backend.counters.snapshot(),
+    }))
+    """
+)
+
+
+def test_fresh_process_with_warm_inductor_cache_still_runs_kernels(kevin_dir: Path, tmp_path: Path) -> None:
+    gen = ReferenceGenerator()
+    compile_and_run({"mode": "generate", "generator": gen, "cache_dir": str(kevin_dir), "cpu_kernels": True})
+    n = len(gen.tasks)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-fresh")}
+
+    def fresh() -> dict[str, Any]:
+        out = subprocess.run([sys.executable, "-c", _FRESH, str(kevin_dir)], env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = fresh()  # cold Inductor cache: the pass runs and hits
+    assert first["statuses"] == ["hit"] * n and first["error"] < 1e-5
+    second = fresh()  # warm Inductor cache: the pass is skipped, the cached code calls kevin::launch
+    assert second["error"] < 1e-5
+    assert second["statuses"] == []
+    assert second["counters"]["runtime_loads"] == n
