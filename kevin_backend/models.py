@@ -70,15 +70,26 @@ class TransformerBlock(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
-def make_example(name: str, device: str = "cpu", scale: int = 1, dtype: torch.dtype = torch.float32):
-    """(model, inputs) for one of `EXAMPLES`; `scale` multiplies the batch size."""
+def make_example(
+    name: str, device: str = "cpu", scale: int = 1, dtype: torch.dtype = torch.float32, size: str = "tiny"
+):
+    """(model, inputs) for one of `EXAMPLES`; `scale` multiplies the batch size.
+
+    `size="tiny"` is for CPU tests; `size="large"` gives GPU-sized layers (benchmarks).
+    """
     torch.manual_seed(0)
+    large = size == "large"
+    if size not in ("tiny", "large"):
+        raise ValueError(f"size must be 'tiny' or 'large', got {size!r}")
     if name == "mlp":
-        model, inputs = MLP(), (torch.randn(8 * scale, 64),)
+        dim, hidden = (1024, 4096) if large else (64, 256)
+        model, inputs = MLP(dim, hidden), (torch.randn((512 if large else 8) * scale, dim),)
     elif name == "cnn":
-        model, inputs = ConvNet(), (torch.randn(2 * scale, 3, 16, 16),)
+        channels, side = (64, 32) if large else (16, 16)
+        model, inputs = ConvNet(channels), (torch.randn((32 if large else 2) * scale, 3, side, side),)
     elif name == "transformer":
-        model, inputs = TransformerBlock(), (torch.randn(2 * scale, 16, 64),)
+        dim, heads, seq = (768, 12, 256) if large else (64, 4, 16)
+        model, inputs = TransformerBlock(dim, heads), (torch.randn((8 if large else 2) * scale, seq, dim),)
     else:
         raise ValueError(f"unknown example {name!r}; choose from {EXAMPLES}")
     model = model.to(device=device, dtype=dtype)

@@ -78,6 +78,7 @@ def test_cache_mode_records_pending_tasks(kevin_dir: Path) -> None:
     assert len(KernelCache(kevin_dir, None).pending()) == n
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="about machines without CUDA")
 def test_without_cuda_partitions_are_reported_and_skipped(kevin_dir: Path) -> None:
     got, want = compile_and_run({"cache_dir": str(kevin_dir)})
     assert_close_tree(got, want)

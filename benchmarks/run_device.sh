@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# All GPU work of one step in one go, on a CUDA machine: install, GPU tests, benchmarks.
+# Results land in $OUT (or ./.out). Never touches the GPU's settings.
+set -uo pipefail
+OUT=${OUT:-$PWD/.out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
+nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+steps=${*:-gpu overhead e2e}
+for step in $steps; do
+  echo "== $step ($(date +%T))"
+  case $step in
+    gpu) python3 -m pytest -q -m gpu -s tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -40 ;;
+    cpu) python3 -m pytest -q -m "not gpu" -x tests 2>&1 | tee "$OUT/cpu_tests.log" | tail -5 ;;
+    overhead) python3 benchmarks/bench_op_overhead.py --json "$OUT/overhead.json" 2>&1 | tee "$OUT/overhead.log" ;;
+    e2e) python3 benchmarks/bench_e2e.py --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -20 ;;
+  esac
+done
+echo "== done ($(date +%T))"
