@@ -51,16 +51,32 @@ def _compiled(name: str, compiler: str, kevin_cache: str | None) -> tuple[Any, t
     return model, inputs, torch.compile(model, backend="kevin", options=options)
 
 
-def worker(name: str, compiler: str, kevin_cache: str | None) -> dict[str, Any]:
+def worker(name: str, compiler: str, kevin_cache: str | None, profile: Path | None = None) -> dict[str, Any]:
     """In a fresh process: first-call time of an inference step, then of a training step."""
     _, inputs, compiled = _compiled(name, compiler, kevin_cache)
     result: dict[str, Any] = {}
     for train in (False, True):
         torch.cuda.synchronize()
+        profiler = None
+        if profile is not None:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         start = time.perf_counter()
         _step(compiled, inputs, train)
         torch.cuda.synchronize()
         result["train" if train else "infer"] = time.perf_counter() - start
+        if profiler is not None:
+            import io
+            import pstats
+
+            profiler.disable()
+            text = io.StringIO()
+            pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)
+            step = "train" if train else "infer"
+            with (profile / "profiles.txt").open("a") as fh:
+                fh.write(f"==== {name} {compiler} {step} {result[step]:.2f}s\n{text.getvalue()}")
     if compiler == "kevin":
         import kevin_backend
 
@@ -69,11 +85,15 @@ def worker(name: str, compiler: str, kevin_cache: str | None) -> dict[str, Any]:
     return result
 
 
-def run_worker(name: str, compiler: str, inductor_dir: Path, kevin_cache: str | None) -> dict[str, Any]:
+def run_worker(
+    name: str, compiler: str, inductor_dir: Path, kevin_cache: str | None, profile: Path | None = None
+) -> dict[str, Any]:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(inductor_dir)}
     cmd = [sys.executable, __file__, "--worker", name, compiler]
     if kevin_cache:
         cmd += ["--kevin-cache", kevin_cache]
+    if profile:
+        cmd += ["--profile-dir", str(profile)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     if out.returncode != 0:
         raise RuntimeError(f"worker {name}/{compiler} failed:\n{out.stderr[-3000:]}")
@@ -114,10 +134,11 @@ def main() -> int:
     parser.add_argument("--kevin-cache", help="kevin cache dir (default: a fresh empty one)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path, help="append the table to this file")
+    parser.add_argument("--profile-dir", type=Path, help="write a cProfile of each warm first call here")
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "COMPILER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(*args.worker, args.kevin_cache)))
+        print(json.dumps(worker(*args.worker, args.kevin_cache, args.profile_dir)))
         return 0
     if not torch.cuda.is_available():
         print("bench_e2e needs a CUDA GPU", file=sys.stderr)
@@ -143,7 +164,7 @@ def main() -> int:
                 own = inductor_dir.with_name(f"{inductor_dir.name}-{compiler}")
                 cold = run_worker(name, compiler, own, kevin_cache)
                 progress(f"{name} {compiler} cold compile")
-                warm = run_worker(name, compiler, own, kevin_cache)
+                warm = run_worker(name, compiler, own, kevin_cache, args.profile_dir)
                 progress(f"{name} {compiler} warm compile")
                 compile_times[compiler] = {"cold": cold, "warm": warm}
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_dir.with_name(f"{inductor_dir.name}-kevin"))

@@ -79,12 +79,12 @@ def main() -> int:
         op = torch.ops.kevin.launch.default
         digest = key.digest
         inputs = [x, y]
-        assert torch.allclose(op(digest, inputs)[0], ext.gated(x, y))
+        assert torch.allclose(op(digest, inputs, False)[0], ext.gated(x, y))
         results = {}
         for _ in range(2):  # interleave, twice, so drift shows up as disagreement
             results.setdefault("bare", []).append(per_call_us(lambda: ext.gated(x, y), args.calls, args.rounds))
             results.setdefault("module", []).append(per_call_us(lambda: forward(x, y), args.calls, args.rounds))
-            results.setdefault("op", []).append(per_call_us(lambda: op(digest, inputs), args.calls, args.rounds))
+            results.setdefault("op", []).append(per_call_us(lambda: op(digest, inputs, False), args.calls, args.rounds))
     summary = {name: min(values) for name, values in results.items()}
     summary["op_overhead_us"] = summary["op"] - summary["bare"]
     print(f"{'call':<8} {'us/call':>8}   (two interleaved runs)")

@@ -16,8 +16,8 @@ for step in $steps; do
   case $step in
     gpu) python3 -m pytest -q -m gpu -s tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -40 ;;
     cpu) python3 -m pytest -q -m "not gpu" -x tests 2>&1 | tee "$OUT/cpu_tests.log" | tail -5 ;;
-    overhead) python3 benchmarks/bench_op_overhead.py --json "$OUT/overhead.json" 2>&1 | tee "$OUT/overhead.log" ;;
-    e2e) python3 benchmarks/bench_e2e.py --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -20 ;;
+    overhead) python3 benchmarks/bench_op_overhead.py --json "$OUT/overhead.json" ;;
+    e2e) python3 benchmarks/bench_e2e.py --json "$OUT/e2e.json" --profile-dir "$OUT" 2>&1 | tee "$OUT/e2e.log" | tail -20 ;;
   esac
 done
 echo "== done ($(date +%T))"

@@ -33,7 +33,7 @@ _FRESH = textwrap.dedent(
     got = torch.compile(model, backend="kevin", options={"cache_dir": sys.argv[1]})(x, y)
     report = kevin_backend.last_report()
     print(json.dumps({
-        "error": (got - want).abs().max().item(),
+        "error": ((got - want).abs().max() / want.abs().max()).item(),
         "statuses": [r.status.value for r in report.records()],
         "graphs": len(report.graphs),
         "counters": kevin_backend.counters.snapshot(),
@@ -90,6 +90,6 @@ def test_handwritten_kernel_is_hit_and_survives_a_fresh_process(kevin_dir: Path,
     assert out.returncode == 0, out.stderr[-3000:]
     fresh = json.loads(out.stdout.strip().splitlines()[-1])
     print("fresh process:", fresh)
-    assert fresh["error"] < 1e-5
+    assert fresh["error"] < 1e-6  # relative to the largest output (a cumsum over 1024 values)
     assert fresh["graphs"] == 0  # Inductor's cache served the graph: the kevin pass did not run
     assert fresh["counters"]["runtime_loads"] == 1

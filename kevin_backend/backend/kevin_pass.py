@@ -231,7 +231,7 @@ def _fake_outputs(partition: Partition, digest: str) -> list[Any]:
     if fake_mode is None:
         raise RuntimeError("graph has no fake tensors")
     with fake_mode:
-        outs = torch.ops.kevin.launch.default(digest, vals)
+        outs = torch.ops.kevin.launch.default(digest, vals, True)
     expected = [n.meta["val"] for n in partition.outputs]
     if len(outs) != len(expected):
         raise RuntimeError(f"kernel returns {len(outs)} outputs, partition has {len(expected)}")
@@ -257,11 +257,11 @@ def _rewrite(graph: fx.Graph, swap: _Swap, replaced: dict[fx.Node, fx.Node]) -> 
     anchor = part.nodes[-1]
     inputs = [replaced.get(n, n) for n in part.inputs]
     with graph.inserting_after(anchor):
-        call = graph.call_function(torch.ops.kevin.launch.default, (swap.digest, inputs))
+        call = graph.call_function(torch.ops.kevin.launch.default, (swap.digest, inputs, _has_symbols(inputs)))
     call.meta["val"] = swap.out_vals
     # With the op's needs_exact_strides tag, Inductor hands the kernel inputs with exactly these
     # strides (the ones in the cache key) only when the node records them here.
-    call.meta["eager_input_vals"] = ((swap.digest, [n.meta["val"] for n in inputs]), {})
+    call.meta["eager_input_vals"] = ((swap.digest, [n.meta["val"] for n in inputs], call.args[2]), {})
     results = []
     cursor = call
     for i, (old, val) in enumerate(zip(part.outputs, swap.out_vals)):
@@ -280,6 +280,16 @@ def _rewrite(graph: fx.Graph, swap: _Swap, replaced: dict[fx.Node, fx.Node]) -> 
         if node.users:
             raise KevinRewriteError(f"{node.name} still has users outside its partition")
         graph.erase_node(node)
+
+
+def _has_symbols(nodes: list[fx.Node]) -> bool:
+    """True when some input's sizes or strides are symbolic (dynamic shapes): the launch must
+    then check at run time that the sizes are the ones the kernel was verified on."""
+    for n in nodes:
+        val = n.meta["val"]
+        if any(isinstance(s, torch.SymInt) for s in (*val.shape, *val.stride())):
+            return True
+    return False
 
 
 def _stable_toposort(graph: fx.Graph) -> None:
