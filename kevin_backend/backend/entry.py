@@ -15,10 +15,15 @@ from typing import Any, Sequence
 import torch
 import torch.fx as fx
 
+# Imported here, not on the first compile: `torch.compile(m, backend="kevin")` loads this module,
+# as `torch.compile(m)` loads Inductor, so the first compile does not pay for these imports.
+from torch._inductor.compile_fx import compile_fx
+
 from kevin_backend.backend import runtime
 from kevin_backend.backend.kevin_pass import INFERENCE_AWARE, KevinPass, PassBase
 from kevin_backend.backend.report import Status, begin_report, counters
-from kevin_backend.config import Config, Mode
+from kevin_backend.cache.store import KernelCache
+from kevin_backend.config import Config, Mode, env_value
 
 __all__ = ["kevin"]
 
@@ -31,6 +36,19 @@ def _say_once(report_notes: list[str], text: str) -> None:
     if text not in _said:
         _said.add(text)
         log.warning("kevin: %s", text)
+
+
+def _configure_logging() -> None:
+    """Apply KEVIN_LOG to the package's logger, once, on the first compile (not at import)."""
+    if "logging" in _said:
+        return
+    _said.add("logging")
+    level = str(env_value("KEVIN_LOG")).upper()
+    log.setLevel(level)
+    if level != "WARNING" and not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s kevin_backend: %(message)s"))
+        log.addHandler(handler)
 
 
 def _inductor_patches(mode: str | None) -> dict[str, Any]:
@@ -53,16 +71,13 @@ def kevin(
     `options` are kevin's (see `Config`); `mode` is torch.compile's Inductor mode
     ("max-autotune", ...), passed through to Inductor.
     """
-    from torch._inductor.compile_fx import compile_fx
-
+    _configure_logging()
     config = Config.from_options(options)
     report = begin_report(config.fingerprint())
     counters.add("compiles")
     patches = _inductor_patches(mode)
     if config.mode is Mode.OFF:
         return compile_fx(gm, example_inputs, config_patches=patches)
-
-    from kevin_backend.cache.store import KernelCache
 
     cache = KernelCache.from_config(config)
     runtime.use_cache(cache)
