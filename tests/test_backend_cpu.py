@@ -51,7 +51,10 @@ def test_matches_eager(name: str, kind: str, train: bool, dynamic: bool, kevin_d
 
     report = kevin_backend.last_report()
     assert report is not None and report.graphs
-    assert report.graphs[0].kind == ("forward" if train else "inference")
+    from kevin_backend.backend.kevin_pass import INFERENCE_AWARE
+
+    # torch versions without inference-aware passes cannot tell inference from forward graphs
+    assert report.graphs[0].kind == ("forward" if train or INFERENCE_AWARE is None else "inference")
     if train:
         assert any(g.kind == "backward" for g in report.graphs)
     statuses = {r.status for r in report.records()}
