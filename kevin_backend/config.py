@@ -121,20 +121,6 @@ class Config:
     # A KernelGenerator (kevin_backend.generate.protocol); used in mode "generate".
     generator: Any = None
 
-    # torch.compile option name -> Config field name
-    _OPTION_FIELDS = {
-        "mode": "mode",
-        "cache_dir": "cache_dir",
-        "seed_cache": "seed_cache",
-        "llm_url": "llm_url",
-        "model": "model",
-        "min_partition": "min_partition",
-        "max_partition": "max_partition",
-        "record_pending": "record_pending",
-        "cpu_kernels": "cpu_kernels",
-        "generator": "generator",
-    }
-
     @classmethod
     def from_env(cls) -> "Config":
         return cls(
@@ -155,15 +141,11 @@ class Config:
         base = cls.from_env()
         if not options:
             return base
-        unknown = sorted(set(options) - set(cls._OPTION_FIELDS))
+        known = {f.name for f in dataclasses.fields(cls)}  # every field is an option of the same name
+        unknown = sorted(set(options) - known)
         if unknown:
-            raise ConfigError(
-                f"unknown kevin option(s) {unknown}; known options: {sorted(cls._OPTION_FIELDS)}"
-            )
-        changes: dict[str, Any] = {}
-        for key, value in options.items():
-            name = cls._OPTION_FIELDS[key]
-            changes[name] = _coerce(name, value)
+            raise ConfigError(f"unknown kevin option(s) {unknown}; known options: {sorted(known)}")
+        changes = {name: _coerce(name, value) for name, value in options.items()}
         return dataclasses.replace(base, **changes)._validated()
 
     def _validated(self) -> "Config":

@@ -199,3 +199,25 @@ def test_fresh_process_with_warm_inductor_cache_still_runs_kernels(kevin_dir: Pa
     assert second["error"] < 1e-5
     assert second["statuses"] == []
     assert second["counters"]["runtime_loads"] == n
+
+
+def test_a_users_own_post_grad_pass_keeps_running(kevin_dir: Path) -> None:
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class CountNodes(CustomGraphPass):
+        def __init__(self) -> None:
+            self.graphs = 0
+
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            self.graphs += 1
+
+        def uuid(self) -> str:
+            return "count-nodes-v1"
+
+    mine = CountNodes()
+    with torch._inductor.config.patch(post_grad_custom_pre_pass=mine):
+        got, want = compile_and_run({"cache_dir": str(kevin_dir), "cpu_kernels": True})
+    assert_close_tree(got, want)
+    assert mine.graphs == 1
+    assert statuses() and set(statuses()) == {Status.PENDING}
+    counters.expect(pending_recorded=len(statuses()))

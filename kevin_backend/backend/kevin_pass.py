@@ -165,7 +165,8 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
             if self.config.mode is Mode.CACHE:
                 if self.config.record_pending:
                     try:
-                        self.cache.record_pending(key, task)
+                        if self.cache.record_pending(key, task):
+                            counters.add("pending_recorded")
                     except Exception as exc:
                         return record(Status.MISS, detail=f"pending not recorded: {_short(exc)}", **ids), None
                     return record(Status.PENDING, **ids), None
