@@ -221,3 +221,26 @@ def test_a_users_own_post_grad_pass_keeps_running(kevin_dir: Path) -> None:
     assert mine.graphs == 1
     assert statuses() and set(statuses()) == {Status.PENDING}
     counters.expect(pending_recorded=len(statuses()))
+
+
+def test_repeated_partitions_load_their_kernel_once(kevin_dir: Path) -> None:
+    # identical layers: partitions that share a key share one loaded kernel
+    class Repeated(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for _ in range(3):
+                x = torch.cumsum(torch.sigmoid(x) * 2.0 + 1.0, dim=-1) / 100.0
+            return x
+
+    gen = ReferenceGenerator()
+    model, x = Repeated(), torch.randn(4, 8)
+    got = torch.compile(model, backend="kevin", options={"mode": "generate", "generator": gen, "cache_dir": str(kevin_dir), "cpu_kernels": True})(x)
+    assert_close_tree(got, model(x))
+    records = kevin_backend.last_report().records()
+    keys = [r.key for r in records]
+    assert len(records) == 3 and len(set(keys)) < 3
+    assert len(gen.tasks) == len(set(keys))  # a repeated key is generated once, then a cache hit
+    from kevin_backend.backend import runtime
+
+    repeated = max(set(keys), key=keys.count)
+    loaded = runtime.lookup(repeated)
+    assert runtime.load_entry(KernelCache(kevin_dir, None).get_digest(repeated)) is loaded

@@ -23,6 +23,7 @@ import json
 import logging
 import operator
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +73,13 @@ def _code_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+@dataclass(frozen=True)
 class _Swap:
-    def __init__(self, partition: Partition, digest: str, out_vals: list[Any]) -> None:
-        self.partition = partition
-        self.digest = digest
-        self.out_vals = out_vals
+    """A partition to replace by `kevin::launch(digest, ...)`, with the call's fake outputs."""
+
+    partition: Partition
+    digest: str
+    out_vals: list[Any]
 
 
 class KevinPass(PassBase):  # type: ignore[misc, valid-type]

@@ -44,6 +44,7 @@ class LoadedKernel:
     inputs: tuple[TensorSpec, ...]
     kernel: Callable[..., Any]  # ModelNew(...).forward
     reference: Callable[..., Any]  # Model(...).forward: the partition's exact computation
+    source: str = ""  # the kernel program it was built from
     disabled: str | None = None  # why the kernel is no longer used
     _told: bool = field(default=False, init=False, repr=False)
     # After a first call whose outputs were contiguous fresh tensors, later calls (same input
@@ -157,9 +158,16 @@ def use_cache(cache: Any) -> None:
 
 
 def load_entry(entry: CacheEntry) -> LoadedKernel:
-    """Build a runnable kernel from a KERNEL cache entry (executes its program: may compile CUDA)."""
+    """Build a runnable kernel from a KERNEL cache entry (executes its program: may compile CUDA).
+
+    A kernel already loaded in this process from the same program is reused: a model whose
+    layers repeat one partition loads its kernel once.
+    """
     if entry.kind is not EntryKind.KERNEL or entry.kernel_source is None:
         raise ValueError(f"entry {entry.digest} holds no kernel")
+    known = _registry.get(entry.digest)
+    if known is not None and known.source == entry.kernel_source and known.disabled is None:
+        return known
     task_module = load_program(entry.task.source, f"kevin_task_{entry.digest}")
     kernel_module = load_program(entry.kernel_source, f"kevin_kernel_{entry.digest}")
     if not hasattr(kernel_module, "ModelNew"):
@@ -168,7 +176,7 @@ def load_entry(entry: CacheEntry) -> LoadedKernel:
     device = entry.task.inputs[0].device if entry.task.inputs else "cpu"
     model = kernel_module.ModelNew(*init_inputs).to(device).eval()
     reference = task_module.Model(*init_inputs).to(device).eval()
-    kernel = LoadedKernel(entry.digest, entry.key.inputs, model.forward, reference.forward)
+    kernel = LoadedKernel(entry.digest, entry.key.inputs, model.forward, reference.forward, entry.kernel_source)
     _smoke_test(kernel, task_module)
     return kernel
 
