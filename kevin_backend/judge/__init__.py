@@ -1,0 +1,1 @@
+"""The judge: static rules, builds, sandboxed correctness and timing, scores and feedback."""

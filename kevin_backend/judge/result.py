@@ -1,0 +1,161 @@
+"""What the judge says about one candidate: the stage it reached, why it stopped, and its score."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = ["Stage", "Reason", "RuleViolation", "Mismatch", "JudgeTimings", "JudgeResult", "score"]
+
+
+class Stage(str, Enum):
+    """The stages in order; a result names the last one the candidate entered."""
+
+    STATIC = "static"
+    BUILD = "build"
+    RUN = "run"
+    CORRECTNESS = "correctness"
+    TIMING = "timing"
+
+
+class Reason(str, Enum):
+    ACCEPTED = "accepted"
+    RULE_VIOLATION = "breaks a rule"
+    NO_MODELNEW = "defines no ModelNew"
+    SYNTAX_ERROR = "is not valid Python"
+    BUILD_ERROR = "does not compile"
+    BUILD_TIMEOUT = "build timed out"
+    RUNTIME_ERROR = "raised an error"
+    CRASH = "crashed the process"
+    HANG = "did not finish in time"
+    ILLEGAL_ADDRESS = "made an illegal memory access"
+    OUT_OF_MEMORY = "ran out of memory"
+    PYTORCH_COMPUTE = "computes with PyTorch ops in its forward"
+    SHAPE_MISMATCH = "returns the wrong shape"
+    DTYPE_MISMATCH = "returns the wrong dtype"
+    MISMATCH = "returns wrong values"
+    NAN_INF = "returns NaN or Inf where the reference does not"
+    INPUT_MUTATED = "changes its inputs"
+    REPLAYED_OUTPUT = "returns stale outputs after its inputs changed"
+    SUSPICIOUS_SPEEDUP = "claims an implausible speedup that does not hold up"
+    NO_GPU = "needs a CUDA GPU to judge"
+
+
+@dataclass(frozen=True)
+class RuleViolation:
+    """One static rule broken, where, and why the rule exists."""
+
+    rule: str  # short id, e.g. "no-try-except"
+    where: str  # "python:12" or "cuda:30" (source and line) or "" when global
+    message: str
+
+    def __str__(self) -> str:
+        at = f" ({self.where})" if self.where else ""
+        return f"[{self.rule}]{at} {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "where": self.where, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """How a candidate's output differs from the reference's."""
+
+    output: int
+    max_abs_error: float
+    max_rel_error: float
+    bad_elements: int
+    total_elements: int
+    first_bad_index: tuple[int, ...]
+    expected: float
+    got: float
+    trial: int
+
+    def __str__(self) -> str:
+        return (
+            f"output {self.output}, input set {self.trial}: {self.bad_elements} of {self.total_elements} elements "
+            f"outside tolerance; max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}; "
+            f"first at index {list(self.first_bad_index)}: expected {self.expected:.6g}, got {self.got:.6g}"
+        )
+
+
+@dataclass(frozen=True)
+class JudgeTimings:
+    """Median milliseconds per call, one protocol for all three; None when not measured."""
+
+    kernel_ms: float | None = None
+    eager_ms: float | None = None
+    inductor_ms: float | None = None
+    trials: int = 0
+
+    @property
+    def speedup_vs_eager(self) -> float | None:
+        return None if not self.kernel_ms or self.eager_ms is None else self.eager_ms / self.kernel_ms
+
+    @property
+    def speedup_vs_inductor(self) -> float | None:
+        return None if not self.kernel_ms or self.inductor_ms is None else self.inductor_ms / self.kernel_ms
+
+
+def score(correct: bool, speedup_vs_eager: float | None) -> float:
+    """The Kevin paper's score: S = 0.3 * correct + speedup * correct (speedup over eager)."""
+    if not correct:
+        return 0.0
+    return 0.3 + (speedup_vs_eager or 0.0)
+
+
+@dataclass(frozen=True)
+class JudgeResult:
+    stage: Stage
+    reason: Reason
+    feedback: str = ""  # text for the kernel writer: compiler errors, runtime error, mismatch summary
+    violations: tuple[RuleViolation, ...] = ()
+    mismatch: Mismatch | None = None
+    timings: JudgeTimings = field(default_factory=JudgeTimings)
+    seeds: tuple[int, ...] = ()  # input-set seeds used for correctness
+    build_seconds: float | None = None
+
+    @property
+    def correct(self) -> bool:
+        return self.reason is Reason.ACCEPTED
+
+    @property
+    def score(self) -> float:
+        return score(self.correct, self.timings.speedup_vs_eager)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage.value,
+            "reason": self.reason.name,
+            "correct": self.correct,
+            "score": self.score,
+            "feedback": self.feedback,
+            "violations": [v.as_dict() for v in self.violations],
+            "mismatch": None if self.mismatch is None else {**self.mismatch.__dict__, "first_bad_index": list(self.mismatch.first_bad_index)},
+            "timings": {
+                "kernel_ms": self.timings.kernel_ms,
+                "eager_ms": self.timings.eager_ms,
+                "inductor_ms": self.timings.inductor_ms,
+                "trials": self.timings.trials,
+                "speedup_vs_eager": self.timings.speedup_vs_eager,
+                "speedup_vs_inductor": self.timings.speedup_vs_inductor,
+            },
+            "seeds": list(self.seeds),
+            "build_seconds": self.build_seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "JudgeResult":
+        mismatch = data.get("mismatch")
+        t = data.get("timings") or {}
+        return cls(
+            stage=Stage(data["stage"]),
+            reason=Reason[data["reason"]],
+            feedback=data.get("feedback", ""),
+            violations=tuple(RuleViolation(**v) for v in data.get("violations", ())),
+            mismatch=None if mismatch is None else Mismatch(**{**mismatch, "first_bad_index": tuple(mismatch["first_bad_index"])}),
+            timings=JudgeTimings(t.get("kernel_ms"), t.get("eager_ms"), t.get("inductor_ms"), int(t.get("trials", 0))),
+            seeds=tuple(data.get("seeds", ())),
+            build_seconds=data.get("build_seconds"),
+        )

@@ -1,0 +1,52 @@
+"""The judge's static rules on the CPU: every static hack is rejected with the right rule; honest
+candidates and the hacks only running can catch pass them."""
+
+from __future__ import annotations
+
+import pytest
+
+from judge_cases import HONEST, RUNTIME_HACKS, STATIC_HACKS, Case
+from kevin_backend.judge.candidate import Candidate, CandidateError
+from kevin_backend.judge.static import check, strip_cpp
+
+
+@pytest.mark.parametrize("case", STATIC_HACKS, ids=lambda c: c.name)
+def test_static_hacks_are_rejected_with_the_right_rule(case: Case) -> None:
+    violations = check(Candidate.parse(case.source))
+    assert case.expect in {v.rule for v in violations}, [str(v) for v in violations]
+
+
+@pytest.mark.parametrize("case", HONEST + RUNTIME_HACKS, ids=lambda c: c.name)
+def test_honest_and_runtime_only_candidates_pass_the_rules(case: Case) -> None:
+    assert check(Candidate.parse(case.source)) == ()
+
+
+def test_every_case_tells_its_story() -> None:
+    for case in HONEST + STATIC_HACKS + RUNTIME_HACKS:
+        doc = Candidate.parse(case.source).tree.body[0]
+        assert doc.value.value.strip(), case.name  # type: ignore[attr-defined]
+    assert len(STATIC_HACKS) + len(RUNTIME_HACKS) >= 12
+
+
+def test_violations_name_the_line() -> None:
+    case = next(c for c in STATIC_HACKS if c.name == "cpp-side-stream")
+    (v,) = [v for v in check(Candidate.parse(case.source)) if v.rule == "no-streams-threads"]
+    assert v.where.startswith("cuda:") and "cudaStreamCreate" in v.message
+    line = int(v.where.split(":")[1])
+    cuda = Candidate.parse(case.source).extensions[0].cuda_sources
+    assert "cudaStreamCreate" in cuda.splitlines()[line - 1]
+
+
+def test_comments_and_strings_do_not_trigger_cpp_rules() -> None:
+    code = 'int a; // cudaStreamCreate(&s) in a comment\n/* std::thread t; */ const char* m = "try { fopen(x) }";\n'
+    stripped = strip_cpp(code)
+    assert "cudaStreamCreate" not in stripped and "thread" not in stripped and "fopen" not in stripped
+    assert stripped.count("\n") == code.count("\n")
+
+
+def test_sources_must_be_readable() -> None:
+    with pytest.raises(CandidateError, match="line 2"):
+        Candidate.parse("import torch\nx = (\n")
+    src = "from torch.utils.cpp_extension import load_inline\nimport torch\nsrc = torch.__file__\next = load_inline(name='a', cpp_sources=src, functions=['f'])\n"
+    with pytest.raises(CandidateError, match="cpp_sources"):
+        Candidate.parse(src)
