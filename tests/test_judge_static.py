@@ -50,3 +50,32 @@ def test_sources_must_be_readable() -> None:
     src = "from torch.utils.cpp_extension import load_inline\nimport torch\nsrc = torch.__file__\next = load_inline(name='a', cpp_sources=src, functions=['f'])\n"
     with pytest.raises(CandidateError, match="cpp_sources"):
         Candidate.parse(src)
+
+
+def _write(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_kevin_eval_static_only_exit_codes_and_json(tmp_path, capsys) -> None:
+    import json
+
+    from judge_cases import GATED_TASK
+    from kevin_backend.cli.main import main
+
+    problem = _write(tmp_path, "problem.py", GATED_TASK)
+    good = _write(tmp_path, "good.py", HONEST[0].source)
+    bad = _write(tmp_path, "bad.py", next(c for c in STATIC_HACKS if c.name == "try-except-fallback").source)
+
+    assert main(["eval", str(problem), str(good), "--static-only"]) == 0
+    assert "passes the static rules" in capsys.readouterr().out
+    assert main(["eval", str(problem), str(bad), "--static-only", "--json"]) == 1
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["stage"] == "static" and verdict["reason"] == "RULE_VIOLATION" and verdict["score"] == 0.0
+    assert verdict["violations"][0]["rule"] == "no-try-except"
+    # usage errors: a missing file, a problem without Model
+    assert main(["eval", str(tmp_path / "nope.py"), str(good), "--static-only"]) == 2
+    no_model = _write(tmp_path, "no_model.py", "def get_inputs():\n    return []\n")
+    assert main(["eval", str(no_model), str(good), "--static-only"]) == 2
+    assert "defines no Model" in capsys.readouterr().err

@@ -21,6 +21,7 @@ class Stage(str, Enum):
 
 class Reason(str, Enum):
     ACCEPTED = "accepted"
+    STATIC_OK = "passes the static rules (not built or run)"
     RULE_VIOLATION = "breaks a rule"
     NO_MODELNEW = "defines no ModelNew"
     SYNTAX_ERROR = "is not valid Python"

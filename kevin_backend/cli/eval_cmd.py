@@ -1,0 +1,61 @@
+"""`kevin eval PROBLEM.py CANDIDATE.py`: judge a candidate kernel against a KernelBench problem.
+
+Exit codes: 0 accepted (or, with --static-only, passes the rules), 1 rejected, 2 usage error
+(a missing file, a problem without Model, or full judging asked for where it cannot run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
+from kevin_backend.config import Config
+from kevin_backend.judge.result import Reason
+from kevin_backend.judge.static_judge import ProblemError, check_problem, judge_static
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("eval", parents=parents, help="judge a candidate kernel against a KernelBench problem")
+    p.add_argument("problem", type=Path, help="KernelBench problem: Model, get_inputs, get_init_inputs")
+    p.add_argument("candidate", type=Path, help="candidate program defining ModelNew")
+    p.add_argument("--trials", type=int, default=100, help="timing trials (default 100)")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--static-only", action="store_true", help="stop after the static rules")
+    p.set_defaults(handler=_eval)
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise CommandError(f"cannot read {what} {path}: {exc.strerror or exc}", EXIT_USAGE) from exc
+
+
+def _eval(args: argparse.Namespace, config: Config) -> int:
+    problem = _read(args.problem, "problem")
+    candidate = _read(args.candidate, "candidate")
+    try:
+        check_problem(problem)
+    except ProblemError as exc:
+        raise CommandError(f"{args.problem}: {exc}", EXIT_USAGE) from exc
+    if args.trials < 1:
+        raise CommandError("--trials must be at least 1", EXIT_USAGE)
+    result = judge_static(candidate)
+    if result.reason is Reason.STATIC_OK and not args.static_only:
+        raise CommandError(
+            "this version of the judge checks the static rules only: the build, run and timing stages "
+            "are not implemented yet; use --static-only",
+            EXIT_USAGE,
+        )
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        verdict = "passes the static rules" if result.reason is Reason.STATIC_OK else f"rejected: {result.reason.value}"
+        print(f"{args.candidate}: {verdict} (stage {result.stage.value})")
+        if result.feedback:
+            print(result.feedback)
+    return EXIT_OK if result.reason in (Reason.ACCEPTED, Reason.STATIC_OK) else EXIT_FAILED
