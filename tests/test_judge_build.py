@@ -1,0 +1,71 @@
+"""Builds in worker processes: parallel, cached by source hash, errors trimmed, timeouts enforced.
+
+On the CPU these build C++-only extensions (the same path as CUDA ones, without nvcc); the GPU
+test builds a CUDA candidate for the present architecture."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kevin_backend.judge.build import Builder, BuildSpec, load_built
+from kevin_backend.judge.candidate import Candidate
+
+GOOD = BuildSpec("twice", "torch::Tensor twice(torch::Tensor x) { return x.mul(2); }", "", ("twice",))
+BAD = BuildSpec("broken", "torch::Tensor broken(torch::Tensor x) {\n  return x.mul(two);\n}", "", ("broken",))
+
+
+@pytest.mark.slow
+def test_parallel_cold_builds_then_warm_hits(tmp_path: Path) -> None:
+    builder = Builder(tmp_path, jobs=2, timeout=900)
+    good, bad = builder.build_many([GOOD, BAD])
+    assert good.ok and not good.cached and good.module_path is not None
+    assert not bad.ok and bad.error.startswith("cpp_sources line 2: error:") and "two" in bad.error
+    assert str(tmp_path) not in bad.error
+    module = load_built(good)
+    assert torch.equal(module.twice(torch.ones(3)), torch.full((3,), 2.0))
+
+    start = time.perf_counter()
+    warm_good, warm_bad = builder.build(GOOD), builder.build(BAD)
+    assert time.perf_counter() - start < 0.1  # the goal for a warm build
+    assert warm_good.cached and warm_good.ok and warm_bad.cached and warm_bad.error == bad.error
+    # a fresh Builder on the same folder finds the same builds (another process would too)
+    assert Builder(tmp_path).build(GOOD).cached
+
+
+def test_build_timeout_kills_the_worker(tmp_path: Path) -> None:
+    result = Builder(tmp_path, timeout=1).build(BuildSpec("slow", GOOD.cpp_sources.replace("twice", "slow"), "", ("slow",)))
+    assert not result.ok and result.timed_out and "timed out" in result.error
+    assert result.seconds < 30
+
+
+def test_spec_digest_covers_what_changes_the_build() -> None:
+    base = BuildSpec("a", "x", "y", ("f",), arch="9.0")
+    assert base.digest == BuildSpec("a", "x", "y", ("f",), arch="9.0").digest
+    for other in (
+        BuildSpec("a", "x2", "y", ("f",), arch="9.0"),
+        BuildSpec("a", "x", "y2", ("f",), arch="9.0"),
+        BuildSpec("a", "x", "y", ("g",), arch="9.0"),
+        BuildSpec("a", "x", "y", ("f",), arch="8.0"),
+        BuildSpec("a", "x", "y", ("f",), ("-O2",), arch="9.0"),
+    ):
+        assert other.digest != base.digest
+
+
+@pytest.mark.gpu
+def test_cuda_candidate_builds_for_this_gpu(tmp_path: Path) -> None:
+    from judge_cases import HONEST
+
+    (ext,) = Candidate.parse(HONEST[0].source).extensions
+    major, minor = torch.cuda.get_device_capability()
+    spec = BuildSpec.of(ext, arch=f"{major}.{minor}")
+    result = Builder(tmp_path).build(spec)
+    assert result.ok, result.error
+    print(f"cold CUDA build: {result.seconds:.1f} s")
+    module = load_built(result)
+    x, w = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+    torch.testing.assert_close(module.gated(x, w), torch.sigmoid(x) * w + 1.0)
+    assert Builder(tmp_path).build(spec).cached
