@@ -69,3 +69,13 @@ def test_cuda_candidate_builds_for_this_gpu(tmp_path: Path) -> None:
     x, w = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
     torch.testing.assert_close(module.gated(x, w), torch.sigmoid(x) * w + 1.0)
     assert Builder(tmp_path).build(spec).cached
+
+
+def test_light_headers_keep_lines_and_leave_bindings_alone() -> None:
+    from kevin_backend.judge.build import light_cuda_sources
+
+    cuda = "#include <torch/extension.h>\n#include <cuda_runtime.h>\n__global__ void k() {}\n"
+    light = light_cuda_sources(cuda)
+    assert light.splitlines()[0] == "#include <torch/types.h>" and light.count("\n") == cuda.count("\n")
+    with_bindings = cuda + "PYBIND11_MODULE(m, m) {}\n"
+    assert light_cuda_sources(with_bindings) == with_bindings

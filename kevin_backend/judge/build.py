@@ -16,11 +16,13 @@ the same way), with the compiler's output trimmed to the candidate's own lines.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import hashlib
 import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,7 +38,7 @@ import torch
 from kevin_backend.judge.candidate import InlineExtension
 from kevin_backend.judge.errors import SourceFile, trim_compiler_output
 
-__all__ = ["BuildSpec", "BuildResult", "Builder", "load_built"]
+__all__ = ["BuildSpec", "BuildResult", "Builder", "light_cuda_sources", "load_built"]
 
 # Lines load_inline puts before the candidate's own sources (see torch.utils.cpp_extension).
 _CPP_PRELUDE_LINES = 1  # #include <torch/extension.h>
@@ -54,6 +56,10 @@ class BuildSpec:
     extra_cflags: tuple[str, ...] = ()
     extra_cuda_cflags: tuple[str, ...] = ()
     arch: str | None = None  # "9.0": build for this compute capability only; None: no CUDA
+    # Compile the CUDA file against <torch/types.h> instead of <torch/extension.h> when it holds
+    # no Python bindings (load_inline's main.cpp holds them): nvcc then parses a third of the
+    # headers. A build that fails this way is retried with the sources as written.
+    light_headers: bool = True
 
     @classmethod
     def of(cls, ext: InlineExtension, arch: str | None) -> "BuildSpec":
@@ -69,6 +75,7 @@ class BuildSpec:
             "cflags": list(self.extra_cflags),
             "cuda_cflags": list(self.extra_cuda_cflags),
             "arch": self.arch,
+            "light_headers": self.light_headers,
             "torch": torch.__version__,
             "cuda_version": torch.version.cuda,
             "python": sys.version_info[:2],
@@ -136,6 +143,13 @@ class Builder:
                            str(data.get("error", "")), bool(data.get("timed_out", False)))
 
     def build(self, spec: BuildSpec) -> BuildResult:
+        result = self._build(spec)
+        if not result.ok and not result.timed_out and spec.light_headers and light_cuda_sources(spec.cuda_sources) != spec.cuda_sources:
+            again = self._build(dataclasses.replace(spec, light_headers=False))
+            return dataclasses.replace(again, seconds=result.seconds + again.seconds)
+        return result
+
+    def _build(self, spec: BuildSpec) -> BuildResult:
         start = time.perf_counter()
         hit = self.cached(spec)
         if hit is not None:
@@ -196,11 +210,22 @@ def _run_worker(folder: Path, env: dict[str, str], timeout: float) -> tuple[str,
         return output, False, True
 
 
+_EXTENSION_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<torch/extension\.h>", re.M)
+
+
+def light_cuda_sources(cuda: str) -> str:
+    """`cuda` with <torch/extension.h> replaced by <torch/types.h> (same line count), unless the
+    file defines Python bindings itself."""
+    if "PYBIND11" in cuda or "pybind11" in cuda or "py::" in cuda:
+        return cuda
+    return _EXTENSION_INCLUDE.sub("#include <torch/types.h>", cuda)
+
+
 def _spec_dict(spec: BuildSpec) -> dict[str, object]:
     return {
         "name": spec.module_name,
         "cpp_sources": spec.cpp_sources,
-        "cuda_sources": spec.cuda_sources,
+        "cuda_sources": light_cuda_sources(spec.cuda_sources) if spec.light_headers else spec.cuda_sources,
         "functions": list(spec.functions),
         "extra_cflags": list(spec.extra_cflags),
         "extra_cuda_cflags": list(spec.extra_cuda_cflags),
