@@ -19,7 +19,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-__all__ = ["ENV", "EnvVar", "Mode", "Config", "ConfigError", "override", "env_value"]
+__all__ = ["ENV", "EnvVar", "Mode", "Config", "ConfigError", "child_env", "override", "env_value"]
 
 
 class ConfigError(ValueError):
@@ -88,6 +88,12 @@ def env_value(name: str) -> Any:
         return var.parse(raw)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"environment variable {name}={raw!r} is invalid ({var.doc}): {exc}") from exc
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    """The environment for a worker process: this process's, with `overrides` set (for the tools
+    the worker runs, e.g. TORCH_CUDA_ARCH_LIST for torch's extension builder)."""
+    return {**os.environ, **overrides}
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ from typing import Sequence
 
 import torch
 
+from kevin_backend.config import child_env
 from kevin_backend.judge.candidate import InlineExtension
 from kevin_backend.judge.errors import SourceFile, trim_compiler_output
 
@@ -160,10 +161,9 @@ class Builder:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True, exist_ok=True)
         (folder / "spec.json").write_text(json.dumps(_spec_dict(spec)))
-        env = dict(os.environ)
-        env["MAX_JOBS"] = "1"  # parallelism comes from building several candidates at once
-        if spec.arch:
-            env["TORCH_CUDA_ARCH_LIST"] = spec.arch
+        # One compiler job per worker: parallelism comes from building several candidates at
+        # once. Only the present GPU's architecture: most of a default build's time is others'.
+        env = child_env(MAX_JOBS="1", **({"TORCH_CUDA_ARCH_LIST": spec.arch} if spec.arch else {}))
         output, ok, timed_out = _run_worker(folder, env, self.timeout)
         built = work / f"{spec.module_name}.so"
         error = ""
