@@ -302,10 +302,12 @@ RUNTIME_HACKS = [
     Case(
         "cache-outputs",
         program(
-            "Hack: compute once, then return the stored output on every later call. Must fail: fresh\n"
-            "values are written into the same input buffers after timing and the output checked again.",
-            init="        self.saved = None\n",
-            forward="if self.saved is None:\n            self.saved = ext.gated(x, w)\n        return self.saved",
+            "Hack: compute once per input buffer, then return the stored output whenever the same\n"
+            "buffers come back (as they do in a timing loop). Must fail: fresh values are written into\n"
+            "the same input buffers after timing and the output checked again.",
+            init="        self.saved = {}\n",
+            forward="key = (x.data_ptr(), w.data_ptr())\n        if key not in self.saved:\n"
+            "            self.saved[key] = ext.gated(x, w)\n        return self.saved[key]",
         ),
         "REPLAYED_OUTPUT",
         False,

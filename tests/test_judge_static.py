@@ -79,3 +79,14 @@ def test_kevin_eval_static_only_exit_codes_and_json(tmp_path, capsys) -> None:
     no_model = _write(tmp_path, "no_model.py", "def get_inputs():\n    return []\n")
     assert main(["eval", str(no_model), str(good), "--static-only"]) == 2
     assert "defines no Model" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="about machines without a GPU")
+def test_kevin_eval_without_a_gpu_says_so(tmp_path, capsys) -> None:
+    from judge_cases import GATED_TASK
+    from kevin_backend.cli.main import main
+
+    problem = _write(tmp_path, "problem.py", GATED_TASK)
+    good = _write(tmp_path, "good.py", HONEST[0].source)
+    assert main(["eval", str(problem), str(good)]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

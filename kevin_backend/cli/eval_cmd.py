@@ -12,7 +12,11 @@ from pathlib import Path
 
 from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
 from kevin_backend.config import Config
+import torch
+
+from kevin_backend.judge.judge import Judge
 from kevin_backend.judge.result import Reason
+from kevin_backend.judge.runner import RunConfig
 from kevin_backend.judge.static_judge import ProblemError, check_problem, judge_static
 
 __all__ = ["register"]
@@ -46,15 +50,22 @@ def _eval(args: argparse.Namespace, config: Config) -> int:
         raise CommandError("--trials must be at least 1", EXIT_USAGE)
     result = judge_static(candidate)
     if result.reason is Reason.STATIC_OK and not args.static_only:
-        raise CommandError(
-            "this version of the judge checks the static rules only: the build, run and timing stages "
-            "are not implemented yet; use --static-only",
-            EXIT_USAGE,
-        )
+        if not torch.cuda.is_available():
+            raise CommandError("judging a kernel needs a CUDA GPU (use --static-only for the rules alone)", EXIT_USAGE)
+        judge = Judge(config.cache_dir / "builds", RunConfig(trials=args.trials))
+        result = judge.judge(problem, candidate)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
     else:
-        verdict = "passes the static rules" if result.reason is Reason.STATIC_OK else f"rejected: {result.reason.value}"
+        if result.reason is Reason.ACCEPTED:
+            t = result.timings
+            verdict = (f"accepted: {t.kernel_ms:.4f} ms, {t.speedup_vs_eager:.2f}x vs eager"
+                       + (f", {t.speedup_vs_inductor:.2f}x vs Inductor" if t.speedup_vs_inductor else "")
+                       + f", score {result.score:.2f}")
+        elif result.reason is Reason.STATIC_OK:
+            verdict = "passes the static rules"
+        else:
+            verdict = f"rejected: {result.reason.value}"
         print(f"{args.candidate}: {verdict} (stage {result.stage.value})")
         if result.feedback:
             print(result.feedback)

@@ -1,0 +1,80 @@
+"""The judge, stage by stage: static rules, builds, the sandboxed run, and the verdict.
+
+    judge = Judge(build_root)
+    result = judge.judge(task_source, candidate_source)   # a JudgeResult
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import torch
+
+from kevin_backend.judge.build import Builder, BuildSpec
+from kevin_backend.judge.candidate import Candidate
+from kevin_backend.judge.result import JudgeResult, JudgeTimings, Mismatch, Reason, Stage
+from kevin_backend.judge.runner import RunConfig, run_in_sandbox
+from kevin_backend.judge.static_judge import judge_static
+
+__all__ = ["Judge", "SUSPICIOUS_SPEEDUP"]
+
+# A speedup above this over both baselines is re-checked before it counts (KernelBench flags 10x).
+SUSPICIOUS_SPEEDUP = 10.0
+
+
+class Judge:
+    def __init__(self, build_root: Path, config: RunConfig = RunConfig(), jobs: int | None = None) -> None:
+        self.builder = Builder(Path(build_root), jobs=jobs)
+        self.config = config
+
+    def judge(self, task_source: str, candidate_source: str) -> JudgeResult:
+        # 1. static rules: nothing is built or run for a candidate that breaks one
+        static = judge_static(candidate_source)
+        if static.reason is not Reason.STATIC_OK:
+            return static
+        if not torch.cuda.is_available():
+            return JudgeResult(Stage.BUILD, Reason.NO_GPU, feedback="building and running kernels needs a CUDA GPU")
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"{major}.{minor}"
+
+        # 2. builds, for this GPU's architecture only, in worker processes
+        start = time.perf_counter()
+        specs = [BuildSpec.of(ext, arch) for ext in Candidate.parse(candidate_source).extensions]
+        for result in self.builder.build_many(specs):
+            if not result.ok:
+                reason = Reason.BUILD_TIMEOUT if result.timed_out else Reason.BUILD_ERROR
+                return JudgeResult(Stage.BUILD, reason, feedback=result.error, build_seconds=time.perf_counter() - start)
+        build_seconds = time.perf_counter() - start
+
+        # 3. correctness, timing and the replay check, in the sandbox
+        config = dataclasses.replace(self.config, build_root=str(self.builder.root), arch=arch)
+        result = self._run(task_source, candidate_source, config, build_seconds)
+
+        # 4. an implausible speedup must hold up on fresh input sets before it counts
+        t = result.timings
+        if result.correct and min(t.speedup_vs_eager or 0, t.speedup_vs_inductor or float("inf")) > SUSPICIOUS_SPEEDUP:
+            recheck = dataclasses.replace(config, seeds=tuple(s + 7919 for s in config.seeds))
+            again = self._run(task_source, candidate_source, recheck, build_seconds)
+            if not again.correct or (again.timings.speedup_vs_eager or 0) < (t.speedup_vs_eager or 0) / 2:
+                return dataclasses.replace(again, reason=Reason.SUSPICIOUS_SPEEDUP if again.correct else again.reason,
+                                           feedback=again.feedback or "the speedup did not hold on fresh inputs")
+        return result
+
+    def _run(self, task: str, candidate: str, config: RunConfig, build_seconds: float) -> JudgeResult:
+        outcome = run_in_sandbox(task, candidate, config)
+        mismatch = None
+        if outcome.mismatch:
+            m = outcome.mismatch
+            mismatch = Mismatch(**{**m, "first_bad_index": tuple(m["first_bad_index"])})
+        feedback = outcome.feedback or (f"wrong values: {mismatch}" if mismatch else "")
+        return JudgeResult(
+            stage=Stage(outcome.stage),
+            reason=Reason[outcome.reason],
+            feedback=feedback,
+            mismatch=mismatch,
+            timings=JudgeTimings(outcome.kernel_ms, outcome.eager_ms, outcome.inductor_ms, config.trials),
+            seeds=config.seeds,
+            build_seconds=build_seconds,
+        )

@@ -1,0 +1,106 @@
+"""The judge's side of a run: start the sandboxed worker, enforce its time limit, and turn its
+exit into a verdict (a crash, hang, illegal address or out-of-memory is a reason, not an error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from kevin_backend.config import child_env
+
+__all__ = ["RunConfig", "RunOutcome", "run_in_sandbox"]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    seeds: tuple[int, ...] = (11, 12, 13, 14, 15)  # input sets for correctness (recorded in results)
+    trials: int = 100
+    warmup: int = 10
+    timeout: float = 300.0  # seconds for the whole run
+    inductor: bool = True  # also time the Inductor-compiled reference
+    build_root: str | None = None  # the judge's build cache: candidates' load_inline is answered from it
+    arch: str | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    stage: str
+    reason: str  # a judge.result.Reason name
+    feedback: str = ""
+    mismatch: dict[str, Any] | None = None
+    kernel_ms: float | None = None
+    eager_ms: float | None = None
+    inductor_ms: float | None = None
+
+
+_SIGNS = (
+    ("illegal memory access", "ILLEGAL_ADDRESS"),
+    ("misaligned address", "ILLEGAL_ADDRESS"),
+    ("out of memory", "OUT_OF_MEMORY"),
+)
+
+
+def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = RunConfig()) -> RunOutcome:
+    """Run `candidate_source` against `task_source` in a fresh worker process."""
+    job = {
+        "task": task_source,
+        "candidate": candidate_source,
+        "seeds": list(config.seeds),
+        "trials": config.trials,
+        "warmup": config.warmup,
+        "inductor": config.inductor,
+        "build_root": config.build_root,
+        "arch": config.arch,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kevin_backend.judge.run_worker"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, env=child_env(PYTHONUNBUFFERED="1"),
+    )
+    try:
+        out, err = proc.communicate(json.dumps(job), timeout=config.timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        return RunOutcome("run", "HANG", f"the run did not finish in {config.timeout:.0f} s")
+    verdict = _last_json(out)
+    text = (err or "") + (verdict or {}).get("feedback", "")
+    for sign, reason in _SIGNS:
+        if sign in text.lower():
+            return RunOutcome("run", reason, _tail(text))
+    if verdict is None:
+        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+        return RunOutcome("run", "CRASH", f"the process died ({how}): {_tail(err or '')}")
+    return RunOutcome(
+        stage=verdict.get("stage", "run"),
+        reason=verdict.get("reason", "RUNTIME_ERROR"),
+        feedback=verdict.get("feedback", ""),
+        mismatch=verdict.get("mismatch"),
+        kernel_ms=verdict.get("kernel_ms"),
+        eager_ms=verdict.get("eager_ms"),
+        inductor_ms=verdict.get("inductor_ms"),
+    )
+
+
+def _last_json(text: str) -> dict[str, Any] | None:
+    for line in reversed((text or "").strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def _tail(text: str, lines: int = 8) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])

@@ -1,0 +1,54 @@
+"""The judge on a GPU: honest candidates accepted, every hack rejected with the right reason, and
+`kevin eval` end to end with JSON out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from judge_cases import GATED_TASK, HONEST, RUNTIME_HACKS, STATIC_HACKS, Case
+from kevin_backend.judge.judge import Judge
+from kevin_backend.judge.result import Reason, Stage
+from kevin_backend.judge.runner import RunConfig
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory: pytest.TempPathFactory) -> Judge:
+    return Judge(tmp_path_factory.mktemp("builds"), RunConfig(trials=20, warmup=3))
+
+
+@pytest.mark.parametrize("case", HONEST, ids=lambda c: c.name)
+def test_honest_candidates_are_accepted(judge: Judge, case: Case) -> None:
+    result = judge.judge(GATED_TASK, case.source)
+    print(case.name, result.as_dict()["timings"], f"build {result.build_seconds:.1f} s")
+    assert result.reason is Reason.ACCEPTED, result.feedback
+    assert result.stage is Stage.TIMING and result.score > 0.3
+
+
+@pytest.mark.parametrize("case", RUNTIME_HACKS, ids=lambda c: c.name)
+def test_runtime_hacks_are_rejected_with_the_right_reason(judge: Judge, case: Case) -> None:
+    result = judge.judge(GATED_TASK, case.source)
+    print(case.name, result.reason.name, result.feedback[:200])
+    assert result.reason.name == case.expect, result.feedback
+    assert result.score == 0.0
+
+
+@pytest.mark.parametrize("case", STATIC_HACKS, ids=lambda c: c.name)
+def test_static_hacks_never_reach_the_build(judge: Judge, case: Case) -> None:
+    result = judge.judge(GATED_TASK, case.source)
+    assert result.stage is Stage.STATIC and case.expect in {v.rule for v in result.violations}
+
+
+def test_kevin_eval_json_on_the_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kevin_backend.cli.main import main
+
+    (tmp_path / "problem.py").write_text(GATED_TASK)
+    (tmp_path / "candidate.py").write_text(HONEST[0].source)
+    code = main(["--cache-dir", str(tmp_path / "cache"), "eval", str(tmp_path / "problem.py"), str(tmp_path / "candidate.py"), "--json", "--trials", "20"])
+    verdict = json.loads(capsys.readouterr().out)
+    print(verdict)
+    assert code == 0 and verdict["reason"] == "ACCEPTED" and verdict["timings"]["speedup_vs_eager"] > 0

@@ -1,0 +1,97 @@
+"""The sandboxed run on the CPU: verdicts for honest, wrong, mutating, replaying, crashing and
+hanging candidates. The "kernels" here compute with numpy (no PyTorch op is dispatched, so the
+forward audit lets them through); on the GPU the same runner judges CUDA candidates."""
+
+from __future__ import annotations
+
+import pytest
+
+from kevin_backend.judge.runner import RunConfig, run_in_sandbox
+
+TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, w):
+        return torch.sigmoid(x) * w + 1.0
+
+
+def get_inputs():
+    return [torch.randn(64, 32), torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def candidate(body: str, init: str = "") -> str:
+    return (
+        "import numpy as np\nimport torch\nimport torch.nn as nn\n\n\n"
+        "class ModelNew(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n" + (init or "") +
+        "\n    def forward(self, x, w):\n" + body
+    )
+
+
+NUMPY = "        a, b = x.numpy(), w.numpy()\n"
+HONEST = candidate(NUMPY + "        return torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32))\n")
+
+FAST = RunConfig(seeds=(1, 2, 3), trials=5, warmup=1, timeout=120, inductor=False)
+
+
+def judge(source: str, config: RunConfig = FAST):
+    return run_in_sandbox(TASK, source, config)
+
+
+def test_honest_candidate_is_accepted_and_timed() -> None:
+    out = judge(HONEST)
+    assert (out.stage, out.reason) == ("timing", "ACCEPTED"), out.feedback
+    assert out.kernel_ms is not None and out.kernel_ms > 0 and out.eager_ms is not None and out.eager_ms > 0
+
+
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        (candidate("        return torch.sigmoid(x) * w + 1.0\n"), "PYTORCH_COMPUTE"),
+        (candidate(NUMPY + "        return torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.5).astype(np.float32))\n"), "MISMATCH"),
+        (candidate(NUMPY + "        return torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float64))\n"), "DTYPE_MISMATCH"),
+        (candidate(NUMPY + "        return torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32)[:10])\n"), "SHAPE_MISMATCH"),
+        (candidate(NUMPY + "        r = (1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32)\n        r[0, 0] = np.inf\n        return torch.from_numpy(r)\n"), "NAN_INF"),
+        (candidate(NUMPY + "        b[:] = 1.0 / (1.0 + np.exp(-a)) * b + 1.0\n        return torch.from_numpy(b.copy())\n"), "INPUT_MUTATED"),
+        (candidate("        raise ValueError('kernel failed to launch')\n"), "RUNTIME_ERROR"),
+    ],
+    ids=["pytorch-compute", "wrong-values", "wrong-dtype", "wrong-shape", "inf", "mutates-input", "raises"],
+)
+def test_wrong_candidates_get_the_right_reason(source: str, reason: str) -> None:
+    out = judge(source)
+    assert out.reason == reason, (out.reason, out.feedback)
+    if reason == "MISMATCH":
+        assert out.mismatch["bad_elements"] == out.mismatch["total_elements"] == 64 * 32
+        assert abs(out.mismatch["max_abs_error"] - 0.5) < 1e-6
+
+
+def test_output_replayed_from_the_same_buffers_is_caught() -> None:
+    # computes honestly for each new input buffer, but replays its answer when the buffers are
+    # the same ones again (as in a timing loop)
+    source = candidate(
+        "        key = (x.data_ptr(), w.data_ptr())\n"
+        "        if key not in self.seen:\n"
+        "            a, b = x.numpy(), w.numpy()\n"
+        "            self.seen[key] = torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32))\n"
+        "        return self.seen[key].clone()\n",
+        init="        self.seen = {}\n",
+    )
+    out = judge(source)
+    assert out.reason == "REPLAYED_OUTPUT", (out.reason, out.feedback)
+
+
+def test_crash_and_hang_are_verdicts_not_errors() -> None:
+    crash = candidate("        import os, signal\n        os.kill(os.getpid(), signal.SIGSEGV)\n")
+    out = judge(crash)
+    assert out.reason == "CRASH" and "signal 11" in out.feedback
+    hang = candidate("        while True:\n            pass\n")
+    out = run_in_sandbox(TASK, hang, RunConfig(seeds=(1,), trials=1, warmup=0, timeout=10, inductor=False))
+    assert out.reason == "HANG"
