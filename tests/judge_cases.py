@@ -78,10 +78,212 @@ class Case:
     source: str
     expect: str  # a rule id, a Reason name, or "ACCEPTED"
     static_only: bool  # True when the static rules decide it (testable without a GPU)
+    task: str = GATED_TASK
+
+
+def task(forward: str, inputs: str) -> str:
+    """A KernelBench task: Model.forward(*inputs) -> forward expression."""
+    return (
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n\n    def forward(self, *xs):\n"
+        f"        return {forward}\n\n\ndef get_inputs():\n    return [{inputs}]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+
+
+def standalone(doc: str, cuda: str, cpp: str, function: str, nargs: int) -> str:
+    """A candidate whose forward calls one extension function on all its inputs."""
+    args = ", ".join(f"x{i}" for i in range(nargs))
+    return (
+        f'"""{doc}"""\n'
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
+        f"cuda_source = r\'\'\'{cuda}\'\'\'\n\ncpp_source = \'{cpp}\'\n\n"
+        f"ext = load_inline(name=\'{function}_ext\', cpp_sources=cpp_source, cuda_sources=cuda_source, functions=[\'{function}\'])\n\n\n"
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
+        f"    def forward(self, {args}):\n        return ext.{function}({', '.join(f'x{i}.contiguous()' for i in range(nargs))})\n"
+    )
+
+
+_ROW_SUM = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void row_sum_kernel(const float* __restrict__ x, float* __restrict__ out, int cols) {
+    const float* row = x + (int64_t)blockIdx.x * cols;
+    float acc = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) acc += row[c];
+    for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffff, acc, offset);
+    __shared__ float warp_sums[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) warp_sums[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+        acc = lane < (blockDim.x + 31) / 32 ? warp_sums[lane] : 0.0f;
+        for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffff, acc, offset);
+        if (lane == 0) out[blockIdx.x] = acc;
+    }
+}
+
+torch::Tensor row_sum(torch::Tensor x) {
+    int64_t rows = x.size(0), cols = x.size(1);
+    auto out = torch::empty({rows}, x.options());
+    row_sum_kernel<<<rows, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), out.data_ptr<float>(), (int)cols);
+    return out;
+}
+"""
+
+_SOFTMAX = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__device__ float block_reduce(float v, bool is_max) {
+    __shared__ float scratch[32];
+    for (int o = 16; o > 0; o /= 2) {
+        float other = __shfl_down_sync(0xffffffff, v, o);
+        v = is_max ? fmaxf(v, other) : v + other;
+    }
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    int warps = (blockDim.x + 31) / 32;
+    v = lane < warps ? scratch[lane] : (is_max ? -INFINITY : 0.0f);
+    if (warp == 0) {
+        for (int o = 16; o > 0; o /= 2) {
+            float other = __shfl_down_sync(0xffffffff, v, o);
+            v = is_max ? fmaxf(v, other) : v + other;
+        }
+        if (lane == 0) scratch[0] = v;
+    }
+    __syncthreads();
+    float result = scratch[0];
+    __syncthreads();
+    return result;
+}
+
+__global__ void softmax_kernel(const float* __restrict__ x, float* __restrict__ out, int cols) {
+    const float* row = x + (int64_t)blockIdx.x * cols;
+    float* dst = out + (int64_t)blockIdx.x * cols;
+    float m = -INFINITY;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, row[c]);
+    m = block_reduce(m, true);
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) s += expf(row[c] - m);
+    s = block_reduce(s, false);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = expf(row[c] - m) / s;
+}
+
+torch::Tensor softmax_rows(torch::Tensor x) {
+    auto out = torch::empty_like(x);
+    softmax_kernel<<<x.size(0), 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), out.data_ptr<float>(), (int)x.size(1));
+    return out;
+}
+"""
+
+_MATMUL = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#define TILE 16
+
+__global__ void matmul_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int M, int N, int K) {
+    __shared__ float as[TILE][TILE], bs[TILE][TILE];
+    int row = blockIdx.y * TILE + threadIdx.y, col = blockIdx.x * TILE + threadIdx.x;
+    float acc = 0.0f;
+    for (int t = 0; t < K; t += TILE) {
+        as[threadIdx.y][threadIdx.x] = (row < M && t + threadIdx.x < K) ? a[(int64_t)row * K + t + threadIdx.x] : 0.0f;
+        bs[threadIdx.y][threadIdx.x] = (col < N && t + threadIdx.y < K) ? b[(int64_t)(t + threadIdx.y) * N + col] : 0.0f;
+        __syncthreads();
+        for (int k = 0; k < TILE; ++k) acc += as[threadIdx.y][k] * bs[k][threadIdx.x];
+        __syncthreads();
+    }
+    if (row < M && col < N) c[(int64_t)row * N + col] = acc;
+}
+
+torch::Tensor matmul_tiled(torch::Tensor a, torch::Tensor b) {
+    int M = a.size(0), K = a.size(1), N = b.size(1);
+    auto c = torch::empty({M, N}, a.options());
+    dim3 block(TILE, TILE), grid((N + TILE - 1) / TILE, (M + TILE - 1) / TILE);
+    matmul_kernel<<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), M, N, K);
+    return c;
+}
+"""
+
+_HALF = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <TYPE_HEADER>
+
+__global__ void gated_lowp_kernel(const SCALAR* __restrict__ x, const SCALAR* __restrict__ w, SCALAR* __restrict__ out, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) {
+        float xv = TO_FLOAT(x[i]), wv = TO_FLOAT(w[i]);
+        out[i] = FROM_FLOAT(1.0f / (1.0f + expf(-xv)) * wv + 1.0f);
+    }
+}
+
+torch::Tensor gated_lowp(torch::Tensor x, torch::Tensor w) {
+    auto out = torch::empty_like(x);
+    int64_t n = x.numel();
+    gated_lowp_kernel<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+        reinterpret_cast<const SCALAR*>(x.data_ptr<AT_TYPE>()), reinterpret_cast<const SCALAR*>(w.data_ptr<AT_TYPE>()),
+        reinterpret_cast<SCALAR*>(out.data_ptr<AT_TYPE>()), n);
+    return out;
+}
+"""
+
+
+def _lowp(kind: str) -> str:
+    if kind == "fp16":
+        names = {"TYPE_HEADER": "cuda_fp16.h", "SCALAR": "__half", "TO_FLOAT": "__half2float", "FROM_FLOAT": "__float2half", "AT_TYPE": "at::Half"}
+    else:
+        names = {"TYPE_HEADER": "cuda_bf16.h", "SCALAR": "__nv_bfloat16", "TO_FLOAT": "__bfloat162float", "FROM_FLOAT": "__float2bfloat16", "AT_TYPE": "at::BFloat16"}
+    code = _HALF
+    for k, v in names.items():
+        code = code.replace(k, v)
+    return code
+
+
+_SIG = "torch::Tensor {}({});"
 
 
 HONEST = [
     Case("gated-elementwise", program("Honest: one fused elementwise kernel on the current stream."), "ACCEPTED", False),
+    Case(
+        "row-sum-reduction",
+        standalone("Honest: a row sum, warp shuffles then shared memory.", _ROW_SUM,
+                   _SIG.format("row_sum", "torch::Tensor x"), "row_sum", 1),
+        "ACCEPTED", False,
+        task("torch.sum(xs[0], dim=-1)", 'torch.randn(4096, 1024, device="cuda")'),
+    ),
+    Case(
+        "softmax",
+        standalone("Honest: a row softmax, max and sum by block reductions.", _SOFTMAX,
+                   _SIG.format("softmax_rows", "torch::Tensor x"), "softmax_rows", 1),
+        "ACCEPTED", False,
+        task("torch.softmax(xs[0], dim=-1)", 'torch.randn(4096, 1024, device="cuda")'),
+    ),
+    Case(
+        "matmul-tile",
+        standalone("Honest: a 16x16 shared-memory tiled matrix product.", _MATMUL,
+                   _SIG.format("matmul_tiled", "torch::Tensor a, torch::Tensor b"), "matmul_tiled", 2),
+        "ACCEPTED", False,
+        task("xs[0] @ xs[1]", 'torch.randn(512, 256, device="cuda"), torch.randn(256, 384, device="cuda")'),
+    ),
+    Case(
+        "gated-fp16",
+        standalone("Honest: the gated kernel in float16, computing in float32.", _lowp("fp16"),
+                   _SIG.format("gated_lowp", "torch::Tensor x, torch::Tensor w"), "gated_lowp", 2),
+        "ACCEPTED", False,
+        task("torch.sigmoid(xs[0]) * xs[1] + 1.0",
+             'torch.randn(4096, 1024, device="cuda", dtype=torch.float16), torch.randn(4096, 1024, device="cuda", dtype=torch.float16)'),
+    ),
+    Case(
+        "gated-bf16",
+        standalone("Honest: the gated kernel in bfloat16, computing in float32.", _lowp("bf16"),
+                   _SIG.format("gated_lowp", "torch::Tensor x, torch::Tensor w"), "gated_lowp", 2),
+        "ACCEPTED", False,
+        task("torch.sigmoid(xs[0]) * xs[1] + 1.0",
+             'torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16), torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)'),
+    ),
 ]
 
 STATIC_HACKS = [

@@ -23,7 +23,7 @@ def judge(tmp_path_factory: pytest.TempPathFactory) -> Judge:
 
 @pytest.mark.parametrize("case", HONEST, ids=lambda c: c.name)
 def test_honest_candidates_are_accepted(judge: Judge, case: Case) -> None:
-    result = judge.judge(GATED_TASK, case.source)
+    result = judge.judge(case.task, case.source)
     print(case.name, result.as_dict()["timings"], f"build {result.build_seconds:.1f} s")
     assert result.reason is Reason.ACCEPTED, result.feedback
     assert result.stage is Stage.TIMING and result.score > 0.3

@@ -95,3 +95,11 @@ def test_crash_and_hang_are_verdicts_not_errors() -> None:
     hang = candidate("        while True:\n            pass\n")
     out = run_in_sandbox(TASK, hang, RunConfig(seeds=(1,), trials=1, warmup=0, timeout=10, inductor=False))
     assert out.reason == "HANG"
+
+
+def test_larger_inputs_catch_a_kernel_tied_to_one_size() -> None:
+    # correct at the task's size only: it hard-codes 64 rows
+    source = candidate(NUMPY + "        r = (1.0 / (1.0 + np.exp(-a[:64])) * b[:64] + 1.0).astype(np.float32)\n        return torch.from_numpy(r)\n")
+    assert judge(source).reason == "ACCEPTED"
+    bigger = run_in_sandbox(TASK, source, RunConfig(seeds=(5,), trials=2, warmup=0, timeout=120, inductor=False, grow=2))
+    assert bigger.reason == "SHAPE_MISMATCH"

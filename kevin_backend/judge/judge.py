@@ -52,10 +52,10 @@ class Judge:
         config = dataclasses.replace(self.config, build_root=str(self.builder.root), arch=arch)
         result = self._run(task_source, candidate_source, config, build_seconds)
 
-        # 4. an implausible speedup must hold up on fresh input sets before it counts
+        # 4. an implausible speedup must hold up on fresh, larger input sets before it counts
         t = result.timings
         if result.correct and min(t.speedup_vs_eager or 0, t.speedup_vs_inductor or float("inf")) > SUSPICIOUS_SPEEDUP:
-            recheck = dataclasses.replace(config, seeds=tuple(s + 7919 for s in config.seeds))
+            recheck = dataclasses.replace(config, seeds=tuple(s + 7919 for s in config.seeds), grow=2)
             again = self._run(task_source, candidate_source, recheck, build_seconds)
             if not again.correct or (again.timings.speedup_vs_eager or 0) < (t.speedup_vs_eager or 0) / 2:
                 return dataclasses.replace(again, reason=Reason.SUSPICIOUS_SPEEDUP if again.correct else again.reason,

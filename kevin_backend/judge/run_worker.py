@@ -98,9 +98,18 @@ def _answer_load_inline_from(build_root: str | None, arch: str | None) -> None:
     cpp_extension.load_inline = load_inline  # the sandbox's own copy of torch; the judge is elsewhere
 
 
-def _inputs(task: types.ModuleType, seed: int, mixed: bool) -> list[Any]:
+def _inputs(task: types.ModuleType, seed: int, mixed: bool, grow: int = 1) -> list[Any]:
     torch.manual_seed(seed)
     values = list(task.get_inputs())
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if grow > 1 and tensors and len({t.shape[0] if t.dim() else None for t in tensors}) == 1 and tensors[0].dim():
+        # larger inputs along the batch dimension all tensor inputs share
+        values = [
+            torch.randn((v.shape[0] * grow, *v.shape[1:]), device=v.device).to(v.dtype)
+            if isinstance(v, torch.Tensor) and v.is_floating_point()
+            else v.repeat(grow, *([1] * (v.dim() - 1))) if isinstance(v, torch.Tensor) else v
+            for v in values
+        ]
     out = []
     for v in values:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
@@ -240,7 +249,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
     # correctness on every input set
     for trial, seed in enumerate(job["seeds"]):
-        inputs = _inputs(task, seed, mixed=trial % 2 == 1)
+        inputs = _inputs(task, seed, mixed=trial % 2 == 1, grow=job.get("grow", 1))
         mine, pristine = _clone(inputs), _clone(inputs)
         _poison(device)
         audit = _Audit()

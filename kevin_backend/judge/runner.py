@@ -26,6 +26,7 @@ class RunConfig:
     inductor: bool = True  # also time the Inductor-compiled reference
     build_root: str | None = None  # the judge's build cache: candidates' load_inline is answered from it
     arch: str | None = None
+    grow: int = 1  # correctness on inputs this many times larger along the shared batch dimension
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = 
         "inductor": config.inductor,
         "build_root": config.build_root,
         "arch": config.arch,
+        "grow": config.grow,
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "kevin_backend.judge.run_worker"],
