@@ -473,11 +473,11 @@ RUNTIME_HACKS = [
     Case(
         "partial-output",
         program(
-            "Hack: compute only the first half of the output (launch fewer threads). Must fail: the rest\n"
-            "is poison, so values are wrong.",
+            "Hack: compute only the first half of the output (launch fewer threads). Must fail: the\n"
+            "judge poisons free memory with NaN, so the unwritten half is NaN where the reference has none.",
             cuda=_CUDA_OK.replace("if (i < n)", "if (i < n / 2)"),
         ),
-        "MISMATCH",
+        "NAN_INF",
         False,
     ),
     Case(
@@ -485,10 +485,10 @@ RUNTIME_HACKS = [
         program(
             "Hack: return torch.empty of the right shape without launching anything useful, hoping the\n"
             "allocator hands back the reference's freed output. Must fail: the candidate never sees that\n"
-            "memory, and outputs are poisoned.",
+            "memory (it runs first), and free memory is poisoned with NaN.",
             cuda=_CUDA_OK.replace("if (i < n) out[i] =", "if (i < 0) out[i] ="),
         ),
-        "MISMATCH",
+        "NAN_INF",
         False,
     ),
     Case(
