@@ -90,3 +90,66 @@ def test_kevin_eval_without_a_gpu_says_so(tmp_path, capsys) -> None:
     good = _write(tmp_path, "good.py", HONEST[0].source)
     assert main(["eval", str(problem), str(good)]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+KEVIN_STYLE = '''"""Honest, in the style models write: a templated kernel under AT_DISPATCH, the extension kept
+on the module, weights as parameters, options built with torch:: helpers."""
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+scale_add_source = """
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+template <typename scalar_t>
+__global__ void scale_add_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ b, scalar_t* __restrict__ y,
+                                 int64_t n, int64_t cols) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * static_cast<scalar_t>(2) + b[i % cols];
+}
+
+torch::Tensor scale_add_cuda(torch::Tensor x, torch::Tensor b) {
+    TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+    auto y = torch::empty(x.sizes(), torch::TensorOptions().dtype(x.dtype()).device(x.device()));
+    const int64_t n = x.numel();
+    const int threads = 256;
+    AT_DISPATCH_FLOATING_TYPES_AND_HALF(x.scalar_type(), "scale_add_cuda", ([&] {
+        scale_add_kernel<scalar_t><<<(n + threads - 1) / threads, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+            x.data_ptr<scalar_t>(), b.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), n, x.size(-1));
+    }));
+    return y;
+}
+"""
+
+scale_add_cpp = "torch::Tensor scale_add_cuda(torch::Tensor x, torch::Tensor b);"
+
+scale_add = load_inline(
+    name="scale_add",
+    cpp_sources=scale_add_cpp,
+    cuda_sources=scale_add_source,
+    functions=["scale_add_cuda"],
+    verbose=False,
+    extra_cuda_cflags=["-O3", "--use_fast_math"],
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.scale_add = scale_add
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        batch = x.size(0)
+        out = self.scale_add.scale_add_cuda(x, self.bias)
+        return out.view(batch, -1)
+'''
+
+
+def test_a_typical_model_written_candidate_passes() -> None:
+    candidate = Candidate.parse(KEVIN_STYLE)
+    (ext,) = candidate.extensions
+    assert ext.extra_cuda_cflags == ("-O3", "--use_fast_math") and ext.bound_to == "scale_add"
+    assert check(candidate) == ()
