@@ -153,3 +153,20 @@ def test_a_typical_model_written_candidate_passes() -> None:
     (ext,) = candidate.extensions
     assert ext.extra_cuda_cflags == ("-O3", "--use_fast_math") and ext.bound_to == "scale_add"
     assert check(candidate) == ()
+
+
+def test_judge_stops_at_the_rules_and_says_when_it_needs_a_gpu(tmp_path) -> None:
+    import torch
+
+    from judge_cases import GATED_TASK
+    from kevin_backend.judge.judge import Judge
+    from kevin_backend.judge.result import Reason, Stage
+
+    judge = Judge(tmp_path)
+    bad = next(c for c in STATIC_HACKS if c.name == "side-stream")
+    result = judge.judge(GATED_TASK, bad.source)
+    assert result.stage is Stage.STATIC and result.reason is Reason.RULE_VIOLATION
+    assert "no-streams-threads" in result.feedback and result.score == 0.0
+    if not torch.cuda.is_available():
+        result = judge.judge(GATED_TASK, HONEST[0].source)
+        assert result.reason is Reason.NO_GPU and not list(tmp_path.iterdir())  # nothing was built

@@ -25,6 +25,7 @@ import torch
 
 from kevin_backend.backend.report import counters
 from kevin_backend.cache.entry import CacheEntry, EntryKind
+from kevin_backend.judge.tolerance import tolerance
 from kevin_backend.types import TensorSpec, load_program
 
 __all__ = ["KernelMismatch", "LoadedKernel", "load_entry", "register", "lookup", "use_cache", "launch"]
@@ -185,8 +186,6 @@ class KernelMismatch(RuntimeError):
     """A cached kernel disagrees with its task's reference on a smoke run."""
 
 
-_TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 1e-2}
-
 
 def _smoke_test(kernel: LoadedKernel, task_module: Any) -> None:
     """One run of the kernel and its reference on the task's own inputs before the kernel is used:
@@ -201,7 +200,7 @@ def _smoke_test(kernel: LoadedKernel, task_module: Any) -> None:
     for i, (g, w) in enumerate(zip(got, want)):
         if g.shape != w.shape or g.dtype != w.dtype:
             raise KernelMismatch(f"output {i}: kernel gives {tuple(g.shape)} {g.dtype}, task {tuple(w.shape)} {w.dtype}")
-        tol = _TOLERANCE.get(w.dtype, 1e-4)
+        tol = tolerance(w.dtype)
         if w.is_floating_point() and not torch.allclose(g, w, rtol=tol, atol=tol, equal_nan=True):
             err = (g.float() - w.float()).abs().max().item()
             raise KernelMismatch(f"output {i}: kernel differs from the task by up to {err:.3g}")

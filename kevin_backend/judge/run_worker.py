@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-_TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float64: 1e-6}
+from kevin_backend.judge.tolerance import tolerance
 
 # What a candidate's forward may dispatch: allocation, views, metadata, and the fills that
 # torch.zeros and friends are made of. Everything else is PyTorch computing for the candidate.
@@ -165,7 +165,7 @@ def _compare(got: list[Any], want: list[Any], trial: int) -> dict[str, Any] | No
                 bad = (g != w)
                 return _mismatch(i, g.double(), w.double(), bad, trial)
             continue
-        tol = _TOLERANCE.get(w.dtype, 1e-4)
+        tol = tolerance(w.dtype)
         gf, wf = g.double(), w.double()
         finite_ref = torch.isfinite(wf)
         if (~torch.isfinite(gf) & finite_ref).any():
