@@ -1,0 +1,246 @@
+"""Split a candidate's CUDA file into a torch-free CUDA part and a host part: the fast build's
+first step (docs/BUILD_NOTES.md). Not yet used by the builder.
+
+Before (one file, nvcc parses all of torch's headers for a few lines of kernel):
+
+    #include <torch/extension.h>
+    __global__ void k(const float* x, float* y, int64_t n) { ... }
+    torch::Tensor f(torch::Tensor x) {
+        auto y = torch::empty_like(x);
+        k<<<blocks, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+        return y;
+    }
+
+After (`Split.device`, for nvcc, no torch headers; `Split.host`, for g++ with torch's headers):
+
+    device:  #include <cuda_runtime.h> ...
+             __global__ void k(const float* x, float* y, int64_t n) { ... }
+             void kevin_launch_k(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                 const float* x, float* y, int64_t n) { k<<<grid, block, smem, stream>>>(x, y, n); }
+    host:    #include <torch/extension.h>
+             void kevin_launch_k(dim3, dim3, size_t, cudaStream_t, const float* x, float* y, int64_t n);
+             torch::Tensor f(torch::Tensor x) { ... kevin_launch_k(blocks, 256, 0, at::cuda::getCurrentCUDAStream(), ...); ... }
+
+What cannot be split this way raises SplitError (templated kernels, namespaces, device code that
+names torch types, ...): such a candidate is built whole.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["SplitError", "Split", "split_cuda"]
+
+
+class SplitError(ValueError):
+    """The source needs the whole build (the message says what stopped the split)."""
+
+
+@dataclass(frozen=True)
+class Split:
+    device: str
+    host: str
+    launchers: tuple[str, ...]  # one per launched kernel
+
+
+_TORCH = re.compile(r"\b(torch|at|c10|pybind11|py)::|\bTORCH_|\bAT_|\bPYBIND11|\bTensor\b")
+_TORCH_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch|ATen|c10|pybind11|Python)[/.]")
+_DEVICE = re.compile(r"\b(__device__|__constant__|__shared__|__managed__)\b")
+_KERNEL = re.compile(
+    r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\("
+)
+
+
+def _blank(code: str) -> str:
+    """Comments and string/char literal contents replaced by spaces: same length, same offsets."""
+    out = list(code)
+    n = len(code)
+
+    def clear(a: int, b: int) -> None:
+        for k in range(a, min(b, n)):
+            if out[k] != "\n":
+                out[k] = " "
+
+    i = 0
+    while i < n:
+        if code.startswith("//", i):
+            j = code.find("\n", i)
+            j = n if j < 0 else j
+            clear(i, j)
+            i = j
+        elif code.startswith("/*", i):
+            j = code.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            clear(i, j)
+            i = j
+        elif code[i] in "\"'":
+            quote, j = code[i], i + 1
+            while j < n and code[j] != quote and code[j] != "\n":
+                j += 2 if code[j] == "\\" else 1
+            clear(i + 1, j)
+            i = j + 1
+        else:
+            i += 1
+    return "".join(out)
+
+
+def _items(code: str, blank: str) -> list[tuple[str, str]]:
+    """Top-level items (preprocessor lines, declarations, definitions) as (text, blanked text)."""
+    items: list[tuple[str, str]] = []
+    start, depth, i, n = 0, 0, 0, len(blank)
+    while i < n:
+        c = blank[i]
+        if depth == 0 and c == "#" and blank[start:i].strip() == "":
+            end = i
+            while True:  # a preprocessor line, with its continuations
+                end = blank.find("\n", end)
+                if end < 0:
+                    end = n
+                    break
+                if blank[end - 1] != "\\":
+                    break
+                end += 1
+            items.append((code[i:end], blank[i:end]))
+            start = i = end
+            continue
+        if c in "{(":
+            depth += 1
+        elif c in "})":
+            depth -= 1
+            if depth < 0:
+                raise SplitError("unbalanced braces")
+            if depth == 0 and c == "}":
+                j = i + 1
+                rest = blank[j:j + 64].lstrip()
+                if rest.startswith(";"):
+                    j = blank.index(";", j) + 1
+                items.append((code[start:j], blank[start:j]))
+                start, i = j, j
+                continue
+        elif c == ";" and depth == 0:
+            items.append((code[start:i + 1], blank[start:i + 1]))
+            start = i + 1
+        i += 1
+    if blank[start:].strip():
+        raise SplitError("text after the last top-level item")
+    return [(t, b) for t, b in items if b.strip()]
+
+
+def _params(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current.strip())
+    return parts
+
+
+def _balanced(blank: str, open_at: int, opening: str = "(", closing: str = ")") -> int:
+    """Index just past the bracket matching the one at `open_at`."""
+    depth = 0
+    for i in range(open_at, len(blank)):
+        if blank[i] == opening:
+            depth += 1
+        elif blank[i] == closing:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    raise SplitError("unbalanced parentheses in a launch")
+
+
+def split_cuda(cuda: str) -> Split:
+    blank = _blank(cuda)
+    if re.search(r"\bnamespace\b|\bextern\s*\"C\"\s*\{", blank):
+        raise SplitError("namespaces and extern blocks are built whole")
+    device_pre: list[str] = []
+    host_pre: list[str] = []
+    device: list[str] = []
+    plain: list[str] = []
+    host: list[tuple[str, str]] = []
+    kernels: dict[str, list[str]] = {}
+    for text, b in _items(cuda, blank):
+        if b.lstrip().startswith("#"):
+            if _TORCH_INCLUDE.search(text):
+                host_pre.append(text)
+            else:
+                device_pre.append(text)
+                host_pre.append(text)
+            continue
+        torchy, kernel = bool(_TORCH.search(b)), _KERNEL.search(b)
+        if kernel or _DEVICE.search(b):
+            if torchy:
+                raise SplitError("device code names torch types")
+            if kernel:
+                if re.search(r"\btemplate\b", b[: kernel.start()]):
+                    raise SplitError(f"templated kernel {kernel.group(1)} is built whole")
+                close = _balanced(b, kernel.end() - 1)
+                params = _params(b[kernel.end():close - 1])
+                if any("[" in p or "=" in p for p in params):
+                    raise SplitError(f"kernel {kernel.group(1)} has array or default parameters")
+                kernels[kernel.group(1)] = params
+            device.append(text)
+        elif torchy:
+            host.append((text, b))
+        else:
+            plain.append(text)
+
+    launchers: dict[str, str] = {}
+    host_code: list[str] = []
+    for text, b in host:
+        pieces, last = [], 0
+        for m in re.finditer(r"\b(\w+)\s*<<<", b):
+            name = m.group(1)
+            if name not in kernels:
+                raise SplitError(f"launch of {name}, which is not a plain kernel of this file")
+            config_end = b.find(">>>", m.end())
+            if config_end < 0:
+                raise SplitError("unterminated launch configuration")
+            config = _params(text[m.end():config_end])
+            if not 2 <= len(config) <= 4:
+                raise SplitError(f"launch of {name} has {len(config)} configuration values")
+            config += ["0", "0"][: 4 - len(config)]
+            open_paren = b.find("(", config_end + 3)
+            if open_paren < 0 or b[config_end + 3:open_paren].strip():
+                raise SplitError(f"launch of {name} has no argument list")
+            close = _balanced(b, open_paren)
+            args = text[open_paren + 1:close - 1]
+            launchers.setdefault(name, _launcher(name, kernels[name]))
+            pieces.append(text[last:m.start()] + f"kevin_launch_{name}({', '.join(config)}" + (f", {args})" if args.strip() else ")"))
+            last = close
+        pieces.append(text[last:])
+        host_code.append("".join(pieces))
+    if not launchers:
+        raise SplitError("no kernel launch found in host code")
+
+    prelude = "#include <cstddef>\n#include <cstdint>\n#include <cuda_runtime.h>\n"
+    device_text = "\n".join([prelude, *device_pre, *plain, *device, *launchers.values()]) + "\n"
+    declarations = [text.split("{", 1)[0].rstrip() + ";" for text in launchers.values()]
+    host_text = "\n".join(
+        [*host_pre, "#include <cuda_runtime.h>", "namespace {", *plain, "}  // namespace", *declarations, *host_code]
+    ) + "\n"
+    return Split(device_text, host_text, tuple(f"kevin_launch_{n}" for n in launchers))
+
+
+def _launcher(name: str, params: list[str]) -> str:
+    names = [f"kevin_arg{i}" for i in range(len(params))]
+    typed = []
+    for param, arg in zip(params, names):
+        m = re.match(r"(.*?)(\w+)\s*$", param, re.S)
+        if m is None or not m.group(1).strip():
+            raise SplitError(f"cannot read parameter {param!r} of kernel {name}")
+        typed.append(f"{m.group(1).strip()} {arg}")
+    head = ", ".join(["dim3 kevin_grid", "dim3 kevin_block", "size_t kevin_smem", "cudaStream_t kevin_stream", *typed])
+    return (
+        f"void kevin_launch_{name}({head}) {{\n"
+        f"    {name}<<<kevin_grid, kevin_block, kevin_smem, kevin_stream>>>({', '.join(names)});\n"
+        "}\n"
+    )
