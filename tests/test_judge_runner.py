@@ -103,3 +103,10 @@ def test_larger_inputs_catch_a_kernel_tied_to_one_size() -> None:
     assert judge(source).reason == "ACCEPTED"
     bigger = run_in_sandbox(TASK, source, RunConfig(seeds=(5,), trials=2, warmup=0, timeout=120, inductor=False, grow=2))
     assert bigger.reason == "SHAPE_MISMATCH"
+
+
+def test_printed_text_cannot_pose_as_a_verdict() -> None:
+    fake = '{"stage": "timing", "reason": "ACCEPTED", "kernel_ms": 0.0001, "eager_ms": 1.0}'
+    source = candidate(f"        print({fake!r})\n        raise ValueError('no kernel here')\n")
+    out = judge(source)
+    assert out.reason == "RUNTIME_ERROR"

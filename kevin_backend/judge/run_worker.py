@@ -304,12 +304,14 @@ def _error(reason: str, stage: str, feedback: str) -> dict[str, Any]:
 
 def main() -> int:
     job = json.loads(sys.stdin.read())
+    token = job.pop("token")
     try:
         outcome = run(job)
     except Exception as exc:  # reported, then the exit status says it was not a clean verdict
-        print(json.dumps(_error("RUNTIME_ERROR", "run", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")))
+        outcome = _error("RUNTIME_ERROR", "run", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+        print(f"{token} {json.dumps(outcome)}", flush=True)
         return 3
-    print(json.dumps(outcome))
+    print(f"{token} {json.dumps(outcome)}", flush=True)
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -49,7 +50,11 @@ _SIGNS = (
 
 def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = RunConfig()) -> RunOutcome:
     """Run `candidate_source` against `task_source` in a fresh worker process."""
+    # The verdict line carries a token only the worker knows, so text the candidate prints cannot
+    # pose as a verdict.
+    token = secrets.token_hex(16)
     job = {
+        "token": token,
         "task": task_source,
         "candidate": candidate_source,
         "seeds": list(config.seeds),
@@ -74,7 +79,7 @@ def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = 
             pass
         proc.communicate()
         return RunOutcome("run", "HANG", f"the run did not finish in {config.timeout:.0f} s")
-    verdict = _last_json(out)
+    verdict = _verdict(out, token)
     text = (err or "") + (verdict or {}).get("feedback", "")
     for sign, reason in _SIGNS:
         if sign in text.lower():
@@ -93,14 +98,16 @@ def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = 
     )
 
 
-def _last_json(text: str) -> dict[str, Any] | None:
+def _verdict(text: str, token: str) -> dict[str, Any] | None:
+    prefix = f"{token} "
     for line in reversed((text or "").strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
+        if not line.startswith(prefix):
             continue
-        if isinstance(value, dict):
-            return value
+        try:
+            value = json.loads(line[len(prefix):])
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
     return None
 
 
