@@ -40,24 +40,6 @@ class TensorSpec:
     def torch_dtype(self) -> torch.dtype:
         return dtype_from_name(self.dtype)
 
-    @property
-    def is_contiguous(self) -> bool:
-        expected, running = [], 1
-        for size in reversed(self.shape):
-            expected.append(running)
-            running *= max(size, 1)
-        expected.reverse()
-        return all(st == ex for st, ex, sz in zip(self.stride, expected, self.shape) if sz != 1)
-
-    def matches(self, tensor: torch.Tensor) -> bool:
-        """True when `tensor` has exactly this spec (what a kernel was verified on)."""
-        return (
-            tuple(tensor.shape) == self.shape
-            and tuple(tensor.stride()) == self.stride
-            and str(tensor.dtype).removeprefix("torch.") == self.dtype
-            and tensor.device.type == self.device
-        )
-
     def as_dict(self) -> dict[str, Any]:
         return {"shape": list(self.shape), "stride": list(self.stride), "dtype": self.dtype, "device": self.device}
 

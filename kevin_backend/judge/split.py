@@ -30,6 +30,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kevin_backend.judge.static import strip_cpp
+
 __all__ = ["SplitError", "Split", "split_cuda"]
 
 
@@ -50,39 +52,6 @@ _DEVICE = re.compile(r"\b(__device__|__constant__|__shared__|__managed__)\b")
 _KERNEL = re.compile(
     r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\("
 )
-
-
-def _blank(code: str) -> str:
-    """Comments and string/char literal contents replaced by spaces: same length, same offsets."""
-    out = list(code)
-    n = len(code)
-
-    def clear(a: int, b: int) -> None:
-        for k in range(a, min(b, n)):
-            if out[k] != "\n":
-                out[k] = " "
-
-    i = 0
-    while i < n:
-        if code.startswith("//", i):
-            j = code.find("\n", i)
-            j = n if j < 0 else j
-            clear(i, j)
-            i = j
-        elif code.startswith("/*", i):
-            j = code.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            clear(i, j)
-            i = j
-        elif code[i] in "\"'":
-            quote, j = code[i], i + 1
-            while j < n and code[j] != quote and code[j] != "\n":
-                j += 2 if code[j] == "\\" else 1
-            clear(i + 1, j)
-            i = j + 1
-        else:
-            i += 1
-    return "".join(out)
 
 
 def _items(code: str, blank: str) -> list[tuple[str, str]]:
@@ -158,7 +127,7 @@ def _balanced(blank: str, open_at: int, opening: str = "(", closing: str = ")") 
 
 
 def split_cuda(cuda: str) -> Split:
-    blank = _blank(cuda)
+    blank = strip_cpp(cuda)
     if re.search(r"\bnamespace\b|\bextern\s*\"C\"\s*\{", blank):
         raise SplitError("namespaces and extern blocks are built whole")
     device_pre: list[str] = []

@@ -91,28 +91,35 @@ _LAUNCH = re.compile(r"\b(\w+)\s*(?:<[^<>;]*>)?\s*<<<")
 
 
 def strip_cpp(code: str) -> str:
-    """C++ with comments and string/char literals blanked, line numbers kept."""
-    out: list[str] = []
-    i, n = 0, len(code)
+    """C++ with comments and string/char literal contents blanked: same length, same offsets,
+    so positions found in it hold in the original."""
+    out = list(code)
+    n = len(code)
+
+    def clear(a: int, b: int) -> None:
+        for k in range(a, min(b, n)):
+            if out[k] != "\n":
+                out[k] = " "
+
+    i = 0
     while i < n:
-        c = code[i]
         if code.startswith("//", i):
             j = code.find("\n", i)
             j = n if j < 0 else j
+            clear(i, j)
             i = j
         elif code.startswith("/*", i):
             j = code.find("*/", i + 2)
             j = n if j < 0 else j + 2
-            out.append("".join(ch if ch == "\n" else " " for ch in code[i:j]))
+            clear(i, j)
             i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and code[j] != c:
+        elif code[i] in "\"'":
+            quote, j = code[i], i + 1
+            while j < n and code[j] != quote and code[j] != "\n":
                 j += 2 if code[j] == "\\" else 1
-            out.append(c + " " * max(0, min(j, n) - i - 1) + c)
+            clear(i + 1, j)
             i = j + 1
         else:
-            out.append(c)
             i += 1
     return "".join(out)
 
