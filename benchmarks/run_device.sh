@@ -18,7 +18,7 @@ for step in $steps; do
     cpu) python3 -m pytest -q -m "not gpu" -x tests 2>&1 | tee "$OUT/cpu_tests.log" | tail -5 ;;
     overhead) python3 benchmarks/bench_op_overhead.py --json "$OUT/overhead.json" ;;
     e2e) python3 benchmarks/bench_e2e.py --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30 ;;
-    build) python3 benchmarks/bench_build.py 2>&1 | tee "$OUT/build.log" | tail -12 ;;
+    build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
     profile)  # where a warm first compile spends its time, per compiler (mlp)
       d=$(mktemp -d)

@@ -79,3 +79,52 @@ def test_light_headers_keep_lines_and_leave_bindings_alone() -> None:
     assert light.splitlines()[0] == "#include <torch/types.h>" and light.count("\n") == cuda.count("\n")
     with_bindings = cuda + "PYBIND11_MODULE(m, m) {}\n"
     assert light_cuda_sources(with_bindings) == with_bindings
+
+
+WIDENED = '''
+#include <torch/extension.h>
+__global__ void affine_kernel(const float* x, float* y, float a, int b, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + b;
+}
+torch::Tensor affine(torch::Tensor x, float a, int b) {
+    auto y = torch::empty_like(x);
+    int64_t n = x.numel();
+    affine_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), a, b, n);
+    return y;
+}
+'''
+
+
+@pytest.mark.gpu
+def test_fast_build_takes_the_honest_candidates_and_falls_back_for_the_rest(tmp_path: Path) -> None:
+    """Every honest candidate builds the fast way and computes what the reference does; `int` and
+    `float` parameters are widened for the operator; a templated kernel is built whole; an error
+    in kernel code is reported on the candidate's line without a whole build."""
+    from judge_cases import HONEST
+    from test_judge_static import KEVIN_STYLE
+
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"{major}.{minor}"
+    builder = Builder(tmp_path, timeout=900)
+    exts = [ext for case in HONEST for ext in Candidate.parse(case.source).extensions]
+    results = builder.build_many([BuildSpec.of(ext, arch) for ext in exts])
+    for ext, result in zip(exts, results):
+        assert result.ok and result.how == "fast", (ext.name, result.how, result.error)
+        print(f"fast build {ext.name}: {result.seconds:.1f} s")
+        assert all(callable(getattr(load_built(result), f)) for f in ext.functions)
+
+    widened = builder.build(BuildSpec("affine", "torch::Tensor affine(torch::Tensor x, float a, int b);", WIDENED, ("affine",), arch=arch))
+    assert widened.ok and widened.how == "fast", widened.error
+    x = torch.randn(1000, device="cuda")
+    torch.testing.assert_close(load_built(widened).affine(x, 2.5, 3), 2.5 * x + 3)
+
+    broken = builder.build(BuildSpec("broken", "torch::Tensor affine(torch::Tensor x, float a, int b);",
+                                     WIDENED.replace("a * x[i] + b;", "a * x[i] + ;"), ("affine",), arch=arch))
+    assert not broken.ok and broken.how == "fast" and "cuda_sources line 5" in broken.error, broken.error
+
+    (ext,) = Candidate.parse(KEVIN_STYLE).extensions
+    whole = builder.build(BuildSpec.of(ext, arch))
+    assert whole.ok and whole.how in ("light", "full"), whole.error
+    x, b = torch.randn(8, 16, device="cuda"), torch.randn(16, device="cuda")
+    torch.testing.assert_close(load_built(whole).scale_add_cuda(x, b), x * 2 + b)

@@ -10,7 +10,8 @@ import pytest
 
 from judge_cases import HONEST
 from kevin_backend.judge.candidate import Candidate
-from kevin_backend.judge.split import SplitError, split_cuda
+from kevin_backend.judge.fast_build import _failure, fast_sources
+from kevin_backend.judge.split import SOURCE_NAME, SplitError, split_cuda
 from test_judge_static import KEVIN_STYLE
 
 
@@ -61,3 +62,57 @@ def test_what_cannot_be_split_says_why(cuda: str | None, why: str) -> None:
         cuda = ext.cuda_sources
     with pytest.raises(SplitError, match=why):
         split_cuda(cuda)
+
+
+def test_a_torch_free_launching_function_goes_with_the_kernels() -> None:
+    cuda = (
+        "__global__ void k(const float* x, float* y, int n) { y[0] = x[0] + n; }\n"
+        "void launch_k(const float* x, float* y, int n, cudaStream_t s) { k<<<1, 32, 0, s>>>(x, y, n); }\n"
+    )
+    split = split_cuda(cuda)
+    assert "void launch_k(const float* x, float* y, int n, cudaStream_t s);" in split.host
+    assert "k<<<1, 32, 0, s>>>" in split.device and "<<<" not in split.host
+
+
+@pytest.mark.parametrize("case", HONEST, ids=lambda c: c.name)
+def test_fast_sources_register_each_function_as_an_operator(case) -> None:
+    (ext,) = Candidate.parse(case.source).extensions
+    sources = fast_sources(ext.cpp_sources, ext.cuda_sources, ext.functions, "abc123")
+    assert sources.namespace == "kevin_abc123"
+    assert "TORCH_LIBRARY_FRAGMENT(kevin_abc123, m)" in sources.host
+    for name in ext.functions:
+        assert f'm.def("{name}", &kevin_adapt<&{name}>::call);' in sources.host
+    assert "torch/extension.h" not in sources.host and "torch" not in sources.device
+
+
+@pytest.mark.parametrize(
+    "cpp, functions, why",
+    [
+        ("PYBIND11_MODULE(x, m) {}", ("f",), "Python bindings"),
+        ("torch::Tensor f(torch::Tensor x);", (), "no functions"),
+        ("torch::Tensor f(torch::Tensor x);", ("a-b",), "cannot name an operator"),
+    ],
+    ids=["pybind", "no-functions", "bad-name"],
+)
+def test_fast_sources_refuse_what_the_whole_build_must_take(cpp: str, functions: tuple[str, ...], why: str) -> None:
+    (ext,) = Candidate.parse(HONEST[0].source).extensions
+    with pytest.raises(SplitError, match=why):
+        fast_sources(cpp, ext.cuda_sources, functions, "abc")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_an_error_in_kernel_code_is_final_and_points_at_the_candidates_line(tmp_path: Path) -> None:
+    (ext,) = Candidate.parse(HONEST[0].source).extensions
+    lines = ext.cuda_sources.splitlines()
+    kernel_line = next(i for i, line in enumerate(lines) if "__global__" in line) + 2  # inside the kernel body
+    lines.insert(kernel_line - 1, "    float broken = 1.0f +;")
+    cuda = "\n".join(lines) + "\n"
+    sources = fast_sources(ext.cpp_sources, cuda, ext.functions, "abc")
+    (tmp_path / "device.cu").write_text(sources.device)
+    out = subprocess.run(["nvcc", "-c", str(tmp_path / "device.cu"), "-o", str(tmp_path / "device.o"), "-arch=sm_90"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    outcome = _failure(out.stdout + out.stderr, cuda)
+    assert outcome.final and f"cuda_sources line {kernel_line}" in outcome.error and "1.0f +" in outcome.error
+    # a name the whole build's headers might have supplied is not final: the whole build decides
+    assert not _failure(f'{SOURCE_NAME}(3): error: identifier "at_helper" is undefined\n', cuda).final

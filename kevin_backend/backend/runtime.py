@@ -25,6 +25,7 @@ import torch
 
 from kevin_backend.backend.report import counters
 from kevin_backend.cache.entry import CacheEntry, EntryKind
+from kevin_backend.judge.build import Builder, answering_load_inline
 from kevin_backend.judge.tolerance import tolerance
 from kevin_backend.types import TensorSpec, load_program
 
@@ -170,16 +171,32 @@ def load_entry(entry: CacheEntry) -> LoadedKernel:
     if known is not None and known.source == entry.kernel_source and known.disabled is None:
         return known
     task_module = load_program(entry.task.source, f"kevin_task_{entry.digest}")
-    kernel_module = load_program(entry.kernel_source, f"kevin_kernel_{entry.digest}")
-    if not hasattr(kernel_module, "ModelNew"):
-        raise ValueError(f"kernel of entry {entry.digest} defines no ModelNew")
     init_inputs = list(task_module.get_init_inputs())
     device = entry.task.inputs[0].device if entry.task.inputs else "cpu"
-    model = kernel_module.ModelNew(*init_inputs).to(device).eval()
+    # The kernel's load_inline goes through the judge's builder: its fast path, and a build
+    # shared with the judge's when it built the same source.
+    with answering_load_inline(_builder(), _arch(device)):
+        kernel_module = load_program(entry.kernel_source, f"kevin_kernel_{entry.digest}")
+        if not hasattr(kernel_module, "ModelNew"):
+            raise ValueError(f"kernel of entry {entry.digest} defines no ModelNew")
+        model = kernel_module.ModelNew(*init_inputs).to(device).eval()
     reference = task_module.Model(*init_inputs).to(device).eval()
     kernel = LoadedKernel(entry.digest, entry.key.inputs, model.forward, reference.forward, entry.kernel_source)
     _smoke_test(kernel, task_module)
     return kernel
+
+
+def _builder() -> Builder:
+    from kevin_backend.config import Config
+
+    return Builder(Config.from_env().cache_dir / "builds")
+
+
+def _arch(device: str) -> str | None:
+    if not str(device).startswith("cuda") or not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability(torch.device(device))
+    return f"{major}.{minor}"
 
 
 class KernelMismatch(RuntimeError):

@@ -11,11 +11,19 @@ first, here, and the program's `load_inline` is then answered from this cache (`
 A build's folder is named by the hash of everything that changes its output (sources, flags,
 architecture, torch and compiler versions). Failed builds are cached too (the same source fails
 the same way), with the compiler's output trimmed to the candidate's own lines.
+
+Three ways to build, tried in order until one succeeds or fails for good:
+
+  fast   `fast_build`: torch-free kernels through nvcc, host code against a precompiled header,
+         functions registered as torch operators (seconds; most candidates)
+  light  `load_inline` with <torch/types.h> in place of <torch/extension.h> in the CUDA file
+  full   `load_inline` on the sources as written (what the candidate would get by itself)
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 import importlib.machinery
@@ -27,19 +35,24 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
 from kevin_backend.config import child_env
 from kevin_backend.judge.candidate import InlineExtension
 from kevin_backend.judge.errors import SourceFile, trim_compiler_output
+from kevin_backend.judge.fast_build import Toolchain, build_fast, ensure_pch, fast_sources
+from kevin_backend.judge.split import SplitError
 
-__all__ = ["BuildSpec", "BuildResult", "Builder", "light_cuda_sources", "load_built"]
+__all__ = ["BuildSpec", "BuildResult", "Builder", "light_cuda_sources", "load_built", "answering_load_inline"]
+
+_PATCH_LOCK = threading.RLock()
 
 # Lines load_inline puts before the candidate's own sources (see torch.utils.cpp_extension).
 _CPP_PRELUDE_LINES = 1  # #include <torch/extension.h>
@@ -61,6 +74,8 @@ class BuildSpec:
     # no Python bindings (load_inline's main.cpp holds them): nvcc then parses a third of the
     # headers. A build that fails this way is retried with the sources as written.
     light_headers: bool = True
+    # Try the fast build first (module docstring); needs `arch` and CUDA sources.
+    fast: bool = True
 
     @classmethod
     def of(cls, ext: InlineExtension, arch: str | None) -> "BuildSpec":
@@ -77,6 +92,7 @@ class BuildSpec:
             "cuda_cflags": list(self.extra_cuda_cflags),
             "arch": self.arch,
             "light_headers": self.light_headers,
+            "fast": self.fast,
             "torch": torch.__version__,
             "cuda_version": torch.version.cuda,
             "python": sys.version_info[:2],
@@ -100,14 +116,28 @@ class BuildResult:
     cached: bool
     error: str = ""  # trimmed compiler output, for the writer
     timed_out: bool = False
+    # Set when the build registered torch operators (the fast build) instead of a Python module:
+    # the operators are torch.ops.<namespace>.<function>.
+    namespace: str = ""
+    functions: tuple[str, ...] = ()
+    final: bool = True  # False: a fast build that failed in a way the whole build may not
+    how: str = ""  # "fast", "light" or "full"
 
 
 def load_built(result: BuildResult) -> ModuleType:
-    """Import a successful build's extension module."""
+    """Import a successful build: its extension module, or for a fast build a module whose
+    attributes are the registered operators (called like the module's functions)."""
     if not result.ok or result.module_path is None:
         raise ImportError(f"build {result.spec_digest} failed: {result.error}")
     if result.module_name in sys.modules:
         return sys.modules[result.module_name]
+    if result.namespace:
+        torch.ops.load_library(str(result.module_path))
+        ops = ModuleType(result.module_name, f"operators of the fast build {result.spec_digest}")
+        for name in result.functions:
+            setattr(ops, name, getattr(getattr(torch.ops, result.namespace), name))
+        sys.modules[result.module_name] = ops
+        return ops
     loader = importlib.machinery.ExtensionFileLoader(result.module_name, str(result.module_path))
     spec = importlib.util.spec_from_file_location(result.module_name, result.module_path, loader=loader)
     assert spec is not None
@@ -115,6 +145,37 @@ def load_built(result: BuildResult) -> ModuleType:
     loader.exec_module(module)
     sys.modules[result.module_name] = module
     return module
+
+
+@contextlib.contextmanager
+def answering_load_inline(builder: "Builder", arch: str | None) -> Iterator[None]:
+    """While active, `torch.utils.cpp_extension.load_inline` builds through `builder` (for `arch`)
+    and returns the loaded build; a failed build raises RuntimeError with the trimmed error. A
+    program executed inside the block binds this `load_inline` when it imports it."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    def load_inline(name: str, cpp_sources: Any = "", cuda_sources: Any = None, functions: Any = None,
+                    extra_cflags: Any = None, extra_cuda_cflags: Any = None, **_: Any) -> Any:
+        def text(value: Any) -> str:
+            return "\n".join(value) if isinstance(value, (list, tuple)) else (value or "")
+
+        def items(value: Any) -> tuple[str, ...]:
+            return tuple(value) if isinstance(value, (list, tuple)) else ((value,) if value else ())
+
+        spec = BuildSpec(name, text(cpp_sources), text(cuda_sources), items(functions), items(extra_cflags),
+                         items(extra_cuda_cflags), arch)
+        result = builder.build(spec)
+        if not result.ok:
+            raise RuntimeError(f"build failed: {result.error}")
+        return load_built(result)
+
+    with _PATCH_LOCK:
+        saved = cpp_extension.load_inline
+        cpp_extension.load_inline = load_inline
+        try:
+            yield
+        finally:
+            cpp_extension.load_inline = saved
 
 
 class Builder:
@@ -141,21 +202,32 @@ class Builder:
         if data.get("ok") and not path.exists():
             return None
         return BuildResult(spec.digest, bool(data.get("ok")), path if data.get("ok") else None, spec.module_name, 0.0, True,
-                           str(data.get("error", "")), bool(data.get("timed_out", False)))
+                           str(data.get("error", "")), bool(data.get("timed_out", False)), str(data.get("namespace", "")),
+                           spec.functions, bool(data.get("final", True)), str(data.get("how", "")))
 
     def build(self, spec: BuildSpec) -> BuildResult:
-        result = self._build(spec)
-        if not result.ok and not result.timed_out and spec.light_headers and light_cuda_sources(spec.cuda_sources) != spec.cuda_sources:
-            again = self._build(dataclasses.replace(spec, light_headers=False))
-            return dataclasses.replace(again, seconds=result.seconds + again.seconds)
-        return result
+        """Build `spec` the fastest way that works (module docstring); the result's `seconds`
+        count every way tried."""
+        spent = 0.0
+        if spec.fast and spec.arch and spec.cuda_sources.strip():
+            result = self._build(spec)
+            if result.ok or result.final:
+                return result
+            spent = result.seconds
+        whole = dataclasses.replace(spec, fast=False)
+        result = self._build(whole)
+        if not result.ok and not result.timed_out and whole.light_headers and light_cuda_sources(whole.cuda_sources) != whole.cuda_sources:
+            again = self._build(dataclasses.replace(whole, light_headers=False))
+            result = dataclasses.replace(again, seconds=result.seconds + again.seconds)
+        return dataclasses.replace(result, seconds=spent + result.seconds)
 
     def _build(self, spec: BuildSpec) -> BuildResult:
         start = time.perf_counter()
         hit = self.cached(spec)
         if hit is not None:
-            return BuildResult(hit.spec_digest, hit.ok, hit.module_path, hit.module_name, time.perf_counter() - start,
-                               True, hit.error, hit.timed_out)
+            return dataclasses.replace(hit, seconds=time.perf_counter() - start)
+        if spec.fast:
+            return self._build_fast(spec, start)
         folder = self._folder(spec)
         work = folder / "build"
         shutil.rmtree(work, ignore_errors=True)
@@ -177,13 +249,38 @@ class Builder:
             }
             error = f"build timed out after {self.timeout:.0f} s" if timed_out else trim_compiler_output(output, files)
             (folder / "build.log").write_text(output)
-        status = {"ok": ok, "error": error, "timed_out": timed_out}
-        tmp = folder / "status.json.tmp"
-        tmp.write_text(json.dumps(status))
-        os.replace(tmp, folder / "status.json")
+        how = "light" if spec.light_headers and light_cuda_sources(spec.cuda_sources) != spec.cuda_sources else "full"
+        _write_status(folder, {"ok": ok, "error": error, "timed_out": timed_out, "how": how})
         shutil.rmtree(work, ignore_errors=True)
         return BuildResult(spec.digest, ok, folder / built.name if ok else None, spec.module_name,
-                           time.perf_counter() - start, False, error, timed_out)
+                           time.perf_counter() - start, False, error, timed_out, how=how)
+
+    def _build_fast(self, spec: BuildSpec, start: float) -> BuildResult:
+        folder = self._folder(spec)
+        try:
+            sources = fast_sources(spec.cpp_sources, spec.cuda_sources, spec.functions, spec.digest)
+        except SplitError as exc:  # not cached: splitting again costs milliseconds
+            return BuildResult(spec.digest, False, None, spec.module_name, time.perf_counter() - start, False,
+                               f"fast build not possible: {exc}", final=False, how="fast")
+        assert spec.arch is not None
+        toolchain = Toolchain.detect()
+        pch = ensure_pch(self.root, toolchain)
+        work = folder / "build"
+        shutil.rmtree(work, ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "spec.json").write_text(json.dumps(_spec_dict(spec)))
+        built = folder / f"{spec.module_name}.so"
+        outcome = build_fast(sources, work, built, spec.arch, pch, spec.extra_cflags, spec.extra_cuda_cflags,
+                             spec.cuda_sources, self.timeout, toolchain)
+        if not outcome.ok:
+            (folder / "build.log").write_text(outcome.log)
+        _write_status(folder, {"ok": outcome.ok, "error": outcome.error, "timed_out": outcome.timed_out,
+                               "namespace": sources.namespace if outcome.ok else "", "final": outcome.ok or outcome.final,
+                               "how": "fast"})
+        shutil.rmtree(work, ignore_errors=True)
+        return BuildResult(spec.digest, outcome.ok, built if outcome.ok else None, spec.module_name,
+                           time.perf_counter() - start, False, outcome.error, outcome.timed_out,
+                           sources.namespace if outcome.ok else "", spec.functions, outcome.ok or outcome.final, "fast")
 
     def build_many(self, specs: Sequence[BuildSpec]) -> list[BuildResult]:
         """Build several specs, `jobs` at a time (each in its own worker process)."""
@@ -219,6 +316,12 @@ def light_cuda_sources(cuda: str) -> str:
     if "PYBIND11" in cuda or "pybind11" in cuda or "py::" in cuda:
         return cuda
     return _EXTENSION_INCLUDE.sub("#include <torch/types.h>", cuda)
+
+
+def _write_status(folder: Path, status: dict[str, object]) -> None:
+    tmp = folder / "status.json.tmp"
+    tmp.write_text(json.dumps(status))
+    os.replace(tmp, folder / "status.json")
 
 
 def _spec_dict(spec: BuildSpec) -> dict[str, object]:

@@ -20,6 +20,7 @@ parent (`runner.py`) reads the exit status and the output. The protocol, in orde
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
@@ -49,6 +50,9 @@ _ALLOWED_OPS = frozenset(
 )
 
 
+_WORKER_LIFETIME = contextlib.ExitStack()
+
+
 class _Audit(TorchDispatchMode):
     """Records every aten op dispatched while active, from Python or from C++ host code alike."""
 
@@ -57,6 +61,8 @@ class _Audit(TorchDispatchMode):
         self.computed: list[str] = []
 
     def __torch_dispatch__(self, func: Any, types_: Any, args: Any = (), kwargs: Any = None) -> Any:
+        # A fast build's operators are registered without a dispatch key (CompositeImplicitAutograd),
+        # so this mode never sees them, only the aten ops their host code calls.
         name = func._schema.name.split("::")[-1]
         if name not in _ALLOWED_OPS and name not in self.computed:
             self.computed.append(name)
@@ -68,34 +74,6 @@ def _load(source: str, name: str) -> types.ModuleType:
     module.__file__ = f"<{name}>"
     exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - this is the sandbox
     return module
-
-
-def _answer_load_inline_from(build_root: str | None, arch: str | None) -> None:
-    """Make `load_inline` return the judge's prebuilt extension (building it if missing)."""
-    if build_root is None:
-        return
-    import torch.utils.cpp_extension as cpp_extension
-    from pathlib import Path
-
-    from kevin_backend.judge.build import Builder, BuildSpec, load_built
-
-    builder = Builder(Path(build_root), jobs=1)
-
-    def load_inline(name: str, cpp_sources: Any = "", cuda_sources: Any = None, functions: Any = None,
-                    extra_cflags: Any = None, extra_cuda_cflags: Any = None, **_: Any) -> Any:
-        def text(value: Any) -> str:
-            return "\n".join(value) if isinstance(value, (list, tuple)) else (value or "")
-
-        def items(value: Any) -> tuple[str, ...]:
-            return tuple(value) if isinstance(value, (list, tuple)) else ((value,) if value else ())
-
-        spec = BuildSpec(name, text(cpp_sources), text(cuda_sources), items(functions), items(extra_cflags), items(extra_cuda_cflags), arch)
-        result = builder.build(spec)
-        if not result.ok:
-            raise RuntimeError(f"build failed: {result.error}")
-        return load_built(result)
-
-    cpp_extension.load_inline = load_inline  # the sandbox's own copy of torch; the judge is elsewhere
 
 
 def _inputs(task: types.ModuleType, seed: int, mixed: bool, grow: int = 1) -> list[Any]:
@@ -227,7 +205,13 @@ def _timer(device: torch.device, trials: int, warmup: int) -> Callable[[Callable
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
-    _answer_load_inline_from(job.get("build_root"), job.get("arch"))
+    if job.get("build_root") is not None:
+        # For this worker's whole life: a candidate may call load_inline in __init__ or forward too.
+        from pathlib import Path
+
+        from kevin_backend.judge.build import Builder, answering_load_inline
+
+        _WORKER_LIFETIME.enter_context(answering_load_inline(Builder(Path(job["build_root"]), jobs=1), job.get("arch")))
     task = _load(job["task"], "kevin_task")
     try:
         candidate = _load(job["candidate"], "kevin_candidate")

@@ -1,5 +1,5 @@
 """Split a candidate's CUDA file into a torch-free CUDA part and a host part: the fast build's
-first step (docs/BUILD_NOTES.md). Not yet used by the builder.
+first step (docs/BUILD_NOTES.md); `fast_build` compiles the two parts.
 
 Before (one file, nvcc parses all of torch's headers for a few lines of kernel):
 
@@ -54,9 +54,10 @@ _KERNEL = re.compile(
 )
 
 
-def _items(code: str, blank: str) -> list[tuple[str, str]]:
-    """Top-level items (preprocessor lines, declarations, definitions) as (text, blanked text)."""
-    items: list[tuple[str, str]] = []
+def _items(code: str, blank: str) -> list[tuple[str, str, int]]:
+    """Top-level items (preprocessor lines, declarations, definitions) as (text, blanked text,
+    offset of the item's first non-blank character in `code`)."""
+    items: list[tuple[str, str, int]] = []
     start, depth, i, n = 0, 0, 0, len(blank)
     while i < n:
         c = blank[i]
@@ -70,7 +71,7 @@ def _items(code: str, blank: str) -> list[tuple[str, str]]:
                 if blank[end - 1] != "\\":
                     break
                 end += 1
-            items.append((code[i:end], blank[i:end]))
+            items.append((code[i:end], blank[i:end], i))
             start = i = end
             continue
         if c in "{(":
@@ -84,16 +85,21 @@ def _items(code: str, blank: str) -> list[tuple[str, str]]:
                 rest = blank[j:j + 64].lstrip()
                 if rest.startswith(";"):
                     j = blank.index(";", j) + 1
-                items.append((code[start:j], blank[start:j]))
+                items.append((code[start:j], blank[start:j], start))
                 start, i = j, j
                 continue
         elif c == ";" and depth == 0:
-            items.append((code[start:i + 1], blank[start:i + 1]))
+            items.append((code[start:i + 1], blank[start:i + 1], start))
             start = i + 1
         i += 1
     if blank[start:].strip():
         raise SplitError("text after the last top-level item")
-    return [(t, b) for t, b in items if b.strip()]
+    trimmed = []
+    for t, b, at in items:
+        if b.strip():
+            lead = len(b) - len(b.lstrip())
+            trimmed.append((t[lead:], b[lead:], at + lead))
+    return trimmed
 
 
 def _params(text: str) -> list[str]:
@@ -126,18 +132,30 @@ def _balanced(blank: str, open_at: int, opening: str = "(", closing: str = ")") 
     raise SplitError("unbalanced parentheses in a launch")
 
 
+# The file name `#line` directives give the candidate's own lines in the device part, so compiler
+# errors there point at the candidate's CUDA source (see errors.SourceFile).
+SOURCE_NAME = "cuda_sources.cu"
+
+
 def split_cuda(cuda: str) -> Split:
     blank = strip_cpp(cuda)
     if re.search(r"\bnamespace\b|\bextern\s*\"C\"\s*\{", blank):
         raise SplitError("namespaces and extern blocks are built whole")
+    if re.search(r"PYBIND11|pybind11|\bpy::", blank):
+        raise SplitError("the CUDA source defines Python bindings")
+
+    def located(text: str, at: int) -> str:
+        return f'#line {cuda.count(chr(10), 0, at) + 1} "{SOURCE_NAME}"\n{text}'
+
     device_pre: list[str] = []
     host_pre: list[str] = []
     device: list[str] = []
     plain: list[str] = []
     host: list[tuple[str, str]] = []
+    declarations: list[str] = []
     kernels: dict[str, list[str]] = {}
-    for text, b in _items(cuda, blank):
-        if b.lstrip().startswith("#"):
+    for text, b, at in _items(cuda, blank):
+        if b.startswith("#"):
             if _TORCH_INCLUDE.search(text):
                 host_pre.append(text)
             else:
@@ -156,11 +174,18 @@ def split_cuda(cuda: str) -> Split:
                 if any("[" in p or "=" in p for p in params):
                     raise SplitError(f"kernel {kernel.group(1)} has array or default parameters")
                 kernels[kernel.group(1)] = params
-            device.append(text)
+            device.append(located(text, at))
         elif torchy:
             host.append((text, b))
+        elif "<<<" in b:
+            # a torch-free host function that launches kernels itself: it is compiled with the
+            # kernels and declared to the host code
+            if "{" not in b or re.match(r"\s*(static|inline|template)\b", b):
+                raise SplitError("a static, inline or templated launching function is built whole")
+            device.append(located(text, at))
+            declarations.append(text[: b.index("{")].rstrip() + ";")
         else:
-            plain.append(text)
+            plain.append(located(text, at))
 
     launchers: dict[str, str] = {}
     host_code: list[str] = []
@@ -187,16 +212,24 @@ def split_cuda(cuda: str) -> Split:
             last = close
         pieces.append(text[last:])
         host_code.append("".join(pieces))
-    if not launchers:
+    if not launchers and not declarations:
         raise SplitError("no kernel launch found in host code")
 
-    prelude = "#include <cstddef>\n#include <cstdint>\n#include <cuda_runtime.h>\n"
-    device_text = "\n".join([prelude, *device_pre, *plain, *device, *launchers.values()]) + "\n"
-    declarations = [text.split("{", 1)[0].rstrip() + ";" for text in launchers.values()]
+    prelude = "".join(f"#include <{h}>\n" for h in _DEVICE_HEADERS)
+    generated = '#line 1 "kevin_launchers.cu"'
+    device_text = "\n".join([prelude, *device_pre, *plain, *device, generated, *launchers.values()]) + "\n"
+    declarations += [text.split("{", 1)[0].rstrip() + ";" for text in launchers.values()]
     host_text = "\n".join(
-        [*host_pre, "#include <cuda_runtime.h>", "namespace {", *plain, "}  // namespace", *declarations, *host_code]
+        [*host_pre, "#include <cuda_runtime.h>", "namespace {", *plain, "}  // namespace", '#line 1 "kevin_host_code.cpp"', *declarations, *host_code]
     ) + "\n"
     return Split(device_text, host_text, tuple(f"kevin_launch_{n}" for n in launchers))
+
+
+# What torch's headers would have given a kernel file (the split's device part has none of them).
+_DEVICE_HEADERS = (
+    "cstddef", "cstdint", "cfloat", "climits", "cmath", "algorithm", "type_traits", "utility",
+    "cuda_runtime.h", "cuda_fp16.h", "cuda_bf16.h",
+)
 
 
 def _launcher(name: str, params: list[str]) -> str:
