@@ -1,0 +1,88 @@
+"""The `Policy` protocol: whatever writes kernel replies for a batch of conversations.
+
+A policy is a model behind some interface (an OpenAI-compatible server such as
+`vllm serve cognition-ai/Kevin-32B`, an in-process vLLM engine, transformers `generate`), the
+built-in writer, or a replay of scripted replies in tests. The generator's loop calls it once per
+turn with every live trajectory's conversation:
+
+    replies = policy.generate([messages_1, messages_2, ...], Sampling(temperature=0.9))
+
+and gets one `Reply` per conversation, in order. Reasoning models put their chain of thought in a
+separate field or inside `<think>...</think>`; a policy returns it apart from the answer
+(`split_reasoning`), so the loop can drop it from later turns' context.
+
+A policy raises `PolicyError` (with a message naming the problem: server down, unknown model,
+timeout) when it cannot answer at all; a reply that failed alone carries `error` instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+__all__ = ["Message", "Sampling", "Reply", "Policy", "PolicyError", "split_reasoning"]
+
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling settings; the defaults follow the Kevin-32B recipe."""
+
+    temperature: float = 0.9
+    top_p: float = 1.0
+    max_tokens: int = 16384
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
+                "seed": self.seed, "stop": list(self.stop)}
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str  # the answer, without the chain of thought
+    reasoning: str = ""  # the chain of thought, when the model wrote one
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0  # wall time of the request (shared by a batch's replies)
+    finish_reason: str = "stop"  # "stop", "length", "error"
+    error: str = ""  # why this reply failed, when it did (the others of the batch may not have)
+    extra: dict[str, object] = field(default_factory=dict)  # policy-specific details (model name, ...)
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+class PolicyError(RuntimeError):
+    """The policy cannot answer at all; the message says why and what to check."""
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+
+    def generate(self, conversations: Sequence[Sequence[Message]], sampling: Sampling) -> list[Reply]:
+        """One reply per conversation, in order."""
+        ...
+
+
+_THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
+
+
+def split_reasoning(text: str, reasoning: str | None = None) -> tuple[str, str]:
+    """(answer, reasoning) from a reply: `reasoning` when the server returned it in its own field,
+    else the `<think>` blocks of `text` (an unclosed one runs to the end, as when a reply is cut
+    at its token limit). A reply that opens with reasoning but whose `<think>` tag was consumed by
+    the chat template ends it with a lone `</think>`; that prefix is reasoning too."""
+    if reasoning:
+        return text.strip(), reasoning.strip()
+    if "<think>" not in text and "</think>" in text:
+        head, _, tail = text.partition("</think>")
+        return tail.strip(), head.strip()
+    thoughts = [m.group(1).strip() for m in _THINK.finditer(text)]
+    answer = _THINK.sub("", text).strip()
+    return answer, "\n\n".join(t for t in thoughts if t)
