@@ -17,11 +17,11 @@ from kevin_backend.config import ConfigError
 from kevin_backend.generate.openai_policy import OpenAIPolicy, Retry
 from kevin_backend.generate.policy import Policy, PolicyError, Reply, Sampling, split_reasoning
 
+pytest.importorskip("transformers")
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from openai_server import TinyOpenAIServer  # noqa: E402
 from tiny_lm import build_tiny_lm  # noqa: E402
-
-pytest.importorskip("transformers")
 
 MODEL = "tiny-kevin"
 FAST_RETRY = Retry(attempts=3, backoff=0.01)

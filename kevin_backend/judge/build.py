@@ -25,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -181,8 +182,11 @@ def answering_load_inline(builder: "Builder", arch: str | None) -> Iterator[None
 class Builder:
     """Builds BuildSpecs under `root`, one worker process per build, `jobs` at a time."""
 
-    def __init__(self, root: Path, jobs: int | None = None, timeout: float = 600.0) -> None:
+    def __init__(self, root: Path, jobs: int | None = None, timeout: float = 600.0, pch_root: Path | None = None) -> None:
         self.root = Path(root)
+        # The fast build's precompiled header is shared by every builder of this user (it is
+        # the same for every candidate): built once per toolchain, not once per build root.
+        self.pch_root = Path(pch_root) if pch_root is not None else None
         self.jobs = max(1, jobs or (os.cpu_count() or 1))
         self.timeout = timeout
 
@@ -226,8 +230,21 @@ class Builder:
         hit = self.cached(spec)
         if hit is not None:
             return dataclasses.replace(hit, seconds=time.perf_counter() - start)
-        if spec.fast:
-            return self._build_fast(spec, start)
+        # One build per folder at a time, across threads and processes (the judge and its
+        # sandboxes share a root): a second caller waits, then finds the first one's result.
+        folder = self._folder(spec)
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                hit = self.cached(spec)
+                if hit is not None:
+                    return dataclasses.replace(hit, seconds=time.perf_counter() - start)
+                return self._build_fast(spec, start) if spec.fast else self._build_whole(spec, start)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _build_whole(self, spec: BuildSpec, start: float) -> BuildResult:
         folder = self._folder(spec)
         work = folder / "build"
         shutil.rmtree(work, ignore_errors=True)
@@ -264,7 +281,7 @@ class Builder:
                                f"fast build not possible: {exc}", final=False, how="fast")
         assert spec.arch is not None
         toolchain = Toolchain.detect()
-        pch = ensure_pch(self.root, toolchain)
+        pch = ensure_pch(self.pch_root or _default_pch_root(), toolchain)
         work = folder / "build"
         shutil.rmtree(work, ignore_errors=True)
         folder.mkdir(parents=True, exist_ok=True)
@@ -316,6 +333,12 @@ def light_cuda_sources(cuda: str) -> str:
     if "PYBIND11" in cuda or "pybind11" in cuda or "py::" in cuda:
         return cuda
     return _EXTENSION_INCLUDE.sub("#include <torch/types.h>", cuda)
+
+
+def _default_pch_root() -> Path:
+    from kevin_backend.config import Config
+
+    return Config.from_env().cache_dir
 
 
 def _write_status(folder: Path, status: dict[str, object]) -> None:
