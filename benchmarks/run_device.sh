@@ -18,6 +18,10 @@ for step in $steps; do
     cpu) python3 -m pytest -q -m "not gpu" -x tests 2>&1 | tee "$OUT/cpu_tests.log" | tail -5 ;;
     overhead) python3 benchmarks/bench_op_overhead.py --json "$OUT/overhead.json" ;;
     e2e) python3 benchmarks/bench_e2e.py --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30 ;;
+    generate)  # the generator's loop with the replay policy: GPU test, then the command
+      python3 -m pytest -q -s tests/test_generate_gpu.py 2>&1 | tee "$OUT/generate_test.log" | tail -15
+      python3 -m kevin_backend.cli.main --cache-dir "$(mktemp -d)" generate examples/replay/gated_task.py --policy replay:examples/replay/replies.json \
+        --trajectories 1 --turns 6 --trials 30 --json "$OUT/generate.json" 2>&1 | tee "$OUT/generate.log" ;;
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
     profile)  # where a warm first compile spends its time, per compiler (mlp)

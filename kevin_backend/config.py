@@ -68,6 +68,10 @@ ENV: dict[str, EnvVar] = {
         EnvVar("KEVIN_LLM_API_KEY", str, None, "API key for that server, sent as a bearer token (optional)"),
         EnvVar("KEVIN_LLM_TIMEOUT", float, 1800.0, "seconds one request to that server may take"),
         EnvVar("KEVIN_LLM_CONCURRENCY", int, 32, "most requests of one batch in flight at once"),
+        EnvVar("KEVIN_POLICY", str, "openai", "kernel writer in generate mode: openai[:MODEL], vllm[:MODEL], hf:PATH, replay:FILE"),
+        EnvVar("KEVIN_TRAJECTORIES", int, 16, "parallel trajectories per generated task"),
+        EnvVar("KEVIN_TURNS", int, 8, "refinement turns per trajectory"),
+        EnvVar("KEVIN_BEAM", int, 0, "keep the best k trajectories after each turn (0: no beam)"),
         EnvVar("KEVIN_MIN_PARTITION", int, 2, "fewest compute nodes in a partition"),
         EnvVar("KEVIN_MAX_PARTITION", int, 64, "most compute nodes in a partition"),
         EnvVar("KEVIN_RECORD_PENDING", _parse_bool, True, "record cache misses as pending tasks"),
@@ -127,8 +131,13 @@ class Config:
     max_partition: int = 64
     record_pending: bool = True
     cpu_kernels: bool = False
-    # A KernelGenerator (kevin_backend.generate.protocol); used in mode "generate".
+    # A KernelGenerator (kevin_backend.generate.protocol); used in mode "generate". When None,
+    # a search (generate/generator.py) with `policy`: a name (see KEVIN_POLICY) or a Policy.
     generator: Any = None
+    policy: Any = "openai"
+    trajectories: int = 16
+    turns: int = 8
+    beam: int = 0
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -142,6 +151,10 @@ class Config:
             max_partition=env_value("KEVIN_MAX_PARTITION"),
             record_pending=env_value("KEVIN_RECORD_PENDING"),
             cpu_kernels=env_value("KEVIN_CPU_KERNELS"),
+            policy=env_value("KEVIN_POLICY"),
+            trajectories=env_value("KEVIN_TRAJECTORIES"),
+            turns=env_value("KEVIN_TURNS"),
+            beam=env_value("KEVIN_BEAM"),
         )._validated()
 
     @classmethod
@@ -164,6 +177,11 @@ class Config:
             raise ConfigError(
                 f"max_partition ({self.max_partition}) must be >= min_partition ({self.min_partition})"
             )
+        if self.trajectories < 1 or self.turns < 1 or not 0 <= self.beam <= self.trajectories:
+            raise ConfigError(f"need trajectories >= 1, turns >= 1 and 0 <= beam <= trajectories; got "
+                              f"{self.trajectories}, {self.turns}, {self.beam}")
+        if not isinstance(self.policy, str) and not callable(getattr(self.policy, "generate", None)):
+            raise ConfigError("option 'policy' must be a policy name or have a generate(conversations, sampling) method")
         if self.generator is not None and not callable(getattr(self.generator, "generate", None)):
             raise ConfigError("option 'generator' must have a generate(task, key) method")
         return self
@@ -180,6 +198,8 @@ class Config:
             "generator": getattr(self.generator, "name", type(self.generator).__name__)
             if self.generator is not None
             else None,
+            "policy": self.policy if isinstance(self.policy, str) else getattr(self.policy, "name", type(self.policy).__name__),
+            "search": [self.trajectories, self.turns, self.beam],
         }
 
 
@@ -191,7 +211,7 @@ def _coerce(name: str, value: Any) -> Any:
             return Path(value).expanduser()
         if name in ("seed_cache", "record_pending", "cpu_kernels"):
             return _parse_bool(value) if isinstance(value, str) else bool(value)
-        if name in ("min_partition", "max_partition"):
+        if name in ("min_partition", "max_partition", "trajectories", "turns", "beam"):
             if isinstance(value, bool) or int(value) != value:
                 raise ValueError("expected an integer")
             return int(value)

@@ -79,6 +79,24 @@ class KernelTask:
         }
 
     @classmethod
+    def from_program(cls, name: str, source: str) -> "KernelTask":
+        """A task from a KernelBench-format program file (runs it once for the input and output
+        specs; its hash covers the program text, since it has no graph)."""
+        import hashlib
+
+        module = load_program(source, f"kevin_task_{name}")
+        for attr in ("Model", "get_inputs", "get_init_inputs"):
+            if not hasattr(module, attr):
+                raise ValueError(f"task {name} defines no {attr}")
+        inputs = list(module.get_inputs())
+        with torch.no_grad():
+            out = module.Model(*module.get_init_inputs())(*inputs)
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        digest = hashlib.sha256(b"kernelbench-program\0" + source.encode()).hexdigest()
+        return cls(name, source, tuple(TensorSpec.of(t) for t in inputs if isinstance(t, torch.Tensor)),
+                   tuple(TensorSpec.of(t) for t in outs if isinstance(t, torch.Tensor)), (), digest)
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any], source: str) -> "KernelTask":
         return cls(
             name=str(data["name"]),

@@ -93,10 +93,22 @@ def test_mode_off_is_plain_inductor(kevin_dir: Path) -> None:
     assert kevin_backend.last_report().graphs == []
 
 
-def test_generate_without_generator_falls_back(kevin_dir: Path) -> None:
-    got, want = compile_and_run({"mode": "generate", "cache_dir": str(kevin_dir), "cpu_kernels": True})
+def test_generate_with_no_model_server_falls_back_and_caches_nothing(kevin_dir: Path) -> None:
+    """The default generator is a search with the OpenAI-compatible policy; with no server the
+    partitions fall back to Inductor with the reason, no decision is cached, and the server is
+    asked once per compile, not once per partition."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    url = f"http://127.0.0.1:{port}/v1"
+    got, want = compile_and_run({"mode": "generate", "cache_dir": str(kevin_dir), "cpu_kernels": True, "llm_url": url})
     assert_close_tree(got, want)
-    assert set(statuses()) == {Status.FALLBACK} and reasons() == {FallbackReason.NO_GENERATOR}
+    records = kevin_backend.last_report().records()
+    assert records and set(statuses()) == {Status.FALLBACK} and reasons() == {FallbackReason.POLICY_ERROR}
+    assert all(url in r.detail for r in records)
+    assert KernelCache(kevin_dir, None).entries() == []
 
 
 def test_failing_generator_falls_back_for_its_partitions_only(kevin_dir: Path) -> None:

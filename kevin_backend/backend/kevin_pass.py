@@ -48,6 +48,7 @@ from kevin_backend.backend.task import extract_task
 from kevin_backend.cache.entry import CacheEntry, EntryKind
 from kevin_backend.cache.key import SCHEMA_VERSION, make_key
 from kevin_backend.config import Config, Mode
+from kevin_backend.generate.policy import PolicyError
 
 __all__ = ["KevinPass", "KevinRewriteError"]
 
@@ -88,6 +89,18 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
         self.cache = cache
         self.report = report
         self.support = support or GeneralOpSupport()
+        self._default_generator: Any = None
+        self._policy_down: str | None = None
+
+    def _generator(self) -> Any:
+        """The configured generator, else a search with the configured policy (made once)."""
+        if self.config.generator is not None:
+            return self.config.generator
+        if self._default_generator is None:
+            from kevin_backend.generate.generator import default_generator
+
+            self._default_generator = default_generator(self.config)
+        return self._default_generator
 
     def uuid(self) -> str:
         state = {
@@ -174,14 +187,18 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
                         return record(Status.MISS, detail=f"pending not recorded: {_short(exc)}", **ids), None
                     return record(Status.PENDING, **ids), None
                 return record(Status.MISS, **ids), None
-            generator = self.config.generator
-            if generator is None:
-                return record(Status.FALLBACK, FallbackReason.NO_GENERATOR, **ids), None
+            if self._policy_down is not None:  # asked once this compile; not again per partition
+                return record(Status.FALLBACK, FallbackReason.POLICY_ERROR, self._policy_down, **ids), None
             try:
+                generator = self._generator()
                 entry = generator.generate(task, key)
                 if not isinstance(entry, CacheEntry) or entry.key != key:
                     raise TypeError("generate() must return a CacheEntry for the key it was given")
                 self.cache.put(entry, replace=True)
+            except PolicyError as exc:
+                self._policy_down = _short(exc)
+                log.warning("kevin: the kernel writer could not answer: %s; Inductor compiles the rest", exc)
+                return record(Status.FALLBACK, FallbackReason.POLICY_ERROR, self._policy_down, **ids), None
             except Exception as exc:
                 return record(Status.FALLBACK, FallbackReason.GENERATOR_ERROR, _short(exc), **ids), None
             status = Status.GENERATED

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +29,9 @@ class Judge:
     def __init__(self, build_root: Path, config: RunConfig = RunConfig(), jobs: int | None = None) -> None:
         self.builder = Builder(Path(build_root), jobs=jobs)
         self.config = config
+        # Several threads may judge at once (the generator does): builds overlap, but one
+        # candidate at a time runs on the GPU, so no timing shares the device with another.
+        self._gpu = threading.Lock()
 
     def judge(self, task_source: str, candidate_source: str) -> JudgeResult:
         # 1. static rules: nothing is built or run for a candidate that breaks one
@@ -63,7 +67,8 @@ class Judge:
         return result
 
     def _run(self, task: str, candidate: str, config: RunConfig, build_seconds: float) -> JudgeResult:
-        outcome = run_in_sandbox(task, candidate, config)
+        with self._gpu:
+            outcome = run_in_sandbox(task, candidate, config)
         mismatch = None
         if outcome.mismatch:
             m = outcome.mismatch

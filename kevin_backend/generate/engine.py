@@ -1,0 +1,296 @@
+"""The generator's loop: a kernel-writing policy proposes, the judge answers, the policy refines.
+
+    engine = Engine(policy, judge, SearchConfig(trajectories=16, turns=8, beam=4))
+    result = engine.search(task_source, name="task")     # a SearchResult
+    entry = result.decision(key, task, margin=0.03)       # KERNEL if the best beat Inductor, else INDUCTOR
+
+One search runs N trajectories for up to T turns. Each turn:
+
+  1. the conversation of every live trajectory is built (`prompts.build_messages`: earlier chain
+     of thought dropped, summaries kept, oldest turns cut at the token budget)
+  2. one batched policy call answers all of them
+  3. the judge checks every reply's program, several at once (builds run in parallel; the judge
+     times one candidate at a time on the GPU)
+  4. each trajectory's best score is updated; one that has not improved for `patience` turns
+     stops; with `beam=k`, the k best trajectories are kept and copied back up to N
+
+Every turn becomes a `TurnRecord` (the messages sent, the reply, the verdict, the cost), written
+to the trajectory log (`log.py`) as it happens: the RL trainer's input.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from kevin_backend.cache.entry import CacheEntry, EntryKind, Timings
+from kevin_backend.cache.key import CacheKey
+from kevin_backend.generate.policy import Message, Policy, PolicyError, Reply, Sampling
+from kevin_backend.generate.prompts import Turn, build_messages, extract_code, prompt_version
+from kevin_backend.judge.result import JudgeResult, Reason, Stage
+from kevin_backend.types import KernelTask
+
+__all__ = ["Judging", "SearchConfig", "TurnRecord", "SearchResult", "Engine", "select_beam", "Progress"]
+
+log = logging.getLogger("kevin_backend.generate")
+
+
+class Judging(Protocol):
+    """What the engine needs of a judge (`kevin_backend.judge.judge.Judge` is one)."""
+
+    def judge(self, task_source: str, candidate_source: str) -> JudgeResult: ...
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    trajectories: int = 16
+    turns: int = 8
+    beam: int | None = None  # keep the best k trajectories after each turn, copied back up to `trajectories`
+    patience: int | None = None  # a trajectory stops after this many turns without a better score
+    margin: float = 0.03  # a kernel must beat Inductor's time by this fraction to win the cache
+    max_prompt_tokens: int = 16384
+    sampling: Sampling = field(default_factory=Sampling)
+    judge_workers: int = 8  # candidates judged at once (builds in parallel)
+
+    def __post_init__(self) -> None:
+        if self.trajectories < 1 or self.turns < 1:
+            raise ValueError("trajectories and turns must be at least 1")
+        if self.beam is not None and not 1 <= self.beam <= self.trajectories:
+            raise ValueError(f"beam must be between 1 and trajectories ({self.trajectories}), got {self.beam}")
+        if self.patience is not None and self.patience < 1:
+            raise ValueError("patience must be at least 1")
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One turn of one trajectory."""
+
+    trajectory: int
+    turn: int  # 0-based
+    parent: int | None  # the trajectory this one was copied from by the beam; None if none
+    messages: tuple[Message, ...]  # what the policy was sent
+    step: Turn  # the reply, its code and summary, the verdict, the feedback that follows
+    score: float  # the judge's score (0 when there was no code or a rule was broken)
+    model_seconds: float  # the batched policy call this reply came from
+    judge_seconds: float
+
+    @property
+    def result(self) -> JudgeResult | None:
+        return self.step.result
+
+    @property
+    def correct(self) -> bool:
+        return self.step.result is not None and self.step.result.correct
+
+    @property
+    def speedup(self) -> float | None:
+        return self.step.result.timings.speedup_vs_eager if self.correct and self.step.result else None
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    name: str
+    records: tuple[TurnRecord, ...]
+    stopped: str  # why the search ended
+    model_seconds: float
+    judge_seconds: float
+    wall_seconds: float
+    policy: str
+
+    @property
+    def best(self) -> TurnRecord | None:
+        """The correct turn with the highest speedup over eager (None if none was correct)."""
+        correct = [r for r in self.records if r.correct and r.speedup is not None]
+        return max(correct, key=lambda r: (r.speedup, -r.turn)) if correct else None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(r.step.reply.prompt_tokens for r in self.records)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(r.step.reply.completion_tokens for r in self.records)
+
+    def decision(self, key: CacheKey, task: KernelTask, margin: float = 0.03) -> CacheEntry:
+        """The cache entry this search earns: the best kernel if it beats Inductor by `margin`,
+        else Inductor (so the task is not generated again), with the reason."""
+        best = self.best
+        if best is None or best.result is None:
+            return CacheEntry(key, EntryKind.INDUCTOR, task, None, policy=self.policy,
+                              reason=f"no correct kernel in {len(self.records)} turns ({self.stopped})")
+        t = best.result.timings
+        timings = Timings(eager_ms=t.eager_ms, inductor_ms=t.inductor_ms, kernel_ms=t.kernel_ms)
+        vs_inductor = t.speedup_vs_inductor
+        if vs_inductor is None or vs_inductor < 1.0 + margin:
+            shown = "not measured" if vs_inductor is None else f"{vs_inductor:.3f}x"
+            return CacheEntry(key, EntryKind.INDUCTOR, task, None, timings, self.policy, best.result.as_dict(),
+                              reason=f"best kernel {shown} of Inductor's speed; needs {1 + margin:.2f}x")
+        assert best.step.code is not None
+        return CacheEntry(key, EntryKind.KERNEL, task, best.step.code, timings, self.policy, best.result.as_dict())
+
+
+@dataclass
+class _Trajectory:
+    id: int
+    parent: int | None
+    turns: list[Turn]
+    best: float = -math.inf
+    stale: int = 0
+    done: bool = False
+
+
+def select_beam(best_scores: Sequence[float], keep: int, total: int) -> list[int]:
+    """Beam bookkeeping: the indices of the trajectories to continue, `total` of them, made of
+    the `keep` best (by best score so far; earlier index on ties), each repeated as evenly as
+    possible, best first."""
+    order = sorted(range(len(best_scores)), key=lambda i: (-best_scores[i], i))[:keep]
+    if not order:
+        return []
+    return [order[i % len(order)] for i in range(total)]
+
+
+Progress = Callable[[str, dict[str, Any]], None]  # (event, details): "turn", "done"
+
+
+class Engine:
+    def __init__(self, policy: Policy, judge: Judging, config: SearchConfig = SearchConfig(),
+                 on_record: Callable[[TurnRecord, "SearchContext"], None] | None = None,
+                 gpu: str = "", capability: str = "", progress: Progress | None = None) -> None:
+        self.policy = policy
+        self.judge = judge
+        self.config = config
+        self.on_record = on_record
+        self.gpu = gpu
+        self.capability = capability
+        self.progress = progress
+        self._count = getattr(policy, "count_tokens", None)
+
+    def search(self, task_source: str, name: str = "task") -> SearchResult:
+        cfg = self.config
+        start = time.perf_counter()
+        trajectories = [_Trajectory(i, None, []) for i in range(cfg.trajectories)]
+        records: list[TurnRecord] = []
+        model_seconds = judge_seconds = 0.0
+        stopped = f"all {cfg.turns} turns"
+        context = SearchContext(name, task_source, self.policy_name, cfg.sampling, prompt_version(), self.gpu)
+        for turn in range(cfg.turns):
+            live = [t for t in trajectories if not t.done]
+            if not live:
+                stopped = f"no trajectory improved for {cfg.patience} turns"
+                break
+            # 1. the conversations, earlier reasoning dropped, cut at the token budget
+            conversations = [
+                build_messages(task_source, self.gpu, t.turns, cfg.max_prompt_tokens, self._count, capability=self.capability)
+                for t in live
+            ]
+            # 2. one batched policy call
+            sampling = cfg.sampling if cfg.sampling.seed is None else dataclasses.replace(
+                cfg.sampling, seed=cfg.sampling.seed + 1000 * turn)
+            t0 = time.perf_counter()
+            try:
+                replies = self.policy.generate(conversations, sampling)
+            except PolicyError as exc:
+                stopped = f"policy error: {exc}"
+                log.warning("search %s stopped at turn %d: %s", name, turn, exc)
+                break
+            spent = time.perf_counter() - t0
+            model_seconds += spent
+            if len(replies) != len(live):
+                raise PolicyError(f"policy {self.policy_name} returned {len(replies)} replies for {len(live)} conversations")
+            # 3. the judge on every reply, several at once
+            t0 = time.perf_counter()
+            verdicts = self._judge_all(task_source, replies)
+            judged = time.perf_counter() - t0
+            judge_seconds += judged
+            # 4. bookkeeping: records, best scores, patience
+            for traj, messages, reply, (code, result, seconds) in zip(live, conversations, replies, verdicts):
+                step = Turn.of(reply, result, code)
+                score = result.score if result is not None else 0.0
+                record = TurnRecord(traj.id, turn, traj.parent, tuple(messages), step, score, spent, seconds)
+                records.append(record)
+                if self.on_record is not None:
+                    self.on_record(record, context)
+                traj.turns.append(step)
+                if score > traj.best:
+                    traj.best, traj.stale = score, 0
+                else:
+                    traj.stale += 1
+                    if cfg.patience is not None and traj.stale >= cfg.patience:
+                        traj.done = True
+            if self.progress is not None:
+                self.progress("turn", {"turn": turn, "records": records[-len(live):], "model_seconds": spent,
+                                       "judge_seconds": judged})
+            if any(v[1] is not None and v[1].reason is Reason.NO_GPU for v in verdicts):
+                stopped = "no GPU to judge on"
+                break
+            if cfg.beam is not None and turn + 1 < cfg.turns:
+                trajectories = self._beam(trajectories)
+        result = SearchResult(name, tuple(records), stopped, model_seconds, judge_seconds,
+                              time.perf_counter() - start, self.policy_name)
+        if self.progress is not None:
+            self.progress("done", {"result": result})
+        return result
+
+    def search_many(self, tasks: Sequence[tuple[str, str]], at_once: int = 2) -> list[SearchResult]:
+        """Several searches (task source, name) at once, so one task's policy call overlaps
+        another's judging; results in the order given."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, at_once)) as pool:
+            return list(pool.map(lambda t: self.search(t[0], t[1]), tasks))
+
+    @property
+    def policy_name(self) -> str:
+        return str(getattr(self.policy, "name", type(self.policy).__name__))
+
+    def _judge_all(self, task_source: str, replies: Sequence[Reply]) -> list[tuple[str | None, JudgeResult | None, float]]:
+        def one(reply: Reply) -> tuple[str | None, JudgeResult | None, float]:
+            t0 = time.perf_counter()
+            code = extract_code(reply.text) if reply.ok else None
+            if code is None:
+                return None, None, 0.0
+            try:
+                result = self.judge.judge(task_source, code)
+            except Exception as exc:  # the judge's own failure: recorded, never the search's end
+                log.exception("the judge failed on a candidate")
+                result = JudgeResult(Stage.RUN, Reason.RUNTIME_ERROR, feedback=f"the judge failed: {type(exc).__name__}: {exc}")
+            return code, result, time.perf_counter() - t0
+
+        workers = max(1, min(self.config.judge_workers, len(replies)))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, replies))
+
+    def _beam(self, trajectories: list[_Trajectory]) -> list[_Trajectory]:
+        cfg = self.config
+        assert cfg.beam is not None
+        chosen = select_beam([t.best for t in trajectories], cfg.beam, cfg.trajectories)
+        next_id = max(t.id for t in trajectories) + 1
+        out: list[_Trajectory] = []
+        used: set[int] = set()
+        for index in chosen:
+            source = trajectories[index]
+            if index not in used:  # the kept trajectory continues under its own id
+                used.add(index)
+                out.append(source)
+            else:
+                out.append(_Trajectory(next_id, source.id, list(source.turns), source.best, source.stale, source.done))
+                next_id += 1
+        return out
+
+
+@dataclass(frozen=True)
+class SearchContext:
+    """What every record of one search shares (for the trajectory log)."""
+
+    task: str
+    task_source: str
+    policy: str
+    sampling: Sampling
+    prompt_version: str
+    gpu: str
+    started: float = field(default_factory=time.time)
+    lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)

@@ -1,0 +1,108 @@
+"""The search as the backend's `KernelGenerator`, and policies named by a string.
+
+    generator = SearchGenerator(make_policy("openai", config), config=config)
+    entry = generator.generate(task, key)      # a KERNEL or INDUCTOR CacheEntry
+
+`make_policy` reads the names the command line and `KEVIN_POLICY` use:
+
+    openai[:MODEL]   an OpenAI-compatible server at KEVIN_LLM_URL (e.g. `vllm serve cognition-ai/Kevin-32B`)
+    vllm[:MODEL]     an in-process vLLM engine (the `vllm` extra)
+    hf:PATH          transformers `generate` on a local model folder
+    replay:FILE      scripted replies (a JSON list of strings, or a trajectory log .jsonl)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kevin_backend.cache.entry import CacheEntry
+from kevin_backend.cache.key import CacheKey
+from kevin_backend.config import Config, ConfigError
+from kevin_backend.generate.engine import Engine, Judging, Progress, SearchConfig, SearchResult
+from kevin_backend.generate.log import TrajectoryLog
+from kevin_backend.generate.policy import Policy, PolicyError
+from kevin_backend.types import KernelTask
+
+__all__ = ["SearchGenerator", "SearchIncomplete", "make_policy", "default_generator", "POLICY_NAMES"]
+
+
+class SearchIncomplete(RuntimeError):
+    """The search could not reach a decision worth caching (no GPU to judge on)."""
+
+POLICY_NAMES = "openai[:MODEL], vllm[:MODEL], hf:PATH or replay:FILE"
+
+
+def make_policy(spec: str | Policy, config: Config | None = None) -> Policy:
+    """The policy a name stands for (a Policy object is returned as is)."""
+    if not isinstance(spec, str):
+        return spec
+    config = config or Config.from_env()
+    kind, _, arg = spec.partition(":")
+    if kind == "openai":
+        from kevin_backend.generate.openai_policy import OpenAIPolicy
+
+        return OpenAIPolicy(config.llm_url, arg or config.model)
+    if kind == "vllm":
+        from kevin_backend.generate.vllm_policy import VLLMPolicy
+
+        return VLLMPolicy(arg or config.model)
+    if kind == "hf" and arg:
+        from kevin_backend.generate.hf_policy import TransformersPolicy
+
+        return TransformersPolicy(arg)
+    if kind == "replay" and arg:
+        from kevin_backend.generate.replay import ReplayPolicy
+
+        return ReplayPolicy.from_file(Path(arg))
+    raise ConfigError(f"unknown policy {spec!r}: expected {POLICY_NAMES}")
+
+
+class SearchGenerator:
+    """A `KernelGenerator`: one search per task, its decision as the cache entry; every turn
+    goes to the trajectory log under the cache directory."""
+
+    def __init__(self, policy: Policy, judge: Judging | None = None, search: SearchConfig | None = None,
+                 config: Config | None = None, log: TrajectoryLog | None = None, progress: Progress | None = None) -> None:
+        self.config = config or Config.from_env()
+        self.policy = policy
+        self.search = search or SearchConfig(trajectories=self.config.trajectories, turns=self.config.turns,
+                                             beam=self.config.beam or None)
+        self._judge = judge
+        self.log = log or TrajectoryLog.default(self.config.cache_dir)
+        self.progress = progress
+        self.name = f"search:{getattr(policy, 'name', type(policy).__name__)}"
+        self.results: list[SearchResult] = []
+
+    @property
+    def judge(self) -> Judging:
+        if self._judge is None:
+            from kevin_backend.judge.judge import Judge
+
+            self._judge = Judge(self.config.cache_dir / "builds")
+        return self._judge
+
+    def run(self, task: KernelTask, gpu: str = "", capability: str = "") -> SearchResult:
+        engine = Engine(self.policy, self.judge, self.search, on_record=self.log.write, gpu=gpu,
+                        capability=capability, progress=self.progress)
+        result = engine.search(task.source, task.name)
+        self.results.append(result)
+        return result
+
+    def generate(self, task: KernelTask, key: CacheKey) -> CacheEntry:
+        """The search's decision; raises PolicyError when the policy never answered and
+        SearchIncomplete when nothing could be judged, so that no decision is cached for them."""
+        result = self.run(task, key.gpu, key.capability)
+        if not result.records and result.stopped.startswith("policy error"):
+            raise PolicyError(result.stopped.removeprefix("policy error: "))
+        if result.stopped == "no GPU to judge on":
+            raise SearchIncomplete(f"{task.name}: no GPU to judge kernels on")
+        return result.decision(key, task, self.search.margin)
+
+    def __repr__(self) -> str:
+        return f"SearchGenerator({self.name}, {self.search})"
+
+
+def default_generator(config: Config) -> Any:
+    """The generator `generate` mode uses when none is given: a search with the configured policy."""
+    return SearchGenerator(make_policy(config.policy, config), config=config)

@@ -1,0 +1,57 @@
+"""The generator's loop on a GPU with the real judge: a scripted policy goes through a rule
+violation, a compile error, a runtime error, a wrong kernel, a correct slow kernel and a correct
+fast one; each turn receives the feedback for the last, and the fast kernel wins the cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from generate_script import replies
+from judge_cases import GATED_TASK
+
+pytestmark = pytest.mark.gpu
+
+
+def test_replayed_search_feeds_back_every_outcome_and_keeps_the_fast_kernel(tmp_path: Path) -> None:
+    from kevin_backend.cache.entry import EntryKind
+    from kevin_backend.cache.key import make_key
+    from kevin_backend.config import Config
+    from kevin_backend.generate.engine import SearchConfig
+    from kevin_backend.generate.generator import SearchGenerator
+    from kevin_backend.generate.replay import ReplayPolicy
+    from kevin_backend.judge.judge import Judge
+    from kevin_backend.judge.runner import RunConfig
+    from kevin_backend.types import KernelTask
+
+    config = Config(cache_dir=tmp_path / "cache")
+    policy = ReplayPolicy(replies())
+    generator = SearchGenerator(policy, Judge(tmp_path / "builds", RunConfig(trials=30)),
+                                SearchConfig(trajectories=1, turns=6), config)
+    task = KernelTask.from_program("gated", GATED_TASK)
+    key = make_key(task)
+    entry = generator.generate(task, key)
+    (result,) = generator.results
+    reasons = [r.step.result.reason.name for r in result.records]
+    print(reasons, [r.step.result.timings for r in result.records[4:]])
+    assert reasons == ["RULE_VIOLATION", "BUILD_ERROR", "RUNTIME_ERROR", "MISMATCH", "ACCEPTED", "ACCEPTED"]
+
+    feedback = [c[0][-1]["content"] for c in policy.received[1:]]  # what turns 2..6 were told
+    assert "no-try-except" in feedback[0]
+    assert "cuda_sources line" in feedback[1] and "w[i] + ;" in feedback[1]
+    assert "gated expects a 3-D input" in feedback[2]
+    assert "elements" in feedback[3] and "max abs error" in feedback[3].lower()
+    slow = result.records[4].step.result.timings
+    assert f"{slow.kernel_ms:.4g} ms" in feedback[4], feedback[4]
+    for i, conversations in enumerate(policy.received):
+        text = "\n".join(m["content"] for m in conversations[0])
+        assert "reasoning" not in text and all(s in text for s in ["added a safety net", "fixed the check"][: max(0, i - 2)]), i
+
+    fast = result.records[5].step.result.timings
+    assert fast.kernel_ms < slow.kernel_ms
+    assert result.best is result.records[5]
+    assert entry.kind is EntryKind.KERNEL and entry.kernel_source == result.records[5].step.code
+    lines = [json.loads(l) for l in generator.log.path.read_text().splitlines()]
+    assert [l["reason"] for l in lines] == reasons and lines[5]["correct"]
