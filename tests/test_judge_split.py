@@ -116,3 +116,17 @@ def test_an_error_in_kernel_code_is_final_and_points_at_the_candidates_line(tmp_
     assert outcome.final and f"cuda_sources line {kernel_line}" in outcome.error and "1.0f +" in outcome.error
     # a name the whole build's headers might have supplied is not final: the whole build decides
     assert not _failure(f'{SOURCE_NAME}(3): error: identifier "at_helper" is undefined\n', cuda).final
+
+
+def test_types_are_shared_at_namespace_scope_and_helpers_stay_private() -> None:
+    cuda = (
+        "#include <torch/extension.h>\n"
+        "struct Dims { long long size[4]; };\n"
+        "static inline int cdiv(int a, int b) { return (a + b - 1) / b; }\n"
+        "__global__ void k(const float* x, Dims d) {}\n"
+        "torch::Tensor f(torch::Tensor x) { Dims d{}; k<<<cdiv(4, 2), 32>>>(x.data_ptr<float>(), d); return x; }\n"
+    )
+    split = split_cuda(cuda)
+    host_before_namespace = split.host.split("namespace {")[0]
+    assert "struct Dims" in host_before_namespace and "struct Dims" in split.device
+    assert "cdiv" in split.host.split("namespace {")[1].split("}  // namespace")[0]

@@ -151,6 +151,7 @@ def split_cuda(cuda: str) -> Split:
     host_pre: list[str] = []
     device: list[str] = []
     plain: list[str] = []
+    types: list[str] = []
     host: list[tuple[str, str]] = []
     declarations: list[str] = []
     kernels: dict[str, list[str]] = {}
@@ -184,6 +185,10 @@ def split_cuda(cuda: str) -> Split:
                 raise SplitError("a static, inline or templated launching function is built whole")
             device.append(located(text, at))
             declarations.append(text[: b.index("{")].rstrip() + ";")
+        elif re.match(r"(struct|class|enum|typedef|using)\b", b) and "(" not in b.split("{", 1)[0]:
+            # a type: the same definition in both parts, at namespace scope, so the launchers'
+            # signatures name the same type on both sides of the link
+            types.append(located(text, at))
         else:
             plain.append(located(text, at))
 
@@ -217,10 +222,10 @@ def split_cuda(cuda: str) -> Split:
 
     prelude = "".join(f"#include <{h}>\n" for h in _DEVICE_HEADERS)
     generated = '#line 1 "kevin_launchers.cu"'
-    device_text = "\n".join([prelude, *device_pre, *plain, *device, generated, *launchers.values()]) + "\n"
+    device_text = "\n".join([prelude, *device_pre, *types, *plain, *device, generated, *launchers.values()]) + "\n"
     declarations += [text.split("{", 1)[0].rstrip() + ";" for text in launchers.values()]
     host_text = "\n".join(
-        [*host_pre, "#include <cuda_runtime.h>", "namespace {", *plain, "}  // namespace", '#line 1 "kevin_host_code.cpp"', *declarations, *host_code]
+        [*host_pre, "#include <cuda_runtime.h>", *types, "namespace {", *plain, "}  // namespace", '#line 1 "kevin_host_code.cpp"', *declarations, *host_code]
     ) + "\n"
     return Split(device_text, host_text, tuple(f"kevin_launch_{n}" for n in launchers))
 
