@@ -22,6 +22,7 @@ for step in $steps; do
       python3 -m pytest -q -s tests/test_generate_gpu.py 2>&1 | tee "$OUT/generate_test.log" | tail -15
       python3 -m kevin_backend.cli.main --cache-dir "$(mktemp -d)" generate examples/replay/gated_task.py --policy replay:examples/replay/replies.json \
         --trajectories 1 --turns 6 --trials 30 --json "$OUT/generate.json" 2>&1 | tee "$OUT/generate.log" ;;
+    builtin) python3 benchmarks/bench_builtin.py --json "$OUT/builtin.json" 2>&1 | tee "$OUT/builtin.log" | tail -70 ;;
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
     profile)  # where a warm first compile spends its time, per compiler (mlp)

@@ -68,7 +68,8 @@ ENV: dict[str, EnvVar] = {
         EnvVar("KEVIN_LLM_API_KEY", str, None, "API key for that server, sent as a bearer token (optional)"),
         EnvVar("KEVIN_LLM_TIMEOUT", float, 1800.0, "seconds one request to that server may take"),
         EnvVar("KEVIN_LLM_CONCURRENCY", int, 32, "most requests of one batch in flight at once"),
-        EnvVar("KEVIN_POLICY", str, "openai", "kernel writer in generate mode: openai[:MODEL], vllm[:MODEL], hf:PATH, replay:FILE"),
+        EnvVar("KEVIN_POLICY", str, "auto", "kernel writer in generate mode: auto, builtin, openai[:MODEL], vllm[:MODEL], hf:PATH, replay:FILE (auto: openai when KEVIN_LLM_URL or KEVIN_MODEL is set, else builtin)"),
+        EnvVar("KEVIN_WRITER", str, "auto", "which writer's op declarations cut the graph: auto, general, builtin (auto: builtin when the policy is the built-in writer and no generator is given)"),
         EnvVar("KEVIN_TRAJECTORIES", int, 16, "parallel trajectories per generated task"),
         EnvVar("KEVIN_TURNS", int, 8, "refinement turns per trajectory"),
         EnvVar("KEVIN_BEAM", int, 0, "keep the best k trajectories after each turn (0: no beam)"),
@@ -95,6 +96,13 @@ def env_value(name: str) -> Any:
         return var.parse(raw)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"environment variable {name}={raw!r} is invalid ({var.doc}): {exc}") from exc
+
+
+def env_is_set(name: str) -> bool:
+    """Whether a registered variable was given (an override, or a non-empty environment value)."""
+    if name not in ENV:
+        raise ConfigError(f"unknown setting {name!r}")
+    return name in _overrides or bool(os.environ.get(name))
 
 
 def child_env(**overrides: str) -> dict[str, str]:
@@ -134,7 +142,11 @@ class Config:
     # A KernelGenerator (kevin_backend.generate.protocol); used in mode "generate". When None,
     # a search (generate/generator.py) with `policy`: a name (see KEVIN_POLICY) or a Policy.
     generator: Any = None
-    policy: Any = "openai"
+    policy: Any = "auto"
+    # Whose op declarations cut graphs into partitions (and so which cache keys exist): runs that
+    # should share cache entries need the same writer. "auto": builtin when the policy is the
+    # built-in writer and no generator is given, else general.
+    writer: str = "auto"
     trajectories: int = 16
     turns: int = 8
     beam: int = 0
@@ -152,6 +164,7 @@ class Config:
             record_pending=env_value("KEVIN_RECORD_PENDING"),
             cpu_kernels=env_value("KEVIN_CPU_KERNELS"),
             policy=env_value("KEVIN_POLICY"),
+            writer=env_value("KEVIN_WRITER"),
             trajectories=env_value("KEVIN_TRAJECTORIES"),
             turns=env_value("KEVIN_TURNS"),
             beam=env_value("KEVIN_BEAM"),
@@ -180,6 +193,8 @@ class Config:
         if self.trajectories < 1 or self.turns < 1 or not 0 <= self.beam <= self.trajectories:
             raise ConfigError(f"need trajectories >= 1, turns >= 1 and 0 <= beam <= trajectories; got "
                               f"{self.trajectories}, {self.turns}, {self.beam}")
+        if self.writer not in ("auto", "general", "builtin"):
+            raise ConfigError(f"writer must be auto, general or builtin, got {self.writer!r}")
         if not isinstance(self.policy, str) and not callable(getattr(self.policy, "generate", None)):
             raise ConfigError("option 'policy' must be a policy name or have a generate(conversations, sampling) method")
         if self.generator is not None and not callable(getattr(self.generator, "generate", None)):
@@ -200,6 +215,7 @@ class Config:
             else None,
             "policy": self.policy if isinstance(self.policy, str) else getattr(self.policy, "name", type(self.policy).__name__),
             "search": [self.trajectories, self.turns, self.beam],
+            "writer": self.writer,
         }
 
 
@@ -215,7 +231,7 @@ def _coerce(name: str, value: Any) -> Any:
             if isinstance(value, bool) or int(value) != value:
                 raise ValueError("expected an integer")
             return int(value)
-        if name in ("llm_url", "model"):
+        if name in ("llm_url", "model", "writer"):
             if not isinstance(value, str):
                 raise ValueError("expected a string")
         return value

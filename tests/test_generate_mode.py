@@ -52,8 +52,8 @@ def test_generate_fills_the_cache_and_cache_mode_hits(kevin_dir: Path) -> None:
     counters.expect(generated=n, hits=0, fallbacks=0)
     assert len(KernelCache(kevin_dir, None).entries()) == n
 
-    counters.reset()
-    got, want = compile_and_run({"cache_dir": str(kevin_dir), "cpu_kernels": True})
+    counters.reset()  # the cache was filled by a general writer: cut the graph the same way
+    got, want = compile_and_run({"cache_dir": str(kevin_dir), "cpu_kernels": True, "writer": "general"})
     assert_close_tree(got, want)
     assert statuses() == [Status.HIT] * n
     counters.expect(hits=n, misses=0, generated=0, fallbacks=0)
@@ -68,14 +68,15 @@ def test_cache_mode_records_pending_tasks(kevin_dir: Path) -> None:
     n = len(statuses())
     assert n >= 2 and statuses() == [Status.PENDING] * n
     pending = KernelCache(kevin_dir, None).pending()
-    assert len(pending) == n
+    keys = {r.key for r in kevin_backend.last_report().records()}  # partitions alike share a key
+    assert len(pending) == len(keys) >= 2
     for p in pending:  # each pending task is a program that runs on its own
         module = p.task.load()
         out = module.Model(*module.get_init_inputs())(*module.get_inputs())
         assert out is not None
     # again: the same misses, recorded once
     compile_and_run({"cache_dir": str(kevin_dir), "cpu_kernels": True})
-    assert len(KernelCache(kevin_dir, None).pending()) == n
+    assert len(KernelCache(kevin_dir, None).pending()) == len(keys)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="about machines without CUDA")
@@ -183,7 +184,7 @@ _FRESH = textwrap.dedent(
     model.eval()
     with torch.no_grad():
         want = model(*inputs)
-        got = torch.compile(model, backend="kevin", options={"cache_dir": sys.argv[1], "cpu_kernels": True})(*inputs)
+        got = torch.compile(model, backend="kevin", options={"cache_dir": sys.argv[1], "cpu_kernels": True, "writer": "general"})(*inputs)
     report = kevin_backend.last_report()
     print(json.dumps({
         "error": (got - want).abs().max().item(),
@@ -232,7 +233,7 @@ def test_a_users_own_post_grad_pass_keeps_running(kevin_dir: Path) -> None:
     assert_close_tree(got, want)
     assert mine.graphs == 1
     assert statuses() and set(statuses()) == {Status.PENDING}
-    counters.expect(pending_recorded=len(statuses()))
+    counters.expect(pending_recorded=len({r.key for r in kevin_backend.last_report().records()}))
 
 
 def test_repeated_partitions_load_their_kernel_once(kevin_dir: Path) -> None:

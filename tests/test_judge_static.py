@@ -170,3 +170,10 @@ def test_judge_stops_at_the_rules_and_says_when_it_needs_a_gpu(tmp_path) -> None
     if not torch.cuda.is_available():
         result = judge.judge(GATED_TASK, HONEST[0].source)
         assert result.reason is Reason.NO_GPU and not list(tmp_path.iterdir())  # nothing was built
+
+
+def test_launch_bounds_after_void_names_the_kernel() -> None:
+    """`__global__ void __launch_bounds__(256) k(...)` is as common as the other order."""
+    source = HONEST[0].source.replace("__global__ void gated_kernel(", "__global__ void __launch_bounds__(256) gated_kernel(")
+    assert "__launch_bounds__(256) gated_kernel" in source
+    assert check(Candidate.parse(source)) == ()

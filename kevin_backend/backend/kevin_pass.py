@@ -83,12 +83,30 @@ class _Swap:
     out_vals: list[Any]
 
 
+def _support_for(config: Config) -> OpSupport:
+    """The partitions the writer can take (the built-in writer declares fewer ops than a model).
+    Chosen by the `writer` setting, not the mode, so `cache` and `generate` runs with the same
+    writer cut graphs alike and find each other's cache entries."""
+    writer = config.writer
+    if writer == "auto":
+        writer = "general"
+        if config.generator is None and isinstance(config.policy, str):
+            from kevin_backend.generate.generator import resolve_policy_name
+
+            writer = "builtin" if resolve_policy_name(config.policy, config) == "builtin" else "general"
+    if writer == "builtin":
+        from kevin_backend.generate.builtin.graph import BuiltinSupport
+
+        return BuiltinSupport()
+    return GeneralOpSupport()
+
+
 class KevinPass(PassBase):  # type: ignore[misc, valid-type]
     def __init__(self, config: Config, cache: Any, report: CompileReport, support: OpSupport | None = None) -> None:
         self.config = config
         self.cache = cache
         self.report = report
-        self.support = support or GeneralOpSupport()
+        self.support = support or _support_for(config)
         self._default_generator: Any = None
         self._policy_down: str | None = None
 

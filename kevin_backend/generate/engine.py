@@ -182,7 +182,9 @@ class Engine:
         for turn in range(cfg.turns):
             live = [t for t in trajectories if not t.done]
             if not live:
-                stopped = f"no trajectory improved for {cfg.patience} turns"
+                declined = [r for r in records if r.step.reply.finish_reason == "declined"]
+                stopped = (f"the policy declined the task: {declined[-1].step.reply.text}" if declined
+                           else f"no trajectory improved for {cfg.patience} turns")
                 break
             # 1. the conversations, earlier reasoning dropped, cut at the token budget
             conversations = [
@@ -217,6 +219,9 @@ class Engine:
                 if self.on_record is not None:
                     self.on_record(record, context)
                 traj.turns.append(step)
+                if reply.finish_reason == "declined":  # the writer does not take this task
+                    traj.done = True
+                    continue
                 if score > traj.best:
                     traj.best, traj.stale = score, 0
                 else:

@@ -5,6 +5,8 @@
 
 `make_policy` reads the names the command line and `KEVIN_POLICY` use:
 
+    auto             openai when a model server is configured, else builtin
+    builtin          the built-in writer (pointwise chains and last-dimension reductions, no model)
     openai[:MODEL]   an OpenAI-compatible server at KEVIN_LLM_URL (e.g. `vllm serve cognition-ai/Kevin-32B`)
     vllm[:MODEL]     an in-process vLLM engine (the `vllm` extra)
     hf:PATH          transformers `generate` on a local model folder
@@ -18,7 +20,7 @@ from typing import Any
 
 from kevin_backend.cache.entry import CacheEntry
 from kevin_backend.cache.key import CacheKey
-from kevin_backend.config import Config, ConfigError
+from kevin_backend.config import Config, ConfigError, env_is_set
 from kevin_backend.generate.engine import Engine, Judging, Progress, SearchConfig, SearchResult
 from kevin_backend.generate.log import TrajectoryLog
 from kevin_backend.generate.policy import Policy, PolicyError
@@ -30,7 +32,7 @@ __all__ = ["SearchGenerator", "SearchIncomplete", "make_policy", "default_genera
 class SearchIncomplete(RuntimeError):
     """The search could not reach a decision worth caching (no GPU to judge on)."""
 
-POLICY_NAMES = "openai[:MODEL], vllm[:MODEL], hf:PATH or replay:FILE"
+POLICY_NAMES = "auto, builtin, openai[:MODEL], vllm[:MODEL], hf:PATH or replay:FILE"
 
 
 def make_policy(spec: str | Policy, config: Config | None = None) -> Policy:
@@ -38,7 +40,12 @@ def make_policy(spec: str | Policy, config: Config | None = None) -> Policy:
     if not isinstance(spec, str):
         return spec
     config = config or Config.from_env()
+    spec = resolve_policy_name(spec, config)
     kind, _, arg = spec.partition(":")
+    if kind == "builtin":
+        from kevin_backend.generate.builtin.policy import BuiltinPolicy
+
+        return BuiltinPolicy()
     if kind == "openai":
         from kevin_backend.generate.openai_policy import OpenAIPolicy
 
@@ -56,6 +63,17 @@ def make_policy(spec: str | Policy, config: Config | None = None) -> Policy:
 
         return ReplayPolicy.from_file(Path(arg))
     raise ConfigError(f"unknown policy {spec!r}: expected {POLICY_NAMES}")
+
+
+def resolve_policy_name(spec: str, config: Config) -> str:
+    """`auto` is the model server when one is configured (a model name or server URL given, as
+    an option or in the environment), else the built-in writer."""
+    if spec != "auto":
+        return spec
+    defaults = Config()
+    configured = (env_is_set("KEVIN_LLM_URL") or env_is_set("KEVIN_MODEL")
+                  or config.llm_url != defaults.llm_url or config.model != defaults.model)
+    return "openai" if configured else "builtin"
 
 
 class SearchGenerator:
@@ -104,5 +122,11 @@ class SearchGenerator:
 
 
 def default_generator(config: Config) -> Any:
-    """The generator `generate` mode uses when none is given: a search with the configured policy."""
-    return SearchGenerator(make_policy(config.policy, config), config=config)
+    """The generator `generate` mode uses when none is given: a search with the configured policy
+    (the built-in writer searches its few variants: 4 trajectories x 3 turns unless set)."""
+    policy = make_policy(config.policy, config)
+    search = None
+    if getattr(policy, "name", "") == "builtin" and not (env_is_set("KEVIN_TRAJECTORIES") or env_is_set("KEVIN_TURNS")) \
+            and (config.trajectories, config.turns) == (Config().trajectories, Config().turns):
+        search = SearchConfig(trajectories=4, turns=3, beam=None)
+    return SearchGenerator(policy, search=search, config=config)

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from pathlib import Path
 
@@ -29,9 +28,6 @@ class Judge:
     def __init__(self, build_root: Path, config: RunConfig = RunConfig(), jobs: int | None = None) -> None:
         self.builder = Builder(Path(build_root), jobs=jobs)
         self.config = config
-        # Several threads may judge at once (the generator does): builds overlap, but one
-        # candidate at a time runs on the GPU, so no timing shares the device with another.
-        self._gpu = threading.Lock()
 
     def judge(self, task_source: str, candidate_source: str) -> JudgeResult:
         # 1. static rules: nothing is built or run for a candidate that breaks one
@@ -53,7 +49,11 @@ class Judge:
         build_seconds = time.perf_counter() - start
 
         # 3. correctness, timing and the replay check, in the sandbox
-        config = dataclasses.replace(self.config, build_root=str(self.builder.root), arch=arch)
+        # Several judges and threads may run at once (the generator does): builds, loading and
+        # correctness overlap, but the timing of one candidate holds the GPU alone (a file lock
+        # shared by every judge using this build root).
+        config = dataclasses.replace(self.config, build_root=str(self.builder.root), arch=arch,
+                                     gpu_lock=str(self.builder.root / "gpu.lock"))
         result = self._run(task_source, candidate_source, config, build_seconds)
 
         # 4. an implausible speedup must hold up on fresh, larger input sets before it counts
@@ -67,8 +67,7 @@ class Judge:
         return result
 
     def _run(self, task: str, candidate: str, config: RunConfig, build_seconds: float) -> JudgeResult:
-        with self._gpu:
-            outcome = run_in_sandbox(task, candidate, config)
+        outcome = run_in_sandbox(task, candidate, config)
         mismatch = None
         if outcome.mismatch:
             m = outcome.mismatch

@@ -28,6 +28,7 @@ class RunConfig:
     build_root: str | None = None  # the judge's build cache: candidates' load_inline is answered from it
     arch: str | None = None
     grow: int = 1  # correctness on inputs this many times larger along the shared batch dimension
+    gpu_lock: str | None = None  # a file every worker locks while it times: one timing on the GPU at a time
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = 
         "build_root": config.build_root,
         "arch": config.arch,
         "grow": config.grow,
+        "gpu_lock": config.gpu_lock,
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "kevin_backend.judge.run_worker"],

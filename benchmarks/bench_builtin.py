@@ -1,0 +1,99 @@
+"""The built-in writer on its suite: every task through the search and the real judge.
+
+For each task of `kevin_backend/generate/builtin/suite.py`: a search with the built-in policy
+(`--trajectories` x `--turns`, default 1 x 3: the plain kernel, then two refinements guided by
+the timings), the best correct kernel's speedup over eager and over Inductor. Ends with the
+geometric means the goals are stated in: over eager on chains of three or more ops, over
+Inductor on reductions and norms.
+
+Usage: python benchmarks/bench_builtin.py [--tasks a,b] [--turns 3] [--trajectories 1] [--at-once 4] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from kevin_backend.generate.builtin.policy import BuiltinPolicy
+from kevin_backend.generate.builtin.suite import SUITE
+from kevin_backend.generate.engine import Engine, SearchConfig
+from kevin_backend.judge.judge import Judge
+from kevin_backend.judge.runner import RunConfig
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", help="comma-separated task names (default: all)")
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--trajectories", type=int, default=1)
+    parser.add_argument("--trials", type=int, default=50)
+    parser.add_argument("--at-once", type=int, default=4, help="tasks searched at once (timing is still one at a time)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_builtin needs a CUDA GPU", file=sys.stderr)
+        return 2
+    tasks = [t for t in SUITE if not args.tasks or t.name in args.tasks.split(",")]
+    rows: list[dict[str, object]] = []
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        judge = Judge(Path(tmp) / "builds", RunConfig(trials=args.trials, warmup=5))
+        engine = Engine(BuiltinPolicy(), judge, SearchConfig(trajectories=args.trajectories, turns=args.turns),
+                        gpu=torch.cuda.get_device_name(), capability="%d.%d" % torch.cuda.get_device_capability())
+
+        def one(task):  # type: ignore[no-untyped-def]
+            result = engine.search(task.source, task.name)
+            best = result.best
+            t = best.result.timings if best is not None and best.result is not None else None
+            reasons = [r.step.result.reason.name if r.step.result else "NO_CODE" for r in result.records]
+            return {"task": task.name, "category": task.category, "correct": best is not None,
+                    "variant": best.step.reply.extra.get("variant") if best else None, "turn": best.turn if best else None,
+                    "kernel_ms": t.kernel_ms if t else None, "eager_ms": t.eager_ms if t else None, "inductor_ms": t.inductor_ms if t else None,
+                    "vs_eager": t.speedup_vs_eager if t else None, "vs_inductor": t.speedup_vs_inductor if t else None,
+                    "reasons": reasons, "stopped": result.stopped}
+
+        with concurrent.futures.ThreadPoolExecutor(max(1, args.at_once)) as pool:
+            futures = [pool.submit(one, t) for t in tasks]
+            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                row = future.result()
+                rows.append(row)
+                elapsed = time.perf_counter() - start
+                eta = elapsed / done * (len(tasks) - done)
+                shown = f"{row['vs_eager']:.2f}x eager, {row['vs_inductor']:.2f}x Inductor" if row["correct"] else f"NOT CORRECT {row['reasons']}"
+                print(f"[{done}/{len(tasks)} {elapsed:.0f}s, eta {eta:.0f}s] {row['task']}: {shown}", file=sys.stderr, flush=True)
+    rows.sort(key=lambda r: [t.name for t in tasks].index(str(r["task"])))
+    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}, "
+          f"{args.trajectories} x {args.turns} turns, {args.trials} trials")
+    print("| task | kind | correct | best variant | kernel ms | eager ms | Inductor ms | x eager | x Inductor |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        def f(v: object, fmt: str) -> str:
+            return "-" if v is None else format(v, fmt)
+        print(f"| {r['task']} | {r['category']} | {'yes' if r['correct'] else 'NO'} | {f(r['variant'], 'd')} | {f(r['kernel_ms'], '.4f')} | "
+              f"{f(r['eager_ms'], '.4f')} | {f(r['inductor_ms'], '.4f')} | {f(r['vs_eager'], '.2f')} | {f(r['vs_inductor'], '.2f')} |")
+    chains = geomean([r["vs_eager"] for r in rows if r["category"] == "chain3+"])  # type: ignore[misc]
+    norms = geomean([r["vs_inductor"] for r in rows if r["category"] in ("reduction", "norm")])  # type: ignore[misc]
+    correct = sum(bool(r["correct"]) for r in rows)
+    print(f"\ncorrect: {correct} of {len(rows)}; geometric mean over eager, chains of 3+ ops: "
+          f"{chains if chains is None else f'{chains:.2f}x'} (goal 1.5x); over Inductor, reductions and norms: "
+          f"{norms if norms is None else f'{norms:.2f}x'} (goal 1.0x)")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "chains_vs_eager": chains, "norms_vs_inductor": norms}, indent=1))
+    return 0 if correct == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

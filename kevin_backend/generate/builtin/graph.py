@@ -1,0 +1,372 @@
+"""What the built-in writer reads from a task: its aten graph, planned for one of two kernels.
+
+    plan = plan_task(task_source)        # a Plan, or Declined(reason)
+
+The task program is traced on meta tensors (its inputs' exact shapes, strides and dtypes), with
+the composite ops it may call (softmax, log_softmax, logsumexp, layer norm, ...) decomposed into
+the pointwise ops and reductions the writer knows. Every value then has a *kind*:
+
+    FULL  varies along the iteration space's last dimension (shape S = [..., L])
+    ROW   constant along it: a reduction's result, or an input whose last dimension is 1
+
+A plan without reductions is a **pointwise** kernel over prod(S) elements. A plan with
+reductions over the last dimension is a **row** kernel: one row (or one warp's row) at a time,
+one pass per reduction, then a pass that writes the FULL outputs. Anything else is declined with
+the reason (reductions over other dimensions, integer tensors, views that move data, ...).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from kevin_backend.generate.builtin.ops import Unsupported, check as check_pointwise, float_literal, is_pointwise
+from kevin_backend.types import load_program
+
+__all__ = ["Kind", "Reduction", "PlanInput", "PlanNode", "PlanOutput", "Plan", "Declined", "plan_task", "REDUCTIONS", "DTYPES"]
+
+aten = torch.ops.aten
+
+DTYPES = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16", torch.bool: "bool"}
+
+
+class Kind(str, enum.Enum):
+    FULL = "full"
+    ROW = "row"
+
+
+class Reduction(str, enum.Enum):
+    SUM = "sum"
+    MEAN = "mean"
+    AMAX = "amax"
+    AMIN = "amin"
+    VAR = "var"  # needs the mean first: two passes
+    VAR_MEAN = "var_mean"
+
+
+REDUCTIONS = {
+    aten.sum.dim_IntList: Reduction.SUM,
+    aten.mean.dim: Reduction.MEAN,
+    aten.amax.default: Reduction.AMAX,
+    aten.amin.default: Reduction.AMIN,
+    aten.var.correction: Reduction.VAR,
+    aten.var_mean.correction: Reduction.VAR_MEAN,
+}
+
+# Ops a task may call that the tracer decomposes into the ones above (and pointwise ops).
+_DECOMPOSED = [
+    aten._softmax, aten._log_softmax, aten.softmax, aten.log_softmax, aten.logsumexp, aten.native_layer_norm,
+    aten.layer_norm, aten.silu, aten.mish, aten.hardswish, aten.hardsigmoid,
+    aten.rms_norm, aten._fused_rms_norm,
+]
+# Views that keep a ROW value a ROW value, or a FULL value in place.
+_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
+          aten.squeeze.dim, aten.squeeze.default, aten.squeeze.dims, aten.expand.default, aten.alias.default}
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    var: str  # C name of the pointer argument
+    index: int  # position among the task's inputs
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    kind: Kind
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    var: str  # C name of the value
+    kind: Kind
+    expr: str | None  # the C float expression (pointwise); None for reductions and inputs' loads
+    reduction: Reduction | None = None
+    operand: str | None = None  # the reduced value's var (reductions)
+    correction: float = 0.0  # var / var_mean
+    dtype: torch.dtype = torch.float32  # the value's dtype in the graph (rounded to it when half)
+    alias_of: str | None = None  # views and getitem: the same value under another node
+
+
+@dataclass(frozen=True)
+class PlanOutput:
+    var: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    kind: Kind
+
+
+@dataclass(frozen=True)
+class Plan:
+    inputs: tuple[PlanInput, ...]
+    nodes: tuple[PlanNode, ...]  # topological order
+    outputs: tuple[PlanOutput, ...]
+    shape: tuple[int, ...]  # the iteration space S
+    ops: tuple[str, ...]  # the aten ops, for reports
+
+    @property
+    def reductions(self) -> tuple[PlanNode, ...]:
+        return tuple(n for n in self.nodes if n.reduction is not None)
+
+    @property
+    def is_rows(self) -> bool:
+        return bool(self.reductions)
+
+    @property
+    def cols(self) -> int:
+        return self.shape[-1] if self.shape else 1
+
+    @property
+    def rows(self) -> int:
+        n = 1
+        for s in self.shape[:-1]:
+            n *= s
+        return n
+
+    @property
+    def numel(self) -> int:
+        return self.rows * self.cols
+
+
+@dataclass(frozen=True)
+class Declined:
+    reason: str
+
+    def __bool__(self) -> bool:
+        return False
+
+
+class _OnMeta(torch.overrides.TorchFunctionMode):
+    """Makes a task's `get_inputs()` build meta tensors wherever it asks for a device: the writer
+    needs shapes, strides and dtypes, not data (and runs where no GPU is)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func in (torch.Tensor.cuda, torch.Tensor.cpu):
+            return args[0]
+        if "device" in kwargs:
+            kwargs["device"] = "meta"
+        if func is torch.Tensor.to:
+            args = tuple("meta" if isinstance(a, (str, torch.device)) else a for a in args)
+        return func(*args, **kwargs)
+
+
+def trace(task_source: str) -> tuple[fx.GraphModule, list[Any]]:
+    """The task's aten graph on meta tensors shaped like its inputs, composites decomposed."""
+    from torch._decomp import get_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    module = load_program(task_source, "kevin_builtin_task")
+    with torch.device("meta"), _OnMeta():
+        model = module.Model(*module.get_init_inputs())
+        metas = list(module.get_inputs())
+    if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
+        raise Unsupported("the task has parameters or buffers (the built-in writer takes tensor inputs only)")
+    table = get_decompositions(_DECOMPOSED)
+    gm = make_fx(lambda *args: model(*args), decomposition_table=table)(*metas)
+    return gm, metas
+
+
+def plan_task(task_source: str) -> Plan | Declined:
+    try:
+        gm, metas = trace(task_source)
+    except Unsupported as exc:
+        return Declined(str(exc))
+    except Exception as exc:  # a task the tracer cannot take is declined, not an error
+        return Declined(f"the task could not be traced on meta tensors: {type(exc).__name__}: {exc}")
+    try:
+        return _plan(gm, metas)
+    except Unsupported as exc:
+        return Declined(str(exc))
+
+
+def _val(node: Any) -> torch.Tensor | None:
+    v = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def _plan(gm: fx.GraphModule, metas: list[Any]) -> Plan:
+    graph = gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    (output_node,) = [n for n in graph.nodes if n.op == "output"]
+    outs = output_node.args[0]
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if not outs or not all(isinstance(o, fx.Node) for o in outs):
+        raise Unsupported("the task returns something other than tensors")
+    for t in metas:
+        if not isinstance(t, torch.Tensor):
+            raise Unsupported("the task has non-tensor inputs")
+        if t.dtype not in DTYPES:
+            raise Unsupported(f"input dtype {t.dtype} (supported: float32, float16, bfloat16, bool)")
+
+    reductions = [n for n in graph.nodes if n.op == "call_function" and n.target in REDUCTIONS]
+    if reductions:
+        shape = tuple(_val(reductions[0].args[0]).shape)  # type: ignore[union-attr]
+    else:
+        shape = tuple(max((tuple(_val(o).shape) for o in outs), key=lambda s: (len(s), _numel(s))))  # type: ignore[union-attr]
+    if not shape:
+        raise Unsupported("a 0-dimensional iteration space")
+    cols = shape[-1]
+
+    kinds: dict[fx.Node, Kind] = {}
+    names: dict[fx.Node, str] = {}
+    inputs: list[PlanInput] = []
+    nodes: list[PlanNode] = []
+    ops: list[str] = []
+
+    def kind_of_shape(s: tuple[int, ...]) -> Kind:
+        if len(s) > len(shape) or any(a not in (1, b) for a, b in zip(reversed(s), reversed(shape))):
+            raise Unsupported(f"a value of shape {list(s)} does not broadcast to the iteration space {list(shape)}")
+        return Kind.FULL if s and s[-1] == cols and cols != 1 else Kind.ROW
+
+    for i, (ph, t) in enumerate(zip(placeholders, metas)):
+        names[ph] = f"in{i}"
+        kinds[ph] = kind_of_shape(tuple(t.shape))
+        inputs.append(PlanInput(f"in{i}", i, t.dtype, tuple(t.shape), tuple(t.stride()), kinds[ph]))
+
+    def value(arg: Any) -> str:
+        if not isinstance(arg, fx.Node) or arg not in names:
+            raise Unsupported(f"an operand the writer cannot read: {arg}")
+        return names[arg]
+
+    counter = 0
+    for node in graph.nodes:
+        if node.op != "call_function":
+            if node.op == "get_attr":
+                raise Unsupported("the task reads a constant tensor")
+            continue
+        val = node.meta.get("val")
+        var = f"v{counter}"
+        counter += 1
+        op = _op_name(node)
+        if node.target is __import__("operator").getitem:
+            src = node.args[0]
+            if src not in names or not isinstance(node.args[1], int):
+                raise Unsupported("an item of a value the writer does not know")
+            names[node], kinds[node] = f"{names[src]}_{node.args[1]}", kinds[src]
+            continue
+        ops.append(op)
+        if node.target in REDUCTIONS:
+            kinds[node] = Kind.ROW
+            red = REDUCTIONS[node.target]
+            source = node.args[0]
+            dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+            src_val = _val(source)
+            if src_val is None or tuple(src_val.shape) != shape or kinds.get(source) is not Kind.FULL:
+                raise Unsupported(f"{op} reduces a value that is not the full iteration space {list(shape)}")
+            ndim = len(shape)
+            dims = [dims] if isinstance(dims, int) else list(dims or [])
+            if [d % ndim for d in dims] != [ndim - 1]:
+                raise Unsupported(f"{op} over dims {dims}: the built-in writer reduces over the last dimension only")
+            correction = 0.0
+            if red in (Reduction.VAR, Reduction.VAR_MEAN):
+                c = node.kwargs.get("correction", 1)
+                correction = 1.0 if c is None else float(c)
+            dtype = (val[0] if isinstance(val, (tuple, list)) else val).dtype
+            if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+                raise Unsupported(f"{op} with result dtype {dtype}")
+            nodes.append(PlanNode(var, Kind.ROW, None, red, names[source], correction, dtype))
+            names[node] = var
+            continue
+        if node.target in _VIEWS:
+            src = node.args[0]
+            if src not in names:
+                raise Unsupported(f"{op} of a value the writer does not know")
+            out_shape = tuple(val.shape)
+            src_shape = tuple(_val(src).shape)  # type: ignore[union-attr]
+            if kinds[src] is Kind.ROW and _numel(out_shape) == _numel(src_shape):
+                pass  # a row value seen with or without its size-1 dimensions
+            elif out_shape == src_shape or (node.target is aten.expand.default and kind_of_shape(out_shape) is kinds[src]):
+                pass
+            else:
+                raise Unsupported(f"{op} from {list(src_shape)} to {list(out_shape)} moves data between rows")
+            names[node], kinds[node] = names[src], kinds[src]
+            nodes.append(PlanNode(var, kinds[src], None, alias_of=names[src], dtype=val.dtype))
+            names[node] = names[src]
+            continue
+        if node.target is aten.masked_fill.Scalar and isinstance(node.args[2], (int, float, bool)):
+            # where(mask, value, x): what logsumexp's decomposition guards infinite maxima with
+            kind = kinds[node.args[0]] if kinds[node.args[1]] is Kind.ROW else Kind.FULL
+            expr = f"(({value(node.args[1])}) != 0.0f ? {float_literal(node.args[2])} : ({value(node.args[0])}))"
+            nodes.append(PlanNode(var, kind, expr, dtype=val.dtype))
+            names[node], kinds[node] = var, kind
+            continue
+        if not is_pointwise(node):
+            raise Unsupported(f"{op} is neither pointwise nor a last-dimension reduction")
+        reason = check_pointwise(node)
+        if reason:
+            raise Unsupported(reason)
+        if not isinstance(val, torch.Tensor) or val.dtype not in DTYPES:
+            raise Unsupported(f"{op} makes a {getattr(val, 'dtype', type(val))} value")
+        operand_kinds = [kinds[a] for a in _tensor_args(node) if a in kinds]
+        # FULL if any operand is; ROW if its operands are rows (a reduction's result in any of its
+        # shapes); a node of scalars alone takes its kind from its shape
+        kind = Kind.FULL if Kind.FULL in operand_kinds else Kind.ROW if operand_kinds else kind_of_shape(tuple(val.shape))
+        if kind is Kind.FULL and tuple(val.shape) != shape and reductions:
+            raise Unsupported(f"{op} makes shape {list(val.shape)}, not the iteration space {list(shape)}")
+        from kevin_backend.generate.builtin.ops import pointwise_expr
+
+        nodes.append(PlanNode(var, kind, pointwise_expr(node, value), dtype=val.dtype))
+        names[node], kinds[node] = var, kind
+
+    outputs = []
+    for o in outs:
+        if o not in names or o.op == "placeholder":
+            raise Unsupported("an output that is an input or unknown")
+        v = _val(o)
+        kind = kinds[o]
+        out_shape = tuple(v.shape)  # type: ignore[union-attr]
+        if kind is Kind.FULL and out_shape != shape:
+            raise Unsupported(f"an output of shape {list(out_shape)} in an iteration space of {list(shape)}")
+        if kind is Kind.ROW and reductions and _numel(out_shape) != _numel(shape[:-1]):
+            raise Unsupported(f"a row output of shape {list(out_shape)}")
+        if kind is Kind.ROW and not reductions and out_shape != shape:
+            raise Unsupported(f"an output of shape {list(out_shape)} in an iteration space of {list(shape)}")
+        if v.dtype not in (torch.float32, torch.float16, torch.bfloat16):  # type: ignore[union-attr]
+            raise Unsupported(f"an output of dtype {v.dtype}")  # type: ignore[union-attr]
+        outputs.append(PlanOutput(names[o], v.dtype, out_shape, kind))  # type: ignore[union-attr]
+    if not reductions:  # a pointwise kernel computes every value per element
+        nodes = [PlanNode(n.var, Kind.FULL, n.expr, n.reduction, n.operand, n.correction, n.dtype, n.alias_of) for n in nodes]
+    return Plan(tuple(inputs), tuple(nodes), tuple(outputs), shape, tuple(ops))
+
+
+def _tensor_args(node: fx.Node) -> list[fx.Node]:
+    return [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, fx.Node)]
+
+
+def _op_name(node: fx.Node) -> str:
+    target = node.target
+    return f"aten.{target._opname}.{target._overloadname}" if hasattr(target, "_opname") else str(target)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+class BuiltinSupport:
+    """What the built-in writer declares to the partitioner: the pointwise ops of its op table,
+    the last-dimension reductions above and the views that keep rows in place. Whether a whole
+    partition fits one of its two kernels is decided per task (`plan_task`), with the reason."""
+
+    name = "builtin"
+
+    def supports(self, node: fx.Node) -> tuple[bool, str]:
+        target = node.target
+        if target in REDUCTIONS:
+            val = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+            dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+            dims = [dims] if isinstance(dims, int) else list(dims or [])
+            if isinstance(val, torch.Tensor) and val.dim() and [d % val.dim() for d in dims] == [val.dim() - 1]:
+                return True, ""
+            return False, f"{_op_name(node)} not over the last dimension (the built-in writer reduces rows only)"
+        if target in _VIEWS or target is aten.masked_fill.Scalar:
+            return True, ""
+        if is_pointwise(node):
+            reason = check_pointwise(node)
+            return (True, "") if reason is None else (False, reason)
+        return False, f"{_op_name(node)} not declared by writer 'builtin'"

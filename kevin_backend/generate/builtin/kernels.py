@@ -1,0 +1,498 @@
+"""CUDA for a `Plan`: the built-in writer's two kernel families and their tuning knobs.
+
+    source = write_program(plan, Variant(threads=256, vector=True), name="kevin_ab12")
+
+**Pointwise**: one thread per element (or per 4 elements with `vector`: 128-bit loads of fp32,
+64-bit of fp16/bf16, when every input is read in order and the pointers are aligned, checked at
+run time with a scalar kernel as the fallback), grid-stride, every value computed in float and
+rounded to its graph dtype after each op as eager PyTorch does.
+
+**Row**: `threads_per_row` threads per row (32: a warp per row, several rows per block; more:
+a block per row), one pass over the row per reduction (warp shuffles, then shared memory across
+the row's warps), then one pass writing the full-size outputs; row-size outputs are written by
+the row's first thread.
+
+Shapes and strides are the task's own, baked in as constants (index math by constants compiles to
+multiplications); the host function checks every input's sizes and strides and refuses others,
+so a kernel never runs on inputs it was not written for. The code is split-build friendly (no
+templates in kernels, a launch per kernel in the host function).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+import torch
+
+from kevin_backend.generate.builtin.graph import Kind, Plan, PlanInput, PlanNode, Reduction
+from kevin_backend.generate.builtin.ops import DEVICE_HELPERS
+
+__all__ = ["Variant", "write_program", "input_mode", "VARIANTS_POINTWISE", "VARIANTS_ROWS"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    threads: int = 256  # threads per block (pointwise) or per row (rows; 32 = a warp per row)
+    vector: bool = False  # 4 elements per access when aligned
+    items: int = 1  # elements (or vectors) per thread per step (pointwise)
+    rows_per_block: int = 1  # rows kernel with a warp per row: rows sharing one block
+    cache: bool = False  # rows kernel: keep the row's inputs in registers across passes (one read)
+
+    def describe(self) -> str:
+        parts = [f"{self.threads} threads" + (" per row" if self.rows_per_block != 1 or self.threads == 32 else "")]
+        if self.rows_per_block > 1:
+            parts.append(f"{self.rows_per_block} rows per block")
+        if self.vector:
+            parts.append("4-wide vector loads")
+        if self.items > 1:
+            parts.append(f"{self.items} items per thread")
+        if self.cache:
+            parts.append("row kept in registers")
+        return ", ".join(parts)
+
+
+VARIANTS_POINTWISE = (
+    Variant(256), Variant(256, vector=True), Variant(128, vector=True, items=2), Variant(512, vector=True),
+    Variant(256, vector=True, items=4), Variant(1024), Variant(128),
+)
+VARIANTS_ROWS = (
+    Variant(256), Variant(256, cache=True), Variant(128, cache=True), Variant(32, rows_per_block=8, cache=True),
+    Variant(512, cache=True), Variant(1024, cache=True), Variant(64, rows_per_block=4, cache=True), Variant(128),
+)
+# Registers per thread a cached row may take (values per input).
+MAX_CACHED = 32
+
+_CT = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16", torch.bool: "bool"}
+_TORCH_DTYPE = {torch.float32: "torch::kFloat32", torch.float16: "torch::kFloat16", torch.bfloat16: "torch::kBFloat16"}
+_VEC_OK = (torch.float32, torch.float16, torch.bfloat16)
+
+_PRELUDE = r"""
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <vector>
+"""
+
+_ACCESS = r"""
+__device__ __forceinline__ float kevin_ld(const float* p, long long i) { return p[i]; }
+__device__ __forceinline__ float kevin_ld(const __half* p, long long i) { return __half2float(p[i]); }
+__device__ __forceinline__ float kevin_ld(const __nv_bfloat16* p, long long i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float kevin_ld(const bool* p, long long i) { return p[i] ? 1.0f : 0.0f; }
+__device__ __forceinline__ void kevin_st(float* p, long long i, float v) { p[i] = v; }
+__device__ __forceinline__ void kevin_st(__half* p, long long i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void kevin_st(__nv_bfloat16* p, long long i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ float kevin_rnd_f16(float v) { return __half2float(__float2half_rn(v)); }
+__device__ __forceinline__ float kevin_rnd_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ void kevin_ld4(const float* p, long long i, float* v) {
+    float4 t = *reinterpret_cast<const float4*>(p + i); v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+}
+__device__ __forceinline__ void kevin_ld4(const __half* p, long long i, float* v) {
+    uint2 t = *reinterpret_cast<const uint2*>(p + i); const __half* h = reinterpret_cast<const __half*>(&t);
+    v[0] = __half2float(h[0]); v[1] = __half2float(h[1]); v[2] = __half2float(h[2]); v[3] = __half2float(h[3]);
+}
+__device__ __forceinline__ void kevin_ld4(const __nv_bfloat16* p, long long i, float* v) {
+    uint2 t = *reinterpret_cast<const uint2*>(p + i); const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&t);
+    v[0] = __bfloat162float(h[0]); v[1] = __bfloat162float(h[1]); v[2] = __bfloat162float(h[2]); v[3] = __bfloat162float(h[3]);
+}
+__device__ __forceinline__ void kevin_st4(float* p, long long i, const float* v) {
+    *reinterpret_cast<float4*>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void kevin_st4(__half* p, long long i, const float* v) {
+    uint2 t; __half* h = reinterpret_cast<__half*>(&t);
+    h[0] = __float2half_rn(v[0]); h[1] = __float2half_rn(v[1]); h[2] = __float2half_rn(v[2]); h[3] = __float2half_rn(v[3]);
+    *reinterpret_cast<uint2*>(p + i) = t;
+}
+__device__ __forceinline__ void kevin_st4(__nv_bfloat16* p, long long i, const float* v) {
+    uint2 t; __nv_bfloat16* h = reinterpret_cast<__nv_bfloat16*>(&t);
+    h[0] = __float2bfloat16_rn(v[0]); h[1] = __float2bfloat16_rn(v[1]); h[2] = __float2bfloat16_rn(v[2]); h[3] = __float2bfloat16_rn(v[3]);
+    *reinterpret_cast<uint2*>(p + i) = t;
+}
+__device__ __forceinline__ float kevin_max(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ float kevin_min(float a, float b) { return (a < b || a != a) ? a : b; }
+"""
+
+_INIT = {Reduction.SUM: "0.0f", Reduction.MEAN: "0.0f", Reduction.AMAX: "-INFINITY", Reduction.AMIN: "INFINITY",
+         Reduction.VAR: "0.0f", Reduction.VAR_MEAN: "0.0f"}
+_COMBINE = {Reduction.SUM: "{a} + {b}", Reduction.MEAN: "{a} + {b}", Reduction.AMAX: "kevin_max({a}, {b})",
+            Reduction.AMIN: "kevin_min({a}, {b})", Reduction.VAR: "{a} + {b}", Reduction.VAR_MEAN: "{a} + {b}"}
+
+
+def input_mode(inp: PlanInput, shape: tuple[int, ...]) -> str:
+    """How an input is read in the iteration space: `linear` (same shape, contiguous: index i),
+    `lastdim` (a contiguous vector along the last dimension, broadcast over rows), `row` (one
+    value per row, contiguous), `scalar` (one value), or `general` (strides and broadcasting)."""
+    numel = 1
+    for s in inp.shape:
+        numel *= s
+    contiguous = inp.stride == _contiguous_strides(inp.shape)
+    squeezed = tuple(s for s in inp.shape)
+    if numel == 1:
+        return "scalar"
+    if squeezed == shape and contiguous:
+        return "linear"
+    lead = tuple(s for s in inp.shape[:-1])
+    if inp.shape and inp.shape[-1] == shape[-1] and all(s == 1 for s in lead) and inp.stride[-1] == 1:
+        return "lastdim"
+    rows = 1
+    for s in shape[:-1]:
+        rows *= s
+    aligned = (1,) * (len(shape) - len(inp.shape)) + inp.shape
+    if numel == rows and aligned[:-1] == shape[:-1] and aligned[-1] == 1 and contiguous:
+        return "row"
+    return "general"
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(out))
+
+
+def _offset(inp: PlanInput, shape: tuple[int, ...], index: str, row: str, col: str) -> str:
+    """C expression: the element of `inp` at linear position `index` (= row * cols + col)."""
+    mode = input_mode(inp, shape)
+    if mode == "scalar":
+        return "0"
+    if mode == "linear":
+        return index
+    if mode == "lastdim":
+        return col
+    if mode == "row":
+        return row
+    # general: decompose the linear index over the iteration space, dot with broadcast strides
+    aligned_shape = (1,) * (len(shape) - len(inp.shape)) + inp.shape
+    aligned_stride = (0,) * (len(shape) - len(inp.stride)) + inp.stride
+    terms, div = [], 1
+    for d in reversed(range(len(shape))):
+        size = shape[d]
+        stride = 0 if aligned_shape[d] == 1 else aligned_stride[d]
+        if stride and size > 1:
+            term = f"(({index}) / {div}LL % {size}LL)" if div > 1 else f"(({index}) % {size}LL)"
+            terms.append(f"{term} * {stride}LL")
+        div *= size
+    return " + ".join(terms) or "0"
+
+
+def _node_code(node: PlanNode) -> str:
+    if node.alias_of is not None:
+        return f"float {node.var} = {node.alias_of};"
+    assert node.expr is not None
+    rounding = {torch.float16: "kevin_rnd_f16", torch.bfloat16: "kevin_rnd_bf16"}.get(node.dtype)
+    expr = f"{rounding}({node.expr})" if rounding else node.expr
+    return f"float {node.var} = {expr};"
+
+
+def _closure(plan: Plan, targets: list[str], available: set[str]) -> list[PlanNode]:
+    """The pointwise nodes needed for `targets`, in order, skipping values in `available`."""
+    by_var = {n.var: n for n in plan.nodes}
+    needed: set[str] = set()
+    stack = list(targets)
+    while stack:
+        v = stack.pop()
+        if v in needed or v in available or v not in by_var:
+            continue
+        node = by_var[v]
+        if node.reduction is not None:
+            continue
+        needed.add(v)
+        text = node.alias_of or node.expr or ""
+        stack.extend(re.findall(r"\b(v\d+(?:_\d+)?|in\d+)\b", text))
+    return [n for n in plan.nodes if n.var in needed]
+
+
+def _uses_inputs(nodes: list[PlanNode], extra: list[str]) -> set[str]:
+    used: set[str] = set()
+    for text in [*(n.alias_of or n.expr or "" for n in nodes), *extra]:
+        used.update(re.findall(r"\b(in\d+)\b", text))
+    return used
+
+
+def _signature(plan: Plan) -> tuple[str, str]:
+    ins = ", ".join(f"const {_CT[i.dtype]}* __restrict__ p_{i.var}" for i in plan.inputs)
+    outs = ", ".join(f"{_CT[o.dtype]}* __restrict__ p_out{k}" for k, o in enumerate(plan.outputs))
+    return ins, outs
+
+
+def _pointwise_kernel(plan: Plan, variant: Variant, name: str, vector: bool) -> str:
+    ins, outs = _signature(plan)
+    out_vars = [o.var for o in plan.outputs]
+    nodes = _closure(plan, out_vars, set())
+    used = _uses_inputs(nodes, out_vars)
+    shape = plan.shape
+    cols = plan.cols
+    body: list[str] = []
+    width = 4 if vector else 1
+    if vector:
+        for inp in plan.inputs:
+            if inp.var not in used:
+                continue
+            mode = input_mode(inp, shape)
+            if mode == "scalar":
+                body.append(f"float {inp.var}_v[4]; {inp.var}_v[0] = {inp.var}_v[1] = {inp.var}_v[2] = {inp.var}_v[3] = kevin_ld(p_{inp.var}, 0);")
+            elif mode == "row":
+                body.append(f"float {inp.var}_v[4]; {inp.var}_v[0] = {inp.var}_v[1] = {inp.var}_v[2] = {inp.var}_v[3] = kevin_ld(p_{inp.var}, base / {cols}LL);")
+            else:
+                body.append(f"float {inp.var}_v[4]; kevin_ld4(p_{inp.var}, {_offset(inp, shape, 'base', 'base / ' + str(cols) + 'LL', 'base % ' + str(cols) + 'LL')}, {inp.var}_v);")
+        body.append(*[f"float o_v[{len(out_vars)}][4];"])
+        body.append("#pragma unroll\n        for (int e = 0; e < 4; ++e) {")
+        for inp in plan.inputs:
+            if inp.var in used:
+                body.append(f"    float {inp.var} = {inp.var}_v[e];")
+        body.extend("    " + _node_code(n) for n in nodes)
+        body.extend(f"    o_v[{k}][e] = {v};" for k, v in enumerate(out_vars))
+        body.append("}")
+        body.extend(f"kevin_st4(p_out{k}, base, o_v[{k}]);" for k in range(len(out_vars)))
+    else:
+        for inp in plan.inputs:
+            if inp.var in used:
+                off = _offset(inp, shape, "base", f"(base / {cols}LL)", f"(base % {cols}LL)")
+                body.append(f"float {inp.var} = kevin_ld(p_{inp.var}, {off});")
+        body.extend(_node_code(n) for n in nodes)
+        body.extend(f"kevin_st(p_out{k}, base, {v});" for k, v in enumerate(out_vars))
+    inner = "\n        ".join(body)
+    return f"""
+__global__ void __launch_bounds__({variant.threads}) {name}({ins}, {outs}) {{
+    const long long n = {plan.numel}LL / {width};
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += step) {{
+        const long long base = t * {width};
+        {inner}
+    }}
+}}
+"""
+
+
+def _rows_kernel(plan: Plan, variant: Variant, name: str) -> str:
+    ins, outs = _signature(plan)
+    shape, cols, rows = plan.shape, plan.cols, plan.rows
+    tpr = variant.threads
+    rpb = max(1, variant.rows_per_block)
+    warps = max(1, tpr // 32)
+    lines: list[str] = []
+    available: set[str] = set()
+    row_inputs = [i for i in plan.inputs if i.kind is Kind.ROW]
+    full_inputs = [i for i in plan.inputs if i.kind is Kind.FULL]
+    for inp in row_inputs:
+        lines.append(f"float {inp.var} = valid ? kevin_ld(p_{inp.var}, {_offset(inp, shape, 'row * ' + str(cols) + 'LL', 'row', '0')}) : 0.0f;")
+        available.add(inp.var)
+
+    per_thread = -(-cols // tpr)
+    cache = variant.cache and per_thread <= MAX_CACHED
+
+    def loads(needed: list[PlanNode], extra: list[str]) -> list[str]:
+        used = _uses_inputs(needed, extra)
+        if cache:
+            return [f"float {i.var} = {i.var}_r[j];" for i in full_inputs if i.var in used]
+        return [f"float {i.var} = kevin_ld(p_{i.var}, {_offset(i, shape, 'row * ' + str(cols) + 'LL + c', 'row', 'c')});"
+                for i in full_inputs if i.var in used]
+
+    def loop(body: list[str]) -> str:
+        inner = "\n            ".join(body)
+        if cache:
+            return (f"#pragma unroll\n    for (int j = 0; j < {per_thread}; ++j) {{\n        const long long c = lane + (long long)j * {tpr};\n"
+                    f"        if (valid && c < {cols}LL) {{\n            {inner}\n        }}\n    }}")
+        return f"if (valid) {{\n        for (long long c = lane; c < {cols}LL; c += {tpr}) {{\n            {inner}\n        }}\n    }}"
+
+    if cache:
+        for i in full_inputs:
+            off = _offset(i, shape, "row * " + str(cols) + "LL + c", "row", "c")
+            lines.append(f"float {i.var}_r[{per_thread}];")
+            lines.append(f"#pragma unroll\n    for (int j = 0; j < {per_thread}; ++j) {{\n        const long long c = lane + (long long)j * {tpr};\n"
+                         f"        {i.var}_r[j] = (valid && c < {cols}LL) ? kevin_ld(p_{i.var}, {off}) : 0.0f;\n    }}")
+
+    def row_values() -> list[str]:
+        """ROW pointwise nodes whose operands are all available: computed once per row."""
+        out = []
+        progress = True
+        while progress:
+            progress = False
+            for n in plan.nodes:
+                if n.kind is Kind.ROW and n.reduction is None and n.var not in available:
+                    refs = re.findall(r"\b(v\d+(?:_\d+)?|in\d+)\b", n.alias_of or n.expr or "")
+                    if all(r in available for r in refs):
+                        out.append(_node_code(n))
+                        available.add(n.var)
+                        progress = True
+        return out
+
+    lines.extend(row_values())
+    for red in plan.reductions:
+        passes = [("sum", red.operand, None)]
+        if red.reduction in (Reduction.VAR, Reduction.VAR_MEAN):
+            passes = [("sum", red.operand, None), ("sq", red.operand, f"{red.var}_mean")]
+        for kind, operand, center in passes:
+            assert operand is not None
+            needed = _closure(plan, [operand], available)
+            acc = f"{red.var}_acc" if kind == "sum" else f"{red.var}_m2"
+            combine = _COMBINE[red.reduction] if kind == "sum" else "{a} + {b}"
+            value = operand if center is None else f"({operand} - {center}) * ({operand} - {center})"
+            body = [*loads(needed, [operand]), *(_node_code(n) for n in needed), f"{acc} = {combine.format(a=acc, b=value)};"]
+            op = "kevin_max" if red.reduction is Reduction.AMAX and kind == "sum" else "kevin_min" if red.reduction is Reduction.AMIN and kind == "sum" else "add"
+            lines.append(f"float {acc} = {_INIT[red.reduction] if kind == 'sum' else '0.0f'};")
+            lines.append(loop(body))
+            lines.append(f"{acc} = kevin_row_reduce_{op}({acc}, smem, row_in_block, lane);")
+            if red.reduction in (Reduction.VAR, Reduction.VAR_MEAN) and kind == "sum":
+                lines.append(f"const float {red.var}_mean = {acc} / {cols}.0f;")
+        r = red.reduction
+        rnd = {torch.float16: "kevin_rnd_f16", torch.bfloat16: "kevin_rnd_bf16"}.get(red.dtype, "")
+        if r is Reduction.SUM or r is Reduction.AMAX or r is Reduction.AMIN:
+            lines.append(f"const float {red.var} = {rnd}({red.var}_acc);")
+        elif r is Reduction.MEAN:
+            lines.append(f"const float {red.var} = {rnd}({red.var}_acc / {cols}.0f);")
+        else:
+            denom = f"({cols}.0f - {red.correction:.1f}f)"
+            lines.append(f"const float {red.var}_0 = {rnd}({red.var}_m2 / {denom});")
+            lines.append(f"const float {red.var}_1 = {rnd}({red.var}_mean);")
+            lines.append(f"const float {red.var} = {red.var}_0;")
+            available.update({f"{red.var}_0", f"{red.var}_1"})
+        available.add(red.var)
+        lines.extend(row_values())
+
+    full_outs = [(k, o) for k, o in enumerate(plan.outputs) if o.kind is Kind.FULL]
+    if full_outs:
+        needed = _closure(plan, [o.var for _, o in full_outs], available)
+        body = [*loads(needed, [o.var for _, o in full_outs]), *(_node_code(n) for n in needed),
+                *(f"kevin_st(p_out{k}, row * {cols}LL + c, {o.var});" for k, o in full_outs)]
+        lines.append(loop(body))
+    row_outs = [(k, o) for k, o in enumerate(plan.outputs) if o.kind is Kind.ROW]
+    if row_outs:
+        stores = " ".join(f"kevin_st(p_out{k}, row, {o.var});" for k, o in row_outs)
+        lines.append(f"if (valid && lane == 0) {{ {stores} }}")
+    inner = "\n    ".join(lines)
+    return f"""
+__device__ __forceinline__ float kevin_row_reduce_add(float v, float* smem, int row_in_block, int lane) {{
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ({warps} > 1) {{
+        __syncthreads();
+        if ((lane & 31) == 0) smem[row_in_block * {warps} + (lane >> 5)] = v;
+        __syncthreads();
+        v = 0.0f;
+        for (int w = 0; w < {warps}; ++w) v += smem[row_in_block * {warps} + w];
+    }}
+    return v;
+}}
+
+__device__ __forceinline__ float kevin_row_reduce_kevin_max(float v, float* smem, int row_in_block, int lane) {{
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = kevin_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ({warps} > 1) {{
+        __syncthreads();
+        if ((lane & 31) == 0) smem[row_in_block * {warps} + (lane >> 5)] = v;
+        __syncthreads();
+        v = -INFINITY;
+        for (int w = 0; w < {warps}; ++w) v = kevin_max(v, smem[row_in_block * {warps} + w]);
+    }}
+    return v;
+}}
+
+__device__ __forceinline__ float kevin_row_reduce_kevin_min(float v, float* smem, int row_in_block, int lane) {{
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = kevin_min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ({warps} > 1) {{
+        __syncthreads();
+        if ((lane & 31) == 0) smem[row_in_block * {warps} + (lane >> 5)] = v;
+        __syncthreads();
+        v = INFINITY;
+        for (int w = 0; w < {warps}; ++w) v = kevin_min(v, smem[row_in_block * {warps} + w]);
+    }}
+    return v;
+}}
+
+__global__ void __launch_bounds__({tpr * rpb}) {name}({ins}, {outs}) {{
+    __shared__ float smem[{rpb * warps}];
+    const int row_in_block = threadIdx.x / {tpr};
+    const int lane = threadIdx.x % {tpr};
+    const long long row = (long long)blockIdx.x * {rpb} + row_in_block;
+    const bool valid = row < {rows}LL;
+    {inner}
+}}
+"""
+
+
+def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: str = "") -> str:
+    """A KernelBench-format candidate (ModelNew through load_inline) computing `plan`."""
+    digest = hashlib.sha256(repr((plan, variant)).encode()).hexdigest()[:10]
+    name = name or f"kevin_builtin_{digest}"
+    vectorizable = (
+        variant.vector and not plan.is_rows and plan.numel % 4 == 0 and plan.cols % 4 == 0
+        and all(input_mode(i, plan.shape) in ("linear", "lastdim", "row", "scalar") and i.dtype in _VEC_OK for i in plan.inputs)
+    )
+    kernels = []
+    if plan.is_rows:
+        kernels.append(_rows_kernel(plan, variant, "kevin_rows"))
+    else:
+        kernels.append(_pointwise_kernel(plan, variant, "kevin_pointwise", vector=False))
+        if vectorizable:
+            kernels.append(_pointwise_kernel(plan, variant, "kevin_pointwise_vec", vector=True))
+    host = _host(plan, variant, vectorizable)
+    cuda = "\n".join([_PRELUDE, DEVICE_HELPERS, _ACCESS, *kernels, host])
+    returns = "torch::Tensor" if len(plan.outputs) == 1 else "std::vector<torch::Tensor>"
+    params = ", ".join(f"torch::Tensor {i.var}" for i in plan.inputs)
+    args = ", ".join(i.var for i in plan.inputs)
+    ret = "ext.kevin_run(" + args + ")" if len(plan.outputs) == 1 else "tuple(ext.kevin_run(" + args + "))"
+    doc = doc or f"Written by kevin's built-in writer: {'row' if plan.is_rows else 'pointwise'} kernel, {variant.describe()}."
+    return (
+        f'"""{doc}"""\n'
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
+        f"cuda_source = r'''{cuda}'''\n\n"
+        f"cpp_source = '{returns} kevin_run({params});'\n\n"
+        f"ext = load_inline(name='{name}', cpp_sources=cpp_source, cuda_sources=cuda_source, functions=['kevin_run'],\n"
+        "                  extra_cuda_cflags=['-O3'])\n\n\n"
+        "class ModelNew(nn.Module):\n"
+        "    def __init__(self, *init_inputs):\n"
+        "        super().__init__()\n\n"
+        f"    def forward(self, {args}):\n"
+        f"        return {ret}\n"
+    )
+
+
+def _host(plan: Plan, variant: Variant, vectorizable: bool) -> str:
+    params = ", ".join(f"torch::Tensor {i.var}" for i in plan.inputs)
+    first = plan.inputs[0].var
+    checks = []
+    for i in plan.inputs:
+        sizes = ", ".join(str(s) for s in i.shape)
+        strides = ", ".join(str(s) for s in i.stride)
+        checks.append(
+            f'    TORCH_CHECK({i.var}.is_cuda() && {i.var}.scalar_type() == {_TORCH_DTYPE.get(i.dtype, "torch::kBool")} && '
+            f'{i.var}.sizes() == torch::IntArrayRef({{{sizes}}}) && {i.var}.strides() == torch::IntArrayRef({{{strides}}}), '
+            f'"kevin kernel: input {i.index} must be {str(i.dtype).replace("torch.", "")} of sizes [{sizes}] and strides [{strides}]");'
+        )
+    allocs = []
+    for k, o in enumerate(plan.outputs):
+        sizes = ", ".join(str(s) for s in o.shape)
+        allocs.append(f"    auto out{k} = torch::empty({{{sizes}}}, {first}.options().dtype({_TORCH_DTYPE[o.dtype]}));")
+    casted = ", ".join([*(f"reinterpret_cast<const {_CT[i.dtype]}*>({i.var}.data_ptr())" for i in plan.inputs),
+                        *(f"reinterpret_cast<{_CT[o.dtype]}*>(out{k}.data_ptr())" for k, o in enumerate(plan.outputs))])
+    if plan.is_rows:
+        rpb = max(1, variant.rows_per_block)
+        launch = (f"    const long long blocks = ({plan.rows}LL + {rpb} - 1) / {rpb};\n"
+                  f"    kevin_rows<<<(unsigned)blocks, {variant.threads * rpb}, 0, stream>>>({casted});")
+    else:
+        per = variant.threads * variant.items
+        scalar = (f"        const long long blocks = std::min<long long>(({plan.numel}LL + {per} - 1) / {per}, 1LL << 30);\n"
+                  f"        kevin_pointwise<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});")
+        if vectorizable:
+            aligned = " && ".join([*(f"reinterpret_cast<uintptr_t>({i.var}.data_ptr()) % 16 == 0" for i in plan.inputs),
+                                   *(f"reinterpret_cast<uintptr_t>(out{k}.data_ptr()) % 16 == 0" for k in range(len(plan.outputs)))])
+            vec = (f"        const long long blocks = std::min<long long>(({plan.numel // 4}LL + {per} - 1) / {per}, 1LL << 30);\n"
+                   f"        kevin_pointwise_vec<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});")
+            launch = f"    if ({aligned}) {{\n{vec}\n    }} else {{\n{scalar}\n    }}"
+        else:
+            launch = f"    {{\n{scalar}\n    }}"
+    ret = "out0" if len(plan.outputs) == 1 else "{" + ", ".join(f"out{k}" for k in range(len(plan.outputs))) + "}"
+    returns = "torch::Tensor" if len(plan.outputs) == 1 else "std::vector<torch::Tensor>"
+    return (
+        f"{returns} kevin_run({params}) {{\n" + "\n".join(checks) + "\n"
+        f"    const c10::cuda::CUDAGuard guard({first}.device());\n"
+        f"    cudaStream_t stream = c10::cuda::getCurrentCUDAStream({first}.get_device()).stream();\n"
+        + "\n".join(allocs) + "\n" + launch + "\n"
+        f"    return {ret};\n}}\n"
+    )

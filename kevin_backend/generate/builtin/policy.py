@@ -1,0 +1,124 @@
+"""The built-in writer as a `Policy`: it reads the task from the conversation like a model would,
+writes a kernel, and refines it from the judge's feedback.
+
+    policy = BuiltinPolicy()
+    replies = policy.generate(conversations, Sampling())    # one reply per conversation
+
+Turn 0 of trajectory 0 is the plain kernel (256 threads, scalar loads); other trajectories start
+at other variants, so a batch explores in parallel. Each later turn reads the earlier turns'
+variants (named in their programs' docstrings) and verdicts (the feedback's timings), keeps the
+fastest correct one, and tries the untried variant most like it: the same vector choice first,
+then the nearest thread count. When every variant has been tried it writes the best again.
+
+A task it cannot write (see `graph.plan_task`) gets a reply without code that says why, with
+`finish_reason="declined"`, which ends that trajectory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import lru_cache
+from typing import Sequence
+
+from kevin_backend.generate.builtin.graph import Declined, Plan, plan_task
+from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, Variant, write_program
+from kevin_backend.generate.policy import Message, Reply, Sampling
+
+__all__ = ["BuiltinPolicy", "task_from_messages"]
+
+_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+_VARIANT = re.compile(r"Written by kevin's built-in writer: .*?variant (\d+)")
+_TIME = re.compile(r"your program:\s*([0-9.eE+-]+)\s*ms")
+
+
+def task_from_messages(messages: Sequence[Message]) -> str | None:
+    """The task program: the first python block of the first user message that defines Model."""
+    for m in messages:
+        if m["role"] != "user":
+            continue
+        for block in _BLOCK.findall(m["content"]):
+            if re.search(r"^class Model\b", block, re.M):
+                return block
+    return None
+
+
+@lru_cache(maxsize=256)
+def _plan(source: str) -> Plan | Declined:
+    return plan_task(source)
+
+
+class BuiltinPolicy:
+    name = "builtin"
+
+    def generate(self, conversations: Sequence[Sequence[Message]], sampling: Sampling) -> list[Reply]:
+        return [self._one(list(c), i) for i, c in enumerate(conversations)]
+
+    def count_tokens(self, text: str) -> int:
+        return len(text) // 4
+
+    def _one(self, messages: list[Message], index: int) -> Reply:
+        source = task_from_messages(messages)
+        if source is None:
+            return Reply("I found no task program (a python block defining Model) in the conversation.",
+                         finish_reason="declined")
+        plan = _plan(source)
+        if isinstance(plan, Declined):
+            return Reply(f"The built-in writer does not take this task: {plan.reason}.", finish_reason="declined")
+        variants = VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE
+        history = _history(messages)
+        choice, why = _choose(variants, history, index)
+        variant = variants[choice]
+        digest = hashlib.sha256(source.encode()).hexdigest()[:10]
+        kind = "row" if plan.is_rows else "pointwise"
+        doc = f"Written by kevin's built-in writer: {kind} kernel, {variant.describe()}, variant {choice}."
+        program = write_program(plan, variant, name=f"kevin_builtin_{digest}_{choice}", doc=doc)
+        text = (f"A fused {kind} kernel for {len(plan.ops)} ops ({', '.join(dict.fromkeys(plan.ops))}), {variant.describe()}.\n\n"
+                f"```python\n{program}```\n\nSummary: variant {choice} ({variant.describe()}); {why}")
+        return Reply(text, completion_tokens=len(text) // 4, extra={"variant": choice})
+
+
+def _history(messages: list[Message]) -> list[tuple[int, float | None]]:
+    """(variant, milliseconds when correct else None) for each earlier turn."""
+    out: list[tuple[int, float | None]] = []
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        found = _VARIANT.search(m["content"])
+        if found is None:
+            continue
+        feedback = messages[i + 1]["content"] if i + 1 < len(messages) and messages[i + 1]["role"] == "user" else ""
+        time = _TIME.search(feedback)
+        out.append((int(found.group(1)), float(time.group(1)) if time else None))
+    return out
+
+
+def _choose(variants: Sequence[Variant], history: list[tuple[int, float | None]], index: int) -> tuple[int, str]:
+    """The next variant: the list is ordered by what usually pays (vector loads, then threads and
+    items per thread; for rows, the row in registers); once timings arrive, a knob whose other
+    setting was already measured slower than the best is tried last."""
+    if not history:
+        start = index % len(variants)
+        return start, "the plain first kernel" if start == 0 else "a first kernel (another variant than the plain one)"
+    timed = [(ms, v) for v, ms in history if ms is not None]
+    tried = {v for v, _ in history}
+    untried = [i for i in range(len(variants)) if i not in tried]
+    if not timed:
+        if not untried:
+            return history[-1][0], "no variant has been correct"
+        return untried[0], f"variant {history[-1][0]} was not accepted; trying another"
+    best_ms, best = min(timed)
+    if not untried:
+        return best, f"every variant tried; keeping the fastest, variant {best} at {best_ms:.4g} ms"
+    ref = variants[best]
+
+    def slower_knob(i: int) -> bool:
+        v = variants[i]
+        for ms, t in timed:
+            other = variants[t]
+            if ms > best_ms and ((v.vector != ref.vector and other.vector == v.vector) or (v.cache != ref.cache and other.cache == v.cache)):
+                return True
+        return False
+
+    untried.sort(key=lambda i: (slower_knob(i), i))
+    return untried[0], f"best so far variant {best} at {best_ms:.4g} ms; next, variant {untried[0]}"

@@ -1,0 +1,145 @@
+"""The built-in writer on the CPU: every suite task is planned and written as a program the
+judge's static rules accept and the fast build can split; what it cannot write is declined with
+the reason; refinement reads the feedback; the partitioner asks it what it supports. (Its
+kernels run on the GPU: tests/test_builtin_gpu.py.)"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from kevin_backend.generate.builtin.graph import BuiltinSupport, Declined, Kind, plan_task
+from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, input_mode, write_program
+from kevin_backend.generate.builtin.policy import BuiltinPolicy, task_from_messages
+from kevin_backend.generate.builtin.suite import SUITE
+from kevin_backend.generate.policy import Reply, Sampling
+from kevin_backend.generate.prompts import Turn, build_messages
+from kevin_backend.judge.candidate import Candidate
+from kevin_backend.judge.fast_build import fast_sources
+from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
+from kevin_backend.judge.static_judge import judge_static
+
+
+def test_the_suite_has_forty_tasks_across_kinds_and_dtypes() -> None:
+    assert len(SUITE) >= 40 and len({t.name for t in SUITE}) == len(SUITE)
+    categories = {t.category for t in SUITE}
+    assert categories == {"chain1", "chain2", "chain3+", "reduction", "norm"}
+    for dtype in ("float32", "float16", "bfloat16"):
+        assert sum(f"torch.{dtype}" in t.source for t in SUITE) >= 8, dtype
+
+
+@pytest.mark.parametrize("task", SUITE, ids=lambda t: t.name)
+def test_every_suite_task_is_written_in_every_variant(task) -> None:
+    plan = plan_task(task.source)
+    assert not isinstance(plan, Declined), plan
+    assert plan.is_rows == (task.category in ("reduction", "norm"))
+    for variant in VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE:
+        program = write_program(plan, variant)
+        verdict = judge_static(program)
+        assert verdict.reason is Reason.STATIC_OK, (variant, verdict.feedback)
+        (ext,) = Candidate.parse(program).extensions
+        fast_sources(ext.cpp_sources, ext.cuda_sources, ext.functions, "abc")  # splits: the fast build takes it
+
+
+def test_plans_read_kinds_and_access_modes() -> None:
+    by_name = {t.name: t for t in SUITE}
+    plan = plan_task(by_name["layernorm-affine-f16"].source)
+    assert [i.kind for i in plan.inputs] == [Kind.FULL, Kind.FULL, Kind.FULL]
+    assert [input_mode(i, plan.shape) for i in plan.inputs] == ["linear", "lastdim", "lastdim"]
+    assert [r.reduction.value for r in plan.reductions] == ["var_mean"]
+    plan = plan_task(by_name["row-scale-f32"].source)
+    assert [input_mode(i, plan.shape) for i in plan.inputs] == ["linear", "row", "row"]
+    plan = plan_task(by_name["transposed-input-f32"].source)
+    assert input_mode(plan.inputs[1], plan.shape) == "general" and plan.inputs[1].stride == (1, 4096)
+    plan = plan_task(by_name["var-mean-f32"].source)
+    assert len(plan.outputs) == 2 and all(o.kind is Kind.ROW for o in plan.outputs)
+
+
+def _task(forward: str, inputs: str) -> str:
+    return (f"import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x, y):\n        return {forward}\n\n"
+            f"def get_inputs():\n    return [{inputs}]\n\ndef get_init_inputs():\n    return []\n")
+
+
+@pytest.mark.parametrize("forward, inputs, why", [
+    ("x @ y", "torch.randn(64, 64, device='cuda'), torch.randn(64, 64, device='cuda')", "neither pointwise nor"),
+    ("x.sum(0) + y", "torch.randn(64, 64, device='cuda'), torch.randn(64, device='cuda')", "last dimension only"),
+    ("x + y", "torch.randint(0, 5, (64,), device='cuda'), torch.randint(0, 5, (64,), device='cuda')", "input dtype"),
+    ("x.t() + y", "torch.randn(64, 32, device='cuda'), torch.randn(32, 64, device='cuda')", "does not broadcast"),
+], ids=["matmul", "reduce-dim0", "integers", "transpose-in-graph"])
+def test_what_it_cannot_write_is_declined_with_the_reason(forward: str, inputs: str, why: str) -> None:
+    plan = plan_task(_task(forward, inputs))
+    assert isinstance(plan, Declined) and why in plan.reason, plan
+
+
+def _feedback(ms: float | None) -> JudgeResult:
+    if ms is None:
+        return JudgeResult(Stage.CORRECTNESS, Reason.MISMATCH, feedback="wrong values")
+    return JudgeResult(Stage.TIMING, Reason.ACCEPTED, timings=JudgeTimings(ms, 0.05, 0.06, 10))
+
+
+def test_refinement_follows_the_timings_and_keeps_the_best() -> None:
+    source = next(t.source for t in SUITE if t.name == "gated-f32")
+    policy = BuiltinPolicy()
+    turns: list[Turn] = []
+    times = {0: 0.040, 1: 0.030, 4: 0.031, 2: None, 3: 0.032, 5: 0.045, 6: 0.041}  # variant -> ms (None: wrong)
+    chosen = []
+    for _ in range(len(VARIANTS_POINTWISE) + 1):
+        messages = build_messages(source, "NVIDIA H200", turns, 100_000)
+        assert "torch.sigmoid(x) * y + 1.0" in (task_from_messages(messages) or "")
+        (reply,) = policy.generate([messages], Sampling())
+        variant = reply.extra["variant"]
+        chosen.append(variant)
+        turns.append(Turn.of(reply, _feedback(times[variant])))
+    assert chosen[0] == 0  # the plain kernel first
+    assert sorted(chosen[:-1]) == list(range(len(VARIANTS_POINTWISE)))  # every variant once
+    assert chosen[:3] == [0, 1, 2]  # after the plain one, vector loads
+    later = chosen.index  # scalar variants, measured slower than the best vector one, come last
+    assert max(later(3), later(4)) < min(later(5), later(6))
+    assert chosen[-1] == 1  # all tried: the fastest again
+    assert "keeping the fastest, variant 1" in turns[-1].summary
+
+
+def test_other_trajectories_start_elsewhere_and_declines_end_the_trajectory() -> None:
+    source = next(t.source for t in SUITE if t.name == "softmax-f32")
+    messages = build_messages(source, "NVIDIA H200", [], 100_000)
+    replies = BuiltinPolicy().generate([messages] * 3, Sampling())
+    assert [r.extra["variant"] for r in replies] == [0, 1, 2]
+    declined = BuiltinPolicy().generate([build_messages(_task("x @ y", "torch.randn(8, 8), torch.randn(8, 8)"), "", [], 100_000)], Sampling())
+    assert declined[0].finish_reason == "declined" and "does not take this task" in declined[0].text
+
+
+def test_the_partitioner_asks_the_builtin_writer() -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, w):
+        return torch.softmax(x @ w, -1).sum(0)
+
+    gm = make_fx(f)(torch.randn(8, 16), torch.randn(16, 32))
+    verdicts = {str(n.target): BuiltinSupport().supports(n) for n in gm.graph.nodes if n.op == "call_function"}
+    assert not verdicts["aten.mm.default"][0]
+    assert verdicts["aten._softmax.default"][0] is False  # a composite: the backend's graphs have it decomposed
+    assert verdicts["aten.sum.dim_IntList"] == (False, verdicts["aten.sum.dim_IntList"][1]) and "last dimension" in verdicts["aten.sum.dim_IntList"][1]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
+    """The torch-free device part of a pointwise, a vectorized and two row programs compiles."""
+    picks = [("gated-bf16", VARIANTS_POINTWISE[1]), ("transposed-input-f32", VARIANTS_POINTWISE[0]),
+             ("layernorm-affine-f16", VARIANTS_ROWS[1]), ("var-mean-f32", VARIANTS_ROWS[3])]
+    by_name = {t.name: t for t in SUITE}
+    sources = []
+    for i, (name, variant) in enumerate(picks):
+        (ext,) = Candidate.parse(write_program(plan_task(by_name[name].source), variant)).extensions
+        sources.append(fast_sources(ext.cpp_sources, ext.cuda_sources, ext.functions, f"t{i}").device)
+    procs = []
+    for i, device in enumerate(sources):
+        (tmp_path / f"d{i}.cu").write_text(device)
+        procs.append(subprocess.Popen(["nvcc", "-c", str(tmp_path / f"d{i}.cu"), "-o", str(tmp_path / f"d{i}.o"), "-arch=sm_90",
+                                       "-O3", "-std=c++17"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for p, (name, _) in zip(procs, picks):
+        out, _ = p.communicate(timeout=600)
+        assert p.returncode == 0, (name, out[-3000:])
