@@ -56,6 +56,10 @@ __all__ = [
     "default_seed_dir",
     "entry_metadata",
     "is_digest",
+    "serialize_entry",
+    "deserialize_entry",
+    "serialize_pending",
+    "deserialize_pending",
 ]
 
 log = logging.getLogger("kevin_backend")
@@ -267,6 +271,30 @@ def _parse_pending(files: dict[str, bytes], digest: str) -> PendingTask:
 # Folder primitives.
 
 _T = TypeVar("_T")
+
+
+def serialize_entry(entry: CacheEntry) -> dict[str, bytes]:
+    """An entry as the files of its folder (to send it between processes or machines)."""
+    return _entry_files(entry)
+
+
+def deserialize_entry(files: dict[str, bytes], digest: str) -> CacheEntry:
+    """The entry those files hold; raises ValueError when they do not read back as `digest`."""
+    try:
+        return _parse_entry(files, digest)
+    except _Corrupt as exc:
+        raise ValueError(f"entry {digest} does not read back: {exc}") from None
+
+
+def serialize_pending(pending: PendingTask) -> dict[str, bytes]:
+    return _pending_files(pending)
+
+
+def deserialize_pending(files: dict[str, bytes], digest: str) -> PendingTask:
+    try:
+        return _parse_pending(files, digest)
+    except _Corrupt as exc:
+        raise ValueError(f"pending task {digest} does not read back: {exc}") from None
 
 
 def _read_folder(folder: Path, names: tuple[str, ...]) -> tuple[dict[str, bytes], bool] | None:

@@ -1,0 +1,1 @@
+"""Prewarming: fill the kernel cache offline, on every local GPU or a Ray cluster."""

@@ -1,0 +1,106 @@
+"""`kevin prewarm` on the CPU: tasks from a model factory and from a folder, several workers,
+resuming after a kill with no finished task redone, and the Ray path on a local cluster. The
+generators are plug-ins (tests/prewarm_helpers.py); the search with the judge is tested on a GPU."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kevin_backend.cache.store import KernelCache
+from kevin_backend.config import override
+from prewarm_helpers import task_program
+
+TESTS = str(Path(__file__).resolve().parent)
+
+
+@pytest.fixture
+def plugin_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Worker processes import the test plug-ins, and log what they generate."""
+    log = tmp_path / "generated.log"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("KEVIN_TEST_GENERATOR_LOG", str(log))
+    return log
+
+
+def _lines(log: Path) -> list[str]:
+    return log.read_text().split() [::2] if log.exists() else []
+
+
+def test_prewarm_a_model_on_two_workers_then_nothing_is_redone(tmp_path: Path, plugin_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kevin_backend.cli.main import main
+
+    cache_dir = tmp_path / "cache"
+    args = ["--cache-dir", str(cache_dir), "prewarm", "--model", f"{TESTS}/prewarm_helpers.py:mlp",
+            "--generator", "prewarm_helpers:reference", "--workers", "2", "--json", str(tmp_path / "summary.json")]
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main(args) == 0
+    out = capsys.readouterr()
+    generated = _lines(plugin_env)
+    assert len(generated) >= 3 and len(set(generated)) == len(generated)  # forward and backward partitions, once each
+    cache = KernelCache(cache_dir, None)
+    assert {e.digest for e in cache.entries()} == set(generated) and cache.pending() == []
+    assert "| tasks |" in out.out and "kernel winners" in out.out
+    import json
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["kernels"] == len(generated) and summary["failures"] == {}
+    assert len({o["device"] for o in summary["outcomes"]}) == 1  # both workers report the CPU
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main(args) == 0  # everything finished: skipped
+    assert _lines(plugin_env) == generated
+    assert f"{len(generated)} finished before, 0 to do" in capsys.readouterr().err
+
+
+def test_a_killed_prewarm_resumes_without_redoing_finished_tasks(tmp_path: Path, plugin_env: Path) -> None:
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for i in range(6):
+        (tasks / f"task{i}.py").write_text(task_program(i))
+    cache_dir = tmp_path / "cache"
+    command = [sys.executable, "-m", "kevin_backend.cli.main", "--cache-dir", str(cache_dir), "prewarm", "--tasks", str(tasks),
+               "--generator", "prewarm_helpers:slow"]
+    proc = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while len(_lines(plugin_env)) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    stored = {e.digest for e in KernelCache(cache_dir, None).entries()}
+    assert 1 <= len(stored) < 6, stored
+    before = _lines(plugin_env)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = _lines(plugin_env)[len(before):]
+    assert not stored & set(after), "a finished task was generated again"
+    cache = KernelCache(cache_dir, None)
+    assert len(cache.entries()) == 6 and cache.pending() == []
+    assert f"{len(stored)} finished before" in done.stderr
+
+
+def test_prewarm_on_a_local_ray_cluster_spreads_tasks_and_fills_one_cache(tmp_path: Path, plugin_env: Path) -> None:
+    ray = pytest.importorskip("ray")
+    from kevin_backend.prewarm.ray_runner import prewarm_ray
+    from kevin_backend.prewarm.sources import from_folder
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for i in range(6):
+        (tasks / f"task{i}.py").write_text(task_program(i))
+    cache = KernelCache(tmp_path / "cache", None)
+    items = from_folder(tasks, cache)
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": TESTS}}, log_to_driver=False)
+    try:
+        summary = prewarm_ray(items, {"cache_dir": str(tmp_path / "unused"), "generator": "prewarm_helpers:slow"},
+                              address="auto", cache=cache, workers=2)
+    finally:
+        ray.shutdown()
+    assert summary.kernels == 6 and not summary.failures
+    assert len({o["device"] for o in summary.outcomes}) == 2  # two actors shared the work
+    assert len(cache.entries()) == 6 and cache.pending() == []
