@@ -25,6 +25,9 @@ for step in $steps; do
     builtin) python3 benchmarks/bench_builtin.py --json "$OUT/builtin.json" 2>&1 | tee "$OUT/builtin.log" | tail -70 ;;
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
+    bench)  # kevin bench: eager / Inductor / kevin (mode cache, this machine's kernel cache); the KernelBench folder first, then the models
+      python3 -m kevin_backend.cli.main bench --kernelbench examples/kernelbench --json "$OUT/kernelbench.json" --chart "$OUT/kernelbench.png" 2>&1 | tee "$OUT/kernelbench.log" | tail -30
+      python3 -m kevin_backend.cli.main bench --json "$OUT/bench.json" --chart "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
     profile)  # where a warm first compile spends its time, per compiler (mlp)
       d=$(mktemp -d)
       for c in inductor kevin; do

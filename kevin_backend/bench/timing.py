@@ -1,0 +1,65 @@
+"""Timing for `kevin bench`: the judge's protocol applied to whole steps, interleaved.
+
+One protocol for everything the project times: `kevin_backend.judge.run_worker._timer` (warm-up,
+then trials each timed with CUDA events between device-wide synchronizations, the L2 cache
+flushed before each trial, the median counts; on a CPU, `time.perf_counter` around each trial).
+`interleaved` measures several variants round by round, rotating which goes first, so that slow
+drift (clocks, temperature, other tenants) falls on every variant alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch
+
+from kevin_backend.judge.run_worker import _timer as _judge_timer
+
+__all__ = ["Measure", "timer", "measure_ms", "round_order", "interleaved"]
+
+Measure = Callable[[Callable[[], Any]], float]
+
+
+def timer(device: str | torch.device, trials: int = 10, warmup: int = 3) -> Measure:
+    """A function `measure(fn) -> median milliseconds of fn()` under the judge's protocol.
+
+    Make one per process and device: on CUDA it holds the buffer written to flush L2.
+    """
+    if trials < 1 or warmup < 0:
+        raise ValueError(f"need trials >= 1 and warmup >= 0, got {trials} and {warmup}")
+    return _judge_timer(torch.device(device), trials, warmup)
+
+
+def measure_ms(fn: Callable[[], Any], device: str | torch.device, trials: int = 10, warmup: int = 3) -> float:
+    """Median milliseconds of `fn()` (a one-off: `timer` once for several functions)."""
+    return timer(device, trials, warmup)(fn)
+
+
+def round_order(names: list[str], round_index: int) -> list[str]:
+    """The order of round `round_index`: rotated by one each round, reversed every other cycle,
+    so over 2 x len(names) rounds each variant runs in every position, after every other one."""
+    k = round_index % len(names)
+    order = names[k:] + names[:k]
+    if (round_index // len(names)) % 2:
+        order.reverse()
+    return order
+
+
+def interleaved(
+    fns: Mapping[str, Callable[[], Any]],
+    device: str | torch.device,
+    rounds: int,
+    trials: int = 10,
+    warmup: int = 3,
+    measure: Measure | None = None,
+) -> dict[str, tuple[float, ...]]:
+    """Per variant, the median ms of each round (`rounds` values), variants alternating."""
+    if rounds < 1:
+        raise ValueError(f"need rounds >= 1, got {rounds}")
+    measure = measure or timer(device, trials, warmup)
+    names = list(fns)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in round_order(names, r):
+            samples[name].append(measure(fns[name]))
+    return {n: tuple(v) for n, v in samples.items()}

@@ -1,0 +1,263 @@
+"""`kevin bench` on the CPU: the models' table, JSON and chart; KernelBench tasks with correctness
+and fast_p; usage errors; the pieces (timing order, fast_p, JSON round trip) on their own."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ReferenceGenerator
+from kevin_backend.bench.results import FAST_P, BenchReport, KernelBenchResult, KevinStats, TaskResult, Timing, fast_p
+from kevin_backend.bench.timing import interleaved, round_order, timer
+from kevin_backend.cli.main import main
+
+PNG = b"\x89PNG\r\n\x1a\n"
+FAST = ["--repeats", "2", "--trials", "2", "--warmup", "1"]
+
+# Tiny KernelBench-format tasks on CPU tensors. The first is the one the backend handles: the test
+# puts a kernel for its partition into the cache first.
+TASKS = {
+    "a_chain": '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, w):
+        return torch.sigmoid(x) * w + 1.0
+
+
+def get_inputs():
+    return [torch.randn(16, 32), torch.randn(16, 32)]
+
+
+def get_init_inputs():
+    return []
+''',
+    "b_softmax": '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.softmax(x * self.scale, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(8, 64)]
+
+
+def get_init_inputs():
+    return [0.125]
+''',
+    "c_linear_relu": '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.linear = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x)) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(4, 16)]
+
+
+def get_init_inputs():
+    return [16]
+''',
+}
+
+
+def _task_dir(tmp_path: Path, tasks: dict[str, str]) -> Path:
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    for name, source in tasks.items():
+        (folder / f"{name}.py").write_text(source)
+    (folder / "README.md").write_text("not a task")
+    return folder
+
+
+def test_models_table_json_and_chart(tmp_path: Path, inductor_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_json, chart, table = tmp_path / "bench.json", tmp_path / "bench.png", tmp_path / "bench.md"
+    code = main(["--cache-dir", str(tmp_path / "kevin"), "--no-seed", "bench", "--device", "cpu", "--size", "tiny",
+                 "--models", "mlp", "--workloads", "infer,train", *FAST, "--inductor-cache", str(inductor_cache),
+                 "--json", str(out_json), "--chart", str(chart), "--markdown", str(table)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data = json.loads(out_json.read_text())
+    rows = {(r["model"], r["workload"]): r for r in data["models"]}
+    assert set(rows) == {("mlp", "infer"), ("mlp", "train")}
+    for row in rows.values():
+        assert row["error"] is None
+        for compiler in ("eager", "inductor", "kevin"):
+            timing = row["timings"][compiler]
+            assert timing["median_ms"] > 0 and len(timing["rounds_ms"]) == 2 and all(t > 0 for t in timing["rounds_ms"])
+            assert timing["first_call_s"] > 0
+        # each run compiles fresh for its own kevin settings: the pass saw the graphs
+        assert row["kevin"]["graphs"] >= 1 and row["kevin"]["partitions"] >= 1
+    assert set(rows["mlp", "infer"]["deviation"]) == {"inductor", "kevin"}
+    assert data["environment"]["device"] == "cpu" and data["environment"]["settings"]["size"] == "tiny"
+    assert chart.read_bytes()[:8] == PNG
+    assert "| mlp | infer |" in captured.out and "| mlp | train |" in captured.out
+    assert table.read_text() == captured.out
+    assert "[1/1] mlp" in captured.err  # progress on stderr
+    report = BenchReport.from_dict(data)
+    assert report.as_dict() == data
+
+
+def test_kernelbench_correctness_and_fast_p(tmp_path: Path, inductor_cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _task_dir(tmp_path, TASKS)
+    cache = tmp_path / "kevin"
+    # A "kernel" for a_chain's partition (the test generator's: it runs the task's reference),
+    # usable on CPU tensors; the bench's kevin (mode cache) must find it.
+    monkeypatch.setenv("KEVIN_CPU_KERNELS", "1")
+    monkeypatch.setenv("KEVIN_WRITER", "general")
+    from kevin_backend.types import load_program
+
+    task = load_program(TASKS["a_chain"], "a_chain")
+    torch.manual_seed(0)
+    prewarm = torch.compile(task.Model().eval(), backend="kevin",
+                            options={"mode": "generate", "generator": ReferenceGenerator(), "cache_dir": str(cache),
+                                     "seed_cache": False})
+    with torch.no_grad():
+        prewarm(*task.get_inputs())
+    torch._dynamo.reset()
+
+    out_json, chart = tmp_path / "kb.json", tmp_path / "kb.png"
+    code = main(["--cache-dir", str(cache), "--no-seed", "bench", "--device", "cpu", "--kernelbench", str(folder), *FAST,
+                 "--inductor-cache", str(inductor_cache), "--json", str(out_json), "--chart", str(chart)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data = json.loads(out_json.read_text())
+    assert data["models"] == []  # --kernelbench alone runs the tasks only
+    kb = data["kernelbench"]
+    tasks = {t["task"]: t for t in kb["tasks"]}
+    assert set(tasks) == set(TASKS)
+    for t in tasks.values():
+        assert t["error"] is None and t["correct"] is True and t["inductor_correct"] is True, t
+        assert all(t["timings"][c]["median_ms"] > 0 for c in ("eager", "inductor", "kevin"))
+    assert tasks["a_chain"]["kevin"]["hits"] >= 1  # the cached kernel replaced the partition
+
+    # fast_p: in [0, 1] and what the rows say
+    result = KernelBenchResult.from_dict(kb)
+    assert kb["fast_p"] == result.fast_p_table()
+    for baseline in ("eager", "inductor"):
+        for p in FAST_P:
+            value = kb["fast_p"][baseline][str(p)]
+            assert 0.0 <= value <= 1.0
+            wins = [t for t in kb["tasks"] if t["correct"] and t["timings"][baseline]["median_ms"] / t["timings"]["kevin"]["median_ms"] > p]
+            assert value == pytest.approx(len(wins) / len(kb["tasks"]))
+        assert kb["fast_p"][baseline]["0.0"] == 1.0  # fast_0 is the fraction correct
+    assert chart.read_bytes()[:8] == PNG
+    assert "fast_1" in captured.out and "| a_chain | yes |" in captured.out
+    assert "task b_softmax" in captured.err
+
+
+def test_kernelbench_task_that_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = TASKS["b_softmax"].replace("return torch.softmax(x * self.scale, dim=-1)", "raise RuntimeError('boom')")
+    folder = _task_dir(tmp_path, {"broken": broken, "not_a_task": "x = 1\n"})
+    code = main(["--cache-dir", str(tmp_path / "kevin"), "bench", "--device", "cpu", "--kernelbench", str(folder),
+                 *FAST, "--in-process"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "broken: RuntimeError: boom" in captured.err
+    assert "not_a_task: ProblemError: problem defines no Model, get_inputs, get_init_inputs" in captured.err
+    assert "| broken | error |" in captured.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--models", "mlp,resnet"], "unknown model 'resnet'; valid models: mlp, cnn, gpt2, llama"),
+        (["--workloads", "infer,serve"], "unknown workload 'serve'; valid workloads: infer, train"),
+        (["--kernelbench", "{tmp}/missing"], "--kernelbench: no such folder"),
+        (["--kernelbench", "{tmp}"], "--kernelbench: no task files (*.py) in"),
+        (["--repeats", "0"], "--repeats must be at least 1"),
+        (["--device", "tpu"], "invalid choice: 'tpu'"),
+    ],
+)
+def test_usage_errors(argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    device = [] if "--device" in argv else ["--device", "cpu"]
+    assert main(["bench", *device, *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_default_device_needs_cuda(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--models", "mlp"]) == 2
+    err = capsys.readouterr().err
+    assert "no CUDA device here" in err and "--device cpu" in err
+
+
+def test_round_order_balances_positions() -> None:
+    names = ["eager", "inductor", "kevin"]
+    orders = [round_order(names, r) for r in range(6)]
+    for name in names:
+        assert sorted(o.index(name) for o in orders) == [0, 0, 1, 1, 2, 2]
+    seen: list[str] = []
+    got = interleaved({n: (lambda n=n: seen.append(n)) for n in names}, "cpu", rounds=3, trials=1, warmup=0)
+    assert seen == [n for r in range(3) for n in round_order(names, r)]
+    assert all(len(v) == 3 and all(t >= 0 for t in v) for v in got.values())
+    assert timer("cpu", trials=3, warmup=1)(lambda: sum(range(1000))) > 0
+
+
+def test_fast_p_counts_every_task() -> None:
+    def task(name: str, correct: bool, eager: float, inductor: float, kevin: float, error: str | None = None) -> TaskResult:
+        timings = tuple(Timing(c, (ms,)) for c, ms in (("eager", eager), ("inductor", inductor), ("kevin", kevin)))
+        return TaskResult(task=name, correct=correct, timings=timings, error=error)
+
+    tasks = [task("fast", True, 3.0, 2.0, 1.0), task("slow", True, 1.0, 1.0, 2.0), task("wrong", False, 9.0, 9.0, 1.0),
+             task("failed", False, 1.0, 1.0, 1.0, error="boom")]
+    assert fast_p(tasks, 0.0) == 0.5  # correct ones
+    assert fast_p(tasks, 1.0) == 0.25 and fast_p(tasks, 2.0) == 0.25 and fast_p(tasks, 3.0) == 0.0
+    assert fast_p(tasks, 1.5, "inductor") == 0.25 and fast_p(tasks, 2.0, "inductor") == 0.0
+    assert fast_p([], 1.0) == 0.0
+    kb = KernelBenchResult("dir", tuple(tasks))
+    assert KernelBenchResult.from_dict(json.loads(json.dumps(kb.as_dict()))) == kb
+
+
+def test_kevin_stats_from_counters() -> None:
+    before = {"graphs": 1, "partitions": 4, "hits": 1, "fallbacks": 0}
+    after = {"graphs": 3, "partitions": 10, "hits": 4, "fallbacks": 1, "runtime_errors": 2}
+    stats = KevinStats.between(before, after)
+    assert (stats.graphs, stats.partitions, stats.hits, stats.fallbacks) == (2, 6, 3, 1)
+    assert stats.short() == "3/6 hit, 1 fallback, 2 runtime error"
+    assert KevinStats().short() == "cached compile"
+
+
+def test_worker_that_dies_is_an_error_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dying = TASKS["b_softmax"].replace("return torch.softmax(x * self.scale, dim=-1)", "import os; os._exit(7)")
+    folder = _task_dir(tmp_path, {"dies": dying})
+    code = main(["--cache-dir", str(tmp_path / "kevin"), "bench", "--device", "cpu", "--kernelbench", str(folder), *FAST])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "dies: the worker process died (exit status 7)" in captured.err
+    assert "| dies | error |" in captured.out
+
+
+def test_chart_without_matplotlib_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    assert main(["bench", "--device", "cpu", "--models", "mlp", "--chart", str(tmp_path / "c.png")]) == 2
+    assert "the chart needs matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "c.png").exists()
