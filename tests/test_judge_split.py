@@ -49,17 +49,14 @@ def test_launch_configuration_and_arguments_are_kept() -> None:
 @pytest.mark.parametrize(
     "cuda, why",
     [
-        (None, "templated kernel"),
+        ("template <int N>\n__global__ void k(float* x) {}\nvoid f(float* x) { k<4><<<1, 1>>>(x); }\n", "template parameters other than one type"),
         ("namespace a { __global__ void k() {} }\nvoid f() { a::k<<<1, 1>>>(); }\n", "namespace"),
         ("#include <torch/extension.h>\n__global__ void k(at::Half* x) {}\ntorch::Tensor f(torch::Tensor x) { k<<<1, 1>>>(nullptr); return x; }\n", "device code names torch"),
         ("#include <torch/extension.h>\n__global__ void k(float* x) {}\ntorch::Tensor f(torch::Tensor x) { return x; }\n", "no kernel launch"),
     ],
-    ids=["templated", "namespace", "torch-in-device-code", "no-launch"],
+    ids=["non-type-template", "namespace", "torch-in-device-code", "no-launch"],
 )
-def test_what_cannot_be_split_says_why(cuda: str | None, why: str) -> None:
-    if cuda is None:
-        (ext,) = Candidate.parse(KEVIN_STYLE).extensions
-        cuda = ext.cuda_sources
+def test_what_cannot_be_split_says_why(cuda: str, why: str) -> None:
     with pytest.raises(SplitError, match=why):
         split_cuda(cuda)
 
@@ -130,3 +127,25 @@ def test_types_are_shared_at_namespace_scope_and_helpers_stay_private() -> None:
     host_before_namespace = split.host.split("namespace {")[0]
     assert "struct Dims" in host_before_namespace and "struct Dims" in split.device
     assert "cdiv" in split.host.split("namespace {")[1].split("}  // namespace")[0]
+
+
+def test_a_templated_kernel_under_a_dispatch_macro_gets_instantiated_launchers(tmp_path: Path) -> None:
+    (ext,) = Candidate.parse(KEVIN_STYLE).extensions  # AT_DISPATCH_FLOATING_TYPES_AND_HALF
+    split = split_cuda(ext.cuda_sources)
+    assert split.templated and "kevin_launch_scale_add_kernel<scalar_t>(" in split.host
+    instantiated = sorted(line.split("<")[1].split(">")[0] for line in split.device.splitlines() if line.startswith("template void"))
+    assert instantiated == ["c10::Half", "double", "float"] and "#include <c10/util/Half.h>" in split.device
+    two = split_cuda(ext.cuda_sources.replace("AT_DISPATCH_FLOATING_TYPES_AND_HALF(",
+                                              "AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::Half, at::ScalarType::BFloat16, "))
+    assert sum(line.startswith("template void") for line in two.device.splitlines()) == 4
+    with pytest.raises(SplitError, match="does not instantiate"):
+        split_cuda(ext.cuda_sources.replace("AT_DISPATCH_FLOATING_TYPES_AND_HALF(", "AT_DISPATCH_ALL_TYPES("))
+    if shutil.which("nvcc"):
+        import torch.utils.cpp_extension as cpp_extension
+
+        (tmp_path / "device.cu").write_text(split.device)
+        out = subprocess.run(["nvcc", "-c", str(tmp_path / "device.cu"), "-o", str(tmp_path / "device.o"), "-arch=sm_90",
+                              "-std=c++17", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                              "--expt-relaxed-constexpr", f"-I{cpp_extension.include_paths('cpu')[0]}"],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]

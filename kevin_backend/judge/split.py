@@ -21,8 +21,11 @@ After (`Split.device`, for nvcc, no torch headers; `Split.host`, for g++ with to
              void kevin_launch_k(dim3, dim3, size_t, cudaStream_t, const float* x, float* y, int64_t n);
              torch::Tensor f(torch::Tensor x) { ... kevin_launch_k(blocks, 256, 0, at::cuda::getCurrentCUDAStream(), ...); ... }
 
-What cannot be split this way raises SplitError (templated kernels, namespaces, device code that
-names torch types, ...): such a candidate is built whole.
+A kernel templated on one type (`template <typename scalar_t>`, launched as `k<scalar_t><<<...>>>`
+under an `AT_DISPATCH_*` macro) gets a templated launcher, explicitly instantiated in the CUDA
+part for the types the macro dispatches (c10::Half and c10::BFloat16 through c10's light headers).
+What cannot be split raises SplitError (other templates, namespaces, device code that names torch
+types, ...): such a candidate is built whole.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class Split:
     device: str
     host: str
     launchers: tuple[str, ...]  # one per launched kernel
+    templated: bool = False  # some launcher is a template, instantiated for the dispatched types
 
 
 _TORCH = re.compile(r"\b(torch|at|c10|pybind11|py)::|\bTORCH_|\bAT_|\bPYBIND11|\bTensor\b")
@@ -168,13 +172,17 @@ def split_cuda(cuda: str) -> Split:
             if torchy:
                 raise SplitError("device code names torch types")
             if kernel:
+                tparam = None
                 if re.search(r"\btemplate\b", b[: kernel.start()]):
-                    raise SplitError(f"templated kernel {kernel.group(1)} is built whole")
+                    single = re.fullmatch(r"\s*template\s*<\s*(?:typename|class)\s+(\w+)\s*>\s*", b[: kernel.start()])
+                    if single is None:
+                        raise SplitError(f"kernel {kernel.group(1)} has template parameters other than one type")
+                    tparam = single.group(1)
                 close = _balanced(b, kernel.end() - 1)
                 params = _params(b[kernel.end():close - 1])
                 if any("[" in p or "=" in p for p in params):
                     raise SplitError(f"kernel {kernel.group(1)} has array or default parameters")
-                kernels[kernel.group(1)] = params
+                kernels[kernel.group(1)] = (params, tparam)
             device.append(located(text, at))
         elif torchy:
             host.append((text, b))
@@ -193,13 +201,17 @@ def split_cuda(cuda: str) -> Split:
             plain.append(located(text, at))
 
     launchers: dict[str, str] = {}
+    instances: dict[str, set[str]] = {}  # templated kernels: the types to instantiate
     host_code: list[str] = []
     for text, b in host:
         pieces, last = [], 0
-        for m in re.finditer(r"\b(\w+)\s*<<<", b):
-            name = m.group(1)
+        for m in re.finditer(r"\b(\w+)\s*(?:<\s*([\w:]+)\s*>)?\s*<<<", b):
+            name, targ = m.group(1), m.group(2)
             if name not in kernels:
-                raise SplitError(f"launch of {name}, which is not a plain kernel of this file")
+                raise SplitError(f"launch of {name}, which is not a kernel of this file")
+            params, tparam = kernels[name]
+            if (targ is None) != (tparam is None):
+                raise SplitError(f"launch of {name} does not match its template parameters")
             config_end = b.find(">>>", m.end())
             if config_end < 0:
                 raise SplitError("unterminated launch configuration")
@@ -212,22 +224,29 @@ def split_cuda(cuda: str) -> Split:
                 raise SplitError(f"launch of {name} has no argument list")
             close = _balanced(b, open_paren)
             args = text[open_paren + 1:close - 1]
-            launchers.setdefault(name, _launcher(name, kernels[name]))
-            pieces.append(text[last:m.start()] + f"kevin_launch_{name}({', '.join(config)}" + (f", {args})" if args.strip() else ")"))
+            launchers.setdefault(name, _launcher(name, params, tparam))
+            if targ is not None:
+                instances.setdefault(name, set()).update(_instance_types(targ, b))
+            call = f"kevin_launch_{name}" + (f"<{targ}>" if targ is not None else "")
+            pieces.append(text[last:m.start()] + f"{call}({', '.join(config)}" + (f", {args})" if args.strip() else ")"))
             last = close
         pieces.append(text[last:])
         host_code.append("".join(pieces))
     if not launchers and not declarations:
         raise SplitError("no kernel launch found in host code")
 
-    prelude = "".join(f"#include <{h}>\n" for h in _DEVICE_HEADERS)
+    headers = list(_DEVICE_HEADERS)
+    used_types = set().union(*instances.values()) if instances else set()
+    headers += [h for t, h in (("c10::Half", "c10/util/Half.h"), ("c10::BFloat16", "c10/util/BFloat16.h")) if t in used_types]
+    prelude = "".join(f"#include <{h}>\n" for h in headers)
     generated = '#line 1 "kevin_launchers.cu"'
-    device_text = "\n".join([prelude, *device_pre, *types, *plain, *device, generated, *launchers.values()]) + "\n"
+    explicit = [_instantiation(name, kernels[name][0], kernels[name][1], t) for name in sorted(instances) for t in sorted(instances[name])]
+    device_text = "\n".join([prelude, *device_pre, *types, *plain, *device, generated, *launchers.values(), *explicit]) + "\n"
     declarations += [text.split("{", 1)[0].rstrip() + ";" for text in launchers.values()]
     host_text = "\n".join(
         [*host_pre, "#include <cuda_runtime.h>", *types, "namespace {", *plain, "}  // namespace", '#line 1 "kevin_host_code.cpp"', *declarations, *host_code]
     ) + "\n"
-    return Split(device_text, host_text, tuple(f"kevin_launch_{n}" for n in launchers))
+    return Split(device_text, host_text, tuple(f"kevin_launch_{n}" for n in launchers), bool(instances))
 
 
 # What torch's headers would have given a kernel file (the split's device part has none of them).
@@ -237,17 +256,64 @@ _DEVICE_HEADERS = (
 )
 
 
-def _launcher(name: str, params: list[str]) -> str:
-    names = [f"kevin_arg{i}" for i in range(len(params))]
+def _typed(name: str, params: list[str]) -> list[str]:
     typed = []
-    for param, arg in zip(params, names):
+    for i, param in enumerate(params):
         m = re.match(r"(.*?)(\w+)\s*$", param, re.S)
         if m is None or not m.group(1).strip():
             raise SplitError(f"cannot read parameter {param!r} of kernel {name}")
-        typed.append(f"{m.group(1).strip()} {arg}")
-    head = ", ".join(["dim3 kevin_grid", "dim3 kevin_block", "size_t kevin_smem", "cudaStream_t kevin_stream", *typed])
+        typed.append(f"{m.group(1).strip()} kevin_arg{i}")
+    return typed
+
+
+def _launcher(name: str, params: list[str], tparam: str | None = None) -> str:
+    names = [f"kevin_arg{i}" for i in range(len(params))]
+    head = ", ".join(["dim3 kevin_grid", "dim3 kevin_block", "size_t kevin_smem", "cudaStream_t kevin_stream", *_typed(name, params)])
+    template = f"template <typename {tparam}>\n" if tparam else ""
+    kernel = f"{name}<{tparam}>" if tparam else name
     return (
-        f"void kevin_launch_{name}({head}) {{\n"
-        f"    {name}<<<kevin_grid, kevin_block, kevin_smem, kevin_stream>>>({', '.join(names)});\n"
+        f"{template}void kevin_launch_{name}({head}) {{\n"
+        f"    {kernel}<<<kevin_grid, kevin_block, kevin_smem, kevin_stream>>>({', '.join(names)});\n"
         "}\n"
     )
+
+
+def _instantiation(name: str, params: list[str], tparam: str | None, type_name: str) -> str:
+    """`template void kevin_launch_k<float>(...);`: the launcher for one type, compiled here so the
+    host code's call links."""
+    assert tparam is not None
+    typed = [re.sub(rf"\b{re.escape(tparam)}\b", type_name, p) for p in _typed(name, params)]
+    head = ", ".join(["dim3", "dim3", "size_t", "cudaStream_t", *typed])
+    return f"template void kevin_launch_{name}<{type_name}>({head});"
+
+
+# The types a dispatch macro hands its lambda as `scalar_t`.
+_DISPATCH_TYPES = {
+    "AT_DISPATCH_FLOATING_TYPES": ("float", "double"),
+    "AT_DISPATCH_FLOATING_TYPES_AND_HALF": ("float", "double", "c10::Half"),
+    "AT_DISPATCH_REDUCED_FLOATING_TYPES": ("c10::Half", "c10::BFloat16"),
+}
+_SCALAR_NAMES = {"Half": "c10::Half", "BFloat16": "c10::BFloat16", "Float": "float", "Double": "double"}
+_CONCRETE = {"float": "float", "double": "double", "at::Half": "c10::Half", "c10::Half": "c10::Half", "half": "c10::Half",
+             "at::BFloat16": "c10::BFloat16", "c10::BFloat16": "c10::BFloat16"}
+
+
+def _instance_types(targ: str, host_text: str) -> set[str]:
+    """The types a launch `k<targ><<<...>>>` needs: `targ` itself when concrete, else what the
+    host code's dispatch macros hand their lambdas."""
+    if targ in _CONCRETE:
+        return {_CONCRETE[targ]}
+    found: set[str] = set()
+    for m in re.finditer(r"\b(AT_DISPATCH_\w+)\s*\(", host_text):
+        macro = m.group(1)
+        if macro in _DISPATCH_TYPES:
+            found.update(_DISPATCH_TYPES[macro])
+        elif re.fullmatch(r"AT_DISPATCH_FLOATING_TYPES_AND\d?", macro):
+            found.update(("float", "double"))
+            head = host_text[m.end(): m.end() + 200]
+            found.update(_SCALAR_NAMES[k] for k in re.findall(r"(?:k|ScalarType::)(Half|BFloat16)\b", head.split("[&]")[0]))
+        else:
+            raise SplitError(f"{macro} dispatches types the fast build does not instantiate")
+    if not found:
+        raise SplitError(f"cannot tell which types template argument {targ} takes")
+    return found
