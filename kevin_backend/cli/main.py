@@ -38,7 +38,7 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 
 # Modules that each register one subcommand, in the order `kevin --help` lists them.
-COMMAND_MODULES: Final[tuple[str, ...]] = ("kevin_backend.cli.generate_cmd", "kevin_backend.cli.prewarm_cmd", "kevin_backend.cli.eval_cmd", "kevin_backend.cli.cache_cmd", "kevin_backend.cli.bench_cmd")
+COMMAND_MODULES: Final[tuple[str, ...]] = ("kevin_backend.cli.generate_cmd", "kevin_backend.cli.prewarm_cmd", "kevin_backend.cli.eval_cmd", "kevin_backend.cli.cache_cmd", "kevin_backend.cli.train_cmd", "kevin_backend.cli.bench_cmd")
 
 Handler = Callable[[argparse.Namespace, Config], int]
 

@@ -1,0 +1,19 @@
+"""The offline RL trainer: multi-turn GRPO on the judge's rewards (the Kevin-32B recipe).
+
+    config = TrainConfig.from_yaml("configs/train/tiny.yaml")
+    Trainer(config).train()                     # or: kevin train --config configs/train/tiny.yaml
+
+One batch: tasks -> rollouts through the generator's loop (`generate/engine.py`) with the model
+being trained -> one sample per turn (prompt tokens masked, reply tokens carry the loss) ->
+discounted returns within a trajectory, advantages normalized per task -> clipped policy-gradient
+steps (first on-policy, then off-policy against the stored log-probs) -> metrics, checkpoints.
+
+The stages live in their own modules (`config`, `tasks`, `rollout`, `samples`, `returns`, `loss`,
+`trainer`, `checkpoint`, `metrics`, `vllm_sync`); importing this package imports none of the
+heavy optional dependencies (transformers, accelerate, peft, vllm), the modules that need them
+import them when used.
+"""
+
+from kevin_backend.rl.config import TrainConfig, TrainConfigError
+
+__all__ = ["TrainConfig", "TrainConfigError"]
