@@ -48,7 +48,7 @@ import torch
 from kevin_backend.config import child_env
 from kevin_backend.judge.candidate import InlineExtension
 from kevin_backend.judge.errors import SourceFile, trim_compiler_output
-from kevin_backend.judge.fast_build import Toolchain, build_fast, ensure_pch, fast_sources
+from kevin_backend.judge.fast_build import FAST_BUILD_VERSION, Toolchain, build_fast, ensure_pch, fast_sources
 from kevin_backend.judge.split import SplitError
 
 __all__ = ["BuildSpec", "BuildResult", "Builder", "light_cuda_sources", "load_built", "answering_load_inline"]
@@ -94,6 +94,7 @@ class BuildSpec:
             "arch": self.arch,
             "light_headers": self.light_headers,
             "fast": self.fast,
+            "fast_version": FAST_BUILD_VERSION if self.fast else None,
             "torch": torch.__version__,
             "cuda_version": torch.version.cuda,
             "python": sys.version_info[:2],

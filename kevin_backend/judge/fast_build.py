@@ -41,7 +41,10 @@ from kevin_backend.config import child_env
 from kevin_backend.judge.errors import SourceFile, parse_errors, trim_compiler_output
 from kevin_backend.judge.split import SOURCE_NAME, SplitError, split_cuda
 
-__all__ = ["Toolchain", "FastSources", "FastOutcome", "fast_sources", "ensure_pch", "build_fast", "ops_namespace"]
+# Part of every fast build's cache key: bump it when what this module produces changes.
+FAST_BUILD_VERSION = 2
+
+__all__ = ["FAST_BUILD_VERSION", "Toolchain", "FastSources", "FastOutcome", "fast_sources", "ensure_pch", "build_fast", "ops_namespace"]
 
 # Headers every host part gets, precompiled once. The adapter turns a candidate's function into
 # one whose parameter and return types an operator schema accepts.
@@ -246,7 +249,9 @@ def build_fast(sources: FastSources, work: Path, output: Path, arch: str, pch: P
     if not ok:
         # an instantiation for a type the candidate never runs may fail where its own build would not
         return FastOutcome(False, False, "", log) if sources.templated else _failure(log, cuda_text)
-    link = [tc.cxx, "-shared", str(work / "device.o"), str(work / "host.o"), "-o", str(output),
+    # -Bsymbolic: the library's own functions bind to its own definitions, even where another
+    # loaded build exports the same names (every candidate may call its function `forward`)
+    link = [tc.cxx, "-shared", "-Wl,-Bsymbolic", str(work / "device.o"), str(work / "host.o"), "-o", str(output),
             *(f"-L{d}" for d in tc.library_dirs), "-lc10", "-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda", "-ltorch", "-lcudart"]
     link_log, ok, timed_out = run_group([link], max(1.0, timeout - (time.monotonic() - start)))
     log += link_log
