@@ -6,7 +6,8 @@ the timings), the best correct kernel's speedup over eager and over Inductor. En
 geometric means the goals are stated in: over eager on chains of three or more ops, over
 Inductor on reductions and norms.
 
-Usage: python benchmarks/bench_builtin.py [--tasks a,b] [--turns 3] [--trajectories 1] [--at-once 4] [--json FILE]
+Usage: python benchmarks/bench_builtin.py [--tasks a,b] [--categories norm,reduction] [--turns 3]
+       [--trajectories 1] [--at-once 4] [--json FILE]
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def geomean(values: list[float]) -> float | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", help="comma-separated task names (default: all)")
+    parser.add_argument("--categories", help="comma-separated categories: chain1, chain2, chain3+, reduction, norm")
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--trajectories", type=int, default=1)
     parser.add_argument("--trials", type=int, default=50)
@@ -46,7 +48,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("bench_builtin needs a CUDA GPU", file=sys.stderr)
         return 2
-    tasks = [t for t in SUITE if not args.tasks or t.name in args.tasks.split(",")]
+    tasks = [t for t in SUITE if (not args.tasks or t.name in args.tasks.split(","))
+             and (not args.categories or t.category in args.categories.split(","))]
     rows: list[dict[str, object]] = []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,6 +73,8 @@ def main() -> int:
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 row = future.result()
                 rows.append(row)
+                if args.json:  # as we go: a run stopped at its time limit keeps what it measured
+                    args.json.write_text(json.dumps({"rows": rows, "partial": True}, indent=1))
                 elapsed = time.perf_counter() - start
                 eta = elapsed / done * (len(tasks) - done)
                 shown = f"{row['vs_eager']:.2f}x eager, {row['vs_inductor']:.2f}x Inductor" if row["correct"] else f"NOT CORRECT {row['reasons']}"

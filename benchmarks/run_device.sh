@@ -23,6 +23,8 @@ for step in $steps; do
       python3 -m kevin_backend.cli.main --cache-dir "$(mktemp -d)" generate examples/replay/gated_task.py --policy replay:examples/replay/replies.json \
         --trajectories 1 --turns 6 --trials 30 --json "$OUT/generate.json" 2>&1 | tee "$OUT/generate.log" ;;
     builtin) python3 benchmarks/bench_builtin.py --json "$OUT/builtin.json" 2>&1 | tee "$OUT/builtin.log" | tail -70 ;;
+    builtin-chains) python3 benchmarks/bench_builtin.py --categories chain1,chain2,chain3+ --json "$OUT/builtin_chains.json" 2>&1 | tee "$OUT/builtin_chains.log" | tail -40 ;;
+    builtin-rows) python3 benchmarks/bench_builtin.py --categories reduction,norm --json "$OUT/builtin_rows.json" 2>&1 | tee "$OUT/builtin_rows.log" | tail -40 ;;
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
     bench)  # kevin bench: eager / Inductor / kevin (mode cache, this machine's kernel cache); the KernelBench folder first, then the models
