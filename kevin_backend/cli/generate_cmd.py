@@ -26,7 +26,7 @@ __all__ = ["register"]
 def register(subparsers: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("generate", parents=parents, help="search for a fast kernel for one KernelBench task")
     p.add_argument("task", type=Path, help="KernelBench-format task: Model, get_inputs, get_init_inputs")
-    p.add_argument("--policy", help="openai[:MODEL], vllm[:MODEL], hf:PATH or replay:FILE (default: KEVIN_POLICY)")
+    p.add_argument("--policy", help="auto, builtin, openai[:MODEL], vllm[:MODEL], hf:PATH or replay:FILE (default: KEVIN_POLICY, auto)")
     p.add_argument("--trajectories", type=int, help="parallel trajectories (default: KEVIN_TRAJECTORIES, 16)")
     p.add_argument("--turns", type=int, help="refinement turns (default: KEVIN_TURNS, 8)")
     p.add_argument("--beam", type=int, help="keep the best K trajectories after each turn (default: none)")
