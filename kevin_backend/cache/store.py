@@ -825,6 +825,15 @@ class KernelCache:
                 tasks.append(task)
         return sorted(tasks, key=lambda task: (task.recorded, task.digest))
 
+    def get_pending(self, digest: str) -> PendingTask | None:
+        """The recorded miss named `digest`, or None (also when its record is corrupt)."""
+        _check_digest(digest)
+        try:
+            return _load_pending_folder(self._pending_dir / digest)
+        except (_Corrupt, OSError) as exc:
+            log.warning("skipping corrupt pending task %s: %s", digest, exc)
+            return None
+
     def remove_pending(self, digest: str) -> bool:
         """Forget a recorded miss; False if there was none."""
         _check_digest(digest)

@@ -24,7 +24,6 @@ import concurrent.futures
 import dataclasses
 import logging
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
@@ -298,4 +297,3 @@ class SearchContext:
     prompt_version: str
     gpu: str
     started: float = field(default_factory=time.time)
-    lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)

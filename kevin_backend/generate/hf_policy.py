@@ -88,9 +88,9 @@ class TransformersPolicy:
             eos_ids.add(tokenizer.eos_token_id)
         if not eos_ids:
             raise PolicyError(f"{source!r} names no end-of-sequence token; generation could not stop")
-        self._eos_ids = sorted(eos_ids)
+        self.eos_ids = sorted(eos_ids)  # generation stops at any of these
         pad = tokenizer.pad_token_id
-        self._pad_id = pad if pad is not None else self._eos_ids[0]
+        self.pad_id = pad if pad is not None else self.eos_ids[0]
         self._lock = threading.Lock()
 
     def render(self, messages: Sequence[Message]) -> str:
@@ -118,8 +118,8 @@ class TransformersPolicy:
         ).to(self.device)
         options: dict[str, Any] = {
             "max_new_tokens": sampling.max_tokens,
-            "pad_token_id": self._pad_id,
-            "eos_token_id": self._eos_ids,
+            "pad_token_id": self.pad_id,
+            "eos_token_id": self.eos_ids,
         }
         if sampling.temperature > 0:
             options.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
@@ -132,7 +132,7 @@ class TransformersPolicy:
         seconds = time.perf_counter() - began
         width = inputs["input_ids"].shape[1]
         prompt_lengths = inputs["attention_mask"].sum(dim=1).tolist()
-        terminal = set(self._eos_ids) | {self._pad_id}
+        terminal = set(self.eos_ids) | {self.pad_id}
         replies = []
         for row, prompt_tokens in zip(output[:, width:].tolist(), prompt_lengths):
             # A row ends at its first end-of-sequence token (counted, as servers count it); what
@@ -141,7 +141,7 @@ class TransformersPolicy:
             if end is None:
                 count, finish = len(row), "length" if len(row) >= sampling.max_tokens else "stop"
             else:
-                count, finish = end + (1 if row[end] in self._eos_ids else 0), "stop"
+                count, finish = end + (1 if row[end] in self.eos_ids else 0), "stop"
             text = self.tokenizer.decode(row[:count], skip_special_tokens=True)
             if sampling.stop:
                 cut = min((i for i in (text.find(s) for s in sampling.stop) if i >= 0), default=-1)

@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Outcome", "run_one", "make_generator"]
+__all__ = ["run_one", "make_generator"]
 
 
 def make_generator(setup: dict[str, Any]) -> Any:
@@ -38,9 +38,8 @@ def make_generator(setup: dict[str, Any]) -> Any:
 
 def run_one(generator: Any, cache: Any, digest: str, device: str) -> dict[str, Any]:
     """Generate for one pending task and store the decision; the outcome as a dict."""
-    pending = {p.digest: p for p in cache.pending()}
     start = time.perf_counter()
-    item = pending.get(digest)
+    item = cache.get_pending(digest)
     if item is None:
         done = cache.get_digest(digest)
         return {"digest": digest, "status": "skipped" if done else "failed",

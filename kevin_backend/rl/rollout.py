@@ -27,7 +27,7 @@ import torch
 
 from kevin_backend.generate.engine import Engine, Judging, SearchConfig, SearchResult
 from kevin_backend.generate.log import TrajectoryLog
-from kevin_backend.generate.policy import Message, Policy, PolicyError, Reply, Sampling, split_reasoning
+from kevin_backend.generate.policy import Message, Policy, Reply, Sampling, split_reasoning
 from kevin_backend.rl.config import JudgeSettings, RolloutSettings
 from kevin_backend.rl.synthetic import FencedPolicy, TargetStringJudge
 from kevin_backend.rl.tasks import TrainTask
@@ -52,14 +52,8 @@ class LivePolicy:
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.name = f"live:{getattr(model, 'name_or_path', '') or type(model).__name__}"
-        eos = model.generation_config.eos_token_id
-        ids = set(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
-        if tokenizer.eos_token_id is not None:
-            ids.add(tokenizer.eos_token_id)
-        if not ids:
-            raise PolicyError("the model names no end-of-sequence token; generation could not stop")
-        self.eos_ids = sorted(ids)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.eos_ids = self._view.eos_ids  # the same stop and pad tokens as the generate unit's policy
+        self.pad_id = self._view.pad_id
 
     def render(self, messages: Sequence[Message]) -> str:
         return self._view.render(messages)

@@ -267,7 +267,7 @@ class Trainer:
             self.writer.close()
 
     def train_batch(self) -> BatchMetrics:
-        cfg, acc = self.config, self.accelerator
+        cfg = self.config
         batch = self.state.batch
         began = time.perf_counter()
         # 1. tasks: this process's share of the batch, in the seeded order

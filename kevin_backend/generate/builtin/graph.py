@@ -18,13 +18,14 @@ the reason (reductions over other dimensions, integer tensors, views that move d
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx as fx
 
-from kevin_backend.generate.builtin.ops import Unsupported, check as check_pointwise, float_literal, is_pointwise
+from kevin_backend.generate.builtin.ops import Unsupported, check as check_pointwise, float_literal, is_pointwise, pointwise_expr
 from kevin_backend.types import load_program
 
 __all__ = ["Kind", "Reduction", "PlanInput", "PlanNode", "PlanOutput", "Plan", "Declined", "plan_task", "REDUCTIONS", "DTYPES"]
@@ -241,7 +242,7 @@ def _plan(gm: fx.GraphModule, metas: list[Any]) -> Plan:
         var = f"v{counter}"
         counter += 1
         op = _op_name(node)
-        if node.target is __import__("operator").getitem:
+        if node.target is operator.getitem:
             src = node.args[0]
             if src not in names or not isinstance(node.args[1], int):
                 raise Unsupported("an item of a value the writer does not know")
@@ -306,8 +307,6 @@ def _plan(gm: fx.GraphModule, metas: list[Any]) -> Plan:
         kind = Kind.FULL if Kind.FULL in operand_kinds else Kind.ROW if operand_kinds else kind_of_shape(tuple(val.shape))
         if kind is Kind.FULL and tuple(val.shape) != shape and reductions:
             raise Unsupported(f"{op} makes shape {list(val.shape)}, not the iteration space {list(shape)}")
-        from kevin_backend.generate.builtin.ops import pointwise_expr
-
         nodes.append(PlanNode(var, kind, pointwise_expr(node, value), dtype=val.dtype))
         names[node], kinds[node] = var, kind
 

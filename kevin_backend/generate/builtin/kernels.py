@@ -85,8 +85,6 @@ __device__ __forceinline__ float kevin_ld(const bool* p, long long i) { return p
 __device__ __forceinline__ void kevin_st(float* p, long long i, float v) { p[i] = v; }
 __device__ __forceinline__ void kevin_st(__half* p, long long i, float v) { p[i] = __float2half_rn(v); }
 __device__ __forceinline__ void kevin_st(__nv_bfloat16* p, long long i, float v) { p[i] = __float2bfloat16_rn(v); }
-__device__ __forceinline__ float kevin_rnd_f16(float v) { return __half2float(__float2half_rn(v)); }
-__device__ __forceinline__ float kevin_rnd_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 __device__ __forceinline__ void kevin_ld4(const float* p, long long i, float* v) {
     float4 t = *reinterpret_cast<const float4*>(p + i); v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
 }
@@ -111,14 +109,14 @@ __device__ __forceinline__ void kevin_st4(__nv_bfloat16* p, long long i, const f
     h[0] = __float2bfloat16_rn(v[0]); h[1] = __float2bfloat16_rn(v[1]); h[2] = __float2bfloat16_rn(v[2]); h[3] = __float2bfloat16_rn(v[3]);
     *reinterpret_cast<uint2*>(p + i) = t;
 }
-__device__ __forceinline__ float kevin_max(float a, float b) { return (a > b || a != a) ? a : b; }
-__device__ __forceinline__ float kevin_min(float a, float b) { return (a < b || a != a) ? a : b; }
 """
 
 _INIT = {Reduction.SUM: "0.0f", Reduction.MEAN: "0.0f", Reduction.AMAX: "-INFINITY", Reduction.AMIN: "INFINITY",
          Reduction.VAR: "0.0f", Reduction.VAR_MEAN: "0.0f"}
-_COMBINE = {Reduction.SUM: "{a} + {b}", Reduction.MEAN: "{a} + {b}", Reduction.AMAX: "kevin_max({a}, {b})",
-            Reduction.AMIN: "kevin_min({a}, {b})", Reduction.VAR: "{a} + {b}", Reduction.VAR_MEAN: "{a} + {b}"}
+# The combine of each reduction (ops.DEVICE_HELPERS' maximum/minimum propagate NaN, as torch's do).
+_COMBINE = {Reduction.SUM: "{a} + {b}", Reduction.MEAN: "{a} + {b}", Reduction.AMAX: "kevin_maximum({a}, {b})",
+            Reduction.AMIN: "kevin_minimum({a}, {b})", Reduction.VAR: "{a} + {b}", Reduction.VAR_MEAN: "{a} + {b}"}
+_ROUND = {torch.float16: "kevin_round_half", torch.bfloat16: "kevin_round_bf16"}  # ops.DEVICE_HELPERS
 
 
 def input_mode(inp: PlanInput, shape: tuple[int, ...]) -> str:
@@ -183,8 +181,8 @@ def _node_code(node: PlanNode) -> str:
     if node.alias_of is not None:
         return f"float {node.var} = {node.alias_of};"
     assert node.expr is not None
-    rounding = {torch.float16: "kevin_rnd_f16", torch.bfloat16: "kevin_rnd_bf16"}.get(node.dtype)
-    expr = f"{rounding}({node.expr})" if rounding else node.expr
+    rounding = _ROUND.get(node.dtype)
+    expr = f"{rounding}({node.expr})" if rounding and not node.expr.startswith(f"{rounding}(") else node.expr
     return f"float {node.var} = {expr};"
 
 
@@ -333,14 +331,14 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str) -> str:
             combine = _COMBINE[red.reduction] if kind == "sum" else "{a} + {b}"
             value = operand if center is None else f"({operand} - {center}) * ({operand} - {center})"
             body = [*loads(needed, [operand]), *(_node_code(n) for n in needed), f"{acc} = {combine.format(a=acc, b=value)};"]
-            op = "kevin_max" if red.reduction is Reduction.AMAX and kind == "sum" else "kevin_min" if red.reduction is Reduction.AMIN and kind == "sum" else "add"
+            op = {Reduction.AMAX: "max", Reduction.AMIN: "min"}.get(red.reduction, "add") if kind == "sum" else "add"
             lines.append(f"float {acc} = {_INIT[red.reduction] if kind == 'sum' else '0.0f'};")
             lines.append(loop(body))
             lines.append(f"{acc} = kevin_row_reduce_{op}({acc}, smem, row_in_block, lane);")
             if red.reduction in (Reduction.VAR, Reduction.VAR_MEAN) and kind == "sum":
                 lines.append(f"const float {red.var}_mean = {acc} / {cols}.0f;")
         r = red.reduction
-        rnd = {torch.float16: "kevin_rnd_f16", torch.bfloat16: "kevin_rnd_bf16"}.get(red.dtype, "")
+        rnd = _ROUND.get(red.dtype, "")
         if r is Reduction.SUM or r is Reduction.AMAX or r is Reduction.AMIN:
             lines.append(f"const float {red.var} = {rnd}({red.var}_acc);")
         elif r is Reduction.MEAN:
@@ -365,46 +363,9 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str) -> str:
         stores = " ".join(f"kevin_st(p_out{k}, row, {o.var});" for k, o in row_outs)
         lines.append(f"if (valid && lane == 0) {{ {stores} }}")
     inner = "\n    ".join(lines)
-    return f"""
-__device__ __forceinline__ float kevin_row_reduce_add(float v, float* smem, int row_in_block, int lane) {{
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if ({warps} > 1) {{
-        __syncthreads();
-        if ((lane & 31) == 0) smem[row_in_block * {warps} + (lane >> 5)] = v;
-        __syncthreads();
-        v = 0.0f;
-        for (int w = 0; w < {warps}; ++w) v += smem[row_in_block * {warps} + w];
-    }}
-    return v;
-}}
-
-__device__ __forceinline__ float kevin_row_reduce_kevin_max(float v, float* smem, int row_in_block, int lane) {{
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = kevin_max(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if ({warps} > 1) {{
-        __syncthreads();
-        if ((lane & 31) == 0) smem[row_in_block * {warps} + (lane >> 5)] = v;
-        __syncthreads();
-        v = -INFINITY;
-        for (int w = 0; w < {warps}; ++w) v = kevin_max(v, smem[row_in_block * {warps} + w]);
-    }}
-    return v;
-}}
-
-__device__ __forceinline__ float kevin_row_reduce_kevin_min(float v, float* smem, int row_in_block, int lane) {{
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = kevin_min(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if ({warps} > 1) {{
-        __syncthreads();
-        if ((lane & 31) == 0) smem[row_in_block * {warps} + (lane >> 5)] = v;
-        __syncthreads();
-        v = INFINITY;
-        for (int w = 0; w < {warps}; ++w) v = kevin_min(v, smem[row_in_block * {warps} + w]);
-    }}
-    return v;
-}}
-
+    reducers = "".join(_row_reducer(op, combine, init, warps) for op, combine, init in (
+        ("add", "{a} + {b}", "0.0f"), ("max", "kevin_maximum({a}, {b})", "-INFINITY"), ("min", "kevin_minimum({a}, {b})", "INFINITY")))
+    return reducers + f"""
 __global__ void __launch_bounds__({tpr * rpb}) {name}({ins}, {outs}) {{
     __shared__ float smem[{rpb * warps}];
     const int row_in_block = threadIdx.x / {tpr};
@@ -412,6 +373,27 @@ __global__ void __launch_bounds__({tpr * rpb}) {name}({ins}, {outs}) {{
     const long long row = (long long)blockIdx.x * {rpb} + row_in_block;
     const bool valid = row < {rows}LL;
     {inner}
+}}
+"""
+
+
+def _row_reducer(op: str, combine: str, init: str, warps: int) -> str:
+    """`kevin_row_reduce_<op>`: a row's value from its threads: shuffles within each warp, then
+    shared memory across the row's warps (every thread of the block must call it)."""
+    step = combine.format(a="v", b="__shfl_xor_sync(0xffffffffu, v, o)")
+    gather = combine.format(a="v", b=f"smem[row_in_block * {warps} + w]")
+    return f"""
+__device__ __forceinline__ float kevin_row_reduce_{op}(float v, float* smem, int row_in_block, int lane) {{
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = {step};
+    if ({warps} > 1) {{
+        __syncthreads();
+        if ((lane & 31) == 0) smem[row_in_block * {warps} + (lane >> 5)] = v;
+        __syncthreads();
+        v = {init};
+        for (int w = 0; w < {warps}; ++w) v = {gather};
+    }}
+    return v;
 }}
 """
 
