@@ -34,6 +34,7 @@ def test_first_kernels_of_a_suite_sample_are_accepted(tmp_path_factory: pytest.T
 
     def one(name: str) -> tuple[str, object]:
         plan = plan_task(by_name[name].source)
+        assert plan, (name, plan)
         program = write_program(plan, (VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)[variant])
         return name, judge.judge(by_name[name].source, program)
 

@@ -45,6 +45,16 @@ def test_every_suite_task_is_written_in_every_variant(task) -> None:
         fast_sources(ext.cpp_sources, ext.cuda_sources, ext.functions, "abc")  # splits: the fast build takes it
 
 
+def test_tasks_planned_from_many_threads_at_once_are_all_planned() -> None:
+    # searches of several tasks run in threads; tracing must not trip over itself
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        plans = list(pool.map(lambda t: plan_task(t.source), SUITE[:24]))
+    declined = [(t.name, p.reason) for t, p in zip(SUITE, plans) if isinstance(p, Declined)]
+    assert not declined, declined
+
+
 def test_plans_read_kinds_and_access_modes() -> None:
     by_name = {t.name: t for t in SUITE}
     plan = plan_task(by_name["layernorm-affine-f16"].source)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import operator
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,9 +171,15 @@ def trace(task_source: str) -> tuple[fx.GraphModule, list[Any]]:
     return gm, metas
 
 
+# make_fx keeps its patching state in module globals: two traces at once in one process break
+# each other (searches of several tasks run in threads), so tracing takes turns.
+_TRACE_LOCK = threading.Lock()
+
+
 def plan_task(task_source: str) -> Plan | Declined:
     try:
-        gm, metas = trace(task_source)
+        with _TRACE_LOCK:
+            gm, metas = trace(task_source)
     except Unsupported as exc:
         return Declined(str(exc))
     except Exception as exc:  # a task the tracer cannot take is declined, not an error
