@@ -25,6 +25,23 @@ for step in $steps; do
     builtin) python3 benchmarks/bench_builtin.py --json "$OUT/builtin.json" 2>&1 | tee "$OUT/builtin.log" | tail -70 ;;
     builtin-chains) python3 benchmarks/bench_builtin.py --categories chain1,chain2,chain3+ --json "$OUT/builtin_chains.json" 2>&1 | tee "$OUT/builtin_chains.log" | tail -40 ;;
     builtin-rows) python3 benchmarks/bench_builtin.py --categories reduction,norm --json "$OUT/builtin_rows.json" 2>&1 | tee "$OUT/builtin_rows.log" | tail -40 ;;
+    seed)  # the seed cache: the bench models prewarmed with the built-in writer, killed once mid-run and resumed
+      export KEVIN_CACHE_DIR=${SEED_CACHE:-$(mktemp -d)}
+      export TORCHINDUCTOR_CACHE_DIR=$KEVIN_CACHE_DIR/inductor
+      args="prewarm --no-seed --policy builtin --bench-model ${SEED_MODELS:-all} --trajectories 1 --turns 3 --per-gpu 8"
+      setsid python3 -m kevin_backend.cli.main $args --json "$OUT/prewarm_killed.json" > "$OUT/prewarm.log" 2>&1 &
+      pid=$!
+      for _ in $(seq 1200); do
+        [ "$(ls "$KEVIN_CACHE_DIR/entries" 2>/dev/null | wc -l)" -ge "${KILL_AFTER:-4}" ] && break
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.5
+      done
+      kill -9 -- -$pid 2>/dev/null; wait $pid 2>/dev/null
+      echo "== killed (SIGKILL to the whole process group) with $(ls "$KEVIN_CACHE_DIR/entries" | wc -l) entries stored" | tee -a "$OUT/prewarm.log"
+      ls "$KEVIN_CACHE_DIR/entries" > "$OUT/entries_at_kill.txt"
+      python3 -m kevin_backend.cli.main $args --json "$OUT/prewarm.json" 2>&1 | tee -a "$OUT/prewarm.log" | tail -20
+      python3 -m kevin_backend.cli.main cache ls 2>&1 | tee "$OUT/seed_ls.txt" | tail -40
+      tar -czf "$OUT/seed.tgz" -C "$KEVIN_CACHE_DIR" entries ;;
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
     bench)  # kevin bench: eager / Inductor / kevin (mode cache, this machine's kernel cache); the KernelBench folder first, then the models

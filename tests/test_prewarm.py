@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from kevin_backend.cache.store import KernelCache
 from kevin_backend.config import override
@@ -56,6 +57,33 @@ def test_prewarm_a_model_on_two_workers_then_nothing_is_redone(tmp_path: Path, p
         assert main(args) == 0  # everything finished: skipped
     assert _lines(plugin_env) == generated
     assert f"{len(generated)} finished before, 0 to do" in capsys.readouterr().err
+
+
+def test_prewarm_of_a_bench_model_covers_what_the_bench_compiles(tmp_path: Path, plugin_env: Path) -> None:
+    import kevin_backend
+    from kevin_backend.bench.models import make_model
+    from kevin_backend.cli.main import main
+
+    cache_dir = tmp_path / "cache"
+    args = ["--cache-dir", str(cache_dir), "prewarm", "--bench-model", "mlp", "--bench-size", "tiny",
+            "--generator", "prewarm_helpers:reference"]
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main(args) == 0
+    generated = _lines(plugin_env)
+    assert len(generated) >= 3  # inference, and the training step's forward and backward
+    for workload in ("infer", "train"):  # the bench's own steps now find every partition in the cache
+        torch._dynamo.reset()
+        model, inputs = make_model("mlp", workload, device="cpu", size="tiny")
+        with override(KEVIN_CPU_KERNELS=True):
+            compiled = torch.compile(model, backend="kevin", options={"mode": "cache", "cache_dir": str(cache_dir)})
+            if workload == "infer":
+                with torch.no_grad():
+                    compiled(*inputs)
+            else:
+                compiled(*inputs).backward()
+        statuses = [r.status.value for r in kevin_backend.last_report().records()]
+        assert statuses and set(statuses) == {"hit"}, (workload, statuses)
+    assert main(["--cache-dir", str(cache_dir), "prewarm", "--bench-model", "nope"]) == 2
 
 
 def test_a_killed_prewarm_resumes_without_redoing_finished_tasks(tmp_path: Path, plugin_env: Path) -> None:

@@ -4,10 +4,12 @@ Sources (any together; the recorded pending tasks when none is given):
   --pending            the misses `cache`-mode runs recorded
   --model FILE:FACTORY the factory returns (model, example_inputs); compiled for inference and a
                        training step in `cache` mode, its misses are the work
+  --bench-model NAME   a model of `kevin bench` (mlp, cnn, gpt2, llama, or all), its inference
+                       and training step exactly as the bench runs them
   --tasks DIR          a folder of KernelBench-format tasks
 
-The generator runs on every task, one worker per local GPU (or `--workers` without GPUs), or
-on a Ray cluster (`--ray ADDRESS`). Each decision is stored as its task finishes; a task with an
+The generator runs on every task, `--per-gpu` workers per local GPU (or `--workers` without
+GPUs; builds overlap, timings take turns on each GPU), or on a Ray cluster (`--ray ADDRESS`). Each decision is stored as its task finishes; a task with an
 entry is skipped, so a killed run resumes where it stopped.
 
 Exit codes: 0 every task decided, 1 some failed, 2 usage error.
@@ -31,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p = subparsers.add_parser("prewarm", parents=parents, help="fill the kernel cache offline (all local GPUs or a Ray cluster)")
     p.add_argument("--pending", action="store_true", help="the pending tasks recorded by cache-mode runs (default when no source)")
     p.add_argument("--model", action="append", default=[], metavar="FILE.py:FACTORY", help="a model factory (repeatable)")
+    p.add_argument("--bench-model", action="append", default=[], metavar="NAME",
+                   help="a model of kevin bench: mlp, cnn, gpt2, llama or all (repeatable; inference and training step)")
+    p.add_argument("--bench-size", choices=("full", "tiny"), default="full", help="size of the bench models (default: full)")
     p.add_argument("--tasks", action="append", default=[], type=Path, metavar="DIR", help="a folder of KernelBench tasks (repeatable)")
     p.add_argument("--no-train", action="store_true", help="with --model: inference graphs only, no training step")
     p.add_argument("--policy", help="the kernel writer (default: KEVIN_POLICY, auto)")
@@ -39,6 +44,8 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--turns", type=int)
     p.add_argument("--beam", type=int)
     p.add_argument("--gpus", default="all", help="GPU indices to use, e.g. 0,1 (default: all)")
+    p.add_argument("--per-gpu", type=int, default=4, metavar="N",
+                   help="tasks in flight per GPU: their builds overlap, their timings take turns (default 4)")
     p.add_argument("--workers", type=int, default=1, help="workers on a machine without GPUs (default 1)")
     p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster (e.g. auto, or ray://host:10001)")
     p.add_argument("--force", action="store_true", help="generate again for tasks that already have an entry")
@@ -65,7 +72,8 @@ def _gpus(spec: str) -> list[int | None]:
 def _prewarm(args: argparse.Namespace, config: Config) -> int:
     from kevin_backend.cache.store import KernelCache
     from kevin_backend.prewarm.runner import format_summary, prewarm_local, print_progress
-    from kevin_backend.prewarm.sources import SourceError, from_folder, from_model, from_pending
+    from kevin_backend.bench.models import MODELS
+    from kevin_backend.prewarm.sources import SourceError, from_bench, from_folder, from_model, from_pending
 
     if args.policy:
         config = Config(**{**config.__dict__, "policy": args.policy})
@@ -74,9 +82,12 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
     try:
         for spec in args.model:
             items += from_model(spec, config, cache, train=not args.no_train)
+        names = [n for spec in args.bench_model for n in (MODELS if spec == "all" else spec.split(","))]
+        for name in dict.fromkeys(names):
+            items += from_bench(name, config, cache, train=not args.no_train, size=args.bench_size)
         for folder in args.tasks:
             items += from_folder(folder, cache)
-        if args.pending or not (args.model or args.tasks):
+        if args.pending or not (args.model or args.bench_model or args.tasks):
             items += from_pending(cache)
     except SourceError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
@@ -101,7 +112,11 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
     if not args.ray and not gpus:
         gpus = [None] * max(1, args.workers)
         where = f"{len(gpus)} worker(s) without a GPU"
-    where = where or f"GPU(s) {', '.join(str(g) for g in gpus)}"
+    if args.per_gpu < 1:
+        raise CommandError(f"--per-gpu must be at least 1, got {args.per_gpu}", EXIT_USAGE)
+    if gpus and gpus[0] is not None:
+        where = f"GPU(s) {', '.join(str(g) for g in gpus)}, {args.per_gpu} task(s) in flight on each"
+        gpus = [g for g in gpus for _ in range(args.per_gpu)]
     print(f"kevin prewarm: {len(unique)} task(s), {finished} finished before, {len(todo)} to do on {where}; "
           f"cache {config.cache_dir}", file=sys.stderr)
     if args.ray:

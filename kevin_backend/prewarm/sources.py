@@ -11,7 +11,7 @@ import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -20,7 +20,7 @@ from kevin_backend.cache.store import KernelCache
 from kevin_backend.config import Config
 from kevin_backend.types import KernelTask
 
-__all__ = ["WorkItem", "SourceError", "from_pending", "from_model", "from_folder"]
+__all__ = ["WorkItem", "SourceError", "from_pending", "from_model", "from_bench", "from_folder"]
 
 
 class SourceError(ValueError):
@@ -31,7 +31,7 @@ class SourceError(ValueError):
 class WorkItem:
     key: CacheKey
     task: KernelTask
-    origin: str  # "pending", "model:FILE:FACTORY", "folder:FILE"
+    origin: str  # "pending", "model:FILE:FACTORY", "bench:NAME:WORKLOAD", "folder:FILE"
 
     @property
     def digest(self) -> str:
@@ -68,8 +68,6 @@ def from_model(spec: str, config: Config, cache: KernelCache, train: bool = True
     """`path/to/file.py:factory`: the factory returns (model, example_inputs); the model is compiled
     in `cache` mode, once for inference and once for a training step, which records every
     partition it misses as pending; those are the work."""
-    import kevin_backend
-
     path_text, _, name = spec.rpartition(":")
     path = Path(path_text)
     if not path_text or not name or not path.is_file():
@@ -84,28 +82,61 @@ def from_model(spec: str, config: Config, cache: KernelCache, train: bool = True
         raise SourceError(f"{path} defines no callable {name!r}")
     model, inputs = factory()
     inputs = tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+    steps = ("infer", "train") if train else ("infer",)
+    return _record(model, inputs, steps, config, cache, f"model:{spec}")
+
+
+def from_bench(name: str, config: Config, cache: KernelCache, train: bool = True, size: str = "full") -> list[WorkItem]:
+    """A model of `kevin bench` (mlp, cnn, gpt2, llama), for each workload exactly as the bench
+    runs it: inference under no_grad, and a training step (the model returns its loss), so the
+    partitions prewarmed are the ones the bench meets."""
+    from kevin_backend.bench.models import MODELS, WORKLOADS, make_model
+
+    if name not in MODELS:
+        raise SourceError(f"unknown bench model {name!r}; valid models: {', '.join(MODELS)}")
+    items: list[WorkItem] = []
+    for workload in WORKLOADS if train else ("infer",):
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            model, inputs = make_model(name, workload, device=device, size=size)
+        except ImportError as exc:
+            raise SourceError(f"bench model {name!r} needs a package that is missing: {exc}") from exc
+        items += _record(model, inputs, (workload,), config, cache, f"bench:{name}:{workload}")
+        del model, inputs
+    return items
+
+
+def _record(model: Any, inputs: tuple[Any, ...], steps: Sequence[str], config: Config, cache: KernelCache,
+            origin: str) -> list[WorkItem]:
+    """Compile `model` with kevin in `cache` mode for each step ("infer": eval, no_grad; "train":
+    train mode, forward and backward), recording its misses as pending; the work items are those
+    misses and the partitions the cache already decides."""
+    import kevin_backend
+
     options: dict[str, Any] = {"mode": "cache", "cache_dir": str(config.cache_dir), "record_pending": True,
                                "policy": config.policy if isinstance(config.policy, str) else "auto", "writer": config.writer,
                                "cpu_kernels": config.cpu_kernels}
     digests: set[str] = set()
-    torch._dynamo.reset()
-    model.eval()
-    with torch.no_grad():
-        torch.compile(model, backend="kevin", options=options)(*inputs)
-    digests.update(r.key for r in kevin_backend.last_report().records() if r.key)
-    if train:
+    for step in steps:
         torch._dynamo.reset()
-        model.train()
-        out = torch.compile(model, backend="kevin", options=options)(*inputs)
-        outs = out if isinstance(out, (list, tuple)) else (out,)
-        loss = sum(o.float().sum() for o in outs if isinstance(o, torch.Tensor) and o.requires_grad)
-        if isinstance(loss, torch.Tensor):
-            loss.backward()
+        if step == "infer":
+            model.eval()
+            with torch.no_grad():
+                torch.compile(model, backend="kevin", options=options)(*inputs)
+        else:
+            model.train()
+            out = torch.compile(model, backend="kevin", options=options)(*inputs)
+            outs = out if isinstance(out, (list, tuple)) else (out,)
+            grads = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
+            if len(grads) == 1 and grads[0].dim() == 0:
+                grads[0].backward()  # a loss, as a training step has it
+            elif grads:
+                sum(o.float().sum() for o in grads).backward()
         digests.update(r.key for r in kevin_backend.last_report().records() if r.key)
     torch._dynamo.reset()
-    items = [WorkItem(p.key, p.task, f"model:{spec}") for p in cache.pending() if p.digest in digests]
+    items = [WorkItem(p.key, p.task, origin) for p in cache.pending() if p.digest in digests]
     for digest in sorted(digests - {i.digest for i in items}):  # partitions the cache already decides
         entry = cache.get_digest(digest)
         if entry is not None:
-            items.append(WorkItem(entry.key, entry.task, f"model:{spec}"))
+            items.append(WorkItem(entry.key, entry.task, origin))
     return items
