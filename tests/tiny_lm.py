@@ -5,26 +5,18 @@ Qwen-style chat template, and a randomly initialized two-layer Qwen2 causal LM.
     folder = build_tiny_lm(tmp_path / "tiny")      # about a second; loads with from_pretrained
 
 The model's replies are noise, but they are real: chat-templated prompts, left-padded batches,
-sampling, end-of-sequence and token counts all go through the same code as for Kevin-32B.
+sampling, end-of-sequence and token counts all go through the same code as for Kevin-32B. The
+builders are the package's (`kevin_backend/rl/tiny.py`); this file fixes the test sizes and corpus.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import torch
+from kevin_backend.rl.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, make_model
+from kevin_backend.rl.tiny import train_tokenizer as _train_tokenizer
 
 __all__ = ["CHAT_TEMPLATE", "CORPUS", "SPECIAL_TOKENS", "train_tokenizer", "tiny_model", "build_tiny_lm"]
-
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-
-# Qwen's ChatML layout: <|im_start|>role\ncontent<|im_end|>\n, the assistant's turn opened last.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 
 CORPUS = (
     "import torch",
@@ -61,55 +53,14 @@ CORPUS = (
 def train_tokenizer(corpus: tuple[str, ...] = CORPUS, vocab_size: int = 400):
     """A byte-level BPE `PreTrainedTokenizerFast` trained on `corpus` (any text encodes: the 256
     bytes are in the alphabet), with ChatML specials and the chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    core.train_from_iterator(list(corpus) * 4, trainer=trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        chat_template=CHAT_TEMPLATE,
-        model_max_length=2048,
-    )
+    return _train_tokenizer(corpus, vocab_size)
 
 
 def tiny_model(tokenizer, seed: int = 0, hidden: int = 64, layers: int = 2, heads: int = 4):
     """A randomly initialized Qwen2 causal LM sized for `tokenizer`. The initialization is wider
     than a real model's so its next-token choices are clear-cut (greedy decoding does not hinge
     on rounding)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    end = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")]
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads // 2,
-        max_position_embeddings=2048,
-        initializer_range=0.2,
-        tie_word_embeddings=True,
-        eos_token_id=end,
-        pad_token_id=end[1],
-        bos_token_id=None,
-    )
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = end
-    model.generation_config.pad_token_id = end[1]
-    return model.eval()
+    return make_model(tokenizer, seed=seed, hidden=hidden, layers=layers, heads=heads, init_range=0.2)
 
 
 def build_tiny_lm(folder: Path, seed: int = 0) -> Path:
