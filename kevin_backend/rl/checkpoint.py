@@ -6,7 +6,7 @@ A checkpoint is a folder `<run_dir>/checkpoints/batch-000012/` holding:
   the optimizer's state, the registered objects (the learning-rate scheduler), and every
   process's RNG states (python `random`, numpy, torch, CUDA);
 * `trainer_state.json`: the batches and optimizer steps done, the task sampler's position (data
-  order), and the config's digest.
+  order), the config's digest, and whether the warm start (`sft.py`) was done.
 
 Rollouts draw from seeds fixed by (run seed, batch, task), and the RNG states come back with the
 weights and the optimizer, so a resumed run takes the same next step as the run that was
@@ -36,11 +36,14 @@ class TrainerState:
     optimizer_step: int = 0
     sampler: dict[str, Any] = field(default_factory=dict)
     config_digest: str = ""
+    sft_done: bool = False  # the warm start (config section sft) ran: a resumed run skips it
+    sft_steps: int = 0  # its optimizer steps (not counted in optimizer_step)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrainerState":
         return cls(int(data["batch"]), int(data["optimizer_step"]), dict(data.get("sampler") or {}),
-                   str(data.get("config_digest", "")))
+                   str(data.get("config_digest", "")), bool(data.get("sft_done", False)),
+                   int(data.get("sft_steps", 0)))
 
 
 def checkpoint_path(run_dir: Path, batch: int) -> Path:

@@ -3,10 +3,10 @@
     config = TrainConfig.from_yaml("configs/train/kevin32b-8gpu.yaml", overrides=["optim.lr=2e-6"])
 
 The file mirrors the dataclasses below section by section (`model`, `tasks`, `rollout`, `judge`,
-`grpo`, `optim`, `monitor`, plus a few top-level keys). Every key is optional except
-`model.path` and `run_dir`; an unknown key, a value of the wrong type or an out-of-range number
-is a `TrainConfigError` that names the key and says what it accepts, so a typo in a 32-GPU-hour
-run's config fails in the first second, not after the first rollout. The defaults are the
+`grpo`, `optim`, `monitor`, the optional `sft` warm start, plus a few top-level keys). Every key
+is optional except `model.path` and `run_dir`; an unknown key, a value of the wrong type or an
+out-of-range number is a `TrainConfigError` that names the key and says what it accepts, so a typo
+in a 32-GPU-hour run's config fails in the first second, not after the first rollout. The defaults are the
 Kevin-32B recipe (FACTS.md): gamma 0.4, clip 0.2 / 0.28, KL 0, gradient norm 0.05, two gradient
 steps per batch, 16 trajectories x 4 turns, 8 tasks per batch, temperature 0.9.
 
@@ -35,6 +35,7 @@ __all__ = [
     "GRPOSettings",
     "OptimSettings",
     "MonitorSettings",
+    "SFTSettings",
     "TrainConfig",
     "ROLLOUT_ENGINES",
     "JUDGE_KINDS",
@@ -42,6 +43,7 @@ __all__ = [
     "DISTRIBUTED",
     "PRECISIONS",
     "SCHEDULES",
+    "SFT_SOURCES",
 ]
 
 ROLLOUT_ENGINES = ("transformers", "vllm")
@@ -50,6 +52,7 @@ ADVANTAGE_MODES = ("mean", "mean_std")
 DISTRIBUTED = ("none", "ddp", "deepspeed", "fsdp")
 PRECISIONS = ("fp32", "bf16")
 SCHEDULES = ("constant", "linear", "cosine")
+SFT_SOURCES = ("builtin",)
 
 
 class TrainConfigError(ValueError):
@@ -237,6 +240,56 @@ class MonitorSettings:
 
 
 @dataclass(frozen=True)
+class SFTSettings:
+    """The optional warm start: supervised fine-tuning on demonstrations before the first GRPO
+    batch, once per run (a resumed run never repeats it). A model that never writes a program
+    the judge accepts earns nothing but zeros, and GRPO learns nothing from a group of equal
+    rewards; imitating a writer that does gives it rewards to compare.
+
+    source builtin: the built-in writer's replies (`generate/builtin/`) to the training tasks, in
+    the very conversations the rollouts send (`sft.py`): the first turn of `trajectories`
+    trajectories (the writer starts trajectory i at its variant i), and with `turns` > 1 its
+    later replies after a verdict of "correct" with made-up timings. Loss on the reply tokens
+    only, averaged over the step's reply tokens; its own AdamW, `steps` optimizer steps of
+    `batch_size` demonstrations (or `epochs` passes over them)."""
+
+    source: str = "builtin"
+    trajectories: int = 1  # first-turn variants per task
+    turns: int = 1  # turns per demonstration search (later turns follow a made-up "correct" verdict)
+    steps: int | None = None  # optimizer steps (default 100 unless `epochs` is given)
+    epochs: float | None = None  # passes over the demonstrations instead of `steps`
+    batch_size: int = 8  # demonstrations per optimizer step (across processes)
+    micro_batch_size: int = 8  # demonstrations per forward/backward on a process
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    schedule: str = "constant"  # after warm-up: constant, linear or cosine decay to 0 at the last step
+    grad_clip: float = 1.0
+
+    def __post_init__(self) -> None:
+        _one_of(self.source, SFT_SOURCES, "sft.source")
+        _check(self.trajectories >= 1, "sft.trajectories", f"must be >= 1, got {self.trajectories}")
+        _check(self.turns >= 1, "sft.turns", f"must be >= 1, got {self.turns}")
+        _check(self.steps is None or self.epochs is None, "sft.steps",
+               "give sft.steps or sft.epochs, not both")
+        _check(self.steps is None or self.steps >= 1, "sft.steps", f"must be >= 1, got {self.steps}")
+        _check(self.epochs is None or self.epochs > 0, "sft.epochs", f"must be > 0, got {self.epochs}")
+        _check(self.batch_size >= 1, "sft.batch_size", f"must be >= 1, got {self.batch_size}")
+        _check(self.micro_batch_size >= 1, "sft.micro_batch_size", f"must be >= 1, got {self.micro_batch_size}")
+        _check(self.lr > 0, "sft.lr", f"must be > 0, got {self.lr}")
+        _check(self.weight_decay >= 0, "sft.weight_decay", f"must be >= 0, got {self.weight_decay}")
+        _check(self.warmup_steps >= 0, "sft.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        _one_of(self.schedule, SCHEDULES, "sft.schedule")
+        _check(self.grad_clip > 0, "sft.grad_clip", f"must be > 0, got {self.grad_clip}")
+
+    def total_steps(self, demonstrations: int) -> int:
+        """Optimizer steps for `demonstrations` demonstrations."""
+        if self.epochs is not None:
+            return max(1, -(-int(round(self.epochs * demonstrations)) // self.batch_size))
+        return 100 if self.steps is None else self.steps
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     run_dir: str = ""  # metrics, checkpoints, trajectory logs and the TensorBoard folder
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -246,6 +299,7 @@ class TrainConfig:
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
     optim: OptimSettings = field(default_factory=OptimSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
+    sft: SFTSettings | None = None  # the warm start before the first batch; None: none
     seed: int = 0
     batches: int = 100  # batches to train (a resumed run continues up to this count)
     checkpoint_every: int = 10  # batches; 0: only at the end
@@ -269,6 +323,10 @@ class TrainConfig:
             raise TrainConfigError(f"grpo.kl_coef: a KL reference under {self.distributed!r} would need its own sharded "
                                    "copy of the model, which this trainer does not build; Kevin-32B trains with "
                                    "kl_coef 0 (or use LoRA, whose base model is the reference)")
+        if self.sft is not None and self.distributed in ("deepspeed", "fsdp"):
+            raise TrainConfigError(f"sft: the warm start runs on one process or under ddp, not on {self.distributed!r} "
+                                   "shards; fine-tune the model first (a run with distributed none or ddp and "
+                                   "batches 1) and point model.path at its final/ folder")
 
     # -- derived -----------------------------------------------------------------------------
 

@@ -5,7 +5,9 @@ reply lengths, and two early warnings of degenerate "junk" outputs: the share of
 reasoning does not open the way the model's normally does (Kevin-32B's "not okay" ratio, which
 rose about 15 steps before the junk) and the share of replies caught in a repeated n-gram loop;
 per gradient step: the loss, the clipped-token share, the importance ratios, the gradient norm
-before and after clipping, the learning rate.
+before and after clipping, the learning rate. The warm start (`sft.py`) adds a line of kind
+"sft" per optimizer step (loss, gradient norm, learning rate) and one of kind "sft_summary"
+(loss, token accuracy and exact replies before and after); batch lines have no kind.
 
     writer = MetricsWriter(run_dir, tensorboard=True)   # <run_dir>/metrics.jsonl, <run_dir>/tensorboard/
     writer.write(metrics)
@@ -25,7 +27,7 @@ from kevin_backend.rl.config import MonitorSettings
 from kevin_backend.rl.samples import Sample
 
 __all__ = ["StepStats", "BatchMetrics", "rollout_stats", "has_repeated_ngram", "opens_as_expected",
-           "MetricsWriter", "read_metrics", "plot_metrics", "METRICS_FILE"]
+           "MetricsWriter", "read_metrics", "read_sft_metrics", "plot_metrics", "METRICS_FILE"]
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -151,20 +153,63 @@ class MetricsWriter:
                     self._tb.add_scalar(f"train/{name}", value, at)
         self._tb.flush()
 
+    def _line(self, row: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+
+    def write_sft(self, step: Any) -> None:
+        """One warm-start step (`sft.SFTStep`)."""
+        self._line(step.as_dict())
+        if self._tb is not None:
+            for name in ("loss", "grad_norm", "lr"):
+                self._tb.add_scalar(f"sft/{name}", getattr(step, name), step.step)
+            self._tb.flush()
+
+    def write_sft_summary(self, report: Any) -> None:
+        """The warm start's summary (`sft.SFTReport`)."""
+        self._line(report.as_dict())
+        if self._tb is not None:
+            for name, value in report.as_dict().items():
+                if isinstance(value, (int, float)):
+                    self._tb.add_scalar(f"sft_summary/{name}", value, 0)
+            self._tb.flush()
+
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+def _read_lines(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {METRICS_FILE} in {run_dir}: not a training run folder, or no batch finished yet")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The batches' lines, one per batch in order."""
+    rows = [row for row in _read_lines(run_dir) if "kind" not in row]
     # a resumed run appends the batches after its checkpoint again: the latest line of a batch wins
     latest = {row["batch"]: row for row in rows}
     return [latest[b] for b in sorted(latest)]
+
+
+def read_sft_metrics(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The warm start's step lines (one per step, in order) and its summary (None when it did not
+    finish or the run had none). A warm start begun again from scratch (its run was stopped
+    before the checkpoint that records it) supersedes the lines of the earlier attempt."""
+    steps: dict[int, dict[str, Any]] = {}
+    summary = None
+    for row in _read_lines(run_dir):
+        if row.get("kind") == "sft":
+            if row["step"] == 1:
+                steps, summary = {}, None
+            steps[row["step"]] = row
+        elif row.get("kind") == "sft_summary":
+            summary = row
+    return [steps[s] for s in sorted(steps)], summary
 
 
 _PANELS = (
@@ -179,16 +224,40 @@ _PANELS = (
 )
 
 
+_SFT_PANELS = (
+    ("loss", "warm start: loss per reply token"),
+    ("grad_norm", "warm start: grad norm (before clip)"),
+)
+
+
 def plot_metrics(run_dir: Path, out: Path | None = None) -> Path:
-    """A PNG of the run's curves, one panel per signal, against the batch. Drawn on a bare
-    matplotlib `Figure` (the Agg renderer writes the PNG), so no pyplot backend or global
-    state is touched and no display is needed."""
+    """A PNG of the run's curves, one panel per signal, against the batch (and, for a run with a
+    warm start, its loss and gradient norm against its step). Drawn on a bare matplotlib `Figure`
+    (the Agg renderer writes the PNG), so no pyplot backend or global state is touched and no
+    display is needed."""
     from matplotlib.figure import Figure
 
     rows = read_metrics(run_dir)
+    sft, summary = read_sft_metrics(run_dir)
     out = Path(out) if out is not None else Path(run_dir) / "metrics.png"
-    fig = Figure(figsize=(16, 7), layout="constrained")
-    axes = fig.subplots(2, 4)
+    grid = 3 if sft else 2
+    fig = Figure(figsize=(16, 3.5 * grid), layout="constrained")
+    axes = fig.subplots(grid, 4)
+    if sft:
+        for ax, (key, title) in zip(axes.flat[8:], _SFT_PANELS):
+            points = [(r["step"], r[key]) for r in sft if r.get(key) is not None]
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", linewidth=1)
+            if key == "loss":
+                ax.set_yscale("log")
+                if summary is not None:
+                    ax.set_title(f"{title}\n(all demos: {summary['loss_before']:.3g} -> {summary['loss_after']:.3g}, "
+                                 f"exact {summary['exact_after']:.0%})")
+            if not ax.get_title():
+                ax.set_title(title)
+            ax.set_xlabel("warm-start step")
+            ax.grid(True, alpha=0.3)
+        for ax in axes.flat[8 + len(_SFT_PANELS):]:
+            ax.set_visible(False)
     batches = [r["batch"] for r in rows]
     for ax, (key, title) in zip(axes.flat, _PANELS):
         if key in ("loss", "grad_norm"):

@@ -4,6 +4,10 @@
     trainer.resume()          # from the newest checkpoint in run_dir, when there is one
     trainer.train()           # until config.batches batches are done
 
+With an `sft` section, `train` first runs the warm start (`warm_start`, `sft.py`): supervised
+fine-tuning on the built-in writer's demonstrations, once per run (recorded in the state and
+checkpointed as batch 0, so a resumed run skips it).
+
 One batch (`train_batch`) reads like the recipe:
 
   1. tasks: the next `tasks_per_batch` tasks in the seeded order, split across processes
@@ -40,6 +44,7 @@ from kevin_backend.rl.loss import LossSettings, LossStats, clipped_loss, sequenc
 from kevin_backend.rl.metrics import BatchMetrics, MetricsWriter, StepStats, rollout_stats
 from kevin_backend.rl.rollout import LivePolicy, Rollouts, make_judge, search_config
 from kevin_backend.rl.samples import Batch, Sample, collate, micro_batches, sample_from_record, with_advantages
+from kevin_backend.rl.sft import SFTReport, SFTStep, builtin_demonstrations, run_warm_start
 from kevin_backend.rl.tasks import TaskSampler, TrainTask, load_tasks
 
 __all__ = ["Trainer", "lr_factor", "make_accelerator"]
@@ -148,6 +153,7 @@ class Trainer:
             fence_replies=config.judge.kind == "synthetic" and judge is None,
         )
         self.writer = MetricsWriter(self.run_dir, config.monitor.tensorboard) if acc.is_main_process else None
+        self.sft_report: SFTReport | None = None  # set when this trainer ran the warm start
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -243,12 +249,50 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------------
 
+    def warm_start(self, on_step: Callable[[SFTStep], None] | None = None) -> SFTReport | None:
+        """The `sft` warm start, when the config has one and this run has not done it yet: the
+        demonstrations, the fine-tuning, its metrics (metrics.jsonl lines of kind "sft" and
+        "sft_summary", TensorBoard's sft/), then a checkpoint after 0 batches that records it.
+        A run resumed after batches trained without it does not run it (that would change the
+        policy mid-run); None when nothing ran."""
+        settings = self.config.sft
+        if settings is None or self.state.sft_done:
+            return None
+        if self.state.batch > 0:
+            log.warning("not running the sft warm start: this run resumed after %d batches trained without it",
+                        self.state.batch)
+            return None
+        gpu, capability = self._target()
+        samples = builtin_demonstrations(self.tasks, self.tokenizer, settings, self.config.rollout, gpu, capability)
+        log.info("sft warm start: %d demonstrations of %d tasks", len(samples), len({s.task for s in samples}))
+
+        def step(record: SFTStep) -> None:
+            if self.writer is not None:
+                self.writer.write_sft(record)
+            if on_step is not None:
+                on_step(record)
+
+        _, report = run_warm_start(self.model, samples, settings, accelerator=self.accelerator, pad_id=self.pad_id,
+                                   seed=self.config.seed, on_step=step)
+        if self.writer is not None:
+            self.writer.write_sft_summary(report)
+        log.info("sft warm start done: loss %.4g -> %.4g, exact replies %.2f -> %.2f", report.loss_before,
+                 report.loss_after, report.exact_before, report.exact_after)
+        self.state = dataclasses.replace(self.state, sft_done=True, sft_steps=report.steps)
+        self._vllm_synced_at = None  # the engine holds the weights from before the warm start
+        self.sft_report = report
+        self.save()
+        return report
+
     def train(self, batches: int | None = None,
-              on_batch: Callable[[BatchMetrics], None] | None = None) -> list[BatchMetrics]:
+              on_batch: Callable[[BatchMetrics], None] | None = None,
+              on_sft: Callable[[SFTStep], None] | None = None) -> list[BatchMetrics]:
         """Train until `batches` (default config.batches) batches are done in all; checkpoints
         every `checkpoint_every` batches and at the end; once config.batches are done, the final
-        weights go to run_dir/final. `on_batch` sees each batch's metrics."""
+        weights go to run_dir/final. The warm start comes first when due (`warm_start`, whose
+        steps `on_sft` sees); `on_batch` sees each batch's metrics."""
         until = self.config.batches if batches is None else batches
+        self.warm_start(on_sft)
         history = []
         every = self.config.checkpoint_every
         while self.state.batch < until:
