@@ -1,0 +1,33 @@
+"""The judge's timer on a GPU: queued (the judge) measures the GPU's own time for a call and
+leaves the host's part out; not queued (whole models) includes it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from kevin_backend.judge.run_worker import _cycles_per_ms, _timer
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_queued_timing_leaves_the_host_part_out() -> None:
+    device = torch.device("cuda")
+    gpu_ms, host_ms = 0.05, 1.0
+    cycles = int(gpu_ms * _cycles_per_ms())
+
+    def call() -> None:  # 1 ms on the host, 0.05 ms on the GPU
+        end = time.perf_counter() + host_ms / 1e3
+        while time.perf_counter() < end:
+            pass
+        torch.cuda._sleep(cycles)
+
+    queued = _timer(device, trials=20, warmup=2, queued=True)(call)
+    whole = _timer(device, trials=20, warmup=2, queued=False)(call)
+    print(f"queued {queued:.4f} ms, end to end {whole:.4f} ms")
+    assert queued < 0.3 * host_ms, queued  # the GPU's 0.05 ms, give or take, not the host's 1 ms
+    assert queued > 0.5 * gpu_ms, queued
+    assert whole > host_ms, whole
