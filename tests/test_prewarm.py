@@ -86,6 +86,32 @@ def test_prewarm_of_a_bench_model_covers_what_the_bench_compiles(tmp_path: Path,
     assert main(["--cache-dir", str(cache_dir), "prewarm", "--bench-model", "nope"]) == 2
 
 
+def test_prewarm_of_a_kernelbench_folder_covers_what_kevin_bench_kernelbench_compiles(tmp_path: Path, plugin_env: Path) -> None:
+    import kevin_backend
+    from kevin_backend.cli.main import main
+    from kevin_backend.types import load_program
+
+    folder = tmp_path / "kernelbench"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"task{i}.py").write_text(task_program(i))
+    cache_dir = tmp_path / "cache"
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main(["--cache-dir", str(cache_dir), "prewarm", "--kernelbench", str(folder),
+                     "--generator", "prewarm_helpers:reference"]) == 0
+    assert len(_lines(plugin_env)) == 3  # one partition per task
+    path = folder / "task1.py"
+    task = load_program(path.read_text(), "t")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = task.Model(*task.get_init_inputs()).eval()
+    with override(KEVIN_CPU_KERNELS=True), torch.no_grad():
+        torch.compile(model, backend="kevin", options={"mode": "cache", "cache_dir": str(cache_dir)})(*task.get_inputs())
+    statuses = [r.status.value for r in kevin_backend.last_report().records()]
+    assert statuses and set(statuses) == {"hit"}, statuses
+    assert main(["--cache-dir", str(cache_dir), "prewarm", "--kernelbench", str(tmp_path / "missing")]) == 2
+
+
 def test_a_killed_prewarm_resumes_without_redoing_finished_tasks(tmp_path: Path, plugin_env: Path) -> None:
     tasks = tmp_path / "tasks"
     tasks.mkdir()

@@ -6,7 +6,9 @@ Sources (any together; the recorded pending tasks when none is given):
                        training step in `cache` mode, its misses are the work
   --bench-model NAME   a model of `kevin bench` (mlp, cnn, gpt2, llama, or all), its inference
                        and training step exactly as the bench runs them
-  --tasks DIR          a folder of KernelBench-format tasks
+  --kernelbench DIR    a folder of KernelBench-format tasks as `kevin bench --kernelbench` runs
+                       them: each task's Model compiled, its partitions the work
+  --tasks DIR          a folder of KernelBench-format tasks, each task whole
 
 The generator runs on every task, `--per-gpu` workers per local GPU (or `--workers` without
 GPUs; builds overlap, timings take turns on each GPU), or on a Ray cluster (`--ray ADDRESS`). Each decision is stored as its task finishes; a task with an
@@ -36,7 +38,9 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--bench-model", action="append", default=[], metavar="NAME",
                    help="a model of kevin bench: mlp, cnn, gpt2, llama or all (repeatable; inference and training step)")
     p.add_argument("--bench-size", choices=("full", "tiny"), default="full", help="size of the bench models (default: full)")
-    p.add_argument("--tasks", action="append", default=[], type=Path, metavar="DIR", help="a folder of KernelBench tasks (repeatable)")
+    p.add_argument("--kernelbench", action="append", default=[], type=Path, metavar="DIR",
+                   help="a folder of KernelBench tasks, each Model compiled as kevin bench --kernelbench runs it (repeatable)")
+    p.add_argument("--tasks", action="append", default=[], type=Path, metavar="DIR", help="a folder of KernelBench tasks, each task whole (repeatable)")
     p.add_argument("--no-train", action="store_true", help="with --model: inference graphs only, no training step")
     p.add_argument("--policy", help="the kernel writer (default: KEVIN_POLICY, auto)")
     p.add_argument("--generator", metavar="MODULE:FACTORY", help="your own KernelGenerator factory instead of the search")
@@ -73,7 +77,7 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
     from kevin_backend.cache.store import KernelCache
     from kevin_backend.prewarm.runner import format_summary, prewarm_local, print_progress
     from kevin_backend.bench.models import MODELS
-    from kevin_backend.prewarm.sources import SourceError, from_bench, from_folder, from_model, from_pending
+    from kevin_backend.prewarm.sources import SourceError, from_bench, from_folder, from_kernelbench, from_model, from_pending
 
     if args.policy:
         config = Config(**{**config.__dict__, "policy": args.policy})
@@ -85,9 +89,11 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
         names = [n for spec in args.bench_model for n in (MODELS if spec == "all" else spec.split(","))]
         for name in dict.fromkeys(names):
             items += from_bench(name, config, cache, train=not args.no_train, size=args.bench_size)
+        for folder in args.kernelbench:
+            items += from_kernelbench(folder, config, cache)
         for folder in args.tasks:
             items += from_folder(folder, cache)
-        if args.pending or not (args.model or args.bench_model or args.tasks):
+        if args.pending or not (args.model or args.bench_model or args.kernelbench or args.tasks):
             items += from_pending(cache)
     except SourceError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc

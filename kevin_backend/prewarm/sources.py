@@ -20,7 +20,7 @@ from kevin_backend.cache.store import KernelCache
 from kevin_backend.config import Config
 from kevin_backend.types import KernelTask
 
-__all__ = ["WorkItem", "SourceError", "from_pending", "from_model", "from_bench", "from_folder"]
+__all__ = ["WorkItem", "SourceError", "from_pending", "from_model", "from_bench", "from_kernelbench", "from_folder"]
 
 
 class SourceError(ValueError):
@@ -31,7 +31,7 @@ class SourceError(ValueError):
 class WorkItem:
     key: CacheKey
     task: KernelTask
-    origin: str  # "pending", "model:FILE:FACTORY", "bench:NAME:WORKLOAD", "folder:FILE"
+    origin: str  # "pending", "model:FILE:FACTORY", "bench:NAME:WORKLOAD", "kernelbench:FILE", "folder:FILE"
 
     @property
     def digest(self) -> str:
@@ -104,6 +104,35 @@ def from_bench(name: str, config: Config, cache: KernelCache, train: bool = True
         items += _record(model, inputs, (workload,), config, cache, f"bench:{name}:{workload}")
         del model, inputs
     return items
+
+
+def from_kernelbench(folder: Path, config: Config, cache: KernelCache) -> list[WorkItem]:
+    """A folder of KernelBench-format tasks as `kevin bench --kernelbench` runs them: each task's
+    `Model` compiled by the backend for inference, its partitions (not the task as a whole) the
+    work."""
+    from kevin_backend.bench.kernelbench import task_files
+    from kevin_backend.types import load_program
+
+    try:
+        files = task_files(folder)
+    except (OSError, ValueError) as exc:
+        raise SourceError(str(exc)) from exc
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    items: list[WorkItem] = []
+    for path in files:
+        try:
+            task = load_program(path.read_text(), f"kevin_prewarm_{path.stem}")
+            torch.manual_seed(0)
+            model = task.Model(*[_on(v, device) for v in task.get_init_inputs()]).to(device)
+            inputs = tuple(_on(v, device) for v in task.get_inputs())
+        except Exception as exc:
+            raise SourceError(f"{path}: running the task failed: {type(exc).__name__}: {exc}") from exc
+        items += _record(model, inputs, ("infer",), config, cache, f"kernelbench:{path.name}")
+    return items
+
+
+def _on(value: Any, device: torch.device) -> Any:
+    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def _record(model: Any, inputs: tuple[Any, ...], steps: Sequence[str], config: Config, cache: KernelCache,
