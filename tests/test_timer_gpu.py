@@ -31,3 +31,22 @@ def test_queued_timing_leaves_the_host_part_out() -> None:
     assert queued < 0.3 * host_ms, queued  # the GPU's 0.05 ms, give or take, not the host's 1 ms
     assert queued > 0.5 * gpu_ms, queued
     assert whole > host_ms, whole
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_judge_measures_inductor_once_per_task(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from kevin_backend.generate.builtin.graph import plan_task
+    from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, write_program
+    from kevin_backend.generate.builtin.suite import SUITE
+    from kevin_backend.judge.judge import Judge
+    from kevin_backend.judge.runner import RunConfig
+
+    task = next(t for t in SUITE if t.name == "gated-f32")
+    plan = plan_task(task.source)
+    assert plan
+    judge = Judge(tmp_path, RunConfig(trials=20, warmup=3))
+    first, second = (judge.judge(task.source, write_program(plan, VARIANTS_POINTWISE[i])) for i in (0, 1))
+    print(first.timings, second.timings)
+    assert first.correct and second.correct
+    assert second.timings.inductor_ms == first.timings.inductor_ms  # measured with the first, reused
+    assert second.timings.kernel_ms is not None and second.timings.speedup_vs_inductor is not None

@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import threading
 import time
 from pathlib import Path
 
@@ -25,9 +27,18 @@ SUSPICIOUS_SPEEDUP = 10.0
 
 
 class Judge:
-    def __init__(self, build_root: Path, config: RunConfig = RunConfig(), jobs: int | None = None) -> None:
+    """`reuse_inductor`: Inductor's time for a task is measured with the first candidate that
+    reaches timing and reused for the later candidates of the same task (same trials, same
+    inputs, same GPU), which then skip compiling the reference; each worker process would
+    otherwise spend seconds compiling the same baseline again."""
+
+    def __init__(self, build_root: Path, config: RunConfig = RunConfig(), jobs: int | None = None,
+                 reuse_inductor: bool = True) -> None:
         self.builder = Builder(Path(build_root), jobs=jobs)
         self.config = config
+        self.reuse_inductor = reuse_inductor
+        self._inductor_ms: dict[str, float] = {}
+        self._lock = threading.Lock()
 
     def judge(self, task_source: str, candidate_source: str) -> JudgeResult:
         # 1. static rules: nothing is built or run for a candidate that breaks one
@@ -54,7 +65,16 @@ class Judge:
         # shared by every judge using this build root).
         config = dataclasses.replace(self.config, build_root=str(self.builder.root), arch=arch,
                                      gpu_lock=str(self.builder.root / "gpu.lock"))
-        result = self._run(task_source, candidate_source, config, build_seconds)
+        baseline = hashlib.sha256(f"{arch} {config.trials} {config.warmup} {config.seeds[0]}\n{task_source}".encode()).hexdigest()
+        with self._lock:
+            known = self._inductor_ms.get(baseline) if self.reuse_inductor and config.inductor else None
+        result = self._run(task_source, candidate_source, dataclasses.replace(config, inductor=known is None and config.inductor),
+                           build_seconds)
+        if known is not None and result.timings.kernel_ms is not None:
+            result = dataclasses.replace(result, timings=dataclasses.replace(result.timings, inductor_ms=known))
+        elif known is None and result.timings.inductor_ms is not None:
+            with self._lock:
+                self._inductor_ms.setdefault(baseline, result.timings.inductor_ms)
 
         # 4. an implausible speedup must hold up on fresh, larger input sets before it counts
         t = result.timings

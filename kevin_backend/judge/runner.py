@@ -49,6 +49,14 @@ _SIGNS = (
 )
 
 
+def _worker_env() -> dict[str, str]:
+    # Inductor compiles one small reference per worker: in-process, without starting a pool of
+    # compile processes in every one of the judge's concurrent workers (unless the user chose).
+    env = child_env(PYTHONUNBUFFERED="1")
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    return env
+
+
 def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = RunConfig()) -> RunOutcome:
     """Run `candidate_source` against `task_source` in a fresh worker process."""
     # The verdict line carries a token only the worker knows, so text the candidate prints cannot
@@ -70,7 +78,7 @@ def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = 
     proc = subprocess.Popen(
         [sys.executable, "-m", "kevin_backend.judge.run_worker"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, env=child_env(PYTHONUNBUFFERED="1"),
+        start_new_session=True, env=_worker_env(),
     )
     try:
         out, err = proc.communicate(json.dumps(job), timeout=config.timeout)
