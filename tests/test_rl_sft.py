@@ -313,6 +313,12 @@ def test_sft_settings() -> None:
     assert default == SFTSettings() and default.total_steps(40) == 100
     assert TrainConfig.from_dict(BASE, ["sft.epochs=2.5", "sft.batch_size=4"]).sft.total_steps(10) == 7  # 25 / 4
     assert TrainConfig.from_dict({**BASE, "sft": {}}).digest() != TrainConfig.from_dict(BASE).digest()
+    # without a warm start, the digest is the one checkpoints written before the section existed recorded
+    plain = {k: v for k, v in TrainConfig.from_dict(BASE).as_dict().items() if k != "sft"}
+    import hashlib
+
+    assert TrainConfig.from_dict(BASE).digest() == hashlib.sha256(
+        json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
     with pytest.raises(TrainConfigError, match="^sft: the warm start runs on one process or under ddp"):
         TrainConfig.from_dict({**BASE, "sft": {}, "distributed": "deepspeed"})
     TrainConfig.from_dict({**BASE, "sft": {}, "distributed": "ddp"})

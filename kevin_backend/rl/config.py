@@ -340,8 +340,12 @@ class TrainConfig:
         return self.rollout.trajectories * self.rollout.turns
 
     def digest(self) -> str:
-        """A short hash of the whole config (recorded in checkpoints)."""
-        return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        """A short hash of the whole config (recorded in checkpoints); a config without a warm
+        start hashes as it did before the `sft` section existed."""
+        data = self.as_dict()
+        if data.get("sft") is None:
+            data.pop("sft", None)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def as_dict(self) -> dict[str, Any]:
         return _plain(dataclasses.asdict(self))
