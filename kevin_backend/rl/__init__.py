@@ -8,10 +8,14 @@ being trained -> one sample per turn (prompt tokens masked, reply tokens carry t
 discounted returns within a trajectory, advantages normalized per task -> clipped policy-gradient
 steps (first on-policy, then off-policy against the stored log-probs) -> metrics, checkpoints.
 
+An optional warm start comes first (config section `sft`, module `sft`): supervised fine-tuning
+on the built-in writer's replies, so a model that writes no accepted kernel yet gets rewards to
+compare; `tiny` builds small models for tests and short runs.
+
 The stages live in their own modules (`config`, `tasks`, `rollout`, `samples`, `returns`, `loss`,
-`trainer`, `checkpoint`, `metrics`, `vllm_sync`); importing this package imports none of the
-heavy optional dependencies (transformers, accelerate, peft, vllm), the modules that need them
-import them when used.
+`sft`, `trainer`, `checkpoint`, `metrics`, `vllm_sync`, `tiny`); importing this package imports
+none of the heavy optional dependencies (transformers, accelerate, peft, vllm), the modules that
+need them import them when used.
 """
 
 from kevin_backend.rl.config import TrainConfig, TrainConfigError
