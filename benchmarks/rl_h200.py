@@ -21,6 +21,7 @@ in the extracted program).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import shutil
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     overrides = [f"run_dir={run_dir}", f"model.path={model_dir}", f"tasks.folders=[{task_dir}]"]
     if args.smoke:
         overrides += SMOKE_OVERRIDES
+    if importlib.util.find_spec("tensorboard") is None:
+        print(f"{_stamp(began)} tensorboard is not installed: metrics go to metrics.jsonl only", flush=True)
+        overrides.append("monitor.tensorboard=false")
     overrides += args.overrides
     try:
         config = TrainConfig.from_yaml(args.config, overrides)
