@@ -55,6 +55,24 @@ def test_tasks_planned_from_many_threads_at_once_are_all_planned() -> None:
     assert not declined, declined
 
 
+def test_per_channel_inputs_are_read_through_their_views() -> None:
+    # batch norm at inference: [C] vectors, one of them through rsqrt on [C] first, viewed as [C, 1, 1]
+    plan = plan_task(next(t for t in SUITE if t.name == "batchnorm-relu-f32").source)
+    assert not isinstance(plan, Declined), plan
+    assert plan.shape == (32, 64, 56, 56) and not plan.is_rows
+    x, *channels = plan.inputs
+    assert x.view is None and input_mode(x, plan.shape) == "linear"
+    for inp in channels:
+        assert inp.shape == (64,) and inp.stride == (1,)  # what the host code checks
+        assert inp.read_shape == (64, 1, 1) and inp.read_stride == (1, 0, 0)  # how the kernel indexes it
+        assert input_mode(inp, plan.shape) == "general"
+    program = write_program(plan, VARIANTS_POINTWISE[0])
+    assert "rsqrtf" in program or "rsqrt" in program
+    # a view that moves data is still declined, with the reason
+    moved = plan_task(_task("x + y.t().reshape(64)[:, None, None]", "torch.randn(2, 64, 4, 4, device='cuda'), torch.randn(8, 8, device='cuda')"))
+    assert isinstance(moved, Declined), moved
+
+
 def test_plans_read_kinds_and_access_modes() -> None:
     by_name = {t.name: t for t in SUITE}
     plan = plan_task(by_name["layernorm-affine-f16"].source)
@@ -139,7 +157,8 @@ def test_the_partitioner_asks_the_builtin_writer() -> None:
 def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
     """The torch-free device part of a pointwise, a vectorized and two row programs compiles."""
     picks = [("gated-bf16", VARIANTS_POINTWISE[1]), ("transposed-input-f32", VARIANTS_POINTWISE[0]),
-             ("layernorm-affine-f16", VARIANTS_ROWS[1]), ("var-mean-f32", VARIANTS_ROWS[3])]
+             ("layernorm-affine-f16", VARIANTS_ROWS[1]), ("var-mean-f32", VARIANTS_ROWS[3]),
+             ("batchnorm-relu-f32", VARIANTS_POINTWISE[2])]
     by_name = {t.name: t for t in SUITE}
     sources = []
     for i, (name, variant) in enumerate(picks):

@@ -17,6 +17,7 @@ the reason (reductions over other dimensions, integer tensors, views that move d
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import operator
 import threading
@@ -78,6 +79,16 @@ class PlanInput:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     kind: Kind
+    view: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # read through a view: (shape, strides)
+
+    @property
+    def read_shape(self) -> tuple[int, ...]:
+        """The shape the kernel reads the input as (its view's, when the task views it first)."""
+        return self.view[0] if self.view else self.shape
+
+    @property
+    def read_stride(self) -> tuple[int, ...]:
+        return self.view[1] if self.view else self.stride
 
 
 @dataclass(frozen=True)
@@ -229,12 +240,24 @@ def _plan(gm: fx.GraphModule, metas: list[Any]) -> Plan:
             raise Unsupported(f"a value of shape {list(s)} does not broadcast to the iteration space {list(shape)}")
         return Kind.FULL if s and s[-1] == cols and cols != 1 else Kind.ROW
 
+    # An input whose own shape does not broadcast to the iteration space may still be read
+    # through views that only add, drop or expand size-1 dimensions (a per-channel vector seen as
+    # [C, 1, 1] against [N, C, H, W]), also after pointwise work in its own smaller space (a
+    # norm's 1 / sqrt(var + eps) on [C], then viewed). Until such a view brings it into the
+    # iteration space, a value is "viewing": its space, the layout there of every input it reads,
+    # and the plan nodes that compute it (their kind is known once the view is).
+    viewing: dict[fx.Node, _Viewing] = {}
+    views: dict[fx.Node, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # input placeholder: how the kernel reads it
     for i, (ph, t) in enumerate(zip(placeholders, metas)):
         names[ph] = f"in{i}"
-        kinds[ph] = kind_of_shape(tuple(t.shape))
-        inputs.append(PlanInput(f"in{i}", i, t.dtype, tuple(t.shape), tuple(t.stride()), kinds[ph]))
+        try:
+            kinds[ph] = kind_of_shape(tuple(t.shape))
+        except Unsupported as exc:
+            viewing[ph] = _Viewing(tuple(t.shape), {ph: (tuple(t.shape), tuple(t.stride()))}, [], str(exc))
 
     def value(arg: Any) -> str:
+        if arg in viewing:
+            raise Unsupported(viewing[arg].why)
         if not isinstance(arg, fx.Node) or arg not in names:
             raise Unsupported(f"an operand the writer cannot read: {arg}")
         return names[arg]
@@ -278,6 +301,50 @@ def _plan(gm: fx.GraphModule, metas: list[Any]) -> Plan:
             nodes.append(PlanNode(var, Kind.ROW, None, red, names[source], correction, dtype))
             names[node] = var
             continue
+        if node.target in _VIEWS and node.args[0] in viewing:
+            src_view = viewing[node.args[0]]
+            out_shape = tuple(val.shape)
+            expand = node.target is aten.expand.default
+            layouts = {}
+            for ph, (shape_, stride_) in src_view.layouts.items():
+                layout = _view_layout(*_aligned(shape_, stride_, src_view.space), out_shape, expand)
+                if layout is None:
+                    raise Unsupported(src_view.why)
+                layouts[ph] = layout
+            names[node] = names[node.args[0]]
+            try:
+                kinds[node] = kind_of_shape(out_shape)
+            except Unsupported:  # still outside the iteration space: keep following
+                viewing[node] = _Viewing(out_shape, layouts, src_view.members, src_view.why)
+                continue
+            for ph, layout in layouts.items():
+                if views.setdefault(ph, layout) != layout:
+                    raise Unsupported(f"input {names[ph]} is read through two different views")
+            for k in src_view.members:
+                nodes[k] = dataclasses.replace(nodes[k], kind=kinds[node])
+            nodes.append(PlanNode(var, kinds[node], None, alias_of=names[node], dtype=val.dtype))
+            continue
+        viewed = [a for a in _tensor_args(node) if a in viewing]
+        if viewed and is_pointwise(node) and all(a in viewing for a in _tensor_args(node)) and isinstance(val, torch.Tensor):
+            # pointwise work in a viewing value's own space: computed per element once in view
+            reason = check_pointwise(node)
+            if reason:
+                raise Unsupported(reason)
+            space = tuple(val.shape)
+            layouts = {}
+            for a in viewed:
+                for ph, layout in viewing[a].layouts.items():
+                    aligned = _aligned(*_aligned(*layout, viewing[a].space), space)
+                    if layouts.setdefault(ph, aligned) != aligned:
+                        raise Unsupported(f"input {names[ph]} is read in two different ways")
+            members = [k for a in viewed for k in viewing[a].members]
+            names[node] = var
+            viewing[node] = _Viewing(space, layouts, [*dict.fromkeys(members), len(nodes)], viewing[viewed[0]].why)
+            ops.append(op)
+            nodes.append(PlanNode(var, Kind.FULL, pointwise_expr(node, lambda arg: names[arg]), dtype=val.dtype))
+            continue
+        if viewed:  # anything else that reads a value outside the iteration space
+            raise Unsupported(viewing[viewed[0]].why)
         if node.target in _VIEWS:
             src = node.args[0]
             if src not in names:
@@ -286,7 +353,8 @@ def _plan(gm: fx.GraphModule, metas: list[Any]) -> Plan:
             src_shape = tuple(_val(src).shape)  # type: ignore[union-attr]
             if kinds[src] is Kind.ROW and _numel(out_shape) == _numel(src_shape):
                 pass  # a row value seen with or without its size-1 dimensions
-            elif out_shape == src_shape or (node.target is aten.expand.default and kind_of_shape(out_shape) is kinds[src]):
+            elif out_shape == src_shape or (node.target is aten.expand.default and (kind_of_shape(out_shape) is kinds[src] or kinds[src] is Kind.ROW)):
+                # (a row value expanded along the last dimension is still one value per row)
                 pass
             else:
                 raise Unsupported(f"{op} from {list(src_shape)} to {list(out_shape)} moves data between rows")
@@ -317,11 +385,21 @@ def _plan(gm: fx.GraphModule, metas: list[Any]) -> Plan:
         nodes.append(PlanNode(var, kind, pointwise_expr(node, value), dtype=val.dtype))
         names[node], kinds[node] = var, kind
 
+    for node, view in viewing.items():
+        if not view.members and node.op == "placeholder" and node not in views:
+            raise Unsupported(view.why)
+    for i, (ph, t) in enumerate(zip(placeholders, metas)):
+        view = views.get(ph)
+        kind = kinds[ph] if view is None else kind_of_shape(view[0])
+        inputs.append(PlanInput(f"in{i}", i, t.dtype, tuple(t.shape), tuple(t.stride()), kind, view))
+
     outputs = []
     for o in outs:
         if o not in names or o.op == "placeholder":
             raise Unsupported("an output that is an input or unknown")
         v = _val(o)
+        if o in viewing:
+            raise Unsupported(f"an output of shape {list(v.shape)} in an iteration space of {list(shape)}")  # type: ignore[union-attr]
         kind = kinds[o]
         out_shape = tuple(v.shape)  # type: ignore[union-attr]
         if kind is Kind.FULL and out_shape != shape:
@@ -336,6 +414,46 @@ def _plan(gm: fx.GraphModule, metas: list[Any]) -> Plan:
     if not reductions:  # a pointwise kernel computes every value per element
         nodes = [PlanNode(n.var, Kind.FULL, n.expr, n.reduction, n.operand, n.correction, n.dtype, n.alias_of) for n in nodes]
     return Plan(tuple(inputs), tuple(nodes), tuple(outputs), shape, tuple(ops))
+
+
+@dataclass
+class _Viewing:
+    space: tuple[int, ...]  # the value's shape
+    layouts: dict[fx.Node, tuple[tuple[int, ...], tuple[int, ...]]]  # each input it reads: (shape, strides) in that space
+    members: list[int]  # indices of the plan nodes computing it
+    why: str  # the reason to give if no view brings it into the iteration space
+
+
+def _aligned(shape: tuple[int, ...], stride: tuple[int, ...], space: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A layout broadcast to `space` (trailing dimensions aligned; broadcast ones get stride 0)."""
+    lead = len(space) - len(shape)
+    shape, stride = (1,) * lead + tuple(shape), (0,) * lead + tuple(stride)
+    return tuple(space), tuple(0 if size == 1 and full != 1 else st for size, st, full in zip(shape, stride, space))
+
+
+def _view_layout(shape: tuple[int, ...], stride: tuple[int, ...], out: tuple[int, ...],
+                 expand: bool) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(shape, strides) of a view of a (shape, strides) layout as `out`, when the view keeps every
+    element where it is: only size-1 dimensions added, dropped or expanded (stride 0); else None."""
+    if expand:
+        lead = len(out) - len(shape)
+        if lead < 0:
+            return None
+        strides = []
+        for d, size in enumerate(out):
+            if d < lead:
+                strides.append(0)
+                continue
+            src = shape[d - lead]
+            if src not in (1, size):
+                return None
+            strides.append(0 if src == 1 else stride[d - lead])
+        return out, tuple(strides)
+    kept = [(size, st) for size, st in zip(shape, stride) if size != 1]
+    if [size for size, _ in kept] != [size for size in out if size != 1]:
+        return None
+    it = iter(kept)
+    return out, tuple(0 if size == 1 else next(it)[1] for size in out)
 
 
 def _tensor_args(node: fx.Node) -> list[fx.Node]:

@@ -124,21 +124,21 @@ def input_mode(inp: PlanInput, shape: tuple[int, ...]) -> str:
     `lastdim` (a contiguous vector along the last dimension, broadcast over rows), `row` (one
     value per row, contiguous), `scalar` (one value), or `general` (strides and broadcasting)."""
     numel = 1
-    for s in inp.shape:
+    for s in inp.read_shape:
         numel *= s
-    contiguous = inp.stride == _contiguous_strides(inp.shape)
-    squeezed = tuple(s for s in inp.shape)
+    contiguous = inp.read_stride == _contiguous_strides(inp.read_shape)
+    squeezed = tuple(s for s in inp.read_shape)
     if numel == 1:
         return "scalar"
     if squeezed == shape and contiguous:
         return "linear"
-    lead = tuple(s for s in inp.shape[:-1])
-    if inp.shape and inp.shape[-1] == shape[-1] and all(s == 1 for s in lead) and inp.stride[-1] == 1:
+    lead = tuple(s for s in inp.read_shape[:-1])
+    if inp.read_shape and inp.read_shape[-1] == shape[-1] and all(s == 1 for s in lead) and inp.read_stride[-1] == 1:
         return "lastdim"
     rows = 1
     for s in shape[:-1]:
         rows *= s
-    aligned = (1,) * (len(shape) - len(inp.shape)) + inp.shape
+    aligned = (1,) * (len(shape) - len(inp.read_shape)) + inp.read_shape
     if numel == rows and aligned[:-1] == shape[:-1] and aligned[-1] == 1 and contiguous:
         return "row"
     return "general"
@@ -164,8 +164,8 @@ def _offset(inp: PlanInput, shape: tuple[int, ...], index: str, row: str, col: s
     if mode == "row":
         return row
     # general: decompose the linear index over the iteration space, dot with broadcast strides
-    aligned_shape = (1,) * (len(shape) - len(inp.shape)) + inp.shape
-    aligned_stride = (0,) * (len(shape) - len(inp.stride)) + inp.stride
+    aligned_shape = (1,) * (len(shape) - len(inp.read_shape)) + inp.read_shape
+    aligned_stride = (0,) * (len(shape) - len(inp.read_stride)) + inp.read_stride
     terms, div = [], 1
     for d in reversed(range(len(shape))):
         size = shape[d]

@@ -5,7 +5,7 @@
 Categories: `chain1`/`chain2` (one or two pointwise ops), `chain3+` (three to eight), `reduction`,
 `norm` (softmax, log-softmax, logsumexp, layer norm, RMS norm, normalisation). Dtypes fp32, fp16
 and bf16; odd lengths, misaligned tails, broadcasting, a transposed (non-contiguous) input, a
-boolean mask. `benchmarks/bench_builtin.py` runs every task through the search and the judge.
+boolean mask, per-channel vectors viewed into [N, C, H, W]. `benchmarks/bench_builtin.py` runs every task through the search and the judge.
 """
 
 from __future__ import annotations
@@ -95,6 +95,10 @@ SUITE: tuple[SuiteTask, ...] = (
     _task("six-ops-bf16-odd", "chain3+", "torch.sigmoid(-torch.abs(x - y) * 3.0 + 1.0) * z", [(2049, 1023)] * 3, "bf16"),
     _task("mask-where-f32", "chain3+", "torch.where(m0, x * 2.0, torch.exp(-x))", [(B, N)], "f32",
           ["torch.rand(4096, 1024, device='cuda') > 0.5"]),
+    _task("batchnorm-relu-f32", "chain3+",
+          "torch.relu((x - y[:, None, None]) * torch.rsqrt(z + 1e-5)[:, None, None] * w[:, None, None] + v[:, None, None])",
+          [(32, 64, 56, 56), (64,), (64,), (64,), (64,)], "f32"),
+    _task("channel-bias-gelu-f16", "chain2", "F.gelu(x + y.view(1, -1, 1, 1))", [(32, 128, 28, 28), (128,)], "f16"),
     _task("cast-chain-f16", "chain3+", "(x.float() * y.float() + 1.0).exp().half()", [(B, N), (B, N)], "f16"),
     # reductions over the last dimension
     _task("sum-f32", "reduction", "x.sum(-1)", [(B, N)], "f32"),
