@@ -42,6 +42,20 @@ for step in $steps; do
       python3 -m kevin_backend.cli.main $args --json "$OUT/prewarm.json" 2>&1 | tee -a "$OUT/prewarm.log" | tail -20
       python3 -m kevin_backend.cli.main cache ls 2>&1 | tee "$OUT/seed_ls.txt" | tail -40
       tar -czf "$OUT/seed.tgz" -C "$KEVIN_CACHE_DIR" entries ;;
+    rl)  # the trainer's short run with the real judge (issue: RL trainer)
+      python3 benchmarks/rl_h200.py --out "$OUT/rl" 2>&1 | tee "$OUT/rl.log" | tail -40 ;;
+    ray2)  # prewarm through a local Ray cluster with one GPU actor per GPU (needs ray: carry .ray, see below)
+      if ! python3 -c "import ray" 2>/dev/null && [ -f .ray/ray-slim.tar.xz ]; then
+        mkdir -p /tmp/site && tar -xJf .ray/ray-slim.tar.xz -C /tmp/site
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .ray/*.whl
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+      fi
+      python3 -c "import ray; ray.init(num_gpus=0, include_dashboard=False); print('ray', ray.__version__, 'ok'); ray.shutdown()" || exit 1
+      export KEVIN_CACHE_DIR=$(mktemp -d)
+      python3 -m ray.scripts.scripts start --head --num-gpus "$(nvidia-smi -L | wc -l)" --include-dashboard=false --disable-usage-stats >/dev/null
+      python3 -m kevin_backend.cli.main prewarm --no-seed --policy builtin --tasks "${RAY_TASKS:-examples/kernelbench}" --ray auto \
+        --trajectories 1 --turns 2 --json "$OUT/ray_prewarm.json" 2>&1 | tee "$OUT/ray_prewarm.log" | tail -20
+      python3 -m ray.scripts.scripts stop --force >/dev/null ;;
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
     bench)  # kevin bench: eager / Inductor / kevin (mode cache, this machine's kernel cache); the KernelBench folder first, then the models
