@@ -180,7 +180,7 @@ def reply_token_stats(model: Any, batch: Batch) -> tuple[torch.Tensor, torch.Ten
 class DemoScores:
     loss: float  # mean negative log-likelihood per reply token
     token_accuracy: float  # share of reply tokens that are the model's argmax
-    exact: float  # share of demonstrations whose every reply token is the argmax
+    exact: float  # share of demonstrations whose every reply token is the argmax (see SFTReport)
 
 
 def evaluate_demonstrations(model: Any, samples: Sequence[Sample], pad_id: int, micro_batch_size: int = 8,
@@ -224,7 +224,11 @@ class SFTStep:
 
 @dataclass(frozen=True)
 class SFTReport:
-    """The warm start as a whole (a metrics.jsonl line of kind "sft_summary")."""
+    """The warm start as a whole (a metrics.jsonl line of kind "sft_summary"). The measures are
+    taken on every demonstration with teacher forcing. Demonstrations that share a prompt (the
+    writer's variants of a first turn) differ from their first token on, and only one of them
+    can be the model's argmax there: with k variants per prompt, at most 1/k of those count as
+    exact, and their loss cannot fall below log(k) per reply."""
 
     demonstrations: int
     tasks: int
