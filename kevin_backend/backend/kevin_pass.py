@@ -25,7 +25,7 @@ import operator
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.fx as fx
@@ -160,6 +160,7 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
     def _decide_all(self, graph: fx.Graph, graph_report: GraphReport) -> list[_Swap]:
         plan = partition_graph(graph, self.support, self.config.min_partition, self.config.max_partition)
         graph_report.left_out = plan.left_out
+        self._prebuild(plan.partitions, graph_report.kind)
         swaps: list[_Swap] = []
         for partition in plan.partitions:
             counters.add("partitions")
@@ -169,6 +170,24 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
             if swap is not None:
                 swaps.append(swap)
         return swaps
+
+    def _prebuild(self, partitions: Sequence[Partition], kind: str) -> None:
+        """The kernels the cache holds for these partitions, built all at once (see
+        `runtime.prebuild`); anything that goes wrong here is met again, and reported, by
+        `_decide`."""
+        entries = []
+        for partition in partitions:
+            try:
+                entry = self.cache.get(make_key(extract_task(partition, graph_kind=kind)))
+            except Exception:  # noqa: BLE001
+                continue
+            if entry is not None and entry.kind is EntryKind.KERNEL:
+                entries.append(entry)
+        if len(entries) > 1:
+            try:
+                runtime.prebuild(entries)
+            except Exception as exc:  # noqa: BLE001 - the partitions load (and build) one by one instead
+                log.info("kevin: building the cached kernels at once failed: %s", exc)
 
     def _decide(self, partition: Partition, kind: str) -> tuple[PartitionRecord, _Swap | None]:
         ops = partition.ops

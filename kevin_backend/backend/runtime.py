@@ -29,7 +29,7 @@ from kevin_backend.judge.build import Builder, answering_load_inline
 from kevin_backend.judge.tolerance import tolerance
 from kevin_backend.types import TensorSpec, load_program
 
-__all__ = ["KernelMismatch", "LoadedKernel", "load_entry", "register", "lookup", "use_cache", "launch"]
+__all__ = ["KernelMismatch", "LoadedKernel", "load_entry", "prebuild", "register", "lookup", "use_cache", "launch"]
 
 log = logging.getLogger("kevin_backend")
 
@@ -184,6 +184,30 @@ def load_entry(entry: CacheEntry) -> LoadedKernel:
     kernel = LoadedKernel(entry.digest, entry.key.inputs, model.forward, reference.forward, entry.kernel_source)
     _smoke_test(kernel, task_module)
     return kernel
+
+
+def prebuild(entries: Sequence[CacheEntry]) -> int:
+    """Build the kernels of several entries at once, before they are loaded one by one: a compile
+    that hits many kernels a fresh machine has not built yet (a seed cache) waits for the
+    slowest build instead of their sum. Failures are left for `load_entry` to report. Returns
+    the number of builds started."""
+    from kevin_backend.judge.build import BuildSpec
+    from kevin_backend.judge.candidate import Candidate
+
+    specs = []
+    for entry in entries:
+        known = _registry.get(entry.digest)
+        if entry.kind is not EntryKind.KERNEL or not entry.kernel_source or (known is not None and known.source == entry.kernel_source):
+            continue
+        device = entry.task.inputs[0].device if entry.task.inputs else "cpu"
+        try:
+            specs += [BuildSpec.of(ext, _arch(device)) for ext in Candidate.parse(entry.kernel_source).extensions]
+        except Exception:  # noqa: BLE001 - load_entry reports what is wrong with the entry
+            continue
+    unique = list({spec.digest: spec for spec in specs}.values())
+    if len(unique) > 1:
+        _builder().build_many(unique)
+    return len(unique)
 
 
 def _builder() -> Builder:
