@@ -88,8 +88,17 @@ def _train(args: argparse.Namespace, config: Config) -> int:
               f"grad norm {_num(m.steps[0].grad_norm)}; {m.rollout_seconds:.1f} s rollouts, "
               f"{m.train_seconds:.1f} s training", file=sys.stderr, flush=True)
 
+    sft = train_config.sft
+
+    def show_sft(step: Any) -> None:  # the warm start: a line every tenth of its steps
+        total = getattr(sft, "steps", None) or 0
+        every = max(1, total // 10) if total else 10
+        if main and (step.step == 1 or step.step % every == 0 or step.step == total):
+            print(f"  warm start step {step.step}/{total or '?'}: loss {step.loss:.4g}, {step.tokens} reply tokens, "
+                  f"grad norm {_num(step.grad_norm)}, lr {step.lr:.3g}", file=sys.stderr, flush=True)
+
     try:
-        trainer.train(batches=until, on_batch=show)
+        trainer.train(batches=until, on_batch=show, on_sft=show_sft)
     finally:
         trainer.close()
     if main:
