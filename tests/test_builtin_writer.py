@@ -131,11 +131,34 @@ def test_refinement_follows_the_timings_and_keeps_the_best() -> None:
     assert "keeping the fastest, variant 1" in turns[-1].summary
 
 
+def test_variants_are_ranked_for_the_shape() -> None:
+    from kevin_backend.generate.builtin.kernels import preferred_order
+
+    def order(name: str) -> list[int]:
+        plan = plan_task(next(t for t in SUITE if t.name == name).source)
+        assert plan
+        found = preferred_order(plan)
+        assert found[0] == 0 and sorted(found) == list(range(len(VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)))
+        return found
+
+    assert VARIANTS_ROWS[order("softmax-short-rows-f32")[1]].threads == 32  # 64 columns: a warp per row
+    assert VARIANTS_ROWS[order("long-rows-sum-f32")[1]].threads == 1024  # 65536 columns: the biggest block
+    assert VARIANTS_ROWS[order("softmax-f32")[1]].threads == 128 and VARIANTS_ROWS[order("softmax-f32")[1]].cache
+    assert VARIANTS_POINTWISE[order("gated-f32")[1]].vector  # a vector path: 4-wide first
+    odd = VARIANTS_POINTWISE[order("mul-bf16-odd")[1]]
+    assert odd.items > 1  # no vector path (odd length): more items per thread instead
+
+
 def test_other_trajectories_start_elsewhere_and_declines_end_the_trajectory() -> None:
     source = next(t.source for t in SUITE if t.name == "softmax-f32")
     messages = build_messages(source, "NVIDIA H200", [], 100_000)
     replies = BuiltinPolicy().generate([messages] * 3, Sampling())
-    assert [r.extra["variant"] for r in replies] == [0, 1, 2]
+    from kevin_backend.generate.builtin.kernels import preferred_order
+
+    plan = plan_task(source)
+    assert plan
+    assert [r.extra["variant"] for r in replies] == preferred_order(plan)[:3]  # the plain one, then the shape's best bets
+    assert len({r.extra["variant"] for r in replies}) == 3
     declined = BuiltinPolicy().generate([build_messages(_task("x @ y", "torch.randn(8, 8), torch.randn(8, 8)"), "", [], 100_000)], Sampling())
     assert declined[0].finish_reason == "declined" and "does not take this task" in declined[0].text
 

@@ -398,14 +398,38 @@ __device__ __forceinline__ float kevin_row_reduce_{op}(float v, float* smem, int
 """
 
 
+def can_vectorize(plan: Plan) -> bool:
+    """Whether a pointwise plan's 4-wide variant has a vector path (else it is the scalar kernel)."""
+    return (not plan.is_rows and plan.numel % 4 == 0 and plan.cols % 4 == 0
+            and all(input_mode(i, plan.shape) in ("linear", "lastdim", "row", "scalar") and i.dtype in _VEC_OK for i in plan.inputs))
+
+
+def preferred_order(plan: Plan) -> list[int]:
+    """The plan's variants (indices into VARIANTS_ROWS / VARIANTS_POINTWISE) in the order they
+    are likely to pay for this shape, the plain one first (measured on the suite: for rows of
+    about a thousand, 128 to 256 threads per row with the row in registers; for pointwise, the
+    4-wide variants when there is a vector path, else more items per thread): for rows, threads
+    per row near an eighth of the row's length (a warp per row for short rows, big blocks for
+    long ones), the row kept in registers where it fits."""
+    import math
+
+    if not plan.is_rows:
+        return [0, 1, 2, 4, 3, 5, 6] if can_vectorize(plan) else [0, 2, 5, 4, 6, 1, 3]
+    ideal = min(1024, max(32, plan.cols // 8))
+
+    def rank(i: int) -> tuple[float, int, int]:
+        v = VARIANTS_ROWS[i]
+        fits = v.cache and (plan.cols + v.threads - 1) // v.threads <= MAX_CACHED
+        return (abs(math.log2(v.threads) - math.log2(ideal)), 0 if fits else 1, i)
+
+    return [0, *sorted(range(1, len(VARIANTS_ROWS)), key=rank)]
+
+
 def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: str = "") -> str:
     """A KernelBench-format candidate (ModelNew through load_inline) computing `plan`."""
     digest = hashlib.sha256(repr((plan, variant)).encode()).hexdigest()[:10]
     name = name or f"kevin_builtin_{digest}"
-    vectorizable = (
-        variant.vector and not plan.is_rows and plan.numel % 4 == 0 and plan.cols % 4 == 0
-        and all(input_mode(i, plan.shape) in ("linear", "lastdim", "row", "scalar") and i.dtype in _VEC_OK for i in plan.inputs)
-    )
+    vectorizable = variant.vector and can_vectorize(plan)
     kernels = []
     if plan.is_rows:
         kernels.append(_rows_kernel(plan, variant, "kevin_rows"))

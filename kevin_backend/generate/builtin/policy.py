@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from kevin_backend.generate.builtin.graph import Declined, Plan, plan_task
-from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, Variant, write_program
+from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, Variant, write_program
 from kevin_backend.generate.policy import Message, Reply, Sampling
 
 __all__ = ["BuiltinPolicy", "task_from_messages"]
@@ -67,7 +67,7 @@ class BuiltinPolicy:
             return Reply(f"The built-in writer does not take this task: {plan.reason}.", finish_reason="declined")
         variants = VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE
         history = _history(messages)
-        choice, why = _choose(variants, history, index)
+        choice, why = _choose(variants, history, index, preferred_order(plan))
         variant = variants[choice]
         digest = hashlib.sha256(source.encode()).hexdigest()[:10]
         kind = "row" if plan.is_rows else "pointwise"
@@ -93,16 +93,21 @@ def _history(messages: list[Message]) -> list[tuple[int, float | None]]:
     return out
 
 
-def _choose(variants: Sequence[Variant], history: list[tuple[int, float | None]], index: int) -> tuple[int, str]:
-    """The next variant: the list is ordered by what usually pays (vector loads, then threads and
-    items per thread; for rows, the row in registers); once timings arrive, a knob whose other
+def _choose(variants: Sequence[Variant], history: list[tuple[int, float | None]], index: int,
+            order: Sequence[int] | None = None) -> tuple[int, str]:
+    """The next variant. `order` ranks the variants by what usually pays for this task's shape
+    (`preferred_order`; default: the list's order, which puts vector loads, then threads and
+    items per thread first; for rows, the row in registers): trajectories start at different
+    places in it, and untried variants are taken in it; once timings arrive, a knob whose other
     setting was already measured slower than the best is tried last."""
+    order = list(order) if order is not None else list(range(len(variants)))
+    rank = {v: k for k, v in enumerate(order)}
     if not history:
-        start = index % len(variants)
+        start = order[index % len(order)]
         return start, "the plain first kernel" if start == 0 else "a first kernel (another variant than the plain one)"
     timed = [(ms, v) for v, ms in history if ms is not None]
     tried = {v for v, _ in history}
-    untried = [i for i in range(len(variants)) if i not in tried]
+    untried = sorted((i for i in range(len(variants)) if i not in tried), key=lambda i: rank.get(i, len(order) + i))
     if not timed:
         if not untried:
             return history[-1][0], "no variant has been correct"
@@ -120,5 +125,5 @@ def _choose(variants: Sequence[Variant], history: list[tuple[int, float | None]]
                 return True
         return False
 
-    untried.sort(key=lambda i: (slower_knob(i), i))
+    untried.sort(key=lambda i: (slower_knob(i), rank.get(i, len(order) + i)))
     return untried[0], f"best so far variant {best} at {best_ms:.4g} ms; next, variant {untried[0]}"
