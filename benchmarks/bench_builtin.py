@@ -42,7 +42,7 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--trajectories", type=int, default=1)
     parser.add_argument("--trials", type=int, default=50)
-    parser.add_argument("--at-once", type=int, default=4, help="tasks searched at once (timing is still one at a time)")
+    parser.add_argument("--at-once", type=int, default=12, help="tasks searched at once (timing is still one at a time)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if not torch.cuda.is_available():

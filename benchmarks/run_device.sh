@@ -32,7 +32,7 @@ for step in $steps; do
       setsid python3 -m kevin_backend.cli.main $args --json "$OUT/prewarm_killed.json" > "$OUT/prewarm.log" 2>&1 &
       pid=$!
       for _ in $(seq 1200); do
-        [ "$(ls "$KEVIN_CACHE_DIR/entries" 2>/dev/null | wc -l)" -ge "${KILL_AFTER:-4}" ] && break
+        [ "$(ls "$KEVIN_CACHE_DIR/entries" 2>/dev/null | wc -l)" -ge "${KILL_AFTER:-25}" ] && break
         kill -0 $pid 2>/dev/null || break
         sleep 0.5
       done
