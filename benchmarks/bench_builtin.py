@@ -7,7 +7,7 @@ geometric means the goals are stated in: over eager on chains of three or more o
 Inductor on reductions and norms.
 
 Usage: python benchmarks/bench_builtin.py [--tasks a,b] [--categories norm,reduction] [--turns 3]
-       [--trajectories 1] [--at-once 4] [--json FILE]
+       [--trajectories 1] [--at-once 12] [--json FILE]
 """
 
 from __future__ import annotations
