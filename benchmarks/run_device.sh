@@ -58,9 +58,15 @@ for step in $steps; do
       python3 -m ray.scripts.scripts stop --force >/dev/null ;;
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
-    bench)  # kevin bench: eager / Inductor / kevin (mode cache, this machine's kernel cache); the KernelBench folder first, then the models
-      python3 -m kevin_backend.cli.main bench --kernelbench examples/kernelbench --json "$OUT/kernelbench.json" --chart "$OUT/kernelbench.png" 2>&1 | tee "$OUT/kernelbench.log" | tail -30
-      python3 -m kevin_backend.cli.main bench --json "$OUT/bench.json" --chart "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
+    bench)  # kevin bench: eager / Inductor / kevin (mode cache, this machine's kernel cache and the seed cache);
+            # the KernelBench folder, then each model on its own (BENCH_MODELS), each report saved as it finishes
+      if [ -z "${BENCH_MODELS:-}" ]; then
+        python3 -m kevin_backend.cli.main bench --kernelbench examples/kernelbench --json "$OUT/bench_kernelbench.json" 2>&1 | tee "$OUT/bench_kernelbench.log" | tail -30
+      fi
+      for m in ${BENCH_MODELS:-mlp cnn gpt2 llama}; do
+        python3 -m kevin_backend.cli.main bench --models "$m" --json "$OUT/bench_$m.json" 2>&1 | tee "$OUT/bench_$m.log" | tail -12
+      done
+      python3 -m kevin_backend.cli.main bench --merge "$OUT"/bench_*.json --json "$OUT/bench.json" --chart "$OUT/bench.png" --markdown "$OUT/bench.md" ;;
     profile)  # where a warm first compile spends its time, per compiler (mlp)
       d=$(mktemp -d)
       for c in inductor kevin; do

@@ -261,3 +261,31 @@ def test_chart_without_matplotlib_is_a_usage_error(tmp_path: Path, monkeypatch: 
     assert main(["bench", "--device", "cpu", "--models", "mlp", "--chart", str(tmp_path / "c.png")]) == 2
     assert "the chart needs matplotlib" in capsys.readouterr().err
     assert not (tmp_path / "c.png").exists()
+
+
+def test_reports_of_a_run_made_in_parts_merge_into_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kevin_backend.bench.results import ModelResult
+
+    def row(model: str, kevin_ms: float) -> ModelResult:
+        return ModelResult(model=model, workload="infer", timings=(Timing("eager", (2.0, 2.0)), Timing("inductor", (1.0, 1.0)),
+                                                                    Timing("kevin", (kevin_ms, kevin_ms))))
+
+    task = TaskResult(task="t", correct=True, timings=(Timing("eager", (1.0,)), Timing("inductor", (0.5,)), Timing("kevin", (0.25,))))
+    parts = [BenchReport({"device": "cuda", "command": "kevin bench --models mlp"}, (row("mlp", 0.9),)),
+             BenchReport({"device": "cuda", "command": "kevin bench --models gpt2"}, (row("gpt2", 1.1),),
+                         KernelBenchResult("examples/kernelbench", (task,)))]
+    paths = []
+    for i, part in enumerate(parts):
+        paths.append(tmp_path / f"part{i}.json")
+        paths[-1].write_text(json.dumps(part.as_dict()))
+    merged = tmp_path / "all.json"
+    assert main(["bench", "--merge", *map(str, paths), "--json", str(merged), "--chart", str(tmp_path / "all.png")]) == 0
+    out = capsys.readouterr().out
+    data = BenchReport.from_dict(json.loads(merged.read_text()))
+    assert [m.model for m in data.models] == ["mlp", "gpt2"]
+    assert data.kernelbench is not None and [t.task for t in data.kernelbench.tasks] == ["t"]
+    assert "kevin bench --models mlp ; kevin bench --models gpt2" == data.environment["command"]
+    assert "| mlp | infer |" in out and "| gpt2 | infer |" in out
+    assert (tmp_path / "all.png").read_bytes()[:8] == PNG
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["bench", "--merge", str(tmp_path / "bad.json")]) == 2

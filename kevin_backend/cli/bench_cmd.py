@@ -3,11 +3,12 @@
     kevin bench                                   # mlp, cnn, gpt2, llama; infer and train; on CUDA
     kevin bench --models gpt2,llama --workloads train --json bench.json --chart bench.png
     kevin bench --kernelbench examples/kernelbench --json kb.json
+    kevin bench --merge part1.json part2.json --json all.json --chart all.png   # a run made in parts
 
 kevin runs in mode `cache` on the user's kernel cache (`--cache-dir`, `--no-seed` apply), so the
 numbers show what the kernels already cached bring. Each model and each task runs in a fresh
 process with an empty Inductor cache; times follow the judge's protocol, the three compilers
-interleaved round by round. The table goes to stdout, progress to stderr.
+interleaved round by round (whole calls, the host's part included). The table goes to stdout, progress to stderr.
 
 Exit codes: 0 everything ran (wrong kevin outputs are results, shown in the table), 1 a model or
 task failed to run, 2 usage error.
@@ -17,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
 from kevin_backend.config import Config
@@ -52,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
                    help="share this Inductor cache between the runs (default: a fresh one per run, so every "
                         "partition reaches the kevin pass and is reported)")
     p.add_argument("--in-process", action="store_true", help="run everything in this process (debugging)")
+    p.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                   help="run nothing: combine reports saved with --json (a bench run in parts) into one table, "
+                        "and --json / --chart / --markdown")
     p.set_defaults(handler=_bench)
 
 
@@ -77,6 +83,29 @@ def _command(args: argparse.Namespace, models: list[str], workloads: list[str]) 
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def _merge(paths: list[Path]) -> Any:
+    """One report from several saved ones: their models, and their KernelBench tasks, in order."""
+    from kevin_backend.bench.results import BenchReport, KernelBenchResult
+
+    reports = []
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict) or not {"environment", "models", "kernelbench"} <= set(data):
+                raise ValueError("it lacks the environment, models and kernelbench keys")
+            reports.append(BenchReport.from_dict(data))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CommandError(f"--merge: {path} is not a report written by kevin bench --json: {exc}", EXIT_USAGE) from exc
+    environment = dict(reports[0].environment)
+    commands = [r.environment.get("command") for r in reports if r.environment.get("command")]
+    if commands:
+        environment["command"] = " ; ".join(dict.fromkeys(commands))
+    tasks = [t for r in reports if r.kernelbench for t in r.kernelbench.tasks]
+    folders = [r.kernelbench.directory for r in reports if r.kernelbench]
+    kernelbench = KernelBenchResult(", ".join(dict.fromkeys(folders)), tuple(tasks)) if folders else None
+    return BenchReport(environment, tuple(m for r in reports for m in r.models), kernelbench)
+
+
 def _bench(args: argparse.Namespace, config: Config) -> int:
     import torch
 
@@ -85,6 +114,13 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
     from kevin_backend.bench.report import MissingDependency, markdown, require_matplotlib, write_chart, write_json
     from kevin_backend.bench.runner import BenchSettings, kevin_options, run_bench
 
+    if args.merge:
+        if args.chart is not None:
+            try:
+                require_matplotlib()
+            except MissingDependency as exc:
+                raise CommandError(str(exc), EXIT_USAGE) from exc
+        return _report(_merge(args.merge), args)
     if args.models is not None:
         models = _names(args.models, MODELS, "model")
     else:  # all of them, unless this is a KernelBench run
@@ -116,6 +152,12 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
         timeout_s=args.timeout, inductor_cache=args.inductor_cache,
     )
     report = run_bench(models, workloads, args.kernelbench, settings, progress=True, command=_command(args, models, workloads))
+    return _report(report, args)
+
+
+def _report(report: Any, args: argparse.Namespace) -> int:
+    from kevin_backend.bench.report import markdown, write_chart, write_json
+
     table = markdown(report)
     print(table, end="")
     if args.json is not None:
