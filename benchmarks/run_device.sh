@@ -43,7 +43,9 @@ for step in $steps; do
       python3 -m kevin_backend.cli.main cache ls 2>&1 | tee "$OUT/seed_ls.txt" | tail -40
       tar -czf "$OUT/seed.tgz" -C "$KEVIN_CACHE_DIR" entries ;;
     rl)  # the trainer's short run with the real judge (issue: RL trainer)
-      python3 benchmarks/rl_h200.py --out "$OUT/rl" 2>&1 | tee "$OUT/rl.log" | tail -40 ;;
+      python3 benchmarks/rl_h200.py --out /tmp/rl_h200 2>&1 | tee "$OUT/rl.log" | tail -40
+      cp /tmp/rl_h200/rl_h200.json /tmp/rl_h200/metrics.png "$OUT/" 2>/dev/null  # not the checkpoints: too big to bring back
+      cp /tmp/rl_h200/run/metrics.jsonl "$OUT/rl_metrics.jsonl" 2>/dev/null ;;
     ray2)  # prewarm through a local Ray cluster with one GPU actor per GPU (needs ray: carry .ray, see below)
       if ! python3 -c "import ray" 2>/dev/null && [ -f .ray/ray-slim.tar.xz ]; then
         mkdir -p /tmp/site && tar -xJf .ray/ray-slim.tar.xz -C /tmp/site
