@@ -25,7 +25,7 @@ import operator
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -160,59 +160,52 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
     def _decide_all(self, graph: fx.Graph, graph_report: GraphReport) -> list[_Swap]:
         plan = partition_graph(graph, self.support, self.config.min_partition, self.config.max_partition)
         graph_report.left_out = plan.left_out
-        self._prebuild(plan.partitions, graph_report.kind)
+        kind = graph_report.kind
+        looked = [self._look_up(partition, kind) for partition in plan.partitions]
+        # The kernels the cache holds are built all at once before they load one by one (a seed
+        # cache on a fresh machine costs the slowest build, not the sum); a failure here is met
+        # again, and reported, when its partition loads.
+        kernels = [f.entry for f in looked if isinstance(f, _Found) and f.entry is not None and f.entry.kind is EntryKind.KERNEL]
+        if len(kernels) > 1:
+            try:
+                runtime.prebuild(kernels)
+            except Exception as exc:  # noqa: BLE001
+                log.info("kevin: building the cached kernels at once failed: %s", exc)
         swaps: list[_Swap] = []
-        for partition in plan.partitions:
+        for partition, found in zip(plan.partitions, looked):
             counters.add("partitions")
-            record, swap = self._decide(partition, graph_report.kind)
+            record, swap = (found, None) if isinstance(found, PartitionRecord) else self._decide(partition, kind, found)
             graph_report.partitions.append(record)
             counters.add(_COUNTER_OF_STATUS[record.status])
             if swap is not None:
                 swaps.append(swap)
         return swaps
 
-    def _prebuild(self, partitions: Sequence[Partition], kind: str) -> None:
-        """The kernels the cache holds for these partitions, built all at once (see
-        `runtime.prebuild`); anything that goes wrong here is met again, and reported, by
-        `_decide`."""
-        entries = []
-        for partition in partitions:
-            try:
-                entry = self.cache.get(make_key(extract_task(partition, graph_kind=kind)))
-            except Exception:  # noqa: BLE001
-                continue
-            if entry is not None and entry.kind is EntryKind.KERNEL:
-                entries.append(entry)
-        if len(entries) > 1:
-            try:
-                runtime.prebuild(entries)
-            except Exception as exc:  # noqa: BLE001 - the partitions load (and build) one by one instead
-                log.info("kevin: building the cached kernels at once failed: %s", exc)
-
-    def _decide(self, partition: Partition, kind: str) -> tuple[PartitionRecord, _Swap | None]:
-        ops = partition.ops
-
-        def record(status: Status, reason: FallbackReason | None = None, detail: str = "", **kw: Any) -> PartitionRecord:
-            if reason is not None:
-                log.info("kevin: partition %d (%s) -> %s: %s %s", partition.index, kind, status.value, reason.value, detail)
-            return PartitionRecord(partition.index, ops, status, reason=reason, detail=detail, **kw)
-
-        # 1. the partition as a standalone task, and its key
+    def _look_up(self, partition: Partition, kind: str) -> PartitionRecord | _Found:
+        """The partition as a standalone task, its key and the cache's entry; or the record of
+        why it stops here."""
         try:
             task = extract_task(partition, graph_kind=kind)
             key = make_key(task)
         except Exception as exc:
-            return record(Status.FALLBACK, FallbackReason.EXTRACTION_ERROR, _short(exc)), None
+            return _record(partition, kind, Status.FALLBACK, FallbackReason.EXTRACTION_ERROR, _short(exc))
         ids = {"key": key.digest, "key_dict": key.as_dict(), "task": task.name}
         devices = {s.device for s in task.inputs + task.outputs}
         if devices != {"cuda"} and not self.config.cpu_kernels:
-            return record(Status.SKIPPED, FallbackReason.NEEDS_CUDA, "/".join(sorted(devices)), **ids), None
-
-        # 2. the cache decides, or the generator does
+            return _record(partition, kind, Status.SKIPPED, FallbackReason.NEEDS_CUDA, "/".join(sorted(devices)), **ids)
         try:
             entry = self.cache.get(key)
         except Exception as exc:
-            return record(Status.FALLBACK, FallbackReason.LOOKUP_ERROR, _short(exc), **ids), None
+            return _record(partition, kind, Status.FALLBACK, FallbackReason.LOOKUP_ERROR, _short(exc), **ids)
+        return _Found(task, key, entry, ids)
+
+    def _decide(self, partition: Partition, kind: str, found: _Found) -> tuple[PartitionRecord, _Swap | None]:
+        task, key, entry, ids = found.task, found.key, found.entry, found.ids
+
+        def record(status: Status, reason: FallbackReason | None = None, detail: str = "", **kw: Any) -> PartitionRecord:
+            return _record(partition, kind, status, reason, detail, **kw)
+
+        # the cache decides, or the generator does
         status = Status.HIT
         if entry is None:
             if self.config.mode is Mode.CACHE:
@@ -243,7 +236,7 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
         if entry.kind is EntryKind.INDUCTOR:
             return record(Status.INDUCTOR, detail=entry.reason, **ids), None
 
-        # 3. load the kernel and check it against the partition on fake tensors
+        # load the kernel and check it against the partition on fake tensors
         try:
             kernel = runtime.load_entry(entry)
         except runtime.KernelMismatch as exc:
@@ -256,6 +249,21 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
         except Exception as exc:
             return record(Status.FALLBACK, FallbackReason.KERNEL_MISMATCH, _short(exc), **ids), None
         return record(status, speedup_vs_inductor=speedup, **ids), _Swap(partition, key.digest, out_vals)
+
+
+@dataclass(frozen=True)
+class _Found:
+    task: Any  # KernelTask
+    key: Any  # CacheKey
+    entry: CacheEntry | None
+    ids: dict[str, Any]  # the record's key, key_dict and task name
+
+
+def _record(partition: Partition, kind: str, status: Status, reason: FallbackReason | None = None, detail: str = "",
+            **kw: Any) -> PartitionRecord:
+    if reason is not None:
+        log.info("kevin: partition %d (%s) -> %s: %s %s", partition.index, kind, status.value, reason.value, detail)
+    return PartitionRecord(partition.index, partition.ops, status, reason=reason, detail=detail, **kw)
 
 
 _COUNTER_OF_STATUS = {

@@ -25,7 +25,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -50,6 +49,7 @@ from kevin_backend.judge.candidate import InlineExtension
 from kevin_backend.judge.errors import SourceFile, trim_compiler_output
 from kevin_backend.judge.fast_build import FAST_BUILD_VERSION, Toolchain, build_fast, ensure_pch, fast_sources
 from kevin_backend.judge.split import SplitError
+from kevin_backend.locks import file_lock
 
 __all__ = ["BuildSpec", "BuildResult", "Builder", "light_cuda_sources", "load_built", "answering_load_inline"]
 
@@ -235,15 +235,11 @@ class Builder:
         # sandboxes share a root): a second caller waits, then finds the first one's result.
         folder = self._folder(spec)
         folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / "lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                hit = self.cached(spec)
-                if hit is not None:
-                    return dataclasses.replace(hit, seconds=time.perf_counter() - start)
-                return self._build_fast(spec, start) if spec.fast else self._build_whole(spec, start)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with file_lock(folder / "lock"):
+            hit = self.cached(spec)
+            if hit is not None:
+                return dataclasses.replace(hit, seconds=time.perf_counter() - start)
+            return self._build_fast(spec, start) if spec.fast else self._build_whole(spec, start)
 
     def _build_whole(self, spec: BuildSpec, start: float) -> BuildResult:
         folder = self._folder(spec)

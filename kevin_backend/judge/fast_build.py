@@ -22,7 +22,6 @@ code is final: the whole build would fail on the same line.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -40,6 +39,7 @@ from typing import Sequence
 from kevin_backend.config import child_env
 from kevin_backend.judge.errors import SourceFile, parse_errors, trim_compiler_output
 from kevin_backend.judge.split import SOURCE_NAME, SplitError, split_cuda
+from kevin_backend.locks import file_lock
 
 # Part of every fast build's cache key: bump it when what this module produces changes.
 FAST_BUILD_VERSION = 2
@@ -192,30 +192,26 @@ def ensure_pch(root: Path, toolchain: Toolchain, timeout: float = 900.0) -> Path
     if done.exists():
         return header
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if done.exists():
-                return header
-            gch = folder / "kevin_pch.h.gch"
-            tmp = folder / "kevin_pch.h.gch.tmp"
-            logs = []
-            # Without the CUDA context headers when this machine's CUDA lacks the libraries'
-            # headers they include (cuBLAS, cuSPARSE): a candidate that includes them then fails
-            # the fast build and is built whole, as it would be anyway.
-            for text in (_PCH_HEADER, _PCH_HEADER.replace("#include <ATen/cuda/CUDAContext.h>\n", "")):
-                header.write_text(text)
-                command = [toolchain.cxx, *toolchain.cxx_flags, *(f"-I{d}" for d in toolchain.include_dirs),
-                           "-x", "c++-header", str(header), "-o", str(tmp)]
-                output, ok, _ = run_group([command], timeout)
-                logs.append(output)
-                if ok:
-                    os.replace(tmp, gch)
-                    break
-            (folder / "pch.log").write_text("\n".join(logs))
-            done.write_text("ok" if ok else "failed")
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with file_lock(folder / "lock"):
+        if done.exists():
+            return header
+        gch = folder / "kevin_pch.h.gch"
+        tmp = folder / "kevin_pch.h.gch.tmp"
+        logs = []
+        # Without the CUDA context headers when this machine's CUDA lacks the libraries'
+        # headers they include (cuBLAS, cuSPARSE): a candidate that includes them then fails
+        # the fast build and is built whole, as it would be anyway.
+        for text in (_PCH_HEADER, _PCH_HEADER.replace("#include <ATen/cuda/CUDAContext.h>\n", "")):
+            header.write_text(text)
+            command = [toolchain.cxx, *toolchain.cxx_flags, *(f"-I{d}" for d in toolchain.include_dirs),
+                       "-x", "c++-header", str(header), "-o", str(tmp)]
+            output, ok, _ = run_group([command], timeout)
+            logs.append(output)
+            if ok:
+                os.replace(tmp, gch)
+                break
+        (folder / "pch.log").write_text("\n".join(logs))
+        done.write_text("ok" if ok else "failed")
     return header
 
 

@@ -34,6 +34,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kevin_backend.judge.tolerance import tolerance
+from kevin_backend.locks import file_lock
 
 # What a candidate's forward may dispatch: allocation, views, metadata, and the fills that
 # torch.zeros and friends are made of. Everything else is PyTorch computing for the candidate.
@@ -314,7 +315,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         compiled = torch.compile(reference) if job.get("inductor", True) else None
         if compiled is not None:
             compiled(*inputs)
-        with _exclusive(job.get("gpu_lock")):
+        with file_lock(job["gpu_lock"]) if job.get("gpu_lock") else contextlib.nullcontext():
             kernel_ms = measure(lambda: model(*mine))
             eager_ms = measure(lambda: reference(*inputs))
             inductor_ms = measure(lambda: compiled(*inputs)) if compiled is not None else None
@@ -331,22 +332,6 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         return _error("REPLAYED_OUTPUT", "timing", "after new values were written into its input buffers, the output "
                       "no longer matched: it returns stored results instead of computing")
     return {"stage": "timing", "reason": "ACCEPTED", "kernel_ms": kernel_ms, "eager_ms": eager_ms, "inductor_ms": inductor_ms}
-
-
-@contextlib.contextmanager
-def _exclusive(path: str | None) -> Any:
-    """Holds a file lock (released by the kernel if this process dies) while timing."""
-    if not path:
-        yield
-        return
-    import fcntl
-
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _error(reason: str, stage: str, feedback: str) -> dict[str, Any]:

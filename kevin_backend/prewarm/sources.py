@@ -95,8 +95,8 @@ def from_bench(name: str, config: Config, cache: KernelCache, train: bool = True
     if name not in MODELS:
         raise SourceError(f"unknown bench model {name!r}; valid models: {', '.join(MODELS)}")
     items: list[WorkItem] = []
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     for workload in WORKLOADS if train else ("infer",):
-        device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
             model, inputs = make_model(name, workload, device=device, size=size)
         except ImportError as exc:

@@ -87,23 +87,27 @@ def _accepts_logits_to_keep(model: Any) -> bool:
     return False
 
 
-def sequence_logprobs(model: Any, batch: Batch, temperature: float) -> torch.Tensor:
-    """Log-probs [B, T - 1] of each next token under `model` (position p: token p + 1); zero at
-    positions no completion needs (the LM head runs only on the range that holds completions)."""
+def kept_logits(model: Any, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """The model's logits on the range of `batch` that holds completions (the LM head runs only
+    there) and the next tokens they predict: (logits [B, last - first, V], targets, first, last)."""
     device = next(model.parameters()).device
     input_ids = batch.input_ids.to(device)
-    attention = batch.attention_mask.to(device)
     first, last = batch.keep()
-    width = input_ids.shape[1] - 1
-    kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention, "use_cache": False}
+    kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": batch.attention_mask.to(device), "use_cache": False}
     if _accepts_logits_to_keep(model):
         kwargs["logits_to_keep"] = torch.arange(first, last, device=device)
         logits = model(**kwargs).logits
     else:
         logits = model(**kwargs).logits[:, first:last]
-    targets = input_ids[:, first + 1: last + 1]
-    logprobs = token_logprobs(logits, targets, temperature)
-    return F.pad(logprobs, (first, width - last))
+    return logits, input_ids[:, first + 1: last + 1], first, last
+
+
+def sequence_logprobs(model: Any, batch: Batch, temperature: float) -> torch.Tensor:
+    """Log-probs [B, T - 1] of each next token under `model` (position p: token p + 1); zero at
+    positions no completion needs."""
+    logits, targets, first, last = kept_logits(model, batch)
+    width = batch.input_ids.shape[1] - 1
+    return F.pad(token_logprobs(logits, targets, temperature), (first, width - last))
 
 
 def clipped_loss(

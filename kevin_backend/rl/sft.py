@@ -43,7 +43,7 @@ from kevin_backend.generate.engine import Engine
 from kevin_backend.generate.policy import Message, Reply, Sampling
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
 from kevin_backend.rl.config import RolloutSettings, SFTSettings, TrainConfigError
-from kevin_backend.rl.loss import _accepts_logits_to_keep, sequence_logprobs
+from kevin_backend.rl.loss import kept_logits, sequence_logprobs, token_logprobs
 from kevin_backend.rl.rollout import search_config
 from kevin_backend.rl.samples import Batch, Sample, collate, micro_batches, sample_from_record
 from kevin_backend.rl.tasks import TrainTask
@@ -157,20 +157,10 @@ def reply_token_stats(model: Any, batch: Batch) -> tuple[torch.Tensor, torch.Ten
     """Per row of `batch`, without gradients: the summed negative log-likelihood of its reply
     tokens, how many of them are the model's most likely next token (teacher forcing), and how
     many reply tokens it has."""
-    device = next(model.parameters()).device
-    input_ids = batch.input_ids.to(device)
-    first, last = batch.keep()
-    kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": batch.attention_mask.to(device),
-                              "use_cache": False}
     with torch.no_grad():
-        if _accepts_logits_to_keep(model):
-            kwargs["logits_to_keep"] = torch.arange(first, last, device=device)
-            logits = model(**kwargs).logits.float()
-        else:
-            logits = model(**kwargs).logits[:, first:last].float()
-        targets = input_ids[:, first + 1: last + 1]
-        mask = batch.loss_mask[:, first:last].to(device) != 0
-        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        logits, targets, first, last = kept_logits(model, batch)
+        mask = batch.loss_mask[:, first:last].to(logits.device) != 0
+        logprobs = token_logprobs(logits, targets)
         hits = (logits.argmax(dim=-1) == targets) & mask
         nll = torch.where(mask, -logprobs, torch.zeros_like(logprobs)).sum(dim=1)
         return nll.cpu(), hits.sum(dim=1).cpu(), mask.sum(dim=1).cpu()

@@ -360,7 +360,6 @@ def _plan(gm: fx.GraphModule, metas: list[Any]) -> Plan:
                 raise Unsupported(f"{op} from {list(src_shape)} to {list(out_shape)} moves data between rows")
             names[node], kinds[node] = names[src], kinds[src]
             nodes.append(PlanNode(var, kinds[src], None, alias_of=names[src], dtype=val.dtype))
-            names[node] = names[src]
             continue
         if node.target is aten.masked_fill.Scalar and isinstance(node.args[2], (int, float, bool)):
             # where(mask, value, x): what logsumexp's decomposition guards infinite maxima with
