@@ -219,6 +219,11 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
                 return record(Status.MISS, **ids), None
             if self._policy_down is not None:  # asked once this compile; not again per partition
                 return record(Status.FALLBACK, FallbackReason.POLICY_ERROR, self._policy_down, **ids), None
+            try:  # an earlier partition of this compile with the same key may have generated it meanwhile
+                entry = self.cache.get(key)
+            except Exception as exc:
+                return record(Status.FALLBACK, FallbackReason.LOOKUP_ERROR, _short(exc), **ids), None
+        if entry is None:
             try:
                 generator = self._generator()
                 entry = generator.generate(task, key)
