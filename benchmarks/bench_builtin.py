@@ -16,6 +16,7 @@ import argparse
 import concurrent.futures
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -58,6 +59,7 @@ def main() -> int:
                         gpu=torch.cuda.get_device_name(), capability="%d.%d" % torch.cuda.get_device_capability())
 
         def one(task):  # type: ignore[no-untyped-def]
+            began = time.perf_counter()
             result = engine.search(task.source, task.name)
             best = result.best
             t = best.result.timings if best is not None and best.result is not None else None
@@ -66,7 +68,8 @@ def main() -> int:
                     "variant": best.step.reply.extra.get("variant") if best else None, "turn": best.turn if best else None,
                     "kernel_ms": t.kernel_ms if t else None, "eager_ms": t.eager_ms if t else None, "inductor_ms": t.inductor_ms if t else None,
                     "vs_eager": t.speedup_vs_eager if t else None, "vs_inductor": t.speedup_vs_inductor if t else None,
-                    "reasons": reasons, "stopped": result.stopped}
+                    "reasons": reasons, "stopped": result.stopped, "seconds": round(time.perf_counter() - began, 1),
+                    "build_seconds": [round(r.step.result.build_seconds or 0, 1) if r.step.result else None for r in result.records]}
 
         with concurrent.futures.ThreadPoolExecutor(max(1, args.at_once)) as pool:
             futures = [pool.submit(one, t) for t in tasks]
@@ -78,7 +81,7 @@ def main() -> int:
                 elapsed = time.perf_counter() - start
                 eta = elapsed / done * (len(tasks) - done)
                 shown = f"{row['vs_eager']:.2f}x eager, {row['vs_inductor']:.2f}x Inductor" if row["correct"] else f"NOT CORRECT {row['reasons']}"
-                print(f"[{done}/{len(tasks)} {elapsed:.0f}s, eta {eta:.0f}s] {row['task']}: {shown}", file=sys.stderr, flush=True)
+                print(f"[{done}/{len(tasks)} {elapsed:.0f}s, eta {eta:.0f}s, load {os.getloadavg()[0]:.0f}] {row['task']}: {shown}", file=sys.stderr, flush=True)
     rows.sort(key=lambda r: [t.name for t in tasks].index(str(r["task"])))
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}, "
           f"{args.trajectories} x {args.turns} turns, {args.trials} trials")
@@ -95,6 +98,8 @@ def main() -> int:
     print(f"\ncorrect: {correct} of {len(rows)}; geometric mean over eager, chains of 3+ ops: "
           f"{chains if chains is None else f'{chains:.2f}x'} (goal 1.5x); over Inductor, reductions and norms: "
           f"{norms if norms is None else f'{norms:.2f}x'} (goal 1.0x)")
+    load = os.getloadavg()
+    print(f"wall {time.perf_counter() - start:.0f} s, load average {load[0]:.1f} on {os.cpu_count()} CPUs")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "chains_vs_eager": chains, "norms_vs_inductor": norms}, indent=1))
     return 0 if correct == len(rows) else 1
