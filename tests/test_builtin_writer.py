@@ -55,6 +55,20 @@ def test_tasks_planned_from_many_threads_at_once_are_all_planned() -> None:
     assert not declined, declined
 
 
+def test_row_kernels_read_four_wide_only_where_the_row_allows() -> None:
+    by_name = {t.name: t for t in SUITE}
+    four_wide = VARIANTS_ROWS[8]
+    assert four_wide.vector and four_wide.cache
+    program = write_program(plan_task(by_name["layernorm-affine-f16"].source), four_wide)
+    assert "kevin_rows_vec<<<" in program and "kevin_ld4(p_in1, c0," in program  # the weight too, along the row
+    assert "% 16 == 0" in program and "kevin_rows<<<" in program  # misaligned data takes the scalar kernel
+    assert "kevin_st4(p_out0" in program
+    for name in ("softmax-f32-odd", "long-rows-sum-f32"):  # 1001 columns; 65536 columns (no room in registers)
+        assert "kevin_rows_vec" not in write_program(plan_task(by_name[name].source), four_wide), name
+    half_warp = write_program(plan_task(by_name["softmax-short-rows-f32"].source), VARIANTS_ROWS[12])
+    assert "for (int o = 8; o > 0; o >>= 1)" in half_warp  # shuffles stay within a row's 16 lanes
+
+
 def test_per_channel_inputs_are_read_through_their_views() -> None:
     # batch norm at inference: [C] vectors, one of them through rsqrt on [C] first, viewed as [C, 1, 1]
     plan = plan_task(next(t for t in SUITE if t.name == "batchnorm-relu-f32").source)
@@ -141,12 +155,17 @@ def test_variants_are_ranked_for_the_shape() -> None:
         assert found[0] == 0 and sorted(found) == list(range(len(VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)))
         return found
 
-    assert VARIANTS_ROWS[order("softmax-short-rows-f32")[1]].threads == 32  # 64 columns: a warp per row
+    short = VARIANTS_ROWS[order("softmax-short-rows-f32")[1]]
+    assert short.threads < 32 and short.vector  # 64 columns, 4-wide: half a warp per row
     assert VARIANTS_ROWS[order("long-rows-sum-f32")[1]].threads == 1024  # 65536 columns: the biggest block
-    assert VARIANTS_ROWS[order("softmax-f32")[1]].threads == 128 and VARIANTS_ROWS[order("softmax-f32")[1]].cache
+    assert not VARIANTS_ROWS[order("long-rows-sum-f32")[1]].vector  # too long to keep in registers: no vector path
+    first = VARIANTS_ROWS[order("softmax-f32")[1]]
+    assert first.threads == 128 and first.cache and first.vector
+    odd = VARIANTS_ROWS[order("softmax-f32-odd")[1]]
+    assert odd.cache and not odd.vector  # 1001 columns: no 4-wide path, so no 4-wide variant early
     assert VARIANTS_POINTWISE[order("gated-f32")[1]].vector  # a vector path: 4-wide first
-    odd = VARIANTS_POINTWISE[order("mul-bf16-odd")[1]]
-    assert odd.items > 1  # no vector path (odd length): more items per thread instead
+    odd_pw = VARIANTS_POINTWISE[order("mul-bf16-odd")[1]]
+    assert odd_pw.items > 1  # no vector path (odd length): more items per thread instead
 
 
 def test_other_trajectories_start_elsewhere_and_declines_end_the_trajectory() -> None:
@@ -178,10 +197,12 @@ def test_the_partitioner_asks_the_builtin_writer() -> None:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
-    """The torch-free device part of a pointwise, a vectorized and two row programs compiles."""
+    """The torch-free device part of pointwise, vectorized and row programs (scalar, 4-wide, half a
+    warp per row) compiles."""
     picks = [("gated-bf16", VARIANTS_POINTWISE[1]), ("transposed-input-f32", VARIANTS_POINTWISE[0]),
              ("layernorm-affine-f16", VARIANTS_ROWS[1]), ("var-mean-f32", VARIANTS_ROWS[3]),
-             ("batchnorm-relu-f32", VARIANTS_POINTWISE[2])]
+             ("batchnorm-relu-f32", VARIANTS_POINTWISE[2]), ("layernorm-affine-f16", VARIANTS_ROWS[8]),
+             ("softmax-short-rows-f32", VARIANTS_ROWS[12])]
     by_name = {t.name: t for t in SUITE}
     sources = []
     for i, (name, variant) in enumerate(picks):

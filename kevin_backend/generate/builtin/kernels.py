@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -60,6 +61,9 @@ VARIANTS_POINTWISE = (
 VARIANTS_ROWS = (
     Variant(256), Variant(256, cache=True), Variant(128, cache=True), Variant(32, rows_per_block=8, cache=True),
     Variant(512, cache=True), Variant(1024, cache=True), Variant(64, rows_per_block=4, cache=True), Variant(128),
+    Variant(128, vector=True, cache=True), Variant(256, vector=True, cache=True), Variant(64, rows_per_block=4, vector=True, cache=True),
+    Variant(32, rows_per_block=8, vector=True, cache=True), Variant(16, rows_per_block=16, vector=True, cache=True),
+    Variant(512, vector=True, cache=True), Variant(1024, vector=True, cache=True),
 )
 # Registers per thread a cached row may take (values per input).
 MAX_CACHED = 32
@@ -266,7 +270,29 @@ __global__ void __launch_bounds__({variant.threads}) {name}({ins}, {outs}) {{
 """
 
 
-def _rows_kernel(plan: Plan, variant: Variant, name: str) -> str:
+def can_vectorize_rows(plan: Plan) -> bool:
+    """Whether a rows plan's 4-wide variants have a vector path: rows a multiple of 4 long, and
+    every per-element input and output contiguous along the row (else they are the scalar kernel)."""
+    return (plan.is_rows and plan.cols % 4 == 0
+            and all(input_mode(i, plan.shape) in ("linear", "lastdim") and i.dtype in _VEC_OK
+                    for i in plan.inputs if i.kind is Kind.FULL)
+            and all(o.dtype in _VEC_OK for o in plan.outputs if o.kind is Kind.FULL))
+
+
+def _cached_values(plan: Plan, variant: Variant, vector: bool) -> int:
+    """Values per input a thread keeps in registers when the row is cached (0: it does not fit)."""
+    if not variant.cache:
+        return 0
+    width = 4 if vector else 1
+    per_thread = -(-plan.cols // (variant.threads * width)) * width
+    return per_thread if per_thread <= MAX_CACHED else 0
+
+
+def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) -> str:
+    """One row per `variant.threads` threads: each reduction a pass over the row (a loop, or the
+    registers the row was read into once), its value shared by shuffles and shared memory, then
+    the row's outputs. `vector`: the row is read and written 4 elements per access (the caller
+    checks `can_vectorize_rows` and the pointers' alignment)."""
     ins, outs = _signature(plan)
     shape, cols, rows = plan.shape, plan.cols, plan.rows
     tpr = variant.threads
@@ -280,29 +306,51 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str) -> str:
         lines.append(f"float {inp.var} = valid ? kevin_ld(p_{inp.var}, {_offset(inp, shape, 'row * ' + str(cols) + 'LL', 'row', '0')}) : 0.0f;")
         available.add(inp.var)
 
-    per_thread = -(-cols // tpr)
-    cache = variant.cache and per_thread <= MAX_CACHED
+    cached = _cached_values(plan, variant, vector)
+    cache = cached > 0
+    vector = vector and cache  # the vector path reads the row into registers
+    groups = cached // 4 if vector else cached  # loop steps per thread when cached
+    slot = "j * 4 + k" if vector else "j"
 
     def loads(needed: list[PlanNode], extra: list[str]) -> list[str]:
         used = _uses_inputs(needed, extra)
         if cache:
-            return [f"float {i.var} = {i.var}_r[j];" for i in full_inputs if i.var in used]
+            return [f"float {i.var} = {i.var}_r[{slot}];" for i in full_inputs if i.var in used]
         return [f"float {i.var} = kevin_ld(p_{i.var}, {_offset(i, shape, 'row * ' + str(cols) + 'LL + c', 'row', 'c')});"
                 for i in full_inputs if i.var in used]
 
-    def loop(body: list[str]) -> str:
+    def cached_loop(body: list[str], before: Sequence[str] = (), after: Sequence[str] = ()) -> str:
         inner = "\n            ".join(body)
+        if vector:
+            head = "\n        ".join(before)
+            tail = "\n        ".join(after)
+            return (f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n"
+                    f"        const long long c0 = (lane + (long long)j * {tpr}) * 4;\n"
+                    f"        if (valid && c0 < {cols}LL) {{\n        {head}\n"
+                    f"        #pragma unroll\n        for (int k = 0; k < 4; ++k) {{\n            const long long c = c0 + k;\n"
+                    f"            {inner}\n        }}\n        {tail}\n        }}\n    }}")
+        return (f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n        const long long c = lane + (long long)j * {tpr};\n"
+                f"        if (valid && c < {cols}LL) {{\n            {inner}\n        }}\n    }}")
+
+    def loop(body: list[str]) -> str:
         if cache:
-            return (f"#pragma unroll\n    for (int j = 0; j < {per_thread}; ++j) {{\n        const long long c = lane + (long long)j * {tpr};\n"
-                    f"        if (valid && c < {cols}LL) {{\n            {inner}\n        }}\n    }}")
+            return cached_loop(body)
+        inner = "\n            ".join(body)
         return f"if (valid) {{\n        for (long long c = lane; c < {cols}LL; c += {tpr}) {{\n            {inner}\n        }}\n    }}"
 
     if cache:
         for i in full_inputs:
-            off = _offset(i, shape, "row * " + str(cols) + "LL + c", "row", "c")
-            lines.append(f"float {i.var}_r[{per_thread}];")
-            lines.append(f"#pragma unroll\n    for (int j = 0; j < {per_thread}; ++j) {{\n        const long long c = lane + (long long)j * {tpr};\n"
-                         f"        {i.var}_r[j] = (valid && c < {cols}LL) ? kevin_ld(p_{i.var}, {off}) : 0.0f;\n    }}")
+            lines.append(f"float {i.var}_r[{cached}];")
+            if vector:
+                off = _offset(i, shape, "row * " + str(cols) + "LL + c0", "row", "c0")
+                lines.append(f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n"
+                             f"        const long long c0 = (lane + (long long)j * {tpr}) * 4;\n"
+                             f"        if (valid && c0 < {cols}LL) kevin_ld4(p_{i.var}, {off}, {i.var}_r + j * 4);\n"
+                             f"        else {{ {i.var}_r[j * 4] = {i.var}_r[j * 4 + 1] = {i.var}_r[j * 4 + 2] = {i.var}_r[j * 4 + 3] = 0.0f; }}\n    }}")
+            else:
+                off = _offset(i, shape, "row * " + str(cols) + "LL + c", "row", "c")
+                lines.append(f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n        const long long c = lane + (long long)j * {tpr};\n"
+                             f"        {i.var}_r[j] = (valid && c < {cols}LL) ? kevin_ld(p_{i.var}, {off}) : 0.0f;\n    }}")
 
     def row_values() -> list[str]:
         """ROW pointwise nodes whose operands are all available: computed once per row."""
@@ -355,17 +403,19 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str) -> str:
     full_outs = [(k, o) for k, o in enumerate(plan.outputs) if o.kind is Kind.FULL]
     if full_outs:
         needed = _closure(plan, [o.var for _, o in full_outs], available)
-        body = [*loads(needed, [o.var for _, o in full_outs]), *(_node_code(n) for n in needed),
-                *(f"kevin_st(p_out{k}, row * {cols}LL + c, {o.var});" for k, o in full_outs)]
-        lines.append(loop(body))
+        computed = [*loads(needed, [o.var for _, o in full_outs]), *(_node_code(n) for n in needed)]
+        if vector:  # the row's values four at a time, then one 4-wide store per output
+            lines.append(cached_loop([*computed, *(f"o{k}_v[k] = {o.var};" for k, o in full_outs)],
+                                     before=[f"float o{k}_v[4];" for k, _ in full_outs],
+                                     after=[f"kevin_st4(p_out{k}, row * {cols}LL + c0, o{k}_v);" for k, _ in full_outs]))
+        else:
+            lines.append(loop([*computed, *(f"kevin_st(p_out{k}, row * {cols}LL + c, {o.var});" for k, o in full_outs)]))
     row_outs = [(k, o) for k, o in enumerate(plan.outputs) if o.kind is Kind.ROW]
     if row_outs:
         stores = " ".join(f"kevin_st(p_out{k}, row, {o.var});" for k, o in row_outs)
         lines.append(f"if (valid && lane == 0) {{ {stores} }}")
     inner = "\n    ".join(lines)
-    reducers = "".join(_row_reducer(op, combine, init, warps) for op, combine, init in (
-        ("add", "{a} + {b}", "0.0f"), ("max", "kevin_maximum({a}, {b})", "-INFINITY"), ("min", "kevin_minimum({a}, {b})", "INFINITY")))
-    return reducers + f"""
+    return f"""
 __global__ void __launch_bounds__({tpr * rpb}) {name}({ins}, {outs}) {{
     __shared__ float smem[{rpb * warps}];
     const int row_in_block = threadIdx.x / {tpr};
@@ -377,15 +427,23 @@ __global__ void __launch_bounds__({tpr * rpb}) {name}({ins}, {outs}) {{
 """
 
 
-def _row_reducer(op: str, combine: str, init: str, warps: int) -> str:
-    """`kevin_row_reduce_<op>`: a row's value from its threads: shuffles within each warp, then
-    shared memory across the row's warps (every thread of the block must call it)."""
+def _row_reducers(threads: int) -> str:
+    """The row kernels' reductions (sum, max, min) for rows of `threads` threads."""
+    return "".join(_row_reducer(op, combine, init, threads) for op, combine, init in (
+        ("add", "{a} + {b}", "0.0f"), ("max", "kevin_maximum({a}, {b})", "-INFINITY"), ("min", "kevin_minimum({a}, {b})", "INFINITY")))
+
+
+def _row_reducer(op: str, combine: str, init: str, threads: int) -> str:
+    """`kevin_row_reduce_<op>`: a row's value from its `threads` threads: shuffles within each
+    warp (or within the row's lanes when a row has fewer than 32), then shared memory across the
+    row's warps (every thread of the block must call it)."""
+    warps = max(1, threads // 32)
     step = combine.format(a="v", b="__shfl_xor_sync(0xffffffffu, v, o)")
     gather = combine.format(a="v", b=f"smem[row_in_block * {warps} + w]")
     return f"""
 __device__ __forceinline__ float kevin_row_reduce_{op}(float v, float* smem, int row_in_block, int lane) {{
     #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = {step};
+    for (int o = {min(16, threads // 2)}; o > 0; o >>= 1) v = {step};
     if ({warps} > 1) {{
         __syncthreads();
         if ((lane & 31) == 0) smem[row_in_block * {warps} + (lane >> 5)] = v;
@@ -406,21 +464,28 @@ def can_vectorize(plan: Plan) -> bool:
 
 def preferred_order(plan: Plan) -> list[int]:
     """The plan's variants (indices into VARIANTS_ROWS / VARIANTS_POINTWISE) in the order they
-    are likely to pay for this shape, the plain one first (measured on the suite: for rows of
-    about a thousand, 128 to 256 threads per row with the row in registers; for pointwise, the
-    4-wide variants when there is a vector path, else more items per thread): for rows, threads
-    per row near an eighth of the row's length (a warp per row for short rows, big blocks for
-    long ones), the row kept in registers where it fits."""
+    are likely to pay for this shape, the plain one first (measured on the suite: for pointwise,
+    the 4-wide variants when there is a vector path, else more items per thread; for rows of
+    about a thousand, 128 to 256 threads per row with the row in registers). For rows: the 4-wide
+    variants first where the row has a vector path and fits in registers, then threads per row
+    near an eighth of the row's length (down to half a warp for short rows, big blocks for long
+    ones), the row kept in registers where it fits; 4-wide variants without a vector path (the
+    scalar kernel again) last."""
     import math
 
     if not plan.is_rows:
         return [0, 1, 2, 4, 3, 5, 6] if can_vectorize(plan) else [0, 2, 5, 4, 6, 1, 3]
-    ideal = min(1024, max(32, plan.cols // 8))
+    ideal = min(1024, max(16, plan.cols // 8))
+    vector_ok = can_vectorize_rows(plan)
 
-    def rank(i: int) -> tuple[float, int, int]:
+    def rank(i: int) -> tuple[int, float, int, int]:
         v = VARIANTS_ROWS[i]
-        fits = v.cache and (plan.cols + v.threads - 1) // v.threads <= MAX_CACHED
-        return (abs(math.log2(v.threads) - math.log2(ideal)), 0 if fits else 1, i)
+        if v.vector:
+            group = 0 if vector_ok and _cached_values(plan, v, True) else 2
+        else:
+            group = 1
+        fits = _cached_values(plan, v, v.vector) > 0
+        return (group, abs(math.log2(v.threads) - math.log2(ideal)), 0 if fits else 1, i)
 
     return [0, *sorted(range(1, len(VARIANTS_ROWS)), key=rank)]
 
@@ -429,11 +494,15 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
     """A KernelBench-format candidate (ModelNew through load_inline) computing `plan`."""
     digest = hashlib.sha256(repr((plan, variant)).encode()).hexdigest()[:10]
     name = name or f"kevin_builtin_{digest}"
-    vectorizable = variant.vector and can_vectorize(plan)
     kernels = []
     if plan.is_rows:
+        vectorizable = variant.vector and can_vectorize_rows(plan) and _cached_values(plan, variant, True) > 0
+        kernels.append(_row_reducers(variant.threads))
         kernels.append(_rows_kernel(plan, variant, "kevin_rows"))
+        if vectorizable:
+            kernels.append(_rows_kernel(plan, variant, "kevin_rows_vec", vector=True))
     else:
+        vectorizable = variant.vector and can_vectorize(plan)
         kernels.append(_pointwise_kernel(plan, variant, "kevin_pointwise", vector=False))
         if vectorizable:
             kernels.append(_pointwise_kernel(plan, variant, "kevin_pointwise_vec", vector=True))
@@ -477,17 +546,24 @@ def _host(plan: Plan, variant: Variant, vectorizable: bool) -> str:
         allocs.append(f"    auto out{k} = torch::empty({{{sizes}}}, {first}.options().dtype({_TORCH_DTYPE[o.dtype]}));")
     casted = ", ".join([*(f"reinterpret_cast<const {_CT[i.dtype]}*>({i.var}.data_ptr())" for i in plan.inputs),
                         *(f"reinterpret_cast<{_CT[o.dtype]}*>(out{k}.data_ptr())" for k, o in enumerate(plan.outputs))])
+    # the vector path needs 16-byte aligned data (a row's per-element operands, for row kernels)
+    aligned = " && ".join([*(f"reinterpret_cast<uintptr_t>({i.var}.data_ptr()) % 16 == 0" for i in plan.inputs
+                             if not plan.is_rows or i.kind is Kind.FULL),
+                           *(f"reinterpret_cast<uintptr_t>(out{k}.data_ptr()) % 16 == 0" for k, o in enumerate(plan.outputs)
+                             if not plan.is_rows or o.kind is Kind.FULL)])
     if plan.is_rows:
         rpb = max(1, variant.rows_per_block)
         launch = (f"    const long long blocks = ({plan.rows}LL + {rpb} - 1) / {rpb};\n"
                   f"    kevin_rows<<<(unsigned)blocks, {variant.threads * rpb}, 0, stream>>>({casted});")
+        if vectorizable:
+            launch = (f"    const long long blocks = ({plan.rows}LL + {rpb} - 1) / {rpb};\n    if ({aligned}) {{\n"
+                      f"        kevin_rows_vec<<<(unsigned)blocks, {variant.threads * rpb}, 0, stream>>>({casted});\n    }} else {{\n"
+                      f"        kevin_rows<<<(unsigned)blocks, {variant.threads * rpb}, 0, stream>>>({casted});\n    }}")
     else:
         per = variant.threads * variant.items
         scalar = (f"        const long long blocks = std::min<long long>(({plan.numel}LL + {per} - 1) / {per}, 1LL << 30);\n"
                   f"        kevin_pointwise<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});")
         if vectorizable:
-            aligned = " && ".join([*(f"reinterpret_cast<uintptr_t>({i.var}.data_ptr()) % 16 == 0" for i in plan.inputs),
-                                   *(f"reinterpret_cast<uintptr_t>(out{k}.data_ptr()) % 16 == 0" for k in range(len(plan.outputs)))])
             vec = (f"        const long long blocks = std::min<long long>(({plan.numel // 4}LL + {per} - 1) / {per}, 1LL << 30);\n"
                    f"        kevin_pointwise_vec<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});")
             launch = f"    if ({aligned}) {{\n{vec}\n    }} else {{\n{scalar}\n    }}"
