@@ -28,7 +28,7 @@ for step in $steps; do
     seed)  # the seed cache: the bench models prewarmed with the built-in writer, killed once mid-run and resumed
       export KEVIN_CACHE_DIR=${SEED_CACHE:-$(mktemp -d)}
       export TORCHINDUCTOR_CACHE_DIR=$KEVIN_CACHE_DIR/inductor
-      args="prewarm --no-seed --policy builtin --bench-model ${SEED_MODELS:-all} --kernelbench examples/kernelbench --trajectories 1 --turns 3 --per-gpu 8"
+      args="prewarm --no-seed --policy builtin --bench-model ${SEED_MODELS:-all} --kernelbench examples/kernelbench --trajectories 1 --turns ${SEED_TURNS:-3} --per-gpu ${SEED_PER_GPU:-8}"
       setsid python3 -m kevin_backend.cli.main $args --json "$OUT/prewarm_killed.json" > "$OUT/prewarm.log" 2>&1 &
       pid=$!
       for _ in $(seq 1200); do
