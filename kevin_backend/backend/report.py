@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Iterator
 
 from kevin_backend.backend.partition import LeftOut
 
@@ -178,12 +179,32 @@ class Counters:
 counters = Counters()
 
 _last: list[CompileReport] = []
+_collectors: list[list[CompileReport]] = []
 
 
 def begin_report(config: dict[str, Any]) -> CompileReport:
     report = CompileReport(config=config)
     _last[:] = [report]
+    for found in _collectors:
+        found.append(report)
     return report
+
+
+@contextlib.contextmanager
+def collecting_reports() -> Iterator[list[CompileReport]]:
+    """Every report begun inside the block, in order: a model with graph breaks compiles one
+    graph (and report) per piece, and `last_report()` is only the last of them.
+
+        with collecting_reports() as reports:
+            compiled(*inputs)
+        keys = {r.key for report in reports for r in report.records()}
+    """
+    found: list[CompileReport] = []
+    _collectors.append(found)
+    try:
+        yield found
+    finally:
+        _collectors.remove(found)
 
 
 def last_report() -> CompileReport | None:

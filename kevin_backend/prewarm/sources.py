@@ -140,7 +140,7 @@ def _record(model: Any, inputs: tuple[Any, ...], steps: Sequence[str], config: C
     """Compile `model` with kevin in `cache` mode for each step ("infer": eval, no_grad; "train":
     train mode, forward and backward), recording its misses as pending; the work items are those
     misses and the partitions the cache already decides."""
-    import kevin_backend
+    from kevin_backend.backend.report import collecting_reports
 
     options: dict[str, Any] = {"mode": "cache", "cache_dir": str(config.cache_dir), "record_pending": True,
                                "policy": config.policy if isinstance(config.policy, str) else "auto", "writer": config.writer,
@@ -148,20 +148,21 @@ def _record(model: Any, inputs: tuple[Any, ...], steps: Sequence[str], config: C
     digests: set[str] = set()
     for step in steps:
         torch._dynamo.reset()
-        if step == "infer":
-            model.eval()
-            with torch.no_grad():
-                torch.compile(model, backend="kevin", options=options)(*inputs)
-        else:
-            model.train()
-            out = torch.compile(model, backend="kevin", options=options)(*inputs)
-            outs = out if isinstance(out, (list, tuple)) else (out,)
-            grads = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
-            if len(grads) == 1 and grads[0].dim() == 0:
-                grads[0].backward()  # a loss, as a training step has it
-            elif grads:
-                sum(o.float().sum() for o in grads).backward()
-        digests.update(r.key for r in kevin_backend.last_report().records() if r.key)
+        with collecting_reports() as reports:  # one per graph: a graph break makes several
+            if step == "infer":
+                model.eval()
+                with torch.no_grad():
+                    torch.compile(model, backend="kevin", options=options)(*inputs)
+            else:
+                model.train()
+                out = torch.compile(model, backend="kevin", options=options)(*inputs)
+                outs = out if isinstance(out, (list, tuple)) else (out,)
+                grads = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
+                if len(grads) == 1 and grads[0].dim() == 0:
+                    grads[0].backward()  # a loss, as a training step has it
+                elif grads:
+                    sum(o.float().sum() for o in grads).backward()
+        digests.update(r.key for report in reports for r in report.records() if r.key)
     torch._dynamo.reset()
     items = [WorkItem(p.key, p.task, origin) for p in cache.pending() if p.digest in digests]
     for digest in sorted(digests - {i.digest for i in items}):  # partitions the cache already decides
