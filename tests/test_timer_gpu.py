@@ -34,6 +34,29 @@ def test_queued_timing_leaves_the_host_part_out() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_queued_timing_holds_when_the_host_slows_down_after_its_estimate() -> None:
+    # As on a loaded machine: the first calls (the estimate of the time to queue) are quick, the
+    # trials' are slow, so the GPU runs dry before they are all queued; the timer must notice and
+    # measure again with a longer busy period instead of counting the host's time
+    device = torch.device("cuda")
+    gpu_ms, warmup = 0.05, 2
+    cycles = int(gpu_ms * _cycles_per_ms())
+    calls = [0]
+
+    def call() -> None:
+        calls[0] += 1
+        end = time.perf_counter() + (0.02 if calls[0] <= warmup + 3 else 1.0) / 1e3
+        while time.perf_counter() < end:
+            pass
+        torch.cuda._sleep(cycles)
+
+    queued = _timer(device, trials=20, warmup=warmup, queued=True)(call)
+    print(f"queued {queued:.4f} ms after {calls[0]} calls")
+    assert calls[0] > warmup + 3 + 20  # measured more than once
+    assert 0.5 * gpu_ms < queued < 0.3, queued
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_judge_measures_inductor_once_per_task(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from kevin_backend.generate.builtin.graph import plan_task
     from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, write_program
