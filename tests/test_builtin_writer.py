@@ -69,6 +69,17 @@ def test_row_kernels_read_four_wide_only_where_the_row_allows() -> None:
     assert "for (int o = 8; o > 0; o >>= 1)" in half_warp  # shuffles stay within a row's 16 lanes
 
 
+def test_row_kernels_compute_each_value_once_and_divide_by_a_row_value_through_its_reciprocal() -> None:
+    by_name = {t.name: t for t in SUITE}
+    plan = plan_task(by_name["softmax-f32"].source)
+    cached = write_program(plan, VARIANTS_ROWS[2])  # the row in registers
+    kernel = cached[cached.index("__global__"):]
+    assert kernel.count("expf(") == 1  # exp(x - max): computed by the sum's pass, kept for the output
+    assert "const float v3_inv = 1.0f / v3;" in kernel and "v2 * v3_inv" in kernel  # one reciprocal per row
+    plain = write_program(plan, VARIANTS_ROWS[0])  # nothing kept: each pass computes again
+    assert plain[plain.index("__global__"):].count("expf(") == 2
+
+
 def test_per_channel_inputs_are_read_through_their_views() -> None:
     # batch norm at inference: [C] vectors, one of them through rsqrt on [C] first, viewed as [C, 1, 1]
     plan = plan_task(next(t for t in SUITE if t.name == "batchnorm-relu-f32").source)

@@ -20,6 +20,7 @@ templates in kernels, a launch per kernel in the host function).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
@@ -215,6 +216,13 @@ def _uses_inputs(nodes: list[PlanNode], extra: list[str]) -> set[str]:
     return used
 
 
+def _uses_values(nodes: list[PlanNode], extra: list[str]) -> set[str]:
+    used: set[str] = set()
+    for text in [*(n.alias_of or n.expr or n.operand or "" for n in nodes), *extra]:
+        used.update(re.findall(r"\b(v\d+(?:_\d+)?)\b", text))
+    return used
+
+
 def _signature(plan: Plan) -> tuple[str, str]:
     ins = ", ".join(f"const {_CT[i.dtype]}* __restrict__ p_{i.var}" for i in plan.inputs)
     outs = ", ".join(f"{_CT[o.dtype]}* __restrict__ p_out{k}" for k, o in enumerate(plan.outputs))
@@ -312,12 +320,49 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
     groups = cached // 4 if vector else cached  # loop steps per thread when cached
     slot = "j * 4 + k" if vector else "j"
 
+    # Per-element values a pass computes that a later pass needs again (softmax's exp(x - max),
+    # needed by the sum and by the output) are kept in registers with the row, not recomputed.
+    kept: dict[str, PlanNode] = {}
+
     def loads(needed: list[PlanNode], extra: list[str]) -> list[str]:
         used = _uses_inputs(needed, extra)
         if cache:
-            return [f"float {i.var} = {i.var}_r[{slot}];" for i in full_inputs if i.var in used]
+            refs = _uses_values(needed, extra)
+            return ([f"float {i.var} = {i.var}_r[{slot}];" for i in full_inputs if i.var in used]
+                    + [f"float {v} = {v}_r[{slot}];" for v in kept if v in refs])
         return [f"float {i.var} = kevin_ld(p_{i.var}, {_offset(i, shape, 'row * ' + str(cols) + 'LL + c', 'row', 'c')});"
                 for i in full_inputs if i.var in used]
+
+    inverses: set[str] = set()
+
+    def code(n: PlanNode) -> str:
+        """A node's code; `x / r` by a row's value `r` becomes `x * (1 / r)`, the reciprocal taken
+        once per row (within an ulp or two of the quotient; a divisor beyond 2^126, whose
+        reciprocal would lose bits as a denormal, still divides)."""
+        found = re.fullmatch(r"(\S+) / (v\d+(?:_\d+)?)", n.expr or "") if n.alias_of is None else None
+        if found is None or found.group(2) not in available or n.kind is not Kind.FULL:
+            return _node_code(n)
+        x, r = found.groups()
+        if r not in inverses:
+            inverses.add(r)
+            lines.append(f"const float {r}_inv = 1.0f / {r}; const bool {r}_huge = fabsf({r}) > 8.5e37f;")
+        return _node_code(dataclasses.replace(n, expr=f"({r}_huge ? {x} / {r} : {x} * {r}_inv)"))
+
+    def keep(needed: list[PlanNode], done: str | None = None) -> list[str]:
+        """Stores into registers of this pass's per-element values that nodes outside it use
+        (`done`: the reduction this pass finishes, which does not read them again)."""
+        if not cache:
+            return []
+        inside = {n.var for n in needed} | ({done} if done else set())
+        later = _uses_values([n for n in plan.nodes if n.var not in inside], [o.var for o in plan.outputs])
+        stores = []
+        for n in needed:
+            copy = re.fullmatch(r"in\d+", n.expr or "") is not None  # the input's own registers serve
+            if n.kind is Kind.FULL and n.alias_of is None and not copy and n.var in later and n.var not in kept:
+                kept[n.var] = n
+                lines.append(f"float {n.var}_r[{cached}];")
+                stores.append(f"{n.var}_r[{slot}] = {n.var};")
+        return stores
 
     def cached_loop(body: list[str], before: Sequence[str] = (), after: Sequence[str] = ()) -> str:
         inner = "\n            ".join(body)
@@ -374,11 +419,13 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             passes = [("sum", red.operand, None), ("sq", red.operand, f"{red.var}_mean")]
         for kind, operand, center in passes:
             assert operand is not None
-            needed = _closure(plan, [operand], available)
+            needed = _closure(plan, [operand], available | set(kept))
             acc = f"{red.var}_acc" if kind == "sum" else f"{red.var}_m2"
             combine = _COMBINE[red.reduction] if kind == "sum" else "{a} + {b}"
             value = operand if center is None else f"({operand} - {center}) * ({operand} - {center})"
-            body = [*loads(needed, [operand]), *(_node_code(n) for n in needed), f"{acc} = {combine.format(a=acc, b=value)};"]
+            last = kind == "sq" or red.reduction not in (Reduction.VAR, Reduction.VAR_MEAN)
+            body = [*loads(needed, [operand]), *(code(n) for n in needed), *keep(needed, red.var if last else None),
+                    f"{acc} = {combine.format(a=acc, b=value)};"]
             op = {Reduction.AMAX: "max", Reduction.AMIN: "min"}.get(red.reduction, "add") if kind == "sum" else "add"
             lines.append(f"float {acc} = {_INIT[red.reduction] if kind == 'sum' else '0.0f'};")
             lines.append(loop(body))
@@ -402,8 +449,8 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
 
     full_outs = [(k, o) for k, o in enumerate(plan.outputs) if o.kind is Kind.FULL]
     if full_outs:
-        needed = _closure(plan, [o.var for _, o in full_outs], available)
-        computed = [*loads(needed, [o.var for _, o in full_outs]), *(_node_code(n) for n in needed)]
+        needed = _closure(plan, [o.var for _, o in full_outs], available | set(kept))
+        computed = [*loads(needed, [o.var for _, o in full_outs]), *(code(n) for n in needed)]
         if vector:  # the row's values four at a time, then one 4-wide store per output
             lines.append(cached_loop([*computed, *(f"o{k}_v[k] = {o.var};" for k, o in full_outs)],
                                      before=[f"float o{k}_v[4];" for k, _ in full_outs],
