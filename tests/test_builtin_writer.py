@@ -60,9 +60,11 @@ def test_row_kernels_read_four_wide_only_where_the_row_allows() -> None:
     four_wide = VARIANTS_ROWS[8]
     assert four_wide.vector and four_wide.cache
     program = write_program(plan_task(by_name["layernorm-affine-f16"].source), four_wide)
-    assert "kevin_rows_vec<<<" in program and "kevin_ld4(p_in1, c0," in program  # the weight too, along the row
+    assert "kevin_rows_vec<<<" in program and "kevin_ld8(p_in1, c0," in program  # the weight too, along the row
     assert "% 16 == 0" in program and "kevin_rows<<<" in program  # misaligned data takes the scalar kernel
-    assert "kevin_st4(p_out0" in program
+    assert "kevin_st8(p_out0" in program  # fp16 throughout: 8 values, 16 bytes, per access
+    fp32 = write_program(plan_task(by_name["layernorm-f32"].source), four_wide)
+    assert "kevin_ld4(p_in0" in fp32 and "kevin_st4(p_out0" in fp32
     for name in ("softmax-f32-odd", "long-rows-sum-f32"):  # 1001 columns; 65536 columns (no room in registers)
         assert "kevin_rows_vec" not in write_program(plan_task(by_name[name].source), four_wide), name
     half_warp = write_program(plan_task(by_name["softmax-short-rows-f32"].source), VARIANTS_ROWS[12])

@@ -37,7 +37,7 @@ __all__ = ["Variant", "write_program", "input_mode", "VARIANTS_POINTWISE", "VARI
 @dataclass(frozen=True)
 class Variant:
     threads: int = 256  # threads per block (pointwise) or per row (rows; 32 = a warp per row)
-    vector: bool = False  # 4 elements per access when aligned
+    vector: bool = False  # 16-byte accesses when aligned (4 floats; 8 halves for rows of 16-bit values)
     items: int = 1  # elements (or vectors) per thread per step (pointwise)
     rows_per_block: int = 1  # rows kernel with a warp per row: rows sharing one block
     cache: bool = False  # rows kernel: keep the row's inputs in registers across passes (one read)
@@ -47,7 +47,7 @@ class Variant:
         if self.rows_per_block > 1:
             parts.append(f"{self.rows_per_block} rows per block")
         if self.vector:
-            parts.append("4-wide vector loads")
+            parts.append("vector loads")
         if self.items > 1:
             parts.append(f"{self.items} items per thread")
         if self.cache:
@@ -100,6 +100,24 @@ __device__ __forceinline__ void kevin_ld4(const __half* p, long long i, float* v
 __device__ __forceinline__ void kevin_ld4(const __nv_bfloat16* p, long long i, float* v) {
     uint2 t = *reinterpret_cast<const uint2*>(p + i); const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&t);
     v[0] = __bfloat162float(h[0]); v[1] = __bfloat162float(h[1]); v[2] = __bfloat162float(h[2]); v[3] = __bfloat162float(h[3]);
+}
+__device__ __forceinline__ void kevin_ld8(const __half* p, long long i, float* v) {
+    uint4 t = *reinterpret_cast<const uint4*>(p + i); const __half* h = reinterpret_cast<const __half*>(&t);
+    for (int e = 0; e < 8; ++e) v[e] = __half2float(h[e]);
+}
+__device__ __forceinline__ void kevin_ld8(const __nv_bfloat16* p, long long i, float* v) {
+    uint4 t = *reinterpret_cast<const uint4*>(p + i); const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&t);
+    for (int e = 0; e < 8; ++e) v[e] = __bfloat162float(h[e]);
+}
+__device__ __forceinline__ void kevin_st8(__half* p, long long i, const float* v) {
+    uint4 t; __half* h = reinterpret_cast<__half*>(&t);
+    for (int e = 0; e < 8; ++e) h[e] = __float2half_rn(v[e]);
+    *reinterpret_cast<uint4*>(p + i) = t;
+}
+__device__ __forceinline__ void kevin_st8(__nv_bfloat16* p, long long i, const float* v) {
+    uint4 t; __nv_bfloat16* h = reinterpret_cast<__nv_bfloat16*>(&t);
+    for (int e = 0; e < 8; ++e) h[e] = __float2bfloat16_rn(v[e]);
+    *reinterpret_cast<uint4*>(p + i) = t;
 }
 __device__ __forceinline__ void kevin_st4(float* p, long long i, const float* v) {
     *reinterpret_cast<float4*>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
@@ -279,7 +297,7 @@ __global__ void __launch_bounds__({variant.threads}) {name}({ins}, {outs}) {{
 
 
 def can_vectorize_rows(plan: Plan) -> bool:
-    """Whether a rows plan's 4-wide variants have a vector path: rows a multiple of 4 long, and
+    """Whether a rows plan's vector variants have a vector path: rows a multiple of 4 long, and
     every per-element input and output contiguous along the row (else they are the scalar kernel)."""
     return (plan.is_rows and plan.cols % 4 == 0
             and all(input_mode(i, plan.shape) in ("linear", "lastdim") and i.dtype in _VEC_OK
@@ -287,11 +305,18 @@ def can_vectorize_rows(plan: Plan) -> bool:
             and all(o.dtype in _VEC_OK for o in plan.outputs if o.kind is Kind.FULL))
 
 
+def _row_width(plan: Plan) -> int:
+    """Elements per access of a rows plan's vector path: 8 (16 bytes) when every per-element
+    operand is a 16-bit type and the row a multiple of 8 long, else 4."""
+    operands = [*(i.dtype for i in plan.inputs if i.kind is Kind.FULL), *(o.dtype for o in plan.outputs if o.kind is Kind.FULL)]
+    return 8 if plan.cols % 8 == 0 and all(d in (torch.float16, torch.bfloat16) for d in operands) else 4
+
+
 def _cached_values(plan: Plan, variant: Variant, vector: bool) -> int:
     """Values per input a thread keeps in registers when the row is cached (0: it does not fit)."""
     if not variant.cache:
         return 0
-    width = 4 if vector else 1
+    width = _row_width(plan) if vector else 1
     per_thread = -(-plan.cols // (variant.threads * width)) * width
     return per_thread if per_thread <= MAX_CACHED else 0
 
@@ -299,8 +324,8 @@ def _cached_values(plan: Plan, variant: Variant, vector: bool) -> int:
 def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) -> str:
     """One row per `variant.threads` threads: each reduction a pass over the row (a loop, or the
     registers the row was read into once), its value shared by shuffles and shared memory, then
-    the row's outputs. `vector`: the row is read and written 4 elements per access (the caller
-    checks `can_vectorize_rows` and the pointers' alignment)."""
+    the row's outputs. `vector`: the row is read and written 4 elements per access, 8 when all
+    are 16-bit (`_row_width`; the caller checks `can_vectorize_rows` and the pointers' alignment)."""
     ins, outs = _signature(plan)
     shape, cols, rows = plan.shape, plan.cols, plan.rows
     tpr = variant.threads
@@ -317,8 +342,9 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
     cached = _cached_values(plan, variant, vector)
     cache = cached > 0
     vector = vector and cache  # the vector path reads the row into registers
-    groups = cached // 4 if vector else cached  # loop steps per thread when cached
-    slot = "j * 4 + k" if vector else "j"
+    width = _row_width(plan) if vector else 1  # elements per access
+    groups = cached // width  # loop steps per thread when cached
+    slot = f"j * {width} + k" if vector else "j"
 
     # Per-element values a pass computes that a later pass needs again (softmax's exp(x - max),
     # needed by the sum and by the output) are kept in registers with the row, not recomputed.
@@ -370,9 +396,9 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             head = "\n        ".join(before)
             tail = "\n        ".join(after)
             return (f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n"
-                    f"        const long long c0 = (lane + (long long)j * {tpr}) * 4;\n"
+                    f"        const long long c0 = (lane + (long long)j * {tpr}) * {width};\n"
                     f"        if (valid && c0 < {cols}LL) {{\n        {head}\n"
-                    f"        #pragma unroll\n        for (int k = 0; k < 4; ++k) {{\n            const long long c = c0 + k;\n"
+                    f"        #pragma unroll\n        for (int k = 0; k < {width}; ++k) {{\n            const long long c = c0 + k;\n"
                     f"            {inner}\n        }}\n        {tail}\n        }}\n    }}")
         return (f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n        const long long c = lane + (long long)j * {tpr};\n"
                 f"        if (valid && c < {cols}LL) {{\n            {inner}\n        }}\n    }}")
@@ -389,9 +415,9 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             if vector:
                 off = _offset(i, shape, "row * " + str(cols) + "LL + c0", "row", "c0")
                 lines.append(f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n"
-                             f"        const long long c0 = (lane + (long long)j * {tpr}) * 4;\n"
-                             f"        if (valid && c0 < {cols}LL) kevin_ld4(p_{i.var}, {off}, {i.var}_r + j * 4);\n"
-                             f"        else {{ {i.var}_r[j * 4] = {i.var}_r[j * 4 + 1] = {i.var}_r[j * 4 + 2] = {i.var}_r[j * 4 + 3] = 0.0f; }}\n    }}")
+                             f"        const long long c0 = (lane + (long long)j * {tpr}) * {width};\n"
+                             f"        if (valid && c0 < {cols}LL) kevin_ld{width}(p_{i.var}, {off}, {i.var}_r + j * {width});\n"
+                             f"        else {{ for (int k = 0; k < {width}; ++k) {i.var}_r[j * {width} + k] = 0.0f; }}\n    }}")
             else:
                 off = _offset(i, shape, "row * " + str(cols) + "LL + c", "row", "c")
                 lines.append(f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n        const long long c = lane + (long long)j * {tpr};\n"
@@ -451,10 +477,10 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
     if full_outs:
         needed = _closure(plan, [o.var for _, o in full_outs], available | set(kept))
         computed = [*loads(needed, [o.var for _, o in full_outs]), *(code(n) for n in needed)]
-        if vector:  # the row's values four at a time, then one 4-wide store per output
+        if vector:  # the row's values `width` at a time, then one wide store per output
             lines.append(cached_loop([*computed, *(f"o{k}_v[k] = {o.var};" for k, o in full_outs)],
-                                     before=[f"float o{k}_v[4];" for k, _ in full_outs],
-                                     after=[f"kevin_st4(p_out{k}, row * {cols}LL + c0, o{k}_v);" for k, _ in full_outs]))
+                                     before=[f"float o{k}_v[{width}];" for k, _ in full_outs],
+                                     after=[f"kevin_st{width}(p_out{k}, row * {cols}LL + c0, o{k}_v);" for k, _ in full_outs]))
         else:
             lines.append(loop([*computed, *(f"kevin_st(p_out{k}, row * {cols}LL + c, {o.var});" for k, o in full_outs)]))
     row_outs = [(k, o) for k, o in enumerate(plan.outputs) if o.kind is Kind.ROW]
