@@ -14,7 +14,7 @@ steps=${*:-gpu overhead e2e}
 for step in $steps; do
   echo "== $step ($(date +%T))"
   case $step in
-    gpu) python3 -m pytest -q -m gpu -s tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -40 ;;
+    gpu) python3 -m pytest -q -m gpu -s ${GPU_TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40 ;;  # GPU_TESTS: some files only
     cpu) python3 -m pytest -q -m "not gpu" -x tests 2>&1 | tee "$OUT/cpu_tests.log" | tail -5 ;;
     overhead) python3 benchmarks/bench_op_overhead.py --json "$OUT/overhead.json" ;;
     e2e) python3 benchmarks/bench_e2e.py --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30 ;;
@@ -43,7 +43,7 @@ for step in $steps; do
       python3 -m kevin_backend.cli.main cache ls 2>&1 | tee "$OUT/seed_ls.txt" | tail -40
       tar -czf "$OUT/seed.tgz" -C "$KEVIN_CACHE_DIR" entries ;;
     rl)  # the trainer's short run with the real judge (issue: RL trainer)
-      python3 benchmarks/rl_h200.py --out /tmp/rl_h200 2>&1 | tee "$OUT/rl.log" | tail -40
+      timeout "${RL_LIMIT:-540}" python3 benchmarks/rl_h200.py --out /tmp/rl_h200 2>&1 | tee "$OUT/rl.log" | tail -40
       cp /tmp/rl_h200/rl_h200.json /tmp/rl_h200/metrics.png "$OUT/" 2>/dev/null  # not the checkpoints: too big to bring back
       cp /tmp/rl_h200/run/metrics.jsonl "$OUT/rl_metrics.jsonl" 2>/dev/null ;;
     ray2)  # prewarm through a local Ray cluster with one GPU actor per GPU (needs ray: carry .ray, see below)
