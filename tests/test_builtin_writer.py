@@ -67,6 +67,7 @@ def test_row_kernels_read_four_wide_only_where_the_row_allows() -> None:
     assert "kevin_ld4(p_in0" in fp32 and "kevin_st4(p_out0" in fp32
     for name in ("softmax-f32-odd", "long-rows-sum-f32"):  # 1001 columns; 65536 columns (no room in registers)
         assert "kevin_rows_vec" not in write_program(plan_task(by_name[name].source), four_wide), name
+    assert "v0_acc_p[k] = v0_acc_p[k] + in0;" in fp32  # one partial sum per position in the access, then pairwise
     half_warp = write_program(plan_task(by_name["softmax-short-rows-f32"].source), VARIANTS_ROWS[12])
     assert "for (int o = 8; o > 0; o >>= 1)" in half_warp  # shuffles stay within a row's 16 lanes
 

@@ -450,11 +450,22 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             combine = _COMBINE[red.reduction] if kind == "sum" else "{a} + {b}"
             value = operand if center is None else f"({operand} - {center}) * ({operand} - {center})"
             last = kind == "sq" or red.reduction not in (Reduction.VAR, Reduction.VAR_MEAN)
+            # vector path: one partial per position in the access (as PyTorch's reductions keep
+            # one per vector lane), combined pairwise: a shorter chain of rounding than one total
+            into = f"{acc}_p[k]" if vector else acc
             body = [*loads(needed, [operand]), *(code(n) for n in needed), *keep(needed, red.var if last else None),
-                    f"{acc} = {combine.format(a=acc, b=value)};"]
+                    f"{into} = {combine.format(a=into, b=value)};"]
             op = {Reduction.AMAX: "max", Reduction.AMIN: "min"}.get(red.reduction, "add") if kind == "sum" else "add"
-            lines.append(f"float {acc} = {_INIT[red.reduction] if kind == 'sum' else '0.0f'};")
-            lines.append(loop(body))
+            init = _INIT[red.reduction] if kind == "sum" else "0.0f"
+            if vector:
+                lines.append(f"float {acc}_p[{width}];\n    #pragma unroll\n    for (int k = 0; k < {width}; ++k) {acc}_p[k] = {init};")
+                lines.append(loop(body))
+                lines.append(f"#pragma unroll\n    for (int h = {width // 2}; h > 0; h >>= 1) {{\n        #pragma unroll\n"
+                             f"        for (int k = 0; k < h; ++k) {acc}_p[k] = {combine.format(a=f'{acc}_p[k]', b=f'{acc}_p[k + h]')};\n    }}")
+                lines.append(f"float {acc} = {acc}_p[0];")
+            else:
+                lines.append(f"float {acc} = {init};")
+                lines.append(loop(body))
             lines.append(f"{acc} = kevin_row_reduce_{op}({acc}, smem, row_in_block, lane);")
             if red.reduction in (Reduction.VAR, Reduction.VAR_MEAN) and kind == "sum":
                 lines.append(f"const float {red.var}_mean = {acc} / {cols}.0f;")
