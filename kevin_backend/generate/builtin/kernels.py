@@ -550,10 +550,10 @@ def preferred_order(plan: Plan) -> list[int]:
     """The plan's variants (indices into VARIANTS_ROWS / VARIANTS_POINTWISE) in the order they
     are likely to pay for this shape, the plain one first (measured on the suite: for pointwise,
     the 4-wide variants when there is a vector path, else more items per thread; for rows of
-    about a thousand, 128 to 256 threads per row with the row in registers). For rows: the 4-wide
+    about a thousand, 128 to 256 threads per row with the row in registers). For rows: the vector
     variants first where the row has a vector path and fits in registers, then threads per row
     near an eighth of the row's length (down to half a warp for short rows, big blocks for long
-    ones), the row kept in registers where it fits; 4-wide variants without a vector path (the
+    ones), the row kept in registers where it fits; vector variants without a vector path (the
     scalar kernel again) last."""
     import math
 
