@@ -55,6 +55,12 @@ def test_tasks_planned_from_many_threads_at_once_are_all_planned() -> None:
     assert not declined, declined
 
 
+def test_per_channel_values_are_read_once_per_four_elements() -> None:
+    program = write_program(plan_task(next(t for t in SUITE if t.name == "channel-bias-gelu-f16").source), VARIANTS_POINTWISE[1])
+    assert "kevin_pointwise_vec<<<" in program
+    assert "in1_v[0] = in1_v[1] = in1_v[2] = in1_v[3] = kevin_ld(p_in1, ((base) / 784LL % 128LL)" in program  # the channel's value
+
+
 def test_row_kernels_read_four_wide_only_where_the_row_allows() -> None:
     by_name = {t.name: t for t in SUITE}
     four_wide = VARIANTS_ROWS[8]
@@ -178,6 +184,7 @@ def test_variants_are_ranked_for_the_shape() -> None:
     odd = VARIANTS_ROWS[order("softmax-f32-odd")[1]]
     assert odd.cache and not odd.vector  # 1001 columns: no 4-wide path, so no 4-wide variant early
     assert VARIANTS_POINTWISE[order("gated-f32")[1]].vector  # a vector path: 4-wide first
+    assert VARIANTS_POINTWISE[order("batchnorm-relu-f32")[1]].vector  # per-channel vectors: one value per 4
     odd_pw = VARIANTS_POINTWISE[order("mul-bf16-odd")[1]]
     assert odd_pw.items > 1  # no vector path (odd length): more items per thread instead
 

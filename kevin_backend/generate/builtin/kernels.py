@@ -265,6 +265,9 @@ def _pointwise_kernel(plan: Plan, variant: Variant, name: str, vector: bool) -> 
                 body.append(f"float {inp.var}_v[4]; {inp.var}_v[0] = {inp.var}_v[1] = {inp.var}_v[2] = {inp.var}_v[3] = kevin_ld(p_{inp.var}, 0);")
             elif mode == "row":
                 body.append(f"float {inp.var}_v[4]; {inp.var}_v[0] = {inp.var}_v[1] = {inp.var}_v[2] = {inp.var}_v[3] = kevin_ld(p_{inp.var}, base / {cols}LL);")
+            elif mode == "general":  # broadcast along the row (can_vectorize): one value for the 4
+                off = _offset(inp, shape, "base", "base / " + str(cols) + "LL", "base % " + str(cols) + "LL")
+                body.append(f"float {inp.var}_v[4]; {inp.var}_v[0] = {inp.var}_v[1] = {inp.var}_v[2] = {inp.var}_v[3] = kevin_ld(p_{inp.var}, {off});")
             else:
                 body.append(f"float {inp.var}_v[4]; kevin_ld4(p_{inp.var}, {_offset(inp, shape, 'base', 'base / ' + str(cols) + 'LL', 'base % ' + str(cols) + 'LL')}, {inp.var}_v);")
         body.append(*[f"float o_v[{len(out_vars)}][4];"])
@@ -540,10 +543,19 @@ __device__ __forceinline__ float kevin_row_reduce_{op}(float v, float* smem, int
 """
 
 
+def _same_along_row(inp: PlanInput, shape: tuple[int, ...]) -> bool:
+    """Whether an input is broadcast along the last dimension (one value per row of the
+    iteration space, however it is laid out: a per-channel vector viewed as [C, 1, 1])."""
+    aligned = (1,) * (len(shape) - len(inp.read_shape)) + tuple(inp.read_shape)
+    return bool(shape) and aligned[-1] == 1
+
+
 def can_vectorize(plan: Plan) -> bool:
-    """Whether a pointwise plan's 4-wide variant has a vector path (else it is the scalar kernel)."""
+    """Whether a pointwise plan's 4-wide variant has a vector path (else it is the scalar kernel):
+    inputs read 4 at a time, or constant across each group of 4 (broadcast along the row)."""
     return (not plan.is_rows and plan.numel % 4 == 0 and plan.cols % 4 == 0
-            and all(input_mode(i, plan.shape) in ("linear", "lastdim", "row", "scalar") and i.dtype in _VEC_OK for i in plan.inputs))
+            and all((input_mode(i, plan.shape) in ("linear", "lastdim", "row", "scalar") or _same_along_row(i, plan.shape))
+                    and i.dtype in _VEC_OK for i in plan.inputs))
 
 
 def preferred_order(plan: Plan) -> list[int]:
