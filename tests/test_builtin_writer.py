@@ -5,6 +5,7 @@ kernels run on the GPU: tests/test_builtin_gpu.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -58,7 +59,20 @@ def test_tasks_planned_from_many_threads_at_once_are_all_planned() -> None:
 def test_per_channel_values_are_read_once_per_four_elements() -> None:
     program = write_program(plan_task(next(t for t in SUITE if t.name == "channel-bias-gelu-f16").source), VARIANTS_POINTWISE[1])
     assert "kevin_pointwise_vec<<<" in program
-    assert "in1_v[0] = in1_v[1] = in1_v[2] = in1_v[3] = kevin_ld(p_in1, ((base) / 784LL % 128LL)" in program  # the channel's value
+    assert "in1_v[0] = in1_v[1] = in1_v[2] = in1_v[3] = kevin_ld(p_in1, ((base) / 784 % 128)" in program  # the channel's value
+
+
+def test_pointwise_kernels_index_in_32_bits_where_every_offset_fits() -> None:
+    from kevin_backend.generate.builtin.graph import Plan
+
+    plan = plan_task(next(t for t in SUITE if t.name == "transposed-input-f32").source)
+    assert isinstance(plan, Plan)
+    small = write_program(plan, VARIANTS_POINTWISE[0])
+    kernel = small[small.index("__global__"):small.index("kevin_run(")]
+    assert "for (int t = " in kernel and "long long" not in kernel and "LL" not in kernel
+    assert "((base) % 1024) * 4096" in kernel  # the transposed input's offsets, in 32 bits
+    huge = dataclasses.replace(plan, shape=(1 << 16, 1 << 15))  # 2^31 elements: 64-bit indices
+    assert "for (long long t = " in write_program(huge, VARIANTS_POINTWISE[0])
 
 
 def test_row_kernels_read_four_wide_only_where_the_row_allows() -> None:

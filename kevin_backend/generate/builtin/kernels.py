@@ -287,7 +287,7 @@ def _pointwise_kernel(plan: Plan, variant: Variant, name: str, vector: bool) -> 
         body.extend(_node_code(n) for n in nodes)
         body.extend(f"kevin_st(p_out{k}, base, {v});" for k, v in enumerate(out_vars))
     inner = "\n        ".join(body)
-    return f"""
+    kernel = f"""
 __global__ void __launch_bounds__({variant.threads}) {name}({ins}, {outs}) {{
     const long long n = {plan.numel}LL / {width};
     const long long step = (long long)gridDim.x * blockDim.x;
@@ -297,6 +297,17 @@ __global__ void __launch_bounds__({variant.threads}) {name}({ins}, {outs}) {{
     }}
 }}
 """
+    if _int32_indices(plan):  # 32-bit index math: a 64-bit division or product costs several 32-bit ones
+        kernel = re.sub(r"\b(\d+)LL\b", r"\1", re.sub(r"\blong long\b", "int", kernel))
+    return kernel
+
+
+def _int32_indices(plan: Plan) -> bool:
+    """Whether every index of a pointwise kernel (elements, and each input's offsets with the
+    grid's stride on top) stays far below 2^31."""
+    limit = 1 << 30
+    return plan.numel < limit and all(sum((n - 1) * abs(st) for n, st in zip(i.read_shape, i.read_stride)) < limit
+                                      for i in plan.inputs)
 
 
 def can_vectorize_rows(plan: Plan) -> bool:
