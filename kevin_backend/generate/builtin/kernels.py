@@ -297,17 +297,18 @@ __global__ void __launch_bounds__({variant.threads}) {name}({ins}, {outs}) {{
     }}
 }}
 """
-    if _int32_indices(plan):  # 32-bit index math: a 64-bit division or product costs several 32-bit ones
+    return _narrow_indices(plan, kernel)
+
+
+def _narrow_indices(plan: Plan, kernel: str) -> str:
+    """The kernel with 32-bit index math (a 64-bit division or product costs several 32-bit
+    ones) when every index stays far below 2^31: the elements (with a grid's stride on top)
+    and each input's offsets."""
+    limit = 1 << 30
+    if plan.numel < limit and all(sum((n - 1) * abs(st) for n, st in zip(i.read_shape, i.read_stride)) < limit
+                                  for i in plan.inputs):
         kernel = re.sub(r"\b(\d+)LL\b", r"\1", re.sub(r"\blong long\b", "int", kernel))
     return kernel
-
-
-def _int32_indices(plan: Plan) -> bool:
-    """Whether every index of a pointwise kernel (elements, and each input's offsets with the
-    grid's stride on top) stays far below 2^31."""
-    limit = 1 << 30
-    return plan.numel < limit and all(sum((n - 1) * abs(st) for n, st in zip(i.read_shape, i.read_stride)) < limit
-                                      for i in plan.inputs)
 
 
 def can_vectorize_rows(plan: Plan) -> bool:
@@ -513,7 +514,7 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         stores = " ".join(f"kevin_st(p_out{k}, row, {o.var});" for k, o in row_outs)
         lines.append(f"if (valid && lane == 0) {{ {stores} }}")
     inner = "\n    ".join(lines)
-    return f"""
+    return _narrow_indices(plan, f"""
 __global__ void __launch_bounds__({tpr * rpb}) {name}({ins}, {outs}) {{
     __shared__ float smem[{rpb * warps}];
     const int row_in_block = threadIdx.x / {tpr};
@@ -522,7 +523,7 @@ __global__ void __launch_bounds__({tpr * rpb}) {name}({ins}, {outs}) {{
     const bool valid = row < {rows}LL;
     {inner}
 }}
-"""
+""")
 
 
 def _row_reducers(threads: int) -> str:
