@@ -16,7 +16,8 @@ from kevin_backend.generate.builtin.suite import SUITE
 
 pytestmark = pytest.mark.gpu
 
-SAMPLE = ["gated-f32", "gated-bf16", "transposed-input-f32", "mask-where-f32", "six-ops-bf16-odd", "sum-f32",
+SAMPLE = ["gated-f32", "gated-bf16", "transposed-input-f32", "mask-where-f32", "six-ops-bf16-odd", "batchnorm-relu-f32",
+          "channel-bias-gelu-f16", "sum-f32",
           "var-mean-f32", "softmax-f16", "softmax-f32-odd", "softmax-short-rows-f32", "log-softmax-bf16", "layernorm-affine-f16",
           "rmsnorm-bf16"]
 
