@@ -7,7 +7,7 @@ geometric means the goals are stated in: over eager on chains of three or more o
 Inductor on reductions and norms.
 
 Usage: python benchmarks/bench_builtin.py [--tasks a,b] [--categories norm,reduction] [--turns 3]
-       [--trajectories 1] [--at-once 12] [--json FILE]
+       [--trajectories 1] [--at-once 16] [--json FILE]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--trajectories", type=int, default=1)
     parser.add_argument("--trials", type=int, default=50)
-    parser.add_argument("--at-once", type=int, default=12, help="tasks searched at once (timing is still one at a time)")
+    parser.add_argument("--at-once", type=int, default=16, help="tasks searched at once (timing is still one at a time)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if not torch.cuda.is_available():
