@@ -199,8 +199,15 @@ def test_variants_are_ranked_for_the_shape() -> None:
     assert odd.cache and not odd.vector  # 1001 columns: no 4-wide path, so no 4-wide variant early
     assert VARIANTS_POINTWISE[order("gated-f32")[1]].vector  # a vector path: 4-wide first
     assert VARIANTS_POINTWISE[order("batchnorm-relu-f32")[1]].vector  # per-channel vectors: one value per 4
-    odd_pw = VARIANTS_POINTWISE[order("mul-bf16-odd")[1]]
-    assert odd_pw.items > 1  # no vector path (odd length): more items per thread instead
+    assert VARIANTS_POINTWISE[order("mul-bf16-odd")[1]].vector  # odd length, contiguous inputs: 4-wide and a tail
+    assert VARIANTS_POINTWISE[order("transposed-input-f32")[1]].items > 1  # no vector path (a transposed input): more items per thread
+
+
+def test_an_odd_length_takes_the_vector_path_and_finishes_its_tail_one_by_one() -> None:
+    program = write_program(plan_task(next(t for t in SUITE if t.name == "mul-bf16-odd").source), VARIANTS_POINTWISE[1])
+    assert "kevin_pointwise_vec<<<" in program  # 1001 x 999 = 999999 elements
+    assert "const int n = 999999 / 4;" in program
+    assert "if (blockIdx.x == 0 && threadIdx.x < 3) {" in program and "const int base = 999996 + threadIdx.x;" in program
 
 
 def test_other_trajectories_start_elsewhere_and_declines_end_the_trajectory() -> None:

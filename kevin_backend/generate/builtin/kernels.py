@@ -254,6 +254,9 @@ def _pointwise_kernel(plan: Plan, variant: Variant, name: str, vector: bool) -> 
     used = _uses_inputs(nodes, out_vars)
     shape = plan.shape
     cols = plan.cols
+    scalar_body = [f"float {inp.var} = kevin_ld(p_{inp.var}, {_offset(inp, shape, 'base', f'(base / {cols}LL)', f'(base % {cols}LL)')});"
+                   for inp in plan.inputs if inp.var in used]
+    scalar_body += [*(_node_code(n) for n in nodes), *(f"kevin_st(p_out{k}, base, {v});" for k, v in enumerate(out_vars))]
     body: list[str] = []
     width = 4 if vector else 1
     if vector:
@@ -280,13 +283,12 @@ def _pointwise_kernel(plan: Plan, variant: Variant, name: str, vector: bool) -> 
         body.append("}")
         body.extend(f"kevin_st4(p_out{k}, base, o_v[{k}]);" for k in range(len(out_vars)))
     else:
-        for inp in plan.inputs:
-            if inp.var in used:
-                off = _offset(inp, shape, "base", f"(base / {cols}LL)", f"(base % {cols}LL)")
-                body.append(f"float {inp.var} = kevin_ld(p_{inp.var}, {off});")
-        body.extend(_node_code(n) for n in nodes)
-        body.extend(f"kevin_st(p_out{k}, base, {v});" for k, v in enumerate(out_vars))
+        body = scalar_body
     inner = "\n        ".join(body)
+    tail = ""
+    if vector and plan.numel % 4:  # the last elements, one by one, by the first threads of block 0
+        tail = (f"\n    if (blockIdx.x == 0 && threadIdx.x < {plan.numel % 4}) {{\n"
+                f"        const long long base = {plan.numel // 4 * 4}LL + threadIdx.x;\n        " + "\n        ".join(scalar_body) + "\n    }")
     kernel = f"""
 __global__ void __launch_bounds__({variant.threads}) {name}({ins}, {outs}) {{
     const long long n = {plan.numel}LL / {width};
@@ -294,7 +296,7 @@ __global__ void __launch_bounds__({variant.threads}) {name}({ins}, {outs}) {{
     for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += step) {{
         const long long base = t * {width};
         {inner}
-    }}
+    }}{tail}
 }}
 """
     return _narrow_indices(plan, kernel)
@@ -564,10 +566,16 @@ def _same_along_row(inp: PlanInput, shape: tuple[int, ...]) -> bool:
 
 def can_vectorize(plan: Plan) -> bool:
     """Whether a pointwise plan's 4-wide variant has a vector path (else it is the scalar kernel):
-    inputs read 4 at a time, or constant across each group of 4 (broadcast along the row)."""
-    return (not plan.is_rows and plan.numel % 4 == 0 and plan.cols % 4 == 0
-            and all((input_mode(i, plan.shape) in ("linear", "lastdim", "row", "scalar") or _same_along_row(i, plan.shape))
-                    and i.dtype in _VEC_OK for i in plan.inputs))
+    inputs read 4 at a time, or constant across each group of 4 (broadcast along the row). With
+    only same-shape contiguous inputs (and scalars) any length goes: the last `numel % 4`
+    elements are done one by one."""
+    if plan.is_rows or plan.numel < 4 or any(i.dtype not in _VEC_OK for i in plan.inputs):
+        return False
+    modes = [input_mode(i, plan.shape) for i in plan.inputs]
+    if all(m in ("linear", "scalar") for m in modes):
+        return True
+    return (plan.numel % 4 == 0 and plan.cols % 4 == 0
+            and all(m in ("linear", "lastdim", "row", "scalar") or _same_along_row(i, plan.shape) for m, i in zip(modes, plan.inputs)))
 
 
 def preferred_order(plan: Plan) -> list[int]:
