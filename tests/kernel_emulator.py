@@ -1,0 +1,169 @@
+"""Runs the built-in writer's CUDA kernels on the CPU, one host thread per CUDA thread.
+
+For CPU-only machines (CI): the kernels' device code, exactly as written, is compiled by g++
+against CUDA's own fp16/bf16 headers, with a few definitions standing in for the CUDA built-ins
+the kernels use: `threadIdx`/`blockIdx`/`blockDim`/`gridDim`, `__syncthreads` (a barrier of the
+block's threads), `__shfl_xor_sync` (an exchange through memory between two barriers: the
+kernels call their shuffles with every thread of the block), `__shared__` (a static: blocks run
+one after another). The grid and block sizes are read from the program's own host code, and the
+kernel it launches for aligned data (the vector one, when there is one) is the one run. This
+checks the generated code's arithmetic and indexing; it says nothing of speed, and the judge on a
+GPU stays the authority on correctness.
+
+    outputs = emulate(program_source, plan, inputs)     # CPU tensors, the kernel's outputs
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from kevin_backend.judge.candidate import Candidate
+
+CUDA_INCLUDE = Path("/usr/local/cuda/include")
+
+_SHIM = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <vector_types.h>
+#include <vector_functions.h>
+#include <cmath>
+#include <math.h>
+#include <cfloat>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__
+#define __shared__ static
+struct KevinDim { unsigned x, y, z; };
+static KevinDim blockIdx, blockDim, gridDim;
+static thread_local KevinDim threadIdx;
+struct KevinBarrier {
+    std::mutex m; std::condition_variable cv; unsigned count = 0, waiting = 0, phase = 0;
+    void wait() {
+        std::unique_lock<std::mutex> lock(m);
+        unsigned mine = phase;
+        if (++waiting == count) { waiting = 0; ++phase; cv.notify_all(); return; }
+        cv.wait(lock, [&] { return phase != mine; });
+    }
+};
+static KevinBarrier kevin_emu_barrier;
+static float kevin_emu_exchange[1024];
+inline void __syncthreads() { kevin_emu_barrier.wait(); }
+inline float __shfl_xor_sync(unsigned, float v, int o) {
+    const unsigned i = threadIdx.x;
+    kevin_emu_exchange[i] = v;
+    __syncthreads();
+    const float r = kevin_emu_exchange[(i & ~31u) | ((i & 31u) ^ (unsigned)o)];
+    __syncthreads();
+    return r;
+}
+template <class F> static void kevin_emu_launch(unsigned grid, unsigned block, F kernel) {
+    gridDim = {grid, 1, 1};
+    blockDim = {block, 1, 1};
+    kevin_emu_barrier.count = block;
+    for (unsigned b = 0; b < grid; ++b) {
+        blockIdx = {b, 0, 0};
+        std::vector<std::thread> threads;
+        for (unsigned t = 0; t < block; ++t) threads.emplace_back([&, t] { threadIdx = {t, 0, 0}; kernel(); });
+        for (auto& th : threads) th.join();
+    }
+}
+"""
+
+_CT = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16", torch.bool: "bool"}
+
+
+def _device_code(cuda_source: str) -> str:
+    """The program's CUDA source up to its host function, without includes."""
+    host = re.search(r"^(?:torch::Tensor|std::vector<torch::Tensor>) kevin_run\(", cuda_source, re.M)
+    assert host is not None, "no host function kevin_run in the program"
+    code = cuda_source[: host.start()]
+    return "\n".join(line for line in code.splitlines() if not line.lstrip().startswith("#include"))
+
+
+def _launch(cuda_source: str, vector: bool) -> tuple[str, int, int]:
+    """(kernel, grid, block) as the host code launches it (its vector kernel when `vector`)."""
+    host = cuda_source[re.search(r"^(?:torch::Tensor|std::vector<torch::Tensor>) kevin_run\(", cuda_source, re.M).start():]  # type: ignore[union-attr]
+    launches = re.findall(r"(kevin_\w+)<<<\(unsigned\)blocks, (\d+), 0, stream>>>", host)
+    blocks = re.findall(r"const long long blocks = (.*?);\n", host)
+    names = [name for name, _ in launches]
+    pick = next((i for i, n in enumerate(names) if n.endswith("_vec")), None) if vector else None
+    if pick is None:
+        pick = next(i for i, n in enumerate(names) if not n.endswith("_vec"))
+    expr = blocks[min(pick, len(blocks) - 1)]
+    expr = expr.replace("std::min<long long>", "min").replace("LL", "").replace("/", "//")
+    grid = int(eval(expr, {"min": min}))  # noqa: S307 - arithmetic on integers written by the writer
+    return names[pick], grid, int(launches[pick][1])
+
+
+def emulate(program: str, inputs: Sequence[torch.Tensor], outputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
+            vector: bool = True, workdir: Path | None = None) -> list[torch.Tensor]:
+    """Run `program`'s kernel on `inputs` (CPU tensors, any strides) and return its outputs
+    (contiguous, of the given shapes and dtypes)."""
+    (ext,) = Candidate.parse(program).extensions
+    cuda = ext.cuda_sources if isinstance(ext.cuda_sources, str) else "\n".join(ext.cuda_sources)
+    kernel, grid, block = _launch(cuda, vector)
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        folder = Path(tmp)
+        args, setup, save = [], [], []
+        for k, t in enumerate(inputs):
+            raw = t.view(torch.int16) if t.dtype in (torch.float16, torch.bfloat16) else t
+            extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+            flat = torch.as_strided(raw, (extent,), (1,)).contiguous()
+            (folder / f"in{k}.bin").write_bytes(flat.numpy().tobytes())
+            setup.append(f"auto* in{k} = alloc<{_CT[t.dtype]}>({extent}); read(\"in{k}.bin\", in{k}, {extent} * sizeof({_CT[t.dtype]}));")
+            args.append(f"in{k}")
+        for k, (shape, dtype) in enumerate(outputs):
+            numel = 1
+            for n in shape:
+                numel *= n
+            setup.append(f"auto* out{k} = alloc<{_CT[dtype]}>({numel});")
+            args.append(f"out{k}")
+            save.append(f"write(\"out{k}.bin\", out{k}, {numel} * sizeof({_CT[dtype]}));")
+        main = (
+            "static void read(const char* p, void* d, size_t n) { FILE* f = fopen(p, \"rb\"); if (n && fread(d, 1, n, f) != n) abort(); fclose(f); }\n"
+            "static void write(const char* p, const void* d, size_t n) { FILE* f = fopen(p, \"wb\"); fwrite(d, 1, n, f); fclose(f); }\n"
+            "template <class T> static T* alloc(size_t n) {  // 64-byte aligned, as CUDA's allocator\n"
+            "    void* p = aligned_alloc(64, (n * sizeof(T) + 127) / 64 * 64); if (!p) abort(); return static_cast<T*>(p); }\n"
+            "int main() {\n    " + "\n    ".join(setup) + "\n"
+            f"    kevin_emu_launch({grid}u, {block}u, [&] {{ {kernel}({', '.join(args)}); }});\n    "
+            + "\n    ".join(save) + "\n    return 0;\n}\n"
+        )
+        (folder / "emu.cpp").write_text(_SHIM + _device_code(cuda) + "\n" + main)
+        build = subprocess.run(["g++", "-std=c++17", "-O1", "-w", "-pthread", f"-I{CUDA_INCLUDE}", "emu.cpp", "-o", "emu"],
+                               cwd=folder, capture_output=True, text=True, timeout=600)
+        assert build.returncode == 0, build.stderr[-4000:]
+        run = subprocess.run(["./emu"], cwd=folder, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        result = []
+        for k, (shape, dtype) in enumerate(outputs):
+            data = (folder / f"out{k}.bin").read_bytes()
+            store = torch.int16 if dtype in (torch.float16, torch.bfloat16) else dtype
+            t = torch.frombuffer(bytearray(data), dtype=store).clone() if data else torch.empty(0, dtype=store)
+            result.append((t.view(dtype) if store is not dtype else t).reshape(shape))
+        return result
+
+
+def has_cuda_headers() -> bool:
+    return (CUDA_INCLUDE / "cuda_fp16.h").exists()
+
+
+def cpu_inputs(task: Any) -> list[Any]:
+    return list(task.get_inputs())
