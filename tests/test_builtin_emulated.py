@@ -3,7 +3,7 @@ written, one host thread per CUDA thread) against PyTorch, on small versions of 
 tasks: every kind of row kernel (block, warp and half-warp rows, the row in registers or not,
 4- and 8-wide accesses, partial rows in the last block) and of pointwise kernel (vector path with
 a tail, per-channel values, strided and boolean inputs). For each task the variants the search
-tries first and the one it tries last. The judge on a GPU remains what accepts a kernel; this
+tries first and the one it tries last (for pointwise, also those with several strips per thread). The judge on a GPU remains what accepts a kernel; this
 catches a wrong index or a wrong formula without one."""
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def _variants(task: SuiteTask) -> list[tuple[SuiteTask, int]]:
     plan = plan_task(task.source)
     assert isinstance(plan, Plan), (task.name, plan)
     order = preferred_order(plan)
-    return [(task, v) for v in dict.fromkeys([*order[:2], order[-1]])]
+    extra = [] if plan.is_rows else [2, 4]  # pointwise: several strips per thread, 4-wide or not
+    return [(task, v) for v in dict.fromkeys([*order[:2], order[-1], *extra])]
 
 
 @pytest.mark.parametrize(("task", "variant"), [p for t in CASES for p in _variants(t)], ids=lambda x: x if isinstance(x, int) else x.name)

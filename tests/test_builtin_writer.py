@@ -69,10 +69,10 @@ def test_pointwise_kernels_index_in_32_bits_where_every_offset_fits() -> None:
     assert isinstance(plan, Plan)
     small = write_program(plan, VARIANTS_POINTWISE[0])
     kernel = small[small.index("__global__"):small.index("kevin_run(")]
-    assert "for (int t = " in kernel and "long long" not in kernel and "LL" not in kernel
+    assert "for (int t0 = " in kernel and "long long" not in kernel and "LL" not in kernel
     assert "((base) % 1024) * 4096" in kernel  # the transposed input's offsets, in 32 bits
     huge = dataclasses.replace(plan, shape=(1 << 16, 1 << 15))  # 2^31 elements: 64-bit indices
-    assert "for (long long t = " in write_program(huge, VARIANTS_POINTWISE[0])
+    assert "for (long long t0 = " in write_program(huge, VARIANTS_POINTWISE[0])
 
 
 def test_row_kernels_read_four_wide_only_where_the_row_allows() -> None:

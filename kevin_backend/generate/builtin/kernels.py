@@ -274,7 +274,8 @@ def _pointwise_kernel(plan: Plan, variant: Variant, name: str, vector: bool) -> 
             else:
                 body.append(f"float {inp.var}_v[4]; kevin_ld4(p_{inp.var}, {_offset(inp, shape, 'base', 'base / ' + str(cols) + 'LL', 'base % ' + str(cols) + 'LL')}, {inp.var}_v);")
         body.append(*[f"float o_v[{len(out_vars)}][4];"])
-        body.append("#pragma unroll\n        for (int e = 0; e < 4; ++e) {")
+        body.append("#pragma unroll")
+        body.append("for (int e = 0; e < 4; ++e) {")
         for inp in plan.inputs:
             if inp.var in used:
                 body.append(f"    float {inp.var} = {inp.var}_v[e];")
@@ -284,18 +285,27 @@ def _pointwise_kernel(plan: Plan, variant: Variant, name: str, vector: bool) -> 
         body.extend(f"kevin_st4(p_out{k}, base, o_v[{k}]);" for k in range(len(out_vars)))
     else:
         body = scalar_body
-    inner = "\n        ".join(body)
     tail = ""
     if vector and plan.numel % 4:  # the last elements, one by one, by the first threads of block 0
         tail = (f"\n    if (blockIdx.x == 0 && threadIdx.x < {plan.numel % 4}) {{\n"
                 f"        const long long base = {plan.numel // 4 * 4}LL + threadIdx.x;\n        " + "\n        ".join(scalar_body) + "\n    }")
+    # a block takes `items` consecutive strips of `threads` groups per step of the grid-stride
+    # loop; the strips' loads are independent, so they are in flight together
+    threads, items = variant.threads, max(1, variant.items)
+    inner = "\n                ".join(body)
     kernel = f"""
-__global__ void __launch_bounds__({variant.threads}) {name}({ins}, {outs}) {{
+__global__ void __launch_bounds__({threads}) {name}({ins}, {outs}) {{
     const long long n = {plan.numel}LL / {width};
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += step) {{
-        const long long base = t * {width};
-        {inner}
+    const long long step = (long long)gridDim.x * {threads * items};
+    for (long long t0 = (long long)blockIdx.x * {threads * items}; t0 < n; t0 += step) {{
+        #pragma unroll
+        for (int u = 0; u < {items}; ++u) {{
+            const long long t = t0 + u * {threads} + threadIdx.x;
+            if (t < n) {{
+                const long long base = t * {width};
+                {inner}
+            }}
+        }}
     }}{tail}
 }}
 """
