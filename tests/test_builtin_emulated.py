@@ -69,16 +69,21 @@ def _variants(task: SuiteTask) -> list[tuple[SuiteTask, int]]:
     return [(task, v) for v in dict.fromkeys([*order[:2], order[-1], *extra])]
 
 
-@pytest.mark.parametrize(("task", "variant"), [p for t in CASES for p in _variants(t)], ids=lambda x: x if isinstance(x, int) else x.name)
-def test_kernel_matches_pytorch_on_the_cpu(task: SuiteTask, variant: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def _reference(task: SuiteTask) -> tuple[Plan, list[torch.Tensor], list[torch.Tensor]]:
+    """The task's plan, its inputs on the CPU and PyTorch's outputs for them."""
     plan = plan_task(task.source)
     assert isinstance(plan, Plan)
-    program = write_program(plan, (VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)[variant])
     module = load_program(task.source.replace("device='cuda'", "device='cpu'"), "emulated_task")
     torch.manual_seed(0)
     inputs = list(module.get_inputs())
     want = module.Model()(*inputs)
-    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    return plan, inputs, list(want) if isinstance(want, (tuple, list)) else [want]
+
+
+@pytest.mark.parametrize(("task", "variant"), [p for t in CASES for p in _variants(t)], ids=lambda x: x if isinstance(x, int) else x.name)
+def test_kernel_matches_pytorch_on_the_cpu(task: SuiteTask, variant: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    plan, inputs, want = _reference(task)
+    program = write_program(plan, (VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)[variant])
     got = emulate(program, inputs, [(o.shape, o.dtype) for o in plan.outputs], workdir=tmp_path)
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -90,15 +95,9 @@ def test_kernel_matches_pytorch_on_the_cpu(task: SuiteTask, variant: int, tmp_pa
 
 
 def test_the_emulation_catches_a_wrong_kernel(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    task = next(t for t in CASES if t.name == "softmax-f16")
-    plan = plan_task(task.source)
-    assert isinstance(plan, Plan)
+    plan, inputs, (want,) = _reference(next(t for t in CASES if t.name == "softmax-f16"))
     program = write_program(plan, VARIANTS_ROWS[preferred_order(plan)[1]])
     assert "= 1.0f / v4;" in program
-    module = load_program(task.source.replace("device='cuda'", "device='cpu'"), "emulated_task")
-    torch.manual_seed(0)
-    inputs = list(module.get_inputs())
-    want = module.Model()(*inputs)
     shapes = [(o.shape, o.dtype) for o in plan.outputs]
     (right,) = emulate(program, inputs, shapes, workdir=tmp_path)
     (wrong,) = emulate(program.replace("= 1.0f / v4;", "= 0.5f / v4;"), inputs, shapes, workdir=tmp_path)  # half the sum
