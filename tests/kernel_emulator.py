@@ -25,7 +25,14 @@ import torch
 
 from kevin_backend.judge.candidate import Candidate
 
-CUDA_INCLUDE = Path("/usr/local/cuda/include")
+def _cuda_include() -> Path:
+    """CUDA's headers (cuda_fp16.h and friends): where torch finds the toolkit, else the usual place."""
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    return Path(CUDA_HOME or "/usr/local/cuda") / "include"
+
+
+CUDA_INCLUDE = _cuda_include()
 
 _SHIM = r"""
 #include <cuda_fp16.h>
