@@ -19,7 +19,7 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
@@ -97,17 +97,16 @@ template <class F> static void kevin_emu_launch(unsigned grid, unsigned block, F
 _CT = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16", torch.bool: "bool"}
 
 
-def _device_code(cuda_source: str) -> str:
-    """The program's CUDA source up to its host function, without includes."""
+def _split(cuda_source: str) -> tuple[str, str]:
+    """The program's CUDA source as (device code without includes, host function kevin_run)."""
     host = re.search(r"^(?:torch::Tensor|std::vector<torch::Tensor>) kevin_run\(", cuda_source, re.M)
     assert host is not None, "no host function kevin_run in the program"
-    code = cuda_source[: host.start()]
-    return "\n".join(line for line in code.splitlines() if not line.lstrip().startswith("#include"))
+    device = "\n".join(line for line in cuda_source[: host.start()].splitlines() if not line.lstrip().startswith("#include"))
+    return device, cuda_source[host.start():]
 
 
-def _launch(cuda_source: str, vector: bool) -> tuple[str, int, int]:
+def _launch(host: str, vector: bool) -> tuple[str, int, int]:
     """(kernel, grid, block) as the host code launches it (its vector kernel when `vector`)."""
-    host = cuda_source[re.search(r"^(?:torch::Tensor|std::vector<torch::Tensor>) kevin_run\(", cuda_source, re.M).start():]  # type: ignore[union-attr]
     launches = re.findall(r"(kevin_\w+)<<<\(unsigned\)blocks, (\d+), 0, stream>>>", host)
     blocks = re.findall(r"const long long blocks = (.*?);\n", host)
     names = [name for name, _ in launches]
@@ -126,7 +125,8 @@ def emulate(program: str, inputs: Sequence[torch.Tensor], outputs: Sequence[tupl
     (contiguous, of the given shapes and dtypes)."""
     (ext,) = Candidate.parse(program).extensions
     cuda = ext.cuda_sources if isinstance(ext.cuda_sources, str) else "\n".join(ext.cuda_sources)
-    kernel, grid, block = _launch(cuda, vector)
+    device, host = _split(cuda)
+    kernel, grid, block = _launch(host, vector)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         folder = Path(tmp)
         args, setup, save = [], [], []
@@ -153,7 +153,7 @@ def emulate(program: str, inputs: Sequence[torch.Tensor], outputs: Sequence[tupl
             f"    kevin_emu_launch({grid}u, {block}u, [&] {{ {kernel}({', '.join(args)}); }});\n    "
             + "\n    ".join(save) + "\n    return 0;\n}\n"
         )
-        (folder / "emu.cpp").write_text(_SHIM + _device_code(cuda) + "\n" + main)
+        (folder / "emu.cpp").write_text(_SHIM + device + "\n" + main)
         build = subprocess.run(["g++", "-std=c++17", "-O1", "-w", "-pthread", f"-I{CUDA_INCLUDE}", "emu.cpp", "-o", "emu"],
                                cwd=folder, capture_output=True, text=True, timeout=600)
         assert build.returncode == 0, build.stderr[-4000:]
@@ -170,7 +170,3 @@ def emulate(program: str, inputs: Sequence[torch.Tensor], outputs: Sequence[tupl
 
 def has_cuda_headers() -> bool:
     return (CUDA_INCLUDE / "cuda_fp16.h").exists()
-
-
-def cpu_inputs(task: Any) -> list[Any]:
-    return list(task.get_inputs())

@@ -17,7 +17,7 @@ from kevin_backend.generate.builtin.graph import BuiltinSupport, Declined, Kind,
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, input_mode, write_program
 from kevin_backend.generate.builtin.policy import BuiltinPolicy, task_from_messages
 from kevin_backend.generate.builtin.suite import SUITE
-from kevin_backend.generate.policy import Reply, Sampling
+from kevin_backend.generate.policy import Sampling
 from kevin_backend.generate.prompts import Turn, build_messages
 from kevin_backend.judge.candidate import Candidate
 from kevin_backend.judge.fast_build import fast_sources

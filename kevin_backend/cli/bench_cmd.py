@@ -111,7 +111,7 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
 
     from kevin_backend.bench.kernelbench import task_files
     from kevin_backend.bench.models import MODELS, WORKLOADS, needs_transformers
-    from kevin_backend.bench.report import MissingDependency, markdown, require_matplotlib, write_chart, write_json
+    from kevin_backend.bench.report import MissingDependency, require_matplotlib
     from kevin_backend.bench.runner import BenchSettings, kevin_options, run_bench
 
     if args.merge:

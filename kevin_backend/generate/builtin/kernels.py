@@ -222,22 +222,20 @@ def _closure(plan: Plan, targets: list[str], available: set[str]) -> list[PlanNo
         if node.reduction is not None:
             continue
         needed.add(v)
-        text = node.alias_of or node.expr or ""
-        stack.extend(re.findall(r"\b(v\d+(?:_\d+)?|in\d+)\b", text))
+        stack.extend(_NAME.findall(node.alias_of or node.expr or ""))
     return [n for n in plan.nodes if n.var in needed]
 
 
-def _uses_inputs(nodes: list[PlanNode], extra: list[str]) -> set[str]:
-    used: set[str] = set()
-    for text in [*(n.alias_of or n.expr or "" for n in nodes), *extra]:
-        used.update(re.findall(r"\b(in\d+)\b", text))
-    return used
+# A name in a node's code: a value (v3, v1_0) or an input (in0).
+_NAME = re.compile(r"\b(v\d+(?:_\d+)?|in\d+)\b")
 
 
-def _uses_values(nodes: list[PlanNode], extra: list[str]) -> set[str]:
+def _references(nodes: Sequence[PlanNode], extra: Sequence[str] = ()) -> set[str]:
+    """The values and inputs that `nodes` (their code, or the value they reduce) and the `extra`
+    expressions read."""
     used: set[str] = set()
     for text in [*(n.alias_of or n.expr or n.operand or "" for n in nodes), *extra]:
-        used.update(re.findall(r"\b(v\d+(?:_\d+)?)\b", text))
+        used.update(_NAME.findall(text))
     return used
 
 
@@ -251,7 +249,7 @@ def _pointwise_kernel(plan: Plan, variant: Variant, name: str, vector: bool) -> 
     ins, outs = _signature(plan)
     out_vars = [o.var for o in plan.outputs]
     nodes = _closure(plan, out_vars, set())
-    used = _uses_inputs(nodes, out_vars)
+    used = _references(nodes, out_vars)
     shape = plan.shape
     cols = plan.cols
     scalar_body = [f"float {inp.var} = kevin_ld(p_{inp.var}, {_offset(inp, shape, 'base', f'(base / {cols}LL)', f'(base % {cols}LL)')});"
@@ -375,14 +373,13 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
 
     # Per-element values a pass computes that a later pass needs again (softmax's exp(x - max),
     # needed by the sum and by the output) are kept in registers with the row, not recomputed.
-    kept: dict[str, PlanNode] = {}
+    kept: list[str] = []
 
     def loads(needed: list[PlanNode], extra: list[str]) -> list[str]:
-        used = _uses_inputs(needed, extra)
+        used = _references(needed, extra)
         if cache:
-            refs = _uses_values(needed, extra)
             return ([f"float {i.var} = {i.var}_r[{slot}];" for i in full_inputs if i.var in used]
-                    + [f"float {v} = {v}_r[{slot}];" for v in kept if v in refs])
+                    + [f"float {v} = {v}_r[{slot}];" for v in kept if v in used])
         return [f"float {i.var} = kevin_ld(p_{i.var}, {_offset(i, shape, 'row * ' + str(cols) + 'LL + c', 'row', 'c')});"
                 for i in full_inputs if i.var in used]
 
@@ -407,12 +404,12 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         if not cache:
             return []
         inside = {n.var for n in needed} | ({done} if done else set())
-        later = _uses_values([n for n in plan.nodes if n.var not in inside], [o.var for o in plan.outputs])
+        later = _references([n for n in plan.nodes if n.var not in inside], [o.var for o in plan.outputs])
         stores = []
         for n in needed:
             copy = re.fullmatch(r"in\d+", n.expr or "") is not None  # the input's own registers serve
             if n.kind is Kind.FULL and n.alias_of is None and not copy and n.var in later and n.var not in kept:
-                kept[n.var] = n
+                kept.append(n.var)
                 lines.append(f"float {n.var}_r[{cached}];")
                 stores.append(f"{n.var}_r[{slot}] = {n.var};")
         return stores
@@ -458,7 +455,7 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             progress = False
             for n in plan.nodes:
                 if n.kind is Kind.ROW and n.reduction is None and n.var not in available:
-                    refs = re.findall(r"\b(v\d+(?:_\d+)?|in\d+)\b", n.alias_of or n.expr or "")
+                    refs = _NAME.findall(n.alias_of or n.expr or "")
                     if all(r in available for r in refs):
                         out.append(_node_code(n))
                         available.add(n.var)
