@@ -89,8 +89,10 @@ class KernelTask:
             if not hasattr(module, attr):
                 raise ValueError(f"task {name} defines no {attr}")
         inputs = list(module.get_inputs())
-        with torch.no_grad():
-            out = module.Model(*module.get_init_inputs())(*inputs)
+        devices = [t.device for t in inputs if isinstance(t, torch.Tensor)]
+        with torch.no_grad():  # the model's parameters go where get_inputs put the inputs
+            model = module.Model(*module.get_init_inputs()).to(devices[0] if devices else "cpu")
+            out = model(*inputs)
         outs = out if isinstance(out, (list, tuple)) else (out,)
         digest = hashlib.sha256(b"kernelbench-program\0" + source.encode()).hexdigest()
         return cls(name, source, tuple(TensorSpec.of(t) for t in inputs if isinstance(t, torch.Tensor)),

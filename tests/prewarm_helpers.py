@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -18,10 +19,12 @@ class _Logged(ReferenceGenerator):
         super().__init__()
         self.delay = delay
         self.log = os.environ.get("KEVIN_TEST_GENERATOR_LOG")
+        self.results: list[SimpleNamespace] = []  # as a SearchGenerator's: the time each task waited on whom
 
     def generate(self, task: Any, key: Any) -> Any:
         time.sleep(self.delay)
         entry = super().generate(task, key)
+        self.results.append(SimpleNamespace(model_seconds=self.delay, judge_seconds=0.25))
         if self.log:
             with open(self.log, "a") as f:
                 f.write(f"{key.digest} {os.getpid()}\n")

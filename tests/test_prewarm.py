@@ -145,6 +145,7 @@ def test_a_killed_prewarm_resumes_without_redoing_finished_tasks(tmp_path: Path,
 def test_prewarm_on_a_local_ray_cluster_spreads_tasks_and_fills_one_cache(tmp_path: Path, plugin_env: Path) -> None:
     ray = pytest.importorskip("ray")
     from kevin_backend.prewarm.ray_runner import prewarm_ray
+    from kevin_backend.prewarm.runner import format_summary
     from kevin_backend.prewarm.sources import from_folder
 
     tasks = tmp_path / "tasks"
@@ -161,4 +162,7 @@ def test_prewarm_on_a_local_ray_cluster_spreads_tasks_and_fills_one_cache(tmp_pa
         ray.shutdown()
     assert summary.kernels == 6 and not summary.failures
     assert len({o["device"] for o in summary.outcomes}) == 2  # two actors shared the work
+    assert "tasks per worker: " in format_summary(summary)
+    data = summary.as_dict()  # the actors' time in the model and the judge reaches the table
+    assert data["model_seconds"] == pytest.approx(6 * 1.5) and data["judge_seconds"] == pytest.approx(6 * 0.25)
     assert len(cache.entries()) == 6 and cache.pending() == []

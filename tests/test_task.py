@@ -84,3 +84,32 @@ def test_program_renders_constants_exactly() -> None:
     out = task.load().Model()(values[x])
     assert torch.equal(out, values[nodes[-1]])
     assert operator.eq(task.outputs[0].dtype, "float16")
+
+
+def test_a_program_task_runs_its_model_where_its_inputs_are() -> None:
+    """KernelBench programs make CUDA inputs and a model whose parameters start on the CPU (the
+    judge moves the model); reading such a task's specs moves it too. `meta` stands in for CUDA."""
+    from kevin_backend.types import KernelTask
+
+    source = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+def get_inputs():
+    return [torch.randn(8, 64, device="meta")]
+
+
+def get_init_inputs():
+    return [64]
+'''
+    task = KernelTask.from_program("norm", source)
+    assert [s.shape for s in task.inputs] == [(8, 64)] and [s.shape for s in task.outputs] == [(8, 64)]

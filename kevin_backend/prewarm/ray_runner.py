@@ -33,15 +33,16 @@ class _Actor:
         # the actor's own scratch cache (builds, trajectory logs); decisions go back to the driver
         local = dict(setup, cache_dir=tempfile.mkdtemp(prefix="kevin-ray-"))
         self.generator = make_generator(local)
+        self.where = _where()
 
     def generate(self, files: dict[str, bytes], digest: str) -> dict[str, Any]:
-        import socket
         import time as _time
 
         from kevin_backend.cache.store import deserialize_pending, serialize_entry
+        from kevin_backend.prewarm.worker import time_spent
 
         start = _time.perf_counter()
-        where = f"{socket.gethostname()}:{os.getpid()}"
+        where = self.where
         pending = deserialize_pending(files, digest)
         try:
             entry = self.generator.generate(pending.task, pending.key)
@@ -49,7 +50,26 @@ class _Actor:
             return {"digest": digest, "status": "failed", "reason": f"{type(exc).__name__}: {exc}",
                     "seconds": _time.perf_counter() - start, "device": where}
         return {"digest": digest, "status": entry.kind.value, "files": serialize_entry(entry), "reason": entry.reason,
-                "speedup_vs_inductor": entry.timings.speedup_vs_inductor, "seconds": _time.perf_counter() - start, "device": where}
+                "speedup_vs_inductor": entry.timings.speedup_vs_inductor, "seconds": _time.perf_counter() - start, "device": where,
+                **time_spent(self.generator)}
+
+
+def _where() -> str:
+    """The actor's host and GPU as a person reads them: `host GPU 1 (NVIDIA H200)`, or `host CPU (pid)`."""
+    import socket
+
+    import torch
+
+    host = socket.gethostname()
+    try:
+        import ray
+
+        ids = [str(i) for i in ray.get_gpu_ids()]
+    except Exception:  # outside an actor (tests call this directly)
+        ids = []
+    if ids and torch.cuda.is_available():
+        return f"{host} GPU {','.join(ids)} ({torch.cuda.get_device_name()})"
+    return f"{host} CPU (pid {os.getpid()})"
 
 
 def prewarm_ray(items: Sequence[WorkItem], setup: dict[str, Any], address: str, cache: KernelCache,

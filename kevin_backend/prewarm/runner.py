@@ -163,6 +163,10 @@ def format_summary(summary: Summary) -> str:
              "|---|---|---|---|---|---|---|---|",
              f"| {data['tasks']} | {data['skipped']} | {data['kernels']} | {data['inductor']} | {sum(summary.failures.values())} | "
              f"{data['model_seconds']:.1f} | {data['judge_seconds']:.1f} | {data['seconds']:.1f} |"]
+    devices = Counter(o.get("device") for o in summary.outcomes if o.get("device"))
+    if len(devices) > 1:
+        lines.append("")
+        lines.append("tasks per worker: " + ", ".join(f"{device} x{n}" for device, n in sorted(devices.items())))
     if summary.failures:
         lines.append("")
         lines.append("failures by reason: " + ", ".join(f"{reason} x{n}" for reason, n in summary.failures.most_common()))

@@ -51,13 +51,18 @@ def run_one(generator: Any, cache: Any, digest: str, device: str) -> dict[str, A
     except Exception as exc:
         return {"digest": digest, "name": item.task.name, "status": "failed", "reason": f"{type(exc).__name__}: {exc}",
                 "seconds": time.perf_counter() - start, "device": device, "trace": traceback.format_exc(limit=3)}
-    results = getattr(generator, "results", None)
-    last = results[-1] if results else None
     return {
         "digest": digest, "name": item.task.name, "status": entry.kind.value, "reason": entry.reason,
         "speedup_vs_inductor": entry.timings.speedup_vs_inductor, "seconds": time.perf_counter() - start, "device": device,
-        "model_seconds": getattr(last, "model_seconds", 0.0), "judge_seconds": getattr(last, "judge_seconds", 0.0),
+        **time_spent(generator),
     }
+
+
+def time_spent(generator: Any) -> dict[str, float]:
+    """Seconds the generator's last task spent waiting on the model and on the judge."""
+    results = getattr(generator, "results", None)
+    last = results[-1] if results else None
+    return {"model_seconds": getattr(last, "model_seconds", 0.0), "judge_seconds": getattr(last, "judge_seconds", 0.0)}
 
 
 def main() -> int:
