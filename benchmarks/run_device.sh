@@ -22,9 +22,9 @@ for step in $steps; do
       python3 -m pytest -q -s tests/test_generate_gpu.py 2>&1 | tee "$OUT/generate_test.log" | tail -15
       python3 -m kevin_backend.cli.main --cache-dir "$(mktemp -d)" generate examples/replay/gated_task.py --policy replay:examples/replay/replies.json \
         --trajectories 1 --turns 6 --trials 30 --json "$OUT/generate.json" 2>&1 | tee "$OUT/generate.log" ;;
-    builtin) python3 benchmarks/bench_builtin.py --json "$OUT/builtin.json" 2>&1 | tee "$OUT/builtin.log" | tail -70 ;;
+    builtin) python3 benchmarks/bench_builtin.py --turns ${TURNS:-3} --json "$OUT/builtin.json" 2>&1 | tee "$OUT/builtin.log" | tail -70 ;;
     builtin-chains) python3 benchmarks/bench_builtin.py --categories chain1,chain2,chain3+ --json "$OUT/builtin_chains.json" 2>&1 | tee "$OUT/builtin_chains.log" | tail -40 ;;
-    builtin-rows) python3 benchmarks/bench_builtin.py --categories reduction,norm --at-once 22 --json "$OUT/builtin_rows.json" 2>&1 | tee "$OUT/builtin_rows.log" | tail -40 ;;
+    builtin-rows) python3 benchmarks/bench_builtin.py --categories reduction,norm --at-once 22 --turns ${TURNS:-3} --json "$OUT/builtin_rows.json" 2>&1 | tee "$OUT/builtin_rows.log" | tail -40 ;;
     seed)  # the seed cache: the bench models prewarmed with the built-in writer, killed once mid-run and resumed
       export KEVIN_CACHE_DIR=${SEED_CACHE:-$(mktemp -d)}
       export TORCHINDUCTOR_CACHE_DIR=$KEVIN_CACHE_DIR/inductor
