@@ -179,6 +179,28 @@ def test_refinement_follows_the_timings_and_keeps_the_best() -> None:
     assert "keeping the fastest, variant 1" in turns[-1].summary
 
 
+def test_a_search_longer_than_the_prompt_budget_still_knows_every_variant_it_measured() -> None:
+    """The prompt keeps only the latest turns; the summaries carry the earlier measurements, so no
+    variant is written twice before all are tried, and the fastest is kept at the end."""
+    source = next(t.source for t in SUITE if t.name == "softmax-f16")
+    policy = BuiltinPolicy()
+    turns: list[Turn] = []
+    times = {v: 0.02 + 0.001 * ((v * 7) % len(VARIANTS_ROWS)) for v in range(len(VARIANTS_ROWS))}
+    times[4] = None  # one variant is wrong
+    chosen, visible = [], []
+    for _ in range(len(VARIANTS_ROWS) + 2):
+        messages = build_messages(source, "NVIDIA H200", turns, 12_000)
+        visible.append(sum(m["role"] == "assistant" for m in messages))
+        (reply,) = policy.generate([messages], Sampling())
+        chosen.append(reply.extra["variant"])
+        turns.append(Turn.of(reply, _feedback(times[chosen[-1]])))
+    assert max(visible) < 5  # the budget really drops turns: at most a few earlier replies are seen
+    assert sorted(chosen[:len(VARIANTS_ROWS)]) == list(range(len(VARIANTS_ROWS)))  # each variant once
+    fastest = min((ms, v) for v, ms in times.items() if ms is not None)[1]
+    assert chosen[-2:] == [fastest, fastest]
+    assert f"variant 4 not accepted" in turns[-1].summary and f"variant {fastest} {times[fastest]:.6g} ms" in turns[-1].summary
+
+
 def test_variants_are_ranked_for_the_shape() -> None:
     from kevin_backend.generate.builtin.kernels import preferred_order
 

@@ -8,7 +8,9 @@ Turn 0 of trajectory 0 is the plain kernel (256 threads, scalar loads); other tr
 at other variants, so a batch explores in parallel. Each later turn reads the earlier turns'
 variants (named in their programs' docstrings) and verdicts (the feedback's timings), keeps the
 fastest correct one, and tries the untried variant most like it: the same vector choice first,
-then the nearest thread count. When every variant has been tried it writes the best again.
+then the nearest thread count. When every variant has been tried it writes the best again. Its
+summary lists every variant measured so far, so a search longer than the prompt's budget (which
+drops the oldest turns) still knows them all.
 
 A task it cannot write (see `graph.plan_task`) gets a reply without code that says why, with
 `finish_reason="declined"`, which ends that trajectory.
@@ -30,6 +32,8 @@ __all__ = ["BuiltinPolicy", "task_from_messages"]
 _BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
 _VARIANT = re.compile(r"Written by kevin's built-in writer: .*?variant (\d+)")
 _TIME = re.compile(r"your program:\s*([0-9.eE+-]+)\s*ms")
+_MEASURED = re.compile(r"Measured so far: (.*?)\.(?:\s|$)")
+_MEASURED_ITEM = re.compile(r"variant (\d+) (?:([0-9.eE+-]+) ms|not accepted)")
 
 
 def task_from_messages(messages: Sequence[Message]) -> str | None:
@@ -73,17 +77,34 @@ class BuiltinPolicy:
         kind = "row" if plan.is_rows else "pointwise"
         doc = f"Written by kevin's built-in writer: {kind} kernel, {variant.describe()}, variant {choice}."
         program = write_program(plan, variant, name=f"kevin_builtin_{digest}_{choice}", doc=doc)
+        measured = f" Measured so far: {_format_history(history)}." if history else ""
         text = (f"A fused {kind} kernel for {len(plan.ops)} ops ({', '.join(dict.fromkeys(plan.ops))}), {variant.describe()}.\n\n"
-                f"```python\n{program}```\n\nSummary: variant {choice} ({variant.describe()}); {why}")
+                f"```python\n{program}```\n\nSummary: variant {choice} ({variant.describe()}); {why}.{measured}")
         return Reply(text, completion_tokens=len(text) // 4, extra={"variant": choice})
 
 
+def _format_history(history: list[tuple[int, float | None]]) -> str:
+    """Each variant once, with its best time (a variant written again is not a new measurement)."""
+    best: dict[int, float | None] = {}
+    for v, ms in history:
+        if ms is not None and (best.get(v) is None or ms < best[v]):  # type: ignore[operator]
+            best[v] = ms
+        else:
+            best.setdefault(v, None)
+    return ", ".join(f"variant {v} {ms:.6g} ms" if ms is not None else f"variant {v} not accepted" for v, ms in best.items())
+
+
 def _history(messages: list[Message]) -> list[tuple[int, float | None]]:
-    """(variant, milliseconds when correct else None) for each earlier turn."""
+    """(variant, milliseconds when correct else None) for each earlier turn. A long search's
+    oldest turns drop out of the prompt, so each reply's summary carries the measurements before
+    it ("Measured so far: ..."); the latest such list is the start of the history."""
     out: list[tuple[int, float | None]] = []
     for i, m in enumerate(messages):
         if m["role"] != "assistant":
             continue
+        carried = _MEASURED.search(m["content"])
+        if carried is not None:
+            out = [(int(v), float(ms) if ms else None) for v, ms in _MEASURED_ITEM.findall(carried.group(1))]
         found = _VARIANT.search(m["content"])
         if found is None:
             continue
