@@ -69,10 +69,10 @@ def main() -> int:
                     "kernel_ms": t.kernel_ms if t else None, "eager_ms": t.eager_ms if t else None, "inductor_ms": t.inductor_ms if t else None,
                     "vs_eager": t.speedup_vs_eager if t else None, "vs_inductor": t.speedup_vs_inductor if t else None,
                     "reasons": reasons, "stopped": result.stopped, "seconds": round(time.perf_counter() - began, 1),
-                    "build_seconds": [round(r.step.result.build_seconds or 0, 1) if r.step.result else None for r in result.records],
-                    # each turn's variant and, when correct, its time: what refinement tried and what it found
-                    "turns": [{"variant": r.step.reply.extra.get("variant"), "kernel_ms": r.result.timings.kernel_ms if r.result else None}
-                              for r in result.records]}
+                    # each turn: its variant, its build's seconds and, when correct, its time
+                    "turns": [{"variant": r.step.reply.extra.get("variant"),
+                               "build_seconds": round(r.result.build_seconds or 0, 1) if r.result else None,
+                               "kernel_ms": r.result.timings.kernel_ms if r.result else None} for r in result.records]}
 
         with concurrent.futures.ThreadPoolExecutor(max(1, args.at_once)) as pool:
             futures = [pool.submit(one, t) for t in tasks]

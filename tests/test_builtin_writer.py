@@ -198,7 +198,7 @@ def test_a_search_longer_than_the_prompt_budget_still_knows_every_variant_it_mea
     assert sorted(chosen[:len(VARIANTS_ROWS)]) == list(range(len(VARIANTS_ROWS)))  # each variant once
     fastest = min((ms, v) for v, ms in times.items() if ms is not None)[1]
     assert chosen[-2:] == [fastest, fastest]
-    assert f"variant 4 not accepted" in turns[-1].summary and f"variant {fastest} {times[fastest]:.6g} ms" in turns[-1].summary
+    assert "variant 4 not accepted" in turns[-1].summary and f"variant {fastest} {times[fastest]:.6g} ms" in turns[-1].summary
 
 
 def test_variants_are_ranked_for_the_shape() -> None:

@@ -262,16 +262,13 @@ def _pointwise_kernel(plan: Plan, variant: Variant, name: str, vector: bool) -> 
             if inp.var not in used:
                 continue
             mode = input_mode(inp, shape)
-            if mode == "scalar":
-                body.append(f"float {inp.var}_v[4]; {inp.var}_v[0] = {inp.var}_v[1] = {inp.var}_v[2] = {inp.var}_v[3] = kevin_ld(p_{inp.var}, 0);")
-            elif mode == "row":
-                body.append(f"float {inp.var}_v[4]; {inp.var}_v[0] = {inp.var}_v[1] = {inp.var}_v[2] = {inp.var}_v[3] = kevin_ld(p_{inp.var}, base / {cols}LL);")
-            elif mode == "general":  # broadcast along the row (can_vectorize): one value for the 4
-                off = _offset(inp, shape, "base", "base / " + str(cols) + "LL", "base % " + str(cols) + "LL")
-                body.append(f"float {inp.var}_v[4]; {inp.var}_v[0] = {inp.var}_v[1] = {inp.var}_v[2] = {inp.var}_v[3] = kevin_ld(p_{inp.var}, {off});")
+            off = _offset(inp, shape, "base", "base / " + str(cols) + "LL", "base % " + str(cols) + "LL")
+            if mode in ("scalar", "row", "general"):  # one value for the 4 (general: broadcast along the row, see can_vectorize)
+                one = {"scalar": "0", "row": f"base / {cols}LL"}.get(mode, off)
+                body.append(f"float {inp.var}_v[4]; {inp.var}_v[0] = {inp.var}_v[1] = {inp.var}_v[2] = {inp.var}_v[3] = kevin_ld(p_{inp.var}, {one});")
             else:
-                body.append(f"float {inp.var}_v[4]; kevin_ld4(p_{inp.var}, {_offset(inp, shape, 'base', 'base / ' + str(cols) + 'LL', 'base % ' + str(cols) + 'LL')}, {inp.var}_v);")
-        body.append(*[f"float o_v[{len(out_vars)}][4];"])
+                body.append(f"float {inp.var}_v[4]; kevin_ld4(p_{inp.var}, {off}, {inp.var}_v);")
+        body.append(f"float o_v[{len(out_vars)}][4];")
         body.append("#pragma unroll")
         body.append("for (int e = 0; e < 4; ++e) {")
         for inp in plan.inputs:
