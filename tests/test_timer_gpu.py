@@ -8,7 +8,8 @@ import time
 import pytest
 import torch
 
-from kevin_backend.judge.run_worker import _cycles_per_ms, _timer
+from kevin_backend.judge.timer import _cycles_per_ms
+from kevin_backend.judge.timer import make_timer as _timer
 
 pytestmark = pytest.mark.gpu
 

@@ -1,6 +1,6 @@
 """Timing for `kevin bench`: the judge's protocol applied to whole steps, interleaved.
 
-One protocol for everything the project times: `kevin_backend.judge.run_worker._timer` (warm-up,
+One protocol for everything the project times: `kevin_backend.judge.timer.make_timer` (warm-up,
 then trials each timed with CUDA events between device-wide synchronizations, the L2 cache
 flushed before each trial, the median counts; on a CPU, `time.perf_counter` around each trial).
 `interleaved` measures several variants round by round, rotating which goes first, so that slow
@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from kevin_backend.judge.run_worker import _timer as _judge_timer
+from kevin_backend.judge.timer import make_timer as _judge_timer
 
 __all__ = ["Measure", "timer", "measure_ms", "round_order", "interleaved"]
 

@@ -51,7 +51,8 @@ from kevin_backend.judge.fast_build import FAST_BUILD_VERSION, Toolchain, build_
 from kevin_backend.judge.split import SplitError
 from kevin_backend.locks import file_lock
 
-__all__ = ["BuildSpec", "BuildResult", "Builder", "light_cuda_sources", "load_built", "answering_load_inline"]
+__all__ = ["BuildSpec", "BuildResult", "Builder", "light_cuda_sources", "load_built", "answering_load_inline",
+           "judge_side_build_failure"]
 
 _PATCH_LOCK = threading.RLock()
 
@@ -124,6 +125,9 @@ class BuildResult:
     functions: tuple[str, ...] = ()
     final: bool = True  # False: a fast build that failed in a way the whole build may not
     how: str = ""  # "fast", "light" or "full"
+    # The build failed for the judge's reasons, not the candidate's: a timeout while the machine
+    # was loaded, a full disk, a compiler killed for memory. Never cached; judged again later.
+    infra: bool = False
 
 
 def load_built(result: BuildResult) -> ModuleType:
@@ -206,6 +210,8 @@ class Builder:
         path = folder / f"{spec.module_name}.so"
         if data.get("ok") and not path.exists():
             return None
+        if not data.get("ok") and (data.get("timed_out") or data.get("infra")):
+            return None  # the judge's failure, not the source's: build again
         return BuildResult(spec.digest, bool(data.get("ok")), path if data.get("ok") else None, spec.module_name, 0.0, True,
                            str(data.get("error", "")), bool(data.get("timed_out", False)), str(data.get("namespace", "")),
                            spec.functions, bool(data.get("final", True)), str(data.get("how", "")))
@@ -221,7 +227,8 @@ class Builder:
             spent = result.seconds
         whole = dataclasses.replace(spec, fast=False)
         result = self._build(whole)
-        if not result.ok and not result.timed_out and whole.light_headers and light_cuda_sources(whole.cuda_sources) != whole.cuda_sources:
+        if not result.ok and not result.timed_out and not result.infra and whole.light_headers \
+                and light_cuda_sources(whole.cuda_sources) != whole.cuda_sources:
             again = self._build(dataclasses.replace(whole, light_headers=False))
             result = dataclasses.replace(again, seconds=result.seconds + again.seconds)
         return dataclasses.replace(result, seconds=spent + result.seconds)
@@ -264,10 +271,14 @@ class Builder:
             error = f"build timed out after {self.timeout:.0f} s" if timed_out else trim_compiler_output(output, files)
             (folder / "build.log").write_text(output)
         how = "light" if spec.light_headers and light_cuda_sources(spec.cuda_sources) != spec.cuda_sources else "full"
-        _write_status(folder, {"ok": ok, "error": error, "timed_out": timed_out, "how": how})
+        infra = "" if ok else judge_side_build_failure(output, timed_out)
+        if infra:
+            error = infra
+        else:
+            _write_status(folder, {"ok": ok, "error": error, "timed_out": timed_out, "how": how})
         shutil.rmtree(work, ignore_errors=True)
         return BuildResult(spec.digest, ok, folder / built.name if ok else None, spec.module_name,
-                           time.perf_counter() - start, False, error, timed_out, how=how)
+                           time.perf_counter() - start, False, error, timed_out, how=how, infra=bool(infra))
 
     def _build_fast(self, spec: BuildSpec, start: float) -> BuildResult:
         folder = self._folder(spec)
@@ -286,15 +297,21 @@ class Builder:
         built = folder / f"{spec.module_name}.so"
         outcome = build_fast(sources, work, built, spec.arch, pch, spec.extra_cflags, spec.extra_cuda_cflags,
                              spec.cuda_sources, self.timeout, toolchain)
+        error = outcome.error
+        infra = "" if outcome.ok else judge_side_build_failure(outcome.log, outcome.timed_out)
         if not outcome.ok:
             (folder / "build.log").write_text(outcome.log)
-        _write_status(folder, {"ok": outcome.ok, "error": outcome.error, "timed_out": outcome.timed_out,
-                               "namespace": sources.namespace if outcome.ok else "", "final": outcome.ok or outcome.final,
-                               "how": "fast"})
+        if infra:
+            error = infra
+        else:
+            _write_status(folder, {"ok": outcome.ok, "error": outcome.error, "timed_out": outcome.timed_out,
+                                   "namespace": sources.namespace if outcome.ok else "", "final": outcome.ok or outcome.final,
+                                   "how": "fast"})
         shutil.rmtree(work, ignore_errors=True)
         return BuildResult(spec.digest, outcome.ok, built if outcome.ok else None, spec.module_name,
-                           time.perf_counter() - start, False, outcome.error, outcome.timed_out,
-                           sources.namespace if outcome.ok else "", spec.functions, outcome.ok or outcome.final, "fast")
+                           time.perf_counter() - start, False, error, outcome.timed_out,
+                           sources.namespace if outcome.ok else "", spec.functions, outcome.ok or outcome.final or bool(infra),
+                           "fast", infra=bool(infra))
 
     def build_many(self, specs: Sequence[BuildSpec]) -> list[BuildResult]:
         """Build several specs, `jobs` at a time (each in its own worker process)."""
@@ -319,6 +336,27 @@ def _run_worker(folder: Path, env: dict[str, str], timeout: float) -> tuple[str,
             pass
         output, _ = proc.communicate()
         return output, False, True
+
+
+# Compiler output that says the machine, not the source, failed.
+_MACHINE_FAILURES = ("no space left on device", "cannot allocate memory", "virtual memory exhausted",
+                     "killed signal terminated program", "out of memory allocating", "resource temporarily unavailable")
+
+
+def judge_side_build_failure(output: str, timed_out: bool) -> str:
+    """Why a failed build is the judge's failure rather than the candidate's ("" when it is the
+    candidate's): a timeout while the machine was loaded (more runnable processes than cores),
+    or a compiler stopped by the machine (disk, memory)."""
+    text = (output or "").lower()
+    for sign in _MACHINE_FAILURES:
+        if sign in text:
+            return f"the build machine failed ({sign}), not the kernel: it will be built again"
+    if timed_out:
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+        if load > cores:
+            return (f"the build timed out while the machine was loaded (load average {load:.1f} on {cores} cores); "
+                    "it will be built again")
+    return ""
 
 
 _EXTENSION_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<torch/extension\.h>", re.M)

@@ -41,6 +41,18 @@ class Reason(str, Enum):
     REPLAYED_OUTPUT = "returns stale outputs after its inputs changed"
     SUSPICIOUS_SPEEDUP = "claims an implausible speedup that does not hold up"
     NO_GPU = "needs a CUDA GPU to judge"
+    # The judge's own failures: no verdict on the candidate (never its score, never fed back to
+    # the writer, never a cached decision; the task stays pending and is tried again later).
+    RESOURCE = "the judge could not get the GPU memory it needs"
+    INFRA = "the judge itself failed"
+
+    @property
+    def judge_side(self) -> bool:
+        """True when this is the judge's failure, not a verdict on the candidate."""
+        return self in _JUDGE_SIDE
+
+
+_JUDGE_SIDE = frozenset({Reason.RESOURCE, Reason.INFRA, Reason.NO_GPU})
 
 
 @dataclass(frozen=True)
@@ -61,7 +73,8 @@ class RuleViolation:
 
 @dataclass(frozen=True)
 class Mismatch:
-    """How a candidate's output differs from the reference's."""
+    """How a candidate's output differs from the reference (errors against the exact reference,
+    float64 where it ran: `exact` says which)."""
 
     output: int
     max_abs_error: float
@@ -72,13 +85,28 @@ class Mismatch:
     expected: float
     got: float
     trial: int
+    allowed: float | None = None  # the error bound at the first bad element
+    worst_ratio: float | None = None  # the largest error / bound over the output
+    eager_error: float | None = None  # how far eager itself lies from exact at the first bad element
+    exact: str = ""  # "float64", "float32" or "eager" (no exact run: KernelBench's tolerances)
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"output {self.output}, input set {self.trial}: {self.bad_elements} of {self.total_elements} elements "
-            f"outside tolerance; max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}; "
+            f"outside the error bound; max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}; "
             f"first at index {list(self.first_bad_index)}: expected {self.expected:.6g}, got {self.got:.6g}"
         )
+        if self.allowed is not None and self.allowed == self.allowed:
+            text += f" (error {abs(self.got - self.expected):.3g}, allowed {self.allowed:.3g})"
+        return text
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Mismatch":
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}  # type: ignore[attr-defined]
+        return cls(**{**known, "first_bad_index": tuple(known.get("first_bad_index", ()))})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "first_bad_index": list(self.first_bad_index)}
 
 
 @dataclass(frozen=True)
@@ -116,6 +144,14 @@ class JudgeResult:
     timings: JudgeTimings = field(default_factory=JudgeTimings)
     seeds: tuple[int, ...] = ()  # input-set seeds used for correctness
     build_seconds: float | None = None
+    memory: dict[str, Any] | None = None  # the run's GPU memory (judge/memory.py MemoryReport.as_dict())
+    device: str = ""  # the GPU the candidate ran on ("cuda:0")
+    exact: str = ""  # the exact reference's dtype, "eager" when there was none
+
+    @property
+    def judge_side(self) -> bool:
+        """No verdict on the candidate: the judge could not run it (RESOURCE, INFRA, NO_GPU)."""
+        return self.reason.judge_side
 
     @property
     def correct(self) -> bool:
@@ -133,7 +169,8 @@ class JudgeResult:
             "score": self.score,
             "feedback": self.feedback,
             "violations": [v.as_dict() for v in self.violations],
-            "mismatch": None if self.mismatch is None else {**self.mismatch.__dict__, "first_bad_index": list(self.mismatch.first_bad_index)},
+            "judge_side": self.judge_side,
+            "mismatch": None if self.mismatch is None else self.mismatch.as_dict(),
             "timings": {
                 "kernel_ms": self.timings.kernel_ms,
                 "eager_ms": self.timings.eager_ms,
@@ -144,6 +181,9 @@ class JudgeResult:
             },
             "seeds": list(self.seeds),
             "build_seconds": self.build_seconds,
+            "memory": self.memory,
+            "device": self.device,
+            "exact": self.exact,
         }
 
     @classmethod
@@ -155,8 +195,11 @@ class JudgeResult:
             reason=Reason[data["reason"]],
             feedback=data.get("feedback", ""),
             violations=tuple(RuleViolation(**v) for v in data.get("violations", ())),
-            mismatch=None if mismatch is None else Mismatch(**{**mismatch, "first_bad_index": tuple(mismatch["first_bad_index"])}),
+            mismatch=None if mismatch is None else Mismatch.from_dict(mismatch),
             timings=JudgeTimings(t.get("kernel_ms"), t.get("eager_ms"), t.get("inductor_ms"), int(t.get("trials", 0))),
             seeds=tuple(data.get("seeds", ())),
             build_seconds=data.get("build_seconds"),
+            memory=data.get("memory"),
+            device=str(data.get("device", "")),
+            exact=str(data.get("exact", "")),
         )

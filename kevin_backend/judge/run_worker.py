@@ -3,37 +3,48 @@
     python -m kevin_backend.judge.run_worker < job.json     # prints one JSON line: the outcome
 
 A crash, hang, illegal address or out-of-memory here ends this process, never the judge; the
-parent (`runner.py`) reads the exit status and the output. The protocol, in order:
+parent (`runner.py`) reads the exit status, the output and the last phase this worker announced
+(a failure in the judge's own phases is the judge's, never the candidate's). The protocol:
 
-  1. load the task (the reference `Model`) and the candidate (`ModelNew`); the candidate's
-     `load_inline` calls are answered from the judge's build cache
-  2. correctness, for each seeded input set (normal values, then mixed scales; never zeros):
-     the candidate gets its own copy of the inputs and runs first, on memory poisoned with NaN,
-     with every op it dispatches audited (allocation, view and metadata ops only); then the
-     reference runs on its own copy; outputs are compared (shape, dtype, NaN/Inf, tolerance by
-     dtype) and the candidate's inputs checked unchanged
+  1. load the task (the reference `Model`) and the candidate (`ModelNew`), both seeded alike and
+     moved to the device under test (KernelBench's placement); the candidate's `load_inline`
+     calls are answered from the judge's build cache
+  2. correctness, for each seeded input set (the problem's own values, then mixed scales; never
+     zeros; true layouts, on the device under test, `inputs.py`):
+       a. the eager reference, in the task's dtype (a mixed set whose reference overflows is made
+          again with a narrower range of scales)
+       b. the exact reference: the same model and inputs in float64, when that fits the memory the
+          judge may take (`memory.py`)
+       c. the candidate, on memory poisoned with NaN, every op it dispatches audited (allocation,
+          view and metadata ops only), its inputs fingerprinted before and after
+       d. the comparison (`compare.py`); a candidate wrong on non-contiguous inputs is run once
+          more on contiguous copies, to say whether it ignores their strides
   3. timing, one protocol for the candidate, the eager reference and the Inductor-compiled
-     reference: warm-up, then trials timed with device-wide synchronization (side streams cannot
-     escape), the L2 cache flushed between trials; the median counts
+     reference (`timer.py`), under the judge's GPU lock
   4. replay check: fresh values written into the candidate's input buffers, output checked again
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
-import math
-import statistics
 import sys
-import time
 import traceback
 import types
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kevin_backend.judge.tolerance import tolerance
+from kevin_backend.judge.compare import Mismatch, OutputCheck, compare_outputs, output_list
+from kevin_backend.judge.inputs import (
+    MIXED_RANGES, InputSet, clone_layout, copy_values, fingerprint, layout_text, make_input_set, tensor_bytes, to_device,
+)
+from kevin_backend.judge.memory import MemoryLedger, poison, requested_bytes
+from kevin_backend.judge.phases import CANDIDATE_PHASES
+from kevin_backend.judge.timer import make_timer
 from kevin_backend.locks import file_lock
 
 # What a candidate's forward may dispatch: allocation, views, metadata, and the fills that
@@ -46,12 +57,44 @@ _ALLOWED_OPS = frozenset(
         "expand", "slice", "select", "split", "split_with_sizes", "unbind", "chunk", "narrow", "alias",
         "detach", "lift_fresh", "_reshape_alias", "unflatten", "flatten", "view_as", "expand_as",
         "is_same_size", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "_local_scalar_dense",
-        "set_", "resize_", "record_stream", "clone", "copy_", "contiguous",
+        "set_", "resize_", "record_stream", "clone", "copy_", "contiguous", "_to_copy",
     }
 )
 
-
 _WORKER_LIFETIME = contextlib.ExitStack()
+
+_CUDA_FAULTS = ("illegal memory access", "misaligned address", "unspecified launch failure", "an illegal instruction",
+                "device-side assert")
+
+
+class Verdict(Exception):
+    """Ends the run with an outcome (raised from deep inside a phase)."""
+
+    def __init__(self, outcome: dict[str, Any]) -> None:
+        super().__init__(outcome.get("reason"))
+        self.outcome = outcome
+
+
+@dataclass
+class Run:
+    """One judged run: the job, the task and candidate, where they run, and the memory ledger."""
+
+    job: dict[str, Any]
+    task: types.ModuleType
+    reference: torch.nn.Module
+    model: torch.nn.Module
+    device: torch.device
+    ledger: MemoryLedger
+    announce: Callable[[str], None]
+    exact_dtype: torch.dtype | None = None  # decided on the first input set
+    output_bytes: tuple[int, ...] = ()
+    candidate_ran: bool = False
+    current: str = "setup"  # the phase now running
+    checks: list[list[dict[str, Any]]] = field(default_factory=list)  # per set, per output: the comparison's figures
+
+    def phase(self, name: str) -> None:
+        self.current = name
+        self.announce(name)
 
 
 class _Audit(TorchDispatchMode):
@@ -65,9 +108,16 @@ class _Audit(TorchDispatchMode):
         # A fast build's operators are registered without a dispatch key (CompositeImplicitAutograd),
         # so this mode never sees them, only the aten ops their host code calls.
         name = func._schema.name.split("::")[-1]
+        if name == "_to_copy" and _changes_dtype(args, kwargs):
+            name = "_to_copy (a dtype conversion)"
         if name not in _ALLOWED_OPS and name not in self.computed:
             self.computed.append(name)
         return func(*args, **(kwargs or {}))
+
+
+def _changes_dtype(args: Any, kwargs: Any) -> bool:
+    dtype = (kwargs or {}).get("dtype")
+    return dtype is not None and isinstance(args[0], torch.Tensor) and dtype != args[0].dtype
 
 
 def _load(source: str, name: str) -> types.ModuleType:
@@ -77,199 +127,263 @@ def _load(source: str, name: str) -> types.ModuleType:
     return module
 
 
-def _inputs(task: types.ModuleType, seed: int, mixed: bool, grow: int = 1) -> list[Any]:
-    torch.manual_seed(seed)
-    values = list(task.get_inputs())
-    tensors = [v for v in values if isinstance(v, torch.Tensor)]
-    if grow > 1 and tensors and len({t.shape[0] if t.dim() else None for t in tensors}) == 1 and tensors[0].dim():
-        # larger inputs along the batch dimension all tensor inputs share
-        values = [
-            torch.randn((v.shape[0] * grow, *v.shape[1:]), device=v.device).to(v.dtype)
-            if isinstance(v, torch.Tensor) and v.is_floating_point()
-            else v.repeat(grow, *([1] * (v.dim() - 1))) if isinstance(v, torch.Tensor) else v
-            for v in values
-        ]
-    out = []
-    for v in values:
-        if isinstance(v, torch.Tensor) and v.is_floating_point():
-            v = v.clone()
-            zeros = v == 0
-            if zeros.any():  # never zeros: they hide unwritten outputs and wrong indexing
-                v[zeros] = 0.5
-            if mixed:  # mixed scales: values across orders of magnitude
-                scale = torch.exp2(torch.randint(-6, 7, v.shape, device=v.device).to(v.dtype))
-                v = v * scale
-        out.append(v)
+def _scrub(values: Sequence[Any]) -> None:
+    """NaN into outputs about to be freed: a later candidate must not find their values."""
+    for t in values:
+        if isinstance(t, torch.Tensor) and t.numel() and not t.is_inference():
+            with torch.no_grad():
+                t.fill_(float("nan") if t.is_floating_point() else -1)
+        elif isinstance(t, torch.Tensor) and t.numel():
+            with torch.inference_mode():
+                t.fill_(float("nan") if t.is_floating_point() else -1)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _error(reason: str, stage: str, feedback: str, **extra: Any) -> dict[str, Any]:
+    return {"stage": stage, "reason": reason, "feedback": feedback, **extra}
+
+
+def _judge_failure(run: Run | None, what: str, exc: BaseException) -> dict[str, Any]:
+    """An exception outside the candidate's phases: the judge's (RESOURCE when memory ran out),
+    unless a CUDA fault the candidate left behind surfaced there."""
+    text = f"{type(exc).__name__}: {exc}"
+    if run is not None and run.candidate_ran and any(f in text.lower() for f in _CUDA_FAULTS):
+        return _error("ILLEGAL_ADDRESS", "run", f"the GPU reported a fault after the kernel ran: {text}")
+    if isinstance(exc, torch.OutOfMemoryError):
+        return _error("RESOURCE", "run", f"the judge could not get GPU memory while {what}: {text}")
+    return _error("INFRA", "run", f"the judge failed while {what}: {text}\n{traceback.format_exc(limit=4)}")
+
+
+def _candidate_failure(run: Run, what: str, exc: BaseException) -> dict[str, Any]:
+    """An exception in the candidate's code: its failure, except an out-of-memory error while it
+    asked for no more than the judge's bound (then the GPU was short: RESOURCE)."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, torch.OutOfMemoryError):
+        asked = requested_bytes(str(exc))
+        if run.ledger.candidate_within_bound(asked):
+            return _error("RESOURCE", "run", f"the GPU had no memory for the candidate's {what}: {text}")
+        return _error("OUT_OF_MEMORY", "run", f"{what} ran out of memory: {text}")
+    if any(f in text.lower() for f in _CUDA_FAULTS):
+        return _error("ILLEGAL_ADDRESS", "run", f"{what} raised {text}")
+    return _error("RUNTIME_ERROR", "run", f"{what} raised {text}")
+
+
+# -- the reference, eager and exact -----------------------------------------------------------
+
+
+def _eager(run: Run, inputs: InputSet) -> list[Any]:
+    with torch.no_grad():
+        out = output_list(run.reference(*inputs.values))
+    _sync(run.device)
     return out
 
 
-def _clone(values: list[Any]) -> list[Any]:
-    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+def _finite(values: Sequence[Any]) -> bool:
+    return all(bool(torch.isfinite(v).all()) for v in values if isinstance(v, torch.Tensor) and v.is_floating_point())
 
 
-def _poison(device: torch.device) -> None:
-    """Fill the allocator's free memory with NaN: a candidate that returns memory it never wrote
-    returns NaN (the reference's freed outputs are never in reach: it runs after the candidate)."""
-    if device.type != "cuda":
-        return
-    free, _ = torch.cuda.mem_get_info(device)
-    size = min(int(free * 0.5), 4 << 30) // 4
-    blob = torch.full((size,), float("nan"), device=device)
-    del blob
+@dataclass
+class _Reference:
+    inputs: InputSet  # what the candidate runs on (as the reference first saw it)
+    want: list[Any]  # eager's outputs
+    after: tuple[int, ...]  # the inputs' fingerprints once the reference ran (a task may change its inputs)
 
 
-def _scrub(tensors: list[Any]) -> None:
-    for t in tensors:
-        if isinstance(t, torch.Tensor):
-            t.fill_(float("nan") if t.is_floating_point() else -1)
+def _reference_set(run: Run, seed: int, mixed: bool) -> _Reference:
+    """An input set and eager's outputs on it. A set whose reference is not finite is made again:
+    a mixed set with a narrower range of scales, the problem's own values scaled down; if none is
+    finite, the problem's own values (its non-finite outputs are then part of the task)."""
+    grow = run.job.get("grow", 1)
+    ranges = MIXED_RANGES if mixed else (0,)
+    tries = [(r, 0) for r in ranges] + [(0, s) for s in (1, 2, 4)]
+    chosen: tuple[InputSet, list[Any], tuple[int, ...]] | None = None
+    for exponent_range, shrink in tries:
+        run.phase("inputs")
+        inputs = make_input_set(run.task, seed, run.device, exponent_range, shrink, grow)
+        before = fingerprint(inputs.values)
+        run.phase("reference")
+        want = _eager(run, inputs)
+        if _finite(want):
+            if chosen is not None:
+                _scrub(chosen[1])
+            chosen = (inputs, want, before)
+            break
+        if chosen is None and exponent_range == 0 and shrink == 0:
+            chosen = (inputs, want, before)  # the problem's own values: kept if nothing else is finite
+        else:
+            _scrub(want)
+    assert chosen is not None
+    inputs, want, before = chosen
+    run.phase("inputs")
+    after = fingerprint(inputs.values)
+    if after != before:  # the task changes its own inputs: the candidate gets them as they were
+        inputs = make_input_set(run.task, inputs.seed, run.device, inputs.exponent_range, inputs.shrink, grow)
+    return _Reference(inputs, want, after)
 
 
-def _as_list(out: Any) -> list[Any]:
-    return [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else [out]
+def _float_inputs_bytes(values: Sequence[Any]) -> int:
+    return sum(tensor_bytes(v) for v in values if isinstance(v, torch.Tensor) and v.is_floating_point())
 
 
-def _compare(got: list[Any], want: list[Any], trial: int) -> dict[str, Any] | None:
-    """None when `got` matches `want`; else the reason and the details."""
-    if len(got) != len(want):
-        return {"reason": "SHAPE_MISMATCH", "feedback": f"returns {len(got)} outputs, expected {len(want)}"}
-    for i, (g, w) in enumerate(zip(got, want)):
-        if not isinstance(g, torch.Tensor):
-            return {"reason": "SHAPE_MISMATCH", "feedback": f"output {i} is a {type(g).__name__}, expected a tensor"}
-        if g.shape != w.shape:
-            return {"reason": "SHAPE_MISMATCH", "feedback": f"output {i} has shape {list(g.shape)}, expected {list(w.shape)}"}
-        if g.dtype != w.dtype:
-            return {"reason": "DTYPE_MISMATCH", "feedback": f"output {i} has dtype {g.dtype}, expected {w.dtype}"}
-        if not w.is_floating_point():
-            if not torch.equal(g, w):
-                bad = (g != w)
-                return _mismatch(i, g.double(), w.double(), bad, trial)
+def _plan_exact(run: Run, inputs: InputSet, want: Sequence[Any], reference_temps: int) -> torch.dtype | None:
+    """The dtype of the exact reference: float64 when it fits the judge's memory, float32 for a
+    half-precision task otherwise, else none (eager stands in, with KernelBench's tolerances)."""
+    floats = [v for v in want if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    if not floats:
+        return None
+    size = max(v.element_size() for v in floats)
+    params = sum(p.numel() * p.element_size() for p in run.reference.parameters() if p.is_floating_point())
+    data = _float_inputs_bytes(inputs.values) + sum(v.numel() * v.element_size() for v in floats) + reference_temps + params
+    for dtype in (torch.float64, torch.float32):
+        factor = torch.empty((), dtype=dtype).element_size() / size
+        if factor <= 1:
             continue
-        tol = tolerance(w.dtype)
-        gf, wf = g.double(), w.double()
-        finite_ref = torch.isfinite(wf)
-        if (~torch.isfinite(gf) & finite_ref).any():
-            bad = ~torch.isfinite(gf) & finite_ref
-            result = _mismatch(i, gf, wf, bad, trial)
-            result["reason"] = "NAN_INF"
-            return result
-        bad = ~torch.isclose(gf, wf, rtol=tol, atol=tol, equal_nan=True)
-        if bad.any():
-            return _mismatch(i, gf, wf, bad, trial)
+        if run.ledger.fits(int(data * factor)):
+            return dtype
+        run.ledger.notes.append(f"a {dtype} reference needs about {data * factor / 2**30:.2f} GiB more: not taken")
     return None
 
 
-def _mismatch(i: int, g: torch.Tensor, w: torch.Tensor, bad: torch.Tensor, trial: int) -> dict[str, Any]:
-    diff = (g - w).abs().nan_to_num(nan=math.inf)
-    rel = diff / w.abs().clamp_min(1e-12)
-    first = tuple(int(x) for x in bad.nonzero()[0].tolist())
-    details = {
-        "output": i,
-        "max_abs_error": float(diff.max()),
-        "max_rel_error": float(rel.max()),
-        "bad_elements": int(bad.sum()),
-        "total_elements": int(bad.numel()),
-        "first_bad_index": list(first),
-        "expected": float(w[first]),
-        "got": float(g[first]),
-        "trial": trial,
-    }
-    return {"reason": "MISMATCH", "mismatch": details}
+def _exact(run: Run, inputs: InputSet, exact_model: list[torch.nn.Module]) -> list[Any] | None:
+    """The reference in the exact dtype on upcast copies of the inputs (layouts kept), or None
+    when there is no exact run (an op without a kernel in that dtype falls back, noted)."""
+    if run.exact_dtype is None or not exact_model:
+        return None
+    reference64 = exact_model[0]
+    values = [clone_layout(v, dtype=run.exact_dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+              for v in inputs.values]
+    try:
+        with torch.no_grad():
+            out = output_list(reference64(*values))
+        _sync(run.device)
+    except torch.OutOfMemoryError:
+        raise
+    except (RuntimeError, NotImplementedError) as exc:
+        run.ledger.notes.append(f"no {run.exact_dtype} run ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+        run.exact_dtype = None
+        run.ledger.exact = "eager"
+        exact_model.clear()
+        return None
+    finally:
+        del values
+    return out
 
 
-def _timer(device: torch.device, trials: int, warmup: int, queued: bool = False) -> Callable[[Callable[[], Any]], float]:
-    """Median milliseconds of `fn` under one protocol for everything timed.
-
-    Every trial starts with the L2 cache flushed. `queued=False` (whole models, `kevin bench`):
-    the GPU is idle when a trial starts and the trial ends when all its work has, so the time
-    includes the host's part (Python, dispatch, launches). `queued=True` (the judge, one subgraph
-    at a time): the GPU is first kept busy while every trial is queued behind it, so each trial's
-    two events measure the GPU's own time for it; the host's part, which in a compiled model
-    overlaps the GPU's work and is paid per graph rather than per subgraph, is left out for the
-    candidate, eager and Inductor alike (what a standalone call of a torch.compile'd function
-    spends in guards and wrappers would otherwise dwarf a small kernel)."""
-    flush = torch.empty(64 << 20, dtype=torch.int32, device=device) if device.type == "cuda" else None
-
-    def measure(fn: Callable[[], Any]) -> float:
-        for _ in range(warmup):
-            fn()
-        if device.type != "cuda":
-            samples = []
-            for _ in range(trials):
-                start = time.perf_counter()
-                fn()
-                samples.append((time.perf_counter() - start) * 1e3)
-            return statistics.median(samples)
-        if queued:
-            return _queued(fn, flush, trials)
-        samples = []
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for _ in range(trials):
-            flush.zero_()  # evict the inputs from L2
-            torch.cuda.synchronize()  # device-wide: work on any stream ends before the timer starts
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()  # ... and before it stops
-            samples.append(start.elapsed_time(end))
-        return statistics.median(samples)
-
-    return measure
+# -- one input set ----------------------------------------------------------------------------
 
 
-def _queued(fn: Callable[[], Any], flush: Any, trials: int, attempts: int = 4) -> float:
-    """Median GPU milliseconds of `fn`, every trial queued while the GPU is still busy.
+def _correctness(run: Run, index: int, seed: int, exact_model: list[torch.nn.Module]) -> dict[str, Any] | None:
+    """Check the candidate on input set `index`: an outcome when it fails, else None."""
+    held_before = run.ledger.held()
+    if run.ledger.cuda:
+        torch.cuda.reset_peak_memory_stats(run.device)
+    ref = _reference_set(run, seed, mixed=index % 2 == 1)
+    if index == 0:
+        _size_the_task(run, ref, held_before, exact_model)
+    run.ledger.observe()
+    run.phase("exact")
+    exact = _exact(run, ref.inputs, exact_model)
+    run.ledger.observe()
 
-    The GPU is kept busy for about twice the time the host needs to queue the trials (estimated
-    from three calls). If queueing took longer than that (a loaded CPU, a call slower than its
-    first three), the GPU ran dry and waited for the host inside some trials, which would then
-    count the host's part: the measurement is repeated with a longer busy period."""
-    torch.cuda.synchronize()
-    host = time.perf_counter()
-    for _ in range(3):  # the host's time to queue one trial, flush included
-        flush.zero_()
-        fn()
-    host = (time.perf_counter() - host) / 3
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(trials)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(trials)]
-    busy_ms = min(_MAX_BUSY_MS, 2.0 * host * 1e3 * trials + 1.0)  # GPU work ahead of the queue
-    for _ in range(attempts):
-        torch.cuda._sleep(int(busy_ms * _cycles_per_ms()))
-        began = time.perf_counter()
-        for i in range(trials):
-            flush.zero_()  # evict the inputs from L2
-            starts[i].record()
-            fn()
-            ends[i].record()
-        queued_ms = (time.perf_counter() - began) * 1e3
-        torch.cuda.synchronize()  # device-wide: every trial's work, on any stream, has ended
-        if queued_ms < 0.8 * busy_ms or busy_ms >= _MAX_BUSY_MS:
-            break
-        busy_ms = min(_MAX_BUSY_MS, 3.0 * queued_ms + 1.0)  # the GPU ran dry: again, busy for longer
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-
-
-# The longest the GPU is kept busy ahead of one measurement's trials.
-_MAX_BUSY_MS = 4000.0
+    # the candidate, on the inputs as the reference saw them, on poisoned memory
+    run.phase("poison")
+    poison(run.device, run.output_bytes)
+    got = _candidate_forward(run, ref.inputs.values)
+    run.ledger.observe()
+    run.phase("compare")
+    for k, (a, b) in enumerate(zip(fingerprint(ref.inputs.values), ref.after)):
+        if a != b:
+            return _error("INPUT_MUTATED", "correctness", f"input {k} was changed by the forward")
+    checks: list[OutputCheck] = []
+    bad = compare_outputs(got, ref.want, exact, checks)
+    if bad is not None:
+        return _mismatch_outcome(run, bad, index, ref.inputs, ref.want, exact)
+    run.checks.append([{"exact": c.exact, "worst_ratio": c.worst_ratio, **c.stats} for c in checks])
+    _scrub(ref.want)
+    _scrub(exact or [])
+    return None
 
 
-_CYCLES_PER_MS: list[float] = []
+def _size_the_task(run: Run, ref: _Reference, held_before: int, exact_model: list[torch.nn.Module]) -> None:
+    """The first set fixes the task's size (its inputs and outputs), hence the judge's memory
+    bound, and whether an exact run fits in it."""
+    output_bytes = [v.numel() * v.element_size() for v in ref.want if isinstance(v, torch.Tensor)]
+    run.output_bytes = tuple(output_bytes)
+    run.ledger.task_bytes = sum(tensor_bytes(v) for v in ref.inputs.tensors) + sum(output_bytes)
+    temps = 0
+    if run.ledger.cuda:  # what eager needed beyond its inputs and outputs
+        temps = max(0, torch.cuda.max_memory_allocated(run.device) - run.ledger.baseline - held_before - run.ledger.task_bytes)
+    run.exact_dtype = _plan_exact(run, ref.inputs, ref.want, temps)
+    if run.exact_dtype is not None:
+        run.phase("exact")
+        exact_model.append(copy.deepcopy(run.reference).to(run.exact_dtype))
+    run.ledger.exact = "eager" if run.exact_dtype is None else str(run.exact_dtype).removeprefix("torch.")
 
 
-def _cycles_per_ms() -> float:
-    """GPU clock cycles per millisecond, as `torch.cuda._sleep` counts them (measured once)."""
-    if not _CYCLES_PER_MS:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        torch.cuda._sleep(10_000_000)
-        end.record()
-        torch.cuda.synchronize()
-        _CYCLES_PER_MS.append(10_000_000 / max(start.elapsed_time(end), 1e-3))
-    return _CYCLES_PER_MS[0]
+def _candidate_forward(run: Run, values: Sequence[Any], phase: str = "candidate") -> list[Any]:
+    """The candidate's forward on `values`, audited; raises Verdict on its failures."""
+    run.phase(phase)
+    audit = _Audit()
+    run.candidate_ran = True
+    try:
+        with torch.no_grad(), audit:
+            got = output_list(run.model(*values))
+        _sync(run.device)
+    except Exception as exc:  # noqa: BLE001 - the candidate's failure, whatever it is
+        raise Verdict(_candidate_failure(run, "forward", exc)) from None
+    if audit.computed:
+        raise Verdict(_error("PYTORCH_COMPUTE", "run", "forward ran PyTorch compute ops: " + ", ".join(audit.computed[:10])))
+    return got
 
 
-def run(job: dict[str, Any]) -> dict[str, Any]:
+def _mismatch_outcome(run: Run, bad: Mismatch, index: int, inputs: InputSet, want: list[Any],
+                      exact: list[Any] | None) -> dict[str, Any]:
+    details = {k: v for k, v in bad.__dict__.items() if k not in ("reason", "message")}
+    details["first_bad_index"] = list(bad.first_bad_index)
+    details["trial"] = index
+    details["exact"] = run.ledger.exact
+    if bad.reason in ("SHAPE_MISMATCH", "DTYPE_MISMATCH") or (bad.reason == "MISMATCH" and bad.message and not bad.total_elements):
+        return {"stage": "correctness", "reason": bad.reason, "feedback": bad.message}
+    feedback = ""
+    strided = [(k, v) for k, v in enumerate(inputs.values)
+               if isinstance(v, torch.Tensor) and (not v.is_contiguous() or v.storage_offset())]
+    if strided:
+        feedback = _layout_diagnosis(run, inputs, strided, want, exact)
+    outcome = {"stage": "correctness", "reason": bad.reason, "mismatch": details, "set": inputs.describe()}
+    if feedback:
+        outcome["feedback"] = feedback
+    return outcome
+
+
+def _layout_diagnosis(run: Run, inputs: InputSet, strided: list[tuple[int, torch.Tensor]], want: list[Any],
+                      exact: list[Any] | None) -> str:
+    """Run the candidate once more on contiguous copies of the inputs: if it is right there, it
+    ignores the task's layouts; say which inputs and their strides."""
+    names = "; ".join(f"input {k}: {layout_text(v)}" for k, v in strided)
+    try:
+        dense = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in inputs.values]
+        again = _candidate_forward(run, dense, "candidate")
+    except Verdict:
+        return ""
+    if compare_outputs(again, want, exact) is None:
+        return (f"The kernel is right when every input is contiguous and wrong on the task's own layouts ({names}). "
+                "Read each input through its strides (and storage offset), or make it contiguous first.")
+    return f"Some inputs are not contiguous ({names}); a kernel must address them by their strides."
+
+
+# -- the whole run ----------------------------------------------------------------------------
+
+
+def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: None) -> dict[str, Any]:
+    announce("setup")
+    device = torch.device(job.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
+        torch.cuda.set_device(device)
     if job.get("build_root") is not None:
         # For this worker's whole life: a candidate may call load_inline in __init__ or forward too.
         from pathlib import Path
@@ -278,91 +392,111 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
         _WORKER_LIFETIME.enter_context(answering_load_inline(Builder(Path(job["build_root"]), jobs=1), job.get("arch")))
     task = _load(job["task"], "kevin_task")
+    announce("load")
     try:
         candidate = _load(job["candidate"], "kevin_candidate")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the candidate's program failed to load
         return _error("RUNTIME_ERROR", "run", f"loading the candidate failed: {type(exc).__name__}: {exc}")
     if not hasattr(candidate, "ModelNew"):
         return _error("NO_MODELNEW", "run", "the program defines no ModelNew")
-    init = list(task.get_init_inputs())
+    # KernelBench's placement: each model built (seeded alike) where its program makes it, then
+    # moved with the init inputs to the device under test.
+    announce("setup")
+    init = [to_device(v, device) for v in task.get_init_inputs()]
     torch.manual_seed(job["seeds"][0])
-    reference = task.Model(*init)
+    reference = task.Model(*init).to(device).eval()
+    ledger = MemoryLedger(device, float(job.get("memory_factor", 3.0)))
+    # until the inputs are known, the bound for the candidate's own parameters is the reference's
+    ledger.task_bytes = sum(p.numel() * p.element_size() for p in reference.parameters()) + (1 << 30)
+    announce("init")
     torch.manual_seed(job["seeds"][0])
+    state = Run(job, task, reference, reference, device, ledger, announce, current="init")
     try:
-        model = candidate.ModelNew(*init)
-    except Exception as exc:
-        return _error("RUNTIME_ERROR", "run", f"ModelNew(...) raised {type(exc).__name__}: {exc}")
-    probe = _inputs(task, job["seeds"][0], False)
-    device = next((v.device for v in probe if isinstance(v, torch.Tensor)), torch.device("cpu"))
-    reference, model = reference.to(device), model.to(device)
+        state.model = candidate.ModelNew(*init).to(device).eval()
+    except Exception as exc:  # noqa: BLE001
+        return {**_candidate_failure(state, "ModelNew(...)", exc), "device": str(device)}
+    ledger.task_bytes = 0
+    ledger.start()
+    try:
+        outcome = _judge(state)
+    except Verdict as v:
+        outcome = v.outcome
+    except Exception as exc:  # noqa: BLE001 - whose failure it is depends on whose code was running
+        outcome = (_candidate_failure(state, "forward", exc) if state.current in CANDIDATE_PHASES
+                   else _judge_failure(state, f"in its step '{state.current}'", exc))
+    outcome["memory"] = state.ledger.report().as_dict()
+    outcome["device"] = str(device)
+    if state.ledger.notes:
+        outcome["notes"] = state.ledger.notes
+    if state.checks:
+        outcome["checks"] = state.checks
+    return outcome
 
-    # correctness on every input set
-    for trial, seed in enumerate(job["seeds"]):
-        inputs = _inputs(task, seed, mixed=trial % 2 == 1, grow=job.get("grow", 1))
-        mine, pristine = _clone(inputs), _clone(inputs)
-        _poison(device)
-        audit = _Audit()
-        try:
-            with torch.no_grad(), audit:
-                got = _as_list(model(*mine))
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-        except Exception as exc:
-            return _error("RUNTIME_ERROR", "run", f"forward raised {type(exc).__name__}: {exc}")
-        if audit.computed:
-            return _error("PYTORCH_COMPUTE", "run", "forward ran PyTorch compute ops: " + ", ".join(audit.computed[:10]))
-        with torch.no_grad():
-            want = _as_list(reference(*inputs))
-        bad = _compare(got, want, trial)
+
+def _judge(run: Run) -> dict[str, Any]:
+    exact_model: list[torch.nn.Module] = []
+    for index, seed in enumerate(run.job["seeds"]):
+        bad = _correctness(run, index, seed, exact_model)
         if bad is not None:
-            return {"stage": "correctness", **bad}
-        _scrub(want)  # the next candidate run must not find these values in freed memory
-        for k, (a, b) in enumerate(zip(mine, pristine)):
-            if isinstance(a, torch.Tensor) and not torch.equal(a, b) and not (a.isnan().any() and torch.allclose(a, b, equal_nan=True)):
-                return _error("INPUT_MUTATED", "correctness", f"input {k} was changed by the forward")
+            return bad
+    return _timing(run, exact_model)
 
-    # timing: the candidate, the eager reference and the Inductor-compiled reference; Inductor
-    # compiles first, then the measurements hold the GPU alone (other judges' workers wait)
-    measure = _timer(device, job["trials"], job["warmup"], queued=True)
-    inputs = _inputs(task, job["seeds"][0], False)
-    mine = _clone(inputs)
-    with torch.no_grad():
-        compiled = torch.compile(reference) if job.get("inductor", True) else None
-        if compiled is not None:
-            compiled(*inputs)
-        with file_lock(job["gpu_lock"]) if job.get("gpu_lock") else contextlib.nullcontext():
-            kernel_ms = measure(lambda: model(*mine))
-            eager_ms = measure(lambda: reference(*inputs))
-            inductor_ms = measure(lambda: compiled(*inputs)) if compiled is not None else None
 
-        # replay check: the same buffers, new values
-        fresh = _inputs(task, job["seeds"][-1] + 1000, False)
-        for buf, new in zip(mine, fresh):
-            if isinstance(buf, torch.Tensor):
-                buf.copy_(new)
-        again = _as_list(model(*mine))
-        want = _as_list(reference(*fresh))
-    bad = _compare(again, want, len(job["seeds"]))
-    if bad is not None:
+def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
+    """Candidate, eager and Inductor timed under one protocol; then the replay check."""
+    job = run.job
+    run.phase("inputs")
+    inputs = make_input_set(run.task, job["seeds"][0], run.device)
+    values = inputs.values
+    measure = make_timer(run.device, job["trials"], job["warmup"], queued=True)
+    compiled = None
+    if job.get("inductor", True):
+        run.phase("inductor")
+        with torch.no_grad():
+            compiled = torch.compile(run.reference)
+            compiled(*values)
+    lock = file_lock(job["gpu_lock"]) if job.get("gpu_lock") else contextlib.nullcontext()
+    with torch.no_grad(), lock:
+        run.phase("timing-candidate")
+        kernel_ms = measure(lambda: run.model(*values))
+        run.phase("timing-reference")
+        eager_ms = measure(lambda: run.reference(*values))
+        inductor_ms = measure(lambda: compiled(*values)) if compiled is not None else None
+    run.ledger.observe()
+
+    # replay check: the same buffers, new values
+    run.phase("inputs")
+    fresh = make_input_set(run.task, job["seeds"][-1] + 1000, run.device)
+    for buf, new in zip(values, fresh.values):
+        if isinstance(buf, torch.Tensor):
+            copy_values(buf, new)
+    del fresh
+    again = _candidate_forward(run, values, "replay")
+    run.phase("reference")
+    want = _eager(run, inputs)
+    run.phase("exact")
+    exact = _exact(run, inputs, exact_model)
+    run.phase("compare")
+    if compare_outputs(again, want, exact) is not None:
         return _error("REPLAYED_OUTPUT", "timing", "after new values were written into its input buffers, the output "
                       "no longer matched: it returns stored results instead of computing")
     return {"stage": "timing", "reason": "ACCEPTED", "kernel_ms": kernel_ms, "eager_ms": eager_ms, "inductor_ms": inductor_ms}
 
 
-def _error(reason: str, stage: str, feedback: str) -> dict[str, Any]:
-    return {"stage": stage, "reason": reason, "feedback": feedback}
-
-
 def main() -> int:
     job = json.loads(sys.stdin.read())
     token = job.pop("token")
+
+    def announce(phase: str) -> None:
+        print(f"{token} phase {phase}", flush=True)
+
     try:
-        outcome = run(job)
-    except Exception as exc:  # reported, then the exit status says it was not a clean verdict
-        outcome = _error("RUNTIME_ERROR", "run", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+        outcome = run(job, announce)
+    except Exception as exc:  # noqa: BLE001 - before the run began: the judge's own failure
+        outcome = _judge_failure(None, "setting up the run", exc)
         print(f"{token} {json.dumps(outcome)}", flush=True)
         return 3
-    print(f"{token} {json.dumps(outcome)}", flush=True)
+    print(f"{token} {json.dumps(outcome, default=float)}", flush=True)
     return 0
 
 

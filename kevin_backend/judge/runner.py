@@ -1,5 +1,10 @@
 """The judge's side of a run: start the sandboxed worker, enforce its time limit, and turn its
 exit into a verdict (a crash, hang, illegal address or out-of-memory is a reason, not an error).
+
+The worker announces each phase it enters; when it dies or hangs without a verdict, the phase
+says whose failure it was: in the candidate's code (loading it, building its model, its forward)
+a crash is the candidate's; in the judge's own steps (making inputs, the reference, comparing) it
+is the judge's (INFRA, or RESOURCE when memory ran out), never a verdict on the candidate.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kevin_backend.config import child_env
+from kevin_backend.judge.phases import CANDIDATE_PHASES
 
 __all__ = ["RunConfig", "RunOutcome", "run_in_sandbox"]
 
@@ -29,6 +35,8 @@ class RunConfig:
     arch: str | None = None
     grow: int = 1  # correctness on inputs this many times larger along the shared batch dimension
     gpu_lock: str | None = None  # a file every worker locks while it times: one timing on the GPU at a time
+    device: str | None = None  # the GPU under test ("cuda:1"); None: the current device
+    memory_factor: float = 3.0  # the judge's extra GPU memory, at most this many times the task's inputs + outputs
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,10 @@ class RunOutcome:
     kernel_ms: float | None = None
     eager_ms: float | None = None
     inductor_ms: float | None = None
+    memory: dict[str, Any] | None = None
+    device: str = ""
+    exact: str = ""
+    phase: str = ""  # the last phase the worker entered
 
 
 _SIGNS = (
@@ -74,6 +86,8 @@ def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = 
         "arch": config.arch,
         "grow": config.grow,
         "gpu_lock": config.gpu_lock,
+        "device": config.device,
+        "memory_factor": config.memory_factor,
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "kevin_backend.judge.run_worker"],
@@ -87,16 +101,23 @@ def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = 
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        proc.communicate()
-        return RunOutcome("run", "HANG", f"the run did not finish in {config.timeout:.0f} s")
+        out, err = proc.communicate()
+        phase = _last_phase(out, token)
+        if phase not in CANDIDATE_PHASES:
+            return RunOutcome("run", "INFRA", f"the judge's step '{phase}' did not finish in {config.timeout:.0f} s", phase=phase)
+        return RunOutcome("run", "HANG", f"the run did not finish in {config.timeout:.0f} s", phase=phase)
     verdict = _verdict(out, token)
-    text = (err or "") + (verdict or {}).get("feedback", "")
-    for sign, reason in _SIGNS:
-        if sign in text.lower():
-            return RunOutcome("run", reason, _tail(text))
+    phase = _last_phase(out, token)
     if verdict is None:
+        text = (err or "").lower()
         how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
-        return RunOutcome("run", "CRASH", f"the process died ({how}): {_tail(err or '')}")
+        for sign, reason in _SIGNS:
+            if sign in text and (phase in CANDIDATE_PHASES or reason == "ILLEGAL_ADDRESS"):
+                return RunOutcome("run", reason, _tail(err or ""), phase=phase)
+        if phase not in CANDIDATE_PHASES:
+            reason = "RESOURCE" if "out of memory" in text else "INFRA"
+            return RunOutcome("run", reason, f"the judge's worker died in its step '{phase}' ({how}): {_tail(err or '')}", phase=phase)
+        return RunOutcome("run", "CRASH", f"the process died ({how}): {_tail(err or '')}", phase=phase)
     return RunOutcome(
         stage=verdict.get("stage", "run"),
         reason=verdict.get("reason", "RUNTIME_ERROR"),
@@ -105,7 +126,19 @@ def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = 
         kernel_ms=verdict.get("kernel_ms"),
         eager_ms=verdict.get("eager_ms"),
         inductor_ms=verdict.get("inductor_ms"),
+        memory=verdict.get("memory"),
+        device=str(verdict.get("device", "")),
+        exact=str((verdict.get("memory") or {}).get("exact", "")),
+        phase=phase,
     )
+
+
+def _last_phase(text: str, token: str) -> str:
+    prefix = f"{token} phase "
+    for line in reversed((text or "").splitlines()):
+        if line.startswith(prefix):
+            return line[len(prefix):].strip()
+    return "start"
 
 
 def _verdict(text: str, token: str) -> dict[str, Any] | None:

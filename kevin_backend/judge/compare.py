@@ -1,0 +1,257 @@
+"""How close is close enough: a candidate's outputs against the reference, with error bounds
+grounded in float64. One rule for the judge, the backend's load check and `kevin bench`.
+
+Each output is compared with an *exact* run of the reference (the task's model on its inputs
+upcast to float64) and may differ from it by what the problem's own eager computation, in the
+task's dtype, would suggest is rounding:
+
+    E = exact output (float64), W = eager output (task dtype), G = candidate output
+    s = mean |E|                      the output's scale
+    q = 99th percentile of |W - E|    how far eager itself lies from exact, on this output
+    bound_i = rho * (|E_i| + s) + min(K * (|W_i - E_i| + q), cap * (|E_i| + s))
+    pass when |G_i - E_i| <= bound_i for every element
+
+Why these terms:
+- `rho * |E_i|`, a floor for ops eager computes exactly (relu, max, copies): a few hundred float32
+  ulps (fast-math intrinsics such as `__expf` are that far off), two half-precision ulps.
+- `rho * s`: an absolute floor on the output's scale, so elements near zero in an output of
+  ordinary magnitude (a sum that cancels) are held to the output's precision, not their own.
+- `K * (|W_i - E_i| + q)`: honest kernels sum in another order than eager. In float32 a
+  one-thread-per-row sequential sum over 65,536 values lies up to ~70x eager's 99th-percentile
+  error from exact, while the same sum through fp16 round-trips lies ~1,500x away; K = 200 keeps
+  the first and rejects the second. In fp16 and bf16, eager and honest kernels alike accumulate in
+  float32 and round to the dtype, so their errors are rounding, and K = 2.
+- `cap`: where eager is itself coarse (float32 convolutions through TF32), the eager-derived
+  term is capped at 2e-3 of the scale, so a coarse eager does not wave everything through.
+
+Non-finite values: where the exact value is NaN or +-inf the candidate must give the same; where
+only eager overflows (the dtype's range, not the math), eager's value is accepted too.
+
+Where the float64 run is not possible (an op without a float64 kernel, or memory the judge may not
+take), the comparison falls back to eager with KernelBench's tolerances (1e-4 in float32, 1e-2 in
+fp16/bf16) on |E_i| + s, and the verdict says so. Integer and boolean outputs must equal eager's.
+
+Outputs are compared in chunks (`CHUNK` elements at a time), never upcast whole.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import torch
+
+__all__ = ["Bound", "BOUNDS", "FALLBACK_RTOL", "OutputCheck", "Mismatch", "compare_outputs", "output_list", "CHUNK"]
+
+CHUNK = 1 << 22  # elements compared at a time
+
+
+@dataclass(frozen=True)
+class Bound:
+    rho: float  # relative floor, on |E_i| + scale
+    k: float  # multiple of eager's own error
+    cap: float  # the eager-derived part at most cap * (|E_i| + scale)
+
+
+BOUNDS: dict[torch.dtype, Bound] = {
+    torch.float64: Bound(1e-12, 200.0, 1e-9),
+    torch.float32: Bound(1e-5, 200.0, 2e-3),
+    torch.float16: Bound(2.0 ** -10, 2.0, 2.0 ** -8),
+    torch.bfloat16: Bound(2.0 ** -7, 2.0, 2.0 ** -5),
+}
+# Without a float64 run: KernelBench's tolerances, relative to |E_i| + scale.
+FALLBACK_RTOL: dict[torch.dtype, float] = {torch.float64: 1e-8, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+
+def _bound(dtype: torch.dtype) -> Bound:
+    return BOUNDS.get(dtype, BOUNDS[torch.float32])
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """How one output differs from the reference (all errors against the exact value)."""
+
+    output: int
+    reason: str  # MISMATCH, NAN_INF, SHAPE_MISMATCH, DTYPE_MISMATCH
+    bad_elements: int = 0
+    total_elements: int = 0
+    first_bad_index: tuple[int, ...] = ()
+    expected: float = math.nan
+    got: float = math.nan
+    allowed: float = math.nan  # the bound at the first bad element
+    max_abs_error: float = math.nan
+    max_rel_error: float = math.nan
+    worst_ratio: float = math.nan  # the largest error / bound
+    eager_error: float = math.nan  # how far eager is from exact at the first bad element
+    message: str = ""
+
+
+@dataclass
+class OutputCheck:
+    """The comparison of one output, accumulated chunk by chunk."""
+
+    exact: str  # "float64", "float32" (the exact run's dtype) or "eager" (no exact run)
+    worst_ratio: float = 0.0  # the largest |G - E| / bound seen (a pass has <= 1)
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def output_list(out: Any) -> list[Any]:
+    """A model's output as a list (a tensor, a tuple or list of them, or anything else)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return list(out)
+    return [out]
+
+
+def compare_outputs(got: Sequence[Any], eager: Sequence[Any], exact: Sequence[Any] | None,
+                    checks: list[OutputCheck] | None = None) -> Mismatch | None:
+    """None when every output of `got` is within the bound (module docstring) of `exact`
+    (`exact` None, or an entry None: eager stands in, with the fallback tolerances). A failed
+    comparison returns the first output's mismatch; `checks`, if given, collects each output's
+    worst error/bound ratio and the bound's statistics."""
+    if len(got) != len(eager):
+        return Mismatch(0, "SHAPE_MISMATCH", message=f"returns {len(got)} outputs, expected {len(eager)}")
+    for i, (g, w) in enumerate(zip(got, eager)):
+        e = exact[i] if exact is not None and i < len(exact) else None
+        if not isinstance(w, torch.Tensor):
+            if g != w:
+                return Mismatch(i, "MISMATCH", message=f"output {i} is {g!r}, expected {w!r}")
+            continue
+        if not isinstance(g, torch.Tensor):
+            return Mismatch(i, "SHAPE_MISMATCH", message=f"output {i} is a {type(g).__name__}, expected a tensor")
+        if g.shape != w.shape:
+            return Mismatch(i, "SHAPE_MISMATCH", message=f"output {i} has shape {list(g.shape)}, expected {list(w.shape)}")
+        if g.dtype != w.dtype:
+            return Mismatch(i, "DTYPE_MISMATCH", message=f"output {i} has dtype {g.dtype}, expected {w.dtype}")
+        if g.device != w.device:
+            return Mismatch(i, "SHAPE_MISMATCH", message=f"output {i} is on {g.device}, expected {w.device}")
+        if not w.is_floating_point():
+            bad = _exact_mismatch(i, g, w)
+        else:
+            check = OutputCheck("eager" if e is None else str(e.dtype).removeprefix("torch."))
+            bad = _float_mismatch(i, g, w, e, check)
+            if checks is not None:
+                checks.append(check)
+        if bad is not None:
+            return bad
+    return None
+
+
+def _exact_mismatch(i: int, g: torch.Tensor, w: torch.Tensor) -> Mismatch | None:
+    if torch.equal(g, w):
+        return None
+    count = 0
+    first: tuple[int, ...] | None = None
+    for index in _blocks(w.shape):
+        differ = g[index] != w[index]
+        n = int(differ.sum())
+        if n and first is None:
+            first = _global_index(index, tuple(int(x) for x in differ.nonzero()[0].tolist()))
+        count += n
+    assert first is not None
+    return Mismatch(i, "MISMATCH", count, w.numel(), first, float(w[first]), float(g[first]), 0.0,
+                    message=f"output {i}: {count} of {w.numel()} elements differ (exact equality is required for {w.dtype})")
+
+
+def _float_mismatch(i: int, g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, check: OutputCheck) -> Mismatch | None:
+    dtype = w.dtype
+    bound = _bound(dtype)
+    scale, eager_q = _statistics(w, e)
+    check.stats = {"scale": scale, "eager_error_q99": eager_q}
+    rho = bound.rho if e is not None else FALLBACK_RTOL.get(dtype, 1e-4)
+    count = 0
+    nonfinite = 0
+    first: Mismatch | None = None
+    max_abs = max_rel = worst = 0.0
+    for index in _blocks(w.shape):
+        gc, wc = g[index].double(), w[index].double()
+        ec = e[index].double() if e is not None else wc
+        # where the exact run is not finite but eager is, eager is the reference
+        ref = torch.where(torch.isfinite(ec) | ~torch.isfinite(wc), ec, wc)
+        err = (gc - ref).abs()
+        allowed = rho * (ref.abs() + scale)
+        if e is not None:
+            eager_part = bound.k * ((wc - ref).abs().nan_to_num(0.0, 0.0, 0.0) + eager_q)
+            allowed = allowed + torch.minimum(eager_part, bound.cap * (ref.abs() + scale))
+        finite_ref = torch.isfinite(ref)
+        # non-finite references: the same value (NaN where NaN, the same infinity); where eager
+        # overflowed or made NaN and exact did not, eager's value is accepted too
+        same_ref = (gc == ref) | (torch.isnan(gc) & torch.isnan(ref))
+        same_eager = (gc == wc) | (torch.isnan(gc) & torch.isnan(wc))
+        bad = ~((finite_ref & (err <= allowed)) | (~finite_ref & same_ref) | (~torch.isfinite(wc) & same_eager))
+        n = int(bad.sum())
+        finite_err = torch.where(finite_ref & torch.isfinite(err), err, torch.zeros_like(err))
+        if finite_err.numel():
+            max_abs = max(max_abs, float(finite_err.max()))
+            max_rel = max(max_rel, float((finite_err / ref.abs().clamp_min(1e-30)).max()))
+            ratio = torch.where(finite_ref, err / allowed.clamp_min(1e-300), torch.zeros_like(err)).nan_to_num(math.inf)
+            worst = max(worst, float(ratio.max()))
+        if n:
+            nonfinite += int((bad & ~torch.isfinite(gc) & finite_ref).sum())
+            if first is None:
+                local = tuple(int(x) for x in bad.nonzero()[0].tolist())
+                at = _global_index(index, local)
+                first = Mismatch(
+                    i, "MISMATCH", 0, w.numel(), at, float(ref[local]), float(gc[local]), float(allowed[local]),
+                    eager_error=float((wc[local] - ref[local]).abs()) if e is not None else math.nan)
+            count += n
+    check.worst_ratio = worst
+    if first is None:
+        return None
+    reason = "NAN_INF" if nonfinite else "MISMATCH"
+    return Mismatch(i, reason, count, w.numel(), first.first_bad_index, first.expected, first.got, first.allowed,
+                    max_abs, max_rel, worst, first.eager_error)
+
+
+def _statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int = 1 << 20) -> tuple[float, float]:
+    """(mean |E| over finite elements, 99th percentile of |W - E| over a sample of elements)."""
+    total = 0.0
+    count = 0
+    picked: list[torch.Tensor] = []
+    n = w.numel()
+    step = max(1, n // samples)
+    for index in _blocks(w.shape):
+        wc = w[index].double()
+        ec = e[index].double() if e is not None else wc
+        finite = torch.isfinite(ec)
+        total += float(ec.abs()[finite].sum())
+        count += int(finite.sum())
+        if e is not None:
+            diff = (wc - ec).abs().reshape(-1)[::step]
+            picked.append(diff[torch.isfinite(diff)])
+    scale = total / count if count else 0.0
+    if not picked:
+        return scale, 0.0
+    values = torch.cat(picked)
+    if values.numel() == 0:
+        return scale, 0.0
+    k = max(1, math.ceil(0.99 * values.numel()))
+    return scale, float(values.kthvalue(k).values)
+
+
+def _blocks(shape: Sequence[int], limit: int = CHUNK) -> Iterator[tuple[slice, ...]]:
+    """Index tuples that cover a tensor of `shape` in pieces of at most `limit` elements (whole
+    rows of the leading dimensions where they fit)."""
+    shape = tuple(shape)
+    if not shape:
+        yield ()
+        return
+    inner = math.prod(shape[1:])
+    if inner <= limit:
+        rows = max(1, limit // max(inner, 1))
+        for start in range(0, shape[0], rows):
+            yield (slice(start, min(start + rows, shape[0])),)
+        return
+    for row in range(shape[0]):
+        for rest in _blocks(shape[1:], limit):
+            yield (slice(row, row + 1), *rest)
+
+
+def _global_index(index: tuple[slice, ...], local: tuple[int, ...]) -> tuple[int, ...]:
+    """The index in the whole tensor of `local` inside the block `index`."""
+    out = list(local)
+    for d, s in enumerate(index):
+        out[d] += s.start or 0
+    return tuple(out)

@@ -1,0 +1,271 @@
+"""The judge's input sets: a task's inputs placed on the GPU under test, with their true layouts.
+
+Published KernelBench problems make their inputs on the CPU (`torch.randn(4096, 16384)`), and
+KernelBench's harness moves model and inputs to the GPU before anything runs; the tasks the
+backend makes hold CUDA inputs with the exact strides a graph passes (broadcasts with stride 0,
+transposes, slices). The judge treats both alike:
+
+    with placed_on(device):            # factories make their tensors on `device`, whatever
+        values = task.get_inputs()     #   device the program names ("cpu", "cuda", none)
+    values = [to_device(v, device) for v in values]    # anything made elsewhere: moved, layout kept
+
+Every input keeps its sizes, strides and storage offset: a copy is made of the memory the tensor
+spans (`span`), never of its values alone (`clone()` and `.to()` make broadcast and transposed
+inputs dense, and a kernel checked on dense copies reads the wrong memory on the real layout).
+Memory before a tensor's offset is filled with NaN, so a kernel that ignores the offset reads NaN.
+
+An input set (`make_input_set`) also changes values the way the judge needs them: no zeros (they
+hide unwritten outputs and wrong indexing), and on "mixed" sets a random power of two per element
+(2^-R .. 2^R), so that values span orders of magnitude. Inputs that share memory (one tensor and
+a view of it) are changed once, through their shared storage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+__all__ = [
+    "placed_on", "to_device", "span", "same_layout_empty", "clone_layout", "copy_values", "fingerprint",
+    "layout_text", "make_input_set", "InputSet", "MIXED_RANGES", "tensor_bytes",
+]
+
+# Factory functions whose `device=` a task may name: made on the device under test instead.
+_FACTORIES = frozenset({
+    "randn", "rand", "randint", "randperm", "empty", "zeros", "ones", "full", "arange", "linspace", "logspace",
+    "tensor", "as_tensor", "eye", "empty_strided", "normal", "randn_like", "rand_like", "randint_like",
+    "zeros_like", "ones_like", "full_like", "empty_like", "bernoulli", "tril_indices", "triu_indices",
+})
+
+
+class placed_on(TorchFunctionMode):
+    """Inside this mode, torch's factory functions make their tensors on `device` (a device the
+    call names is replaced, an absent one supplied) and `Tensor.cuda()` / `Tensor.to(device)`
+    go to `device`: a task's `get_inputs()` then makes its inputs where they will be used, in
+    one step (no gigabytes generated on the CPU and copied over)."""
+
+    def __init__(self, device: torch.device | str) -> None:
+        super().__init__()
+        self.device = torch.device(device)
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func in _TORCH_FACTORIES:
+            kwargs["device"] = self.device
+        elif func is torch.Tensor.cuda or func is torch.Tensor.cpu:
+            return torch.Tensor.to(args[0], self.device)
+        elif func is torch.Tensor.to:
+            args, kwargs = _retarget_to(args, kwargs, self.device)
+        return func(*args, **kwargs)
+
+
+_TORCH_FACTORIES = frozenset(getattr(torch, n) for n in _FACTORIES if hasattr(torch, n))
+
+
+def _retarget_to(args: Sequence[Any], kwargs: dict[str, Any], device: torch.device) -> tuple[Sequence[Any], dict[str, Any]]:
+    """`t.to(...)` with any device it names replaced by `device` (dtypes and flags kept)."""
+    out = [args[0]]
+    for a in args[1:]:
+        if isinstance(a, (str, torch.device)) and _is_device(a):
+            a = device
+        out.append(a)
+    if "device" in kwargs and kwargs["device"] is not None:
+        kwargs["device"] = device
+    return out, kwargs
+
+
+def _is_device(value: Any) -> bool:
+    if isinstance(value, torch.device):
+        return True
+    try:
+        torch.device(value)
+    except (RuntimeError, TypeError):
+        return False
+    return True
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of the memory a tensor spans (a broadcast input counts once)."""
+    return span(t)[1] * t.element_size()
+
+
+def span(t: torch.Tensor) -> tuple[int, int]:
+    """(first element, number of elements) of the storage region `t` addresses."""
+    if t.numel() == 0:
+        return t.storage_offset(), 0
+    extent = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+    return t.storage_offset(), extent
+
+
+def _region(t: torch.Tensor) -> torch.Tensor:
+    """A flat view of the storage region `t` spans (its first element to its last)."""
+    offset, extent = span(t)
+    return torch.as_strided(t, (extent,), (1,), offset)
+
+
+def same_layout_empty(t: torch.Tensor, device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+                      pad: float = float("nan")) -> torch.Tensor:
+    """An uninitialised tensor with `t`'s sizes, strides and storage offset (on `device`, in
+    `dtype`); the storage before the offset is filled with `pad`."""
+    offset, extent = span(t)
+    base = torch.empty(offset + extent, dtype=dtype or t.dtype, device=device or t.device)
+    if offset:
+        base[:offset].fill_(pad if base.is_floating_point() else 0)
+    return torch.as_strided(base, t.shape, t.stride(), offset)
+
+
+def clone_layout(t: torch.Tensor, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A copy of `t` with its sizes, strides and storage offset (on `device`, in `dtype`): the
+    whole region it spans is copied, so a stride-0 broadcast stays one row of memory."""
+    out = same_layout_empty(t, device, dtype)
+    _region(out).copy_(_region(t))
+    return out
+
+
+def to_device(value: Any, device: torch.device | str) -> Any:
+    """`value` on `device` with its layout; non-tensors and tensors already there as they are."""
+    if not isinstance(value, torch.Tensor) or value.device == torch.device(device):
+        return value
+    return clone_layout(value, device)
+
+
+def copy_values(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Write `src`'s values into `dst`'s memory, region for region (same layout)."""
+    _region(dst).copy_(_region(src))
+
+
+def layout_text(t: torch.Tensor) -> str:
+    """`shape [4096, 1024], strides (1, 4096)` (+ `, offset 3` where there is one)."""
+    text = f"shape {list(t.shape)}, strides {tuple(t.stride())}"
+    if t.storage_offset():
+        text += f", offset {t.storage_offset()}"
+    if not t.is_contiguous():
+        kinds = []
+        if any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride())):
+            kinds.append("a stride-0 broadcast")
+        if not kinds:
+            kinds.append("not contiguous")
+        text += f" ({', '.join(kinds)})"
+    return text
+
+
+_MIX = 0x9E3779B97F4A7C15
+
+
+def fingerprint(values: Sequence[Any], chunk: int = 1 << 24) -> tuple[int, ...]:
+    """One 64-bit hash per tensor of the bits of the memory it spans, in chunks (no copy of the
+    inputs is kept to see whether a candidate changed them)."""
+    out = []
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            out.append(hash(repr(v)) & 0xFFFFFFFFFFFFFFFF)
+            continue
+        region = _region(v.detach())
+        bits = _as_int(region)
+        total = 0
+        for start in range(0, bits.numel(), chunk):
+            part = bits[start:start + chunk].to(torch.int64)
+            weights = torch.arange(start, start + part.numel(), device=part.device, dtype=torch.int64)
+            weights = weights * _MIX_SIGNED + 1
+            total = (total * 1_000_003 + int((part * weights).sum().item())) & 0xFFFFFFFFFFFFFFFF
+            total ^= int((part ^ (weights >> 7)).sum().item()) & 0xFFFFFFFFFFFFFFFF
+        out.append(total)
+    return tuple(out)
+
+
+_MIX_SIGNED = _MIX - (1 << 64)
+
+
+def _as_int(region: torch.Tensor) -> torch.Tensor:
+    kinds = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    if region.dtype == torch.bool:
+        return region.to(torch.uint8)
+    if region.is_complex():
+        region = torch.view_as_real(region).reshape(-1)
+    return region.view(kinds[region.element_size()])
+
+
+_CHUNK = 1 << 24  # elements changed at a time (bounded temporary memory)
+
+# The exponent ranges tried for a mixed-scale input set, widest first: a set whose reference
+# overflows (inf or NaN where the plain set is finite) is made again with the next one.
+MIXED_RANGES = (6, 3, 1, 0)
+
+
+@dataclass
+class InputSet:
+    """One input set: its values (in the task's order) and how they were made."""
+
+    values: list[Any]
+    seed: int
+    exponent_range: int  # 0: the problem's own distribution; R: values times 2^U(-R, R)
+    shrink: int = 0  # values also divided by 2^shrink (a plain set whose reference overflows)
+
+    @property
+    def tensors(self) -> list[torch.Tensor]:
+        return [v for v in self.values if isinstance(v, torch.Tensor)]
+
+    def describe(self) -> str:
+        how = "the problem's own values" if not self.exponent_range else f"values scaled by 2^-{self.exponent_range}..2^{self.exponent_range}"
+        return how + (f", divided by 2^{self.shrink}" if self.shrink else "")
+
+
+def make_input_set(task: Any, seed: int, device: torch.device | str, exponent_range: int = 0, shrink: int = 0,
+                   grow: int = 1) -> InputSet:
+    """The task's `get_inputs()` under `seed`, on `device` with true layouts, no zeros, and with
+    values scaled per element by 2^U(-R, R) (R = `exponent_range`) and by 2^-`shrink`.
+    `grow` > 1 makes inputs that many times larger along the batch dimension all tensor inputs
+    share (a re-check on larger inputs), when they share one."""
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    with placed_on(device):
+        values = list(task.get_inputs())
+    values = [to_device(v, device) for v in values]
+    if grow > 1:
+        values = _grown(values, grow)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed * 7919 + exponent_range)
+    for region, dtype in _shared_regions(values):
+        if not dtype.is_floating_point:
+            continue
+        for start in range(0, region.numel(), _CHUNK):
+            part = region[start:start + _CHUNK]
+            part.masked_fill_(part == 0, 0.5)  # never zeros: they hide unwritten outputs and wrong indexing
+            if exponent_range:
+                exps = torch.randint(-exponent_range, exponent_range + 1, part.shape, device=device, generator=generator)
+                part.mul_(torch.exp2(exps.to(torch.float32)).to(dtype))
+            if shrink:
+                part.mul_(2.0 ** -shrink)
+    return InputSet(values, seed, exponent_range, shrink)
+
+
+def _shared_regions(values: Sequence[Any]) -> Iterator[tuple[torch.Tensor, torch.dtype]]:
+    """Flat views of the memory the tensor inputs span, one per storage (inputs that are views
+    of one another share one), each with its dtype."""
+    groups: dict[tuple[int, torch.dtype], list[torch.Tensor]] = {}
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.numel():
+            groups.setdefault((v.untyped_storage().data_ptr(), v.dtype), []).append(v)
+    for (_, dtype), tensors in groups.items():
+        start = min(span(t)[0] for t in tensors)
+        end = max(span(t)[0] + span(t)[1] for t in tensors)
+        yield torch.as_strided(tensors[0], (end - start,), (1,), start), dtype
+
+
+def _grown(values: list[Any], grow: int) -> list[Any]:
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors or any(t.dim() == 0 for t in tensors) or len({t.shape[0] for t in tensors}) != 1:
+        return values
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            shape = (v.shape[0] * grow, *v.shape[1:])
+            if v.is_floating_point():
+                v = torch.randn(shape, device=v.device).to(v.dtype)
+            else:
+                v = v.repeat(grow, *([1] * (v.dim() - 1)))
+        out.append(v)
+    return out

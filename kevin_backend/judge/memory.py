@@ -1,0 +1,136 @@
+"""The judge's GPU memory: what it may take, what it took, and whose an out-of-memory error is.
+
+The judge works beside other processes (a training job, a compile holding its own tensors), so
+it takes memory in proportion to the task, not to the GPU:
+
+    task = bytes of the task's inputs (the memory they span) + bytes of its outputs
+    the judge's own extra (exact reference, eager outputs, poison, comparisons) <= factor x task
+
+`MemoryLedger` measures the peak from the caching allocator's statistics and says whether a
+planned allocation fits both that bound and the memory the device has free. An out-of-memory
+error is the judge's (RESOURCE: not the candidate's failure, not a decision) when the judge was
+allocating, or when the candidate was asking for no more than the same bound; it is the
+candidate's (OUT_OF_MEMORY) when the candidate asked for more.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+__all__ = ["MEMORY_FACTOR", "MemoryLedger", "MemoryReport", "poison", "requested_bytes"]
+
+MEMORY_FACTOR = 3.0  # the judge's extra memory, at most this many times the task's inputs + outputs
+_POISON_SLACK = 64 << 20  # besides blocks of the outputs' sizes, this much of the allocator's free cache is poisoned
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """What one judged run took on the GPU (bytes; None where nothing was measured)."""
+
+    task_bytes: int  # the task's inputs (memory spanned) + outputs
+    peak_bytes: int  # the most the run held at once beyond the models' parameters
+    judge_extra_bytes: int  # peak_bytes - task_bytes: what the judge added
+    budget_bytes: int  # MEMORY_FACTOR x task_bytes
+    exact: str  # the dtype of the exact reference ("float64", "float32"), or "eager" (none fitted)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "MemoryReport | None":
+        return None if not data else cls(**{k: data[k] for k in cls.__dataclass_fields__})  # type: ignore[attr-defined]
+
+
+@dataclass
+class MemoryLedger:
+    device: torch.device
+    factor: float = MEMORY_FACTOR
+    task_bytes: int = 0
+    baseline: int = 0  # allocated when the models were in place
+    peak: int = 0
+    exact: str = "eager"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def start(self) -> None:
+        """The models are on the device: from here on, what is allocated is the run's."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            self.baseline = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def observe(self) -> None:
+        if self.cuda:
+            self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device) - self.baseline)
+
+    @property
+    def budget(self) -> int:
+        return int(self.factor * self.task_bytes)
+
+    def held(self) -> int:
+        return torch.cuda.memory_allocated(self.device) - self.baseline if self.cuda else 0
+
+    def available(self) -> int:
+        """Bytes the judge could still allocate: the device's free memory plus the allocator's
+        cached free blocks."""
+        if not self.cuda:
+            return 1 << 62
+        free, _ = torch.cuda.mem_get_info(self.device)
+        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return free + cached
+
+    def fits(self, extra: int) -> bool:
+        """Whether `extra` more bytes stay within the judge's bound and the device's free memory
+        (with a tenth kept back for fragmentation)."""
+        if not self.cuda:
+            return True
+        within = self.held() + extra <= self.task_bytes + self.budget
+        return within and extra <= 0.9 * self.available()
+
+    def candidate_within_bound(self, requested: int | None) -> bool:
+        """An out-of-memory error in the candidate's forward: True when what it held plus what it
+        asked for stays within the bound (then the GPU, not the candidate, was short)."""
+        if requested is None:
+            return True
+        return self.held() + requested <= self.task_bytes + self.budget
+
+    def report(self) -> MemoryReport:
+        self.observe()
+        return MemoryReport(self.task_bytes, self.peak, self.peak - self.task_bytes, self.budget, self.exact)
+
+
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def requested_bytes(message: str) -> int | None:
+    """The size an out-of-memory error says was asked for ("Tried to allocate 2.00 GiB")."""
+    m = re.search(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)", message)
+    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
+
+
+def poison(device: torch.device, output_bytes: Sequence[int]) -> None:
+    """Fill the allocator's free memory with NaN, where a candidate's outputs would land: one
+    block the size of each output, then more of the cached free memory up to the outputs' total
+    plus a little; a candidate that returns memory it never wrote returns NaN. Sized to the task,
+    never to the GPU; an allocation that does not fit is skipped."""
+    if device.type != "cuda":
+        return
+    blobs = []
+    try:
+        for size in output_bytes:
+            if size > 0:
+                blobs.append(torch.full((max(1, size // 4),), float("nan"), device=device))
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        rest = min(cached, sum(output_bytes) + _POISON_SLACK)
+        if rest >= 4:
+            blobs.append(torch.full((rest // 4,), float("nan"), device=device))
+    except torch.OutOfMemoryError:
+        pass
+    del blobs

@@ -1,0 +1,15 @@
+"""The phases of a judged run, as the sandboxed worker announces them (`run_worker.py`).
+
+A failure inside a candidate phase is the candidate's (a crash, a hang, a CUDA fault); a failure
+in any other phase is the judge's own (INFRA, or RESOURCE when memory ran out) and never a
+verdict on the candidate.
+
+    setup, load*, init*, inputs, reference, exact, poison, candidate*, compare,
+    inductor, timing-candidate*, timing-reference, replay*          (* the candidate's)
+"""
+
+from __future__ import annotations
+
+__all__ = ["CANDIDATE_PHASES"]
+
+CANDIDATE_PHASES = frozenset({"load", "init", "candidate", "timing-candidate", "replay"})
