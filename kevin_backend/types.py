@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import types
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["TensorSpec", "KernelTask", "dtype_from_name", "load_program"]
+__all__ = ["TensorSpec", "KernelTask", "dtype_from_name", "load_program", "placement_device"]
 
 
 def dtype_from_name(name: str) -> torch.dtype:
@@ -79,24 +80,21 @@ class KernelTask:
         }
 
     @classmethod
-    def from_program(cls, name: str, source: str) -> "KernelTask":
-        """A task from a KernelBench-format program file (runs it once for the input and output
-        specs; its hash covers the program text, since it has no graph)."""
+    def from_program(cls, name: str, source: str, device: str | torch.device | None = None) -> "KernelTask":
+        """A task from a KernelBench-format program file; its hash covers the program text (it has
+        no graph). Its inputs are placed as the judge places them, on `device` (default: the
+        current CUDA device, else the CPU), whatever device the program makes them on; the input
+        and output specs come from a run on fake tensors (no memory, no compute), or from a real
+        run where the program needs real values."""
         import hashlib
 
         module = load_program(source, f"kevin_task_{name}")
         for attr in ("Model", "get_inputs", "get_init_inputs"):
             if not hasattr(module, attr):
                 raise ValueError(f"task {name} defines no {attr}")
-        inputs = list(module.get_inputs())
-        devices = [t.device for t in inputs if isinstance(t, torch.Tensor)]
-        with torch.no_grad():  # the model's parameters go where get_inputs put the inputs
-            model = module.Model(*module.get_init_inputs()).to(devices[0] if devices else "cpu")
-            out = model(*inputs)
-        outs = out if isinstance(out, (list, tuple)) else (out,)
+        inputs, outs = _program_specs(module, placement_device(device))
         digest = hashlib.sha256(b"kernelbench-program\0" + source.encode()).hexdigest()
-        return cls(name, source, tuple(TensorSpec.of(t) for t in inputs if isinstance(t, torch.Tensor)),
-                   tuple(TensorSpec.of(t) for t in outs if isinstance(t, torch.Tensor)), (), digest)
+        return cls(name, source, inputs, outs, (), digest)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str) -> "KernelTask":
@@ -108,6 +106,47 @@ class KernelTask:
             ops=tuple(data["ops"]),
             graph_hash=str(data["graph_hash"]),
         )
+
+
+def placement_device(device: str | torch.device | None = None) -> torch.device:
+    """The device a task's tensors go to: `device`, else the current CUDA device, else the CPU."""
+    if device is not None:
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+            device = torch.device("cuda", torch.cuda.current_device())
+        return device
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _program_specs(module: types.ModuleType, device: torch.device) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """The specs of a program's inputs and outputs, placed on `device`."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from kevin_backend.placement import placed_on
+
+    # fake tensors of a CUDA device need CUDA; without it, the CPU stands in (same specs)
+    run_on = device if device.type != "cuda" or torch.cuda.is_available() else torch.device("cpu")
+
+    def specs(fake: bool) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+        mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
+        with mode, torch.no_grad():
+            with placed_on(run_on):
+                inputs = list(module.get_inputs())
+                init = list(module.get_init_inputs())
+            model = module.Model(*init).to(run_on)
+            out = model(*inputs)
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        return (tuple(_placed(TensorSpec.of(t), device) for t in inputs if isinstance(t, torch.Tensor)),
+                tuple(_placed(TensorSpec.of(t), device) for t in outs if isinstance(t, torch.Tensor)))
+
+    try:
+        return specs(fake=True)
+    except Exception:  # noqa: BLE001 - a program that needs real values (data-dependent shapes)
+        return specs(fake=False)
+
+
+def _placed(spec: TensorSpec, device: torch.device) -> TensorSpec:
+    return TensorSpec(spec.shape, spec.stride, spec.dtype, device.type)
 
 
 def load_program(source: str, module_name: str) -> types.ModuleType:

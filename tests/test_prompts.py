@@ -62,7 +62,8 @@ def reply(tag: str, *, summary: bool = True) -> Reply:
 def test_every_feedback_ends_with_the_instruction_to_reply_with_an_improved_program() -> None:
     results: list[JudgeResult | None] = [None]
     for reason in Reason:
-        results.append(JudgeResult(Stage.RUN, reason, feedback="details of what happened"))
+        if not reason.judge_side:  # no verdict on the kernel: nothing is said (test below)
+            results.append(JudgeResult(Stage.RUN, reason, feedback="details of what happened"))
     results.append(JudgeResult(Stage.CORRECTNESS, Reason.MISMATCH, mismatch=Mismatch(0, 1.0, 1.0, 1, 2, (0,), 0.0, 1.0, 0)))
     results.append(JudgeResult(Stage.CORRECTNESS, Reason.NAN_INF, mismatch=Mismatch(0, 1.0, 1.0, 1, 2, (0,), 0.0, 1.0, 0)))
     for result in results:
@@ -137,10 +138,35 @@ def test_mismatch_gives_the_numbers_and_the_place() -> None:
     mismatch = Mismatch(output=1, max_abs_error=0.0123456, max_rel_error=3.5, bad_elements=37, total_elements=4096,
                         first_bad_index=(2, 17), expected=0.731, got=-0.25, trial=3)
     text = feedback_for(JudgeResult(Stage.CORRECTNESS, Reason.MISMATCH, feedback=f"wrong values: {mismatch}", mismatch=mismatch))
-    assert "On input set 3, output 1 has 37 of 4096 elements (0.90%) outside the tolerance" in text
+    assert "On input set 3, output 1 has 37 of 4096 elements (0.90%) outside the error bound" in text
     assert "max absolute error: 0.0123" in text
     assert "max relative error: 3.5" in text
     assert "first wrong element at index [2, 17]: expected 0.731, got -0.25" in text
+
+
+def test_mismatch_carries_the_bound_and_the_layout_diagnosis() -> None:
+    mismatch = Mismatch(0, 0.5, 0.9, 4096, 4096, (0, 1), 0.25, 0.75, 0, allowed=1.3e-5, exact="float64")
+    note = "The kernel is right when every input is contiguous and wrong on the task's own layouts (input 1: shape [64, 32], strides (1, 64))."
+    text = feedback_for(JudgeResult(Stage.CORRECTNESS, Reason.MISMATCH, feedback=f"wrong values: {mismatch}\n{note}", mismatch=mismatch))
+    assert "allowed 1.3e-05" in text and "float64 reference" in text
+    assert note in text and "strides (1, 64)" in text
+
+
+def test_judge_side_verdicts_are_never_shown_to_the_writer() -> None:
+    """The judge's own failure (memory, a crash of its own steps) is no verdict on the kernel: the
+    writer gets no feedback for it, and the turn is left out of later conversations."""
+    from kevin_backend.generate.policy import Reply
+
+    lost = JudgeResult(Stage.RUN, Reason.RESOURCE, feedback="the judge could not get GPU memory while making inputs")
+    assert feedback_for(lost) == ""
+    judged = JudgeResult(Stage.CORRECTNESS, Reason.MISMATCH, feedback="wrong values: ...",
+                         mismatch=Mismatch(0, 1.0, 1.0, 1, 2, (0,), 0.0, 1.0, 0))
+    first = Turn.of(Reply(text="```python\nprint('first')\n```\nSummary: first"), judged)
+    second = Turn.of(Reply(text="```python\nprint('second')\n```\nSummary: second"), lost)
+    messages = build_messages("TASK", "NVIDIA H200", [first, second], 100_000)
+    text = "\n".join(m["content"] for m in messages)
+    assert "first" in text and "print('second')" not in text
+    assert "could not get GPU memory" not in text and "the judge" not in text.lower()
 
 
 def test_nan_inf_names_the_non_finite_elements() -> None:

@@ -26,6 +26,8 @@ from kevin_backend.bench.progress import Progress
 from kevin_backend.bench.results import FAST_P, KernelBenchResult, KevinStats, TaskResult, Timing, fast_p
 from kevin_backend.bench.runner import BenchSettings, compile_model, compile_order, row_summary, short_error, sync
 from kevin_backend.bench.timing import interleaved
+from kevin_backend.judge.compare import Mismatch, compare_outputs, output_list
+from kevin_backend.judge.inputs import clone_layout, to_device
 
 __all__ = ["FAST_P", "fast_p", "task_files", "measure_task", "run_kernelbench"]
 
@@ -45,25 +47,15 @@ def task_files(directory: str | Path) -> list[Path]:
     return files
 
 
-def _to(value: Any, device: torch.device) -> Any:
-    return value.to(device) if isinstance(value, torch.Tensor) else value
-
-
 def _clone(values: list[Any]) -> list[Any]:
-    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+    return [clone_layout(v) if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _as_list(out: Any) -> list[Any]:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
-def _describe(bad: dict[str, Any]) -> str:
-    m = bad.get("mismatch")
-    if not m:
-        return f"{bad['reason']}: {bad.get('feedback', '')}"
-    return (f"{bad['reason']}: output {m['output']}, input set {m['trial']}: {m['bad_elements']}/{m['total_elements']} "
-            f"elements off, max abs error {m['max_abs_error']:.3g} (at {tuple(m['first_bad_index'])}: expected "
-            f"{m['expected']:.6g}, got {m['got']:.6g})")
+def _describe(bad: Mismatch) -> str:
+    if not bad.total_elements:
+        return f"{bad.reason}: {bad.message}"
+    return (f"{bad.reason}: output {bad.output}: {bad.bad_elements}/{bad.total_elements} elements off, max abs error "
+            f"{bad.max_abs_error:.3g} (at {bad.first_bad_index}: expected {bad.expected:.6g}, got {bad.got:.6g})")
 
 
 def measure_task(path: str | Path, settings: BenchSettings, first: str = "inductor") -> TaskResult:
@@ -79,7 +71,6 @@ def measure_task(path: str | Path, settings: BenchSettings, first: str = "induct
 
 def _measure_task(path: Path, settings: BenchSettings, first: str) -> TaskResult:
     from kevin_backend.backend.report import counters
-    from kevin_backend.judge.run_worker import _compare  # the judge's comparison: one notion of "correct"
     from kevin_backend.judge.static_judge import check_problem
     from kevin_backend.types import load_program
 
@@ -89,12 +80,12 @@ def _measure_task(path: Path, settings: BenchSettings, first: str) -> TaskResult
     device = torch.device(settings.device)
     torch._dynamo.reset()
     torch.manual_seed(0)
-    init = [_to(v, device) for v in task.get_init_inputs()]
+    init = [to_device(v, device) for v in task.get_init_inputs()]
     model = task.Model(*init).to(device).eval()
     input_sets = []
     for seed in SEEDS:
         torch.manual_seed(seed)
-        input_sets.append([_to(v, device) for v in task.get_inputs()])
+        input_sets.append([to_device(v, device) for v in task.get_inputs()])  # layouts kept
 
     order = compile_order(first, 0)
     before = counters.snapshot()
@@ -102,16 +93,16 @@ def _measure_task(path: Path, settings: BenchSettings, first: str) -> TaskResult
     first_call: dict[str, float] = {}
     wrong: dict[str, str] = {}
     with torch.no_grad():
-        for trial, inputs in enumerate(input_sets):
+        for inputs in input_sets:
             outs: dict[str, list[Any]] = {}
             for compiler in ("eager", *order):
                 sync(device)
                 start = time.perf_counter()
-                outs[compiler] = _as_list(models[compiler](*_clone(inputs)))
+                outs[compiler] = output_list(models[compiler](*_clone(inputs)))
                 sync(device)
                 first_call.setdefault(compiler, time.perf_counter() - start)
             for compiler in order:
-                bad = _compare(outs[compiler], outs["eager"], trial)
+                bad = compare_outputs(outs[compiler], outs["eager"], None)  # the judge's comparison, eager as reference
                 if bad is not None and compiler not in wrong:
                     wrong[compiler] = _describe(bad)
         timed = input_sets[0]

@@ -1,7 +1,12 @@
 """`kevin eval PROBLEM.py CANDIDATE.py`: judge a candidate kernel against a KernelBench problem.
 
+The problem's model and inputs are placed as KernelBench's harness places them: on the GPU under
+test (`--device cuda:N`, default the current device), whatever device `get_inputs()` makes them on.
+
 Exit codes: 0 accepted (or, with --static-only, passes the rules), 1 rejected, 2 usage error
-(a missing file, a problem without Model, or full judging asked for where it cannot run).
+(a missing file, a problem without Model, or full judging asked for where it cannot run), 3 no
+verdict: the judge itself failed (RESOURCE: it could not get GPU memory; INFRA: an error of its
+own), which says nothing about the candidate.
 """
 
 from __future__ import annotations
@@ -10,9 +15,10 @@ import argparse
 import json
 from pathlib import Path
 
-from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
-from kevin_backend.config import Config
 import torch
+
+from kevin_backend.cli.main import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, EXIT_USAGE, CommandError
+from kevin_backend.config import Config
 
 from kevin_backend.judge.judge import Judge
 from kevin_backend.judge.result import Reason
@@ -29,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--trials", type=int, default=100, help="timing trials (default 100)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("--static-only", action="store_true", help="stop after the static rules")
+    p.add_argument("--device", default=None, help="the GPU under test, e.g. cuda:1 (default: the current device)")
     p.set_defaults(handler=_eval)
 
 
@@ -52,7 +59,8 @@ def _eval(args: argparse.Namespace, config: Config) -> int:
     if result.reason is Reason.STATIC_OK and not args.static_only:
         if not torch.cuda.is_available():
             raise CommandError("judging a kernel needs a CUDA GPU (use --static-only for the rules alone)", EXIT_USAGE)
-        judge = Judge(config.cache_dir / "builds", RunConfig(trials=args.trials))
+        device = _device(args.device)
+        judge = Judge(config.cache_dir / "builds", RunConfig(trials=args.trials, device=device))
         result = judge.judge(problem, candidate)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
@@ -64,9 +72,30 @@ def _eval(args: argparse.Namespace, config: Config) -> int:
                        + f", score {result.score:.2f}")
         elif result.reason is Reason.STATIC_OK:
             verdict = "passes the static rules"
+        elif result.judge_side:
+            verdict = f"no verdict: {result.reason.value}"
         else:
             verdict = f"rejected: {result.reason.value}"
-        print(f"{args.candidate}: {verdict} (stage {result.stage.value})")
+        where = f", {result.device}" if result.device else ""
+        print(f"{args.candidate}: {verdict} (stage {result.stage.value}{where})")
         if result.feedback:
             print(result.feedback)
+    if result.judge_side:
+        return EXIT_NO_VERDICT
     return EXIT_OK if result.reason in (Reason.ACCEPTED, Reason.STATIC_OK) else EXIT_FAILED
+
+
+def _device(name: str | None) -> str:
+    """`cuda:N` checked against the GPUs there are (a usage error names the problem)."""
+    if name is None:
+        return f"cuda:{torch.cuda.current_device()}"
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise CommandError(f"--device {name!r}: {exc}", EXIT_USAGE) from exc
+    if device.type != "cuda":
+        raise CommandError(f"--device {name!r}: kernels are judged on a CUDA GPU (cuda or cuda:N)", EXIT_USAGE)
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if index >= torch.cuda.device_count():
+        raise CommandError(f"--device {name!r}: there are {torch.cuda.device_count()} CUDA devices", EXIT_USAGE)
+    return f"cuda:{index}"

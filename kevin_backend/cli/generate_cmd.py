@@ -5,7 +5,12 @@ turn as it finishes, ends with a table per turn and the winner, stores the decis
 kernel cache (a kernel that beat Inductor, else Inductor) and logs every turn under
 `<cache>/trajectories/`.
 
-Exit codes: 0 a kernel beat Inductor, 1 none did (Inductor stays), 2 usage error.
+The task's inputs are placed on the GPU under test (`--device cuda:N`, default the current device)
+whatever device the program makes them on, and the cache key names that GPU.
+
+Exit codes: 0 a kernel beat Inductor, 1 none did (Inductor stays), 2 usage error, 3 no decision:
+the search was cut short by the judge's or the model server's failure (nothing is stored; the
+task can be generated again).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
+from kevin_backend.cli.main import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, EXIT_USAGE, CommandError
 from kevin_backend.config import Config, ConfigError
 
 __all__ = ["register"]
@@ -37,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--trials", type=int, default=100, help="the judge's timing trials")
     p.add_argument("--margin", type=float, default=0.03, help="how much faster than Inductor a kernel must be to win")
     p.add_argument("--no-store", action="store_true", help="do not write the decision to the kernel cache")
+    p.add_argument("--device", default=None, help="the GPU under test, e.g. cuda:1 (default: the current device)")
     p.add_argument("--json", type=Path, help="also write the search's summary here")
     p.set_defaults(handler=_generate)
 
@@ -44,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
 def _generate(args: argparse.Namespace, config: Config) -> int:
     import torch
 
-    from kevin_backend.cache.key import make_key
+    from kevin_backend.cache.key import DeviceInfo, make_key
+    from kevin_backend.cli.eval_cmd import _device
     from kevin_backend.cache.store import KernelCache
     from kevin_backend.generate.engine import SearchConfig
     from kevin_backend.generate.generator import SearchGenerator, make_policy
@@ -76,17 +83,23 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
         policy = make_policy(args.policy or config.policy, config)
     except (ValueError, ConfigError, PolicyError) as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
+    device = _device(args.device)
     try:
-        task = KernelTask.from_program(args.task.stem, source)
+        task = KernelTask.from_program(args.task.stem, source, device)
     except Exception as exc:
         raise CommandError(f"{args.task}: running the task failed: {type(exc).__name__}: {exc}", EXIT_USAGE) from exc
 
-    judge = Judge(config.cache_dir / "builds", RunConfig(trials=args.trials))
+    judge = Judge(config.cache_dir / "builds", RunConfig(trials=args.trials, device=device))
     generator = SearchGenerator(policy, judge, search, config, progress=_Display(search).event)
-    key = make_key(task)
+    key = make_key(task, DeviceInfo.detect("cuda", torch.device(device).index))
     print(f"kevin generate {task.name}: policy {generator.name}, {search.trajectories} trajectories x "
           f"{search.turns} turns{f', beam {search.beam}' if search.beam else ''}; log {generator.log.path}", file=sys.stderr)
     result = generator.run(task, key.gpu, key.capability)
+    if result.incomplete:
+        print(_table(result))
+        print(f"stopped: {result.stopped}")
+        print(f"no decision: {result.incomplete}; nothing stored (run it again)")
+        return EXIT_NO_VERDICT
     entry = result.decision(key, task, search.margin)
     print(_table(result))
     best = result.best
@@ -99,7 +112,7 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
               f"{_x(t.speedup_vs_eager)} eager, {_x(t.speedup_vs_inductor)} Inductor")
     print(f"decision: {entry.kind.value}" + (f" ({entry.reason})" if entry.reason else ""))
     if not args.no_store:
-        if result.records and result.stopped != "no GPU to judge on":
+        if result.records:
             with KernelCache.from_config(config) as cache:
                 cache.put(entry, replace=True)
             print(f"stored in {config.cache_dir} as {key.digest[:12]}")

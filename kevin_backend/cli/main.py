@@ -25,6 +25,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_FAILED",
     "EXIT_USAGE",
+    "EXIT_NO_VERDICT",
     "COMMAND_MODULES",
     "CommandError",
     "Handler",
@@ -36,6 +37,7 @@ __all__ = [
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
+EXIT_NO_VERDICT: Final = 3  # the judge (or the model server) failed: no verdict, try again later
 
 # Modules that each register one subcommand, in the order `kevin --help` lists them.
 COMMAND_MODULES: Final[tuple[str, ...]] = ("kevin_backend.cli.generate_cmd", "kevin_backend.cli.prewarm_cmd", "kevin_backend.cli.eval_cmd", "kevin_backend.cli.cache_cmd", "kevin_backend.cli.train_cmd", "kevin_backend.cli.bench_cmd")

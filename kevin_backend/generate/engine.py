@@ -101,6 +101,9 @@ class SearchResult:
     judge_seconds: float
     wall_seconds: float
     policy: str
+    # Why the search was cut short by the judge's or the model server's failure ("" when it was
+    # not): its records are not a fair search, so no decision is made from them.
+    incomplete: str = ""
 
     @property
     def best(self) -> TurnRecord | None:
@@ -118,7 +121,10 @@ class SearchResult:
 
     def decision(self, key: CacheKey, task: KernelTask, margin: float = 0.03) -> CacheEntry:
         """The cache entry this search earns: the best kernel if it beats Inductor by `margin`,
-        else Inductor (so the task is not generated again), with the reason."""
+        else Inductor (so the task is not generated again), with the reason. A search cut short
+        by the judge's or the model server's failure earns none (ValueError)."""
+        if self.incomplete:
+            raise ValueError(f"no decision from an incomplete search: {self.incomplete}")
         best = self.best
         if best is None or best.result is None:
             return CacheEntry(key, EntryKind.INDUCTOR, task, None, policy=self.policy,
@@ -177,6 +183,7 @@ class Engine:
         records: list[TurnRecord] = []
         model_seconds = judge_seconds = 0.0
         stopped = f"all {cfg.turns} turns"
+        incomplete = ""
         context = SearchContext(name, task_source, self.policy_name, cfg.sampling, prompt_version(), self.gpu)
         for turn in range(cfg.turns):
             live = [t for t in trajectories if not t.done]
@@ -198,6 +205,7 @@ class Engine:
                 replies = self.policy.generate(conversations, sampling)
             except PolicyError as exc:
                 stopped = f"policy error: {exc}"
+                incomplete = stopped
                 log.warning("search %s stopped at turn %d: %s", name, turn, exc)
                 break
             spent = time.perf_counter() - t0
@@ -207,6 +215,11 @@ class Engine:
             # 3. the judge on every reply, several at once
             t0 = time.perf_counter()
             verdicts = self._judge_all(task_source, replies)
+            lost = [i for i, v in enumerate(verdicts) if v[1] is not None and v[1].judge_side and v[1].reason is not Reason.NO_GPU]
+            if lost:  # the judge's own failure (memory, an error of its own): once more, one at a time
+                again = self._judge_all(task_source, [replies[i] for i in lost], workers=1)
+                for i, v in zip(lost, again):
+                    verdicts[i] = v
             judged = time.perf_counter() - t0
             judge_seconds += judged
             # 4. bookkeeping: records, best scores, patience
@@ -231,12 +244,17 @@ class Engine:
                 self.progress("turn", {"turn": turn, "records": records[-len(live):], "model_seconds": spent,
                                        "judge_seconds": judged})
             if any(v[1] is not None and v[1].reason is Reason.NO_GPU for v in verdicts):
-                stopped = "no GPU to judge on"
+                stopped = incomplete = "no GPU to judge on"
+                break
+            failed = next((v[1] for v in verdicts if v[1] is not None and v[1].judge_side), None)
+            if failed is not None:
+                stopped = incomplete = f"the judge could not judge a kernel ({failed.reason.name}: {failed.feedback[:300]})"
+                log.warning("search %s stopped at turn %d: %s", name, turn, stopped)
                 break
             if cfg.beam is not None and turn + 1 < cfg.turns:
                 trajectories = self._beam(trajectories)
         result = SearchResult(name, tuple(records), stopped, model_seconds, judge_seconds,
-                              time.perf_counter() - start, self.policy_name)
+                              time.perf_counter() - start, self.policy_name, incomplete)
         if self.progress is not None:
             self.progress("done", {"result": result})
         return result
@@ -251,7 +269,8 @@ class Engine:
     def policy_name(self) -> str:
         return str(getattr(self.policy, "name", type(self.policy).__name__))
 
-    def _judge_all(self, task_source: str, replies: Sequence[Reply]) -> list[tuple[str | None, JudgeResult | None, float]]:
+    def _judge_all(self, task_source: str, replies: Sequence[Reply],
+                   workers: int | None = None) -> list[tuple[str | None, JudgeResult | None, float]]:
         def one(reply: Reply) -> tuple[str | None, JudgeResult | None, float]:
             t0 = time.perf_counter()
             code = extract_code(reply.text) if reply.ok else None
@@ -259,12 +278,12 @@ class Engine:
                 return None, None, 0.0
             try:
                 result = self.judge.judge(task_source, code)
-            except Exception as exc:  # the judge's own failure: recorded, never the search's end
+            except Exception as exc:  # the judge's own failure: no verdict on the candidate
                 log.exception("the judge failed on a candidate")
-                result = JudgeResult(Stage.RUN, Reason.RUNTIME_ERROR, feedback=f"the judge failed: {type(exc).__name__}: {exc}")
+                result = JudgeResult(Stage.RUN, Reason.INFRA, feedback=f"the judge failed: {type(exc).__name__}: {exc}")
             return code, result, time.perf_counter() - t0
 
-        workers = max(1, min(self.config.judge_workers, len(replies)))
+        workers = max(1, min(workers or self.config.judge_workers, len(replies)))
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(one, replies))
 

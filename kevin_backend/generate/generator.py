@@ -30,7 +30,9 @@ __all__ = ["SearchGenerator", "SearchIncomplete", "make_policy", "default_genera
 
 
 class SearchIncomplete(RuntimeError):
-    """The search could not reach a decision worth caching (no GPU to judge on)."""
+    """The search could not reach a decision worth caching: no GPU to judge on, the judge's own
+    failure (memory, an error of its own), or the model server's failure part-way. The task stays
+    pending and a later prewarm tries it again."""
 
 POLICY_NAMES = "auto, builtin, openai[:MODEL], vllm[:MODEL], hf:PATH or replay:FILE"
 
@@ -109,12 +111,13 @@ class SearchGenerator:
 
     def generate(self, task: KernelTask, key: CacheKey) -> CacheEntry:
         """The search's decision; raises PolicyError when the policy never answered and
-        SearchIncomplete when nothing could be judged, so that no decision is cached for them."""
+        SearchIncomplete when the search was cut short by the judge's or the model server's
+        failure (or there is no GPU), so that no decision is cached for them."""
         result = self.run(task, key.gpu, key.capability)
         if not result.records and result.stopped.startswith("policy error"):
             raise PolicyError(result.stopped.removeprefix("policy error: "))
-        if result.stopped == "no GPU to judge on":
-            raise SearchIncomplete(f"{task.name}: no GPU to judge kernels on")
+        if result.incomplete:
+            raise SearchIncomplete(f"{task.name}: {result.incomplete}")
         return result.decision(key, task, self.search.margin)
 
     def __repr__(self) -> str:

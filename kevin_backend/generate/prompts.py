@@ -51,7 +51,7 @@ __all__ = [
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 
 # Bump when the code that fills the templates changes what a prompt says (it is hashed in too).
-_RENDER_SCHEMA = 1
+_RENDER_SCHEMA = 2
 
 SUMMARY_CHARS = 800  # an explicit `Summary:` is cut at this length
 DERIVED_SUMMARY_CHARS = 400  # a summary derived from the reply's prose is cut at this length
@@ -241,6 +241,8 @@ def _mismatch_values(m: Mismatch) -> dict[str, object]:
         "index": list(m.first_bad_index),
         "expected": f"{m.expected:.6g}",
         "got": f"{m.got:.6g}",
+        "allowed": "" if m.allowed is None or m.allowed != m.allowed else f" (error {abs(m.got - m.expected):.3g}, allowed {m.allowed:.3g})",
+        "reference": "the float64 reference" if m.exact == "float64" else "the reference",
     }
 
 
@@ -261,10 +263,13 @@ _RULE_REASONS = frozenset({Reason.RULE_VIOLATION, Reason.NO_MODELNEW, Reason.SYN
 
 
 def feedback_for(result: JudgeResult | None) -> str:
-    """The user message that answers one judged turn (None: the reply had no code)."""
+    """The user message that answers one judged turn (None: the reply had no code). A judge-side
+    result (the judge could not run the candidate) is no verdict on it: nothing is said."""
     closing = render("closing")
     if result is None:
         return render("feedback_no_code", closing=closing)
+    if result.judge_side:
+        return ""
     reason, text = result.reason, result.feedback.strip()
     if reason is Reason.ACCEPTED:
         t = result.timings
@@ -280,7 +285,8 @@ def feedback_for(result: JudgeResult | None) -> str:
         return render(_ERROR_TEMPLATES[reason], error=_block(_tail(text or "(no error text)")), closing=closing)
     if reason in (Reason.MISMATCH, Reason.NAN_INF) and result.mismatch is not None:
         name = "feedback_mismatch" if reason is Reason.MISMATCH else "feedback_nan_inf"
-        return render(name, closing=closing, **_mismatch_values(result.mismatch))
+        notes = "\n".join(text.splitlines()[1:]).strip()  # after the summary line: e.g. which inputs' layouts it misreads
+        return render(name, closing=closing, notes=notes, **_mismatch_values(result.mismatch))
     if reason in (Reason.SHAPE_MISMATCH, Reason.DTYPE_MISMATCH):
         return render("feedback_shape", what=reason.value, details=_head(text), closing=closing)
     if reason in _DETAIL_TEMPLATES:
@@ -377,6 +383,8 @@ def build_messages(
     def cost(messages: Sequence[Message]) -> int:
         return sum(count(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in messages)
 
+    # a turn the judge could not judge (its own failure) is left out: the writer is not told of it
+    turns = [t for t in turns if t.result is None or not t.result.judge_side]
     pairs = [[assistant_message(t), {"role": "user", "content": t.feedback}] for t in turns]
     costs = [cost(p) for p in pairs]
     system = system_message()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 import re
+
+import torch
 from typing import Callable, Iterator
 
 from kevin_backend.judge.candidate import Candidate, InlineExtension
@@ -24,38 +26,44 @@ ALLOWED_IMPORTS = frozenset(
     {"torch", "torch.nn", "torch.nn.functional", "torch.utils.cpp_extension", "math", "typing", "__future__"}
 )
 
-# Calls on `torch.` / `F.` allowed in forward: allocation, shape and view, nothing that computes.
+# Calls on `torch.` allowed in forward: allocation, shape and metadata, nothing that computes.
 ALLOWED_TORCH_CALLS = frozenset(
     {
         "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
-        "full_like", "tensor", "as_strided", "device", "Size", "is_tensor", "numel",
+        "full_like", "tensor", "as_strided", "device", "Size", "is_tensor", "numel", "finfo", "iinfo",
+        "is_floating_point", "is_complex", "get_default_dtype", "no_grad", "inference_mode",
     }
 )
 
-# Tensor methods allowed in forward: metadata, views, layout, pointers.
+# Tensor methods the forward may call: metadata, views, layout, pointers, allocation and fills.
+# Anything else a forward calls on a tensor is PyTorch computing for the candidate.
 ALLOWED_TENSOR_METHODS = frozenset(
     {
-        "size", "dim", "numel", "stride", "storage_offset", "element_size", "data_ptr", "is_contiguous",
-        "contiguous", "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "unsqueeze",
-        "squeeze", "flatten", "unflatten", "expand", "expand_as", "narrow", "select", "unbind", "split",
-        "chunk", "get_device", "new_empty", "new_zeros", "new_ones", "new_full", "cuda", "is_cuda",
-        "requires_grad_", "detach", "item", "tolist", "dtype", "device", "__len__",
+        "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "element_size", "data_ptr",
+        "const_data_ptr", "is_contiguous", "is_floating_point", "is_complex", "is_same_size", "get_device",
+        "contiguous", "clone", "view", "view_as", "reshape", "reshape_as", "as_strided", "permute", "transpose", "t",
+        "unsqueeze", "squeeze", "flatten", "unflatten", "expand", "expand_as", "broadcast_to", "narrow", "select",
+        "unbind", "split", "chunk", "movedim", "moveaxis", "diagonal", "new_empty", "new_empty_strided", "new_zeros",
+        "new_ones", "new_full", "zero_", "fill_", "cuda", "detach", "requires_grad_", "item", "tolist", "__len__",
     }
 )
-
-# Tensor methods that compute (a sample of the common ones; anything on torch.* is caught above).
+# Methods of Python's own containers and strings (never tensor methods).
+_PYTHON_METHODS = frozenset(
+    {"append", "extend", "insert", "pop", "items", "keys", "values", "get", "update", "setdefault", "format", "join",
+     "startswith", "endswith", "copy", "index", "count", "lower", "upper", "strip", "replace"}
+)
+_PYTHON_BUILTINS = frozenset(
+    {"int", "float", "bool", "len", "range", "min", "max", "tuple", "list", "dict", "set", "isinstance", "print",
+     "enumerate", "zip", "str", "hasattr", "getattr", "type", "super", "divmod", "sorted", "reversed", "any", "all",
+     "iter", "next", "map", "load_inline"}
+)
+# Tensor methods C++ host code may not call: every method torch.Tensor has, but the allowed ones
+# (dtype conversions in host code are caught when they run: the judge audits dispatched ops).
 COMPUTE_METHODS = frozenset(
-    {
-        "add", "sub", "mul", "div", "matmul", "mm", "bmm", "addmm", "sum", "mean", "max", "min", "amax", "amin",
-        "softmax", "log_softmax", "relu", "gelu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "pow",
-        "abs", "neg", "clamp", "clip", "where", "masked_fill", "var", "std", "norm", "cumsum", "prod",
-        "argmax", "argmin", "sort", "topk", "conv2d", "copy_", "fill_", "add_", "mul_", "div_", "sub_",
-        "clamp_", "relu_", "zero_", "float", "half", "bfloat16", "double", "to", "type_as", "lerp",
-        "addcmul", "addcdiv", "baddbmm", "einsum", "logsumexp", "erf", "sin", "cos", "square", "reciprocal",
-        "index_select", "gather", "scatter", "scatter_add", "masked_select", "repeat", "tile", "flip", "roll",
-        "tril", "triu", "outer", "dot", "mv", "linear", "layer_norm", "batch_norm", "dropout", "clone",
-    }
-)
+    name for name in dir(torch.Tensor)
+    if not name.startswith("_") and callable(getattr(torch.Tensor, name, None))
+) - ALLOWED_TENSOR_METHODS - {"to", "float", "half", "double", "type", "cpu", "resize", "resize_", "record_stream",
+                              "is_pinned", "is_set_to", "is_signed", "is_inference", "is_neg", "is_conj", "dim_order"}
 
 # C++ host code: torch/ATen calls that only allocate, describe or guard.
 ALLOWED_CPP_TORCH = frozenset(
@@ -262,13 +270,38 @@ def rule_no_system(c: Candidate) -> Iterator[RuleViolation]:
                 yield RuleViolation("no-timers", f"{kind}:{_line(code, m.start())}", f"uses {m.group(1)}")
 
 
+def _forward_functions(c: Candidate) -> list[ast.FunctionDef]:
+    """forward, and what it reaches: ModelNew methods called as `self.name(...)` and module-level
+    functions called by name, followed through each other."""
+    cls = c.model_class()
+    methods = {n.name: n for n in (cls.body if cls else []) if isinstance(n, ast.FunctionDef)}
+    functions = {n.name: n for n in c.tree.body if isinstance(n, ast.FunctionDef)}
+    start = methods.get("forward")
+    if start is None:
+        return []
+    seen: dict[int, ast.FunctionDef] = {}
+    todo = [start]
+    while todo:
+        fn = todo.pop()
+        if id(fn) in seen:
+            continue
+        seen[id(fn)] = fn
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self" and f.attr in methods:
+                todo.append(methods[f.attr])
+            elif isinstance(f, ast.Name) and f.id in functions:
+                todo.append(functions[f.id])
+    return list(seen.values())
+
+
 def _forward_calls(c: Candidate) -> Iterator[ast.Call]:
-    forward = c.method("forward")
-    if forward is None:
-        return
-    for node in ast.walk(forward):
-        if isinstance(node, ast.Call):
-            yield node
+    for fn in _forward_functions(c):
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call):
+                yield node
 
 
 def _torch_modules_in_init(c: Candidate) -> set[str]:
@@ -287,27 +320,84 @@ def _torch_modules_in_init(c: Candidate) -> set[str]:
     return names
 
 
-def rule_no_torch_compute(c: Candidate) -> Iterator[RuleViolation]:
-    """No PyTorch compute in the forward path: no torch.*/F.* compute functions, no torch.ops, no
-    torch.nn modules, no computing tensor methods; in C++ host code, no torch::/at:: compute calls
-    and no computing tensor methods. Allocation, shape and view operations are allowed.
+def _torch_imports(c: Candidate) -> dict[str, str]:
+    """Names bound by `from torch... import name [as alias]`: alias -> the torch call it is."""
+    names: dict[str, str] = {}
+    for node in ast.walk(c.tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            for a in node.names:
+                if node.module != "torch.utils.cpp_extension":
+                    names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names
 
-    Why: a kernel program that hands the work to PyTorch measures PyTorch, not the kernel. (The
-    judge also audits the ops the forward really dispatches at run time.)"""
+
+def _moves_device_only(call: ast.Call) -> bool:
+    """`t.to(device)`, `t.to(x.device)`, `t.to("cuda")`, `t.to(device=...)`: a move, no dtype."""
+    if any(k.arg in ("dtype", "memory_format") for k in call.keywords):
+        return False
+    for a in call.args:
+        dotted = _dotted(a) if isinstance(a, (ast.Attribute, ast.Name)) else ""
+        if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.split(":")[0] in ("cuda", "cpu"):
+            continue
+        if dotted.endswith("device") or (isinstance(a, ast.Call) and _dotted(a.func) in ("torch.device",)):
+            continue
+        return False
+    return True
+
+
+def rule_no_torch_compute(c: Candidate) -> Iterator[RuleViolation]:
+    """The forward path (forward, the ModelNew methods and module functions it calls) may call
+    only the extension's functions, allocation (`torch.empty`, `x.new_zeros`...), and view and
+    metadata methods (an allowlist: `size`, `stride`, `data_ptr`, `contiguous`, `view`, ...);
+    any other tensor method, any torch.*/F.* compute function, torch.ops and torch.nn modules are
+    PyTorch compute. In C++ host code, no torch::/at:: compute calls and no tensor method that
+    computes.
+
+    Why: a kernel program that hands part of the work to PyTorch measures PyTorch, not the
+    kernel; a list of forbidden calls always misses one (`clamp_min`, `expm1`, `sign`...). The
+    judge also audits the ops the forward really dispatches at run time."""
     modules = _torch_modules_in_init(c)
+    functions = {f for e in c.extensions for f in e.functions}
+    imported = _torch_imports(c)
+    cls = c.model_class()
+    methods = {n.name for n in (cls.body if cls else []) if isinstance(n, ast.FunctionDef)}
     for call in _forward_calls(c):
         name = _dotted(call.func)
         parts = name.split(".")
         where = f"python:{call.lineno}"
-        if parts[0] in ("torch", "F") and len(parts) >= 2:
-            if parts[1] == "ops" or (parts[0] == "torch" and parts[1] in ("nn", "special", "linalg", "fft")):
+        if isinstance(call.func, ast.Name):
+            target = imported.get(call.func.id)
+            if target is not None and target.split(".")[-1] not in ALLOWED_TORCH_CALLS:
+                yield RuleViolation("no-pytorch-compute", where, f"calls {call.func.id} ({target})")
+            continue  # builtins, module functions (followed), names bound to extension functions
+        if not isinstance(call.func, ast.Attribute):
+            continue
+        method = call.func.attr
+        if method in functions:
+            continue  # an extension function, under whatever name the extension is kept
+        if parts[0] in ("torch", "F", "nn") and len(parts) >= 2:
+            if parts[1] == "ops" or parts[0] in ("F", "nn") or parts[1] in ("nn", "special", "linalg", "fft"):
                 yield RuleViolation("no-pytorch-compute", where, f"calls {name}")
             elif parts[-1] not in ALLOWED_TORCH_CALLS and not (len(parts) == 3 and parts[1] == "cuda"):
                 yield RuleViolation("no-pytorch-compute", where, f"calls {name}")
-        elif parts[0] == "self" and len(parts) == 2 and parts[1] in modules:
-            yield RuleViolation("no-pytorch-compute", where, f"calls the torch.nn module self.{parts[1]}")
-        elif isinstance(call.func, ast.Attribute) and call.func.attr in COMPUTE_METHODS:
-            yield RuleViolation("no-pytorch-compute", where, f"calls the tensor method .{call.func.attr}()")
+            continue
+        if parts[0] == "math":
+            continue  # Python arithmetic on numbers
+        if parts[0] == "self" and len(parts) == 2:
+            if parts[1] in modules:
+                yield RuleViolation("no-pytorch-compute", where, f"calls the torch.nn module self.{parts[1]}")
+            elif parts[1] in methods:
+                continue
+            continue
+        if method in ALLOWED_TENSOR_METHODS or method in _PYTHON_METHODS:
+            continue
+        if method == "to" and _moves_device_only(call):
+            continue
+        if method == "type" and not call.args and not call.keywords:
+            continue
+        yield RuleViolation("no-pytorch-compute", where,
+                            f"calls .{method}(): the forward may call only the extension's functions, allocation, "
+                            "and view or metadata methods (PyTorch compute otherwise)")
     for ext in c.extensions:
         for kind, code in _sources(ext):
             for m in _CPP_TORCH_CALL.finditer(code):
@@ -318,7 +408,7 @@ def rule_no_torch_compute(c: Candidate) -> Iterator[RuleViolation]:
                     continue
                 yield RuleViolation("no-pytorch-compute", f"{kind}:{_line(code, m.start())}", f"calls {m.group(0)}")
             for m in _CPP_METHOD.finditer(code):
-                if m.group(1) in COMPUTE_METHODS and m.group(1) not in ("to", "float", "half", "double"):
+                if m.group(1) in COMPUTE_METHODS:
                     yield RuleViolation("no-pytorch-compute", f"{kind}:{_line(code, m.start())}", f"calls the tensor method .{m.group(1)}()")
 
 
@@ -344,7 +434,8 @@ def rule_launches_kernel(c: Candidate) -> Iterator[RuleViolation]:
         yield RuleViolation("launches-a-kernel", "", "ModelNew has no forward")
         return
     # `ext.fn(...)`, `self.ext.fn(...)`, `self.op.fn(...)`: the extension is often kept under
-    # another name, so any attribute call of a declared extension function counts.
+    # another name, so any attribute call of a declared extension function counts (in forward or
+    # in the methods and module functions it calls).
     calls = [_dotted(call.func).split(".") for call in _forward_calls(c)]
     if not any(len(p) >= 2 and p[-1] in functions for p in calls):
         yield RuleViolation(

@@ -132,7 +132,9 @@ def from_kernelbench(folder: Path, config: Config, cache: KernelCache) -> list[W
 
 
 def _on(value: Any, device: torch.device) -> Any:
-    return value.to(device) if isinstance(value, torch.Tensor) else value
+    from kevin_backend.judge.inputs import to_device
+
+    return to_device(value, device)  # its layout kept (a broadcast stays a broadcast)
 
 
 def _record(model: Any, inputs: tuple[Any, ...], steps: Sequence[str], config: Config, cache: KernelCache,

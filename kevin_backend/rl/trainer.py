@@ -321,6 +321,9 @@ class Trainer:
         # 3. samples: returns within trajectories, advantages within tasks; a fixed count per process
         samples: list[Sample] = []
         for index, (task, result) in enumerate(zip(tasks, results), start=first):
+            if result.incomplete:  # the judge's or the server's failure: no fair rewards, no samples
+                log.warning("batch %d: task %s left out: %s", batch, task.name, result.incomplete)
+                continue
             samples.extend(sample_from_record(r, task.name, self.tokenizer, group=f"{index}:{task.name}")
                            for r in result.records)
         samples = self._top_up(with_advantages(samples, cfg.grpo.gamma, cfg.grpo.advantage))

@@ -1,0 +1,36 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """
+    Simple model that performs a GELU activation (the exact, erf-based form).
+    """
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """
+        Applies GELU activation to the input tensor.
+
+        Args:
+            x (torch.Tensor): Input tensor of any shape.
+
+        Returns:
+            torch.Tensor: Output tensor with GELU applied, same shape as input.
+        """
+        return torch.nn.functional.gelu(x)
+
+
+# Odd sizes on purpose: the element count is not a multiple of 4 (or of any block size).
+batch_size = 8191
+dim = 16383
+
+
+def get_inputs():
+    x = torch.randn(batch_size, dim)
+    return [x]
+
+
+def get_init_inputs():
+    return []  # No special initialization inputs needed
