@@ -17,7 +17,7 @@ from kernel_emulator import emulate, has_cuda_headers
 from kevin_backend.generate.builtin.graph import Plan, plan_task
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
 from kevin_backend.generate.builtin.suite import SuiteTask, _task
-from kevin_backend.judge.tolerance import tolerance
+from kevin_backend.judge.compare import FALLBACK_RTOL
 from kevin_backend.types import load_program
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or not has_cuda_headers(), reason="needs g++ and CUDA's headers")
@@ -88,7 +88,7 @@ def test_kernel_matches_pytorch_on_the_cpu(task: SuiteTask, variant: int, tmp_pa
     assert len(got) == len(want)
     for g, w in zip(got, want):
         w = w.reshape(g.shape)
-        tol = tolerance(w.dtype)
+        tol = FALLBACK_RTOL.get(w.dtype, 1e-4)  # KernelBench's tolerances
         close = torch.isclose(g.double(), w.double(), rtol=tol, atol=tol, equal_nan=True)
         assert close.all(), (f"{(~close).sum().item()} of {close.numel()} elements differ; "
                              f"max abs error {(g.double() - w.double()).abs().max().item():.3g}")

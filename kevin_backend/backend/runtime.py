@@ -26,7 +26,8 @@ import torch
 from kevin_backend.backend.report import counters
 from kevin_backend.cache.entry import CacheEntry, EntryKind
 from kevin_backend.judge.build import Builder, answering_load_inline
-from kevin_backend.judge.tolerance import tolerance
+from kevin_backend.judge.compare import compare_outputs
+from kevin_backend.judge.inputs import clone_layout
 from kevin_backend.types import TensorSpec, load_program
 
 __all__ = ["KernelMismatch", "LoadedKernel", "load_entry", "prebuild", "register", "lookup", "use_cache", "launch"]
@@ -79,7 +80,7 @@ class LoadedKernel:
         """
         usable = self.disabled is None and (
             (not check_sizes and [t.stride() for t in inputs] == self._strides) or self.accepts(inputs)
-        )
+        ) and all(t.data_ptr() % _ALIGNMENT == 0 for t in inputs)
         if usable:
             try:
                 out = self.kernel(*inputs)
@@ -106,6 +107,11 @@ class LoadedKernel:
         self._single = isinstance(out, torch.Tensor)
         self._plain = all(a is b for a, b in zip(fresh, raw))
         return fresh
+
+
+# The judge verifies kernels on inputs that start on fresh allocations; an input that starts
+# elsewhere (a view with an offset) may break a kernel's vector loads: the reference runs it.
+_ALIGNMENT = 16
 
 
 def _aliases(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -> bool:
@@ -231,22 +237,20 @@ class KernelMismatch(RuntimeError):
 def _smoke_test(kernel: LoadedKernel, task_module: Any) -> None:
     """One run of the kernel and its reference on the task's own inputs before the kernel is used:
     a damaged or mismatched cache entry is caught here, never in a user's forward pass. (The
-    judge verified the kernel thoroughly; this only guards the way from the cache to the graph.)"""
+    judge verified the kernel thoroughly; this only guards the way from the cache to the graph.)
+    The kernel gets its own copies with the inputs' exact layouts (a broadcast stays stride 0, a
+    transpose stays transposed), so a kernel that ignores strides is caught here too."""
     with torch.no_grad():
         inputs = list(task_module.get_inputs())
-        got = _as_output_list(kernel.kernel(*[t.clone() for t in inputs]))
+        got = _as_output_list(kernel.kernel(*[clone_layout(t) if isinstance(t, torch.Tensor) else t for t in inputs]))
         want = _as_output_list(kernel.reference(*inputs))
-    if len(got) != len(want):
-        raise KernelMismatch(f"kernel returns {len(got)} outputs, the task {len(want)}")
-    for i, (g, w) in enumerate(zip(got, want)):
-        if g.shape != w.shape or g.dtype != w.dtype:
-            raise KernelMismatch(f"output {i}: kernel gives {tuple(g.shape)} {g.dtype}, task {tuple(w.shape)} {w.dtype}")
-        tol = tolerance(w.dtype)
-        if w.is_floating_point() and not torch.allclose(g, w, rtol=tol, atol=tol, equal_nan=True):
-            err = (g.float() - w.float()).abs().max().item()
-            raise KernelMismatch(f"output {i}: kernel differs from the task by up to {err:.3g}")
-        if not w.is_floating_point() and not torch.equal(g, w):
-            raise KernelMismatch(f"output {i}: kernel differs from the task")
+    bad = compare_outputs(got, want, None)
+    if bad is None:
+        return
+    if not bad.total_elements:
+        raise KernelMismatch(bad.message)
+    raise KernelMismatch(f"output {bad.output}: {bad.bad_elements} of {bad.total_elements} elements differ from the task "
+                         f"(max abs error {bad.max_abs_error:.3g})")
 
 
 def register(kernel: LoadedKernel) -> None:

@@ -3,8 +3,8 @@
 Each `*.py` file in DIR (not starting with `_`) defines `Model`, `get_inputs()` and
 `get_init_inputs()`. For each task, in a fresh process: the task's `Model` compiled by the kevin
 backend (mode `cache`, the user's kernel cache) and by Inductor; kevin's outputs checked against
-eager's on two seeded input sets with the judge's comparison (shape, dtype, NaN/Inf, tolerance by
-dtype: `kevin_backend.judge.tolerance`); Inductor's checked alike, for reference; then eager,
+eager's on two seeded input sets with the judge's comparison (`kevin_backend.judge.compare`: shape,
+dtype, NaN/Inf, eager standing in for the exact reference); Inductor's checked alike, for reference; then eager,
 Inductor and kevin timed, interleaved, under the judge's protocol.
 
 KernelBench's metric: fast_p is the fraction of all tasks whose kevin outputs are correct and that

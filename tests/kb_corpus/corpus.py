@@ -9,10 +9,10 @@ An expectation names judge Reason names (ACCEPTED, MISMATCH, NAN_INF, INPUT_MUTA
 REPLAYED_OUTPUT, SHAPE_MISMATCH, DTYPE_MISMATCH, ILLEGAL_ADDRESS, ...) or static rule ids
 (`no-try-except`, `no-pytorch-compute`, ...); several acceptable outcomes are separated by `|`.
 
-    from kb_corpus.corpus import load_corpus
+    from kb_corpus.corpus import load_corpus, verdict_matches
     for case in load_corpus():
         result = judge.judge(case.problem_source, case.candidate_source)
-        assert result.reason.name in case.expect or <a rule in case.expect is among result.violations>
+        assert verdict_matches(case, result.reason.name, [v.rule for v in result.violations])
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 __all__ = ["CorpusCase", "ROOT", "PROBLEMS", "CANDIDATES", "load_corpus", "problem_names", "problem_source",
-           "parse_expect", "is_rule_id"]
+           "parse_expect", "is_rule_id", "verdict_matches"]
 
 ROOT = Path(__file__).resolve().parent
 PROBLEMS = ROOT / "problems"
@@ -51,6 +52,14 @@ class CorpusCase:
 def is_rule_id(expectation: str) -> bool:
     """Static rule ids are lower-case with dashes (`no-try-except`); Reason names are upper case."""
     return expectation == expectation.lower() and "-" in expectation
+
+
+def verdict_matches(case: CorpusCase, reason: str, rules: Iterable[str] = ()) -> bool:
+    """Whether a verdict (a Reason name, and the ids of the static rules broken, if any) is one the
+    case expects: its Reason name, or for a static expectation one of the expected rules broken."""
+    if reason in case.expect:
+        return True
+    return any(is_rule_id(v) for v in case.expect) and bool(case.expect & set(rules))
 
 
 def parse_expect(candidate_source: str, name: str = "<candidate>") -> frozenset[str]:

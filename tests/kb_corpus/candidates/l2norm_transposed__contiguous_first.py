@@ -4,9 +4,9 @@ Expect: ACCEPTED
 
 The simple, safe way with a non-contiguous input: forward makes a row-major copy (a layout
 change, which the judge allows) and the kernel assumes row-major rows: a block of 256 threads per
-row, a warp-shuffle plus shared-memory sum of squares, then x * (1 / norm)... written as x / norm
-to match the model's division. The host function also checks contiguity, so the copy cannot be
-forgotten silently.
+row, a warp-shuffle plus shared-memory sum of squares, then every element divided by the norm,
+as the model divides. The host function also checks contiguity, so the copy cannot be forgotten
+silently.
 """
 import torch
 import torch.nn as nn
