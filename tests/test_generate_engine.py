@@ -155,3 +155,43 @@ def test_kevin_generate_needs_a_gpu_here(tmp_path: Path, capsys: pytest.CaptureF
     (tmp_path / "replies.json").write_text(json.dumps([HONEST[0].source]))
     code = main(["--cache-dir", str(tmp_path / "c"), "generate", str(tmp_path / "task.py"), "--policy", f"replay:{tmp_path / 'replies.json'}"])
     assert code == 2 and "CUDA GPU" in capsys.readouterr().err
+
+
+class _ShortOfMemory:
+    """A judge that cannot get GPU memory (RESOURCE): its own failure, no verdict on any kernel."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def judge(self, task_source: str, candidate_source: str) -> JudgeResult:
+        self.calls += 1
+        return JudgeResult(Stage.RUN, Reason.RESOURCE, feedback="the judge could not get GPU memory while making inputs")
+
+
+def test_a_search_cut_short_by_the_judges_failure_decides_nothing(tmp_path: Path) -> None:
+    from kevin_backend.cache.store import KernelCache
+    from kevin_backend.config import Config
+    from kevin_backend.generate.generator import SearchIncomplete
+
+    judge = _ShortOfMemory()
+    policy = ReplayPolicy([reply(HONEST[0].source, "S", "a fused kernel")] * 4)
+    config = Config(cache_dir=tmp_path / "cache")
+    generator = SearchGenerator(policy, judge, SearchConfig(trajectories=1, turns=3), config,
+                                log=TrajectoryLog(tmp_path / "log.jsonl"))
+    task = KernelTask.from_program("gated", GATED_TASK, "cpu")
+    key = CacheKey(task.graph_hash, task.inputs, "NVIDIA H200", "9.0", "2.11.0", "13.0")
+    with pytest.raises(SearchIncomplete, match="RESOURCE"):
+        generator.generate(task, key)
+    result = generator.results[-1]
+    assert judge.calls == 2 and len(result.records) == 1  # judged again once, then the search stopped
+    assert result.incomplete and policy.calls == 1
+    with pytest.raises(ValueError):
+        result.decision(key, task)
+    with KernelCache(config.cache_dir) as cache:
+        assert cache.get(key) is None
+
+
+def test_a_model_server_that_dies_part_way_leaves_no_decision(tmp_path: Path) -> None:
+    policy = ReplayPolicy([reply(TRY_EXCEPT, "S", "first")])  # one answer, then it fails like a dead server
+    result = Engine(policy, Judge(tmp_path / "b"), SearchConfig(trajectories=1, turns=3)).search(GATED_TASK, "gated")
+    assert result.stopped.startswith("policy error") and result.incomplete and len(result.records) == 1

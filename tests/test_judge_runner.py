@@ -110,3 +110,53 @@ def test_printed_text_cannot_pose_as_a_verdict() -> None:
     source = candidate(f"        print({fake!r})\n        raise ValueError('no kernel here')\n")
     out = judge(source)
     assert out.reason == "RUNTIME_ERROR"
+
+
+LAYOUT_TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, xt, row):
+        return xt * 2.0 + row
+
+
+def get_inputs():
+    # published style: made on the CPU; a transposed view and a stride-0 broadcast
+    return [torch.randn(48, 64).t(), torch.randn(48).expand(64, 48)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+_LAYOUT_CANDIDATE = (
+    "import numpy as np\nimport torch\nimport torch.nn as nn\n\n\n"
+    "class ModelNew(nn.Module):\n    def forward(self, xt, row):\n{body}"
+)
+# numpy reads a tensor through its strides: an honest "kernel"
+BY_STRIDES = _LAYOUT_CANDIDATE.format(body="        return torch.from_numpy((xt.numpy() * 2.0 + row.numpy()).astype(np.float32))\n")
+# reads every input's memory as if it were a dense row-major array of its shape
+AS_DENSE = _LAYOUT_CANDIDATE.format(body=(
+    "        def dense(t):\n"
+    "            flat = np.lib.stride_tricks.as_strided(t.numpy(), t.shape, (t.shape[1] * 4, 4))\n"
+    "            return flat\n"
+    "        return torch.from_numpy((dense(xt) * 2.0 + dense(row)).astype(np.float32))\n"))
+
+
+def test_inputs_arrive_with_the_task_layouts_and_a_stride_ignoring_kernel_is_told_which() -> None:
+    out = run_in_sandbox(LAYOUT_TASK, BY_STRIDES, FAST)
+    assert out.reason == "ACCEPTED", out.feedback
+    assert out.device == "cpu" and out.memory is not None and out.memory["exact"] == "float64"
+    bad = run_in_sandbox(LAYOUT_TASK, AS_DENSE, FAST)
+    assert bad.reason in ("MISMATCH", "NAN_INF"), bad.feedback
+    assert "right when every input is contiguous" in bad.feedback
+    assert "input 0: shape [64, 48], strides (1, 64)" in bad.feedback
+    assert "input 1: shape [64, 48], strides (0, 1)" in bad.feedback
+
+
+def test_the_judges_own_failure_is_not_the_candidates() -> None:
+    broken_task = TASK.replace("return torch.sigmoid(x) * w + 1.0", "raise RuntimeError('the reference itself is broken')")
+    out = run_in_sandbox(broken_task, HONEST, FAST)
+    assert out.reason == "INFRA" and "reference" in out.feedback, (out.reason, out.feedback)

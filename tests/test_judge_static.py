@@ -8,6 +8,8 @@ import pytest
 from judge_cases import HONEST, RUNTIME_HACKS, STATIC_HACKS, Case
 from kevin_backend.judge.candidate import Candidate, CandidateError
 from kevin_backend.judge.static import check, strip_cpp
+from kevin_backend.judge.static_judge import judge_static
+from kevin_backend.judge.result import Reason
 
 
 @pytest.mark.parametrize("case", STATIC_HACKS, ids=lambda c: c.name)
@@ -177,3 +179,37 @@ def test_launch_bounds_after_void_names_the_kernel() -> None:
     source = HONEST[0].source.replace("__global__ void gated_kernel(", "__global__ void __launch_bounds__(256) gated_kernel(")
     assert "__launch_bounds__(256) gated_kernel" in source
     assert check(Candidate.parse(source)) == ()
+
+
+@pytest.mark.parametrize("call", ["x.clamp_min(0.0)", "x.sigmoid_()", "x.expm1()", "x.log1p()", "x.cumprod(0)", "x.sign()",
+                                  "x.to(torch.float16)", "x.float()", "x.nan_to_num()", "x.abs_()"])
+def test_any_tensor_method_outside_the_allowlist_is_pytorch_compute(call: str) -> None:
+    """A forward that computes part of the work with PyTorch before its kernel: the rule is an
+    allowlist of view and metadata methods, so no compute method is missed."""
+    from judge_cases import program
+
+    source = program(f"calls {call} first", forward=f"x = {call}\n        return ext.gated(x.contiguous(), w.contiguous())")
+    result = judge_static(source)
+    assert result.reason is Reason.RULE_VIOLATION
+    assert [v.rule for v in result.violations] == ["no-pytorch-compute"], result.feedback
+    assert call.split(".")[1].split("(")[0] in result.feedback
+
+
+def test_compute_hidden_in_a_helper_method_or_function_is_found_and_views_are_allowed() -> None:
+    from judge_cases import program
+
+    helper = program("a helper method computes", forward="return self.prep(x, w)",
+                     init="\n    def prep(self, x, w):\n        return ext.gated(x.clamp_min(0.0), w)\n")
+    assert "clamp_min" in judge_static(helper).feedback
+    views = program("views, metadata, moves and allocation only",
+                    forward="n = x.size(0) * x.stride(0)\n        x = x.to(x.device).view(x.size(0), -1).contiguous()\n"
+                            "        out = x.new_zeros(x.shape)\n        out.zero_()\n        return ext.gated(x, w.cuda())")
+    assert judge_static(views).reason is Reason.STATIC_OK, judge_static(views).feedback
+
+
+def test_computing_tensor_methods_in_cpp_host_code_are_rejected() -> None:
+    from judge_cases import _CUDA_OK, program
+
+    cuda = _CUDA_OK.replace("auto out = torch::empty_like(x);", "auto out = torch::empty_like(x);\n    x = x.clamp_min(0.0);")
+    result = judge_static(program("host code computes", cuda=cuda))
+    assert any(v.rule == "no-pytorch-compute" and "clamp_min" in v.message for v in result.violations)

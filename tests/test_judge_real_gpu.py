@@ -1,0 +1,237 @@
+"""The judge on real tasks, on a GPU: KernelBench problems whose inputs are made on the CPU and
+weigh hundreds of megabytes, inputs with their true layouts (stride-0 broadcasts, transposes),
+the runtime's load check on those layouts, and bounded memory beside another process (a verdict
+when it fits, RESOURCE and no cached decision when it does not)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import torch
+
+from kb_corpus.corpus import load_corpus, problem_source
+
+pytestmark = pytest.mark.gpu
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+CASES = {c.name: c for c in load_corpus()}
+
+
+@pytest.fixture(scope="module")
+def judge():  # type: ignore[no-untyped-def]
+    from kevin_backend.config import Config
+    from kevin_backend.judge.judge import Judge
+    from kevin_backend.judge.runner import RunConfig
+
+    return Judge(Config.from_env().cache_dir / "builds", RunConfig(trials=5, warmup=1, inductor=False))
+
+
+@needs_gpu
+def test_an_honest_candidate_for_a_cpu_input_problem_is_accepted_and_its_key_names_the_gpu(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from kevin_backend.cache.key import make_key
+    from kevin_backend.cli.main import main
+    from kevin_backend.types import KernelTask
+
+    case = CASES["gelu__float4_tail"]
+    assert "torch.randn(batch_size, dim)" in case.problem_source  # made on the CPU, as published
+    (tmp_path / "problem.py").write_text(case.problem_source)
+    (tmp_path / "candidate.py").write_text(case.candidate_source)
+    from kevin_backend.config import Config
+
+    code = main(["--cache-dir", str(Config.from_env().cache_dir), "eval", str(tmp_path / "problem.py"), str(tmp_path / "candidate.py"),
+                 "--json", "--trials", "10"])
+    verdict = json.loads(capsys.readouterr().out)
+    print({k: verdict[k] for k in ("reason", "device", "exact", "memory", "timings")})
+    assert code == 0 and verdict["reason"] == "ACCEPTED", verdict["feedback"]
+    assert verdict["device"] == f"cuda:{torch.cuda.current_device()}" and verdict["exact"] == "float64"
+    assert verdict["memory"]["task_bytes"] >= 2 * (256 << 20)  # >= 256 MB of inputs (and as much output)
+    task = KernelTask.from_program("gelu", case.problem_source)
+    key = make_key(task)
+    assert key.gpu == torch.cuda.get_device_name() and {s.device for s in task.inputs} == {"cuda"}
+
+
+@needs_gpu
+@pytest.mark.parametrize("problem, strides", [("l2norm_transposed", (1, 8192)), ("add_broadcast", (0, 1))])
+def test_inputs_reach_the_candidate_with_the_task_strides(problem: str, strides: tuple[int, int]) -> None:
+    from kevin_backend.judge.inputs import make_input_set
+    from kevin_backend.types import load_program
+
+    values = make_input_set(load_program(problem_source(problem), problem), 11, "cuda").values
+    assert values[-1].is_cuda and values[-1].stride() == strides
+
+
+@needs_gpu
+def test_a_kernel_that_ignores_strides_is_rejected_naming_the_input_and_its_strides(judge) -> None:  # type: ignore[no-untyped-def]
+    case = CASES["l2norm_transposed__ignores_strides"]
+    result = judge.judge(case.problem_source, case.candidate_source)
+    print(result.reason.name, result.feedback[:600])
+    assert result.reason.name == "MISMATCH"
+    assert "input 0: shape [8192, 16384], strides (1, 8192)" in result.feedback
+    honest = CASES["l2norm_transposed__strided_thread_per_row"]
+    assert judge.judge(honest.problem_source, honest.candidate_source).reason.name == "ACCEPTED"
+
+
+RUNTIME_TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x / torch.norm(x, p=2, dim=1, keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(16384, 8192, device="cuda").t()]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@needs_gpu
+def test_the_runtime_load_check_catches_a_kernel_that_ignores_strides() -> None:
+    from kevin_backend.backend import runtime
+    from kevin_backend.cache.entry import CacheEntry, EntryKind
+    from kevin_backend.cache.key import make_key
+    from kevin_backend.types import KernelTask
+
+    task = KernelTask.from_program("l2norm_t", RUNTIME_TASK)
+    assert task.inputs[0].stride == (1, 8192)
+    key = make_key(task)
+    wrong = CacheEntry(key, EntryKind.KERNEL, task, CASES["l2norm_transposed__ignores_strides"].candidate_source)
+    with pytest.raises(runtime.KernelMismatch):
+        runtime.load_entry(wrong)
+    honest = CacheEntry(key, EntryKind.KERNEL, task, CASES["l2norm_transposed__strided_thread_per_row"].candidate_source)
+    kernel = runtime.load_entry(honest)
+    x = torch.randn(16384, 8192, device="cuda").t()
+    out = kernel([x])[0]
+    assert torch.allclose(out, x / torch.norm(x, p=2, dim=1, keepdim=True), rtol=1e-4, atol=1e-6)
+
+
+ELEMENTWISE = '''
+import torch
+import torch.nn as nn
+
+n = {n}
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(n)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+ELEMENTWISE_KERNEL = r'''"""A grid-stride relu * 2 with 64-bit indices."""
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void relu2_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        y[i] = (v > 0.0f ? v : 0.0f) * 2.0f;
+    }
+}
+
+torch::Tensor relu2(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int64_t n = x.numel();
+    relu2_kernel<<<132 * 16, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+
+ext = load_inline(name="relu2_ext", cpp_sources="torch::Tensor relu2(torch::Tensor x);", cuda_sources=cuda_source,
+                  functions=["relu2"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.relu2(x.contiguous())
+'''
+
+
+@pytest.fixture
+def other_process() -> Iterator:  # type: ignore[type-arg]
+    """Start a process that holds a share of the GPU's memory, as a user's training job would."""
+    procs: list[subprocess.Popen] = []  # type: ignore[type-arg]
+
+    def hold(nbytes: int) -> None:
+        code = (f"import torch, time\nt = torch.empty({nbytes}, dtype=torch.uint8, device='cuda')\n"
+                "print('held', flush=True)\ntime.sleep(900)\n")
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        assert p.stdout is not None and p.stdout.readline().strip() == "held"
+
+    yield hold
+    for p in procs:
+        p.kill()
+        p.wait()
+    time.sleep(1)
+
+
+@needs_gpu
+def test_a_task_of_a_tenth_of_the_gpu_beside_a_process_holding_half_gets_a_verdict(judge, other_process) -> None:  # type: ignore[no-untyped-def]
+    free, total = torch.cuda.mem_get_info()
+    other_process(total // 2)
+    n = int(total * 0.10) // 4
+    result = judge.judge(ELEMENTWISE.format(n=n), ELEMENTWISE_KERNEL)
+    memory = result.memory or {}
+    print(result.reason.name, result.exact, {k: f"{v / 2**30:.2f} GiB" if isinstance(v, int) else v for k, v in memory.items()})
+    assert result.reason.name == "ACCEPTED", result.feedback
+    assert memory["task_bytes"] >= 2 * n * 4
+    assert 0 <= memory["judge_extra_bytes"] <= memory["budget_bytes"] == 3 * memory["task_bytes"]
+
+
+@needs_gpu
+def test_with_memory_withheld_the_outcome_is_resource_and_nothing_is_decided(judge, other_process, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from kevin_backend.cache.key import make_key
+    from kevin_backend.cache.store import KernelCache
+    from kevin_backend.config import Config
+    from kevin_backend.generate.engine import SearchConfig
+    from kevin_backend.generate.generator import SearchGenerator, SearchIncomplete
+    from kevin_backend.generate.log import TrajectoryLog
+    from kevin_backend.generate.prompts import build_messages, feedback_for, Turn
+    from kevin_backend.generate.replay import ReplayPolicy
+    from kevin_backend.types import KernelTask
+
+    free, total = torch.cuda.mem_get_info()
+    n = int(total * 0.10) // 4
+    task_source = ELEMENTWISE.format(n=n)
+    other_process(free - n * 4 // 2)  # leaves half of one input's memory
+    result = judge.judge(task_source, ELEMENTWISE_KERNEL)
+    print(result.reason.name, result.feedback[:300])
+    assert result.reason.name == "RESOURCE" and result.judge_side
+    assert feedback_for(result) == ""
+    reply = f"```python\n{ELEMENTWISE_KERNEL}\n```\nSummary: a grid-stride kernel"
+    config = Config(cache_dir=tmp_path / "cache")
+    task = KernelTask.from_program("relu2", task_source)
+    key = make_key(task)
+    generator = SearchGenerator(ReplayPolicy([reply] * 4), judge, SearchConfig(trajectories=1, turns=2), config,
+                                log=TrajectoryLog(tmp_path / "log.jsonl"))
+    with pytest.raises(SearchIncomplete, match="RESOURCE"):
+        generator.generate(task, key)
+    with KernelCache(config.cache_dir) as cache:
+        assert cache.get(key) is None
+    turn = Turn.of(generator.results[-1].records[0].step.reply, generator.results[-1].records[0].step.result)
+    text = "\n".join(m["content"] for m in build_messages(task_source, "GPU", [turn], 100_000))
+    assert "a grid-stride kernel" not in text and "could not get" not in text
