@@ -146,8 +146,7 @@ def test_chunked_comparison_finds_the_same_element_as_a_whole_one(monkeypatch: p
     got = eager.clone()
     got[50, 7, 29] += 0.01
     whole = verdict(got, eager, exact)
-    monkeypatch.setattr(compare, "CHUNK", 7)  # rows of 30 split, several rows of 40 x 30 per block impossible
-    monkeypatch.setattr(compare, "_blocks", lambda shape, limit=7, f=compare._blocks: f(shape, limit))
+    monkeypatch.setattr(compare, "_limit", lambda elements: 7)  # blocks of at most 7 elements: rows of 30 split
     chunked = verdict(got, eager, exact)
     assert whole is not None and chunked is not None
     assert whole.first_bad_index == chunked.first_bad_index == (50, 7, 29) and whole.bad_elements == chunked.bad_elements == 1

@@ -49,7 +49,7 @@ def test_honest_candidates_are_accepted(judge: Judge, case: Case) -> None:
 def test_runtime_hacks_are_rejected_with_the_right_reason(judge: Judge, case: Case) -> None:
     result = judge.judge(GATED_TASK, case.source)
     print(case.name, result.reason.name, result.feedback[:200])
-    assert result.reason.name == case.expect, result.feedback
+    assert result.reason.name in case.expect.split("|"), result.feedback
     assert result.score == 0.0
 
 

@@ -44,7 +44,7 @@ import torch
 
 __all__ = ["Bound", "BOUNDS", "FALLBACK_RTOL", "OutputCheck", "Mismatch", "compare_outputs", "output_list", "CHUNK"]
 
-CHUNK = 1 << 22  # elements compared at a time
+CHUNK = 1 << 22  # the most elements compared at a time (a sixteenth of the output at most: `_limit`)
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def _exact_mismatch(i: int, g: torch.Tensor, w: torch.Tensor) -> Mismatch | None
         return None
     count = 0
     first: tuple[int, ...] | None = None
-    for index in _blocks(w.shape):
+    for index in _blocks(w.shape, _limit(w.numel())):
         differ = g[index] != w[index]
         n = int(differ.sum())
         if n and first is None:
@@ -165,7 +165,7 @@ def _float_mismatch(i: int, g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | 
     nonfinite = 0
     first: Mismatch | None = None
     max_abs = max_rel = worst = 0.0
-    for index in _blocks(w.shape):
+    for index in _blocks(w.shape, _limit(w.numel())):
         gc, wc = g[index].double(), w[index].double()
         ec = e[index].double() if e is not None else wc
         # where the exact run is not finite but eager is, eager is the reference
@@ -212,7 +212,7 @@ def _statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int = 1 << 20)
     picked: list[torch.Tensor] = []
     n = w.numel()
     step = max(1, n // samples)
-    for index in _blocks(w.shape):
+    for index in _blocks(w.shape, _limit(n)):
         wc = w[index].double()
         ec = e[index].double() if e is not None else wc
         finite = torch.isfinite(ec)
@@ -229,6 +229,12 @@ def _statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int = 1 << 20)
         return scale, 0.0
     k = max(1, math.ceil(0.99 * values.numel()))
     return scale, float(values.kthvalue(k).values)
+
+
+def _limit(elements: int) -> int:
+    """Elements per block: a sixteenth of the output (a block's float64 temporaries then stay well
+    under the output's own size), between 2^16 and CHUNK."""
+    return max(1 << 16, min(CHUNK, elements // 16))
 
 
 def _blocks(shape: Sequence[int], limit: int = CHUNK) -> Iterator[tuple[slice, ...]]:

@@ -31,7 +31,7 @@ from kevin_backend.placement import placed_on
 
 __all__ = [
     "to_device", "span", "same_layout_empty", "clone_layout", "copy_values", "fingerprint",
-    "layout_text", "make_input_set", "InputSet", "MIXED_RANGES", "tensor_bytes",
+    "layout_text", "make_input_set", "InputSet", "MIXED_RANGES", "tensor_bytes", "work_chunk",
 ]
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -102,7 +102,14 @@ def layout_text(t: torch.Tensor) -> str:
 _MIX = 0x9E3779B97F4A7C15
 
 
-def fingerprint(values: Sequence[Any], chunk: int = 1 << 24) -> tuple[int, ...]:
+def work_chunk(elements: int) -> int:
+    """Elements handled at a time by the judge's passes over a tensor (hashing, changing values,
+    comparing): a sixteenth of it, between 2^16 and 2^22, so their temporary memory stays a small
+    share of the task's, whatever its size."""
+    return max(1 << 16, min(1 << 22, elements // 16))
+
+
+def fingerprint(values: Sequence[Any]) -> tuple[int, ...]:
     """One 64-bit hash per tensor of the bits of the memory it spans, in chunks (no copy of the
     inputs is kept to see whether a candidate changed them)."""
     out = []
@@ -113,6 +120,7 @@ def fingerprint(values: Sequence[Any], chunk: int = 1 << 24) -> tuple[int, ...]:
         region = _region(v.detach())
         bits = _as_int(region)
         total = 0
+        chunk = work_chunk(bits.numel())
         for start in range(0, bits.numel(), chunk):
             part = bits[start:start + chunk].to(torch.int64)
             weights = torch.arange(start, start + part.numel(), device=part.device, dtype=torch.int64)
@@ -134,8 +142,6 @@ def _as_int(region: torch.Tensor) -> torch.Tensor:
         region = torch.view_as_real(region).reshape(-1)
     return region.view(kinds[region.element_size()])
 
-
-_CHUNK = 1 << 24  # elements changed at a time (bounded temporary memory)
 
 # The exponent ranges tried for a mixed-scale input set, widest first: a set whose reference
 # overflows (inf or NaN where the plain set is finite) is made again with the next one.
@@ -178,8 +184,9 @@ def make_input_set(task: Any, seed: int, device: torch.device | str, exponent_ra
     for region, dtype in _shared_regions(values):
         if not dtype.is_floating_point:
             continue
-        for start in range(0, region.numel(), _CHUNK):
-            part = region[start:start + _CHUNK]
+        chunk = work_chunk(region.numel())
+        for start in range(0, region.numel(), chunk):
+            part = region[start:start + chunk]
             part.masked_fill_(part == 0, 0.5)  # never zeros: they hide unwritten outputs and wrong indexing
             if exponent_range:
                 exps = torch.randint(-exponent_range, exponent_range + 1, part.shape, device=device, generator=generator)

@@ -128,7 +128,7 @@ def poison(device: torch.device, output_bytes: Sequence[int]) -> None:
             if size > 0:
                 blobs.append(torch.full((max(1, size // 4),), float("nan"), device=device))
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        rest = min(cached, sum(output_bytes) + _POISON_SLACK)
+        rest = min(cached, sum(output_bytes) + min(_POISON_SLACK, sum(output_bytes)))
         if rest >= 4:
             blobs.append(torch.full((rest // 4,), float("nan"), device=device))
     except torch.OutOfMemoryError:

@@ -466,11 +466,12 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
 
     # replay check: the same buffers, new values
     run.phase("inputs")
+    del measure, compiled
     fresh = make_input_set(run.task, job["seeds"][-1] + 1000, run.device)
-    for buf, new in zip(values, fresh.values):
+    for k, buf in enumerate(values):
         if isinstance(buf, torch.Tensor):
-            copy_values(buf, new)
-    del fresh
+            copy_values(buf, fresh.values[k])
+    del fresh  # (no name may keep one of its tensors alive: the replay needs that memory)
     again = _candidate_forward(run, values, "replay")
     run.phase("reference")
     want = _eager(run, inputs)
