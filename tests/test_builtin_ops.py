@@ -424,6 +424,7 @@ def test_every_supported_op_has_a_numerical_case() -> None:
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_matches_pytorch(case: Case, results: dict[str, torch.Tensor]) -> None:
     want = case.fn(*[POOLS[name] for name in case.inputs])
+    exact = case.fn(*[POOLS[name].double() for name in case.inputs]) if case.tight and want.dtype == torch.float32 else None
     got = results[case.name]
     if want.dtype in (torch.float16, torch.bfloat16):
         got = got.to(want.dtype)  # what the kernel's store does
@@ -431,6 +432,13 @@ def test_matches_pytorch(case: Case, results: dict[str, torch.Tensor]) -> None:
     got = got.float()
     if case.exact:
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    elif case.tight and exact is not None:
+        # near zero PyTorch's own float32 result can be ulps off (its vectorised erf differs by
+        # CPU): relative accuracy against the float64 result, allowing what PyTorch itself misses
+        exact = exact.expand(N)
+        err, allowed = (got.double() - exact).abs(), 1e-5 * exact.abs() + 4 * (want.double() - exact).abs() + 1e-38
+        same = (got.double() == exact) | (got.isnan() & exact.isnan())
+        assert bool((same | (err <= allowed)).all()), f"max error {float(err.nan_to_num(0).max()):.3g}"
     elif case.tight:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=0, equal_nan=True)
     else:

@@ -89,6 +89,7 @@ class Run:
     exact_dtype: torch.dtype | None = None  # decided on the first input set
     output_bytes: tuple[int, ...] = ()
     candidate_ran: bool = False
+    reference_temps: int = 0  # the most eager allocated beyond its outputs, in bytes
     current: str = "setup"  # the phase now running
     checks: list[list[dict[str, Any]]] = field(default_factory=list)  # per set, per output: the comparison's figures
 
@@ -176,9 +177,20 @@ def _candidate_failure(run: Run, what: str, exc: BaseException) -> dict[str, Any
 
 
 def _eager(run: Run, inputs: InputSet) -> list[Any]:
+    """Eager's outputs; on a GPU it also measures what eager needs beyond its inputs and outputs
+    (the exact run needs as much again, upcast)."""
+    before = 0
+    if run.ledger.cuda:
+        run.ledger.observe()
+        before = torch.cuda.memory_allocated(run.device)
+        torch.cuda.reset_peak_memory_stats(run.device)
     with torch.no_grad():
         out = output_list(run.reference(*inputs.values))
     _sync(run.device)
+    if run.ledger.cuda:
+        made = sum(v.numel() * v.element_size() for v in out if isinstance(v, torch.Tensor))
+        run.reference_temps = max(run.reference_temps, torch.cuda.max_memory_allocated(run.device) - before - made)
+        run.ledger.peak = max(run.ledger.peak, torch.cuda.max_memory_allocated(run.device) - run.ledger.baseline)
     return out
 
 
@@ -244,7 +256,9 @@ def _plan_exact(run: Run, inputs: InputSet, want: Sequence[Any], reference_temps
             continue
         if run.ledger.fits(int(data * factor)):
             return dtype
-        run.ledger.notes.append(f"a {dtype} reference needs about {data * factor / 2**30:.2f} GiB more: not taken")
+        run.ledger.notes.append(f"a {dtype} reference needs about {data * factor / 2**30:.2f} GiB more "
+                                f"(held {run.ledger.held() / 2**30:.2f} GiB, task {run.ledger.task_bytes / 2**30:.2f} GiB, "
+                                f"available {run.ledger.available() / 2**30:.2f} GiB): not taken")
     return None
 
 
@@ -278,12 +292,9 @@ def _exact(run: Run, inputs: InputSet, exact_model: list[torch.nn.Module]) -> li
 
 def _correctness(run: Run, index: int, seed: int, exact_model: list[torch.nn.Module]) -> dict[str, Any] | None:
     """Check the candidate on input set `index`: an outcome when it fails, else None."""
-    held_before = run.ledger.held()
-    if run.ledger.cuda:
-        torch.cuda.reset_peak_memory_stats(run.device)
     ref = _reference_set(run, seed, mixed=index % 2 == 1)
     if index == 0:
-        _size_the_task(run, ref, held_before, exact_model)
+        _size_the_task(run, ref, exact_model)
     run.ledger.observe()
     run.phase("exact")
     exact = _exact(run, ref.inputs, exact_model)
@@ -308,16 +319,13 @@ def _correctness(run: Run, index: int, seed: int, exact_model: list[torch.nn.Mod
     return None
 
 
-def _size_the_task(run: Run, ref: _Reference, held_before: int, exact_model: list[torch.nn.Module]) -> None:
+def _size_the_task(run: Run, ref: _Reference, exact_model: list[torch.nn.Module]) -> None:
     """The first set fixes the task's size (its inputs and outputs), hence the judge's memory
     bound, and whether an exact run fits in it."""
     output_bytes = [v.numel() * v.element_size() for v in ref.want if isinstance(v, torch.Tensor)]
     run.output_bytes = tuple(output_bytes)
     run.ledger.task_bytes = sum(tensor_bytes(v) for v in ref.inputs.tensors) + sum(output_bytes)
-    temps = 0
-    if run.ledger.cuda:  # what eager needed beyond its inputs and outputs
-        temps = max(0, torch.cuda.max_memory_allocated(run.device) - run.ledger.baseline - held_before - run.ledger.task_bytes)
-    run.exact_dtype = _plan_exact(run, ref.inputs, ref.want, temps)
+    run.exact_dtype = _plan_exact(run, ref.inputs, ref.want, max(0, run.reference_temps))
     if run.exact_dtype is not None:
         run.phase("exact")
         exact_model.append(copy.deepcopy(run.reference).to(run.exact_dtype))
@@ -424,7 +432,7 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
     except Exception as exc:  # noqa: BLE001 - whose failure it is depends on whose code was running
         outcome = (_candidate_failure(state, "forward", exc) if state.current in CANDIDATE_PHASES
                    else _judge_failure(state, f"in its step '{state.current}'", exc))
-    outcome["memory"] = state.ledger.report().as_dict()
+    outcome["memory"] = {**state.ledger.report().as_dict(), "notes": state.ledger.notes}
     outcome["device"] = str(device)
     if state.ledger.notes:
         outcome["notes"] = state.ledger.notes
