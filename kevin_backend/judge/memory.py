@@ -40,10 +40,6 @@ class MemoryReport:
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "MemoryReport | None":
-        return None if not data else cls(**{k: data[k] for k in cls.__dataclass_fields__})  # type: ignore[attr-defined]
-
 
 @dataclass
 class MemoryLedger:

@@ -32,13 +32,13 @@ import json
 import sys
 import traceback
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kevin_backend.judge.compare import Mismatch, OutputCheck, compare_outputs, output_list
+from kevin_backend.judge.compare import Mismatch, compare_outputs, output_list
 from kevin_backend.judge.inputs import (
     MIXED_RANGES, InputSet, clone_layout, copy_values, fingerprint, layout_text, make_input_set, tensor_bytes, to_device,
 )
@@ -91,7 +91,6 @@ class Run:
     candidate_ran: bool = False
     reference_temps: int = 0  # the most eager allocated beyond its outputs, in bytes
     current: str = "setup"  # the phase now running
-    checks: list[list[dict[str, Any]]] = field(default_factory=list)  # per set, per output: the comparison's figures
 
     def phase(self, name: str) -> None:
         self.current = name
@@ -309,11 +308,9 @@ def _correctness(run: Run, index: int, seed: int, exact_model: list[torch.nn.Mod
     for k, (a, b) in enumerate(zip(fingerprint(ref.inputs.values), ref.after)):
         if a != b:
             return _error("INPUT_MUTATED", "correctness", f"input {k} was changed by the forward")
-    checks: list[OutputCheck] = []
-    bad = compare_outputs(got, ref.want, exact, checks)
+    bad = compare_outputs(got, ref.want, exact)
     if bad is not None:
         return _mismatch_outcome(run, bad, index, ref.inputs, ref.want, exact)
-    run.checks.append([{"exact": c.exact, "worst_ratio": c.worst_ratio, **c.stats} for c in checks])
     _scrub(ref.want)
     _scrub(exact or [])
     return None
@@ -434,10 +431,6 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
                    else _judge_failure(state, f"in its step '{state.current}'", exc))
     outcome["memory"] = {**state.ledger.report().as_dict(), "notes": state.ledger.notes}
     outcome["device"] = str(device)
-    if state.ledger.notes:
-        outcome["notes"] = state.ledger.notes
-    if state.checks:
-        outcome["checks"] = state.checks
     return outcome
 
 
