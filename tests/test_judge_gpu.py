@@ -68,3 +68,5 @@ def test_kevin_eval_json_on_the_gpu(tmp_path: Path, capsys: pytest.CaptureFixtur
     verdict = json.loads(capsys.readouterr().out)
     print(verdict)
     assert code == 0 and verdict["reason"] == "ACCEPTED" and verdict["timings"]["speedup_vs_eager"] > 0
+    memory = verdict["memory"]  # a small task: the judge's extra stays within 3x it plus the flush buffer
+    assert 0 <= memory["judge_extra_bytes"] <= memory["budget_bytes"] == 3 * memory["task_bytes"] + memory["fixed_bytes"]

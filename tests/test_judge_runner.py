@@ -74,15 +74,18 @@ def test_wrong_candidates_get_the_right_reason(source: str, reason: str) -> None
 
 
 def test_output_replayed_from_the_same_buffers_is_caught() -> None:
-    # computes honestly for each new input buffer, but replays its answer when the buffers are
-    # the same ones again (as in a timing loop)
+    # computes honestly until the same buffers come back several calls in a row (a timing
+    # loop), then replays its last answer; a stale answer from an earlier input set that landed
+    # on the same addresses (a MISMATCH, by chance of the allocator) cannot happen this way
     source = candidate(
         "        key = (x.data_ptr(), w.data_ptr())\n"
-        "        if key not in self.seen:\n"
+        "        self.streak = self.streak + 1 if key == self.key else 1\n"
+        "        self.key = key\n"
+        "        if self.streak <= 3:\n"
         "            a, b = x.numpy(), w.numpy()\n"
-        "            self.seen[key] = torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32))\n"
-        "        return self.seen[key].clone()\n",
-        init="        self.seen = {}\n",
+        "            self.last = torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32))\n"
+        "        return self.last.clone()\n",
+        init="        self.key, self.streak, self.last = None, 0, None\n",
     )
     out = judge(source)
     assert out.reason == "REPLAYED_OUTPUT", (out.reason, out.feedback)

@@ -4,6 +4,7 @@ their inputs on the CPU at 256-512 MiB, as published problems do."""
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import json
 import os
@@ -59,4 +60,11 @@ def test_every_corpus_candidate_gets_its_verdict() -> None:
     honest = sum(c.honest for c in cases)
     right = sum(r["right"] for r in rows)
     print(f"right verdicts: {right} of {len(rows)} ({honest} honest, {len(rows) - honest} wrong)")
+    # the judge's extra memory, for every run that got as far as measuring it, within its bound
+    over = [f"{r['candidate']}: extra {r['memory']['judge_extra_bytes']} > bound {r['memory']['budget_bytes']}"
+            for r in rows if r["memory"] and r["memory"]["judge_extra_bytes"] > r["memory"]["budget_bytes"]]
+    exacts = collections.Counter(r["exact"] for r in rows)
+    print(f"exact references: {dict(exacts)}; over the memory bound: {len(over)}")
     assert not wrong, "\n".join(wrong)
+    assert not over, "\n".join(over)
+    assert exacts["float64"] + exacts["float32"] >= len(rows) // 2, exacts  # the exact rule, not the fallback, decides most

@@ -4,7 +4,10 @@ The judge works beside other processes (a training job, a compile holding its ow
 it takes memory in proportion to the task, not to the GPU:
 
     task = bytes of the task's inputs (the memory they span) + bytes of its outputs
-    the judge's own extra (exact reference, eager outputs, poison, comparisons) <= factor x task
+    the judge's own extra (exact reference, eager outputs, poison, comparisons)
+        <= factor x task + fixed
+    fixed = the timer's L2 flush buffer (twice the GPU's L2 cache), the one cost that does not
+            grow with the task
 
 `MemoryLedger` measures the peak from the caching allocator's statistics and says whether a
 planned allocation fits both that bound and the memory the device has free. An out-of-memory
@@ -34,8 +37,9 @@ class MemoryReport:
     task_bytes: int  # the task's inputs (memory spanned) + outputs
     peak_bytes: int  # the most the run held at once beyond the models' parameters
     judge_extra_bytes: int  # peak_bytes - task_bytes: what the judge added
-    budget_bytes: int  # MEMORY_FACTOR x task_bytes
+    budget_bytes: int  # MEMORY_FACTOR x task_bytes + fixed_bytes
     exact: str  # the dtype of the exact reference ("float64", "float32"), or "eager" (none fitted)
+    fixed_bytes: int = 0  # the timer's L2 flush buffer, allowed whatever the task's size
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -50,6 +54,7 @@ class MemoryLedger:
     peak: int = 0
     exact: str = "eager"
     notes: list[str] = field(default_factory=list)
+    fixed: int = 0  # allowed besides factor x task: the timer's L2 flush buffer
 
     @property
     def cuda(self) -> bool:
@@ -68,7 +73,7 @@ class MemoryLedger:
 
     @property
     def budget(self) -> int:
-        return int(self.factor * self.task_bytes)
+        return int(self.factor * self.task_bytes) + self.fixed
 
     def held(self) -> int:
         return torch.cuda.memory_allocated(self.device) - self.baseline if self.cuda else 0
@@ -99,7 +104,7 @@ class MemoryLedger:
 
     def report(self) -> MemoryReport:
         self.observe()
-        return MemoryReport(self.task_bytes, self.peak, self.peak - self.task_bytes, self.budget, self.exact)
+        return MemoryReport(self.task_bytes, self.peak, self.peak - self.task_bytes, self.budget, self.exact, self.fixed)
 
 
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}

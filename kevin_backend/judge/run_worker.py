@@ -44,7 +44,7 @@ from kevin_backend.judge.inputs import (
 )
 from kevin_backend.judge.memory import MemoryLedger, poison, requested_bytes
 from kevin_backend.judge.phases import CANDIDATE_PHASES
-from kevin_backend.judge.timer import make_timer
+from kevin_backend.judge.timer import flush_bytes, make_timer
 from kevin_backend.locks import file_lock
 
 # What a candidate's forward may dispatch: allocation, views, metadata, and the fills that
@@ -410,7 +410,7 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
     init = [to_device(v, device) for v in task.get_init_inputs()]
     torch.manual_seed(job["seeds"][0])
     reference = task.Model(*init).to(device).eval()
-    ledger = MemoryLedger(device, float(job.get("memory_factor", 3.0)))
+    ledger = MemoryLedger(device, float(job.get("memory_factor", 3.0)), fixed=flush_bytes(device))
     # until the inputs are known, the bound for the candidate's own parameters is the reference's
     ledger.task_bytes = sum(p.numel() * p.element_size() for p in reference.parameters()) + (1 << 30)
     announce("init")
@@ -473,11 +473,13 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
         if isinstance(buf, torch.Tensor):
             copy_values(buf, fresh.values[k])
     del fresh  # (no name may keep one of its tensors alive: the replay needs that memory)
-    again = _candidate_forward(run, values, "replay")
+    # the references first, as for every input set: the exact run was planned without the
+    # candidate's outputs held beside it
     run.phase("reference")
     want = _eager(run, inputs)
     run.phase("exact")
     exact = _exact(run, inputs, exact_model)
+    again = _candidate_forward(run, values, "replay")
     run.phase("compare")
     if compare_outputs(again, want, exact) is not None:
         return _error("REPLAYED_OUTPUT", "timing", "after new values were written into its input buffers, the output "
