@@ -47,7 +47,7 @@ def main() -> int:
         for label, threads, reuse in passes:
             # the judge's workers take this from the environment (they default to 1 when it is unset)
             os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = threads or str(os.cpu_count() or 1)
-            judge.reuse_inductor = reuse
+            judge.reuse_references = reuse
             t0 = time.perf_counter()
             with concurrent.futures.ThreadPoolExecutor(len(programs)) as pool:
                 results = list(pool.map(lambda p: judge.judge(p[0].source, p[1]), programs))

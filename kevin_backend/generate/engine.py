@@ -2,7 +2,9 @@
 
     engine = Engine(policy, judge, SearchConfig(trajectories=16, turns=8, beam=4))
     result = engine.search(task_source, name="task")     # a SearchResult
-    entry = result.decision(key, task, margin=0.03)       # KERNEL if the best beat Inductor, else INDUCTOR
+    entry = result.decision(key, task, margin=0.03, retime=SandboxRetimer(judge))
+    # KERNEL if the best (lowest kernel time) beat Inductor by the margin beyond the noise when
+    # re-timed against it, else INDUCTOR; SearchIncomplete if the re-timing itself failed
 
 One search runs N trajectories for up to T turns. Each turn:
 
@@ -28,14 +30,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from kevin_backend.cache.entry import CacheEntry, EntryKind, Timings
+from kevin_backend.cache.entry import CacheEntry, EntryKind, Retiming, Timings
 from kevin_backend.cache.key import CacheKey
+from kevin_backend.judge.decide import RetimeOutcome, decide
 from kevin_backend.generate.policy import Message, Policy, PolicyError, Reply, Sampling
 from kevin_backend.generate.prompts import Turn, build_messages, extract_code, prompt_version
 from kevin_backend.judge.result import JudgeResult, Reason, Stage
 from kevin_backend.types import KernelTask
 
-__all__ = ["Judging", "SearchConfig", "TurnRecord", "SearchResult", "Engine", "select_beam", "Progress"]
+__all__ = ["Judging", "Retimer", "SearchConfig", "SearchIncomplete", "TurnRecord", "SearchResult", "Engine", "select_beam",
+           "Progress"]
 
 log = logging.getLogger("kevin_backend.generate")
 
@@ -44,6 +48,19 @@ class Judging(Protocol):
     """What the engine needs of a judge (`kevin_backend.judge.judge.Judge` is one)."""
 
     def judge(self, task_source: str, candidate_source: str) -> JudgeResult: ...
+
+
+class Retimer(Protocol):
+    """What a decision needs to re-time the winner against Inductor (`judge.decide.SandboxRetimer`
+    is one): per-round paired times, or the failure and whose it was."""
+
+    def __call__(self, task_source: str, kernel_source: str) -> RetimeOutcome: ...
+
+
+class SearchIncomplete(RuntimeError):
+    """The search could not reach a decision worth caching: no GPU to judge on, the judge's own
+    failure (memory, an error of its own, a failed re-timing of the winner), or the model server's
+    failure part-way. The task stays pending and a later prewarm tries it again."""
 
 
 @dataclass(frozen=True)
@@ -107,9 +124,11 @@ class SearchResult:
 
     @property
     def best(self) -> TurnRecord | None:
-        """The correct turn with the highest speedup over eager (None if none was correct)."""
-        correct = [r for r in self.records if r.correct and r.speedup is not None]
-        return max(correct, key=lambda r: (r.speedup, -r.turn)) if correct else None
+        """The correct turn with the lowest kernel time (None if none was correct); the earlier
+        turn on a tie. Not the highest speedup over eager: eager is timed again beside every
+        candidate, so a fast eager sample would let a slower kernel look better."""
+        correct = [r for r in self.records if r.correct and r.result is not None and r.result.timings.kernel_ms]
+        return min(correct, key=lambda r: (r.result.timings.kernel_ms, r.turn, r.trajectory)) if correct else None  # type: ignore[union-attr]
 
     @property
     def prompt_tokens(self) -> int:
@@ -119,10 +138,22 @@ class SearchResult:
     def completion_tokens(self) -> int:
         return sum(r.step.reply.completion_tokens for r in self.records)
 
-    def decision(self, key: CacheKey, task: KernelTask, margin: float = 0.03) -> CacheEntry:
-        """The cache entry this search earns: the best kernel if it beats Inductor by `margin`,
-        else Inductor (so the task is not generated again), with the reason. A search cut short
-        by the judge's or the model server's failure earns none (ValueError)."""
+    def decision(self, key: CacheKey, task: KernelTask, margin: float = 0.03, retime: Retimer | None = None,
+                 confidence: float = 0.95) -> CacheEntry:
+        """The cache entry this search earns, with its reason:
+
+        * no correct kernel, or the best one (`best`) under 1 + `margin` times Inductor's speed by
+          the judge's timings: INDUCTOR (so the task is not generated again);
+        * otherwise, with `retime`: the best kernel and Inductor's code re-timed, interleaved
+          (`judge/decide.py`); KERNEL when the lower confidence bound of Inductor's time over the
+          kernel's exceeds 1 + margin, else INDUCTOR; the entry carries the rounds, the bound and
+          the reason (`CacheEntry.retiming`). A kernel that crashed, hung or raised while re-timed
+          is not kept. A failure of the judge's own (its worker, memory, a timeout of its steps)
+          decides nothing: SearchIncomplete;
+        * without `retime` (a scripted judge, no GPU): KERNEL on the judge's timings alone, said
+          so in the reason.
+
+        A search cut short by the judge's or the model server's failure earns none (ValueError)."""
         if self.incomplete:
             raise ValueError(f"no decision from an incomplete search: {self.incomplete}")
         best = self.best
@@ -131,13 +162,33 @@ class SearchResult:
                               reason=f"no correct kernel in {len(self.records)} turns ({self.stopped})")
         t = best.result.timings
         timings = Timings(eager_ms=t.eager_ms, inductor_ms=t.inductor_ms, kernel_ms=t.kernel_ms)
+        record = best.result.as_dict()
         vs_inductor = t.speedup_vs_inductor
         if vs_inductor is None or vs_inductor < 1.0 + margin:
             shown = "not measured" if vs_inductor is None else f"{vs_inductor:.3f}x"
-            return CacheEntry(key, EntryKind.INDUCTOR, task, None, timings, self.policy, best.result.as_dict(),
+            return CacheEntry(key, EntryKind.INDUCTOR, task, None, timings, self.policy, record,
                               reason=f"best kernel {shown} of Inductor's speed; needs {1 + margin:.2f}x")
         assert best.step.code is not None
-        return CacheEntry(key, EntryKind.KERNEL, task, best.step.code, timings, self.policy, best.result.as_dict())
+        if retime is None:
+            return CacheEntry(key, EntryKind.KERNEL, task, best.step.code, timings, self.policy, record,
+                              reason=f"best kernel {vs_inductor:.3f}x of Inductor's speed by the judge's timings (not re-timed)")
+        outcome = retime(task.source, best.step.code)
+        if not outcome.ok and outcome.judge_side:
+            raise SearchIncomplete(f"the re-timing of the best kernel failed on the judge's side: {outcome.failure}")
+        if not outcome.ok:
+            return CacheEntry(key, EntryKind.INDUCTOR, task, None, timings, self.policy, record,
+                              reason=f"best kernel not kept: it failed its re-timing: {outcome.failure}")
+        try:
+            verdict = decide(outcome.kernel_ms, outcome.inductor_ms, margin, confidence)
+        except ValueError as exc:  # rounds missing or a time not positive: the measurement, not the kernel
+            raise SearchIncomplete(f"the re-timing of the best kernel gave no usable rounds: {exc}") from None
+        retiming = Retiming(outcome.kernel_ms, outcome.inductor_ms, verdict.ratio, verdict.bound, margin, confidence,
+                            verdict.keep, verdict.reason, outcome.trials, outcome.device, outcome.protocol)
+        if verdict.keep:
+            return CacheEntry(key, EntryKind.KERNEL, task, best.step.code, timings, self.policy, record,
+                              reason=verdict.reason, retiming=retiming)
+        return CacheEntry(key, EntryKind.INDUCTOR, task, None, timings, self.policy, record,
+                          reason=f"best kernel {verdict.reason}", retiming=retiming)
 
 
 @dataclass
@@ -283,6 +334,19 @@ class Engine:
                 result = JudgeResult(Stage.RUN, Reason.INFRA, feedback=f"the judge failed: {type(exc).__name__}: {exc}")
             return code, result, time.perf_counter() - t0
 
+        many = getattr(self.judge, "evaluate_many", None)
+        if many is not None:  # the judge's own batch: every build at once, then its worker pool
+            codes = [extract_code(r.text) if r.ok else None for r in replies]
+            todo = [c for c in codes if c is not None]
+            t0 = time.perf_counter()
+            try:
+                results = iter(many(task_source, todo, workers or self.config.judge_workers))
+            except Exception as exc:  # the judge's own failure: no verdict on any candidate
+                log.exception("the judge failed on a batch of candidates")
+                failed = JudgeResult(Stage.RUN, Reason.INFRA, feedback=f"the judge failed: {type(exc).__name__}: {exc}")
+                results = iter([failed] * len(todo))
+            each = (time.perf_counter() - t0) / max(1, len(todo))
+            return [(c, next(results), each) if c is not None else (None, None, 0.0) for c in codes]
         workers = max(1, min(workers or self.config.judge_workers, len(replies)))
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(one, replies))

@@ -1,27 +1,39 @@
 """The judge, stage by stage: static rules, builds, the sandboxed run, and the verdict.
 
     judge = Judge(build_root)
-    result = judge.judge(task_source, candidate_source)   # a JudgeResult
+    result = judge.judge(task_source, candidate_source)            # a JudgeResult
+    results = judge.evaluate_many(task_source, [c1, c2, ...])       # several, through the pool
+    judge.close()                                                   # the pool's workers end
+
+Runs go to a pool of long-lived sandboxed workers (`pool.py`; `workers=0` starts a fresh process
+per run instead). The eager and Inductor references are timed once per task, GPU and software
+versions (`ReferenceTimes`, kept on disk beside the builds), not again for every candidate.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
+import json
 import logging
+import os
 import threading
 import time
+import weakref
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
 from kevin_backend.judge.build import Builder, BuildResult, BuildSpec
 from kevin_backend.judge.candidate import Candidate
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Mismatch, Reason, Stage
-from kevin_backend.judge.runner import RunConfig, run_in_sandbox
+from kevin_backend.judge.pool import WorkerPool
+from kevin_backend.judge.runner import RunConfig, RunOutcome, run_in_sandbox
 from kevin_backend.judge.static_judge import judge_static
 
-__all__ = ["Judge", "SUSPICIOUS_SPEEDUP"]
+__all__ = ["Judge", "ReferenceTimes", "SUSPICIOUS_SPEEDUP"]
 
 log = logging.getLogger("kevin_backend.judge")
 
@@ -29,19 +41,119 @@ log = logging.getLogger("kevin_backend.judge")
 SUSPICIOUS_SPEEDUP = 10.0
 
 
+class ReferenceTimes:
+    """The eager and Inductor times of a task's references, measured once per (task, GPU,
+    software versions, timing protocol) and kept as small JSON files under `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._lock = threading.Lock()
+        self._known: dict[str, tuple[float, float | None]] = {}
+
+    @staticmethod
+    def key(task_source: str, config: RunConfig, arch: str) -> str:
+        import torch
+
+        gpu = torch.cuda.get_device_name(torch.device(config.device or "cuda")) if torch.cuda.is_available() else "cpu"
+        versions = f"{torch.__version__} {torch.version.cuda} {gpu} {arch}"
+        protocol = f"{config.trials} {config.warmup} {config.seeds[0]} {config.inductor}"
+        return hashlib.sha256(f"{versions}\n{protocol}\n{task_source}".encode()).hexdigest()[:32]
+
+    def get(self, key: str) -> tuple[float, float | None] | None:
+        with self._lock:
+            if key in self._known:
+                return self._known[key]
+        try:
+            data = json.loads((self.root / f"{key}.json").read_text())
+            value = (float(data["eager_ms"]), None if data.get("inductor_ms") is None else float(data["inductor_ms"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # not measured yet, or a damaged file: measured again
+        with self._lock:
+            self._known[key] = value
+        return value
+
+    def put(self, key: str, eager_ms: float, inductor_ms: float | None) -> None:
+        with self._lock:
+            self._known.setdefault(key, (eager_ms, inductor_ms))
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = self.root / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+            tmp.write_text(json.dumps({"eager_ms": eager_ms, "inductor_ms": inductor_ms, "measured": time.time()}))
+            os.replace(tmp, self.root / f"{key}.json")
+        except OSError as exc:
+            log.warning("could not keep the reference times: %s", exc)
+
+
 class Judge:
-    """`reuse_inductor`: Inductor's time for a task is measured with the first candidate that
-    reaches timing and reused for the later candidates of the same task (same trials, same
-    inputs, same GPU), which then skip compiling the reference; each worker process would
-    otherwise spend seconds compiling the same baseline again."""
+    """`workers`: the size of the pool of sandboxed workers runs go to (0: a fresh process per
+    run). `reuse_references`: the references' times are measured with the first candidate of a
+    task that reaches timing and reused for the later ones (same protocol, same GPU, same
+    software), which then skip timing and compiling them."""
 
     def __init__(self, build_root: Path, config: RunConfig = RunConfig(), jobs: int | None = None,
-                 reuse_inductor: bool = True) -> None:
+                 reuse_references: bool = True, workers: int = 4, max_jobs_per_worker: int = 64) -> None:
         self.builder = Builder(Path(build_root), jobs=jobs)
         self.config = config
-        self.reuse_inductor = reuse_inductor
-        self._inductor_ms: dict[str, float] = {}
+        self.reuse_references = reuse_references
+        self.references = ReferenceTimes(self.builder.root / "reference_times")
+        self.workers = workers
+        self.max_jobs_per_worker = max_jobs_per_worker
+        self._pool: WorkerPool | None = None
         self._lock = threading.Lock()
+
+    @property
+    def pool(self) -> WorkerPool | None:
+        if self.workers <= 0:
+            return None
+        with self._lock:
+            if self._pool is None:
+                self._pool = WorkerPool(self.workers, self.max_jobs_per_worker)
+                weakref.finalize(self, self._pool.close)  # a judge dropped unclosed ends its workers
+            return self._pool
+
+    def close(self) -> None:
+        """End the pool's workers (a later call starts new ones)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> "Judge":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def evaluate_many(self, task_source: str, candidates: Sequence[str], at_once: int | None = None) -> list[JudgeResult]:
+        """Verdicts on several candidates for one task, in order: their builds first, all at once,
+        then the runs, as many at once as the pool has workers."""
+        if not candidates:
+            return []
+        self._prebuild(candidates)
+        at_once = at_once or max(1, self.workers)
+        with concurrent.futures.ThreadPoolExecutor(min(at_once, len(candidates))) as threads:
+            return list(threads.map(lambda c: self.judge(task_source, c), candidates))
+
+    def _prebuild(self, candidates: Sequence[str]) -> None:
+        """Build every extension of `candidates` at once (failures are reported by `judge`)."""
+        import torch
+
+        if not torch.cuda.is_available():
+            return
+        major, minor = torch.cuda.get_device_capability(self.device)
+        specs = []
+        for source in candidates:
+            if judge_static(source).reason is not Reason.STATIC_OK:
+                continue
+            try:
+                specs += [BuildSpec.of(ext, f"{major}.{minor}") for ext in Candidate.parse(source).extensions]
+            except Exception:  # noqa: BLE001 - a candidate the parser refuses is judged (and refused) later
+                continue
+        if specs:
+            try:
+                self.builder.build_many(specs)
+            except Exception:  # noqa: BLE001 - each candidate's own build is tried again in `judge`
+                log.exception("building a batch of candidates failed")
 
     def judge(self, task_source: str, candidate_source: str) -> JudgeResult:
         """The verdict on one candidate. A failure of the judge's own machinery (memory, a build
@@ -78,16 +190,16 @@ class Judge:
         # shared by every judge using this build root).
         config = dataclasses.replace(self.config, build_root=str(self.builder.root), arch=arch, device=str(device),
                                      gpu_lock=str(self.builder.root / f"gpu{device.index}.lock"))
-        baseline = hashlib.sha256(f"{arch} {device} {config.trials} {config.warmup} {config.seeds[0]}\n{task_source}".encode()).hexdigest()
-        with self._lock:
-            known = self._inductor_ms.get(baseline) if self.reuse_inductor and config.inductor else None
-        result = self._run(task_source, candidate_source, dataclasses.replace(config, inductor=known is None and config.inductor),
-                           build_seconds)
+        key = ReferenceTimes.key(task_source, config, arch)
+        known = self.references.get(key) if self.reuse_references else None
+        run_config = config if known is None else dataclasses.replace(config, eager=False, inductor=False)
+        result = self._run(task_source, candidate_source, run_config, build_seconds)
         if known is not None and result.timings.kernel_ms is not None:
-            result = dataclasses.replace(result, timings=dataclasses.replace(result.timings, inductor_ms=known))
-        elif known is None and result.timings.inductor_ms is not None:
-            with self._lock:
-                self._inductor_ms.setdefault(baseline, result.timings.inductor_ms)
+            result = dataclasses.replace(result, timings=dataclasses.replace(result.timings, eager_ms=known[0],
+                                                                             inductor_ms=known[1]))
+        elif known is None and result.timings.eager_ms is not None and (result.timings.inductor_ms is not None
+                                                                      or not config.inductor):
+            self.references.put(key, result.timings.eager_ms, result.timings.inductor_ms)
 
         # 4. an implausible speedup must hold up on fresh, larger input sets before it counts
         t = result.timings
@@ -116,7 +228,8 @@ class Judge:
         return JudgeResult(Stage.BUILD, reason, feedback=result.error, build_seconds=seconds)
 
     def _run(self, task: str, candidate: str, config: RunConfig, build_seconds: float) -> JudgeResult:
-        outcome = run_in_sandbox(task, candidate, config)
+        pool = self.pool
+        outcome: RunOutcome = pool.run(task, candidate, config) if pool is not None else run_in_sandbox(task, candidate, config)
         mismatch = None
         if outcome.mismatch:
             mismatch = Mismatch.from_dict(outcome.mismatch)

@@ -1,6 +1,12 @@
 """The sandboxed side of the judge: runs one candidate against its task in this (worker) process.
 
     python -m kevin_backend.judge.run_worker < job.json     # prints one JSON line: the outcome
+    python -m kevin_backend.judge.run_worker --serve        # a pool's worker: one job per line
+
+A pool's worker (`pool.py`) keeps torch and CUDA initialised and, per task, the reference model,
+its float64 copy and its Inductor-compiled form; every candidate still gets a fresh module
+namespace, its outputs are scrubbed, the references' parameters are fingerprinted after each
+candidate (a change ends the worker) and the parent replaces the worker after any error.
 
 A crash, hang, illegal address or out-of-memory here ends this process, never the judge; the
 parent (`runner.py`) reads the exit status, the output and the last phase this worker announced
@@ -28,11 +34,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
+import hashlib
 import json
 import sys
 import traceback
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
@@ -91,6 +99,7 @@ class Run:
     candidate_ran: bool = False
     reference_temps: int = 0  # the most eager allocated beyond its outputs, in bytes
     current: str = "setup"  # the phase now running
+    state: "TaskState | None" = None  # what the worker keeps of the task between candidates
 
     def phase(self, name: str) -> None:
         self.current = name
@@ -280,6 +289,8 @@ def _exact(run: Run, inputs: InputSet, exact_model: list[torch.nn.Module]) -> li
         run.exact_dtype = None
         run.ledger.exact = "eager"
         exact_model.clear()
+        if run.state is not None and exact_model is run.state.exact_model:
+            run.state.forget_exact()
         return None
     finally:
         del values
@@ -323,9 +334,14 @@ def _size_the_task(run: Run, ref: _Reference, exact_model: list[torch.nn.Module]
     run.output_bytes = tuple(output_bytes)
     run.ledger.task_bytes = sum(tensor_bytes(v) for v in ref.inputs.tensors) + sum(output_bytes)
     run.exact_dtype = _plan_exact(run, ref.inputs, ref.want, max(0, run.reference_temps))
-    if run.exact_dtype is not None:
+    if run.exact_dtype is not None and (not exact_model or getattr(exact_model[0], "kevin_dtype", None) != run.exact_dtype):
         run.phase("exact")
-        exact_model.append(copy.deepcopy(run.reference).to(run.exact_dtype))
+        exact_model.clear()
+        model = copy.deepcopy(run.reference).to(run.exact_dtype)
+        model.kevin_dtype = run.exact_dtype  # a worker keeps it for the task's next candidates
+        exact_model.append(model)
+        if run.state is not None and exact_model is run.state.exact_model:
+            run.state.mark()
     run.ledger.exact = "eager" if run.exact_dtype is None else str(run.exact_dtype).removeprefix("torch.")
 
 
@@ -383,20 +399,100 @@ def _layout_diagnosis(run: Run, inputs: InputSet, strided: list[tuple[int, torch
 # -- the whole run ----------------------------------------------------------------------------
 
 
-def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: None) -> dict[str, Any]:
-    announce("setup")
+@dataclass
+class TaskState:
+    """What a worker keeps of one task between candidates: the task's module, its init inputs on
+    the device, the seeded reference, its exact (float64) copy and its Inductor-compiled form."""
+
+    task: types.ModuleType
+    init: list[Any]
+    reference: torch.nn.Module
+    exact_model: list[torch.nn.Module] = field(default_factory=list)
+    compiled: Any = None
+    exact_planned: bool = False
+
+    marked: tuple[int, ...] = ()
+
+    def fingerprint(self) -> tuple[int, ...]:
+        """The bits of every reference's parameters and buffers: a candidate that wrote into them
+        (out of bounds) leaves a different fingerprint."""
+        tensors = [t for m in (self.reference, *self.exact_model) for t in (*m.parameters(), *m.buffers())]
+        return fingerprint(tensors) if tensors else ()
+
+    def forget_exact(self) -> None:
+        """The exact copy is gone: only the reference's own tensors stay checked."""
+        self.marked = self.marked[:sum(1 for _ in (*self.reference.parameters(), *self.reference.buffers()))]
+
+    def mark(self) -> None:
+        self.marked = self.fingerprint()
+
+    def intact(self) -> bool:
+        return self.fingerprint() == self.marked
+
+
+class TaskStates:
+    """A worker's task states, the most recently used kept (each holds a model on the GPU)."""
+
+    def __init__(self, keep: int = 2) -> None:
+        self.keep = keep
+        self.states: dict[str, TaskState] = {}
+
+    def get(self, key: str) -> TaskState | None:
+        state = self.states.pop(key, None)
+        if state is not None:
+            self.states[key] = state  # most recent last
+        return state
+
+    def put(self, key: str, state: TaskState) -> None:
+        self.states[key] = state
+        while len(self.states) > self.keep:
+            self.states.pop(next(iter(self.states)))
+
+    def intact(self) -> bool:
+        return all(state.intact() for state in self.states.values())
+
+
+_ANSWERING: set[tuple[str, str | None]] = set()
+
+
+def _device_of(job: dict[str, Any]) -> torch.device:
     device = torch.device(job.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
         torch.cuda.set_device(device)
-    if job.get("build_root") is not None:
+    return device
+
+
+def _task_state(job: dict[str, Any], device: torch.device, states: TaskStates | None) -> TaskState:
+    key = hashlib.sha256(f"{device} {job['seeds'][0]}\n{job['task']}".encode()).hexdigest()
+    state = states.get(key) if states is not None else None
+    if state is not None:
+        return state
+    task = _load(job["task"], "kevin_task")
+    # KernelBench's placement: each model built (seeded alike) where its program makes it, then
+    # moved with the init inputs to the device under test.
+    init = [to_device(v, device) for v in task.get_init_inputs()]
+    torch.manual_seed(job["seeds"][0])
+    state = TaskState(task, init, task.Model(*init).to(device).eval())
+    if states is not None:
+        state.mark()
+        states.put(key, state)
+    return state
+
+
+def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: None,
+        states: TaskStates | None = None) -> dict[str, Any]:
+    announce("setup")
+    device = _device_of(job)
+    if job.get("build_root") is not None and (job["build_root"], job.get("arch")) not in _ANSWERING:
         # For this worker's whole life: a candidate may call load_inline in __init__ or forward too.
         from pathlib import Path
 
         from kevin_backend.judge.build import Builder, answering_load_inline
 
         _WORKER_LIFETIME.enter_context(answering_load_inline(Builder(Path(job["build_root"]), jobs=1), job.get("arch")))
-    task = _load(job["task"], "kevin_task")
+        _ANSWERING.add((job["build_root"], job.get("arch")))
+    task_state = _task_state(job, device, states)
     announce("load")
     try:
         candidate = _load(job["candidate"], "kevin_candidate")
@@ -404,20 +500,16 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
         return _error("RUNTIME_ERROR", "run", f"loading the candidate failed: {type(exc).__name__}: {exc}")
     if not hasattr(candidate, "ModelNew"):
         return _error("NO_MODELNEW", "run", "the program defines no ModelNew")
-    # KernelBench's placement: each model built (seeded alike) where its program makes it, then
-    # moved with the init inputs to the device under test.
     announce("setup")
-    init = [to_device(v, device) for v in task.get_init_inputs()]
-    torch.manual_seed(job["seeds"][0])
-    reference = task.Model(*init).to(device).eval()
+    reference = task_state.reference
     ledger = MemoryLedger(device, float(job.get("memory_factor", 3.0)), fixed=flush_bytes(device))
     # until the inputs are known, the bound for the candidate's own parameters is the reference's
     ledger.task_bytes = sum(p.numel() * p.element_size() for p in reference.parameters()) + (1 << 30)
     announce("init")
     torch.manual_seed(job["seeds"][0])
-    state = Run(job, task, reference, reference, device, ledger, announce, current="init")
+    state = Run(job, task_state.task, reference, reference, device, ledger, announce, current="init", state=task_state)
     try:
-        state.model = candidate.ModelNew(*init).to(device).eval()
+        state.model = candidate.ModelNew(*task_state.init).to(device).eval()
     except Exception as exc:  # noqa: BLE001
         return {**_candidate_failure(state, "ModelNew(...)", exc), "device": str(device)}
     ledger.task_bytes = 0
@@ -435,7 +527,7 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
 
 
 def _judge(run: Run) -> dict[str, Any]:
-    exact_model: list[torch.nn.Module] = []
+    exact_model: list[torch.nn.Module] = run.state.exact_model if run.state is not None else []
     for index, seed in enumerate(run.job["seeds"]):
         bad = _correctness(run, index, seed, exact_model)
         if bad is not None:
@@ -453,15 +545,20 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
     compiled = None
     if job.get("inductor", True):
         run.phase("inductor")
-        with torch.no_grad():
+        compiled = run.state.compiled if run.state is not None else None
+        if compiled is None:
             compiled = torch.compile(run.reference)
+        if run.state is not None:
+            run.state.compiled = compiled  # compiled once per worker and task
+        with torch.no_grad():
             compiled(*values)
     lock = file_lock(job["gpu_lock"]) if job.get("gpu_lock") else contextlib.nullcontext()
     with torch.no_grad(), lock:
         run.phase("timing-candidate")
         kernel_ms = measure(lambda: run.model(*values))
         run.phase("timing-reference")
-        eager_ms = measure(lambda: run.reference(*values))
+        # the references' times are measured once per task and GPU (the judge keeps them)
+        eager_ms = measure(lambda: run.reference(*values)) if job.get("eager", True) else None
         inductor_ms = measure(lambda: compiled(*values)) if compiled is not None else None
     run.ledger.observe()
 
@@ -487,7 +584,49 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
     return {"stage": "timing", "reason": "ACCEPTED", "kernel_ms": kernel_ms, "eager_ms": eager_ms, "inductor_ms": inductor_ms}
 
 
+def serve() -> int:
+    """A pool's worker: torch and CUDA initialised once, then one job per line of stdin, each
+    answered like a single run. After each candidate the outputs are gone, the allocator's
+    cache is released and the kept references are fingerprinted: a reference that changed (a
+    candidate wrote out of bounds into it) ends the worker, as does a CUDA error; the parent
+    replaces it."""
+    if torch.cuda.is_available():
+        torch.cuda.init()
+    states = TaskStates()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        token = job.pop("token")
+
+        def announce(phase: str, token: str = token) -> None:
+            print(f"{token} phase {phase}", flush=True)
+
+        try:
+            outcome = run(job, announce, states)
+        except Exception as exc:  # noqa: BLE001 - before the run began: the judge's own failure
+            outcome = _judge_failure(None, "setting up the run", exc)
+        gc.collect()
+        healthy = True
+        try:
+            announce("cleanup")
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+            healthy = states.intact()
+        except Exception:  # noqa: BLE001 - a CUDA error left behind: this worker is done
+            healthy = False
+        outcome["worker_healthy"] = healthy
+        print(f"{token} {json.dumps(outcome, default=float)}", flush=True)
+        if not healthy:
+            return 0
+    return 0
+
+
 def main() -> int:
+    if "--serve" in sys.argv[1:]:
+        return serve()
     job = json.loads(sys.stdin.read())
     token = job.pop("token")
 

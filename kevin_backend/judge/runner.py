@@ -21,7 +21,7 @@ from typing import Any
 from kevin_backend.config import child_env
 from kevin_backend.judge.phases import CANDIDATE_PHASES
 
-__all__ = ["RunConfig", "RunOutcome", "run_in_sandbox"]
+__all__ = ["RunConfig", "RunOutcome", "job_of", "outcome_of", "run_in_sandbox", "worker_env"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class RunConfig:
     warmup: int = 10
     timeout: float = 300.0  # seconds for the whole run
     inductor: bool = True  # also time the Inductor-compiled reference
+    eager: bool = True  # also time the eager reference
     build_root: str | None = None  # the judge's build cache: candidates' load_inline is answered from it
     arch: str | None = None
     grow: int = 1  # correctness on inputs this many times larger along the shared batch dimension
@@ -61,7 +62,7 @@ _SIGNS = (
 )
 
 
-def _worker_env() -> dict[str, str]:
+def worker_env() -> dict[str, str]:
     # Inductor compiles one small reference per worker: in-process, without starting a pool of
     # compile processes in every one of the judge's concurrent workers (unless the user chose).
     env = child_env(PYTHONUNBUFFERED="1")
@@ -69,19 +70,16 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = RunConfig()) -> RunOutcome:
-    """Run `candidate_source` against `task_source` in a fresh worker process."""
-    # The verdict line carries a token only the worker knows, so text the candidate prints cannot
-    # pose as a verdict.
-    token = secrets.token_hex(16)
-    job = {
-        "token": token,
+def job_of(task_source: str, candidate_source: str, config: RunConfig) -> dict[str, Any]:
+    """The job a worker runs (without its token)."""
+    return {
         "task": task_source,
         "candidate": candidate_source,
         "seeds": list(config.seeds),
         "trials": config.trials,
         "warmup": config.warmup,
         "inductor": config.inductor,
+        "eager": config.eager,
         "build_root": config.build_root,
         "arch": config.arch,
         "grow": config.grow,
@@ -89,35 +87,51 @@ def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = 
         "device": config.device,
         "memory_factor": config.memory_factor,
     }
+
+
+def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = RunConfig()) -> RunOutcome:
+    """Run `candidate_source` against `task_source` in a fresh worker process (a `WorkerPool`
+    runs many in a few long-lived ones)."""
+    # The verdict line carries a token only the worker knows, so text the candidate prints cannot
+    # pose as a verdict.
+    token = secrets.token_hex(16)
+    job = {"token": token, **job_of(task_source, candidate_source, config)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "kevin_backend.judge.run_worker"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, env=_worker_env(),
+        start_new_session=True, env=worker_env(),
     )
+    timed_out = False
     try:
         out, err = proc.communicate(json.dumps(job), timeout=config.timeout)
     except subprocess.TimeoutExpired:
+        timed_out = True
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         out, err = proc.communicate()
-        phase = _last_phase(out, token)
+    return outcome_of(_verdict(out, token), _last_phase(out, token), err or "", timed_out, config.timeout, proc.returncode)
+
+
+def outcome_of(verdict: dict[str, Any] | None, phase: str, err: str, timed_out: bool, timeout: float,
+               returncode: int | None) -> RunOutcome:
+    """A worker's end as a verdict: its verdict line, or whose failure its death or hang was."""
+    if timed_out:
         if phase not in CANDIDATE_PHASES:
-            return RunOutcome("run", "INFRA", f"the judge's step '{phase}' did not finish in {config.timeout:.0f} s", phase=phase)
-        return RunOutcome("run", "HANG", f"the run did not finish in {config.timeout:.0f} s", phase=phase)
-    verdict = _verdict(out, token)
-    phase = _last_phase(out, token)
+            return RunOutcome("run", "INFRA", f"the judge's step '{phase}' did not finish in {timeout:.0f} s", phase=phase)
+        return RunOutcome("run", "HANG", f"the run did not finish in {timeout:.0f} s", phase=phase)
     if verdict is None:
-        text = (err or "").lower()
-        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+        text = err.lower()
+        code = returncode if returncode is not None else 0
+        how = f"signal {-code}" if code < 0 else f"exit status {code}"
         for sign, reason in _SIGNS:
             if sign in text and (phase in CANDIDATE_PHASES or reason == "ILLEGAL_ADDRESS"):
-                return RunOutcome("run", reason, _tail(err or ""), phase=phase)
+                return RunOutcome("run", reason, _tail(err), phase=phase)
         if phase not in CANDIDATE_PHASES:
             reason = "RESOURCE" if "out of memory" in text else "INFRA"
-            return RunOutcome("run", reason, f"the judge's worker died in its step '{phase}' ({how}): {_tail(err or '')}", phase=phase)
-        return RunOutcome("run", "CRASH", f"the process died ({how}): {_tail(err or '')}", phase=phase)
+            return RunOutcome("run", reason, f"the judge's worker died in its step '{phase}' ({how}): {_tail(err)}", phase=phase)
+        return RunOutcome("run", "CRASH", f"the process died ({how}): {_tail(err)}", phase=phase)
     return RunOutcome(
         stage=verdict.get("stage", "run"),
         reason=verdict.get("reason", "RUNTIME_ERROR"),

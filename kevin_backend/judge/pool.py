@@ -1,0 +1,220 @@
+"""A pool of sandboxed judge workers for one GPU: torch and CUDA initialised once per worker, the
+references built and compiled once per worker and task, a worker replaced after any error.
+
+    pool = WorkerPool(size=4)
+    outcome = pool.run(task_source, candidate_source, config)   # a RunOutcome, as run_in_sandbox's
+    pool.close()
+
+Each worker is `python -m kevin_backend.judge.run_worker --serve` in a session of its own. A job
+is one JSON line on its stdin; the worker answers with token-prefixed phase lines and one
+verdict line, as a single run does (`runner.py` reads them the same way). A worker is retired,
+and a fresh one started at once (its start overlaps the next jobs), when:
+
+- it crashed, hung (killed as a group at the job's time limit) or reported a CUDA fault;
+- the verdict is anything but a clean one (accepted, or wrong values from a run that finished):
+  a candidate that raised may have left the process in any state;
+- the worker found the kept references' parameters changed after a candidate (an out-of-bounds
+  write), or could not clean up;
+- it has judged `max_jobs` candidates.
+
+A candidate never shares a module namespace with another, its outputs are scrubbed, and the
+allocator's cache is released between candidates, so what one candidate leaves on the GPU cannot
+be read as the next one's answer.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import queue
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from kevin_backend.judge.runner import RunConfig, RunOutcome, job_of, outcome_of, worker_env
+
+__all__ = ["WorkerPool", "CLEAN_REASONS", "describe"]
+
+# Verdicts after which the worker is known to be in order: the candidate's code ran to the end.
+CLEAN_REASONS = frozenset({"ACCEPTED", "MISMATCH", "NAN_INF", "SHAPE_MISMATCH", "DTYPE_MISMATCH", "INPUT_MUTATED",
+                           "REPLAYED_OUTPUT", "NO_MODELNEW"})
+
+_EOF = object()
+
+
+class _Worker:
+    """One serving worker process and the threads that read its output."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kevin_backend.judge.run_worker", "--serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+            start_new_session=True, env=worker_env(),
+        )
+        self.lines: queue.Queue[Any] = queue.Queue()
+        self.errors: collections.deque[str] = collections.deque(maxlen=200)
+        self.jobs = 0
+        threading.Thread(target=self._read_out, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read_out(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(_EOF)
+
+    def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.errors.append(line.rstrip("\n"))
+
+    def run(self, job: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str, str, bool]:
+        """(verdict or None, last phase, stderr since the job began, timed out)."""
+        token = job["token"]
+        self.errors.clear()
+        self.jobs += 1
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return None, "start", "\n".join(self.errors), False
+        deadline = time.monotonic() + timeout
+        phase = "start"
+        prefix, phase_prefix = f"{token} ", f"{token} phase "
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                return None, phase, "\n".join(self.errors), True
+            if line is _EOF:
+                self.proc.wait()
+                time.sleep(0.05)  # the stderr reader's last lines
+                return None, phase, "\n".join(self.errors), False
+            if line.startswith(phase_prefix):
+                phase = line[len(phase_prefix):].strip()
+            elif line.startswith(prefix):
+                try:
+                    verdict = json.loads(line[len(prefix):])
+                except ValueError:
+                    verdict = None
+                return (verdict if isinstance(verdict, dict) else None), phase, "\n".join(self.errors), False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+
+
+class WorkerPool:
+    """Up to `size` workers judging at once on one machine; `run` blocks while all are busy."""
+
+    def __init__(self, size: int = 2, max_jobs: int = 64) -> None:
+        if size < 1 or max_jobs < 1:
+            raise ValueError("a worker pool needs at least one worker and one job per worker")
+        self.size = size
+        self.max_jobs = max_jobs
+        self._idle: list[_Worker] = []
+        self._busy = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self.started = 0  # workers started over the pool's life
+        self.retired: list[str] = []  # why each retired worker was retired
+
+    def run(self, task_source: str, candidate_source: str, config: RunConfig = RunConfig()) -> RunOutcome:
+        worker = self._take()
+        token = secrets.token_hex(16)
+        job = {**job_of(task_source, candidate_source, config), "token": token}
+        keep = False
+        try:
+            verdict, phase, err, timed_out = worker.run(job, config.timeout)
+            outcome = outcome_of(verdict, phase, err, timed_out, config.timeout, worker.proc.returncode)
+            keep, why = self._keep(worker, verdict, outcome)
+            if not keep:
+                self.retired.append(why)
+            return outcome
+        finally:
+            self._give(worker, keep)
+
+    def _keep(self, worker: _Worker, verdict: dict[str, Any] | None, outcome: RunOutcome) -> tuple[bool, str]:
+        if verdict is None:
+            return False, f"{outcome.reason} in phase {outcome.phase}"
+        if not verdict.get("worker_healthy", False):
+            return False, "the kept references changed or the worker could not clean up"
+        if outcome.reason not in CLEAN_REASONS:
+            return False, f"verdict {outcome.reason}"
+        if worker.jobs >= self.max_jobs:
+            return False, f"{worker.jobs} jobs"
+        return worker.alive(), "exited"
+
+    def _take(self) -> _Worker:
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise RuntimeError("the worker pool is closed")
+                if self._idle:
+                    self._busy += 1
+                    return self._idle.pop()
+                if self._busy < self.size:
+                    self._busy += 1
+                    break
+                self._cond.wait()
+        self.started += 1
+        return _Worker()
+
+    def _give(self, worker: _Worker, keep: bool) -> None:
+        if not keep:
+            worker.kill()
+        with self._cond:
+            self._busy -= 1
+            if keep and not self._closed:
+                self._idle.append(worker)
+            elif not self._closed and len(self._idle) + self._busy < self.size:
+                # the replacement starts now: its torch import overlaps the other workers' jobs
+                self.started += 1
+                self._idle.append(_Worker())
+            self._cond.notify()
+        if keep and self._closed:
+            worker.close()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._cond.notify_all()
+        for worker in idle:
+            worker.close()
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def describe(pool: WorkerPool) -> dict[str, Any]:
+    """The pool's life so far, for reports and benchmarks."""
+    return {"size": pool.size, "max_jobs": pool.max_jobs, "started": pool.started, "retired": list(pool.retired)}
+
