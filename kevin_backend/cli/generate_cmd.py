@@ -54,7 +54,7 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
     from kevin_backend.cli.eval_cmd import _device
     from kevin_backend.cache.store import KernelCache
     from kevin_backend.generate.engine import SearchConfig
-    from kevin_backend.generate.generator import SearchGenerator, make_policy
+    from kevin_backend.generate.generator import SearchGenerator, SearchIncomplete, make_policy
     from kevin_backend.generate.policy import PolicyError, Sampling
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.runner import RunConfig
@@ -100,7 +100,12 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
         print(f"stopped: {result.stopped}")
         print(f"no decision: {result.incomplete}; nothing stored (run it again)")
         return EXIT_NO_VERDICT
-    entry = result.decision(key, task, search.margin)
+    try:
+        entry = generator.decide(result, task, key)  # the winner re-timed against Inductor first
+    except SearchIncomplete as exc:
+        print(_table(result))
+        print(f"no decision: {exc}; nothing stored (run it again)")
+        return EXIT_NO_VERDICT
     print(_table(result))
     best = result.best
     print(f"stopped: {result.stopped}")
@@ -110,6 +115,11 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
         t = best.result.timings
         print(f"best: trajectory {best.trajectory} turn {best.turn + 1}: {t.kernel_ms:.4f} ms, "
               f"{_x(t.speedup_vs_eager)} eager, {_x(t.speedup_vs_inductor)} Inductor")
+    if entry.retiming is not None:
+        r = entry.retiming
+        print(f"re-timed: {r.rounds} interleaved rounds of {r.trials} trials: kernel "
+              f"{sorted(r.kernel_ms)[len(r.kernel_ms) // 2]:.4f} ms, Inductor {sorted(r.inductor_ms)[len(r.inductor_ms) // 2]:.4f} ms "
+              f"(median rounds, host time included)")
     print(f"decision: {entry.kind.value}" + (f" ({entry.reason})" if entry.reason else ""))
     if not args.no_store:
         if result.records:
@@ -178,6 +188,7 @@ def _summary(result: Any, entry: Any) -> dict[str, Any]:
         "reason": entry.reason, "turns": len({r.turn for r in result.records}), "records": len(result.records),
         "best": None if best is None or best.result is None else {
             "trajectory": best.trajectory, "turn": best.turn, **best.result.as_dict()["timings"]},
+        "retiming": None if entry.retiming is None else entry.retiming.as_dict(),
         "reasons": dict(Counter(r.step.result.reason.name if r.step.result else "NO_CODE" for r in result.records)),
         "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
         "model_seconds": result.model_seconds, "judge_seconds": result.judge_seconds, "wall_seconds": result.wall_seconds,

@@ -3,6 +3,10 @@
     generator = SearchGenerator(make_policy("openai", config), config=config)
     entry = generator.generate(task, key)      # a KERNEL or INDUCTOR CacheEntry
 
+The decision re-times the search's winner against Inductor (`judge/decide.py`) before it keeps a
+kernel; a re-timing the judge itself could not carry out ends the search without one
+(SearchIncomplete), like any other failure of the judge.
+
 `make_policy` reads the names the command line and `KEVIN_POLICY` use:
 
     auto             openai when a model server is configured, else builtin
@@ -15,24 +19,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
 from kevin_backend.cache.entry import CacheEntry
 from kevin_backend.cache.key import CacheKey
 from kevin_backend.config import Config, ConfigError, env_is_set
-from kevin_backend.generate.engine import Engine, Judging, Progress, SearchConfig, SearchResult
+from kevin_backend.generate.engine import Engine, Judging, Progress, Retimer, SearchConfig, SearchIncomplete, SearchResult
 from kevin_backend.generate.log import TrajectoryLog
 from kevin_backend.generate.policy import Policy, PolicyError
 from kevin_backend.types import KernelTask
 
 __all__ = ["SearchGenerator", "SearchIncomplete", "make_policy", "default_generator", "POLICY_NAMES"]
-
-
-class SearchIncomplete(RuntimeError):
-    """The search could not reach a decision worth caching: no GPU to judge on, the judge's own
-    failure (memory, an error of its own), or the model server's failure part-way. The task stays
-    pending and a later prewarm tries it again."""
 
 POLICY_NAMES = "auto, builtin, openai[:MODEL], vllm[:MODEL], hf:PATH or replay:FILE"
 
@@ -80,10 +80,15 @@ def resolve_policy_name(spec: str, config: Config) -> str:
 
 class SearchGenerator:
     """A `KernelGenerator`: one search per task, its decision as the cache entry; every turn
-    goes to the trajectory log under the cache directory."""
+    goes to the trajectory log under the cache directory.
+
+    `retimer` re-times a winning kernel against Inductor before it is kept; by default the
+    judge's own (`SandboxRetimer.for_judge`: its GPU, build cache and GPU lock), none for a
+    scripted judge that builds nothing (its decisions rest on its timings, and say so)."""
 
     def __init__(self, policy: Policy, judge: Judging | None = None, search: SearchConfig | None = None,
-                 config: Config | None = None, log: TrajectoryLog | None = None, progress: Progress | None = None) -> None:
+                 config: Config | None = None, log: TrajectoryLog | None = None, progress: Progress | None = None,
+                 retimer: Retimer | None = None) -> None:
         self.config = config or Config.from_env()
         self.policy = policy
         self.search = search or SearchConfig(trajectories=self.config.trajectories, turns=self.config.turns,
@@ -93,6 +98,7 @@ class SearchGenerator:
         self.progress = progress
         self.name = f"search:{getattr(policy, 'name', type(policy).__name__)}"
         self.results: list[SearchResult] = []
+        self._retimer = retimer
 
     @property
     def judge(self) -> Judging:
@@ -101,6 +107,14 @@ class SearchGenerator:
 
             self._judge = Judge(self.config.cache_dir / "builds")
         return self._judge
+
+    @property
+    def retimer(self) -> Retimer | None:
+        if self._retimer is None:
+            from kevin_backend.judge.decide import SandboxRetimer
+
+            self._retimer = SandboxRetimer.for_judge(self.judge)
+        return self._retimer
 
     def run(self, task: KernelTask, gpu: str = "", capability: str = "") -> SearchResult:
         engine = Engine(self.policy, self.judge, self.search, on_record=self.log.write, gpu=gpu,
@@ -118,7 +132,26 @@ class SearchGenerator:
             raise PolicyError(result.stopped.removeprefix("policy error: "))
         if result.incomplete:
             raise SearchIncomplete(f"{task.name}: {result.incomplete}")
-        return result.decision(key, task, self.search.margin)
+        return self.decide(result, task, key)
+
+    def decide(self, result: SearchResult, task: KernelTask, key: CacheKey) -> CacheEntry:
+        """`result`'s decision, its winner re-timed by `retimer`; the time that takes counts as the
+        judge's. A re-timing that failed on the judge's side marks the search incomplete (in
+        `results`) and raises SearchIncomplete: nothing is to be cached."""
+        start = time.perf_counter()
+        try:
+            return result.decision(key, task, self.search.margin, retime=self.retimer)
+        except SearchIncomplete as exc:
+            self._update(result, incomplete=str(exc), stopped=str(exc))
+            raise SearchIncomplete(f"{task.name}: {exc}") from None
+        finally:
+            self._update(result, judge_seconds=result.judge_seconds + time.perf_counter() - start)
+
+    def _update(self, result: SearchResult, **changes: Any) -> None:
+        for i in range(len(self.results) - 1, -1, -1):
+            if self.results[i] is result or self.results[i].records is result.records:
+                self.results[i] = dataclasses.replace(self.results[i], **changes)
+                return
 
     def __repr__(self) -> str:
         return f"SearchGenerator({self.name}, {self.search})"

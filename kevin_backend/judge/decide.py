@@ -1,0 +1,356 @@
+"""Whether a search's winning kernel is kept: re-timed against Inductor, with the noise counted.
+
+    retime = SandboxRetimer(judge)                          # the judge's GPU, builds and GPU lock
+    outcome = retime(task_source, kernel_source)            # per-round times, A B A B ...
+    verdict = decide(outcome.kernel_ms, outcome.inductor_ms, margin=0.03)
+    verdict.keep, verdict.ratio, verdict.bound, verdict.reason
+
+The judge times every candidate once; the search's winner (the correct candidate with the lowest
+kernel time) earns a KERNEL decision only after a second measurement made for the purpose:
+
+  * interleaved: kernel, Inductor, kernel, Inductor, ... (`interleaved_rounds`), at least
+    `MIN_ROUNDS` rounds, each round the median of several trials, so a slow drift of the GPU's
+    clock or a neighbour's load falls on both sides alike and pairs of rounds can be compared;
+  * in a sandboxed worker process (`retime_worker.py`: generated code never runs in the judge's
+    process), holding the GPU's lock exclusively (no correctness run of another worker beside it);
+  * as the backend runs each side (the worker's docstring says exactly what a time includes);
+  * kept only when the lower confidence bound of Inductor's time over the kernel's exceeds
+    1 + margin (`decide`): a gain smaller than the noise is not a gain.
+
+The statistics and the scheduler are plain Python (no torch): they are tested with scripted
+timings on any machine. The parent's side of the sandbox reuses the judge's runner (its worker
+environment, verdict line and phase parsing).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from kevin_backend.judge import runner
+
+__all__ = [
+    "MIN_ROUNDS", "RETIME_CANDIDATE_PHASES", "Decision", "RetimeConfig", "RetimeOutcome", "SandboxRetimer", "decide",
+    "interleaved_rounds", "retime_in_sandbox", "t_quantile",
+]
+
+MIN_ROUNDS = 5  # the fewest interleaved rounds a decision is made from
+
+# The re-timing worker's phases in which the candidate's code runs: a crash or hang there is the
+# kernel's (no KERNEL decision for it); anywhere else it is the judge's (no decision at all).
+RETIME_CANDIDATE_PHASES = frozenset({"load", "init", "kernel-warmup", "retime-kernel"})
+
+
+# -- statistics -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict on paired rounds of kernel and Inductor times."""
+
+    keep: bool
+    ratio: float  # Inductor's time over the kernel's: the geometric mean of the per-round ratios
+    bound: float  # its one-sided lower confidence bound
+    needed: float  # 1 + margin: what the bound must exceed
+    confidence: float
+    rounds: int
+    reason: str
+
+
+def decide(kernel_ms: Sequence[float], inductor_ms: Sequence[float], margin: float = 0.03,
+           confidence: float = 0.95, min_rounds: int = MIN_ROUNDS) -> Decision:
+    """Keep the kernel when it beats Inductor by `margin` beyond the noise.
+
+    `kernel_ms[i]` and `inductor_ms[i]` are round i of an interleaved measurement. Each round
+    gives a paired ratio r_i = inductor_i / kernel_i; on their logarithms (a ratio's noise is
+    multiplicative, and log(a/b) = -log(b/a) keeps the two sides symmetric) the mean m, the
+    standard error se = sd / sqrt(n) and Student's t quantile for n - 1 degrees of freedom give
+    the lower bound exp(m - t * se), true with probability `confidence` when the rounds are
+    independent. Pairing removes what both sides of a round share (a clock that drifted for
+    both). The kernel is kept when that bound exceeds 1 + margin: a 2% gain under 3% noise per
+    round is not, a 10% gain under 1% noise is.
+
+    Raises ValueError for fewer than `min_rounds` rounds, unequal lengths, or a time that is not
+    a positive finite number (a measurement that went wrong must not look like a verdict)."""
+    if len(kernel_ms) != len(inductor_ms):
+        raise ValueError(f"unpaired rounds: {len(kernel_ms)} kernel, {len(inductor_ms)} Inductor")
+    n = len(kernel_ms)
+    if n < max(2, min_rounds):
+        raise ValueError(f"{n} rounds; a decision needs at least {max(2, min_rounds)}")
+    for name, values in (("kernel", kernel_ms), ("Inductor", inductor_ms)):
+        bad = [v for v in values if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0)]
+        if bad:
+            raise ValueError(f"{name} times must be positive and finite, got {bad[0]!r}")
+    if not 0.5 <= confidence < 1:
+        raise ValueError(f"confidence must be in [0.5, 1), got {confidence}")
+    logs = [math.log(i / k) for k, i in zip(kernel_ms, inductor_ms)]
+    mean = statistics.fmean(logs)
+    stderr = statistics.stdev(logs) / math.sqrt(n)
+    ratio = math.exp(mean)
+    bound = math.exp(mean - t_quantile(confidence, n - 1) * stderr)
+    needed = 1.0 + margin
+    keep = bound > needed
+    spread = f"Inductor/kernel {ratio:.3f}x over {n} interleaved rounds, {confidence:.0%} lower bound {bound:.3f}x"
+    if keep:
+        reason = f"kept: {spread} > {needed:.3f}x"
+    elif ratio > needed:
+        reason = f"not kept: {spread} <= {needed:.3f}x (the gain is within the noise)"
+    else:
+        reason = f"not kept: {spread} <= {needed:.3f}x"
+    return Decision(keep, ratio, bound, needed, confidence, n, reason)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile: the t with P(T <= t) = p for `df` degrees of freedom (p >= 0.5)."""
+    if df < 1:
+        raise ValueError("df must be at least 1")
+    if p == 0.5:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while _t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):  # bisection to machine precision
+        mid = 0.5 * (lo + hi)
+        if _t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def _t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for t >= 0: 1 - I_x(df/2, 1/2) / 2 with x = df / (df + t^2)."""
+    x = df / (df + t * t)
+    return 1.0 - 0.5 * _betainc(df / 2.0, 0.5, x)
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) (continued fraction, Lentz's method)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast on this side only
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * f / a
+
+
+# -- the schedule -----------------------------------------------------------------------------
+
+
+def interleaved_rounds(kernel: Callable[[], float], inductor: Callable[[], float],
+                       rounds: int) -> tuple[list[float], list[float]]:
+    """`rounds` rounds of kernel then Inductor (A B A B ...): each call measures one side once
+    (a median of several trials) and returns milliseconds. The two lists are paired by round."""
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
+    kernel_ms: list[float] = []
+    inductor_ms: list[float] = []
+    for _ in range(rounds):
+        kernel_ms.append(float(kernel()))
+        inductor_ms.append(float(inductor()))
+    return kernel_ms, inductor_ms
+
+
+# -- the sandboxed re-timing (the parent's side) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetimeConfig:
+    rounds: int = 7  # interleaved rounds (at least MIN_ROUNDS)
+    trials: int = 25  # trials per side per round; a round's time is their median
+    warmup: int = 3  # untimed calls before each side's trials in every round
+    timeout: float = 600.0  # seconds for the whole worker, waiting for the GPU lock included
+    seed: int = 11  # the input set: the judge's first (its timing set)
+    device: str | None = None  # "cuda:1"; None: the current device
+    build_root: str | None = None  # the judge's build cache: the kernel's load_inline is answered from it
+    arch: str | None = None
+    gpu_lock: str | None = None  # taken exclusively for the whole interleaved measurement
+    compile_backend: str = "inductor"  # what compiles the reference (tests on a CPU use "eager")
+
+    def __post_init__(self) -> None:
+        if self.rounds < MIN_ROUNDS:
+            raise ValueError(f"rounds must be at least {MIN_ROUNDS}, got {self.rounds}")
+        if self.trials < 1 or self.warmup < 0:
+            raise ValueError("trials must be at least 1 and warmup at least 0")
+
+
+@dataclass(frozen=True)
+class RetimeOutcome:
+    """What a re-timing gave: per-round times, or why there are none.
+
+    `failure` empty: `kernel_ms` and `inductor_ms` hold one median per round, paired. Otherwise
+    `judge_side` says whose failure it was: the judge's (its worker crashed or timed out in its
+    own steps, memory ran out, no GPU: no decision, the task stays pending) or the kernel's (it
+    crashed, hung or raised, or the runtime would not run it on these inputs: not kept)."""
+
+    kernel_ms: tuple[float, ...] = ()
+    inductor_ms: tuple[float, ...] = ()
+    failure: str = ""
+    judge_side: bool = False
+    trials: int = 0
+    device: str = ""
+    protocol: str = ""  # what each time includes, as the worker measured it
+    phase: str = ""  # the worker's last phase
+
+    @property
+    def ok(self) -> bool:
+        return not self.failure
+
+    @classmethod
+    def judge_failure(cls, text: str, phase: str = "") -> "RetimeOutcome":
+        return cls(failure=text, judge_side=True, phase=phase)
+
+    @classmethod
+    def kernel_failure(cls, text: str, phase: str = "") -> "RetimeOutcome":
+        return cls(failure=text, judge_side=False, phase=phase)
+
+
+def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig = RetimeConfig()) -> RetimeOutcome:
+    """Re-time `kernel_source` against Inductor's code for `task_source` in a fresh worker process
+    (`python -m kevin_backend.judge.retime_worker`), as `runner.run_in_sandbox` runs the judge's:
+    its own process group killed on timeout, a verdict line prefixed by a token only the worker
+    knows (the kernel's prints cannot pose as one), the last phase it announced saying whose a
+    crash or hang was."""
+    token = secrets.token_hex(16)
+    job = {
+        "token": token, "task": task_source, "kernel": kernel_source, "rounds": config.rounds,
+        "trials": config.trials, "warmup": config.warmup, "seed": config.seed, "device": config.device,
+        "build_root": config.build_root, "arch": config.arch, "gpu_lock": config.gpu_lock,
+        "compile_backend": config.compile_backend,
+    }
+    # the judge's worker environment (`worker_env`, earlier `_worker_env`): one compile thread
+    env = (getattr(runner, "worker_env", None) or getattr(runner, "_worker_env"))()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kevin_backend.judge.retime_worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True, env=env,
+        )
+    except OSError as exc:
+        return RetimeOutcome.judge_failure(f"the re-timing worker did not start: {exc}")
+    try:
+        out, err = proc.communicate(json.dumps(job), timeout=config.timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+        phase = runner._last_phase(out, token)
+        if phase in RETIME_CANDIDATE_PHASES:
+            return RetimeOutcome.kernel_failure(f"the kernel did not finish its re-timing in {config.timeout:.0f} s "
+                                                f"(step '{phase}')", phase)
+        return RetimeOutcome.judge_failure(f"the re-timing's step '{phase}' did not finish in {config.timeout:.0f} s", phase)
+    phase = runner._last_phase(out, token)
+    verdict = runner._verdict(out, token)
+    if verdict is None:
+        return _death(phase, err or "", proc.returncode)
+    return _outcome(verdict, phase, config)
+
+
+def _death(phase: str, err: str, returncode: int | None) -> RetimeOutcome:
+    """The worker died without a verdict: an illegal address is the kernel's wherever it
+    surfaced, lack of memory is the machine's (the judge held the kernel to its memory bound),
+    anything else is the kernel's in its phases and the judge's in the judge's."""
+    text = err.lower()
+    code = returncode if returncode is not None else 0
+    how = f"signal {-code}" if code < 0 else f"exit status {code}"
+    tail = runner._tail(err)
+    if any(sign in text for sign in ("illegal memory access", "misaligned address")):
+        return RetimeOutcome.kernel_failure(f"the GPU reported a fault during the re-timing ({how}): {tail}", phase)
+    if "out of memory" in text:
+        return RetimeOutcome.judge_failure(f"the re-timing ran out of memory in its step '{phase}' ({how}): {tail}", phase)
+    if phase in RETIME_CANDIDATE_PHASES:
+        return RetimeOutcome.kernel_failure(f"the kernel crashed its re-timing in step '{phase}' ({how}): {tail}", phase)
+    return RetimeOutcome.judge_failure(f"the re-timing worker died in its step '{phase}' ({how}): {tail}", phase)
+
+
+def _outcome(verdict: dict[str, Any], phase: str, config: RetimeConfig) -> RetimeOutcome:
+    status = verdict.get("status")
+    if status == "kernel":
+        return RetimeOutcome.kernel_failure(str(verdict.get("feedback", "the kernel failed its re-timing")), phase)
+    if status != "ok":
+        return RetimeOutcome.judge_failure(f"{verdict.get('reason', 'INFRA')}: {verdict.get('feedback', '')}", phase)
+    try:
+        kernel_ms = tuple(float(v) for v in verdict["kernel_ms"])
+        inductor_ms = tuple(float(v) for v in verdict["inductor_ms"])
+    except (KeyError, TypeError, ValueError) as exc:
+        return RetimeOutcome.judge_failure(f"the re-timing worker's answer is malformed ({type(exc).__name__}: {exc})", phase)
+    if len(kernel_ms) != config.rounds or len(inductor_ms) != config.rounds \
+            or not all(math.isfinite(v) and v > 0 for v in kernel_ms + inductor_ms):
+        return RetimeOutcome.judge_failure(f"the re-timing worker returned {len(kernel_ms)} kernel and {len(inductor_ms)} "
+                                           f"Inductor rounds of {config.rounds}, or a time that is not positive", phase)
+    return RetimeOutcome(kernel_ms, inductor_ms, trials=int(verdict.get("trials", config.trials)),
+                         device=str(verdict.get("device", "")), protocol=str(verdict.get("protocol", "")), phase=phase)
+
+
+class SandboxRetimer:
+    """Re-timing on a judge's GPU with its build cache and its GPU lock (the file every one of the
+    judge's workers locks, so the re-timing runs alone on the GPU): `retimer(task, kernel)`.
+
+    The judge's device, architecture and lock are resolved at each call (a judge made on a
+    machine without a GPU has none until then); with no GPU the re-timing is the judge's failure.
+    """
+
+    def __init__(self, judge: Any, config: RetimeConfig | None = None) -> None:
+        self.judge = judge
+        self.config = config or RetimeConfig()
+
+    def resolved(self) -> RetimeConfig:
+        import dataclasses
+
+        import torch
+
+        device = self.judge.device
+        major, minor = torch.cuda.get_device_capability(device)
+        root = Path(self.judge.builder.root)
+        seeds = getattr(getattr(self.judge, "config", None), "seeds", None) or (self.config.seed,)
+        # the judge's own GPU lock file (`Judge._judge`: gpu<index>.lock under its build root)
+        return dataclasses.replace(self.config, device=str(device), arch=f"{major}.{minor}", build_root=str(root),
+                                   gpu_lock=str(root / f"gpu{device.index}.lock"), seed=int(seeds[0]))
+
+    def __call__(self, task_source: str, kernel_source: str) -> RetimeOutcome:
+        try:
+            import torch
+
+            if not torch.cuda.is_available():
+                return RetimeOutcome.judge_failure("no CUDA GPU to re-time the kernel on")
+            config = self.resolved()
+        except Exception as exc:  # noqa: BLE001 - the judge's own failure: no decision
+            return RetimeOutcome.judge_failure(f"the re-timing could not be set up: {type(exc).__name__}: {exc}")
+        return retime_in_sandbox(task_source, kernel_source, config)
+
+    @classmethod
+    def for_judge(cls, judge: Any, config: RetimeConfig | None = None) -> "SandboxRetimer | None":
+        """The retimer of a judge that builds and runs kernels (has a `builder` and a `device`),
+        else None (a test's scripted judge: its decisions rest on its own timings)."""
+        if getattr(judge, "builder", None) is None or not hasattr(type(judge), "device"):
+            return None
+        return cls(judge, config)

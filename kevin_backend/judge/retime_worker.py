@@ -1,0 +1,232 @@
+"""The sandboxed side of the re-timing: a search's winning kernel against Inductor's code for the
+same task, interleaved, in this (worker) process.
+
+    python -m kevin_backend.judge.retime_worker < job.json     # prints one JSON line: the outcome
+
+The parent is `decide.retime_in_sandbox`. As in the judge's worker (`run_worker.py`), the kernel
+is generated code: it runs only here, a crash or hang ends this process, and the phases this
+worker announces say whose failure it was (`decide.RETIME_CANDIDATE_PHASES` are the kernel's).
+
+What each time includes (one protocol for both sides: `timer.make_timer(..., queued=False)`):
+every trial starts with the L2 cache flushed and the GPU idle (a device-wide synchronize), and
+ends when all its work has (another); CUDA events around it; a round's time is the median of its
+trials. The host's part therefore counts, on both sides, as the backend pays it:
+
+  * the kernel: `torch.ops.kevin.launch.default(key, inputs, False)`, the call a graph compiled
+    with static shapes makes for a kept kernel: the dispatcher, the runtime's `launch`, its
+    `LoadedKernel` (the stride and alignment checks, the output bookkeeping) and the kernel's
+    `ModelNew.forward` with its extension call (`backend/runtime.py`). A task whose inputs are not
+    all tensors (no partition of a graph) calls `ModelNew` directly;
+  * Inductor: the task's reference compiled by `torch.compile` (default mode), called on the
+    same inputs: Dynamo's guard check, AOTAutograd's wrapper, Inductor's wrapper code and its
+    kernels. In a whole compiled model the guards and wrappers are paid once per graph rather
+    than once per partition, so for a tiny task this side carries a few microseconds that the
+    model would share among its partitions.
+
+Inputs: the judge's timing set (the task's own values under the judge's first seed, true
+layouts). The whole interleaved measurement holds the judge's GPU lock exclusively, so no other
+worker's correctness run or timing shares the GPU with it. The kernel's build comes from the
+judge's build cache (it was built when the kernel was judged).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from kevin_backend.judge.decide import RETIME_CANDIDATE_PHASES, interleaved_rounds
+from kevin_backend.judge.inputs import make_input_set, to_device
+from kevin_backend.judge.timer import make_timer
+from kevin_backend.locks import file_lock
+from kevin_backend.types import TensorSpec, load_program
+
+PROTOCOL = ("per round: median of {trials} trials after {warmup} warm-up calls; each trial L2-flushed, "
+            "device synchronized before and after (host time included); kernel through kevin::launch "
+            "(check_sizes=False), Inductor through torch.compile of the reference ({backend})")
+
+_CUDA_FAULTS = ("illegal memory access", "misaligned address", "unspecified launch failure", "an illegal instruction",
+                "device-side assert")
+
+_ALIGNMENT = 16  # the runtime runs the reference for an input that does not start 16-byte aligned
+
+
+class _Ended(Exception):
+    def __init__(self, outcome: dict[str, Any]) -> None:
+        super().__init__(outcome.get("feedback", ""))
+        self.outcome = outcome
+
+
+def _kernel_failure(feedback: str) -> dict[str, Any]:
+    return {"status": "kernel", "feedback": feedback}
+
+
+def _judge_failure(reason: str, feedback: str) -> dict[str, Any]:
+    return {"status": "judge", "reason": reason, "feedback": feedback}
+
+
+class _Phases:
+    def __init__(self, announce: Callable[[str], None]) -> None:
+        self.announce = announce
+        self.current = "setup"
+        self.kernel_ran = False
+
+    def __call__(self, name: str) -> None:
+        self.current = name
+        if name in ("kernel-warmup", "retime-kernel"):
+            self.kernel_ran = True
+        self.announce(name)
+
+
+def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: None) -> dict[str, Any]:
+    phase = _Phases(announce)
+    phase("setup")
+    try:
+        return _run(job, phase)
+    except _Ended as ended:
+        return ended.outcome
+    except Exception as exc:  # noqa: BLE001 - whose failure it is depends on whose code was running
+        text = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, torch.OutOfMemoryError):  # the judge held the kernel to its memory bound
+            return _judge_failure("RESOURCE", f"no GPU memory in the re-timing's step '{phase.current}': {text}")
+        if phase.kernel_ran and any(f in text.lower() for f in _CUDA_FAULTS):
+            return _kernel_failure(f"the GPU reported a fault after the kernel ran: {text}")
+        if phase.current in RETIME_CANDIDATE_PHASES:
+            return _kernel_failure(f"the kernel raised in its re-timing (step '{phase.current}'): {text}")
+        return _judge_failure("INFRA", f"the re-timing failed in its step '{phase.current}': {text}\n"
+                                       f"{traceback.format_exc(limit=4)}")
+
+
+def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
+    from kevin_backend.backend import runtime  # defines kevin::launch
+
+    device = torch.device(job.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return _judge_failure("NO_GPU", "no CUDA GPU to re-time on")
+        device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
+        torch.cuda.set_device(device)
+    stack = contextlib.ExitStack()
+    if job.get("build_root"):
+        from kevin_backend.judge.build import Builder, answering_load_inline
+
+        stack.enter_context(answering_load_inline(Builder(Path(job["build_root"]), jobs=1), job.get("arch")))
+    with stack:
+        task = load_program(job["task"], "kevin_task")
+        seed = int(job.get("seed", 11))
+
+        phase("load")
+        candidate = load_program(job["kernel"], "kevin_candidate")
+        if not hasattr(candidate, "ModelNew"):
+            return _kernel_failure("the program defines no ModelNew")
+
+        phase("setup")  # both models seeded alike, as the judge builds them
+        init = [to_device(v, device) for v in task.get_init_inputs()]
+        torch.manual_seed(seed)
+        reference = task.Model(*init).to(device).eval()
+        phase("init")
+        torch.manual_seed(seed)
+        model = candidate.ModelNew(*init).to(device).eval()
+
+        phase("inputs")
+        values = make_input_set(task, seed, device).values
+        kernel_call = _kernel_call(job, model, reference, values, runtime)
+
+        phase("inductor")
+        compiled = torch.compile(reference, backend=job.get("compile_backend") or "inductor")
+        with torch.no_grad():
+            compiled(*values)
+        _sync(device)
+
+        phase("kernel-warmup")
+        with torch.no_grad():
+            kernel_call()
+        _sync(device)
+        _check_kernel_used(kernel_call)
+
+        phase("timer")
+        trials, warmup, rounds = int(job["trials"]), int(job["warmup"]), int(job["rounds"])
+        measure = make_timer(device, trials, warmup, queued=False)
+
+        def kernel_round() -> float:
+            phase("retime-kernel")
+            return measure(kernel_call)
+
+        def inductor_round() -> float:
+            phase("retime-inductor")
+            return measure(lambda: compiled(*values))
+
+        phase("lock")  # waiting for the GPU: the judge's step, whatever the wait
+        lock = file_lock(job["gpu_lock"]) if job.get("gpu_lock") else contextlib.nullcontext()
+        with lock, torch.no_grad():
+            kernel_ms, inductor_ms = interleaved_rounds(kernel_round, inductor_round, rounds)
+        phase("check")
+        _check_kernel_used(kernel_call)
+        return {
+            "status": "ok", "kernel_ms": kernel_ms, "inductor_ms": inductor_ms, "trials": trials, "device": str(device),
+            "protocol": PROTOCOL.format(trials=trials, warmup=warmup, backend=job.get("compile_backend") or "inductor"),
+        }
+
+
+def _kernel_call(job: dict[str, Any], model: torch.nn.Module, reference: torch.nn.Module, values: list[Any],
+                 runtime: Any) -> Callable[[], Any]:
+    """The kernel as the backend calls it: through `kevin::launch` with a `LoadedKernel`
+    registered under a key of its own (the partition's inputs are tensors, exactly these)."""
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        def direct() -> Any:
+            return model(*values)
+
+        direct.loaded = None  # type: ignore[attr-defined]
+        return direct
+    key = "retime-" + hashlib.sha256(job["kernel"].encode()).hexdigest()[:32]
+    specs = tuple(TensorSpec.of(v) for v in values)
+    loaded = runtime.LoadedKernel(key, specs, model.forward, reference.forward, job["kernel"])
+    if not loaded.accepts(values) or any(v.data_ptr() % _ALIGNMENT for v in values):
+        raise _Ended(_kernel_failure("the runtime would run the reference, not the kernel, on the task's inputs "
+                                     "(an input does not start 16-byte aligned)"))
+    runtime.register(loaded)
+    launch = torch.ops.kevin.launch.default
+
+    def through_runtime() -> Any:
+        return launch(key, values, False)
+
+    through_runtime.loaded = loaded  # type: ignore[attr-defined]
+    return through_runtime
+
+
+def _check_kernel_used(kernel_call: Callable[[], Any]) -> None:
+    """A kernel that raised inside the runtime is disabled and its reference runs instead: then
+    the times measured were the reference's, and the kernel failed."""
+    loaded = getattr(kernel_call, "loaded", None)
+    if loaded is not None and loaded.disabled is not None:
+        raise _Ended(_kernel_failure(f"the kernel raised in its re-timing and the runtime ran its reference: {loaded.disabled}"))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.read())
+    token = job.pop("token")
+
+    def announce(phase: str) -> None:
+        print(f"{token} phase {phase}", flush=True)
+
+    try:
+        outcome = run(job, announce)
+    except Exception as exc:  # noqa: BLE001 - outside every phase: the judge's own failure
+        outcome = _judge_failure("INFRA", f"the re-timing failed: {type(exc).__name__}: {exc}")
+    print(f"{token} {json.dumps(outcome, default=float)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
