@@ -70,3 +70,22 @@ def test_kevin_eval_json_on_the_gpu(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 0 and verdict["reason"] == "ACCEPTED" and verdict["timings"]["speedup_vs_eager"] > 0
     memory = verdict["memory"]  # a small task: the judge's extra stays within 3x it plus the flush buffer
     assert 0 <= memory["judge_extra_bytes"] <= memory["budget_bytes"] == 3 * memory["task_bytes"] + memory["fixed_bytes"]
+
+
+def test_kevin_eval_over_a_folder_through_the_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kevin_backend.cli.main import main
+
+    (tmp_path / "problem.py").write_text(GATED_TASK)
+    folder = tmp_path / "candidates"
+    folder.mkdir()
+    expected = {}
+    for case in [c for c in HONEST if c.task == GATED_TASK][:2] + RUNTIME_HACKS[:3]:
+        (folder / f"{case.name}.py").write_text(case.source)
+        expected[f"{case.name}.py"] = case.expect.split("|") if case in RUNTIME_HACKS else ["ACCEPTED"]
+    code = main(["--cache-dir", str(tmp_path / "cache"), "eval", str(tmp_path / "problem.py"), str(folder), "--json",
+                 "--trials", "10", "--workers", "2"])
+    verdicts = {Path(v["candidate"]).name: v for v in json.loads(capsys.readouterr().out)}
+    print({k: v["reason"] for k, v in verdicts.items()})
+    assert set(verdicts) == set(expected) and code == 1  # some rejected
+    for name, v in verdicts.items():
+        assert v["reason"] in expected[name], (name, v["feedback"][:300])

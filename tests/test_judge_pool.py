@@ -71,7 +71,7 @@ def test_one_worker_judges_candidate_after_candidate(pool: WorkerPool) -> None:
     assert pool.started == 1 and pool.retired == []
 
 
-@pytest.mark.parametrize("bad, reason", [(CRASH, "CRASH"), (RAISES, "RUNTIME_ERROR"), (CORRUPT, None)])
+@pytest.mark.parametrize("bad, reason", [(CRASH, "CRASH"), (RAISES, "RUNTIME_ERROR"), (CORRUPT, "INPUT_MUTATED")])
 def test_a_worker_is_replaced_after_a_bad_candidate_and_the_next_verdict_is_unaffected(pool: WorkerPool, bad: str,
                                                                                       reason: str | None) -> None:
     assert pool.run(TASK, HONEST, FAST).reason == "ACCEPTED"

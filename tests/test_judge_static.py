@@ -3,6 +3,8 @@ candidates and the hacks only running can catch pass them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from judge_cases import HONEST, RUNTIME_HACKS, STATIC_HACKS, Case
@@ -81,6 +83,32 @@ def test_kevin_eval_static_only_exit_codes_and_json(tmp_path, capsys) -> None:
     no_model = _write(tmp_path, "no_model.py", "def get_inputs():\n    return []\n")
     assert main(["eval", str(no_model), str(good), "--static-only"]) == 2
     assert "defines no Model" in capsys.readouterr().err
+
+
+def test_kevin_eval_over_a_folder_static_only(tmp_path, capsys) -> None:
+    import json
+
+    from judge_cases import GATED_TASK
+    from kevin_backend.cli.main import main
+
+    problem = _write(tmp_path, "problem.py", GATED_TASK)
+    folder = tmp_path / "candidates"
+    folder.mkdir()
+    _write(folder, "a_good.py", HONEST[0].source)
+    _write(folder, "b_bad.py", next(c for c in STATIC_HACKS if c.name == "try-except-fallback").source)
+    (folder / "notes.txt").write_text("not a candidate")
+    assert main(["eval", str(problem), str(folder), "--static-only"]) == 1
+    out = capsys.readouterr().out
+    assert "a_good.py: passes the static rules" in out and "b_bad.py: rejected" in out and "1 accepted, 0 no verdict, 1 rejected" in out
+    assert main(["eval", str(problem), str(folder), "--static-only", "--json"]) == 1
+    verdicts = json.loads(capsys.readouterr().out)
+    assert [Path(v["candidate"]).name for v in verdicts] == ["a_good.py", "b_bad.py"]
+    assert [v["reason"] for v in verdicts] == ["STATIC_OK", "RULE_VIOLATION"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["eval", str(problem), str(empty), "--static-only"]) == 2
+    assert "no candidate programs" in capsys.readouterr().err
+    assert main(["eval", str(problem), str(folder), "--workers", "0"]) == 2
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="about machines without a GPU")

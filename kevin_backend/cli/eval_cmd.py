@@ -1,4 +1,6 @@
 """`kevin eval PROBLEM.py CANDIDATE.py`: judge a candidate kernel against a KernelBench problem.
+`kevin eval PROBLEM.py FOLDER/`: judge every `*.py` in the folder, builds at once, runs through
+the judge's pool of workers, a line per verdict as it arrives and a summary.
 
 The problem's model and inputs are placed as KernelBench's harness places them: on the GPU under
 test (`--device cuda:N`, default the current device), whatever device `get_inputs()` makes them on.
@@ -6,13 +8,17 @@ test (`--device cuda:N`, default the current device), whatever device `get_input
 Exit codes: 0 accepted (or, with --static-only, passes the rules), 1 rejected, 2 usage error
 (a missing file, a problem without Model, or full judging asked for where it cannot run), 3 no
 verdict: the judge itself failed (RESOURCE: it could not get GPU memory; INFRA: an error of its
-own), which says nothing about the candidate.
+own), which says nothing about the candidate. For a folder: 3 if any run got no verdict, else 1
+if any candidate was rejected, else 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+import threading
+import time
 from pathlib import Path
 
 import torch
@@ -21,7 +27,8 @@ from kevin_backend.cli.main import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, EXIT_U
 from kevin_backend.config import Config
 
 from kevin_backend.judge.judge import Judge
-from kevin_backend.judge.result import Reason
+from kevin_backend.bench.progress import Progress
+from kevin_backend.judge.result import JudgeResult, Reason
 from kevin_backend.judge.runner import RunConfig
 from kevin_backend.judge.static_judge import ProblemError, check_problem, judge_static
 
@@ -31,11 +38,12 @@ __all__ = ["register"]
 def register(subparsers: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("eval", parents=parents, help="judge a candidate kernel against a KernelBench problem")
     p.add_argument("problem", type=Path, help="KernelBench problem: Model, get_inputs, get_init_inputs")
-    p.add_argument("candidate", type=Path, help="candidate program defining ModelNew")
+    p.add_argument("candidate", type=Path, help="candidate program defining ModelNew, or a folder of them (*.py)")
     p.add_argument("--trials", type=int, default=100, help="timing trials (default 100)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("--static-only", action="store_true", help="stop after the static rules")
     p.add_argument("--device", default=None, help="the GPU under test, e.g. cuda:1 (default: the current device)")
+    p.add_argument("--workers", type=int, default=4, help="sandboxed judge workers at once, for a folder (default 4)")
     p.set_defaults(handler=_eval)
 
 
@@ -48,41 +56,91 @@ def _read(path: Path, what: str) -> str:
 
 def _eval(args: argparse.Namespace, config: Config) -> int:
     problem = _read(args.problem, "problem")
-    candidate = _read(args.candidate, "candidate")
     try:
         check_problem(problem)
     except ProblemError as exc:
         raise CommandError(f"{args.problem}: {exc}", EXIT_USAGE) from exc
     if args.trials < 1:
         raise CommandError("--trials must be at least 1", EXIT_USAGE)
+    if args.workers < 1:
+        raise CommandError("--workers must be at least 1", EXIT_USAGE)
+    if args.candidate.is_dir():
+        return _eval_folder(args, config, problem)
+    candidate = _read(args.candidate, "candidate")
     result = judge_static(candidate)
     if result.reason is Reason.STATIC_OK and not args.static_only:
         if not torch.cuda.is_available():
             raise CommandError("judging a kernel needs a CUDA GPU (use --static-only for the rules alone)", EXIT_USAGE)
         device = _device(args.device)
-        judge = Judge(config.cache_dir / "builds", RunConfig(trials=args.trials, device=device))
-        result = judge.judge(problem, candidate)
+        with Judge(config.cache_dir / "builds", RunConfig(trials=args.trials, device=device), workers=0) as judge:
+            result = judge.judge(problem, candidate)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
     else:
-        if result.reason is Reason.ACCEPTED:
-            t = result.timings
-            verdict = (f"accepted: {t.kernel_ms:.4f} ms, {t.speedup_vs_eager:.2f}x vs eager"
-                       + (f", {t.speedup_vs_inductor:.2f}x vs Inductor" if t.speedup_vs_inductor else "")
-                       + f", score {result.score:.2f}")
-        elif result.reason is Reason.STATIC_OK:
-            verdict = "passes the static rules"
-        elif result.judge_side:
-            verdict = f"no verdict: {result.reason.value}"
-        else:
-            verdict = f"rejected: {result.reason.value}"
-        where = f", {result.device}" if result.device else ""
-        print(f"{args.candidate}: {verdict} (stage {result.stage.value}{where})")
+        print(_line(args.candidate, result))
         if result.feedback:
             print(result.feedback)
-    if result.judge_side:
+    return _exit_code([result])
+
+
+def _line(path: Path, result: JudgeResult) -> str:
+    if result.reason is Reason.ACCEPTED:
+        t = result.timings
+        verdict = (f"accepted: {t.kernel_ms:.4f} ms, {t.speedup_vs_eager:.2f}x vs eager"
+                   + (f", {t.speedup_vs_inductor:.2f}x vs Inductor" if t.speedup_vs_inductor else "")
+                   + f", score {result.score:.2f}")
+    elif result.reason is Reason.STATIC_OK:
+        verdict = "passes the static rules"
+    elif result.judge_side:
+        verdict = f"no verdict: {result.reason.value}"
+    else:
+        verdict = f"rejected: {result.reason.value}"
+    where = f", {result.device}" if result.device else ""
+    return f"{path}: {verdict} (stage {result.stage.value}{where})"
+
+
+def _exit_code(results: list[JudgeResult]) -> int:
+    if any(r.judge_side for r in results):
         return EXIT_NO_VERDICT
-    return EXIT_OK if result.reason in (Reason.ACCEPTED, Reason.STATIC_OK) else EXIT_FAILED
+    return EXIT_OK if all(r.reason in (Reason.ACCEPTED, Reason.STATIC_OK) for r in results) else EXIT_FAILED
+
+
+def _eval_folder(args: argparse.Namespace, config: Config, problem: str) -> int:
+    paths = sorted(p for p in args.candidate.glob("*.py") if p.is_file())
+    if not paths:
+        raise CommandError(f"{args.candidate}: no candidate programs (*.py) in this folder", EXIT_USAGE)
+    sources = [_read(p, "candidate") for p in paths]
+    if args.static_only:
+        results = [judge_static(s) for s in sources]
+    else:
+        if not torch.cuda.is_available():
+            raise CommandError("judging kernels needs a CUDA GPU (use --static-only for the rules alone)", EXIT_USAGE)
+        device = _device(args.device)
+        progress = Progress(len(paths), enabled=not args.json)
+        lock = threading.Lock()
+
+        def done(index: int, result: JudgeResult) -> None:
+            with lock:
+                progress.finish(paths[index].name, result.reason.name)
+
+        print(f"judging {len(paths)} candidates from {args.candidate} on {device} with {args.workers} workers",
+              file=sys.stderr, flush=True)
+        began = time.perf_counter()
+        with Judge(config.cache_dir / "builds", RunConfig(trials=args.trials, device=device), workers=args.workers) as judge:
+            results = judge.evaluate_many(problem, sources, at_once=args.workers, done=done)
+        seconds = time.perf_counter() - began
+        print(f"{len(paths)} candidates in {seconds:.1f} s ({len(paths) / seconds * 60:.1f} per minute)",
+              file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps([{"candidate": str(p), **r.as_dict()} for p, r in zip(paths, results)], indent=2))
+    else:
+        for path, result in zip(paths, results):
+            print(_line(path, result))
+        counts = {"accepted": sum(r.reason in (Reason.ACCEPTED, Reason.STATIC_OK) for r in results),
+                  "no verdict": sum(r.judge_side for r in results)}
+        counts["rejected"] = len(results) - counts["accepted"] - counts["no verdict"]
+        print(", ".join(f"{v} {k}" for k, v in counts.items()))
+    return _exit_code(results)
 
 
 def _device(name: str | None) -> str:

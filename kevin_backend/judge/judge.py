@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -124,15 +124,24 @@ class Judge:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def evaluate_many(self, task_source: str, candidates: Sequence[str], at_once: int | None = None) -> list[JudgeResult]:
+    def evaluate_many(self, task_source: str, candidates: Sequence[str], at_once: int | None = None,
+                      done: Callable[[int, JudgeResult], None] | None = None) -> list[JudgeResult]:
         """Verdicts on several candidates for one task, in order: their builds first, all at once,
-        then the runs, as many at once as the pool has workers."""
+        then the runs, as many at once as the pool has workers. `done(index, result)` is called
+        as each verdict arrives (a progress display)."""
         if not candidates:
             return []
         self._prebuild(candidates)
         at_once = at_once or max(1, self.workers)
+
+        def one(index: int) -> JudgeResult:
+            result = self.judge(task_source, candidates[index])
+            if done is not None:
+                done(index, result)
+            return result
+
         with concurrent.futures.ThreadPoolExecutor(min(at_once, len(candidates))) as threads:
-            return list(threads.map(lambda c: self.judge(task_source, c), candidates))
+            return list(threads.map(one, range(len(candidates))))
 
     def _prebuild(self, candidates: Sequence[str]) -> None:
         """Build every extension of `candidates` at once (failures are reported by `judge`)."""

@@ -474,8 +474,8 @@ def _task_state(job: dict[str, Any], device: torch.device, states: TaskStates | 
     init = [to_device(v, device) for v in task.get_init_inputs()]
     torch.manual_seed(job["seeds"][0])
     state = TaskState(task, init, task.Model(*init).to(device).eval())
+    state.mark()
     if states is not None:
-        state.mark()
         states.put(key, state)
     return state
 
@@ -521,17 +521,35 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
     except Exception as exc:  # noqa: BLE001 - whose failure it is depends on whose code was running
         outcome = (_candidate_failure(state, "forward", exc) if state.current in CANDIDATE_PHASES
                    else _judge_failure(state, f"in its step '{state.current}'", exc))
+    if state.candidate_ran and outcome.get("reason") in _CHECKED_AFTER and not _intact(task_state):
+        outcome = _error("INPUT_MUTATED", "run", "the forward wrote into memory it does not own: the reference "
+                         "model's parameters changed while the candidate ran")
     outcome["memory"] = {**state.ledger.report().as_dict(), "notes": state.ledger.notes}
     outcome["device"] = str(device)
     return outcome
 
 
+# Verdicts that a write into the reference's memory could have made: they do not stand then.
+_CHECKED_AFTER = frozenset({"ACCEPTED", "MISMATCH", "NAN_INF", "SHAPE_MISMATCH", "DTYPE_MISMATCH", "REPLAYED_OUTPUT"})
+
+
+def _intact(state: TaskState) -> bool:
+    try:
+        return state.intact()
+    except Exception:  # noqa: BLE001 - a CUDA fault surfaced: the verdict already says what happened
+        return True
+
+
 def _judge(run: Run) -> dict[str, Any]:
     exact_model: list[torch.nn.Module] = run.state.exact_model if run.state is not None else []
-    for index, seed in enumerate(run.job["seeds"]):
-        bad = _correctness(run, index, seed, exact_model)
-        if bad is not None:
-            return bad
+    # Correctness runs share the GPU with each other, never with a timing (which holds the lock
+    # alone: another worker's correctness run would slow what it measures).
+    gpu_lock = run.job.get("gpu_lock")
+    with file_lock(gpu_lock, shared=True) if gpu_lock else contextlib.nullcontext():
+        for index, seed in enumerate(run.job["seeds"]):
+            bad = _correctness(run, index, seed, exact_model)
+            if bad is not None:
+                return bad
     return _timing(run, exact_model)
 
 
