@@ -194,6 +194,9 @@ class Builder:
         self.pch_root = Path(pch_root) if pch_root is not None else None
         self.jobs = max(1, jobs or (os.cpu_count() or 1))
         self.timeout = timeout
+        # at most `jobs` builds at once however many callers build at once (evaluate_many per
+        # task, several tasks at a time): more would only slow every one of them towards its timeout
+        self._slots = threading.BoundedSemaphore(self.jobs)
 
     def _folder(self, spec: BuildSpec) -> Path:
         return self.root / spec.digest
@@ -246,7 +249,8 @@ class Builder:
             hit = self.cached(spec)
             if hit is not None:
                 return dataclasses.replace(hit, seconds=time.perf_counter() - start)
-            return self._build_fast(spec, start) if spec.fast else self._build_whole(spec, start)
+            with self._slots:
+                return self._build_fast(spec, start) if spec.fast else self._build_whole(spec, start)
 
     def _build_whole(self, spec: BuildSpec, start: float) -> BuildResult:
         folder = self._folder(spec)
