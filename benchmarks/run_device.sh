@@ -17,6 +17,7 @@ for step in $steps; do
     gpu) python3 -m pytest -q -m gpu -s ${GPU_TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40 ;;  # GPU_TESTS: some files only
     cpu) python3 -m pytest -q -m "not gpu" -x tests 2>&1 | tee "$OUT/cpu_tests.log" | tail -5 ;;
     overhead) python3 benchmarks/bench_op_overhead.py --json "$OUT/overhead.json" ;;
+    judge) python3 benchmarks/bench_judge.py --json "$OUT/judge_speed.json" 2>&1 | tee "$OUT/judge_speed.log" | tail -30 ;;
     e2e) python3 benchmarks/bench_e2e.py --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30 ;;
     generate)  # the generator's loop with the replay policy: GPU test, then the command
       python3 -m pytest -q -s tests/test_generate_gpu.py 2>&1 | tee "$OUT/generate_test.log" | tail -15
