@@ -233,6 +233,8 @@ def build_fast(sources: FastSources, work: Path, output: Path, arch: str, pch: P
     (work / "device.cu").write_text(sources.device)
     (work / "host.cpp").write_text(sources.host)
     gencode = f"-gencode=arch=compute_{arch.replace('.', '')},code=sm_{arch.replace('.', '')}"
+    extra_cflags = [f for f in extra_cflags if f.strip()]  # models write extra_cflags=[""]
+    extra_cuda_cflags = [f for f in extra_cuda_cflags if f.strip()]
     device_cmd = [tc.nvcc, *tc.nvcc_flags, gencode, *extra_cuda_cflags, *(f"-I{d}" for d in tc.include_dirs[:1]),
                   "-c", str(work / "device.cu"), "-o", str(work / "device.o")]
     host_flags = [f for f in extra_cflags if not f.startswith("-O")]  # optimisation flags would void the header

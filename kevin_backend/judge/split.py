@@ -212,6 +212,7 @@ def split_cuda(cuda: str) -> Split:
                 continue
             for line in alt.lines:
                 concrete_types.update(t for t in _CONCRETE.values() if t in line)
+                _check_device_torch(strip_cpp(line), needs, f"a template argument of the launch of {site.kernel.name}")
             target = f"{site.qual}kevin_{site.what}_{site.kernel.name}<{site.args}>"
             body = "\n".join([*alt.lines, f"    {{ auto* volatile kevin_p = &{target}; (void)kevin_p; }}", *(["    }"] * alt.scopes)])
             sinks.append(_wrap(items[site.item].ns, f"void kevin_instances_{len(sinks)}() {{\n{body}\n}}"))
@@ -251,7 +252,7 @@ def split_cuda(cuda: str) -> Split:
         elif kind == "launching":
             text, head = _launching_function(item)
             device.append(_wrap(item.ns, _located(cuda, item, text)))
-            host.append(_wrap(item.ns, head + ";"))
+            host.append(_wrap(item.ns, _located(cuda, item, head + ";")))
         elif kind == "host":
             host.append(_wrap(item.ns, _located(cuda, item, state.host_copy[index])))
         elif kind in ("kernel", "device"):
@@ -261,16 +262,16 @@ def split_cuda(cuda: str) -> Split:
                     key = f"{what}:{'::'.join(kernel.ns)}::{kernel.name}:{','.join(kernel.params)}"
                     if kernel.name in table and key not in declared:
                         declared.add(key)
-                        host.append(_wrap(kernel.ns, _generated(kernel, what).split(" {\n", 1)[0] + ";"))
+                        host.append(_wrap(kernel.ns, _GENERATED_HOST + _generated(kernel, what).split(" {\n", 1)[0] + ";"))
             if index in used_variables:
                 name, typedef = used_variables[index]
-                device.append(_wrap(item.ns, f"void* kevin_symbol_{name}() {{ return (void*)&{name}; }}"))
-                host.append(_wrap(item.ns, f"void* kevin_symbol_{name}();\nnamespace {{\n{typedef}\n"
+                device.append(_wrap(item.ns, f"{_GENERATED_DEVICE}void* kevin_symbol_{name}() {{ return (void*)&{name}; }}"))
+                host.append(_wrap(item.ns, f"{_GENERATED_HOST}void* kevin_symbol_{name}();\nnamespace {{\n{typedef}\n"
                                            f"kevin_type_{name}& {name} = *static_cast<kevin_type_{name}*>(kevin_symbol_{name}());\n}}"))
         else:  # pragma: no cover - every kind is handled above
             raise AssertionError(kind)
 
-    generated = ['#line 1 "kevin_launchers.cu"']
+    generated = [_GENERATED_DEVICE.rstrip("\n")]
     seen: set[str] = set()
     for what, table in (("launch", launched), ("kernel", accessed)):
         for name in table:
@@ -282,6 +283,11 @@ def split_cuda(cuda: str) -> Split:
     device_text = "\n".join([*device, *generated, *explicit, *sinks]) + "\n"
     host_text = "\n".join(host) + "\n"
     return Split(device_text, host_text, tuple(f"kevin_launch_{n}" for n in launched), bool(explicit or sinks))
+
+
+# Where generated code stands, so compiler errors in it are never read as the candidate's.
+_GENERATED_DEVICE = '#line 1 "kevin_launchers.cu"\n'
+_GENERATED_HOST = '#line 1 "kevin_host_declarations.cpp"\n'
 
 
 # ---------------------------------------------------------------------------------------------
