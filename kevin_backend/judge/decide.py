@@ -245,8 +245,7 @@ def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig
         "build_root": config.build_root, "arch": config.arch, "gpu_lock": config.gpu_lock,
         "compile_backend": config.compile_backend,
     }
-    # the judge's worker environment (`worker_env`, earlier `_worker_env`): one compile thread
-    env = (getattr(runner, "worker_env", None) or getattr(runner, "_worker_env"))()
+    env = runner.worker_env()  # the judge's workers' environment (Inductor compiles in-process)
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kevin_backend.judge.retime_worker"],

@@ -204,8 +204,12 @@ def _check_kernel_used(kernel_call: Callable[[], Any]) -> None:
     """A kernel that raised inside the runtime is disabled and its reference runs instead: then
     the times measured were the reference's, and the kernel failed."""
     loaded = getattr(kernel_call, "loaded", None)
-    if loaded is not None and loaded.disabled is not None:
-        raise _Ended(_kernel_failure(f"the kernel raised in its re-timing and the runtime ran its reference: {loaded.disabled}"))
+    if loaded is None or loaded.disabled is None:
+        return
+    if "OutOfMemoryError" in loaded.disabled or "out of memory" in loaded.disabled.lower():
+        # the judge held the kernel to its memory bound: the GPU was short, not the kernel wrong
+        raise _Ended(_judge_failure("RESOURCE", f"no GPU memory for the kernel in its re-timing: {loaded.disabled}"))
+    raise _Ended(_kernel_failure(f"the kernel raised in its re-timing and the runtime ran its reference: {loaded.disabled}"))
 
 
 def _sync(device: torch.device) -> None:
