@@ -229,6 +229,8 @@ def split_cuda(cuda: str) -> Split:
     # The device part, in the file's order, then the generated code.
     device: list[str] = [prelude]
     host: list[str] = ["#include <cuda_runtime.h>", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>"]
+    if used_variables:
+        host.append(_SYMBOL_OVERLOADS)
     declared: set[str] = set()
     for index, item in enumerate(items):
         kind = kinds[index]
@@ -288,6 +290,26 @@ def split_cuda(cuda: str) -> Split:
 # Where generated code stands, so compiler errors in it are never read as the candidate's.
 _GENERATED_DEVICE = '#line 1 "kevin_launchers.cu"\n'
 _GENERATED_HOST = '#line 1 "kevin_host_declarations.cpp"\n'
+
+
+# cuda_runtime.h gives these overloads (a device variable named directly) to nvcc only; the host
+# part's device variables are references to their host shadows, which the C functions take.
+_SYMBOL_OVERLOADS = _GENERATED_HOST + """template <class T> static inline cudaError_t cudaMemcpyToSymbol(const T& symbol, const void* src,
+    size_t count = sizeof(T), size_t offset = 0, cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
+    return ::cudaMemcpyToSymbol((const void*)&symbol, src, count, offset, kind); }
+template <class T> static inline cudaError_t cudaMemcpyToSymbolAsync(const T& symbol, const void* src, size_t count,
+    size_t offset = 0, cudaMemcpyKind kind = cudaMemcpyHostToDevice, cudaStream_t stream = 0) {
+    return ::cudaMemcpyToSymbolAsync((const void*)&symbol, src, count, offset, kind, stream); }
+template <class T> static inline cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol,
+    size_t count = sizeof(T), size_t offset = 0, cudaMemcpyKind kind = cudaMemcpyDeviceToHost) {
+    return ::cudaMemcpyFromSymbol(dst, (const void*)&symbol, count, offset, kind); }
+template <class T> static inline cudaError_t cudaMemcpyFromSymbolAsync(void* dst, const T& symbol, size_t count,
+    size_t offset = 0, cudaMemcpyKind kind = cudaMemcpyDeviceToHost, cudaStream_t stream = 0) {
+    return ::cudaMemcpyFromSymbolAsync(dst, (const void*)&symbol, count, offset, kind, stream); }
+template <class T> static inline cudaError_t cudaGetSymbolAddress(void** ptr, const T& symbol) {
+    return ::cudaGetSymbolAddress(ptr, (const void*)&symbol); }
+template <class T> static inline cudaError_t cudaGetSymbolSize(size_t* size, const T& symbol) {
+    return ::cudaGetSymbolSize(size, (const void*)&symbol); }"""
 
 
 # ---------------------------------------------------------------------------------------------
