@@ -46,9 +46,10 @@ def file_lock(path: str | Path, shared: bool = False) -> Iterator[None]:
     Order: an exclusive locker first takes the gate file (`gate_path`) and keeps it until it is
     done; a shared locker passes through the gate (takes it and lets it go at once) before it
     takes `path`. So once an exclusive locker is waiting, later shared lockers queue behind it
-    instead of overtaking it. Every lock is taken on its own open file, so a thread or process
-    that already holds `path` shared and asks for it exclusively waits for itself: release the
-    shared hold first (the two are never upgraded in place)."""
+    instead of overtaking it. Every lock is taken on its own open file, so holds on one path do
+    not nest: a thread or process that holds `path` and asks for it again (exclusively, or shared
+    while an exclusive locker waits at the gate) waits for itself. Release a hold before taking
+    the next (the two kinds are never upgraded in place)."""
     gate = gate_path(path)
     if shared:
         with _flock(gate, fcntl.LOCK_EX):
