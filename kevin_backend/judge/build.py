@@ -128,6 +128,9 @@ class BuildResult:
     # The build failed for the judge's reasons, not the candidate's: a timeout while the machine
     # was loaded, a full disk, a compiler killed for memory. Never cached; judged again later.
     infra: bool = False
+    # Why the fast build could not be used and the whole build ran ("" when it was not tried or
+    # worked): the construct the split cannot take, or the step that failed and its first error.
+    fast_fallback: str = ""
 
 
 def load_built(result: BuildResult) -> ModuleType:
@@ -217,24 +220,26 @@ class Builder:
             return None  # the judge's failure, not the source's: build again
         return BuildResult(spec.digest, bool(data.get("ok")), path if data.get("ok") else None, spec.module_name, 0.0, True,
                            str(data.get("error", "")), bool(data.get("timed_out", False)), str(data.get("namespace", "")),
-                           spec.functions, bool(data.get("final", True)), str(data.get("how", "")))
+                           spec.functions, bool(data.get("final", True)), str(data.get("how", "")),
+                           fast_fallback=str(data.get("fallback", "")))
 
     def build(self, spec: BuildSpec) -> BuildResult:
         """Build `spec` the fastest way that works (module docstring); the result's `seconds`
         count every way tried."""
-        spent = 0.0
+        spent, fallback = 0.0, ""
         if spec.fast and spec.arch and spec.cuda_sources.strip():
             result = self._build(spec)
             if result.ok or result.final:
                 return result
             spent = result.seconds
+            fallback = result.fast_fallback or result.error or "the fast build failed"
         whole = dataclasses.replace(spec, fast=False)
         result = self._build(whole)
         if not result.ok and not result.timed_out and not result.infra and whole.light_headers \
                 and light_cuda_sources(whole.cuda_sources) != whole.cuda_sources:
             again = self._build(dataclasses.replace(whole, light_headers=False))
             result = dataclasses.replace(again, seconds=result.seconds + again.seconds)
-        return dataclasses.replace(result, seconds=spent + result.seconds)
+        return dataclasses.replace(result, seconds=spent + result.seconds, fast_fallback=fallback)
 
     def _build(self, spec: BuildSpec) -> BuildResult:
         start = time.perf_counter()
@@ -290,7 +295,8 @@ class Builder:
             sources = fast_sources(spec.cpp_sources, spec.cuda_sources, spec.functions, spec.digest)
         except SplitError as exc:  # not cached: splitting again costs milliseconds
             return BuildResult(spec.digest, False, None, spec.module_name, time.perf_counter() - start, False,
-                               f"fast build not possible: {exc}", final=False, how="fast")
+                               f"fast build not possible: {exc}", final=False, how="fast",
+                               fast_fallback=f"the split cannot take it: {exc}")
         assert spec.arch is not None
         toolchain = Toolchain.detect()
         pch = ensure_pch(self.pch_root or _default_pch_root(), toolchain)
@@ -310,12 +316,12 @@ class Builder:
         else:
             _write_status(folder, {"ok": outcome.ok, "error": outcome.error, "timed_out": outcome.timed_out,
                                    "namespace": sources.namespace if outcome.ok else "", "final": outcome.ok or outcome.final,
-                                   "how": "fast"})
+                                   "how": "fast", "fallback": outcome.fallback})
         shutil.rmtree(work, ignore_errors=True)
         return BuildResult(spec.digest, outcome.ok, built if outcome.ok else None, spec.module_name,
                            time.perf_counter() - start, False, error, outcome.timed_out,
                            sources.namespace if outcome.ok else "", spec.functions, outcome.ok or outcome.final or bool(infra),
-                           "fast", infra=bool(infra))
+                           "fast", infra=bool(infra), fast_fallback=outcome.fallback)
 
     def build_many(self, specs: Sequence[BuildSpec]) -> list[BuildResult]:
         """Build several specs, `jobs` at a time (each in its own worker process)."""

@@ -22,6 +22,7 @@ code is final: the whole build would fail on the same line.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -42,7 +43,7 @@ from kevin_backend.judge.split import SOURCE_NAME, SplitError, split_cuda
 from kevin_backend.locks import file_lock
 
 # Part of every fast build's cache key: bump it when what this module produces changes.
-FAST_BUILD_VERSION = 2
+FAST_BUILD_VERSION = 3
 
 __all__ = ["FAST_BUILD_VERSION", "Toolchain", "FastSources", "FastOutcome", "fast_sources", "ensure_pch", "build_fast", "ops_namespace"]
 
@@ -55,6 +56,8 @@ _PCH_HEADER = r"""#pragma once
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -186,7 +189,8 @@ def ensure_pch(root: Path, toolchain: Toolchain, timeout: float = 900.0) -> Path
     """The precompiled header for `toolchain` under `root` (built on first use, under a file lock,
     so concurrent builders and processes build it once). Returns the header to `-include`; its
     `.gch` sits beside it when the precompile succeeded (otherwise g++ reads the header itself)."""
-    folder = Path(root) / "pch" / toolchain.digest
+    # the header's own text is part of the folder's name: a changed header is a new one
+    folder = Path(root) / "pch" / f"{toolchain.digest}-{hashlib.sha256(_PCH_HEADER.encode()).hexdigest()[:8]}"
     header = folder / "kevin_pch.h"
     done = folder / "done"
     if done.exists():
@@ -222,6 +226,7 @@ class FastOutcome:
     error: str  # trimmed, for the writer (when final)
     log: str  # everything the tools printed
     timed_out: bool = False
+    fallback: str = ""  # why the whole build is needed (a failure that is not final): which step, its first error
 
 
 def build_fast(sources: FastSources, work: Path, output: Path, arch: str, pch: Path,
@@ -241,12 +246,20 @@ def build_fast(sources: FastSources, work: Path, output: Path, arch: str, pch: P
     host_cmd = [tc.cxx, *tc.cxx_flags, *host_flags, "-include", str(pch), "-Winvalid-pch",
                 *(f"-I{d}" for d in tc.include_dirs), "-c", str(work / "host.cpp"), "-o", str(work / "host.o")]
     start = time.monotonic()
-    log, ok, timed_out = run_group([device_cmd, host_cmd], timeout)
+    results, timed_out = _run_each([device_cmd, host_cmd], timeout)
+    log = "".join(out for out, _ in results)
     if timed_out:
         return FastOutcome(False, True, f"build timed out after {timeout:.0f} s", log, True)
-    if not ok:
-        # an instantiation for a type the candidate never runs may fail where its own build would not
-        return FastOutcome(False, False, "", log) if sources.templated else _failure(log, cuda_text)
+    (device_out, device_code), (host_out, host_code) = results
+    if device_code or host_code:
+        fallback = "; ".join(f"the {step} did not compile: {_first_error(out)}" for step, out, code in
+                             (("device part (nvcc)", device_out, device_code), ("host part (g++)", host_out, host_code)) if code)
+        if sources.templated or not device_code:
+            # an instantiation for template arguments the candidate never runs may fail where its
+            # own build would not; the host part's errors alone are never final (its headers differ)
+            return FastOutcome(False, False, "", log, fallback=fallback)
+        outcome = _failure(device_out + (host_out if host_code else ""), cuda_text)
+        return outcome if outcome.final else dataclasses.replace(outcome, fallback=fallback)
     # -Bsymbolic: the library's own functions bind to its own definitions, even where another
     # loaded build exports the same names (every candidate may call its function `forward`)
     link = [tc.cxx, "-shared", "-Wl,-Bsymbolic", str(work / "device.o"), str(work / "host.o"), "-o", str(output),
@@ -255,7 +268,16 @@ def build_fast(sources: FastSources, work: Path, output: Path, arch: str, pch: P
     log += link_log
     if timed_out:
         return FastOutcome(False, True, f"build timed out after {timeout:.0f} s", log, True)
-    return FastOutcome(ok, False, "", log) if ok else FastOutcome(False, False, "", log)
+    return FastOutcome(True, False, "", log) if ok else FastOutcome(False, False, "", log, fallback=f"the link failed: {_first_error(link_log)}")
+
+
+def _first_error(output: str) -> str:
+    """The first line of compiler output that reports an error (or the first line at all)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if re.search(r"\berror\b|undefined reference|cannot find", line, re.I):
+            return line[:300]
+    return lines[0][:300] if lines else "no output"
 
 
 def _failure(log: str, cuda_text: str) -> FastOutcome:
@@ -272,6 +294,12 @@ def _failure(log: str, cuda_text: str) -> FastOutcome:
 def run_group(commands: Sequence[Sequence[str]], timeout: float) -> tuple[str, bool, bool]:
     """Run `commands` at once, each in its own process group; kill them all at the timeout.
     Returns (their output, all succeeded, timed out)."""
+    results, timed_out = _run_each(commands, timeout)
+    return "".join(out for out, _ in results), not timed_out and all(code == 0 for _, code in results), timed_out
+
+
+def _run_each(commands: Sequence[Sequence[str]], timeout: float) -> tuple[list[tuple[str, int]], bool]:
+    """`run_group`, each command's output and exit status apart."""
     env = child_env()
     procs = [subprocess.Popen(list(c), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True) for c in commands]
@@ -290,8 +318,7 @@ def run_group(commands: Sequence[Sequence[str]], timeout: float) -> tuple[str, b
                     pass
             out, _ = proc.communicate()
         outputs.append(out or "")
-    ok = not timed_out and all(p.returncode == 0 for p in procs)
-    return "".join(outputs), ok, timed_out
+    return [(out, proc.returncode if proc.returncode is not None else -1) for out, proc in zip(outputs, procs)], timed_out
 
 
 if __name__ == "__main__":  # pragma: no cover - a manual check: python -m kevin_backend.judge.fast_build ROOT

@@ -462,7 +462,8 @@ def _top_level(text: str, char: str) -> int:
 
 def _expand_launch_macros(cuda: str) -> str:
     """`cuda` with every use of a function-like macro that hides a kernel launch expanded in place
-    (the expansion on the use's first line, its other lines kept empty)."""
+    (the expansion on the use's first line, its other lines kept empty) and the macro's definition
+    left out (its lines kept empty)."""
     blank = strip_cpp(cuda)
     macros = {}
     for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(\([^)]*\))?((?:[^\n]*\\\n)*[^\n]*)", blank, re.M):
@@ -487,6 +488,7 @@ def _expand_launch_macros(cuda: str) -> str:
             args = _macro_args(cuda, blank, m.end(), close - 1)
             expansion = _substitute(body, params, args, name)
             edits.append((m.start(), close, expansion + "\n" * cuda.count("\n", m.start(), close)))
+        edits.append((start, end, "\n" * cuda.count("\n", start, end)))  # every use expanded: the definition goes
     for start, end, text in sorted(edits, reverse=True):
         cuda = cuda[:start] + text + cuda[end:]
     return cuda
