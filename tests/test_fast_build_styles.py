@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from kevin_backend.judge.candidate import Candidate, InlineExtension
-from kevin_backend.judge.fast_build import FastSources, Toolchain, build_fast, ensure_pch, fast_sources
+from kevin_backend.judge.fast_build import FastSources, Toolchain, build_fast, cuda_home_of, ensure_pch, fast_sources
 from kevin_backend.judge.split import SplitError, split_cuda
 
 STYLES = Path(__file__).resolve().parent / "build_styles"
@@ -127,7 +127,9 @@ def test_the_split_keeps_torch_out_of_the_device_part_and_launches_out_of_the_ho
          "torch::Tensor f(torch::Tensor x, int64_t n) { k<n><<<1, 1>>>(x.data_ptr<float>()); return x; }\n",
          "template argument n of the launch of kernel k is neither a constant nor a dispatched type"),
         ("#include <torch/extension.h>\ntemplate <typename T> __global__ void k(T* x) {}\n"
-         "torch::Tensor f(torch::Tensor x) { k<<<1, 1>>>(x.data_ptr<float>()); return x; }\n",
+         "torch::Tensor f(torch::Tensor x) { k<<<1, 1>>>(x.data_ptr<float>()); return x; }\n", None),
+        ("#include <torch/extension.h>\ntemplate <typename T> __global__ void k(T* x) {}\n"
+         "torch::Tensor f(torch::Tensor x) { float* p = x.data_ptr<float>(); k<<<1, 1>>>(p); return x; }\n",
          "leaves template arguments to be deduced"),
         ("#include <torch/extension.h>\n__global__ void k(at::PackedTensorAccessor32<float, 2> x) {}\n"
          "torch::Tensor f(torch::Tensor x) { k<<<1, 1>>>(x.packed_accessor32<float, 2>()); return x; }\n",
@@ -144,7 +146,8 @@ def test_the_split_keeps_torch_out_of_the_device_part_and_launches_out_of_the_ho
         ("#define LAUNCH k<<<1, 1>>>(x)\n__global__ void k(float* x) {}\nvoid f(float* x) { LAUNCH; }\n",
          "macro LAUNCH hides a kernel launch"),
     ],
-    ids=["namespace-taken", "non-type-template-taken", "runtime-template-argument", "deduced-template-arguments",
+    ids=["namespace-taken", "non-type-template-taken", "runtime-template-argument", "deduced-from-data-ptr-taken",
+         "deduced-from-a-variable",
          "torch-accessor-in-device-code", "integer-dispatch", "extern-c-block", "managed-variable",
          "uncalled-host-template", "object-like-launch-macro"],
 )
@@ -266,11 +269,11 @@ def _cuda_toolchain() -> Toolchain | None:
     site = Path(includes[0]).parents[1]
     # CUDA headers and libraries of the wheels that torch depends on (cuBLAS, cuSPARSE, ...)
     wheels = sorted(p for p in (site / "nvidia").glob("*/include") if (p / "cublas_v2.h").exists())
-    cuda_home = Path(os.path.realpath(shutil.which("nvcc") or "")).parents[1]
+    cuda_home = Path(cuda_home_of(shutil.which("nvcc") or ""))
     return Toolchain(
         cxx=shutil.which("c++") or "c++",
         nvcc=str(cuda_home / "bin" / "nvcc"),
-        include_dirs=(*includes[:2], *map(str, wheels), str(cuda_home / "include")),
+        include_dirs=(*includes[:2], str(cuda_home / "include"), *map(str, wheels)),
         library_dirs=(*libraries[:1], *(str(p.parent / "lib") for p in wheels), str(cuda_home / "lib64")),
         cxx_flags=("-std=c++20" if cxx20 else "-std=c++17", "-fPIC", "-O2", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"),
         nvcc_flags=("-std=c++17", "-O3", "-Xcompiler", "-fPIC", *nvcc_flags),

@@ -45,7 +45,8 @@ from kevin_backend.locks import file_lock
 # Part of every fast build's cache key: bump it when what this module produces changes.
 FAST_BUILD_VERSION = 3
 
-__all__ = ["FAST_BUILD_VERSION", "Toolchain", "FastSources", "FastOutcome", "fast_sources", "ensure_pch", "build_fast", "ops_namespace"]
+__all__ = ["FAST_BUILD_VERSION", "Toolchain", "FastSources", "FastOutcome", "fast_sources", "ensure_pch", "build_fast", "ops_namespace",
+           "cuda_home_of"]
 
 # Headers every host part gets, precompiled once. The adapter turns a candidate's function into
 # one whose parameter and return types an operator schema accepts.
@@ -110,7 +111,7 @@ class Toolchain:
         import torch.utils.cpp_extension as cpp_extension
 
         nvcc = shutil.which("nvcc") or ""
-        cuda_home = cpp_extension.CUDA_HOME or (str(Path(os.path.realpath(nvcc)).parents[1]) if nvcc else "")
+        cuda_home = cuda_home_of(nvcc, cpp_extension.CUDA_HOME)
         if cuda_home and not nvcc:
             nvcc = str(Path(cuda_home) / "bin" / "nvcc")
         includes = list(cpp_extension.include_paths("cpu"))
@@ -135,6 +136,15 @@ class Toolchain:
     @property
     def digest(self) -> str:
         return hashlib.sha256(json.dumps([self.cxx, self.include_dirs, self.cxx_flags, self.version]).encode()).hexdigest()[:16]
+
+
+def cuda_home_of(nvcc: str, *candidates: str | None) -> str:
+    """The CUDA toolkit's folder: the first of `candidates`, $CUDA_HOME, $CUDA_PATH, the folder
+    above nvcc's and /usr/local/cuda that has include/cuda_runtime.h (nvcc may be a wrapper
+    script elsewhere); else the first one named."""
+    named = [c for c in (*candidates, os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                         str(Path(os.path.realpath(nvcc)).parents[1]) if nvcc else None, "/usr/local/cuda") if c]
+    return next((c for c in named if (Path(c) / "include" / "cuda_runtime.h").exists()), named[0] if named else "")
 
 
 def _torch_wants_cxx20(cpp_extension: object) -> bool:

@@ -713,6 +713,8 @@ def _rewrite_host(item: _Item, index: int, state: _State, sites: list[_Site],
             raise SplitError(f"launch of {name} has no argument list")
         close = _balanced(b, open_paren)
         args = text[open_paren + 1:close - 1]
+        if targs is None and kernel.template is not None:
+            targs = _deduced(kernel, args)
         targs = _template_arguments(kernel, targs, name)
         launched.setdefault(name, kernel)
         call = f"{qual}kevin_launch_{name}" + (f"<{targs}>" if targs is not None else "")
@@ -790,6 +792,42 @@ def _launched_name(b: str, q: int) -> tuple[int, str, str | None, str]:
 
 def _pick(kernels: list[_Kernel], name: str) -> _Kernel:
     return kernels[0]
+
+
+_POINTER_OF = (
+    re.compile(r"\b(?:mutable_|const_)?data(?:_ptr)?\s*<\s*([\w:]+)\s*>\s*\(\s*\)\s*$"),  # x.data_ptr<float>()
+    re.compile(r"^\(\s*(?:const\s+)?([\w:]+)\s*\*\s*\)"),  # (float*)p
+    re.compile(r"^(?:reinterpret_cast|static_cast)\s*<\s*(?:const\s+)?([\w:]+)\s*\*\s*>"),
+)
+
+
+def _deduced(kernel: _Kernel, args: str) -> str | None:
+    """The type arguments a launch without template arguments deduces, where each argument for a
+    `T*` parameter names its pointee (x.data_ptr<scalar_t>(), (float*)p, reinterpret_cast<half*>(p));
+    None when they cannot be read."""
+    given = _params(args)
+    if len(given) != len(kernel.params):
+        return None
+    found: dict[str, str] = {}
+    for param, arg in zip(_typed(kernel.name, kernel.params, names=False), given):
+        for tparam in kernel.tparams:
+            if not re.search(rf"\b{re.escape(tparam.name)}\b", param):
+                continue
+            if tparam.kind != "type" or not re.fullmatch(rf"(?:const\s+)?{re.escape(tparam.name)}\s*(?:const\s*)?\*\s*(?:__restrict__\s*)?(?:const\s*)?",
+                                                          param.strip()):
+                continue  # read from the pointer parameters only
+            m = next((m for p in _POINTER_OF if (m := p.search(strip_cpp(arg).strip()))), None)
+            if m is None or found.setdefault(tparam.name, m.group(1)) != m.group(1):
+                return None
+    values = []
+    for tparam in kernel.tparams:
+        if tparam.name in found:
+            values.append(found[tparam.name])
+        elif tparam.default is None:
+            return None
+        else:
+            break
+    return ", ".join(values)
 
 
 def _template_arguments(kernel: _Kernel, targs: str | None, name: str) -> str | None:
@@ -898,8 +936,16 @@ def _resolve(state: _State, kinds: list[str], index: int, pos: int, args: str, d
     return result
 
 
+# Names CUDA's and the standard headers give both parts.
+_HEADER_NAMES = re.compile(r"(?:__)?(?:half2?|nv_bfloat162?|(?:u?char|u?short|u?int|u?long|longlong|float|double)[1-4]|"
+                           r"u?int(?:8|16|32|64)_t|size_t|ptrdiff_t|dim3|cudaStream_t|warpSize)")
+
+
 def _visible(state: _State, kinds: list[str], name: str) -> bool:
-    """Whether `name` is declared where the device part sees it (a macro, a constant, a type)."""
+    """Whether `name` is declared where the device part sees it (a macro, a constant, a type, a
+    name from CUDA's headers)."""
+    if _HEADER_NAMES.fullmatch(name):
+        return True
     pattern = re.compile(rf"\b{re.escape(name)}\b")
     return any(kinds[i] in ("pre", "pre-device", "type", "device-type", "plain", "hostdevice", "device", "launching")
                and pattern.search(item.blank) for i, item in enumerate(state.items))
@@ -961,8 +1007,9 @@ _DISPATCH_TYPES = {
     "AT_DISPATCH_REDUCED_FLOATING_TYPES": ("c10::Half", "c10::BFloat16"),
 }
 _SCALAR_NAMES = {"Half": "c10::Half", "BFloat16": "c10::BFloat16", "Float": "float", "Double": "double"}
-_CONCRETE = {"float": "float", "double": "double", "at::Half": "c10::Half", "c10::Half": "c10::Half", "half": "c10::Half",
-             "at::BFloat16": "c10::BFloat16", "c10::BFloat16": "c10::BFloat16"}
+_CONCRETE = {"float": "float", "double": "double", "at::Half": "c10::Half", "c10::Half": "c10::Half",
+             "at::BFloat16": "c10::BFloat16", "c10::BFloat16": "c10::BFloat16", "half": "__half", "__half": "__half",
+             "__nv_bfloat16": "__nv_bfloat16", "nv_bfloat16": "__nv_bfloat16", "int": "int", "int64_t": "int64_t"}
 
 
 def _dispatch_types(macro: str, args: str) -> list[str]:
