@@ -145,11 +145,15 @@ def test_the_split_keeps_torch_out_of_the_device_part_and_launches_out_of_the_ho
          "torch::Tensor f(torch::Tensor x) { return x; }\n", "host function template go is never called"),
         ("#define LAUNCH k<<<1, 1>>>(x)\n__global__ void k(float* x) {}\nvoid f(float* x) { LAUNCH; }\n",
          "macro LAUNCH hides a kernel launch"),
+        ("#include <torch/extension.h>\ntemplate <typename T> __global__ void k(T* x) {}\n"
+         "template <typename T> void go(T* x) { k<T><<<1, 1>>>(x); }\n"
+         "torch::Tensor f(torch::Tensor x) { auto* p = x.data_ptr<float>(); go(p); return x; }\n",
+         "host function template go is called with template arguments deduced from arguments the split cannot read"),
     ],
     ids=["namespace-taken", "non-type-template-taken", "runtime-template-argument", "deduced-from-data-ptr-taken",
          "deduced-from-a-variable",
          "torch-accessor-in-device-code", "integer-dispatch", "extern-c-block", "managed-variable",
-         "uncalled-host-template", "object-like-launch-macro"],
+         "uncalled-host-template", "object-like-launch-macro", "host-template-deduced-from-a-variable"],
 )
 def test_what_the_split_takes_and_what_it_says_it_cannot(cuda: str, why: str | None) -> None:
     if why is None:

@@ -168,6 +168,16 @@ class _State:
 
 
 def split_cuda(cuda: str) -> Split:
+    """The two parts of `cuda` (module docstring), or SplitError naming what the split cannot take."""
+    try:
+        return _split_cuda(cuda)
+    except SplitError:
+        raise
+    except Exception as exc:  # a source the reader does not follow: the whole build takes it
+        raise SplitError(f"the split could not read this source ({type(exc).__name__}: {exc})") from exc
+
+
+def _split_cuda(cuda: str) -> Split:
     cuda = _expand_launch_macros(cuda)
     blank = strip_cpp(cuda)
     if re.search(r"PYBIND11|pybind11|\bpy::", blank):
@@ -1037,12 +1047,19 @@ def _function_name(blank: str, after: int) -> str:
 
 
 def _calls(state: _State, kinds: list[str], fname: str, own: int) -> list[tuple[int, int, list[str]]]:
-    """Calls `fname<args>(...)` anywhere in the file's code: (item, offset, template arguments)."""
+    """Calls of host function template `fname` anywhere in the file's code: (item, offset, template
+    arguments), the arguments written (`fname<args>(...)`) or deduced from its pointer arguments."""
+    item = state.items[own]
+    template = _template_head(item.blank)
+    assert template is not None
+    paren = item.blank.find("(", template[1])
+    signature = _Kernel(fname, item.ns, [p for p in _params(item.text[paren + 1:_balanced(item.blank, paren) - 1]) if p != "void"],
+                        template[0], _tparams(template[0], f"host function template {fname}"), own)
     calls = []
-    for index, item in enumerate(state.items):
+    for index, other in enumerate(state.items):
         if kinds[index] not in ("host", "plain", "launching", "hostdevice"):
             continue
-        b = item.blank
+        b = other.blank
         for m in re.finditer(rf"(?<![\w.])(?<!->){re.escape(fname)}\s*<", b):
             lt = m.end() - 1
             try:
@@ -1051,9 +1068,15 @@ def _calls(state: _State, kinds: list[str], fname: str, own: int) -> list[tuple[
                 continue
             if not re.match(r"\s*\(", b[gt:]):
                 continue
-            calls.append((index, m.start(), _params(item.text[lt + 1:gt - 1])))
-        if index != own and re.search(rf"(?<![\w.])(?<!->){re.escape(fname)}\s*\(", b) and not _template_head(b):
-            raise SplitError(f"host function template {fname} is called with template arguments deduced from its arguments")
+            calls.append((index, m.start(), _params(other.text[lt + 1:gt - 1])))
+        if index == own or _template_head(b) and b.find("(", _template_head(b)[1]) == b.find(fname, _template_head(b)[1]) + len(fname):
+            continue  # the definition itself, or another declaration of it
+        for m in re.finditer(rf"(?<![\w.])(?<!->){re.escape(fname)}\s*\(", b):
+            close = _balanced(b, m.end() - 1)
+            deduced = _deduced(signature, other.text[m.end():close - 1])
+            if deduced is None:
+                raise SplitError(f"host function template {fname} is called with template arguments deduced from arguments the split cannot read")
+            calls.append((index, m.start(), _params(deduced)))
     return calls
 
 
