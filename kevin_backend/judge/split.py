@@ -85,8 +85,9 @@ SOURCE_NAME = "cuda_sources.cu"
 _TORCH = re.compile(r"\b(torch|at|c10|pybind11|py)::|\bTORCH_|\bAT_|\bC10_|\bPYBIND11|\bTensor\b")
 _TORCH_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch|ATen|c10|pybind11|Python)[/.]")
 # Headers only nvcc can read: the device part alone gets them.
-_DEVICE_INCLUDE = re.compile(r"#\s*include\s*[<\"](cub/|cooperative_groups|mma\.h|cuda/|thrust/|cuda_pipeline|cuda_awbarrier|sm_\d+_intrinsics)")
-_DEVICE_ONLY_NAMES = re.compile(r"\b(cooperative_groups|cub|nvcuda|wmma|thrust)\b")
+_DEVICE_INCLUDE = re.compile(r"#\s*include\s*[<\"](cub/|cooperative_groups|mma\.h|cuda/|thrust/|cuda_pipeline|cuda_awbarrier|"
+                             r"sm_\d+_intrinsics|curand_kernel|curand_philox|device_launch_parameters)")
+_DEVICE_ONLY_NAMES = re.compile(r"\b(cooperative_groups|cub|nvcuda|wmma|thrust|curandState\w*)\b")
 _DEVICE = re.compile(r"\b(__device__|__constant__|__shared__|__managed__)\b")
 _KERNEL = re.compile(
     r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\("
