@@ -16,8 +16,11 @@ again, with pybind11, for the bindings. Here (measurements in docs/BUILD_NOTES.m
 
 The two compiles run at once, then one link. Anything this path cannot take (`SplitError`, a
 compile or link error outside the candidate's own kernel code) goes to the whole build, so no
-candidate is lost, only slower to judge. An error that nvcc reports in the candidate's own kernel
-code is final: the whole build would fail on the same line.
+candidate is lost, only slower to judge; `FastOutcome.fallback` (and the builder's
+`BuildResult.fast_fallback`) says why: the construct the split cannot take, or the step that
+failed with its first error. An error that nvcc reports in the candidate's own kernel code is
+final: the whole build would fail on the same line (not when the split generated
+instantiations, nor when only the host part failed).
 """
 
 from __future__ import annotations
