@@ -49,12 +49,13 @@ def test_launch_configuration_and_arguments_are_kept() -> None:
 @pytest.mark.parametrize(
     "cuda, why",
     [
-        ("template <int N>\n__global__ void k(float* x) {}\nvoid f(float* x) { k<4><<<1, 1>>>(x); }\n", "template parameters other than one type"),
-        ("namespace a { __global__ void k() {} }\nvoid f() { a::k<<<1, 1>>>(); }\n", "namespace"),
-        ("#include <torch/extension.h>\n__global__ void k(at::Half* x) {}\ntorch::Tensor f(torch::Tensor x) { k<<<1, 1>>>(nullptr); return x; }\n", "device code names torch"),
+        ("#include <torch/extension.h>\n__global__ void k(at::PackedTensorAccessor32<float, 2> x) {}\n"
+         "torch::Tensor f(torch::Tensor x) { k<<<1, 1>>>(x.packed_accessor32<float, 2>()); return x; }\n",
+         "names at::PackedTensorAccessor32"),
+        ('extern "C" { __global__ void k(float* x) {} }\nvoid f(float* x) { k<<<1, 1>>>(x); }\n', 'extern "C"'),
         ("#include <torch/extension.h>\n__global__ void k(float* x) {}\ntorch::Tensor f(torch::Tensor x) { return x; }\n", "no kernel launch"),
     ],
-    ids=["non-type-template", "namespace", "torch-in-device-code", "no-launch"],
+    ids=["torch-accessor-in-device-code", "extern-c-block", "no-launch"],
 )
 def test_what_cannot_be_split_says_why(cuda: str, why: str) -> None:
     with pytest.raises(SplitError, match=why):
