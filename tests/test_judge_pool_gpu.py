@@ -91,8 +91,9 @@ OUT_OF_BOUNDS = _candidate("        out = ext.scaled_add(x, self.scale, w)\n"
 INTO_REFERENCE = _candidate(
     "        out = ext.scaled_add(x, self.scale, w)\n"
     "        for m in gc.get_objects():\n"
-    "            if type(m).__name__ == 'Model' and isinstance(getattr(m, 'scale', None), torch.Tensor):\n"
-    "                ext.poke(m.scale, 0, m.scale.numel(), False)\n"
+    "            if type(m).__name__ == 'Model' and getattr(m, 'scale', None) is not None:\n"
+    "                if m.scale.dtype == torch.float32:  # the reference, not its float64 copy\n"
+    "                    ext.poke(m.scale, 0, m.scale.numel(), False)\n"
     "        return out\n"
 )
 
