@@ -24,14 +24,8 @@ environment, verdict line and phase parsing).
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import secrets
-import signal
 import statistics
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -238,40 +232,25 @@ def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig
     its own process group killed on timeout, a verdict line prefixed by a token only the worker
     knows (the kernel's prints cannot pose as one), the last phase it announced saying whose a
     crash or hang was."""
-    token = secrets.token_hex(16)
     job = {
-        "token": token, "task": task_source, "kernel": kernel_source, "rounds": config.rounds,
+        "task": task_source, "kernel": kernel_source, "rounds": config.rounds,
         "trials": config.trials, "warmup": config.warmup, "seed": config.seed, "device": config.device,
         "build_root": config.build_root, "arch": config.arch, "gpu_lock": config.gpu_lock,
         "compile_backend": config.compile_backend,
     }
-    env = runner.worker_env()  # the judge's workers' environment (Inductor compiles in-process)
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kevin_backend.judge.retime_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True, env=env,
-        )
+        end = runner.run_worker_process("kevin_backend.judge.retime_worker", job, config.timeout)
     except OSError as exc:
         return RetimeOutcome.judge_failure(f"the re-timing worker did not start: {exc}")
-    try:
-        out, err = proc.communicate(json.dumps(job), timeout=config.timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, err = proc.communicate()
-        phase = runner._last_phase(out, token)
-        if phase in RETIME_CANDIDATE_PHASES:
+    if end.timed_out:
+        if end.phase in RETIME_CANDIDATE_PHASES:
             return RetimeOutcome.kernel_failure(f"the kernel did not finish its re-timing in {config.timeout:.0f} s "
-                                                f"(step '{phase}')", phase)
-        return RetimeOutcome.judge_failure(f"the re-timing's step '{phase}' did not finish in {config.timeout:.0f} s", phase)
-    phase = runner._last_phase(out, token)
-    verdict = runner._verdict(out, token)
-    if verdict is None:
-        return _death(phase, err or "", proc.returncode)
-    return _outcome(verdict, phase, config)
+                                                f"(step '{end.phase}')", end.phase)
+        return RetimeOutcome.judge_failure(f"the re-timing's step '{end.phase}' did not finish in {config.timeout:.0f} s",
+                                           end.phase)
+    if end.verdict is None:
+        return _death(end.phase, end.err, end.returncode)
+    return _outcome(end.verdict, end.phase, config)
 
 
 def _death(phase: str, err: str, returncode: int | None) -> RetimeOutcome:
@@ -281,7 +260,7 @@ def _death(phase: str, err: str, returncode: int | None) -> RetimeOutcome:
     text = err.lower()
     code = returncode if returncode is not None else 0
     how = f"signal {-code}" if code < 0 else f"exit status {code}"
-    tail = runner._tail(err)
+    tail = runner.tail(err)
     if any(sign in text for sign in ("illegal memory access", "misaligned address")):
         return RetimeOutcome.kernel_failure(f"the GPU reported a fault during the re-timing ({how}): {tail}", phase)
     if "out of memory" in text:

@@ -414,14 +414,20 @@ class TaskState:
     marked: tuple[int, ...] = ()
 
     def fingerprint(self) -> tuple[int, ...]:
-        """The bits of every reference's parameters and buffers: a candidate that wrote into them
-        (out of bounds) leaves a different fingerprint."""
-        tensors = [t for m in (self.reference, *self.exact_model) for t in (*m.parameters(), *m.buffers())]
-        return fingerprint(tensors) if tensors else ()
+        """The bits of everything kept between candidates (the init inputs, every reference's
+        parameters and buffers): a candidate that wrote into them (out of bounds) leaves a
+        different fingerprint. Everything else a candidate could reach is released after it and
+        written again (inputs) or poisoned (outputs) before the next one runs."""
+        return fingerprint(self._kept(with_exact=True))
+
+    def _kept(self, with_exact: bool) -> list[torch.Tensor]:
+        models = (self.reference, *self.exact_model) if with_exact else (self.reference,)
+        return [v for v in self.init if isinstance(v, torch.Tensor)] + \
+            [t for m in models for t in (*m.parameters(), *m.buffers())]
 
     def forget_exact(self) -> None:
-        """The exact copy is gone: only the reference's own tensors stay checked."""
-        self.marked = self.marked[:sum(1 for _ in (*self.reference.parameters(), *self.reference.buffers()))]
+        """The exact copy is gone: only the init inputs and the reference stay checked."""
+        self.marked = self.marked[:len(self._kept(with_exact=False))]
 
     def mark(self) -> None:
         self.marked = self.fingerprint()

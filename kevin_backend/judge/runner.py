@@ -21,7 +21,8 @@ from typing import Any
 from kevin_backend.config import child_env
 from kevin_backend.judge.phases import CANDIDATE_PHASES
 
-__all__ = ["RunConfig", "RunOutcome", "job_of", "outcome_of", "run_in_sandbox", "worker_env"]
+__all__ = ["RunConfig", "RunOutcome", "WorkerExit", "job_of", "outcome_of", "run_in_sandbox", "run_worker_process", "worker_env",
+           "tail"]
 
 
 @dataclass(frozen=True)
@@ -89,21 +90,31 @@ def job_of(task_source: str, candidate_source: str, config: RunConfig) -> dict[s
     }
 
 
-def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = RunConfig()) -> RunOutcome:
-    """Run `candidate_source` against `task_source` in a fresh worker process (a `WorkerPool`
-    runs many in a few long-lived ones)."""
-    # The verdict line carries a token only the worker knows, so text the candidate prints cannot
-    # pose as a verdict.
+@dataclass(frozen=True)
+class WorkerExit:
+    """How a one-shot sandboxed worker ended: its verdict line (None if it printed none), the
+    last phase it announced, its stderr, whether it was killed at the time limit, its status."""
+
+    verdict: dict[str, Any] | None
+    phase: str
+    err: str
+    timed_out: bool
+    returncode: int | None
+
+
+def run_worker_process(module: str, job: dict[str, Any], timeout: float) -> WorkerExit:
+    """Run `python -m module` in a session of its own with `job` (JSON) on its stdin; killed as a
+    group at `timeout`. The verdict line carries a token only the worker knows, so text the
+    candidate prints cannot pose as a verdict. Raises OSError when the process cannot start."""
     token = secrets.token_hex(16)
-    job = {"token": token, **job_of(task_source, candidate_source, config)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kevin_backend.judge.run_worker"],
+        [sys.executable, "-m", module],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True, env=worker_env(),
     )
     timed_out = False
     try:
-        out, err = proc.communicate(json.dumps(job), timeout=config.timeout)
+        out, err = proc.communicate(json.dumps({"token": token, **job}), timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
         try:
@@ -111,7 +122,14 @@ def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = 
         except ProcessLookupError:
             pass
         out, err = proc.communicate()
-    return outcome_of(_verdict(out, token), _last_phase(out, token), err or "", timed_out, config.timeout, proc.returncode)
+    return WorkerExit(_verdict(out, token), _last_phase(out, token), err or "", timed_out, proc.returncode)
+
+
+def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = RunConfig()) -> RunOutcome:
+    """Run `candidate_source` against `task_source` in a fresh worker process (a `WorkerPool`
+    runs many in a few long-lived ones)."""
+    end = run_worker_process("kevin_backend.judge.run_worker", job_of(task_source, candidate_source, config), config.timeout)
+    return outcome_of(end.verdict, end.phase, end.err, end.timed_out, config.timeout, end.returncode)
 
 
 def outcome_of(verdict: dict[str, Any] | None, phase: str, err: str, timed_out: bool, timeout: float,
@@ -127,11 +145,11 @@ def outcome_of(verdict: dict[str, Any] | None, phase: str, err: str, timed_out: 
         how = f"signal {-code}" if code < 0 else f"exit status {code}"
         for sign, reason in _SIGNS:
             if sign in text and (phase in CANDIDATE_PHASES or reason == "ILLEGAL_ADDRESS"):
-                return RunOutcome("run", reason, _tail(err), phase=phase)
+                return RunOutcome("run", reason, tail(err), phase=phase)
         if phase not in CANDIDATE_PHASES:
             reason = "RESOURCE" if "out of memory" in text else "INFRA"
-            return RunOutcome("run", reason, f"the judge's worker died in its step '{phase}' ({how}): {_tail(err)}", phase=phase)
-        return RunOutcome("run", "CRASH", f"the process died ({how}): {_tail(err)}", phase=phase)
+            return RunOutcome("run", reason, f"the judge's worker died in its step '{phase}' ({how}): {tail(err)}", phase=phase)
+        return RunOutcome("run", "CRASH", f"the process died ({how}): {tail(err)}", phase=phase)
     return RunOutcome(
         stage=verdict.get("stage", "run"),
         reason=verdict.get("reason", "RUNTIME_ERROR"),
@@ -168,5 +186,5 @@ def _verdict(text: str, token: str) -> dict[str, Any] | None:
     return None
 
 
-def _tail(text: str, lines: int = 8) -> str:
+def tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
