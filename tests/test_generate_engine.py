@@ -102,7 +102,7 @@ def _record(turn: int, reason: Reason, kernel: float | None, eager: float, induc
 
 
 def test_the_cache_decision_needs_the_margin_over_inductor() -> None:
-    task = KernelTask("t", GATED_TASK, (TensorSpec((4,), "float32", (1,), "cuda"),), (), (), "h" * 64)
+    task = KernelTask("t", GATED_TASK, (TensorSpec((4,), (1,), "float32", "cuda"),), (), (), "h" * 64)
     key = CacheKey("h" * 64, task.inputs, "NVIDIA H200", "9.0", "2.11.0", "13.0")
 
     def decide(*records: TurnRecord) -> object:
@@ -130,7 +130,7 @@ def test_the_log_reads_back_with_datasets(judge: Judge, tmp_path: Path) -> None:
 
 
 def test_a_policy_that_never_answers_caches_no_decision(judge: Judge, tmp_path: Path) -> None:
-    task = KernelTask("t", GATED_TASK, (TensorSpec((4,), "float32", (1,), "cuda"),), (), (), "h" * 64)
+    task = KernelTask("t", GATED_TASK, (TensorSpec((4,), (1,), "float32", "cuda"),), (), (), "h" * 64)
     key = CacheKey("h" * 64, task.inputs, "NVIDIA H200", "9.0", "2.11.0", "13.0")
     generator = SearchGenerator(ReplayPolicy([]), judge, SearchConfig(trajectories=2, turns=2),
                                 log=TrajectoryLog(tmp_path / "log.jsonl"))
