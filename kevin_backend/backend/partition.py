@@ -79,10 +79,6 @@ class Partition:
     def ops(self) -> tuple[str, ...]:
         return tuple(op_name(n) for n in self.nodes)
 
-    @property
-    def compute_nodes(self) -> int:
-        return sum(1 for n in self.nodes if _is_compute(n))
-
 
 @dataclass(frozen=True)
 class PartitionPlan:

@@ -39,12 +39,8 @@ class FallbackReason(str, Enum):
     LOOKUP_ERROR = "cache lookup failed"
     LOAD_ERROR = "could not load the cached kernel"
     KERNEL_MISMATCH = "cached kernel's outputs do not match the partition"
-    NO_GENERATOR = "mode 'generate' has no generator configured"
     GENERATOR_ERROR = "the generator failed"
     POLICY_ERROR = "the kernel writer could not answer"
-    REWRITE_ERROR = "could not swap the kernel into the graph"
-    PASS_ERROR = "the kevin pass failed on this graph"
-    COMPILE_ERROR = "Inductor failed on the rewritten graph"
 
 
 @dataclass(frozen=True)

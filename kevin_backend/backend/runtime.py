@@ -114,16 +114,6 @@ class LoadedKernel:
 _ALIGNMENT = 16
 
 
-def _aliases(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -> bool:
-    seen = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
-    for o in outputs:
-        ptr = o.untyped_storage().data_ptr()
-        if o.numel() and ptr in seen:
-            return True
-        seen.add(ptr)
-    return False
-
-
 def _unaliased(outputs: list[torch.Tensor], inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Outputs that share memory with an input or an earlier output are copied: an op's outputs
     must be fresh tensors (Inductor and autograd rely on it)."""

@@ -310,12 +310,6 @@ class Engine:
             self.progress("done", {"result": result})
         return result
 
-    def search_many(self, tasks: Sequence[tuple[str, str]], at_once: int = 2) -> list[SearchResult]:
-        """Several searches (task source, name) at once, so one task's policy call overlaps
-        another's judging; results in the order given."""
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, at_once)) as pool:
-            return list(pool.map(lambda t: self.search(t[0], t[1]), tasks))
-
     @property
     def policy_name(self) -> str:
         return str(getattr(self.policy, "name", type(self.policy).__name__))
