@@ -46,6 +46,7 @@ from kevin_backend.rl.config import RolloutSettings, SFTSettings, TrainConfigErr
 from kevin_backend.rl.loss import kept_logits, sequence_logprobs, token_logprobs
 from kevin_backend.rl.rollout import search_config
 from kevin_backend.rl.samples import Batch, Sample, collate, micro_batches, sample_from_record
+from kevin_backend.rl.schedule import lr_factor
 from kevin_backend.rl.tasks import TrainTask
 
 __all__ = [
@@ -252,8 +253,6 @@ def run_warm_start(model: Any, samples: Sequence[Sample], settings: SFTSettings,
     runs the same number of micro-batches, and scales its loss so the averaged gradients are the
     mean over the step's reply tokens. Gradients are clipped to `grad_clip`; the learning rate
     follows warm-up and `schedule`."""
-    from kevin_backend.rl.trainer import lr_factor
-
     if not samples:
         raise ValueError("no demonstrations to fine-tune on")
     acc = accelerator

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -44,6 +43,7 @@ from kevin_backend.rl.loss import LossSettings, LossStats, clipped_loss, sequenc
 from kevin_backend.rl.metrics import BatchMetrics, MetricsWriter, StepStats, rollout_stats
 from kevin_backend.rl.rollout import LivePolicy, Rollouts, make_judge, search_config
 from kevin_backend.rl.samples import Batch, Sample, collate, micro_batches, sample_from_record, with_advantages
+from kevin_backend.rl.schedule import lr_factor
 from kevin_backend.rl.sft import SFTReport, SFTStep, builtin_demonstrations, run_warm_start
 from kevin_backend.rl.tasks import TaskSampler, TrainTask, load_tasks
 
@@ -57,19 +57,6 @@ _EXPECTED_DISTRIBUTED = {
     "deepspeed": ("DEEPSPEED",),
     "fsdp": ("FSDP",),
 }
-
-
-def lr_factor(step: int, warmup: int, total: int, schedule: str) -> float:
-    """The learning-rate multiplier at optimizer step `step` (0-based): linear warm-up over
-    `warmup` steps, then constant, or a linear or cosine decay reaching 0 at step `total`."""
-    if warmup and step < warmup:
-        return (step + 1) / warmup
-    if schedule == "constant":
-        return 1.0
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    if schedule == "linear":
-        return 1.0 - progress
-    return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def _tasks_per_process(config: TrainConfig, processes: int) -> int:
