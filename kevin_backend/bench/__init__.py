@@ -5,11 +5,14 @@
     print(markdown(report)); write_chart(report, "bench.png")
 
 Modules: `timing` (the judge's timing protocol, interleaved), `models` (the benchmark models),
-`runner` (models x workloads), `kernelbench` (a folder of tasks, fast_p), `results` (frozen
-result dataclasses, JSON round trip), `report` (markdown, JSON, PNG chart), `worker` (a fresh
-process per model or task), `progress` (the lines on stderr).
+`common` (settings, compiling a model, the order of compilers, a row's progress line: what the
+next two share), `runner` (models x workloads), `kernelbench` (a folder of tasks, fast_p),
+`results` (frozen result dataclasses, JSON round trip), `report` (markdown, JSON, PNG chart),
+`isolate` and `worker` (a fresh process per model or task: the parent's and the worker's side),
+`progress` (the lines on stderr).
 """
 
+from kevin_backend.bench.common import DTYPES, BenchSettings
 from kevin_backend.bench.kernelbench import measure_task, run_kernelbench, task_files
 from kevin_backend.bench.models import MODELS, SIZES, WORKLOADS, make_model
 from kevin_backend.bench.report import MissingDependency, markdown, require_matplotlib, write_chart, write_json
@@ -24,7 +27,7 @@ from kevin_backend.bench.results import (
     Timing,
     fast_p,
 )
-from kevin_backend.bench.runner import DTYPES, BenchSettings, kevin_options, measure_model, run_bench, run_models
+from kevin_backend.bench.runner import kevin_options, measure_model, run_bench, run_models
 from kevin_backend.bench.timing import interleaved, measure_ms, timer
 
 __all__ = [

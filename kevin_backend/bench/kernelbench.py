@@ -22,9 +22,10 @@ from typing import Any
 
 import torch
 
+from kevin_backend.bench.common import BenchSettings, compile_model, compile_order, row_summary, short_error, sync
+from kevin_backend.bench.isolate import WorkerError, run_isolated
 from kevin_backend.bench.progress import Progress
 from kevin_backend.bench.results import FAST_P, KernelBenchResult, KevinStats, TaskResult, Timing, fast_p
-from kevin_backend.bench.runner import BenchSettings, compile_model, compile_order, row_summary, short_error, sync
 from kevin_backend.bench.timing import interleaved
 from kevin_backend.judge.compare import Mismatch, compare_outputs, output_list
 from kevin_backend.judge.inputs import clone_layout, to_device
@@ -119,8 +120,6 @@ def _measure_task(path: Path, settings: BenchSettings, first: str) -> TaskResult
 def run_kernelbench(directory: str | Path, settings: BenchSettings, progress: Progress | None = None) -> KernelBenchResult:
     """Every task in `directory`, each in its own worker process (or in this one when
     `settings.isolate` is False)."""
-    from kevin_backend.bench.worker import WorkerError, run_isolated
-
     files = task_files(directory)
     progress = progress or Progress(len(files), enabled=False)
     results = []

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from kevin_backend.judge.timer import make_timer as _judge_timer
+from kevin_backend.judge.timer import make_timer
 
 __all__ = ["Measure", "timer", "measure_ms", "round_order", "interleaved"]
 
@@ -27,7 +27,7 @@ def timer(device: str | torch.device, trials: int = 10, warmup: int = 3) -> Meas
     """
     if trials < 1 or warmup < 0:
         raise ValueError(f"need trials >= 1 and warmup >= 0, got {trials} and {warmup}")
-    return _judge_timer(torch.device(device), trials, warmup)
+    return make_timer(torch.device(device), trials, warmup)
 
 
 def measure_ms(fn: Callable[[], Any], device: str | torch.device, trials: int = 10, warmup: int = 3) -> float:

@@ -1,0 +1,104 @@
+"""What the runs of models (`runner.py`) and of KernelBench tasks (`kernelbench.py`) share: the
+settings, how each compiler gets its model, which compiles first, and the progress line of a row.
+
+    settings = BenchSettings(device="cuda", size="tiny")
+    compiled = compile_model(model, "kevin", settings)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import torch
+
+from kevin_backend.bench.models import SIZES
+from kevin_backend.bench.results import COMPILERS
+from kevin_backend.bench.timing import Measure, timer
+
+__all__ = ["DTYPES", "BenchSettings", "compile_model", "compile_order", "sync", "short_error", "row_summary"]
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    device: str = "cuda"
+    dtype: str = "float32"  # the models' weights and floating-point inputs (KernelBench tasks keep their own)
+    size: str = "full"  # "full" (GPU-sized) or "tiny" (tests, smoke runs)
+    repeats: int = 5  # rounds: the compilers alternate, round by round
+    trials: int = 10  # timed calls per round (the round's median counts)
+    warmup: int = 3  # untimed calls before each round's trials
+    kevin_options: dict[str, Any] = field(default_factory=lambda: {"mode": "cache"})
+    isolate: bool = True  # one fresh process per model and per task
+    timeout_s: float = 1800.0  # per model or task (isolated runs)
+    inductor_cache: str | None = None  # None: a fresh, empty Inductor cache per process
+
+    def __post_init__(self) -> None:
+        if torch.device(self.device).type not in ("cuda", "cpu"):
+            raise ValueError(f"device must be cuda or cpu, got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; valid dtypes: {', '.join(DTYPES)}")
+        if self.size not in SIZES:
+            raise ValueError(f"unknown size {self.size!r}; valid sizes: {', '.join(SIZES)}")
+        if self.repeats < 1 or self.trials < 1 or self.warmup < 0:
+            raise ValueError(f"need repeats >= 1, trials >= 1, warmup >= 0; got {self.repeats}, {self.trials}, {self.warmup}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def measure(self) -> Measure:
+        return timer(self.device, self.trials, self.warmup)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "BenchSettings":
+        return cls(**data)
+
+
+def compile_model(model: torch.nn.Module, compiler: str, settings: BenchSettings) -> Any:
+    """`model` as `compiler` runs it: itself (eager), or compiled by Inductor or by kevin."""
+    if compiler == "eager":
+        return model
+    if compiler == "inductor":
+        return torch.compile(model, backend="inductor")
+    if compiler == "kevin":
+        return torch.compile(model, backend="kevin", options=dict(settings.kevin_options))
+    raise ValueError(f"unknown compiler {compiler!r}; valid: {', '.join(COMPILERS)}")
+
+
+def compile_order(first: str, index: int) -> tuple[str, str]:
+    """Which of Inductor and kevin compiles first for the `index`-th item: alternating, so that what
+    one leaves behind in the process (warm code caches, loaded modules) favours neither."""
+    flip = (first == "kevin") != (index % 2 == 1)
+    return ("kevin", "inductor") if flip else ("inductor", "kevin")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def short_error(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def row_summary(row: Any, label: str = "") -> str:
+    """One line for the progress display: eager's time, the speedups, what kevin did."""
+    prefix = f"{label}: " if label else ""
+    if row.error and not row.timings:
+        return f"{prefix}error {row.error.splitlines()[0][:160]}"
+    eager = row.ms("eager")
+    text = prefix + (f"eager {eager:.3f} ms, inductor {_x(row.speedup('inductor'))}, kevin {_x(row.speedup('kevin'))}"
+                     if eager is not None else "no eager time")
+    if row.kevin is not None:
+        text += f" ({row.kevin.short()})"
+    return text
