@@ -86,7 +86,8 @@ def test_key_changes_with_what_it_covers(change) -> None:
 def test_key_changes_with_schema_and_prints_as_a_dict() -> None:
     k = key_of(base, X, Y)
     d = k.as_dict()
-    assert set(d) == {"graph", "inputs", "gpu", "capability", "torch", "cuda", "schema"}
+    assert set(d) == {"graph", "inputs", "gpu", "capability", "torch", "cuda", "numerics", "schema"}
+    assert d["numerics"] == {"deterministic_algorithms": False}  # a pointwise task: no matmul or cuDNN settings
     assert d["inputs"][0] == {"shape": [8, 16], "stride": [16, 1], "dtype": "float32", "device": "cpu"}
     assert CacheKey.from_dict(d) == k
     d["schema"] += 1
