@@ -22,7 +22,7 @@ import enum
 import operator
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.fx as fx
@@ -117,7 +117,7 @@ class Plan:
     nodes: tuple[PlanNode, ...]  # topological order
     outputs: tuple[PlanOutput, ...]
     shape: tuple[int, ...]  # the iteration space S
-    ops: tuple[str, ...]  # the aten ops, for reports
+    ops: tuple[str, ...]  # every aten op of the graph once, in graph order (views too; tuple items are none), for reports
 
     @property
     def reductions(self) -> tuple[PlanNode, ...]:
@@ -207,212 +207,302 @@ def _val(node: Any) -> torch.Tensor | None:
 
 
 def _plan(gm: fx.GraphModule, metas: list[Any]) -> Plan:
+    """The plan of a traced task: its inputs and iteration space checked, then each call_function
+    node, in graph order, handed to the handler of its kind (`_Planner.visit`). Raises Unsupported."""
     graph = gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    outs = _outputs_of(graph)
+    _check_inputs(metas)
+    reductions = [n for n in graph.nodes if n.op == "call_function" and n.target in REDUCTIONS]
+    planner = _Planner(_iteration_space(reductions, outs), reducing=bool(reductions))
+    for i, (ph, t) in enumerate(zip(placeholders, metas)):
+        planner.add_input(ph, i, t)
+    counter = 0
+    for node in graph.nodes:
+        if node.op == "get_attr":
+            raise Unsupported("the task reads a constant tensor")
+        if node.op != "call_function":
+            continue
+        planner.visit(node, f"v{counter}")
+        counter += 1
+    return planner.finish(placeholders, metas, outs)
+
+
+def _outputs_of(graph: fx.Graph) -> list[fx.Node]:
     (output_node,) = [n for n in graph.nodes if n.op == "output"]
     outs = output_node.args[0]
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     if not outs or not all(isinstance(o, fx.Node) for o in outs):
         raise Unsupported("the task returns something other than tensors")
+    return outs
+
+
+def _check_inputs(metas: list[Any]) -> None:
     for t in metas:
         if not isinstance(t, torch.Tensor):
             raise Unsupported("the task has non-tensor inputs")
         if t.dtype not in DTYPES:
             raise Unsupported(f"input dtype {t.dtype} (supported: float32, float16, bfloat16, bool)")
 
-    reductions = [n for n in graph.nodes if n.op == "call_function" and n.target in REDUCTIONS]
+
+def _iteration_space(reductions: list[fx.Node], outs: list[fx.Node]) -> tuple[int, ...]:
+    """S: what the first reduction reduces, else the largest output's shape."""
     if reductions:
         shape = tuple(_val(reductions[0].args[0]).shape)  # type: ignore[union-attr]
     else:
         shape = tuple(max((tuple(_val(o).shape) for o in outs), key=lambda s: (len(s), _numel(s))))  # type: ignore[union-attr]
     if not shape:
         raise Unsupported("a 0-dimensional iteration space")
-    cols = shape[-1]
+    return shape
 
-    kinds: dict[fx.Node, Kind] = {}
-    names: dict[fx.Node, str] = {}
-    inputs: list[PlanInput] = []
-    nodes: list[PlanNode] = []
-    ops: list[str] = []
 
-    def kind_of_shape(s: tuple[int, ...]) -> Kind:
+class _Planner:
+    """The walk over a traced graph that builds a Plan: each call_function node goes to the
+    handler of its kind (`_HANDLERS`: an item of a tuple, a reduction, a view, masked_fill, a
+    pointwise op), which adds its PlanNode and records the value's name and kind.
+
+    An input whose own shape does not broadcast to the iteration space may still be read through
+    views that only add, drop or expand size-1 dimensions (a per-channel vector seen as [C, 1, 1]
+    against [N, C, H, W]), also after pointwise work in its own smaller space (a norm's
+    1 / sqrt(var + eps) on [C], then viewed). Until such a view brings it into the iteration
+    space, a value is "viewing" (`viewing`): its space, the layout there of every input it reads,
+    and the plan nodes that compute it (their kind is known once the view is)."""
+
+    def __init__(self, shape: tuple[int, ...], reducing: bool) -> None:
+        self.shape = shape
+        self.cols = shape[-1]
+        self.reducing = reducing  # a row plan
+        self.kinds: dict[fx.Node, Kind] = {}
+        self.names: dict[fx.Node, str] = {}
+        self.nodes: list[PlanNode] = []
+        self.ops: list[str] = []  # every aten op of the graph once, in graph order
+        self.viewing: dict[fx.Node, _Viewing] = {}
+        self.views: dict[fx.Node, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # input placeholder: how the kernel reads it
+
+    def kind_of_shape(self, s: tuple[int, ...]) -> Kind:
+        shape = self.shape
         if len(s) > len(shape) or any(a not in (1, b) for a, b in zip(reversed(s), reversed(shape))):
             raise Unsupported(f"a value of shape {list(s)} does not broadcast to the iteration space {list(shape)}")
-        return Kind.FULL if s and s[-1] == cols and cols != 1 else Kind.ROW
+        return Kind.FULL if s and s[-1] == self.cols and self.cols != 1 else Kind.ROW
 
-    # An input whose own shape does not broadcast to the iteration space may still be read
-    # through views that only add, drop or expand size-1 dimensions (a per-channel vector seen as
-    # [C, 1, 1] against [N, C, H, W]), also after pointwise work in its own smaller space (a
-    # norm's 1 / sqrt(var + eps) on [C], then viewed). Until such a view brings it into the
-    # iteration space, a value is "viewing": its space, the layout there of every input it reads,
-    # and the plan nodes that compute it (their kind is known once the view is).
-    viewing: dict[fx.Node, _Viewing] = {}
-    views: dict[fx.Node, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # input placeholder: how the kernel reads it
-    for i, (ph, t) in enumerate(zip(placeholders, metas)):
-        names[ph] = f"in{i}"
+    def add_input(self, ph: fx.Node, index: int, t: torch.Tensor) -> None:
+        self.names[ph] = f"in{index}"
         try:
-            kinds[ph] = kind_of_shape(tuple(t.shape))
+            self.kinds[ph] = self.kind_of_shape(tuple(t.shape))
         except Unsupported as exc:
-            viewing[ph] = _Viewing(tuple(t.shape), {ph: (tuple(t.shape), tuple(t.stride()))}, [], str(exc))
+            self.viewing[ph] = _Viewing(tuple(t.shape), {ph: (tuple(t.shape), tuple(t.stride()))}, [], str(exc))
 
-    def value(arg: Any) -> str:
-        if arg in viewing:
-            raise Unsupported(viewing[arg].why)
-        if not isinstance(arg, fx.Node) or arg not in names:
+    def value(self, arg: Any) -> str:
+        """The C name of an operand in the iteration space."""
+        if arg in self.viewing:
+            raise Unsupported(self.viewing[arg].why)
+        if not isinstance(arg, fx.Node) or arg not in self.names:
             raise Unsupported(f"an operand the writer cannot read: {arg}")
-        return names[arg]
+        return self.names[arg]
 
-    counter = 0
-    for node in graph.nodes:
-        if node.op != "call_function":
-            if node.op == "get_attr":
-                raise Unsupported("the task reads a constant tensor")
-            continue
-        val = node.meta.get("val")
-        var = f"v{counter}"
-        counter += 1
-        op = _op_name(node)
-        if node.target is operator.getitem:
-            src = node.args[0]
-            if src not in names or not isinstance(node.args[1], int):
-                raise Unsupported("an item of a value the writer does not know")
-            names[node], kinds[node] = f"{names[src]}_{node.args[1]}", kinds[src]
-            continue
-        ops.append(op)
-        if node.target in REDUCTIONS:
-            kinds[node] = Kind.ROW
-            red = REDUCTIONS[node.target]
-            source = node.args[0]
-            dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-            src_val = _val(source)
-            if src_val is None or tuple(src_val.shape) != shape or kinds.get(source) is not Kind.FULL:
-                raise Unsupported(f"{op} reduces a value that is not the full iteration space {list(shape)}")
-            ndim = len(shape)
-            dims = [dims] if isinstance(dims, int) else list(dims or [])
-            if [d % ndim for d in dims] != [ndim - 1]:
-                raise Unsupported(f"{op} over dims {dims}: the built-in writer reduces over the last dimension only")
-            correction = 0.0
-            if red in (Reduction.VAR, Reduction.VAR_MEAN):
-                c = node.kwargs.get("correction", 1)
-                correction = 1.0 if c is None else float(c)
-            dtype = (val[0] if isinstance(val, (tuple, list)) else val).dtype
-            if dtype not in (torch.float32, torch.float16, torch.bfloat16):
-                raise Unsupported(f"{op} with result dtype {dtype}")
-            nodes.append(PlanNode(var, Kind.ROW, None, red, names[source], correction, dtype))
-            names[node] = var
-            continue
-        if node.target in _VIEWS and node.args[0] in viewing:
-            src_view = viewing[node.args[0]]
-            out_shape = tuple(val.shape)
-            expand = node.target is aten.expand.default
-            layouts = {}
-            for ph, (shape_, stride_) in src_view.layouts.items():
-                layout = _view_layout(*_aligned(shape_, stride_, src_view.space), out_shape, expand)
-                if layout is None:
-                    raise Unsupported(src_view.why)
-                layouts[ph] = layout
-            names[node] = names[node.args[0]]
-            try:
-                kinds[node] = kind_of_shape(out_shape)
-            except Unsupported:  # still outside the iteration space: keep following
-                viewing[node] = _Viewing(out_shape, layouts, src_view.members, src_view.why)
-                continue
-            for ph, layout in layouts.items():
-                if views.setdefault(ph, layout) != layout:
-                    raise Unsupported(f"input {names[ph]} is read through two different views")
-            for k in src_view.members:
-                nodes[k] = dataclasses.replace(nodes[k], kind=kinds[node])
-            nodes.append(PlanNode(var, kinds[node], None, alias_of=names[node], dtype=val.dtype))
-            continue
-        viewed = [a for a in _tensor_args(node) if a in viewing]
-        if viewed and is_pointwise(node) and all(a in viewing for a in _tensor_args(node)) and isinstance(val, torch.Tensor):
-            # pointwise work in a viewing value's own space: computed per element once in view
-            reason = check_pointwise(node)
-            if reason:
-                raise Unsupported(reason)
-            space = tuple(val.shape)
-            layouts = {}
-            for a in viewed:
-                for ph, layout in viewing[a].layouts.items():
-                    aligned = _aligned(*_aligned(*layout, viewing[a].space), space)
-                    if layouts.setdefault(ph, aligned) != aligned:
-                        raise Unsupported(f"input {names[ph]} is read in two different ways")
-            members = [k for a in viewed for k in viewing[a].members]
-            names[node] = var
-            viewing[node] = _Viewing(space, layouts, [*dict.fromkeys(members), len(nodes)], viewing[viewed[0]].why)
-            ops.append(op)
-            nodes.append(PlanNode(var, Kind.FULL, pointwise_expr(node, lambda arg: names[arg]), dtype=val.dtype))
-            continue
-        if viewed:  # anything else that reads a value outside the iteration space
-            raise Unsupported(viewing[viewed[0]].why)
-        if node.target in _VIEWS:
-            src = node.args[0]
-            if src not in names:
-                raise Unsupported(f"{op} of a value the writer does not know")
-            out_shape = tuple(val.shape)
-            src_shape = tuple(_val(src).shape)  # type: ignore[union-attr]
-            if kinds[src] is Kind.ROW and _numel(out_shape) == _numel(src_shape):
-                pass  # a row value seen with or without its size-1 dimensions
-            elif out_shape == src_shape or (node.target is aten.expand.default and (kind_of_shape(out_shape) is kinds[src] or kinds[src] is Kind.ROW)):
-                # (a row value expanded along the last dimension is still one value per row)
-                pass
-            else:
-                raise Unsupported(f"{op} from {list(src_shape)} to {list(out_shape)} moves data between rows")
-            names[node], kinds[node] = names[src], kinds[src]
-            nodes.append(PlanNode(var, kinds[src], None, alias_of=names[src], dtype=val.dtype))
-            continue
-        if node.target is aten.masked_fill.Scalar and isinstance(node.args[2], (int, float, bool)):
-            # where(mask, value, x): what logsumexp's decomposition guards infinite maxima with
-            kind = kinds[node.args[0]] if kinds[node.args[1]] is Kind.ROW else Kind.FULL
-            expr = f"(({value(node.args[1])}) != 0.0f ? {float_literal(node.args[2])} : ({value(node.args[0])}))"
-            nodes.append(PlanNode(var, kind, expr, dtype=val.dtype))
-            names[node], kinds[node] = var, kind
-            continue
-        if not is_pointwise(node):
-            raise Unsupported(f"{op} is neither pointwise nor a last-dimension reduction")
-        reason = check_pointwise(node)
-        if reason:
-            raise Unsupported(reason)
-        if not isinstance(val, torch.Tensor) or val.dtype not in DTYPES:
-            raise Unsupported(f"{op} makes a {getattr(val, 'dtype', type(val))} value")
-        operand_kinds = [kinds[a] for a in _tensor_args(node) if a in kinds]
-        # FULL if any operand is; ROW if its operands are rows (a reduction's result in any of its
-        # shapes); a node of scalars alone takes its kind from its shape
-        kind = Kind.FULL if Kind.FULL in operand_kinds else Kind.ROW if operand_kinds else kind_of_shape(tuple(val.shape))
-        if kind is Kind.FULL and tuple(val.shape) != shape and reductions:
-            raise Unsupported(f"{op} makes shape {list(val.shape)}, not the iteration space {list(shape)}")
-        nodes.append(PlanNode(var, kind, pointwise_expr(node, value), dtype=val.dtype))
-        names[node], kinds[node] = var, kind
+    def viewed(self, node: fx.Node) -> list[fx.Node]:
+        """The operands of `node` still outside the iteration space."""
+        return [a for a in _tensor_args(node) if a in self.viewing]
 
-    for node, view in viewing.items():
-        if not view.members and node.op == "placeholder" and node not in views:
-            raise Unsupported(view.why)
-    for i, (ph, t) in enumerate(zip(placeholders, metas)):
-        view = views.get(ph)
-        kind = kinds[ph] if view is None else kind_of_shape(view[0])
-        inputs.append(PlanInput(f"in{i}", i, t.dtype, tuple(t.shape), tuple(t.stride()), kind, view))
+    def visit(self, node: fx.Node, var: str) -> None:
+        kind = _node_kind(node)
+        if kind != "item":  # an item of a tuple is no op of its own
+            self.ops.append(_op_name(node))
+        _HANDLERS[kind](self, node, var)
 
-    outputs = []
-    for o in outs:
-        if o not in names or o.op == "placeholder":
-            raise Unsupported("an output that is an input or unknown")
-        v = _val(o)
-        if o in viewing:
-            raise Unsupported(f"an output of shape {list(v.shape)} in an iteration space of {list(shape)}")  # type: ignore[union-attr]
-        kind = kinds[o]
-        out_shape = tuple(v.shape)  # type: ignore[union-attr]
-        if kind is Kind.FULL and out_shape != shape:
-            raise Unsupported(f"an output of shape {list(out_shape)} in an iteration space of {list(shape)}")
-        if kind is Kind.ROW and reductions and _numel(out_shape) != _numel(shape[:-1]):
-            raise Unsupported(f"a row output of shape {list(out_shape)}")
-        if kind is Kind.ROW and not reductions and out_shape != shape:
-            raise Unsupported(f"an output of shape {list(out_shape)} in an iteration space of {list(shape)}")
-        if v.dtype not in (torch.float32, torch.float16, torch.bfloat16):  # type: ignore[union-attr]
-            raise Unsupported(f"an output of dtype {v.dtype}")  # type: ignore[union-attr]
-        outputs.append(PlanOutput(names[o], v.dtype, out_shape, kind))  # type: ignore[union-attr]
-    if not reductions:  # a pointwise kernel computes every value per element
-        nodes = [PlanNode(n.var, Kind.FULL, n.expr, n.reduction, n.operand, n.correction, n.dtype, n.alias_of) for n in nodes]
-    return Plan(tuple(inputs), tuple(nodes), tuple(outputs), shape, tuple(ops))
+    def finish(self, placeholders: list[fx.Node], metas: list[Any], outs: list[fx.Node]) -> Plan:
+        shape = self.shape
+        for node, view in self.viewing.items():
+            if not view.members and node.op == "placeholder" and node not in self.views:
+                raise Unsupported(view.why)
+        inputs = []
+        for i, (ph, t) in enumerate(zip(placeholders, metas)):
+            view = self.views.get(ph)
+            kind = self.kinds[ph] if view is None else self.kind_of_shape(view[0])
+            inputs.append(PlanInput(f"in{i}", i, t.dtype, tuple(t.shape), tuple(t.stride()), kind, view))
+        outputs = []
+        for o in outs:
+            if o not in self.names or o.op == "placeholder":
+                raise Unsupported("an output that is an input or unknown")
+            v = _val(o)
+            if o in self.viewing:
+                raise Unsupported(f"an output of shape {list(v.shape)} in an iteration space of {list(shape)}")  # type: ignore[union-attr]
+            kind = self.kinds[o]
+            out_shape = tuple(v.shape)  # type: ignore[union-attr]
+            if kind is Kind.FULL and out_shape != shape:
+                raise Unsupported(f"an output of shape {list(out_shape)} in an iteration space of {list(shape)}")
+            if kind is Kind.ROW and self.reducing and _numel(out_shape) != _numel(shape[:-1]):
+                raise Unsupported(f"a row output of shape {list(out_shape)}")
+            if kind is Kind.ROW and not self.reducing and out_shape != shape:
+                raise Unsupported(f"an output of shape {list(out_shape)} in an iteration space of {list(shape)}")
+            if v.dtype not in (torch.float32, torch.float16, torch.bfloat16):  # type: ignore[union-attr]
+                raise Unsupported(f"an output of dtype {v.dtype}")  # type: ignore[union-attr]
+            outputs.append(PlanOutput(self.names[o], v.dtype, out_shape, kind))  # type: ignore[union-attr]
+        nodes = self.nodes
+        if not self.reducing:  # a pointwise kernel computes every value per element
+            nodes = [dataclasses.replace(n, kind=Kind.FULL) for n in nodes]
+        return Plan(tuple(inputs), tuple(nodes), tuple(outputs), shape, tuple(self.ops))
+
+
+def _node_kind(node: fx.Node) -> str:
+    """The key of `node`'s handler in `_HANDLERS`."""
+    if node.target is operator.getitem:
+        return "item"
+    if node.target in REDUCTIONS:
+        return "reduction"
+    if node.target in _VIEWS:
+        return "view"
+    if node.target is aten.masked_fill.Scalar and isinstance(node.args[2], (int, float, bool)):
+        return "masked_fill"
+    return "pointwise"  # or an op the writer cannot take: its handler says why
+
+
+def _plan_item(p: _Planner, node: fx.Node, var: str) -> None:
+    """An item of a tuple-valued node (var_mean's two results): a name for it, no plan node."""
+    src = node.args[0]
+    if src not in p.names or not isinstance(node.args[1], int):
+        raise Unsupported("an item of a value the writer does not know")
+    p.names[node], p.kinds[node] = f"{p.names[src]}_{node.args[1]}", p.kinds[src]
+
+
+def _plan_reduction(p: _Planner, node: fx.Node, var: str) -> None:
+    """A reduction over the last dimension of the full iteration space: a ROW value."""
+    op, val, shape = _op_name(node), node.meta.get("val"), p.shape
+    p.kinds[node] = Kind.ROW
+    red = REDUCTIONS[node.target]
+    source = node.args[0]
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    src_val = _val(source)
+    if src_val is None or tuple(src_val.shape) != shape or p.kinds.get(source) is not Kind.FULL:
+        raise Unsupported(f"{op} reduces a value that is not the full iteration space {list(shape)}")
+    ndim = len(shape)
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if [d % ndim for d in dims] != [ndim - 1]:
+        raise Unsupported(f"{op} over dims {dims}: the built-in writer reduces over the last dimension only")
+    correction = 0.0
+    if red in (Reduction.VAR, Reduction.VAR_MEAN):
+        c = node.kwargs.get("correction", 1)
+        correction = 1.0 if c is None else float(c)
+    dtype = (val[0] if isinstance(val, (tuple, list)) else val).dtype
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise Unsupported(f"{op} with result dtype {dtype}")
+    p.nodes.append(PlanNode(var, Kind.ROW, None, red, p.names[source], correction, dtype))
+    p.names[node] = var
+
+
+def _plan_view(p: _Planner, node: fx.Node, var: str) -> None:
+    """A view that keeps every value where it is: the same value under another name (a row
+    value with or without its size-1 dimensions, or expanded along the last one)."""
+    if node.args[0] in p.viewing:
+        return _plan_view_of_viewing(p, node, var)
+    if p.viewed(node):
+        return _plan_pointwise_in_view(p, node, var)
+    op, val = _op_name(node), node.meta.get("val")
+    src = node.args[0]
+    if src not in p.names:
+        raise Unsupported(f"{op} of a value the writer does not know")
+    out_shape = tuple(val.shape)
+    src_shape = tuple(_val(src).shape)  # type: ignore[union-attr]
+    if p.kinds[src] is Kind.ROW and _numel(out_shape) == _numel(src_shape):
+        pass  # a row value seen with or without its size-1 dimensions
+    elif out_shape == src_shape or (node.target is aten.expand.default and (p.kind_of_shape(out_shape) is p.kinds[src] or p.kinds[src] is Kind.ROW)):
+        # (a row value expanded along the last dimension is still one value per row)
+        pass
+    else:
+        raise Unsupported(f"{op} from {list(src_shape)} to {list(out_shape)} moves data between rows")
+    p.names[node], p.kinds[node] = p.names[src], p.kinds[src]
+    p.nodes.append(PlanNode(var, p.kinds[src], None, alias_of=p.names[src], dtype=val.dtype))
+
+
+def _plan_view_of_viewing(p: _Planner, node: fx.Node, var: str) -> None:
+    """A view of a value outside the iteration space: the inputs it reads get this view's
+    layout; once the view is in the iteration space, its plan nodes get their kind."""
+    val = node.meta.get("val")
+    src_view = p.viewing[node.args[0]]
+    out_shape = tuple(val.shape)
+    expand = node.target is aten.expand.default
+    layouts = {}
+    for ph, (shape_, stride_) in src_view.layouts.items():
+        layout = _view_layout(*_aligned(shape_, stride_, src_view.space), out_shape, expand)
+        if layout is None:
+            raise Unsupported(src_view.why)
+        layouts[ph] = layout
+    p.names[node] = p.names[node.args[0]]
+    try:
+        p.kinds[node] = p.kind_of_shape(out_shape)
+    except Unsupported:  # still outside the iteration space: keep following
+        p.viewing[node] = _Viewing(out_shape, layouts, src_view.members, src_view.why)
+        return
+    for ph, layout in layouts.items():
+        if p.views.setdefault(ph, layout) != layout:
+            raise Unsupported(f"input {p.names[ph]} is read through two different views")
+    for k in src_view.members:
+        p.nodes[k] = dataclasses.replace(p.nodes[k], kind=p.kinds[node])
+    p.nodes.append(PlanNode(var, p.kinds[node], None, alias_of=p.names[node], dtype=val.dtype))
+
+
+def _plan_pointwise_in_view(p: _Planner, node: fx.Node, var: str) -> None:
+    """Pointwise work on values outside the iteration space, in their own space: computed per
+    element once a view brings the result in. Anything else reading such a value is declined."""
+    viewed, val = p.viewed(node), node.meta.get("val")
+    if not (is_pointwise(node) and all(a in p.viewing for a in _tensor_args(node)) and isinstance(val, torch.Tensor)):
+        raise Unsupported(p.viewing[viewed[0]].why)
+    reason = check_pointwise(node)
+    if reason:
+        raise Unsupported(reason)
+    space = tuple(val.shape)
+    layouts = {}
+    for a in viewed:
+        for ph, layout in p.viewing[a].layouts.items():
+            aligned = _aligned(*_aligned(*layout, p.viewing[a].space), space)
+            if layouts.setdefault(ph, aligned) != aligned:
+                raise Unsupported(f"input {p.names[ph]} is read in two different ways")
+    members = [k for a in viewed for k in p.viewing[a].members]
+    p.names[node] = var
+    p.viewing[node] = _Viewing(space, layouts, [*dict.fromkeys(members), len(p.nodes)], p.viewing[viewed[0]].why)
+    p.nodes.append(PlanNode(var, Kind.FULL, pointwise_expr(node, lambda arg: p.names[arg]), dtype=val.dtype))
+
+
+def _plan_masked_fill(p: _Planner, node: fx.Node, var: str) -> None:
+    """where(mask, value, x): what logsumexp's decomposition guards infinite maxima with."""
+    if p.viewed(node):
+        return _plan_pointwise_in_view(p, node, var)
+    val = node.meta.get("val")
+    kind = p.kinds[node.args[0]] if p.kinds[node.args[1]] is Kind.ROW else Kind.FULL
+    expr = f"(({p.value(node.args[1])}) != 0.0f ? {float_literal(node.args[2])} : ({p.value(node.args[0])}))"
+    p.nodes.append(PlanNode(var, kind, expr, dtype=val.dtype))
+    p.names[node], p.kinds[node] = var, kind
+
+
+def _plan_pointwise(p: _Planner, node: fx.Node, var: str) -> None:
+    """An op of the pointwise table: FULL if any operand is; ROW if its operands are rows (a
+    reduction's result in any of its shapes); a node of scalars alone takes its kind from its
+    shape. Any other op is declined here."""
+    if p.viewed(node):
+        return _plan_pointwise_in_view(p, node, var)
+    op, val = _op_name(node), node.meta.get("val")
+    if not is_pointwise(node):
+        raise Unsupported(f"{op} is neither pointwise nor a last-dimension reduction")
+    reason = check_pointwise(node)
+    if reason:
+        raise Unsupported(reason)
+    if not isinstance(val, torch.Tensor) or val.dtype not in DTYPES:
+        raise Unsupported(f"{op} makes a {getattr(val, 'dtype', type(val))} value")
+    operand_kinds = [p.kinds[a] for a in _tensor_args(node) if a in p.kinds]
+    kind = Kind.FULL if Kind.FULL in operand_kinds else Kind.ROW if operand_kinds else p.kind_of_shape(tuple(val.shape))
+    if kind is Kind.FULL and tuple(val.shape) != p.shape and p.reducing:
+        raise Unsupported(f"{op} makes shape {list(val.shape)}, not the iteration space {list(p.shape)}")
+    p.nodes.append(PlanNode(var, kind, pointwise_expr(node, p.value), dtype=val.dtype))
+    p.names[node], p.kinds[node] = var, kind
+
+
+_HANDLERS: dict[str, Callable[[_Planner, fx.Node, str], None]] = {
+    "item": _plan_item,
+    "reduction": _plan_reduction,
+    "view": _plan_view,
+    "masked_fill": _plan_masked_fill,
+    "pointwise": _plan_pointwise,
+}
 
 
 @dataclass
