@@ -3,14 +3,19 @@ the compile report.
 
     python examples/quickstart.py            # uses CUDA when present, else the CPU
 
-With an empty kernel cache every partition is a miss: Inductor runs it, and (on a GPU) the
-partition is recorded as a pending task, a standalone KernelBench program waiting for a kernel.
-`kevin cache ls` lists what the cache holds.
+It needs only the base install (`pip install -e .`: torch, diskcache, ninja, numpy). On a GPU, a
+partition with an entry in the kernel cache runs its kernel; a miss runs on Inductor and is
+recorded as a pending task (a standalone KernelBench program waiting for a kernel) in your cache.
+On the CPU, Inductor compiles everything and the partitions are only reported. The last line
+counts the two caches apart: the seed cache shipped with the package and your own
+(`~/.cache/kevin_backend`, created by its first entry or pending task). `kevin cache ls` lists
+what they hold.
 """
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 
@@ -43,8 +48,29 @@ def main() -> None:
     print(kevin_backend.last_report())
     print("counters:", {k: v for k, v in kevin_backend.counters.snapshot().items() if v})
 
-    cache = KernelCache.from_config(Config.from_env())
-    print(f"kernel cache {cache.cache_dir}: {len(cache.entries())} entries, {len(cache.pending())} pending tasks")
+    print(describe_caches(KernelCache.from_config(Config.from_env())))
+
+
+def describe_caches(cache: KernelCache) -> str:
+    """The two kernel caches, each counted alone: the seed cache shipped with the package
+    (read-only) and the user's own cache, which is created by the first entry or pending task."""
+    entries = cache.entries()
+    seed = sum(e.source == "seed" for e in entries)
+    user = sum(e.source == "user" for e in entries)
+    seed_text = "off" if cache.seed_dir is None else f"{seed} entries"
+    user_dir = _home_relative(cache.cache_dir)
+    if cache.cache_dir.exists():
+        user_text = f"{user} entries, {len(cache.pending())} pending tasks"
+    else:
+        user_text = "0 entries (not created yet)"
+    return f"seed cache (shipped, read-only): {seed_text}; your cache {user_dir}: {user_text}"
+
+
+def _home_relative(path: Path) -> str:
+    try:
+        return f"~/{path.relative_to(Path.home())}"
+    except ValueError:
+        return str(path)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-__all__ = ["ENV", "EnvVar", "Mode", "Config", "ConfigError", "child_env", "override", "env_value"]
+__all__ = ["ENV", "EnvVar", "Mode", "Config", "ConfigError", "POLICY_NAMES", "check_policy_name", "child_env", "override",
+           "env_value"]
 
 
 class ConfigError(ValueError):
@@ -32,6 +33,23 @@ class Mode(str, Enum):
     CACHE = "cache"  # use cached winners; record misses as pending tasks; Inductor runs the rest
     GENERATE = "generate"  # on a miss, run the kernel generator before compiling
     OFF = "off"  # pure Inductor: no partitioning at all
+
+
+# The policy names `generate/generator.py`'s make_policy reads (KEVIN_POLICY, option `policy`, --policy).
+POLICY_NAMES: str = "auto, builtin, openai[:MODEL], vllm[:MODEL], hf:PATH or replay:FILE"
+
+
+def check_policy_name(spec: str) -> str:
+    """`spec` if it names a policy `make_policy` can make, else a ConfigError naming it and the
+    valid names. Only the name is read: nothing is imported, loaded or contacted."""
+    kind, sep, arg = spec.partition(":")
+    if (spec == "auto" or kind in ("builtin", "openai", "vllm")
+            or (kind in ("hf", "replay") and arg.strip())):
+        return spec
+    if kind in ("hf", "replay"):
+        raise ConfigError(f"policy {spec!r} names no {'model folder' if kind == 'hf' else 'replies file'}: "
+                          f"use {kind}:{'PATH' if kind == 'hf' else 'FILE'}; valid policies: {POLICY_NAMES}")
+    raise ConfigError(f"unknown policy {spec!r}; valid policies: {POLICY_NAMES}")
 
 
 def _parse_bool(text: str) -> bool:
@@ -153,6 +171,11 @@ class Config:
 
     @classmethod
     def from_env(cls) -> "Config":
+        policy = env_value("KEVIN_POLICY")
+        try:
+            check_policy_name(policy)
+        except ConfigError as exc:
+            raise ConfigError(f"environment variable KEVIN_POLICY: {exc}") from None
         return cls(
             mode=env_value("KEVIN_MODE"),
             cache_dir=env_value("KEVIN_CACHE_DIR"),
@@ -163,7 +186,7 @@ class Config:
             max_partition=env_value("KEVIN_MAX_PARTITION"),
             record_pending=env_value("KEVIN_RECORD_PENDING"),
             cpu_kernels=env_value("KEVIN_CPU_KERNELS"),
-            policy=env_value("KEVIN_POLICY"),
+            policy=policy,
             writer=env_value("KEVIN_WRITER"),
             trajectories=env_value("KEVIN_TRAJECTORIES"),
             turns=env_value("KEVIN_TURNS"),
@@ -181,6 +204,11 @@ class Config:
         if unknown:
             raise ConfigError(f"unknown kevin option(s) {unknown}; known options: {sorted(known)}")
         changes = {name: _coerce(name, value) for name, value in options.items()}
+        if isinstance(changes.get("policy"), str):
+            try:
+                check_policy_name(changes["policy"])
+            except ConfigError as exc:
+                raise ConfigError(f"kevin option 'policy': {exc}") from None
         return dataclasses.replace(base, **changes)._validated()
 
     def _validated(self) -> "Config":
@@ -195,7 +223,9 @@ class Config:
                               f"{self.trajectories}, {self.turns}, {self.beam}")
         if self.writer not in ("auto", "general", "builtin"):
             raise ConfigError(f"writer must be auto, general or builtin, got {self.writer!r}")
-        if not isinstance(self.policy, str) and not callable(getattr(self.policy, "generate", None)):
+        if isinstance(self.policy, str):
+            check_policy_name(self.policy)
+        elif not callable(getattr(self.policy, "generate", None)):
             raise ConfigError("option 'policy' must be a policy name or have a generate(conversations, sampling) method")
         if self.generator is not None and not callable(getattr(self.generator, "generate", None)):
             raise ConfigError("option 'generator' must have a generate(task, key) method")

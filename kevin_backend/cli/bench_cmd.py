@@ -129,6 +129,8 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
     for flag, value, least in (("--repeats", args.repeats, 1), ("--trials", args.trials, 1), ("--warmup", args.warmup, 0)):
         if value < least:
             raise CommandError(f"{flag} must be at least {least}, got {value}", EXIT_USAGE)
+    if not args.timeout > 0:  # also refuses nan
+        raise CommandError(f"--timeout must be more than 0 seconds, got {args.timeout}", EXIT_USAGE)
     if args.kernelbench is not None:
         try:
             task_files(args.kernelbench)

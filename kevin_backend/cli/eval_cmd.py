@@ -5,6 +5,9 @@ the judge's pool of workers, a line per verdict as it arrives and a summary.
 The problem's model and inputs are placed as KernelBench's harness places them: on the GPU under
 test (`--device cuda:N`, default the current device), whatever device `get_inputs()` makes them on.
 
+With --json, `correct` is null for a candidate that only passed the static rules: it was not run,
+so there is no correctness verdict (exit 0 says it passes the rules).
+
 Exit codes: 0 accepted (or, with --static-only, passes the rules), 1 rejected, 2 usage error
 (a missing file, a problem without Model, or full judging asked for where it cannot run), 3 no
 verdict: the judge itself failed (RESOURCE: it could not get GPU memory; INFRA: an error of its
@@ -75,12 +78,23 @@ def _eval(args: argparse.Namespace, config: Config) -> int:
         with Judge(config.cache_dir / "builds", RunConfig(trials=args.trials, device=device), workers=0) as judge:
             result = judge.judge(problem, candidate)
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2))
+        print(json.dumps(_verdict(result), indent=2))
     else:
         print(_line(args.candidate, result))
         if result.feedback:
             print(result.feedback)
     return _exit_code([result])
+
+
+def _verdict(result: JudgeResult) -> dict:
+    """The verdict as JSON. `correct` is the judge's correctness verdict (outputs compared with the
+    reference): true or false where the candidate ran or was rejected, null where it was not run
+    (a static pass, `--static-only`: the rules say nothing about its outputs); `score` likewise."""
+    data = result.as_dict()
+    if result.reason is Reason.STATIC_OK:
+        data["correct"] = None
+        data["score"] = None
+    return data
 
 
 def _line(path: Path, result: JudgeResult) -> str:
@@ -132,7 +146,7 @@ def _eval_folder(args: argparse.Namespace, config: Config, problem: str) -> int:
         print(f"{len(paths)} candidates in {seconds:.1f} s ({len(paths) / seconds * 60:.1f} per minute)",
               file=sys.stderr, flush=True)
     if args.json:
-        print(json.dumps([{"candidate": str(p), **r.as_dict()} for p, r in zip(paths, results)], indent=2))
+        print(json.dumps([{"candidate": str(p), **_verdict(r)} for p, r in zip(paths, results)], indent=2))
     else:
         for path, result in zip(paths, results):
             print(_line(path, result))

@@ -8,7 +8,8 @@ kernel cache (a kernel that beat Inductor, else Inductor) and logs every turn un
 The task's inputs are placed on the GPU under test (`--device cuda:N`, default the current device)
 whatever device the program makes them on, and the cache key names that GPU.
 
-Exit codes: 0 a kernel beat Inductor, 1 none did (Inductor stays), 2 usage error, 3 no decision:
+The arguments (the policy's name, the counts, the task file) are checked before a GPU is looked
+for or a policy made. Exit codes: 0 a kernel beat Inductor, 1 none did (Inductor stays), 2 usage error, 3 no decision:
 the search was cut short by the judge's or the model server's failure (nothing is stored; the
 task can be generated again).
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kevin_backend.cli.main import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, EXIT_USAGE, CommandError
-from kevin_backend.config import Config, ConfigError
+from kevin_backend.config import Config, ConfigError, check_policy_name
 
 __all__ = ["register"]
 
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--policy", help="auto, builtin, openai[:MODEL], vllm[:MODEL], hf:PATH or replay:FILE (default: KEVIN_POLICY, auto)")
     p.add_argument("--trajectories", type=int, help="parallel trajectories (default: KEVIN_TRAJECTORIES, 16)")
     p.add_argument("--turns", type=int, help="refinement turns (default: KEVIN_TURNS, 8)")
-    p.add_argument("--beam", type=int, help="keep the best K trajectories after each turn (default: none)")
+    p.add_argument("--beam", type=int, help="keep the best K trajectories after each turn (default: KEVIN_BEAM; 0: none)")
     p.add_argument("--patience", type=int, help="stop a trajectory after this many turns without improving")
     p.add_argument("--temperature", type=float, default=0.9)
     p.add_argument("--max-tokens", type=int, default=16384, help="longest reply, in tokens")
@@ -61,6 +62,15 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
     from kevin_backend.judge.static_judge import ProblemError, check_problem
     from kevin_backend.types import KernelTask
 
+    _check_numbers(args)
+    policy_name = args.policy or config.policy
+    if isinstance(policy_name, str):
+        try:
+            check_policy_name(policy_name)
+        except ConfigError as exc:
+            raise CommandError(f"--policy: {exc}" if args.policy else str(exc), EXIT_USAGE) from None
+        if policy_name.startswith("replay:") and not Path(policy_name.partition(":")[2]).is_file():
+            raise CommandError(f"policy {policy_name}: no such replies file", EXIT_USAGE)
     try:
         source = args.task.read_text()
     except OSError as exc:
@@ -69,18 +79,22 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
         check_problem(source)
     except ProblemError as exc:
         raise CommandError(f"{args.task}: {exc}", EXIT_USAGE) from exc
-    if not torch.cuda.is_available():
-        raise CommandError("generating kernels needs a CUDA GPU to judge them on", EXIT_USAGE)
+    trajectories = args.trajectories if args.trajectories is not None else config.trajectories
     try:
         search = SearchConfig(
-            trajectories=args.trajectories or config.trajectories,
-            turns=args.turns or config.turns,
-            beam=args.beam if args.beam is not None else (config.beam or None),
+            trajectories=trajectories,
+            turns=args.turns if args.turns is not None else config.turns,
+            beam=(args.beam if args.beam is not None else config.beam) or None,
             patience=args.patience,
             margin=args.margin,
             sampling=Sampling(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed),
         )
-        policy = make_policy(args.policy or config.policy, config)
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+    if not torch.cuda.is_available():
+        raise CommandError("generating kernels needs a CUDA GPU to judge them on", EXIT_USAGE)
+    try:
+        policy = make_policy(policy_name, config)
     except (ValueError, ConfigError, PolicyError) as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
     device = _device(args.device)
@@ -129,6 +143,21 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         args.json.write_text(json.dumps(_summary(result, entry), indent=1))
     return EXIT_OK if entry.kind.value == "kernel" else EXIT_FAILED
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The counts and settings, before the task runs or a GPU is looked for (a 0 is refused, not
+    taken for the default)."""
+    for flag, value, least in (("--trajectories", args.trajectories, 1), ("--turns", args.turns, 1),
+                               ("--beam", args.beam, 0), ("--patience", args.patience, 1),
+                               ("--max-tokens", args.max_tokens, 1), ("--trials", args.trials, 1)):
+        if value is not None and value < least:
+            raise CommandError(f"{flag} must be at least {least}, got {value}", EXIT_USAGE)
+    for flag, number in (("--temperature", args.temperature), ("--margin", args.margin)):
+        if not number >= 0:  # also refuses nan
+            raise CommandError(f"{flag} must be >= 0, got {number}", EXIT_USAGE)
+    if args.beam and args.trajectories is not None and args.beam > args.trajectories:
+        raise CommandError(f"--beam ({args.beam}) must not exceed --trajectories ({args.trajectories})", EXIT_USAGE)
 
 
 def _x(value: float | None) -> str:

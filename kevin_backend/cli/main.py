@@ -8,6 +8,9 @@ one line here.
 
 Exit codes: 0 ok, 1 the operation failed, 2 usage error (bad arguments, unknown or ambiguous
 digest prefix, missing confirmation).
+
+A usage error is one line on stderr, `kevin: error: ...`, printed before anything slow starts (a
+compile, a GPU check, a worker, a download); commands check their arguments first.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import dataclasses
 import importlib
 import sys
 from pathlib import Path
-from typing import Callable, Final, Sequence
+from typing import Callable, Final, NoReturn, Sequence
 
 from kevin_backend.config import Config, ConfigError
 
@@ -32,6 +35,7 @@ __all__ = [
     "build_parser",
     "config_from_args",
     "main",
+    "usage_error",
 ]
 
 EXIT_OK: Final = 0
@@ -53,13 +57,35 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
+def _one_line(text: str) -> str:
+    """A message as one line (multi-line texts, e.g. a YAML error's, joined with "; ")."""
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def usage_error(message: str) -> int:
+    """Print `kevin: error: MESSAGE` as one line on stderr; the usage-error exit code."""
+    print(f"kevin: error: {_one_line(message)}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's form of a usage error: one `kevin: error: ...` line naming the
+    command and where its help is, exit 2 (argparse's own form is the usage block, then the error)."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.split(" ", 1)[1] if " " in self.prog else ""
+        where = f"{command}: " if command else ""
+        usage_error(f"{where}{message} (see {self.prog} --help)")
+        raise SystemExit(EXIT_USAGE)
+
+
 def _global_options() -> argparse.ArgumentParser:
     """Options every (sub)command accepts.
 
     Their default is SUPPRESS so that a subparser which did not see the option does not
     overwrite the value given before the subcommand; read them with getattr(args, name, None).
     """
-    options = argparse.ArgumentParser(add_help=False)
+    options = _Parser(add_help=False)
     options.add_argument(
         "--cache-dir",
         type=Path,
@@ -79,7 +105,7 @@ def _global_options() -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     """The full `kevin` parser, with every module in COMMAND_MODULES registered."""
     common = _global_options()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kevin",
         description="Manage kevin_backend, the torch.compile backend that swaps in verified CUDA kernels.",
         parents=[common],
@@ -123,10 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(args)
         return int(args.handler(args, config))
     except ConfigError as exc:
-        print(f"kevin: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(str(exc))
     except CommandError as exc:
-        print(f"kevin: error: {exc}", file=sys.stderr)
+        print(f"kevin: error: {_one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
 
 

@@ -14,12 +14,16 @@ The generator runs on every task, `--per-gpu` workers per local GPU (or `--worke
 GPUs; builds overlap, timings take turns on each GPU), or on a Ray cluster (`--ray ADDRESS`). Each decision is stored as its task finishes; a task with an
 entry is skipped, so a killed run resumes where it stopped.
 
+Every argument is checked first (the policy's name, the generator's module and factory, the
+files and folders, the counts), so a usage error is one line and nothing has been compiled yet.
+
 Exit codes: 0 every task decided, 1 some failed, 2 usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -44,9 +48,9 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--no-train", action="store_true", help="with --model: inference graphs only, no training step")
     p.add_argument("--policy", help="the kernel writer (default: KEVIN_POLICY, auto)")
     p.add_argument("--generator", metavar="MODULE:FACTORY", help="your own KernelGenerator factory instead of the search")
-    p.add_argument("--trajectories", type=int)
-    p.add_argument("--turns", type=int)
-    p.add_argument("--beam", type=int)
+    p.add_argument("--trajectories", type=int, metavar="N", help="parallel trajectories per task (default: KEVIN_TRAJECTORIES, 16)")
+    p.add_argument("--turns", type=int, metavar="N", help="refinement turns per trajectory (default: KEVIN_TURNS, 8)")
+    p.add_argument("--beam", type=int, metavar="K", help="keep the best K trajectories after each turn (default: KEVIN_BEAM; 0: none)")
     p.add_argument("--gpus", default="all", help="GPU indices to use, e.g. 0,1 (default: all)")
     p.add_argument("--per-gpu", type=int, default=4, metavar="N",
                    help="tasks in flight per GPU: their builds overlap, their timings take turns (default 4)")
@@ -60,27 +64,162 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
 def _gpus(spec: str) -> list[int | None]:
     import torch
 
+    wanted = _gpu_indices(spec)
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if spec == "all":
+    if wanted is None:
         return list(range(count))
-    try:
-        wanted = [int(x) for x in spec.split(",") if x.strip()]
-    except ValueError:
-        raise CommandError(f"--gpus expects indices like 0,1 or 'all', got {spec!r}", EXIT_USAGE) from None
     missing = [g for g in wanted if g >= count]
     if missing:
         raise CommandError(f"--gpus names GPU(s) {missing}, but this machine has {count}", EXIT_USAGE)
     return list(wanted)
 
 
+def _gpu_indices(spec: str) -> list[int] | None:
+    """`--gpus` read without looking at the GPUs: None for all, else the indices."""
+    if spec == "all":
+        return None
+    try:
+        wanted = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        wanted = []
+    if not wanted or any(g < 0 for g in wanted):
+        raise CommandError(f"--gpus expects indices like 0,1 or 'all', got {spec!r}", EXIT_USAGE)
+    return wanted
+
+
+def _check_numbers(args: argparse.Namespace, config: Config) -> None:
+    """Counts that must be >= 1 (a 0 is refused, not taken for the default)."""
+    for flag, value, least in (("--per-gpu", args.per_gpu, 1), ("--workers", args.workers, 1),
+                               ("--trajectories", args.trajectories, 1), ("--turns", args.turns, 1),
+                               ("--beam", args.beam, 0)):
+        if value is not None and value < least:
+            raise CommandError(f"{flag} must be at least {least}, got {value}", EXIT_USAGE)
+    trajectories = args.trajectories if args.trajectories is not None else config.trajectories
+    if args.beam and args.beam > trajectories:
+        raise CommandError(f"--beam ({args.beam}) must not exceed the trajectories ({trajectories})", EXIT_USAGE)
+
+
+def _top_level_names(path: Path) -> set[str] | None:
+    """The names a Python file binds at its top level (read, not run); None when that cannot be
+    told from the text (a star import, a module __getattr__, a file that does not parse)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    names: set[str] = set()
+    statements = list(tree.body)
+    while statements:
+        node = statements.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            for field in ("body", "orelse", "finalbody"):
+                statements.extend(getattr(node, field, []) or [])
+            statements.extend(s for h in getattr(node, "handlers", []) for s in h.body)
+    return None if "__getattr__" in names else names
+
+
+def _check_model_spec(spec: str) -> None:
+    path_text, _, name = spec.rpartition(":")
+    path = Path(path_text)
+    if not path_text or not name or not path.is_file():
+        raise CommandError(f"--model expects FILE.py:FACTORY with an existing file, got {spec!r}", EXIT_USAGE)
+    names = _top_level_names(path)
+    if names is not None and name not in names:
+        raise CommandError(f"--model {spec}: {path} defines no {name!r}", EXIT_USAGE)
+
+
+def _check_generator(spec: str, local: bool) -> None:
+    """`--generator MODULE:FACTORY`, found where the local workers will import it (they run in this
+    folder with this environment: the current folder, PYTHONPATH, the installed packages), without
+    importing it. On a Ray cluster only its form is checked: the workers' import path is theirs."""
+    import importlib.machinery
+    import importlib.util
+    import os
+
+    module_name, _, factory = spec.partition(":")
+    if not module_name or not factory or not all(part.isidentifier() for part in module_name.split(".")) \
+            or not factory.isidentifier():
+        raise CommandError(f"--generator expects MODULE:FACTORY (e.g. my_generators:make), got {spec!r}", EXIT_USAGE)
+    if not local:
+        return
+    search = [os.getcwd(), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p], *sys.path]
+    found = None
+    parts = module_name.split(".")
+    locations: list[str] | None = search
+    for i in range(len(parts)):
+        found = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), locations)
+        if found is None:
+            break
+        locations = list(found.submodule_search_locations or [])
+    if found is None:
+        try:  # a module other finders provide (already imported, frozen, a zip)
+            found = importlib.util.find_spec(module_name)
+        except (ImportError, ValueError):
+            found = None
+    if found is None:
+        raise CommandError(f"--generator {spec}: no module {module_name!r} where the workers import from "
+                           f"(this folder, PYTHONPATH, the installed packages)", EXIT_USAGE)
+    origin = found.origin
+    if origin and origin.endswith(".py"):
+        names = _top_level_names(Path(origin))
+        if names is not None and factory not in names:
+            raise CommandError(f"--generator {spec}: module {module_name} ({origin}) defines no {factory!r}", EXIT_USAGE)
+
+
+def _check_usage(args: argparse.Namespace, config: Config) -> Config:
+    """Every argument checked before anything slow starts (a compile, a GPU check, a worker);
+    the config with --policy applied."""
+    from kevin_backend.bench.models import MODELS
+    from kevin_backend.config import ConfigError, check_policy_name
+
+    _check_numbers(args, config)
+    if args.policy is not None:
+        try:
+            check_policy_name(args.policy)
+        except ConfigError as exc:
+            raise CommandError(f"--policy: {exc}", EXIT_USAGE) from None
+        if args.policy.startswith("replay:") and not Path(args.policy.partition(":")[2]).is_file():
+            raise CommandError(f"--policy {args.policy}: no such replies file", EXIT_USAGE)
+        config = dataclasses.replace(config, policy=args.policy)
+    if args.generator is not None:
+        _check_generator(args.generator, local=not args.ray)
+    for spec in args.model:
+        _check_model_spec(spec)
+    for spec in args.bench_model:
+        unknown = [n for n in spec.split(",") if n != "all" and n not in MODELS]
+        if unknown or not spec:
+            raise CommandError(f"unknown bench model {', '.join(map(repr, unknown or [spec]))}; valid models: "
+                               f"{', '.join(MODELS)} or all", EXIT_USAGE)
+    for flag, folders in (("--kernelbench", args.kernelbench), ("--tasks", args.tasks)):
+        for folder in folders:
+            if not folder.is_dir():
+                raise CommandError(f"{flag}: no such folder: {folder}", EXIT_USAGE)
+    if not args.ray:
+        _gpu_indices(args.gpus)
+    return config
+
+
 def _prewarm(args: argparse.Namespace, config: Config) -> int:
+    config = _check_usage(args, config)
+
     from kevin_backend.cache.store import KernelCache
     from kevin_backend.prewarm.runner import format_summary, prewarm_local, print_progress
     from kevin_backend.bench.models import MODELS
     from kevin_backend.prewarm.sources import SourceError, from_bench, from_folder, from_kernelbench, from_model, from_pending
 
-    if args.policy:
-        config = Config(**{**config.__dict__, "policy": args.policy})
+    gpus: list[int | None] = [] if args.ray else _gpus(args.gpus)
     cache = KernelCache.from_config(config)
     items = []
     try:
@@ -108,18 +247,16 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
         cache.record_pending(item.key, item.task)
         todo.append(item)
     search: dict[str, Any] | None = None
-    if args.trajectories or args.turns or args.beam:
-        search = {"trajectories": args.trajectories or config.trajectories, "turns": args.turns or config.turns,
-                  "beam": args.beam or None}
+    if args.trajectories is not None or args.turns is not None or args.beam is not None:
+        search = {"trajectories": args.trajectories if args.trajectories is not None else config.trajectories,
+                  "turns": args.turns if args.turns is not None else config.turns,
+                  "beam": (args.beam if args.beam is not None else config.beam) or None}
     setup = {"cache_dir": str(config.cache_dir), "policy": config.policy if isinstance(config.policy, str) else "auto",
              "generator": args.generator, "search": search}
     where = f"Ray cluster {args.ray}" if args.ray else None
-    gpus: list[int | None] = [] if args.ray else _gpus(args.gpus)
     if not args.ray and not gpus:
-        gpus = [None] * max(1, args.workers)
+        gpus = [None] * args.workers
         where = f"{len(gpus)} worker(s) without a GPU"
-    if args.per_gpu < 1:
-        raise CommandError(f"--per-gpu must be at least 1, got {args.per_gpu}", EXIT_USAGE)
     if gpus and gpus[0] is not None:
         where = f"GPU(s) {', '.join(str(g) for g in gpus)}, {args.per_gpu} task(s) in flight on each"
         gpus = [g for g in gpus for _ in range(args.per_gpu)]

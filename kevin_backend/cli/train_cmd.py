@@ -6,7 +6,9 @@
         -m kevin_backend train --config configs/train/kevin32b-8gpu.yaml
     kevin train plot runs/tiny                      # -> runs/tiny/metrics.png
 
-A run continues from the newest checkpoint in its run_dir unless `--resume never` is given.
+A run continues from the newest checkpoint in its run_dir unless `--resume never` is given. A
+`model.path` that names a local folder which is not there is a usage error naming the folder and,
+for the shipped configs, the command that builds it (before anything is loaded or downloaded).
 Exit codes: 0 done, 1 the run failed, 2 usage error (a bad config, a missing file).
 """
 
@@ -46,12 +48,15 @@ def _train(args: argparse.Namespace, config: Config) -> int:
     if args.config is None:
         raise CommandError("kevin train needs --config FILE (see configs/train/), or the action `plot RUN_DIR`",
                            EXIT_USAGE)
+    if args.batches is not None and args.batches < 1:
+        raise CommandError(f"--batches must be at least 1, got {args.batches}", EXIT_USAGE)
     try:
         train_config = TrainConfig.from_yaml(args.config, args.overrides)
     except TrainConfigError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
-    if args.batches is not None and args.batches < 1:
-        raise CommandError("--batches must be >= 1", EXIT_USAGE)
+    problem = missing_model_folder(train_config, args.config)
+    if problem:
+        raise CommandError(problem, EXIT_USAGE)
     try:
         from kevin_backend.rl.trainer import Trainer
 
@@ -105,6 +110,41 @@ def _train(args: argparse.Namespace, config: Config) -> int:
         print(f"done: {trainer.state.batch} batches, {trainer.state.optimizer_step} optimizer steps; metrics in "
               f"{Path(train_config.run_dir) / 'metrics.jsonl'}", file=sys.stderr)
     return EXIT_OK
+
+
+# The model folders the shipped configs train are built locally (nothing is downloaded); for a
+# config named here, the command that builds its model.path ({path}) and first task folder ({tasks}).
+MODEL_BUILDERS: dict[str, str] = {
+    "tiny.yaml": "python tests/test_rl_train.py {path}",
+    "h200-builtin.yaml": "python -m kevin_backend.rl.tiny write-tasks {tasks} && "
+                         "python -m kevin_backend.rl.tiny make-model {path} --tasks {tasks}",
+}
+_BUILT_FOLDERS = ("runs/tiny-lm", "runs/h200-builtin-lm")  # their default model.path
+
+
+def missing_model_folder(train_config: Any, config_path: Path) -> str | None:
+    """What is wrong when `model.path` names a local folder that is not there, else None.
+
+    A path is a local folder when it cannot be a model hub name ("org/name" or "name"): it is
+    absolute, starts with "." or "~", has more than one "/", its parent folder exists here, or it is
+    the folder a shipped config builds. A hub name is left to transformers to fetch."""
+    text = train_config.model.path
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return None
+    builder = MODEL_BUILDERS.get(Path(config_path).name)
+    normal = text.replace("\\", "/").strip("/")
+    local = (path.is_absolute() or text.startswith((".", "~")) or normal.count("/") > 1
+             or (normal.count("/") == 1 and path.parent.is_dir()) or normal in _BUILT_FOLDERS or path.exists())
+    if not local:
+        return None
+    if path.exists():
+        return f"model.path {text}: not a folder (a model folder holds config.json and the weights)"
+    tasks = (train_config.tasks.folders or ("TASKS",))[0]
+    how = (f"build it with: {builder.format(path=text, tasks=tasks)}" if builder else
+           "build or copy the model there, or set model.path to another folder or a hub name "
+           "(--set model.path=...)")
+    return f"model.path {text}: no such model folder (from {config_path}); {how}"
 
 
 def _num(value: float | None) -> str:
