@@ -1,0 +1,74 @@
+"""The built-in writer's plan counts what it fuses: every aten op of the task's graph once, in
+graph order (views too; the items of a tuple such as var_mean's are none), and the writer's reply
+says that count. Pointwise work on a per-channel value before its view was once counted twice."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+
+from kevin_backend.generate.builtin.graph import Declined, Plan, _op_name, plan_task, trace
+from kevin_backend.generate.builtin.policy import BuiltinPolicy
+from kevin_backend.generate.builtin.suite import SUITE
+from kevin_backend.generate.policy import Sampling
+
+
+def _task(forward: str, inputs: str, args: str = "x, y") -> str:
+    return ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+            f"class Model(nn.Module):\n    def forward(self, {args}):\n        return {forward}\n\n"
+            f"def get_inputs():\n    return [{inputs}]\n\ndef get_init_inputs():\n    return []\n")
+
+
+def _randn(*shape: int) -> str:
+    return f"torch.randn({', '.join(map(str, shape))}, device='cuda')"
+
+
+def _plan(source: str) -> Plan:
+    plan = plan_task(source)
+    assert not isinstance(plan, Declined), plan
+    return plan
+
+
+A = "aten."
+CASES = {
+    # N distinct elementwise ops: N
+    "five-elementwise": (_task("torch.tanh(torch.exp(x) - y).abs() * 2.0", f"{_randn(64, 128)}, {_randn(64, 128)}"),
+                         ["exp.default", "sub.Tensor", "tanh.default", "abs.default", "mul.Tensor"]),
+    # a chain with a repeated op: each call counts
+    "chain-repeats": (_task("torch.relu(x + y) + y", f"{_randn(64, 128)}, {_randn(128)}"),
+                      ["add.Tensor", "relu.default", "add.Tensor"]),
+    "softmax": (_task("torch.softmax(x, dim=-1)", _randn(64, 128), args="x"),
+                ["amax.default", "sub.Tensor", "exp.default", "sum.dim_IntList", "div.Tensor"]),
+    # var_mean's two results are read through getitem: not ops of their own
+    "layernorm": (_task("F.layer_norm(x, (128,))", _randn(64, 128), args="x"),
+                  ["var_mean.correction", "add.Tensor", "rsqrt.default", "sub.Tensor", "mul.Tensor"]),
+    # add and rsqrt run on the [64] vector before its view brings it into [2, 64, 4, 4]
+    "per-channel-chain": (_task("x * torch.rsqrt(y + 1e-5)[:, None, None]", f"{_randn(2, 64, 4, 4)}, {_randn(64)}"),
+                          ["add.Tensor", "rsqrt.default", "unsqueeze.default", "unsqueeze.default", "mul.Tensor"]),
+    "per-channel-view": (_task("x * torch.rsqrt(y + 1e-5).view(1, 64, 1, 1)", f"{_randn(2, 64, 4, 4)}, {_randn(64)}"),
+                         ["add.Tensor", "rsqrt.default", "view.default", "mul.Tensor"]),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_plan_counts_each_op_once(name: str) -> None:
+    source, ops = CASES[name]
+    assert list(_plan(source).ops) == [A + op for op in ops]
+
+
+@pytest.mark.parametrize("name", ["five-elementwise", "softmax", "layernorm", "per-channel-chain"])
+def test_the_reply_says_the_op_count(name: str) -> None:
+    source, ops = CASES[name]
+    prompt = f"Write a faster version of this program.\n\n```python\n{source}```\n"
+    (reply,) = BuiltinPolicy().generate([[{"role": "user", "content": prompt}]], Sampling())
+    assert reply.ok, reply.text
+    assert f" kernel for {len(ops)} ops (" in reply.text.splitlines()[0]
+
+
+@pytest.mark.parametrize("task", [t for t in SUITE if t.category in ("chain3+", "norm")], ids=lambda t: t.name)
+def test_suite_plans_count_every_aten_call_of_the_graph_once(task) -> None:
+    gm, _ = trace(task.source)
+    calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
+    assert list(_plan(task.source).ops) == [_op_name(n) for n in calls]
+
