@@ -675,7 +675,7 @@ def test_cli_export_import(
     code, _, err = run_cli(capsys, "cache", "import", str(evil), *fresh)
     assert code == 1 and "outside the archive" in err
     code, _, err = run_cli(capsys, "cache", "import", str(tmp_path / "missing.tar.gz"), *fresh)
-    assert code == 1 and "no such file" in err
+    assert code == 2 and "no such file" in err  # a path that is not there: a usage error
 
 
 def test_cli_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -1,13 +1,24 @@
 """The kernel cache: keys, entries, and the on-disk store (user cache in front of the seed cache)."""
 
 from kevin_backend.cache.entry import CacheEntry, EntryKind, PendingTask, Timings, now_iso
-from kevin_backend.cache.key import SCHEMA_VERSION, CacheKey, DeviceInfo, make_key
+from kevin_backend.cache.key import (
+    SCHEMA_VERSION,
+    CacheKey,
+    DeviceInfo,
+    VersionTarget,
+    default_numerics,
+    make_key,
+    numerics_settings,
+)
 from kevin_backend.cache.store import (
     ENTRY_FORMAT,
+    ArchiveError,
     EntryInfo,
     ImportReport,
     KernelCache,
     KernelCacheError,
+    PruneReport,
+    VersionGroup,
     ReadOnlyEntryError,
     UnsafeArchiveError,
     default_seed_dir,
@@ -20,6 +31,9 @@ __all__ = [
     "DeviceInfo",
     "CacheKey",
     "make_key",
+    "numerics_settings",
+    "default_numerics",
+    "VersionTarget",
     "EntryKind",
     "Timings",
     "CacheEntry",
@@ -28,6 +42,9 @@ __all__ = [
     "ENTRY_FORMAT",
     "EntryInfo",
     "ImportReport",
+    "PruneReport",
+    "VersionGroup",
+    "ArchiveError",
     "KernelCache",
     "KernelCacheError",
     "ReadOnlyEntryError",

@@ -28,6 +28,7 @@ __all__ = [
     "numerics_settings",
     "default_numerics",
     "NUMERICS_DOC",
+    "VersionTarget",
 ]
 
 # Bump when the key's contents or the meaning of an entry change: old entries stop matching.
@@ -322,3 +323,66 @@ def make_key(
         cuda_version=device.cuda_version,
         numerics=_check_settings(numerics),
     )
+
+
+@dataclass(frozen=True)
+class VersionTarget:
+    """The GPU and versions whose entries a machine can use (`kevin cache prune`, `info`).
+
+    A field that is None is not compared: a machine without a GPU cannot say which GPU's entries
+    it will use, and a torch without CUDA which CUDA version's. Entries made for the CPU (`gpu`
+    "cpu": tasks on CPU tensors) are never told apart by GPU, since every machine has a CPU.
+    """
+
+    gpu: str | None = None
+    capability: str | None = None  # compared only when gpu is set
+    torch_version: str | None = None
+    cuda_version: str | None = None
+
+    @classmethod
+    def this_machine(
+        cls, gpu: str | None = None, torch_version: str | None = None, cuda_version: str | None = None
+    ) -> "VersionTarget":
+        """This machine's GPU (its first), torch and CUDA, each replaced by the value given."""
+        device = DeviceInfo.detect("cuda")
+        has_gpu = device.capability != ""
+        if gpu is None and has_gpu:
+            gpu, capability = device.name, device.capability
+        else:
+            capability = None  # a GPU named by hand: any capability of that name
+        return cls(
+            gpu=gpu,
+            capability=capability,
+            torch_version=(torch_version or device.torch_version).split("+")[0],
+            cuda_version=cuda_version or device.cuda_version or None,
+        )
+
+    def mismatch(self, key: CacheKey) -> tuple[str, str] | None:
+        """(what, why) when an entry with `key` cannot be used here, None when it can.
+
+        `what` is one of "schema" (an older kevin_backend's key), "newer" (a newer one's, not
+        ours to judge), "torch", "cuda", "gpu"."""
+        if key.schema < SCHEMA_VERSION:
+            return "schema", f"key schema {key.schema}, from an older kevin_backend (this one reads {SCHEMA_VERSION})"
+        if key.schema > SCHEMA_VERSION:
+            return "newer", f"key schema {key.schema}, from a newer kevin_backend (this one reads {SCHEMA_VERSION})"
+        if self.torch_version is not None and key.torch_version != self.torch_version:
+            return "torch", f"torch {key.torch_version or '?'}, not {self.torch_version}"
+        if self.cuda_version is not None and key.gpu != "cpu" and key.cuda_version != self.cuda_version:
+            return "cuda", f"CUDA {key.cuda_version or 'none'}, not {self.cuda_version}"
+        if self.gpu is not None and key.gpu != "cpu":
+            if key.gpu != self.gpu:
+                return "gpu", f"GPU {key.gpu}, not {self.gpu}"
+            if self.capability is not None and key.capability != self.capability:
+                return "gpu", f"GPU {key.gpu} of capability {key.capability}, not {self.capability}"
+        return None
+
+    def describe(self) -> str:
+        """'NVIDIA H200 (9.0), torch 2.11.0, CUDA 13.0'; 'any GPU, ...' for what is not compared."""
+        if self.gpu is None:
+            gpu = "any GPU"
+        else:
+            gpu = self.gpu + (f" ({self.capability})" if self.capability else "")
+        torch_text = f"torch {self.torch_version}" if self.torch_version else "any torch"
+        cuda_text = f"CUDA {self.cuda_version}" if self.cuda_version else "any CUDA"
+        return f"{gpu}, {torch_text}, {cuda_text}"

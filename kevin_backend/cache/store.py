@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path, PurePosixPath
@@ -41,7 +42,7 @@ from typing import Any, Callable, Final, Iterator, TypeVar
 import diskcache
 
 from kevin_backend.cache.entry import CacheEntry, EntryKind, PendingTask, Timings
-from kevin_backend.cache.key import SCHEMA_VERSION, CacheKey
+from kevin_backend.cache.key import SCHEMA_VERSION, CacheKey, VersionTarget
 from kevin_backend.config import Config
 from kevin_backend.types import KernelTask
 
@@ -50,7 +51,10 @@ __all__ = [
     "KernelCache",
     "EntryInfo",
     "ImportReport",
+    "PruneReport",
+    "VersionGroup",
     "KernelCacheError",
+    "ArchiveError",
     "ReadOnlyEntryError",
     "UnsafeArchiveError",
     "default_seed_dir",
@@ -94,6 +98,12 @@ class ReadOnlyEntryError(KernelCacheError):
 
 class UnsafeArchiveError(KernelCacheError):
     """An archive holds paths that would escape the cache (absolute, `..`, links); nothing is imported."""
+
+
+class ArchiveError(KernelCacheError):
+    """The archive path given cannot be used as asked: an import of a file that is missing, a
+    folder, empty, not an archive or a damaged one; an export into a folder that does not exist
+    or onto a folder. The message names the path and what is wrong (a usage error for the CLI)."""
 
 
 class _Corrupt(Exception):
@@ -367,6 +377,39 @@ def _load_pending_folder(folder: Path) -> PendingTask | None:
     return _load_folder(folder, _PENDING_FILES, _parse_pending)
 
 
+def _peek_key(folder: Path) -> tuple[CacheKey | None, str]:
+    """The key a folder's meta.json records, read leniently (any schema, any entry format, files
+    unchecked), and a problem: "" when the entry's format is this version's, otherwise why the
+    folder cannot be read (key None) or is of another format (key set).
+
+    For telling what an entry was made for (`prune`, `versions`) even when it cannot be used.
+    """
+    try:
+        raw = (folder / META_FILE).read_bytes()
+    except FileNotFoundError:
+        return None, f"{META_FILE} is missing"
+    except OSError as exc:
+        return None, f"cannot read {META_FILE} ({exc.strerror or exc})"
+    try:
+        meta = json.loads(raw)
+        key = CacheKey.from_dict(meta["key"])
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        return None, f"{META_FILE} holds no readable key ({type(exc).__name__})"
+    fmt = meta.get("format")
+    if fmt != ENTRY_FORMAT:
+        return key, f"entry format {fmt!r} (this version reads format {ENTRY_FORMAT})"
+    return key, ""
+
+
+def _format_is_older(folder: Path) -> bool:
+    """True when the folder's meta.json names an entry format older than ENTRY_FORMAT."""
+    try:
+        fmt = json.loads((folder / META_FILE).read_bytes()).get("format")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(fmt, int) and fmt < ENTRY_FORMAT
+
+
 def _digest_folders(root: Path | None) -> list[Path]:
     """Entry folders under `root`, by name; skips temporaries (dot names) and package files."""
     if root is None:
@@ -513,6 +556,54 @@ def _archive_member_parts(member: tarfile.TarInfo) -> tuple[str, ...]:
     return parts
 
 
+# The first bytes of the formats `tarfile.open(..., "r:*")` reads.
+_ARCHIVE_MAGIC: Final = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"))
+
+
+def _check_archive_file(path: Path) -> None:
+    """Raise ArchiveError, naming `path` and the problem, unless it looks like an archive."""
+    if not path.exists():
+        raise ArchiveError(f"cannot import {path}: no such file")
+    if path.is_dir():
+        raise ArchiveError(f"cannot import {path}: it is a folder, not a .tar.gz made by `kevin cache export`")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(512)
+    except OSError as exc:
+        raise ArchiveError(f"cannot import {path}: cannot read it ({exc.strerror or exc})") from None
+    if not head:
+        raise ArchiveError(f"cannot import {path}: the file is empty, not a .tar.gz made by `kevin cache export`")
+    if any(head.startswith(magic) for magic, _ in _ARCHIVE_MAGIC) or head[257:262] == b"ustar":
+        return
+    try:
+        head.decode()
+        looks = "it is text"
+    except UnicodeDecodeError:
+        looks = "it has no gzip, bzip2, xz or tar header"
+    raise ArchiveError(f"cannot import {path}: not a .tar.gz made by `kevin cache export` ({looks})")
+
+
+def _archive_problem(path: Path, exc: BaseException) -> ArchiveError:
+    """An ArchiveError for a failure of tarfile on `path`, in one line."""
+    text = str(exc)
+    if isinstance(exc, EOFError) or "end-of-stream" in text or "unexpected end" in text:
+        return ArchiveError(f"cannot import {path}: the archive is truncated")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines and lines[0].startswith("file could not be opened successfully"):
+        # tarfile tried every method; the one the file's header names says what went wrong
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(8)
+        except OSError:
+            head = b""
+        kind = next((name for magic, name in _ARCHIVE_MAGIC if head.startswith(magic)), "tar")
+        method = {"gzip": "gz", "bzip2": "bz2", "xz": "xz", "tar": "tar"}[kind]
+        said = next((line.split(":", 1)[1].strip() for line in lines if line.startswith(f"- method {method}:")), "")
+        detail = f" ({said})" if said else ""
+        return ArchiveError(f"cannot import {path}: {kind} data that is not a tar archive, or a damaged one{detail}")
+    return ArchiveError(f"cannot import {path}: the archive is damaged ({lines[0] if lines else type(exc).__name__})")
+
+
 def _add_to_archive(tar: tarfile.TarFile, folder: str, files: dict[str, bytes]) -> None:
     now = time.time()
     info = tarfile.TarInfo(folder)
@@ -522,6 +613,61 @@ def _add_to_archive(tar: tarfile.TarFile, folder: str, files: dict[str, bytes]) 
         info = tarfile.TarInfo(f"{folder}/{name}")
         info.size, info.mode, info.mtime = len(data), 0o644, now
         tar.addfile(info, io.BytesIO(data))
+
+
+def _read_archive(path: Path) -> tuple[dict[str, dict[str, bytes]], dict[str, str]]:
+    """The archive's entry folders (digest -> file name -> bytes) and the problems of members
+    that are not part of a sound folder (folder digest or member name -> problem).
+
+    Raises ArchiveError when the file cannot be read as an archive of entries, and
+    UnsafeArchiveError for a member that could escape the cache. Nothing touches the disk.
+    """
+    _check_archive_file(path)
+    try:
+        tar = tarfile.open(path, "r:*")
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise _archive_problem(path, exc) from exc
+    groups: dict[str, dict[str, bytes]] = {}
+    problems: dict[str, str] = {}
+    with tar:
+        try:
+            members = tar.getmembers()
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+            raise _archive_problem(path, exc) from exc
+        member_parts = [(member, _archive_member_parts(member)) for member in members]
+        if members and not any(parts and is_digest(parts[0]) for _, parts in member_parts):
+            shown = ", ".join(repr(m.name) for m in members[:3]) + (", ..." if len(members) > 3 else "")
+            raise ArchiveError(
+                f"cannot import {path}: it holds no cache entries ({len(members)} members, e.g. {shown}; "
+                "`kevin cache export` writes one folder per entry, named by its digest)"
+            )
+        for member, parts in member_parts:
+            if not parts:
+                continue
+            folder = parts[0]
+            if not is_digest(folder):
+                problems.setdefault(member.name, "not inside an entry folder named by a digest")
+                continue
+            group = groups.setdefault(folder, {})
+            if member.isdir():
+                if len(parts) != 1:
+                    problems.setdefault(folder, f"unexpected folder {member.name!r}")
+                continue
+            if len(parts) != 2 or parts[1] not in _ENTRY_FILES:
+                problems.setdefault(folder, f"unexpected file {member.name!r}")
+                continue
+            if member.size > _MAX_MEMBER_BYTES:
+                problems.setdefault(folder, f"{member.name!r} is too large ({member.size} bytes)")
+                continue
+            handle = tar.extractfile(member)
+            if handle is None:  # pragma: no cover - regular files always have data
+                problems.setdefault(folder, f"cannot read {member.name!r}")
+                continue
+            try:
+                group[parts[1]] = handle.read()
+            except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+                raise _archive_problem(path, exc) from exc
+    return groups, problems
 
 
 # ---------------------------------------------------------------------------------------------
@@ -584,6 +730,59 @@ class ImportReport:
     @property
     def ok(self) -> bool:
         return not self.rejected
+
+
+@dataclass(frozen=True)
+class VersionGroup:
+    """How many entries of one source (user, seed) were made for one GPU and torch/CUDA pair."""
+
+    source: str
+    gpu: str
+    capability: str
+    torch_version: str
+    cuda_version: str
+    schema: int
+    entries: int
+
+    def key_fields(self) -> CacheKey:
+        """A key with this group's GPU and versions (and no task), for `VersionTarget.mismatch`."""
+        return CacheKey("", (), self.gpu, self.capability, self.torch_version, self.cuda_version, self.schema)
+
+    def describe(self) -> str:
+        gpu = self.gpu + (f" ({self.capability})" if self.capability else "")
+        cuda = f"CUDA {self.cuda_version}" if self.cuda_version else "no CUDA"
+        return f"{gpu}, torch {self.torch_version or '?'}, {cuda}, key schema {self.schema}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "gpu": self.gpu, "capability": self.capability, "torch": self.torch_version,
+            "cuda": self.cuda_version, "schema": self.schema, "entries": self.entries,
+        }
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """What `KernelCache.prune()` removed (or, on a dry run, would remove) and what it kept.
+
+    Each removed item is (digest, what, why): `what` is VersionTarget.mismatch's category
+    ("schema", "format", "torch", "cuda", "gpu"), `why` says it in words. `left` are folders
+    prune does not judge (unreadable metadata, a newer kevin_backend's key): (digest, why).
+    """
+
+    target: VersionTarget
+    dry_run: bool
+    removed: tuple[tuple[str, str, str], ...] = ()
+    kept: tuple[str, ...] = ()
+    left: tuple[tuple[str, str], ...] = ()
+    pending_removed: tuple[tuple[str, str, str], ...] = ()
+    pending_kept: tuple[str, ...] = ()
+
+    def counts(self, items: tuple[tuple[str, str, str], ...] | None = None) -> dict[str, int]:
+        """Removed entries (or `items`) per category."""
+        counts: dict[str, int] = {}
+        for _, what, _ in self.removed if items is None else items:
+            counts[what] = counts.get(what, 0) + 1
+        return counts
 
 
 class _Default(Enum):
@@ -805,6 +1004,67 @@ class KernelCache:
             self._note_change(None, None)
         return removed
 
+    # -- versions ------------------------------------------------------------------------------
+
+    def versions(self) -> list[VersionGroup]:
+        """Entries per source and GPU/torch/CUDA/schema (what each serves); unreadable ones left out.
+
+        Read from each folder's meta.json without checking its files, so entries of an older
+        schema count too (under their schema)."""
+        counts: dict[tuple[str, str, str, str, str, int], int] = {}
+        for source, root in (("user", self._entries_dir), ("seed", self.seed_dir)):
+            for folder in _digest_folders(root):
+                key, _ = _peek_key(folder)
+                if key is None:
+                    continue
+                group = (source, key.gpu, key.capability, key.torch_version, key.cuda_version, key.schema)
+                counts[group] = counts.get(group, 0) + 1
+        groups = [VersionGroup(*group, entries=count) for group, count in counts.items()]
+        return sorted(groups, key=lambda g: (g.source != "user", -g.entries, g.gpu, g.torch_version, g.cuda_version))
+
+    def prune(self, target: VersionTarget, dry_run: bool = False) -> PruneReport:
+        """Remove the user entries and pending misses that no lookup under `target` can find:
+        made for another torch, CUDA or GPU (`VersionTarget.mismatch`), or by an older
+        kevin_backend (key schema or entry format). `dry_run` only reports them.
+
+        The seed cache is read-only and never pruned. Folders whose metadata cannot be read, or
+        that a newer kevin_backend wrote, are left in place and reported.
+        """
+        def judge(folder: Path) -> tuple[str, str] | None | str:
+            key, problem = _peek_key(folder)
+            if key is None:
+                return problem  # unreadable: left
+            found = target.mismatch(key)
+            if found is not None and found[0] == "newer":
+                return found[1]
+            if found is None and problem:
+                return ("format", problem) if _format_is_older(folder) else problem
+            return found
+
+        outcome: dict[str, list[Any]] = {"removed": [], "kept": [], "left": [], "pending_removed": [], "pending_kept": []}
+        for kind, root in (("", self._entries_dir), ("pending_", self._pending_dir)):
+            for folder in _digest_folders(root):
+                verdict = judge(folder)
+                if verdict is None:
+                    outcome[f"{kind}kept"].append(folder.name)
+                elif isinstance(verdict, str):
+                    outcome["left"].append((folder.name, verdict))
+                else:
+                    outcome[f"{kind}removed"].append((folder.name, *verdict))
+                    if not dry_run and _remove_folder(folder) and not kind:
+                        self._note_change(folder.name, None)
+        if not dry_run:
+            _sweep_stale_temporaries(self._entries_dir)
+        return PruneReport(
+            target=target,
+            dry_run=dry_run,
+            removed=tuple(outcome["removed"]),
+            kept=tuple(outcome["kept"]),
+            left=tuple(outcome["left"]),
+            pending_removed=tuple(outcome["pending_removed"]),
+            pending_kept=tuple(outcome["pending_kept"]),
+        )
+
     # -- pending tasks -------------------------------------------------------------------------
 
     def record_pending(self, key: CacheKey, task: KernelTask) -> bool:
@@ -862,12 +1122,18 @@ class KernelCache:
                     raise KernelCacheError(f"no valid cache entry {digest} to export")
                 entries.append(entry)
         path = Path(path)
+        if path.is_dir():
+            raise ArchiveError(f"cannot export to {path}: it is a folder; name the archive, e.g. {path / 'kernels.tar.gz'}")
+        if not path.parent.is_dir():
+            raise ArchiveError(f"cannot export to {path}: the folder {path.parent} does not exist")
         tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}")
         try:
             with tarfile.open(tmp, "w:gz") as tar:
                 for entry in entries:
                     _add_to_archive(tar, entry.digest, _entry_files(entry))
             os.replace(tmp, path)
+        except OSError as exc:
+            raise KernelCacheError(f"cannot write {path}: {exc.strerror or exc}") from exc
         finally:
             tmp.unlink(missing_ok=True)
         return len(entries)
@@ -878,46 +1144,15 @@ class KernelCache:
         Nothing is extracted to disk: members are read into memory, every entry is validated
         exactly like a lookup validates a folder, and sound ones go through `put`. Bad entries
         are reported and never imported. An archive with an unsafe member (absolute path, `..`,
-        link) is refused as a whole with UnsafeArchiveError: it was not made by `export`.
+        link) is refused as a whole with UnsafeArchiveError: it was not made by `export`. A file
+        that is missing, not an archive, damaged, or an archive holding no entry folder at all
+        raises ArchiveError naming the file and the problem; nothing is imported then.
         """
+        path = Path(path)
         try:
-            tar = tarfile.open(Path(path), "r:*")
-        except (tarfile.TarError, OSError) as exc:
-            raise KernelCacheError(f"cannot read archive {path}: {exc}") from exc
-        groups: dict[str, dict[str, bytes]] = {}
-        problems: dict[str, str] = {}
-        with tar:
-            try:
-                members = tar.getmembers()
-            except (tarfile.TarError, OSError, EOFError) as exc:
-                raise KernelCacheError(f"cannot read archive {path}: {exc}") from exc
-            for member in members:
-                parts = _archive_member_parts(member)
-                if not parts:
-                    continue
-                folder = parts[0]
-                if not is_digest(folder):
-                    problems.setdefault(member.name, "not inside an entry folder named by a digest")
-                    continue
-                group = groups.setdefault(folder, {})
-                if member.isdir():
-                    if len(parts) != 1:
-                        problems.setdefault(folder, f"unexpected folder {member.name!r}")
-                    continue
-                if len(parts) != 2 or parts[1] not in _ENTRY_FILES:
-                    problems.setdefault(folder, f"unexpected file {member.name!r}")
-                    continue
-                if member.size > _MAX_MEMBER_BYTES:
-                    problems.setdefault(folder, f"{member.name!r} is too large ({member.size} bytes)")
-                    continue
-                handle = tar.extractfile(member)
-                if handle is None:  # pragma: no cover - regular files always have data
-                    problems.setdefault(folder, f"cannot read {member.name!r}")
-                    continue
-                try:
-                    group[parts[1]] = handle.read()
-                except (tarfile.TarError, OSError, EOFError) as exc:
-                    problems.setdefault(folder, f"cannot read {member.name!r}: {exc}")
+            groups, problems = _read_archive(path)
+        except UnsafeArchiveError as exc:
+            raise UnsafeArchiveError(f"refusing {path}: {exc}") from None
 
         imported: list[str] = []
         skipped: list[str] = []

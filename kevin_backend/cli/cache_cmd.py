@@ -1,7 +1,10 @@
-"""`kevin cache ls|show|rm|clear|export|import`: inspect and manage the kernel cache.
+"""`kevin cache ls|info|show|rm|clear|prune|export|import`: inspect and manage the kernel cache.
 
 Entries are named by digest prefix, matched against the user and the seed entries; a prefix that
-matches nothing or more than one digest is a usage error (exit 2) and nothing is changed.
+matches nothing or more than one digest is a usage error (exit 2) and nothing is changed. Every
+usage error (a missing action, a bad prefix, no --yes, an archive path that cannot be used) is one
+`kevin: error: ...` line and exit 2; a cache operation that fails is exit 1. Nothing to clear or
+to prune is not an error.
 """
 
 from __future__ import annotations
@@ -14,11 +17,15 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from kevin_backend.cache.entry import CacheEntry
+from kevin_backend.cache.key import DeviceInfo, VersionTarget
 from kevin_backend.cache.store import (
+    ArchiveError,
     EntryInfo,
     KernelCache,
     KernelCacheError,
+    PruneReport,
     ReadOnlyEntryError,
+    VersionGroup,
     default_seed_dir,
     entry_metadata,
 )
@@ -45,12 +52,25 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
         help="inspect and manage the kernel cache",
         description="Inspect and manage the kernel cache: the user cache, then the read-only seed cache.",
     )
-    group.set_defaults(handler=_print_help(group))
+    group.set_defaults(handler=_missing_action)
     actions = group.add_subparsers(title="actions", metavar="ACTION")
 
-    ls = actions.add_parser("ls", parents=common, help="list entries")
+    ls = actions.add_parser(
+        "ls", parents=common, help="list entries, then what GPU and versions the seed cache serves"
+    )
     ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ls.set_defaults(handler=_ls)
+
+    info = actions.add_parser(
+        "info",
+        parents=common,
+        help="the caches' folders, this machine's GPU and versions, and which ones each cache serves",
+        description="Where the user and seed caches are, this machine's GPU, torch and CUDA, and how many "
+        "entries each cache holds per GPU, torch and CUDA version (and key schema), with whether a lookup "
+        "here can find them.",
+    )
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(handler=_info)
 
     show = actions.add_parser("show", parents=common, help="print one entry: key, metadata, sources")
     show.add_argument("prefix", metavar="DIGEST_PREFIX")
@@ -61,8 +81,31 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     rm.set_defaults(handler=_rm)
 
     clear = actions.add_parser("clear", parents=common, help="remove every user entry")
-    clear.add_argument("--yes", action="store_true", help="confirm (required)")
+    clear.add_argument("--yes", action="store_true", help="confirm (required when there is something to remove)")
     clear.set_defaults(handler=_clear)
+
+    prune = actions.add_parser(
+        "prune",
+        parents=common,
+        help="remove user entries made for other torch/CUDA versions or GPUs (--dry-run lists them)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_PRUNE_HELP,
+    )
+    prune.add_argument("--dry-run", action="store_true", help="list what would be removed and why; remove nothing")
+    prune.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help="keep only entries for this GPU name, as `kevin cache info` lists it (default: this machine's GPU; "
+        "without a visible GPU, entries for every GPU are kept)",
+    )
+    prune.add_argument("--torch", metavar="VERSION", help="keep entries for this torch version (default: this torch's)")
+    prune.add_argument(
+        "--cuda",
+        metavar="VERSION",
+        help="keep entries for this CUDA version (default: the one torch was built with; a torch without CUDA "
+        "compares none)",
+    )
+    prune.set_defaults(handler=_prune)
 
     export = actions.add_parser("export", parents=common, help="write entries to a .tar.gz")
     export.add_argument("file", metavar="FILE", type=Path)
@@ -75,16 +118,38 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     import_.set_defaults(handler=_import)
 
 
-def _print_help(parser: argparse.ArgumentParser) -> Handler:
-    def handler(args: argparse.Namespace, config: Config) -> int:
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
+_ACTIONS = "ls, info, show, rm, clear, prune, export, import"
 
-    return handler
+_PRUNE_HELP = """\
+Remove the user entries that no lookup on this machine can find, and forget the pending misses
+recorded for them: entries made for another torch version, CUDA version or GPU than this
+machine's, or by an older kevin_backend (an older key schema or entry format). A torch or CUDA
+upgrade orphans every entry made before it; this is how to reclaim them. Counts are printed per
+reason; --dry-run lists each entry that would go and why, and removes nothing.
+
+What is kept: entries for this machine's GPU (its name and compute capability), this torch
+version and the CUDA version torch was built with. --gpu, --torch and --cuda replace those (to
+prune a shared cache for another machine, say).
+
+Without a visible GPU (a CPU-only machine, CUDA_VISIBLE_DEVICES empty) this machine cannot say
+which GPU's entries it will use: entries are then compared by torch and CUDA version only,
+whatever GPU they were made for, unless --gpu NAME is given (a name as `kevin cache info` lists
+it, e.g. "NVIDIA H200"; any capability of that name). A torch built without CUDA compares no CUDA
+version unless --cuda is given. Entries made for CPU tensors are never removed for their GPU.
+
+The seed cache shipped with the package is read-only and never pruned; `kevin cache info` and
+`kevin cache ls` say which GPU and versions it serves. Entries whose metadata cannot be read, or
+that a newer kevin_backend wrote, are left in place and listed.
+"""
+
+
+def _missing_action(args: argparse.Namespace, config: Config) -> int:
+    raise CommandError(f"`kevin cache` needs an action: {_ACTIONS} (see `kevin cache --help`)", EXIT_USAGE)
 
 
 def _cache_errors(handler: Callable[[argparse.Namespace, KernelCache], int]) -> Handler:
-    """Open the cache the arguments name and turn cache failures into exit code 1."""
+    """Open the cache the arguments name and turn cache failures into one error line: exit 2 for
+    an archive path that cannot be used (ArchiveError), exit 1 for any other failure."""
 
     @functools.wraps(handler)
     def wrapped(args: argparse.Namespace, config: Config) -> int:
@@ -96,10 +161,13 @@ def _cache_errors(handler: Callable[[argparse.Namespace, KernelCache], int]) -> 
         try:
             with cache:
                 return handler(args, cache)
+        except ArchiveError as exc:
+            raise CommandError(str(exc), EXIT_USAGE) from exc
         except KernelCacheError as exc:
             raise CommandError(str(exc), EXIT_FAILED) from exc
         except OSError as exc:
-            raise CommandError(f"{exc}", EXIT_FAILED) from exc
+            where = f" {exc.filename}" if exc.filename else ""
+            raise CommandError(f"cannot access{where}: {exc.strerror or exc}", EXIT_FAILED) from exc
 
     return wrapped
 
@@ -143,6 +211,38 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _this_machine() -> str:
+    """This machine's GPU, torch and CUDA in words."""
+    device = DeviceInfo.detect("cuda")
+    gpu = f"{device.name} ({device.capability})" if device.capability else "no GPU visible"
+    cuda = f"CUDA {device.cuda_version}" if device.cuda_version else "torch built without CUDA"
+    return f"{gpu}, torch {device.torch_version}, {cuda}"
+
+
+def _usable_here(group: VersionGroup, target: VersionTarget) -> str:
+    """Whether a lookup under `target` can find the group's entries, in words."""
+    found = target.mismatch(group.key_fields())
+    if found is not None:
+        return f"no: {found[1]}"
+    if target.gpu is None and group.gpu != "cpu":
+        return "versions match; no GPU visible to compare"
+    return "yes"
+
+
+def _seed_lines(cache: KernelCache, groups: list[VersionGroup], target: VersionTarget) -> list[str]:
+    """'the seed cache serves ...' lines: each GPU and version pair, and whether it serves here."""
+    if cache.seed_dir is None:
+        return ["seed cache: disabled"]
+    seed = [g for g in groups if g.source == "seed"]
+    if not seed:
+        return [f"seed cache ({cache.seed_dir}): no entries"]
+    lines = ["the seed cache serves:"]
+    for group in seed:
+        lines.append(f"  {group.describe()}: {group.entries} entries; usable here: {_usable_here(group, target)}")
+    lines.append(f"this machine: {_this_machine()}")
+    return lines
+
+
 # -- actions ---------------------------------------------------------------------------------
 
 
@@ -165,6 +265,47 @@ def _ls(args: argparse.Namespace, cache: KernelCache) -> int:
         kind = info.kind.value if info.kind is not None else "?"
         rows.append([info.digest[:12], kind, info.source, _speedup(speedup), info.created, _ops_summary(info.ops)])
     print(_table(rows))
+    print()
+    print("\n".join(_seed_lines(cache, cache.versions(), VersionTarget.this_machine())))
+    return EXIT_OK
+
+
+@_cache_errors
+def _info(args: argparse.Namespace, cache: KernelCache) -> int:
+    target = VersionTarget.this_machine()
+    groups = cache.versions()
+    user_entries = sum(g.entries for g in groups if g.source == "user")
+    pending = len(cache.pending())
+    if args.json:
+        device = DeviceInfo.detect("cuda")
+        data = {
+            "user_cache": str(cache.cache_dir),
+            "seed_cache": None if cache.seed_dir is None else str(cache.seed_dir),
+            "machine": {"gpu": device.name if device.capability else None, "capability": device.capability or None,
+                        "torch": device.torch_version, "cuda": device.cuda_version or None},
+            "versions": [{**g.as_dict(), "usable_here": _usable_here(g, target)} for g in groups],
+            "pending": pending,
+        }
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    print(f"user cache: {cache.cache_dir} ({user_entries} entries, {pending} pending misses)")
+    if cache.seed_dir is None:
+        print("seed cache: disabled")
+    else:
+        seed_entries = sum(g.entries for g in groups if g.source == "seed")
+        print(f"seed cache: {cache.seed_dir} (read-only, {seed_entries} entries)")
+    print(f"this machine: {_this_machine()}")
+    if groups:
+        rows = [["SOURCE", "ENTRIES", "GPU", "TORCH", "CUDA", "SCHEMA", "USABLE HERE"]]
+        for g in groups:
+            gpu = g.gpu + (f" ({g.capability})" if g.capability else "")
+            rows.append([g.source, str(g.entries), gpu, g.torch_version or "?", g.cuda_version or "-", str(g.schema),
+                         _usable_here(g, target)])
+        print()
+        print(_table(rows))
+    unusable = sum(g.entries for g in groups if g.source == "user" and target.mismatch(g.key_fields()) is not None)
+    if unusable:
+        print(f"\n{unusable} user entries cannot be used here: `kevin cache prune --dry-run` lists them")
     return EXIT_OK
 
 
@@ -224,14 +365,68 @@ def _rm(args: argparse.Namespace, cache: KernelCache) -> int:
 
 @_cache_errors
 def _clear(args: argparse.Namespace, cache: KernelCache) -> int:
+    count = sum(1 for info in cache.entries() if info.source == "user")
+    if not count:
+        cache.clear()  # sweeps what crashed writers left, if anything
+        print(f"nothing to clear: no user entries in {cache.cache_dir}")
+        return EXIT_OK
     if not args.yes:
-        count = sum(1 for info in cache.entries() if info.source == "user")
         raise CommandError(
             f"this would remove {count} user entries from {cache.cache_dir}; run again with --yes",
             EXIT_USAGE,
         )
     removed = cache.clear()
     print(f"removed {removed} entries from {cache.cache_dir}")
+    return EXIT_OK
+
+
+_REASONS = {
+    "torch": "for another torch",
+    "cuda": "for another CUDA",
+    "gpu": "for another GPU",
+    "schema": "from an older kevin_backend",
+    "format": "in an older entry format",
+}
+
+
+def _reason_counts(report: PruneReport, items: tuple[tuple[str, str, str], ...]) -> str:
+    return ", ".join(f"{n} {_REASONS.get(what, what)}" for what, n in sorted(report.counts(items).items()))
+
+
+@_cache_errors
+def _prune(args: argparse.Namespace, cache: KernelCache) -> int:
+    target = VersionTarget.this_machine(gpu=args.gpu, torch_version=args.torch, cuda_version=args.cuda)
+    report = cache.prune(target, dry_run=args.dry_run)
+    gpu_note = ""
+    if target.gpu is None:
+        gpu_note = " (no GPU visible: entries for every GPU are kept; --gpu NAME keeps one GPU's)"
+    print(f"keeping entries for: {target.describe()}{gpu_note}")
+    total = len(report.removed) + len(report.kept)
+    verb = "would remove" if report.dry_run else "removed"
+    if report.removed:
+        print(f"{verb} {len(report.removed)} of {total} user entries ({_reason_counts(report, report.removed)}):")
+        for digest, _, why in report.removed:
+            print(f"  {digest[:12]}  {why}")
+    else:
+        print(f"nothing to prune: {total} user entries, all usable here")
+    pending_total = len(report.pending_removed) + len(report.pending_kept)
+    if report.pending_removed:
+        forget = "would forget" if report.dry_run else "forgot"
+        print(f"{forget} {len(report.pending_removed)} of {pending_total} pending misses "
+              f"({_reason_counts(report, report.pending_removed)}):")
+        for digest, _, why in report.pending_removed:
+            print(f"  {digest[:12]}  {why}")
+    if report.left:
+        print(f"left in place: {len(report.left)} folders prune does not judge:")
+        for digest, why in report.left:
+            print(f"  {digest[:12]}  {why}")
+    kept = "would keep" if report.dry_run else "kept"
+    print(f"{kept} {len(report.kept)} user entries and {len(report.pending_kept)} pending misses")
+    seed = [g for g in cache.versions() if g.source == "seed"]
+    if seed:
+        served = "; ".join(f"{g.entries} for {g.describe()}" for g in seed)
+        matching = sum(g.entries for g in seed if target.mismatch(g.key_fields()) is None)
+        print(f"seed cache (read-only, never pruned): {served}; {matching} of them match what is kept")
     return EXIT_OK
 
 
@@ -248,8 +443,6 @@ def _export(args: argparse.Namespace, cache: KernelCache) -> int:
 
 @_cache_errors
 def _import(args: argparse.Namespace, cache: KernelCache) -> int:
-    if not args.file.is_file():
-        raise CommandError(f"no such file: {args.file}", EXIT_FAILED)
     report = cache.import_(args.file, replace=args.replace)
     print(f"imported {len(report.imported)} entries into {cache.cache_dir}")
     for digest in report.imported:
