@@ -17,6 +17,7 @@ import kevin_backend
 from gpu_kernels import GATED_KERNEL, GATED_OPS, gated_model
 from kevin_backend.backend.report import Status, counters
 from kevin_backend.cache.entry import CacheEntry, EntryKind, Timings
+from kevin_backend.backend import runtime
 from kevin_backend.cache.store import KernelCache
 
 pytestmark = pytest.mark.gpu
@@ -37,6 +38,7 @@ _FRESH = textwrap.dedent(
         "statuses": [r.status.value for r in report.records()],
         "graphs": len(report.graphs),
         "counters": kevin_backend.counters.snapshot(),
+        "kernel_calls": sum(__import__("kevin_backend.backend.runtime", fromlist=["x"]).kernel_calls().values()),
     }))
     """
 )
@@ -79,6 +81,8 @@ def test_handwritten_kernel_is_hit_and_survives_a_fresh_process(kevin_dir: Path,
     (record,) = [r for r in report.records() if r.ops == GATED_OPS]
     assert record.status is Status.HIT and record.key == pending.key.digest
     counters.expect(hits=1, fallbacks=0, compile_fallbacks=0)
+    ran = runtime.kernel_calls().get(pending.key.digest, 0)
+    assert ran >= 1, "the compiled model ran the kernel's reference, not the kernel"  # the kernel itself ran
 
     # 4. a fresh process with the (now warm) Inductor cache: served by Inductor's cache, the
     #    cached code calls kevin::launch by name, which loads the kernel from the kevin cache
@@ -93,3 +97,4 @@ def test_handwritten_kernel_is_hit_and_survives_a_fresh_process(kevin_dir: Path,
     assert fresh["error"] < 1e-6  # relative to the largest output (a cumsum over 1024 values)
     assert fresh["graphs"] == 0  # Inductor's cache served the graph: the kevin pass did not run
     assert fresh["counters"]["runtime_loads"] == 1
+    assert fresh["kernel_calls"] >= 1  # the hand-written kernel ran, not its reference

@@ -30,7 +30,7 @@ from kevin_backend.judge.compare import compare_outputs
 from kevin_backend.judge.inputs import clone_layout
 from kevin_backend.types import TensorSpec, load_program
 
-__all__ = ["KernelMismatch", "LoadedKernel", "load_entry", "prebuild", "register", "lookup", "use_cache", "launch"]
+__all__ = ["KernelMismatch", "LoadedKernel", "kernel_calls", "load_entry", "prebuild", "register", "lookup", "use_cache", "launch"]
 
 log = logging.getLogger("kevin_backend")
 
@@ -49,6 +49,7 @@ class LoadedKernel:
     reference: Callable[..., Any]  # Model(...).forward: the partition's exact computation
     source: str = ""  # the kernel program it was built from
     disabled: str | None = None  # why the kernel is no longer used
+    calls: int = field(default=0, init=False)  # times the kernel itself ran (not its reference)
     _told: bool = field(default=False, init=False, repr=False)
     # After a first call whose outputs were contiguous fresh tensors, later calls (same input
     # layouts, hence the same output layouts) return the kernel's outputs as they are.
@@ -89,6 +90,7 @@ class LoadedKernel:
                 counters.add("runtime_errors")
                 log.warning("kevin kernel %s failed (%s); running its reference from now on", self.digest, self.disabled)
             else:
+                self.calls += 1
                 if self._plain:
                     return [out] if self._single else list(out)
                 return self._first_outputs(out, inputs)
@@ -272,6 +274,12 @@ def lookup(digest: str) -> LoadedKernel:
         f"(searched: {[str(getattr(c, 'cache_dir', c)) for c in caches]}). "
         "Restore the cache entry, or clear Inductor's cache so the model is compiled again."
     )
+
+
+def kernel_calls() -> dict[str, int]:
+    """How many times each loaded kernel itself ran in this process (its reference's runs are
+    not counted): what shows that a compiled model ran kevin kernels, not their fallbacks."""
+    return {digest: kernel.calls for digest, kernel in list(_registry.items())}
 
 
 def launch(key: str, inputs: list[torch.Tensor], check_sizes: bool = True) -> list[torch.Tensor]:
