@@ -128,3 +128,19 @@ def test_each_bench_and_rl_module_imports_alone_in_a_fresh_interpreter() -> None
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         failed = [(m, err) for m, rc, err in pool.map(_fresh_import, modules) if rc != 0]
     assert failed == []
+
+
+def test_bench_uses_only_the_judges_public_names() -> None:
+    """`kevin bench` times and compares through `judge/timer.py` and `judge/compare.py`, never
+    through the judge worker's private helpers."""
+    seen = set()
+    for name, (path, _) in module_files(PACKAGE).items():
+        if not name.startswith("kevin_backend.bench"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kevin_backend.judge"):
+                assert node.module not in ("kevin_backend.judge.run_worker", "kevin_backend.judge.runner"), (name, node.module)
+                for alias in node.names:
+                    assert not alias.name.startswith("_"), (name, node.module, alias.name)
+                    seen.add(f"{node.module}.{alias.name}")
+    assert {"kevin_backend.judge.timer.make_timer", "kevin_backend.judge.compare.compare_outputs"} <= seen
