@@ -154,7 +154,10 @@ def _check_generator(spec: str, local: bool) -> None:
         raise CommandError(f"--generator expects MODULE:FACTORY (e.g. my_generators:make), got {spec!r}", EXIT_USAGE)
     if not local:
         return
-    search = [os.getcwd(), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p], *sys.path]
+    from kevin_backend.config import child_env
+
+    worker_path = child_env().get("PYTHONPATH", "")  # the workers' environment is this one
+    search = [os.getcwd(), *[p for p in worker_path.split(os.pathsep) if p], *sys.path]
     found = None
     parts = module_name.split(".")
     locations: list[str] | None = search
