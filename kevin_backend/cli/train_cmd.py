@@ -112,8 +112,9 @@ def _train(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK
 
 
-# The model folders the shipped configs train are built locally (nothing is downloaded); for a
-# config named here, the command that builds its model.path ({path}) and first task folder ({tasks}).
+# The shipped configs that train a model built locally (nothing is downloaded), and the command
+# that builds it at model.path ({path}), with the tasks it needs where it needs them ({tasks}: the
+# config's first task folder).
 MODEL_BUILDERS: dict[str, str] = {
     "tiny.yaml": "python tests/test_rl_train.py {path}",
     "h200-builtin.yaml": "python -m kevin_backend.rl.tiny write-tasks {tasks} && "
