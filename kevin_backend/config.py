@@ -91,6 +91,7 @@ ENV: dict[str, EnvVar] = {
         EnvVar("KEVIN_TRAJECTORIES", int, 16, "parallel trajectories per generated task"),
         EnvVar("KEVIN_TURNS", int, 8, "refinement turns per trajectory"),
         EnvVar("KEVIN_BEAM", int, 0, "keep the best k trajectories after each turn (0: no beam)"),
+        EnvVar("KEVIN_MARGIN", float, 0.03, "a kernel is kept when the lower confidence bound of Inductor's time over its own exceeds 1 + this (negative values keep slower kernels: for testing the pipeline)"),
         EnvVar("KEVIN_MIN_PARTITION", int, 2, "fewest compute nodes in a partition"),
         EnvVar("KEVIN_MAX_PARTITION", int, 64, "most compute nodes in a partition"),
         EnvVar("KEVIN_RECORD_PENDING", _parse_bool, True, "record cache misses as pending tasks"),
@@ -121,6 +122,12 @@ def env_is_set(name: str) -> bool:
     if name not in ENV:
         raise ConfigError(f"unknown setting {name!r}")
     return name in _overrides or bool(os.environ.get(name))
+
+
+def cuda_toolkit_dirs() -> tuple[str | None, str | None]:
+    """The CUDA toolkit folders the environment names ($CUDA_HOME, $CUDA_PATH), as the CUDA
+    tools themselves read them (not kevin settings)."""
+    return os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")
 
 
 def child_env(**overrides: str) -> dict[str, str]:
@@ -168,6 +175,7 @@ class Config:
     trajectories: int = 16
     turns: int = 8
     beam: int = 0
+    margin: float = 0.03  # a kernel must beat Inductor by this fraction, beyond the noise, to be kept
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -191,6 +199,7 @@ class Config:
             trajectories=env_value("KEVIN_TRAJECTORIES"),
             turns=env_value("KEVIN_TURNS"),
             beam=env_value("KEVIN_BEAM"),
+            margin=env_value("KEVIN_MARGIN"),
         )._validated()
 
     @classmethod
@@ -221,6 +230,8 @@ class Config:
         if self.trajectories < 1 or self.turns < 1 or not 0 <= self.beam <= self.trajectories:
             raise ConfigError(f"need trajectories >= 1, turns >= 1 and 0 <= beam <= trajectories; got "
                               f"{self.trajectories}, {self.turns}, {self.beam}")
+        if not -1.0 < self.margin < 1.0:
+            raise ConfigError(f"margin must be between -1 and 1 (a fraction of Inductor's speed), got {self.margin}")
         if self.writer not in ("auto", "general", "builtin"):
             raise ConfigError(f"writer must be auto, general or builtin, got {self.writer!r}")
         if isinstance(self.policy, str):
@@ -244,7 +255,7 @@ class Config:
             if self.generator is not None
             else None,
             "policy": self.policy if isinstance(self.policy, str) else getattr(self.policy, "name", type(self.policy).__name__),
-            "search": [self.trajectories, self.turns, self.beam],
+            "search": [self.trajectories, self.turns, self.beam, self.margin],
             "writer": self.writer,
         }
 
@@ -261,6 +272,10 @@ def _coerce(name: str, value: Any) -> Any:
             if isinstance(value, bool) or int(value) != value:
                 raise ValueError("expected an integer")
             return int(value)
+        if name == "margin":
+            if isinstance(value, bool):
+                raise ValueError("expected a number")
+            return float(value)
         if name in ("llm_url", "model", "writer"):
             if not isinstance(value, str):
                 raise ValueError("expected a string")

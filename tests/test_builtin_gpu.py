@@ -77,10 +77,15 @@ model = Block().cuda().eval()
 x, y = torch.randn(4096, 1024, device="cuda"), torch.randn(4096, 1024, device="cuda")
 mode, cache = sys.argv[1], sys.argv[2]
 with torch.no_grad():
-    compiled = torch.compile(model, backend="kevin", options={"mode": mode, "cache_dir": cache, "policy": "builtin"})
+    # margin -0.5: every correct kernel up to 2x slower than Inductor is kept, so this test of the
+    # pipeline (generate, store, hit in a second process) does not hang on winning a race
+    compiled = torch.compile(model, backend="kevin", options={"mode": mode, "cache_dir": cache, "policy": "builtin",
+                                                              "margin": -0.5})
     got, want = compiled(x, y), model(x, y)
+from kevin_backend.backend.runtime import kernel_calls
 print(kevin_backend.last_report())
-print(json.dumps({"error": (got - want).abs().max().item(), "statuses": [r.status.value for r in kevin_backend.last_report().records()]}))
+print(json.dumps({"error": (got - want).abs().max().item(), "statuses": [r.status.value for r in kevin_backend.last_report().records()],
+                  "kernel_calls": sum(kernel_calls().values())}))
 '''
 
 
@@ -96,7 +101,8 @@ def test_generate_mode_fills_the_cache_and_a_second_process_hits(tmp_path: Path)
         assert out.returncode == 0
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     generated, cached = results
-    assert "generated" in generated["statuses"] or "inductor" in generated["statuses"], generated
     assert generated["error"] < 1e-3 and cached["error"] < 1e-3
     kernels = generated["statuses"].count("generated")
+    assert kernels > 0, generated  # the built-in writer made (and the judge kept) at least one kernel
     assert cached["statuses"].count("hit") == kernels, (generated, cached)
+    assert generated["kernel_calls"] >= kernels and cached["kernel_calls"] >= kernels, (generated, cached)  # they ran

@@ -40,7 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from kevin_backend.config import child_env
+from kevin_backend.config import child_env, cuda_toolkit_dirs
 from kevin_backend.judge.errors import SourceFile, parse_errors, trim_compiler_output
 from kevin_backend.judge.split import SOURCE_NAME, SplitError, split_cuda
 from kevin_backend.locks import file_lock
@@ -145,7 +145,7 @@ def cuda_home_of(nvcc: str, *candidates: str | None) -> str:
     """The CUDA toolkit's folder: the first of `candidates`, $CUDA_HOME, $CUDA_PATH, the folder
     above nvcc's and /usr/local/cuda that has include/cuda_runtime.h (nvcc may be a wrapper
     script elsewhere); else the first one named."""
-    named = [c for c in (*candidates, os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+    named = [c for c in (*candidates, *cuda_toolkit_dirs(),
                          str(Path(os.path.realpath(nvcc)).parents[1]) if nvcc else None, "/usr/local/cuda") if c]
     return next((c for c in named if (Path(c) / "include" / "cuda_runtime.h").exists()), named[0] if named else "")
 
