@@ -13,7 +13,8 @@ written by the built-in writer (its variants: block sizes, vector widths, rows p
 Latencies are one candidate at a time (nothing else running), in the calling process's API
 (`Judge.judge`), as the generator and the trainer use it.
 
-Usage: python benchmarks/bench_judge.py [--workers 8] [--json benchmarks/judge_speed_h200.json]
+Usage: python benchmarks/bench_judge.py [--workers 8] [--json judge_speed.json]
+(stored results, with their metadata: benchmarks/results/, see benchmarks/tables.py wrap)
 """
 
 from __future__ import annotations
