@@ -1,0 +1,364 @@
+"""RESULTS.md's tables, regenerated from the stored results in benchmarks/results/.
+
+Each file there is `{"meta": {...}, "data": ...}`: `data` is what the run wrote, unchanged;
+`meta` says what made it: `kind` (which tables this script makes from it), `date`, `gpu`,
+`gpu_count`, `torch`, `cuda`, `command`, `section` (its heading in RESULTS.md) and `provenance`
+(where each field came from). RESULTS.md marks every block made here:
+
+    <!-- table: FILE BLOCK -->
+    ...the block...
+    <!-- /table -->
+
+Usage:
+    python benchmarks/tables.py              print every block of every stored result, under its metadata
+    python benchmarks/tables.py --check      exit 1, with a diff, when a block in RESULTS.md differs from
+                                             what its JSON gives, a JSON lacks metadata, or a marker
+                                             names a file or block that does not exist
+    python benchmarks/tables.py --write      rewrite RESULTS.md's blocks from the JSON
+    python benchmarks/tables.py wrap RAW.json --kind KIND --date YYYY-MM-DD --gpu NAME --torch VERSION \\
+        --cuda VERSION --command CMD [--gpu-count N] [--section HEADING] [--provenance TEXT] --out results/NAME.json
+                                             store a run's JSON with its metadata
+
+Standard library only: it runs anywhere, without torch or a GPU. Figures of RESULTS.md without a
+stored JSON are marked there as not reproducible from stored files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+RESULTS_DIR = HERE / "results"
+RESULTS_MD = HERE / "RESULTS.md"
+REQUIRED_META = ("kind", "date", "gpu", "gpu_count", "torch", "cuda", "command")
+
+_BLOCK = re.compile(r"<!-- table: (?P<file>\S+) (?P<block>\S+) -->\n(?P<body>.*?)<!-- /table -->", re.S)
+
+
+class ResultsError(Exception):
+    """A stored result or a marker that this script cannot use; the message says which and why."""
+
+
+# -- the stored files --------------------------------------------------------------------------
+
+
+def load(path: Path) -> tuple[dict[str, Any], Any]:
+    """(meta, data) of a stored result; ResultsError when it is not one."""
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ResultsError(f"{path.name}: not readable JSON ({exc})") from None
+    if not isinstance(stored, dict) or set(stored) != {"meta", "data"}:
+        raise ResultsError(f"{path.name}: expected an object with exactly `meta` and `data`")
+    meta = stored["meta"]
+    missing = [name for name in REQUIRED_META if not meta.get(name)]
+    if missing:
+        raise ResultsError(f"{path.name}: meta lacks {', '.join(missing)}")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(meta["date"])):
+        raise ResultsError(f"{path.name}: meta.date {meta['date']!r} is not YYYY-MM-DD")
+    if meta["kind"] not in KINDS:
+        raise ResultsError(f"{path.name}: unknown kind {meta['kind']!r} (known: {', '.join(sorted(KINDS))})")
+    return meta, stored["data"]
+
+
+def stored_results(folder: Path = RESULTS_DIR) -> list[Path]:
+    return sorted(folder.glob("*.json"))
+
+
+def blocks_of(path: Path) -> dict[str, str]:
+    """Every block the stored result `path` gives, by name."""
+    meta, data = load(path)
+    return KINDS[meta["kind"]](data)
+
+
+# -- the blocks, per kind ----------------------------------------------------------------------
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def judge_speed(data: dict[str, Any]) -> dict[str, str]:
+    """benchmarks/bench_judge.py: one-at-a-time latencies and the cold throughput batch."""
+    phases = [
+        ("first", "first candidate of a task",
+         "cold fast build, worker start, reference built, compiled by Inductor and timed once"),
+        ("cold", "a new kernel for a known task", "cold fast build through the warm pool"),
+        ("warm", "warm evaluation (build cached)", "five input sets against float64, timing, replay check"),
+    ]
+    rows = []
+    for name, label, includes in phases:
+        seconds = [row["seconds"] for row in data[name]["rows"]]
+        median = statistics.median(seconds)
+        assert abs(median - data[name]["median_s"]) < 1e-9, f"{name}: median_s disagrees with its rows"
+        if name == "first":  # the very first verdict also built the precompiled header: listed apart
+            spread = f"{min(seconds[1:]):.2f}-{max(seconds[1:]):.2f} s ({seconds[0]:.1f} s for the very first: " \
+                     "the precompiled header built once per toolchain)"
+        else:
+            spread = f"{min(seconds):.2f}-{max(seconds):.2f} s"
+        rows.append([label, includes, f"{median:.2f} s", spread])
+    latency = _table(["verdict", "what it includes", "median", "range"], rows)
+
+    thr = data["throughput"]
+    pool = thr.get("pool") or {}
+    retired = pool.get("retired") or []
+    throughput = (
+        f"Throughput, everything cold (a fresh build folder and judge): {thr['candidates']} distinct candidates "
+        f"over the {len(thr['verdicts'])} tasks, one `evaluate_many` batch per task, all batches at once: "
+        f"{thr['seconds']:.1f} s, **{thr['per_minute']:.1f} candidates per minute**, {thr['accepted']} of "
+        f"{thr['candidates']} ACCEPTED; {pool.get('started', '?')} workers started, "
+        f"{'none' if not retired else len(retired)} retired.\n"
+    )
+    return {"latency": latency, "throughput": throughput}
+
+
+def op_overhead(data: dict[str, Any]) -> dict[str, str]:
+    """benchmarks/bench_op_overhead.py: us per call, two interleaved runs; the lower one is reported."""
+    results, summary = data["results"], data["summary"]
+    labels = [
+        ("bare", "bare extension function"),
+        ("module", "`ModelNew.forward`"),
+        ("op", "`torch.ops.kevin.launch.default(key, [x, y], False)`"),
+    ]
+    runs = max(len(results[name]) for name, _ in labels)
+    rows = []
+    for name, label in labels:
+        assert abs(min(results[name]) - summary[name]) < 1e-9, f"{name}: summary is not the lower run"
+        rows.append([label, *(f"{v:.2f}" for v in results[name]), f"{summary[name]:.2f}"])
+    rows.append(["**overhead of the op over a bare launch**", *([""] * runs), f"**{summary['op_overhead_us']:.2f}**"])
+    header = ["call", *(f"run {i + 1}, us per call" for i in range(runs)), "reported (the lower)"]
+    return {"calls": _table(header, rows)}
+
+
+_CORPUS_GROUPS = {
+    True: ("honest (templates, `AT_DISPATCH_*`, `extern __shared__`, shuffles, several kernels, current and default "
+           "streams, float4 with a tail, CUDAGuard, one thread per row, atomics, online softmax, Welford, tiled GEMMs, "
+           "stride-aware reads)", "ACCEPTED"),
+    False: ("wrong or dishonest (strides ignored, broadcast read as dense, float4 without a tail, fp16 intermediates "
+            "for fp32, eps 1e-3 for 1e-5, sum for mean, grid one block short, row assumed to fit 1024 threads, "
+            "in-place, stale output, bf16 read as fp16, fp32 returned for bf16, tanh GELU for erf GELU, K loop bound "
+            "by N, fp16 accumulator, wrong dim)", "their reasons"),
+}
+
+
+def judge_corpus(data: list[dict[str, Any]]) -> dict[str, str]:
+    """tests/test_kb_corpus_gpu.py's verdicts: per expectation, per reference dtype, memory."""
+    rows = []
+    for honest in (True, False):
+        group = [r for r in data if (r["expect"] == ["ACCEPTED"]) is honest]
+        counts: dict[str, int] = {}
+        for r in group:
+            counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+        shown = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        right = sum(bool(r["right"]) for r in group)
+        if not honest:
+            shown += f": {right} of {len(group)} as expected"
+        elif right != len(group):
+            shown += f" ({right} of {len(group)} as expected)"
+        what, expected = _CORPUS_GROUPS[honest]
+        rows.append([f"{len(group)} {what}", expected, shown])
+    verdicts = _table(["candidates", "expected", "verdicts"], rows)
+
+    def problem(r: dict[str, Any]) -> str:
+        return r["candidate"].split("__")[0]
+
+    names = {"float64": "float64", "float32": "float32", "eager": "eager, with KernelBench's tolerances"}
+    def why(group: list[dict[str, Any]]) -> str:
+        """Per problem, its first `memory.notes` line, shortened: why float64 was not taken."""
+        said: dict[str, str] = {}
+        for r in group:
+            for note in r["memory"].get("notes") or []:
+                found = re.search(r"needs about ([\d.]+ GiB) more \(.*task ([\d.]+ GiB)", note)
+                text = f"float64 needs {found[1]} more beside a {found[2]} task" if found else note
+                said.setdefault(problem(r), text)
+        return "; ".join(f"{p}: {text}" for p, text in sorted(said.items()))
+
+    ref_rows = []
+    for exact in sorted({r["exact"] for r in data}, key=lambda e: -sum(r["exact"] == e for r in data)):
+        group = [r for r in data if r["exact"] == exact]
+        ref_rows.append([names.get(exact, exact), str(len(group)), ", ".join(sorted({problem(r) for r in group})),
+                         why(group) or "-"])
+    references = _table(["reference (`exact`)", "runs", "problems", "why not float64 (`memory.notes`)"], ref_rows)
+
+    within = sum(r["memory"]["judge_extra_bytes"] <= r["memory"]["budget_bytes"] for r in data)
+    ratios = {problem(r): r["memory"]["judge_extra_bytes"] / r["memory"]["task_bytes"] for r in data}
+    top = max(ratios.values())
+    worst = sorted(p for p, v in ratios.items() if abs(v - top) < 1e-9)
+    runner_up = max((v, p) for p, v in ratios.items() if p not in worst)
+    fixed = {r["memory"]["fixed_bytes"] for r in data}
+    fixed_text = f"{next(iter(fixed)) / 2**20:.0f} MiB" if len(fixed) == 1 else "its"
+    memory = (
+        f"The judge's extra memory stayed within its bound (3x the task plus the {fixed_text} L2 flush buffer) in "
+        f"{within} of {len(data)} runs; the largest ratio of extra to task was {top:.4f} ({', '.join(worst)}), "
+        f"next {runner_up[0]:.4f} ({runner_up[1]}).\n"
+    )
+    return {"verdicts": verdicts, "references": references, "memory": memory}
+
+
+def rl_run(data: dict[str, Any]) -> dict[str, str]:
+    """benchmarks/rl_h200.py's rl_h200.json: the run, the warm start, the GRPO batches."""
+    config, sft, model = data["config"], data["sft"], data["model"]
+    rollout, grpo = config["rollout"], config["grpo"]
+    run = _table(
+        ["parameters", "hidden", "layers", "tasks", "demonstrations", "warm-start steps", "warm start s", "batches",
+         "tasks per batch", "trajectories", "turns", "steps per batch", "total s"],
+        [[f"{model['parameters'] / 1e6:.2f}M", str(model["hidden"]), str(model["layers"]), str(len(data["tasks"])),
+          str(sft["demonstrations"]), str(sft["steps"]), f"{data['seconds']['sft']:.1f}", str(len(data["batches"])),
+          str(grpo["tasks_per_batch"]), str(rollout["trajectories"]), str(rollout["turns"]),
+          str(grpo["steps_per_batch"]), f"{data['seconds']['total']:.0f}"]],
+    )
+    warm = _table(
+        ["", "loss per reply token", "token accuracy", "exact replies"],
+        [["before", f"{sft['loss_before']:.4g}", f"{sft['token_accuracy_before']:.3f}", f"{sft['exact_before']:.2f}"],
+         [f"after {sft['steps']} steps", f"{sft['loss_after']:.4g}", f"{sft['token_accuracy_after']:.3f}",
+          f"{sft['exact_after']:.2f}"]],
+    )
+
+    def opt(value: Any, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    rows = []
+    for b in data["batches"]:
+        step = b["steps"][0] if b.get("steps") else {}
+        rows.append([str(b["batch"]), f"{b['mean_score']:.3f}", f"{b['correct_rate']:.2f}", opt(b["mean_speedup"], ".2f"),
+                     f"{b['best_score']:.3f}", f"{b['reply_tokens']:.0f}", f"{b['truncated_rate']:.2f}",
+                     opt(step.get("loss"), ".4g"), opt(step.get("grad_norm"), ".3g"), f"{b['rollout_seconds']:.1f}",
+                     f"{b['train_seconds']:.1f}"])
+    batches = _table(["batch", "mean score", "correct rate", "mean speedup", "best score", "reply tokens", "truncated",
+                      "loss", "grad norm", "rollout s", "train s"], rows)
+    return {"run": run, "warm_start": warm, "batches": batches}
+
+
+KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
+    "judge_speed": judge_speed,
+    "op_overhead": op_overhead,
+    "judge_corpus": judge_corpus,
+    "rl_run": rl_run,
+}
+
+
+# -- RESULTS.md ----------------------------------------------------------------------------------
+
+
+def regenerate(text: str, folder: Path = RESULTS_DIR) -> tuple[str, list[str]]:
+    """RESULTS.md's text with every marked block made again from its JSON, and the problems found
+    (a marker naming a file or block that does not exist; a stored file no marker uses)."""
+    problems: list[str] = []
+    cache: dict[str, dict[str, str]] = {}
+    used: set[str] = set()
+
+    def block(match: re.Match[str]) -> str:
+        name, which = match["file"], match["block"]
+        path = folder / Path(name).name
+        if name not in cache:
+            if not path.is_file():
+                problems.append(f"RESULTS.md names {name}, which is not in {folder}")
+                return match[0]
+            try:
+                cache[name] = blocks_of(path)
+            except ResultsError as exc:
+                problems.append(str(exc))
+                return match[0]
+        made = cache[name].get(which)
+        if made is None:
+            problems.append(f"RESULTS.md names block {which!r} of {name}; it has {', '.join(sorted(cache[name]))}")
+            return match[0]
+        used.add(name)
+        return f"<!-- table: {name} {which} -->\n{made}<!-- /table -->"
+
+    new = _BLOCK.sub(block, text)
+    for path in stored_results(folder):
+        if path.name not in used:
+            problems.append(f"{path.name} is stored but RESULTS.md shows none of its blocks")
+    return new, problems
+
+
+def _print_all(folder: Path) -> int:
+    status = 0
+    for path in stored_results(folder):
+        try:
+            meta, _ = load(path)
+            blocks = blocks_of(path)
+        except ResultsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"## {path.name}: {meta.get('section', meta['kind'])}")
+        print(f"{meta['date']}, {meta['gpu_count']} x {meta['gpu']}, torch {meta['torch']}, CUDA {meta['cuda']}")
+        print(f"command: {meta['command']}\n")
+        for name, text in blocks.items():
+            print(f"<!-- table: {path.name} {name} -->\n{text}<!-- /table -->\n")
+    return status
+
+
+def _wrap(args: argparse.Namespace) -> int:
+    raw = json.loads(Path(args.raw).read_text())
+    meta = {
+        "kind": args.kind, "date": args.date, "gpu": args.gpu, "gpu_count": args.gpu_count, "torch": args.torch,
+        "cuda": args.cuda, "command": args.command,
+    }
+    if args.section:
+        meta["section"] = args.section
+    meta["provenance"] = args.provenance or f"`data` is {Path(args.raw).name} as the run wrote it"
+    out = Path(args.out)
+    out.write_text(json.dumps({"meta": meta, "data": raw}, indent=1) + "\n")
+    load(out)  # refuses what --check would refuse
+    print(f"wrote {out}; add a `<!-- table: {out.name} BLOCK -->` marker to RESULTS.md for each block: "
+          f"{', '.join(KINDS[args.kind](raw))}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["wrap"]:
+        parser = argparse.ArgumentParser(prog="tables.py wrap", description="store a run's JSON with its metadata")
+        parser.add_argument("raw")
+        parser.add_argument("--kind", required=True, choices=sorted(KINDS))
+        parser.add_argument("--date", required=True)
+        parser.add_argument("--gpu", required=True)
+        parser.add_argument("--gpu-count", type=int, default=1)
+        parser.add_argument("--torch", required=True)
+        parser.add_argument("--cuda", required=True)
+        parser.add_argument("--command", required=True)
+        parser.add_argument("--section")
+        parser.add_argument("--provenance")
+        parser.add_argument("--out", required=True)
+        return _wrap(parser.parse_args(argv[1:]))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="compare RESULTS.md's blocks with the JSON")
+    mode.add_argument("--write", action="store_true", help="rewrite RESULTS.md's blocks from the JSON")
+    parser.add_argument("--results", type=Path, default=RESULTS_MD, help="the markdown file (default: RESULTS.md)")
+    parser.add_argument("--folder", type=Path, default=RESULTS_DIR, help="the stored results (default: results/)")
+    args = parser.parse_args(argv)
+    if not (args.check or args.write):
+        return _print_all(args.folder)
+    text = args.results.read_text()
+    new, problems = regenerate(text, args.folder)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if args.write:
+        if new != text:
+            args.results.write_text(new)
+            print(f"rewrote the blocks of {args.results}")
+        return 1 if problems else 0
+    if new != text:
+        diff = difflib.unified_diff(text.splitlines(True), new.splitlines(True), str(args.results), "from the JSON")
+        sys.stdout.writelines(diff)
+        return 1
+    if not problems:
+        print(f"{args.results}: {len(_BLOCK.findall(text))} blocks agree with {args.folder}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""benchmarks/results/ and benchmarks/tables.py: every stored result carries its metadata, the
+script runs on all of them, and RESULTS.md's marked tables are what the JSON gives (CPU only)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+SCRIPT = BENCH / "tables.py"
+STORED = sorted((BENCH / "results").glob("*.json"))
+
+
+def _tables():
+    spec = importlib.util.spec_from_file_location("bench_tables", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+tables = _tables()
+
+
+def test_the_results_folder_holds_the_stored_runs() -> None:
+    assert [p.name for p in STORED] == [
+        "judge_corpus_h200.json", "judge_speed_h200.json", "op_overhead_h200.json", "rl_h200.json",
+    ]
+    assert not list(BENCH.glob("*.json")), "result JSON belongs in benchmarks/results/, with its metadata"
+
+
+@pytest.mark.parametrize("path", STORED, ids=lambda p: p.name)
+def test_every_stored_result_has_its_metadata(path: Path) -> None:
+    stored = json.loads(path.read_text())
+    assert set(stored) == {"meta", "data"}
+    meta = stored["meta"]
+    for field in ("date", "gpu", "torch", "cuda", "command", "kind", "gpu_count"):
+        assert meta.get(field), f"{path.name}: meta.{field} missing"
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", meta["date"])
+    assert re.fullmatch(r"\d+\.\d+", meta["cuda"]) and meta["torch"].startswith("2.")
+    assert meta["kind"] in tables.KINDS and stored["data"]
+    blocks = tables.blocks_of(path)
+    assert blocks and all(text.strip() for text in blocks.values())
+
+
+def test_the_script_runs_on_every_stored_result() -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    for path in STORED:
+        assert f"## {path.name}: " in done.stdout
+    assert "| **overhead of the op over a bare launch** |  |  | **5.62** |" in done.stdout
+
+
+def test_results_md_agrees_with_the_stored_json() -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (BENCH / "RESULTS.md").read_text()
+    for path in STORED:  # every stored file is linked and shows its blocks
+        assert f"(results/{path.name})" in text and f"<!-- table: {path.name} " in text
+    for link in re.findall(r"\]\(([^)]+\.json)\)", text):
+        assert (BENCH / link).is_file(), link
+
+
+def test_sections_without_stored_json_say_so() -> None:
+    text = (BENCH / "RESULTS.md").read_text()
+    sections = re.split(r"\n(?=## )", text)[1:]
+    for section in sections:
+        heading = section.splitlines()[0]
+        stored = "results/" in section and "<!-- table:" in section
+        assert stored or "Not reproducible from stored files: measured before results were stored" in section, heading
+
+
+def test_check_fails_on_a_changed_figure_or_missing_metadata(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    stored = json.loads((BENCH / "results" / "op_overhead_h200.json").read_text())
+    (folder / "op.json").write_text(json.dumps(stored))
+    made = tables.blocks_of(folder / "op.json")["calls"]
+    page = tmp_path / "RESULTS.md"
+    page.write_text(f"# r\n\n<!-- table: op.json calls -->\n{made}<!-- /table -->\n")
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(SCRIPT), "--check", "--results", str(page), "--folder", str(folder)],
+                              capture_output=True, text=True, timeout=120)
+
+    assert check().returncode == 0
+    page.write_text(page.read_text().replace("13.22", "12.00"))
+    done = check()
+    assert done.returncode == 1 and "-| `torch.ops.kevin.launch.default(key, [x, y], False)` | 13.69 | 12.00" in done.stdout
+
+    del stored["meta"]["cuda"]
+    (folder / "op.json").write_text(json.dumps(stored))
+    done = check()
+    assert done.returncode == 1 and "op.json: meta lacks cuda" in done.stderr
+
+    assert subprocess.run([sys.executable, str(SCRIPT), "--write", "--results", str(page), "--folder", str(folder)],
+                          capture_output=True, text=True, timeout=120).returncode == 1
+
+
+def test_wrap_stores_a_run_with_its_metadata(tmp_path: Path) -> None:
+    raw = tmp_path / "overhead.json"
+    raw.write_text(json.dumps(json.loads((BENCH / "results" / "op_overhead_h200.json").read_text())["data"]))
+    out = tmp_path / "op_overhead_new.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "wrap", str(raw), "--kind", "op_overhead", "--date", "2026-12-02", "--gpu",
+         "NVIDIA H200", "--torch", "2.11.0+cu130", "--cuda", "13.0", "--command",
+         "python3 benchmarks/bench_op_overhead.py --json overhead.json", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    meta, data = tables.load(out)
+    assert meta["date"] == "2026-12-02" and meta["gpu_count"] == 1 and data["summary"]["op_overhead_us"] > 0
