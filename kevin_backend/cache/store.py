@@ -21,27 +21,26 @@ import errno
 import functools
 import hashlib
 import importlib.resources
-import io
 import json
 import logging
 import os
 import re
 import shutil
 import sqlite3
-import tarfile
 import tempfile
 import threading
 import time
 import uuid
-import zlib
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Callable, Final, Iterator, TypeVar
 
 import diskcache
 
+from kevin_backend.cache.archive import ImportReport, read_archive, write_archive
 from kevin_backend.cache.entry import CacheEntry, EntryKind, PendingTask, Timings
+from kevin_backend.cache.errors import ArchiveError, KernelCacheError, ReadOnlyEntryError, UnsafeArchiveError
 from kevin_backend.cache.key import SCHEMA_VERSION, CacheKey, VersionTarget
 from kevin_backend.config import Config
 from kevin_backend.types import KernelTask
@@ -86,24 +85,6 @@ _READ_ATTEMPTS: Final = 5
 _MAX_MEMBER_BYTES: Final = 16 * 1024 * 1024
 # Temporary folders older than this are left over from a crashed writer; clear() removes them.
 _STALE_TEMP_SECONDS: Final = 3600.0
-
-
-class KernelCacheError(Exception):
-    """A cache operation could not be done; the message says why."""
-
-
-class ReadOnlyEntryError(KernelCacheError):
-    """The operation would modify the seed cache, which is read-only."""
-
-
-class UnsafeArchiveError(KernelCacheError):
-    """An archive holds paths that would escape the cache (absolute, `..`, links); nothing is imported."""
-
-
-class ArchiveError(KernelCacheError):
-    """The archive path given cannot be used as asked: an import of a file that is missing, a
-    folder, empty, not an archive or a damaged one; an export into a folder that does not exist
-    or onto a folder. The message names the path and what is wrong (a usage error for the CLI)."""
 
 
 class _Corrupt(Exception):
@@ -543,133 +524,6 @@ def _seed_fingerprint(seed_dir: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def _archive_member_parts(member: tarfile.TarInfo) -> tuple[str, ...]:
-    """The member's path components; raises UnsafeArchiveError for anything that could escape."""
-    name = member.name
-    if name.startswith("/") or "\\" in name or re.match(r"[A-Za-z]:", name):
-        raise UnsafeArchiveError(f"archive member {name!r} has an absolute or non-POSIX path")
-    parts = PurePosixPath(name).parts
-    if ".." in parts:
-        raise UnsafeArchiveError(f"archive member {name!r} points outside the archive (..)")
-    if not (member.isfile() or member.isdir()):
-        raise UnsafeArchiveError(f"archive member {name!r} is a link or special file")
-    return parts
-
-
-# The first bytes of the formats `tarfile.open(..., "r:*")` reads.
-_ARCHIVE_MAGIC: Final = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"))
-
-
-def _check_archive_file(path: Path) -> None:
-    """Raise ArchiveError, naming `path` and the problem, unless it looks like an archive."""
-    if not path.exists():
-        raise ArchiveError(f"cannot import {path}: no such file")
-    if path.is_dir():
-        raise ArchiveError(f"cannot import {path}: it is a folder, not a .tar.gz made by `kevin cache export`")
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(512)
-    except OSError as exc:
-        raise ArchiveError(f"cannot import {path}: cannot read it ({exc.strerror or exc})") from None
-    if not head:
-        raise ArchiveError(f"cannot import {path}: the file is empty, not a .tar.gz made by `kevin cache export`")
-    if any(head.startswith(magic) for magic, _ in _ARCHIVE_MAGIC) or head[257:262] == b"ustar":
-        return
-    try:
-        head.decode()
-        looks = "it is text"
-    except UnicodeDecodeError:
-        looks = "it has no gzip, bzip2, xz or tar header"
-    raise ArchiveError(f"cannot import {path}: not a .tar.gz made by `kevin cache export` ({looks})")
-
-
-def _archive_problem(path: Path, exc: BaseException) -> ArchiveError:
-    """An ArchiveError for a failure of tarfile on `path`, in one line."""
-    text = str(exc)
-    if isinstance(exc, EOFError) or "end-of-stream" in text or "unexpected end" in text:
-        return ArchiveError(f"cannot import {path}: the archive is truncated")
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if lines and lines[0].startswith("file could not be opened successfully"):
-        # tarfile tried every method; the one the file's header names says what went wrong
-        try:
-            with open(path, "rb") as handle:
-                head = handle.read(8)
-        except OSError:
-            head = b""
-        kind = next((name for magic, name in _ARCHIVE_MAGIC if head.startswith(magic)), "tar")
-        method = {"gzip": "gz", "bzip2": "bz2", "xz": "xz", "tar": "tar"}[kind]
-        said = next((line.split(":", 1)[1].strip() for line in lines if line.startswith(f"- method {method}:")), "")
-        detail = f" ({said})" if said else ""
-        return ArchiveError(f"cannot import {path}: {kind} data that is not a tar archive, or a damaged one{detail}")
-    return ArchiveError(f"cannot import {path}: the archive is damaged ({lines[0] if lines else type(exc).__name__})")
-
-
-def _add_to_archive(tar: tarfile.TarFile, folder: str, files: dict[str, bytes]) -> None:
-    now = time.time()
-    info = tarfile.TarInfo(folder)
-    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, now
-    tar.addfile(info)
-    for name, data in files.items():
-        info = tarfile.TarInfo(f"{folder}/{name}")
-        info.size, info.mode, info.mtime = len(data), 0o644, now
-        tar.addfile(info, io.BytesIO(data))
-
-
-def _read_archive(path: Path) -> tuple[dict[str, dict[str, bytes]], dict[str, str]]:
-    """The archive's entry folders (digest -> file name -> bytes) and the problems of members
-    that are not part of a sound folder (folder digest or member name -> problem).
-
-    Raises ArchiveError when the file cannot be read as an archive of entries, and
-    UnsafeArchiveError for a member that could escape the cache. Nothing touches the disk.
-    """
-    _check_archive_file(path)
-    try:
-        tar = tarfile.open(path, "r:*")
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-        raise _archive_problem(path, exc) from exc
-    groups: dict[str, dict[str, bytes]] = {}
-    problems: dict[str, str] = {}
-    with tar:
-        try:
-            members = tar.getmembers()
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-            raise _archive_problem(path, exc) from exc
-        member_parts = [(member, _archive_member_parts(member)) for member in members]
-        if members and not any(parts and is_digest(parts[0]) for _, parts in member_parts):
-            shown = ", ".join(repr(m.name) for m in members[:3]) + (", ..." if len(members) > 3 else "")
-            raise ArchiveError(
-                f"cannot import {path}: it holds no cache entries ({len(members)} members, e.g. {shown}; "
-                "`kevin cache export` writes one folder per entry, named by its digest)"
-            )
-        for member, parts in member_parts:
-            if not parts:
-                continue
-            folder = parts[0]
-            if not is_digest(folder):
-                problems.setdefault(member.name, "not inside an entry folder named by a digest")
-                continue
-            group = groups.setdefault(folder, {})
-            if member.isdir():
-                if len(parts) != 1:
-                    problems.setdefault(folder, f"unexpected folder {member.name!r}")
-                continue
-            if len(parts) != 2 or parts[1] not in _ENTRY_FILES:
-                problems.setdefault(folder, f"unexpected file {member.name!r}")
-                continue
-            if member.size > _MAX_MEMBER_BYTES:
-                problems.setdefault(folder, f"{member.name!r} is too large ({member.size} bytes)")
-                continue
-            handle = tar.extractfile(member)
-            if handle is None:  # pragma: no cover - regular files always have data
-                problems.setdefault(folder, f"cannot read {member.name!r}")
-                continue
-            try:
-                group[parts[1]] = handle.read()
-            except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-                raise _archive_problem(path, exc) from exc
-    return groups, problems
-
-
 # ---------------------------------------------------------------------------------------------
 # Public types.
 
@@ -717,19 +571,6 @@ class EntryInfo:
             "timings": timings,
             "error": self.error,
         }
-
-
-@dataclass(frozen=True)
-class ImportReport:
-    """What `KernelCache.import_()` did with each entry of an archive."""
-
-    imported: tuple[str, ...] = ()  # digests written
-    skipped: tuple[str, ...] = ()  # digests already present and kept (replace=False)
-    rejected: tuple[tuple[str, str], ...] = ()  # (digest or member name, problem); never imported
-
-    @property
-    def ok(self) -> bool:
-        return not self.rejected
 
 
 @dataclass(frozen=True)
@@ -1121,21 +962,7 @@ class KernelCache:
                 if entry is None:
                     raise KernelCacheError(f"no valid cache entry {digest} to export")
                 entries.append(entry)
-        path = Path(path)
-        if path.is_dir():
-            raise ArchiveError(f"cannot export to {path}: it is a folder; name the archive, e.g. {path / 'kernels.tar.gz'}")
-        if not path.parent.is_dir():
-            raise ArchiveError(f"cannot export to {path}: the folder {path.parent} does not exist")
-        tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}")
-        try:
-            with tarfile.open(tmp, "w:gz") as tar:
-                for entry in entries:
-                    _add_to_archive(tar, entry.digest, _entry_files(entry))
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise KernelCacheError(f"cannot write {path}: {exc.strerror or exc}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_archive(Path(path), {entry.digest: _entry_files(entry) for entry in entries})
         return len(entries)
 
     def import_(self, path: Path, replace: bool = False) -> ImportReport:
@@ -1150,7 +977,7 @@ class KernelCache:
         """
         path = Path(path)
         try:
-            groups, problems = _read_archive(path)
+            groups, problems = read_archive(path, is_digest, _ENTRY_FILES, _MAX_MEMBER_BYTES)
         except UnsafeArchiveError as exc:
             raise UnsafeArchiveError(f"refusing {path}: {exc}") from None
 
