@@ -13,7 +13,8 @@ on the built-in writer's replies, so a model that writes no accepted kernel yet 
 compare; `tiny` builds small models for tests and short runs.
 
 The stages live in their own modules (`config`, `tasks`, `rollout`, `samples`, `returns`, `loss`,
-`sft`, `trainer`, `checkpoint`, `metrics`, `vllm_sync`, `tiny`); importing this package imports
+`sft`, `schedule` (the learning-rate factor both loops use), `trainer`, `checkpoint`, `metrics`, `vllm_sync`,
+`synthetic` (a stand-in reward for tests), `tiny`); importing this package imports
 none of the heavy optional dependencies (transformers, accelerate, peft, vllm), the modules that
 need them import them when used.
 """
