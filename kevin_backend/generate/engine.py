@@ -125,8 +125,9 @@ class SearchResult:
     @property
     def best(self) -> TurnRecord | None:
         """The correct turn with the lowest kernel time (None if none was correct); the earlier
-        turn on a tie. Not the highest speedup over eager: eager is timed again beside every
-        candidate, so a fast eager sample would let a slower kernel look better."""
+        turn on a tie. Not the highest speedup over eager: a speedup divides by an eager time
+        that need not come from the same measurement, so a fast eager sample would let a slower
+        kernel look better."""
         correct = [r for r in self.records if r.correct and r.result is not None and r.result.timings.kernel_ms]
         return min(correct, key=lambda r: (r.result.timings.kernel_ms, r.turn, r.trajectory)) if correct else None  # type: ignore[union-attr]
 
