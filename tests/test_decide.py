@@ -481,3 +481,25 @@ def test_exclusive_holds_exclude_each_other_across_processes(tmp_path: Path) -> 
         finally:
             child.kill()
             child.wait()
+
+
+def test_the_generator_judges_a_task_under_the_numerics_its_key_names(tmp_path: Path) -> None:
+    from kevin_backend.config import Config
+
+    class Configurable(_AcceptingJudge):
+        def __init__(self) -> None:
+            self.changes: list[dict] = []
+
+        def configured(self, **changes):  # type: ignore[no-untyped-def]
+            self.changes.append(changes)
+            return self
+
+    judge = Configurable()
+    generator = SearchGenerator(ReplayPolicy(["```python\nclass ModelNew: pass\n```"]), judge,
+                                SearchConfig(trajectories=1, turns=1), Config(cache_dir=tmp_path / "cache"),
+                                log=TrajectoryLog(tmp_path / "log.jsonl"), retimer=Scripted(*noisy_rounds(0.5, 0.01, 7, seed=3)))
+    task = KernelTask.from_program("relu_mul", TASK_SOURCE, "cpu")
+    numerics = {"deterministic_algorithms": False, "float32_matmul_precision": "high", "matmul_tf32": True}
+    key = CacheKey(task.graph_hash, task.inputs, "NVIDIA H200", "9.0", "2.11.0", "13.0", numerics=numerics)
+    generator.generate(task, key)
+    assert judge.changes == [{"numerics": tuple(sorted(numerics.items()))}]

@@ -124,3 +124,24 @@ def test_reference_times_are_kept_per_task_and_protocol(tmp_path: Path) -> None:
     (tmp_path / f"{key}.json").write_text("{not json")
     assert ReferenceTimes(tmp_path).get(key) is None  # a damaged file is measured again
     assert json.loads(json.dumps(times.get(key))) == [0.5, 0.25]  # (the first store still remembers)
+
+
+# Right only while the run's matmul precision is "high": shows which numerics the run had.
+NEEDS_HIGH = candidate(
+    "        import torch as t\n"
+    "        shift = 0.0 if t.get_float32_matmul_precision() == 'high' else 1.0\n"
+    "        return torch.from_numpy(x.numpy() + w.numpy() + shift)\n"
+)
+
+
+def test_a_run_has_the_numerics_its_key_names_and_the_next_run_does_not_inherit_them(pool: WorkerPool) -> None:
+    import dataclasses
+
+    from kevin_backend.judge.runner import run_in_sandbox
+
+    high = dataclasses.replace(FAST, numerics=(("float32_matmul_precision", "high"), ("matmul_tf32", True)))
+    assert pool.run(TASK, NEEDS_HIGH, high).reason == "ACCEPTED"
+    assert pool.run(TASK, NEEDS_HIGH, FAST).reason == "MISMATCH"  # same worker: its own settings again
+    assert pool.started == 1
+    assert run_in_sandbox(TASK, NEEDS_HIGH, high).reason == "ACCEPTED"  # a one-shot worker too
+    assert ReferenceTimes.key(TASK, high, "9.0") != ReferenceTimes.key(TASK, FAST, "9.0")

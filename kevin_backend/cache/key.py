@@ -27,6 +27,8 @@ __all__ = [
     "make_key",
     "numerics_settings",
     "default_numerics",
+    "current_numerics",
+    "apply_numerics",
     "NUMERICS_DOC",
     "VersionTarget",
 ]
@@ -209,6 +211,34 @@ _DEFAULTS: dict[str, Setting] = {
     "cudnn_deterministic": False,
     "deterministic_algorithms": False,
 }
+
+
+def current_numerics() -> dict[str, Setting]:
+    """Every setting of NUMERICS_DOC as this process has it now (what `apply_numerics` restores)."""
+    return _all_settings()
+
+
+def apply_numerics(settings: Mapping[str, Setting]) -> None:
+    """Set this process's switches to `settings` (names of NUMERICS_DOC; others are ignored), so
+    that a task is judged under the numerics its key names. The judge's workers apply a key's
+    settings before a run and restore their own before the next one."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    if "float32_matmul_precision" in settings:
+        torch.set_float32_matmul_precision(str(settings["float32_matmul_precision"]))
+    if "matmul_tf32" in settings:
+        matmul.allow_tf32 = bool(settings["matmul_tf32"])
+    if "fp16_reduced_precision_reduction" in settings:
+        matmul.allow_fp16_reduced_precision_reduction = bool(settings["fp16_reduced_precision_reduction"])
+    if "bf16_reduced_precision_reduction" in settings:
+        matmul.allow_bf16_reduced_precision_reduction = bool(settings["bf16_reduced_precision_reduction"])
+    if "cudnn_enabled" in settings:
+        cudnn.enabled = bool(settings["cudnn_enabled"])
+    if "cudnn_tf32" in settings:
+        cudnn.allow_tf32 = bool(settings["cudnn_tf32"])
+    if "cudnn_deterministic" in settings:
+        cudnn.deterministic = bool(settings["cudnn_deterministic"])
+    if "deterministic_algorithms" in settings:
+        torch.use_deterministic_algorithms(bool(settings["deterministic_algorithms"]))
 
 
 def default_numerics(ops: Iterable[str]) -> dict[str, Setting]:

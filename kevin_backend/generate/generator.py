@@ -116,8 +116,12 @@ class SearchGenerator:
             self._retimer = SandboxRetimer.for_judge(self.judge)
         return self._retimer
 
-    def run(self, task: KernelTask, gpu: str = "", capability: str = "") -> SearchResult:
-        engine = Engine(self.policy, self.judge, self.search, on_record=self.log.write, gpu=gpu,
+    def run(self, task: KernelTask, gpu: str = "", capability: str = "",
+            numerics: tuple[tuple[str, Any], ...] = ()) -> SearchResult:
+        judge = self.judge
+        if numerics and hasattr(judge, "configured"):  # judged under the settings the key names
+            judge = judge.configured(numerics=tuple(numerics))
+        engine = Engine(self.policy, judge, self.search, on_record=self.log.write, gpu=gpu,
                         capability=capability, progress=self.progress)
         result = engine.search(task.source, task.name)
         self.results.append(result)
@@ -127,7 +131,7 @@ class SearchGenerator:
         """The search's decision; raises PolicyError when the policy never answered and
         SearchIncomplete when the search was cut short by the judge's or the model server's
         failure (or there is no GPU), so that no decision is cached for them."""
-        result = self.run(task, key.gpu, key.capability)
+        result = self.run(task, key.gpu, key.capability, key.numerics)
         if not result.records and result.stopped.startswith("policy error"):
             raise PolicyError(result.stopped.removeprefix("policy error: "))
         if result.incomplete:

@@ -13,6 +13,7 @@ versions (`ReferenceTimes`, kept on disk beside the builds), not again for every
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import dataclasses
 import hashlib
 import json
@@ -56,7 +57,7 @@ class ReferenceTimes:
 
         gpu = torch.cuda.get_device_name(torch.device(config.device or "cuda")) if torch.cuda.is_available() else "cpu"
         versions = f"{torch.__version__} {torch.version.cuda} {gpu} {arch}"
-        protocol = f"{config.trials} {config.warmup} {config.seeds[0]} {config.inductor}"
+        protocol = f"{config.trials} {config.warmup} {config.seeds[0]} {config.inductor} {sorted(config.numerics)}"
         return hashlib.sha256(f"{versions}\n{protocol}\n{task_source}".encode()).hexdigest()[:32]
 
     def get(self, key: str) -> tuple[float, float | None] | None:
@@ -110,6 +111,14 @@ class Judge:
                 self._pool = WorkerPool(self.workers, self.max_jobs_per_worker)
                 weakref.finalize(self, self._pool.close)  # a judge dropped unclosed ends its workers
             return self._pool
+
+    def configured(self, **changes: object) -> "Judge":
+        """A judge with `changes` to its RunConfig (e.g. a task's `numerics`) that shares this
+        one's builds, worker pool and reference times."""
+        self.pool  # made now, so that both share it
+        view = copy.copy(self)
+        view.config = dataclasses.replace(self.config, **changes)  # type: ignore[arg-type]
+        return view
 
     def close(self) -> None:
         """End the pool's workers (a later call starts new ones)."""

@@ -46,6 +46,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kevin_backend.cache.key import apply_numerics, current_numerics
 from kevin_backend.judge.compare import Mismatch, compare_outputs, output_list
 from kevin_backend.judge.inputs import (
     MIXED_RANGES, InputSet, clone_layout, copy_values, fingerprint, layout_text, make_input_set, tensor_bytes, to_device,
@@ -490,6 +491,8 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
         states: TaskStates | None = None) -> dict[str, Any]:
     announce("setup")
     device = _device_of(job)
+    if job.get("numerics"):
+        apply_numerics(job["numerics"])  # the numerics the task's cache key names
     if job.get("build_root") is not None and (job["build_root"], job.get("arch")) not in _ANSWERING:
         # For this worker's whole life: a candidate may call load_inline in __init__ or forward too.
         from pathlib import Path
@@ -617,12 +620,14 @@ def serve() -> int:
     if torch.cuda.is_available():
         torch.cuda.init()
     states = TaskStates()
+    own = current_numerics()  # restored before every job: no job's settings reach the next
     print("ready", flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
         job = json.loads(line)
         token = job.pop("token")
+        apply_numerics(own)
 
         def announce(phase: str, token: str = token) -> None:
             print(f"{token} phase {phase}", flush=True)

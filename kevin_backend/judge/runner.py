@@ -39,6 +39,9 @@ class RunConfig:
     gpu_lock: str | None = None  # a file every worker locks while it times: one timing on the GPU at a time
     device: str | None = None  # the GPU under test ("cuda:1"); None: the current device
     memory_factor: float = 3.0  # the judge's extra GPU memory, at most this many times the task's inputs + outputs
+    # (name, value) numerics settings the run is made under (the cache key's, `cache/key.py`);
+    # empty: the worker's own (torch's defaults)
+    numerics: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ def job_of(task_source: str, candidate_source: str, config: RunConfig) -> dict[s
         "gpu_lock": config.gpu_lock,
         "device": config.device,
         "memory_factor": config.memory_factor,
+        "numerics": dict(config.numerics),
     }
 
 
