@@ -503,3 +503,11 @@ def test_the_generator_judges_a_task_under_the_numerics_its_key_names(tmp_path: 
     key = CacheKey(task.graph_hash, task.inputs, "NVIDIA H200", "9.0", "2.11.0", "13.0", numerics=numerics)
     generator.generate(task, key)
     assert judge.changes == [{"numerics": tuple(sorted(numerics.items()))}]
+
+
+def test_the_re_timing_runs_under_the_numerics_of_the_tasks_key() -> None:
+    # the stand-in raises unless the run has the key's matmul precision
+    source = stand_in("assert torch.get_float32_matmul_precision() == 'high'\nreturn torch.relu(x) * y")
+    outcome = retime_in_sandbox(TASK_SOURCE, source, cpu_config(numerics=(("float32_matmul_precision", "high"),)))
+    assert outcome.ok, outcome.failure
+    assert not retime_in_sandbox(TASK_SOURCE, source, cpu_config()).ok

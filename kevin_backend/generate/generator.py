@@ -144,7 +144,10 @@ class SearchGenerator:
         `results`) and raises SearchIncomplete: nothing is to be cached."""
         start = time.perf_counter()
         try:
-            return result.decision(key, task, self.search.margin, retime=self.retimer)
+            retime = self.retimer
+            if key.numerics and hasattr(retime, "for_numerics"):  # re-timed under the key's settings too
+                retime = retime.for_numerics(key.numerics)  # type: ignore[union-attr]
+            return result.decision(key, task, self.search.margin, retime=retime)
         except SearchIncomplete as exc:
             self._update(result, incomplete=str(exc), stopped=str(exc))
             raise SearchIncomplete(f"{task.name}: {exc}") from None

@@ -187,6 +187,7 @@ class RetimeConfig:
     arch: str | None = None
     gpu_lock: str | None = None  # taken exclusively for the whole interleaved measurement
     compile_backend: str = "inductor"  # what compiles the reference (tests on a CPU use "eager")
+    numerics: tuple[tuple[str, Any], ...] = ()  # the task's cache key's settings (the judge's `RunConfig.numerics`)
 
     def __post_init__(self) -> None:
         if self.rounds < MIN_ROUNDS:
@@ -237,6 +238,7 @@ def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig
         "trials": config.trials, "warmup": config.warmup, "seed": config.seed, "device": config.device,
         "build_root": config.build_root, "arch": config.arch, "gpu_lock": config.gpu_lock,
         "compile_backend": config.compile_backend,
+        "numerics": dict(config.numerics),
     }
     try:
         end = runner.run_worker_process("kevin_backend.judge.retime_worker", job, config.timeout)
@@ -311,8 +313,14 @@ class SandboxRetimer:
         root = Path(self.judge.builder.root)
         seeds = getattr(getattr(self.judge, "config", None), "seeds", None) or (self.config.seed,)
         # the judge's own GPU lock file (`Judge._judge`: gpu<index>.lock under its build root)
+        numerics = tuple(getattr(getattr(self.judge, "config", None), "numerics", ()) or ())
         return dataclasses.replace(self.config, device=str(device), arch=f"{major}.{minor}", build_root=str(root),
-                                   gpu_lock=str(root / f"gpu{device.index}.lock"), seed=int(seeds[0]))
+                                   gpu_lock=str(root / f"gpu{device.index}.lock"), seed=int(seeds[0]), numerics=numerics)
+
+    def for_numerics(self, numerics: tuple[tuple[str, Any], ...]) -> "SandboxRetimer":
+        """This retimer for a task judged under `numerics` (its cache key's settings)."""
+        configured = getattr(self.judge, "configured", None)
+        return SandboxRetimer(configured(numerics=tuple(numerics)), self.config) if configured and numerics else self
 
     def __call__(self, task_source: str, kernel_source: str) -> RetimeOutcome:
         try:

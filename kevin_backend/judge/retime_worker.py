@@ -105,7 +105,10 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
 
 def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
     from kevin_backend.backend import runtime  # defines kevin::launch
+    from kevin_backend.cache.key import apply_numerics
 
+    if job.get("numerics"):
+        apply_numerics(job["numerics"])  # the settings the task's cache key names, as when it was judged
     device = torch.device(job.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda":
         if not torch.cuda.is_available():
