@@ -290,7 +290,7 @@ def _exact(run: Run, inputs: InputSet, exact_model: list[torch.nn.Module]) -> li
         run.exact_dtype = None
         run.ledger.exact = "eager"
         exact_model.clear()
-        if run.state is not None and exact_model is run.state.exact_model:
+        if run.state is not None:
             run.state.forget_exact()
         return None
     finally:
@@ -341,7 +341,7 @@ def _size_the_task(run: Run, ref: _Reference, exact_model: list[torch.nn.Module]
         model = copy.deepcopy(run.reference).to(run.exact_dtype)
         model.kevin_dtype = run.exact_dtype  # a worker keeps it for the task's next candidates
         exact_model.append(model)
-        if run.state is not None and exact_model is run.state.exact_model:
+        if run.state is not None:
             run.state.mark()
     run.ledger.exact = "eager" if run.exact_dtype is None else str(run.exact_dtype).removeprefix("torch.")
 
@@ -410,9 +410,7 @@ class TaskState:
     reference: torch.nn.Module
     exact_model: list[torch.nn.Module] = field(default_factory=list)
     compiled: Any = None
-    exact_planned: bool = False
-
-    marked: tuple[int, ...] = ()
+    marked: tuple[int, ...] = ()  # the fingerprint when last known intact
 
     def fingerprint(self) -> tuple[int, ...]:
         """The bits of everything kept between candidates (the init inputs, every reference's
