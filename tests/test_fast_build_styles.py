@@ -309,7 +309,7 @@ def test_whole_fast_builds_compile_and_link(tmp_path: Path) -> None:
         missing = [line.strip() for line in undefined.splitlines() if "kevin_" in line]
         return entry.name, not missing, "undefined: " + ", ".join(missing)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, min(8, (os.cpu_count() or 2) // 2))) as pool:
         results = list(pool.map(build, entries))
     failed = [(name, log) for name, ok, log in results if not ok]
     print(f"\nfast builds compiled and linked: {len(results) - len(failed)} of {len(results)}")

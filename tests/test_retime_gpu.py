@@ -6,8 +6,8 @@ then decided five times over through `SearchResult.decision` with the judge's `S
   * a kernel that beats Inductor: the task's reference breaks its graph between eight
     elementwise steps (`torch._dynamo.graph_break`), so Inductor's code makes eight passes over a
     1 GiB tensor where the kernel makes one: kept, 5 of 5;
-  * a kernel tied with Inductor: `x * 2 + 1` over a 1 GiB tensor, one pass each, both bound by
-    memory bandwidth; the search's record claims it 2x Inductor's speed (a first pass that
+  * a kernel tied with Inductor: `x * 2 + 1` over a 1 GiB tensor, one pass each with vector loads,
+    both bound by memory bandwidth (a scalar-load kernel is not a tie: it ran at 0.69x on an H200); the search's record claims it 2x Inductor's speed (a first pass that
     flattered it), the re-timing must find the tie: not kept, 5 of 5.
 
 Every decision must carry the re-timing (at least 5 interleaved rounds of both sides): a decision
@@ -124,7 +124,8 @@ def get_init_inputs():
     return []
 '''
 
-TIED_KERNEL = '''"""x * 2 + 1 in one pass: what Inductor's fused elementwise kernel does too."""
+TIED_KERNEL = '''"""x * 2 + 1 in one pass, four floats per thread (vector loads and stores): what Inductor's fused
+elementwise kernel does too, so both run at the GPU's memory bandwidth."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -133,15 +134,24 @@ cuda_source = r"""
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 
+__device__ __forceinline__ float affine1(float v) { return __fadd_rn(__fmul_rn(v, 2.0f), 1.0f); }
+
 __global__ void affine_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t n) {
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i < n) out[i] = __fadd_rn(__fmul_rn(x[i], 2.0f), 1.0f);
+    int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 4;
+    if (i + 3 < n) {
+        float4 v = *reinterpret_cast<const float4*>(x + i);
+        v.x = affine1(v.x); v.y = affine1(v.y); v.z = affine1(v.z); v.w = affine1(v.w);
+        *reinterpret_cast<float4*>(out + i) = v;
+    } else {
+        for (; i < n; ++i) out[i] = affine1(x[i]);
+    }
 }
 
 torch::Tensor affine(torch::Tensor x) {
     auto out = torch::empty_like(x);
     int64_t n = x.numel();
-    affine_kernel<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
+    int64_t threads = (n + 3) / 4;
+    affine_kernel<<<(threads + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
     return out;
 }
 """
