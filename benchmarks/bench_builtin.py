@@ -6,8 +6,13 @@ the timings), the best correct kernel's speedup over eager and over Inductor. En
 geometric means the goals are stated in: over eager on chains of three or more ops, over
 Inductor on reductions and norms.
 
-Usage: python benchmarks/bench_builtin.py [--tasks a,b] [--categories norm,reduction] [--turns 3]
-       [--trajectories 1] [--at-once 16] [--json FILE]
+`--suite roofline` runs `kevin_backend/generate/builtin/roofline_suite.py`'s tasks instead. Every
+row carries the judge's roofline of the best kernel (`judge/roofline.py`): the bytes the task
+moves, and the kernel's and Inductor's fractions of the GPU's copy bandwidth, measured once
+before the searches and kept in the JSON's `meta`.
+
+Usage: python benchmarks/bench_builtin.py [--suite default|roofline] [--tasks a,b]
+       [--categories norm,reduction] [--turns 3] [--trajectories 1] [--at-once 16] [--json FILE]
 """
 
 from __future__ import annotations
@@ -28,7 +33,27 @@ from kevin_backend.generate.builtin.policy import BuiltinPolicy
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.generate.engine import Engine, SearchConfig
 from kevin_backend.judge.judge import Judge
+from kevin_backend.judge.roofline import copy_bandwidth
 from kevin_backend.judge.runner import RunConfig
+
+
+def suite_tasks(name: str) -> tuple:  # type: ignore[type-arg]
+    """The tasks of suite `name`: "default" (the built-in writer's suite) or "roofline"."""
+    if name == "roofline":
+        from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
+
+        return tuple(ROOFLINE_SUITE)
+    return tuple(SUITE)
+
+
+def roofline_columns(best_result: object) -> dict[str, object]:
+    """A row's roofline columns from the best turn's verdict (None where it has none)."""
+    roofline = getattr(best_result, "roofline", None)
+    return {"bytes": roofline.bytes if roofline else None, "flops": roofline.flops if roofline else None,
+            "kernel_gbps": roofline.kernel_gbps if roofline else None,
+            "inductor_gbps": roofline.inductor_gbps if roofline else None,
+            "kernel_fraction": roofline.kernel_fraction if roofline else None,
+            "inductor_fraction": roofline.inductor_fraction if roofline else None}
 
 
 def geomean(values: list[float]) -> float | None:
@@ -38,6 +63,8 @@ def geomean(values: list[float]) -> float | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", choices=("default", "roofline"), default="default",
+                        help="the built-in writer's suite, or the memory-bound roofline suite")
     parser.add_argument("--tasks", help="comma-separated task names (default: all)")
     parser.add_argument("--categories", help="comma-separated categories: chain1, chain2, chain3+, reduction, norm")
     parser.add_argument("--turns", type=int, default=3)
@@ -49,12 +76,17 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("bench_builtin needs a CUDA GPU", file=sys.stderr)
         return 2
-    tasks = [t for t in SUITE if (not args.tasks or t.name in args.tasks.split(","))
-             and (not args.categories or t.category in args.categories.split(","))]
+    tasks = [t for t in suite_tasks(args.suite) if (not args.tasks or t.name in args.tasks.split(","))
+             and (not args.categories or getattr(t, "category", "") in args.categories.split(","))]
     rows: list[dict[str, object]] = []
     start = time.perf_counter()
+    meta: dict[str, object] = {"suite": args.suite, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                               "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"),
+                               "trajectories": args.trajectories, "turns": args.turns, "trials": args.trials}
     with tempfile.TemporaryDirectory() as tmp:
         judge = Judge(Path(tmp) / "builds", RunConfig(trials=args.trials, warmup=5))
+        # measured here, before any search, with the GPU idle; the judge's workers read it back
+        meta["copy_gbps"] = copy_bandwidth(torch.device("cuda"), judge.builder.root / "copy_bandwidth")
         engine = Engine(BuiltinPolicy(), judge, SearchConfig(trajectories=args.trajectories, turns=args.turns),
                         gpu=torch.cuda.get_device_name(), capability="%d.%d" % torch.cuda.get_device_capability())
 
@@ -64,10 +96,11 @@ def main() -> int:
             best = result.best
             t = best.result.timings if best is not None and best.result is not None else None
             reasons = [r.step.result.reason.name if r.step.result else "NO_CODE" for r in result.records]
-            return {"task": task.name, "category": task.category, "correct": best is not None,
+            return {"task": task.name, "category": getattr(task, "category", args.suite), "correct": best is not None,
                     "variant": best.step.reply.extra.get("variant") if best else None, "turn": best.turn if best else None,
                     "kernel_ms": t.kernel_ms if t else None, "eager_ms": t.eager_ms if t else None, "inductor_ms": t.inductor_ms if t else None,
                     "vs_eager": t.speedup_vs_eager if t else None, "vs_inductor": t.speedup_vs_inductor if t else None,
+                    **roofline_columns(best.result if best is not None else None),
                     "reasons": reasons, "stopped": result.stopped, "seconds": round(time.perf_counter() - began, 1),
                     # each turn: its variant, its build's seconds and, when correct, its time
                     "turns": [{"variant": r.step.reply.extra.get("variant"),
@@ -80,31 +113,42 @@ def main() -> int:
                 row = future.result()
                 rows.append(row)
                 if args.json:  # as we go: a run stopped at its time limit keeps what it measured
-                    args.json.write_text(json.dumps({"rows": rows, "partial": True}, indent=1))
+                    args.json.write_text(json.dumps({"meta": meta, "rows": rows, "partial": True}, indent=1))
                 elapsed = time.perf_counter() - start
                 eta = elapsed / done * (len(tasks) - done)
                 shown = f"{row['vs_eager']:.2f}x eager, {row['vs_inductor']:.2f}x Inductor" if row["correct"] else f"NOT CORRECT {row['reasons']}"
                 print(f"[{done}/{len(tasks)} {elapsed:.0f}s, eta {eta:.0f}s, load {os.getloadavg()[0]:.0f}] {row['task']}: {shown}", file=sys.stderr, flush=True)
     rows.sort(key=lambda r: [t.name for t in tasks].index(str(r["task"])))
+    copy = meta["copy_gbps"]
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}, "
-          f"{args.trajectories} x {args.turns} turns, {args.trials} trials")
-    print("| task | kind | correct | best variant | kernel ms | eager ms | Inductor ms | x eager | x Inductor |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"{args.trajectories} x {args.turns} turns, {args.trials} trials, suite {args.suite}, "
+          f"copy bandwidth {'not measured' if copy is None else f'{copy:.0f} GB/s'}")
+    print("| task | kind | correct | best variant | kernel ms | eager ms | Inductor ms | x eager | x Inductor | MB moved "
+          "| kernel % of copy | Inductor % of copy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        def f(v: object, fmt: str) -> str:
-            return "-" if v is None else format(v, fmt)
+        def f(v: object, fmt: str, scale: float = 1.0) -> str:
+            return "-" if v is None else format(v * scale, fmt)  # type: ignore[operator]
         print(f"| {r['task']} | {r['category']} | {'yes' if r['correct'] else 'NO'} | {f(r['variant'], 'd')} | {f(r['kernel_ms'], '.4f')} | "
-              f"{f(r['eager_ms'], '.4f')} | {f(r['inductor_ms'], '.4f')} | {f(r['vs_eager'], '.2f')} | {f(r['vs_inductor'], '.2f')} |")
+              f"{f(r['eager_ms'], '.4f')} | {f(r['inductor_ms'], '.4f')} | {f(r['vs_eager'], '.2f')} | {f(r['vs_inductor'], '.2f')} | "
+              f"{f(r['bytes'], '.3g', 1e-6)} | {f(r['kernel_fraction'], '.0%')} | {f(r['inductor_fraction'], '.0%')} |")
     chains = geomean([r["vs_eager"] for r in rows if r["category"] == "chain3+"])  # type: ignore[misc]
     norms = geomean([r["vs_inductor"] for r in rows if r["category"] in ("reduction", "norm")])  # type: ignore[misc]
     correct = sum(bool(r["correct"]) for r in rows)
     print(f"\ncorrect: {correct} of {len(rows)}; geometric mean over eager, chains of 3+ ops: "
           f"{chains if chains is None else f'{chains:.2f}x'} (goal 1.5x); over Inductor, reductions and norms: "
           f"{norms if norms is None else f'{norms:.2f}x'} (goal 1.0x)")
+    kernel_roof = geomean([r["kernel_fraction"] for r in rows])  # type: ignore[misc]
+    inductor_roof = geomean([r["inductor_fraction"] for r in rows])  # type: ignore[misc]
+    if kernel_roof is not None or inductor_roof is not None:
+        print(f"geometric mean fraction of the copy bandwidth: kernel "
+              f"{'-' if kernel_roof is None else f'{kernel_roof:.0%}'}, Inductor "
+              f"{'-' if inductor_roof is None else f'{inductor_roof:.0%}'}")
     load = os.getloadavg()
     print(f"wall {time.perf_counter() - start:.0f} s, load average {load[0]:.1f} on {os.cpu_count()} CPUs")
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "chains_vs_eager": chains, "norms_vs_inductor": norms}, indent=1))
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows, "chains_vs_eager": chains, "norms_vs_inductor": norms,
+                                         "kernel_roofline": kernel_roof, "inductor_roofline": inductor_roof}, indent=1))
     return 0 if correct == len(rows) else 1
 
 

@@ -92,6 +92,7 @@ ENV: dict[str, EnvVar] = {
         EnvVar("KEVIN_TURNS", int, 8, "refinement turns per trajectory"),
         EnvVar("KEVIN_BEAM", int, 0, "keep the best k trajectories after each turn (0: no beam)"),
         EnvVar("KEVIN_MARGIN", float, 0.03, "a kernel is kept when the lower confidence bound of Inductor's time over its own exceeds 1 + this (negative values keep slower kernels: for testing the pipeline)"),
+        EnvVar("KEVIN_ROOFLINE_STOP", float, 0.9, "a trajectory stops once its best correct kernel reaches this fraction of the GPU's measured copy bandwidth (0: never)"),
         EnvVar("KEVIN_MIN_PARTITION", int, 2, "fewest compute nodes in a partition"),
         EnvVar("KEVIN_MAX_PARTITION", int, 64, "most compute nodes in a partition"),
         EnvVar("KEVIN_RECORD_PENDING", _parse_bool, True, "record cache misses as pending tasks"),
@@ -176,6 +177,9 @@ class Config:
     turns: int = 8
     beam: int = 0
     margin: float = 0.03  # a kernel must beat Inductor by this fraction, beyond the noise, to be kept
+    # a search's trajectory stops once its best correct kernel reaches this fraction of the GPU's
+    # copy bandwidth (the judge's roofline; 0: never)
+    roofline_stop: float = 0.9
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -200,6 +204,7 @@ class Config:
             turns=env_value("KEVIN_TURNS"),
             beam=env_value("KEVIN_BEAM"),
             margin=env_value("KEVIN_MARGIN"),
+            roofline_stop=env_value("KEVIN_ROOFLINE_STOP"),
         )._validated()
 
     @classmethod
@@ -232,6 +237,8 @@ class Config:
                               f"{self.trajectories}, {self.turns}, {self.beam}")
         if not -1.0 < self.margin < 1.0:
             raise ConfigError(f"margin must be between -1 and 1 (a fraction of Inductor's speed), got {self.margin}")
+        if not 0.0 <= self.roofline_stop:
+            raise ConfigError(f"roofline_stop must be a fraction of the copy bandwidth >= 0 (0: never), got {self.roofline_stop}")
         if self.writer not in ("auto", "general", "builtin"):
             raise ConfigError(f"writer must be auto, general or builtin, got {self.writer!r}")
         if isinstance(self.policy, str):
@@ -255,7 +262,7 @@ class Config:
             if self.generator is not None
             else None,
             "policy": self.policy if isinstance(self.policy, str) else getattr(self.policy, "name", type(self.policy).__name__),
-            "search": [self.trajectories, self.turns, self.beam, self.margin],
+            "search": [self.trajectories, self.turns, self.beam, self.margin, self.roofline_stop],
             "writer": self.writer,
         }
 
@@ -272,7 +279,7 @@ def _coerce(name: str, value: Any) -> Any:
             if isinstance(value, bool) or int(value) != value:
                 raise ValueError("expected an integer")
             return int(value)
-        if name == "margin":
+        if name in ("margin", "roofline_stop"):
             if isinstance(value, bool):
                 raise ValueError("expected a number")
             return float(value)

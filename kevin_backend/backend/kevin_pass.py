@@ -49,6 +49,7 @@ from kevin_backend.cache.entry import CacheEntry, EntryKind
 from kevin_backend.cache.key import SCHEMA_VERSION, make_key
 from kevin_backend.config import Config, Mode
 from kevin_backend.generate.policy import PolicyError
+from kevin_backend.judge.roofline import record_fraction
 
 __all__ = ["KevinPass", "KevinRewriteError"]
 
@@ -253,7 +254,8 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
             out_vals = _fake_outputs(partition, key.digest)
         except Exception as exc:
             return record(Status.FALLBACK, FallbackReason.KERNEL_MISMATCH, _short(exc), **ids), None
-        return record(status, speedup_vs_inductor=speedup, **ids), _Swap(partition, key.digest, out_vals)
+        return (record(status, speedup_vs_inductor=speedup, roofline_fraction=record_fraction(entry.judge_record), **ids),
+                _Swap(partition, key.digest, out_vals))
 
 
 @dataclass(frozen=True)

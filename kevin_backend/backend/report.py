@@ -54,6 +54,9 @@ class PartitionRecord:
     reason: FallbackReason | None = None
     detail: str = ""
     speedup_vs_inductor: float | None = None
+    # the kernel's fraction of the GPU's copy bandwidth, from its entry's judge record (None when
+    # the record has no roofline)
+    roofline_fraction: float | None = None
 
 
 @dataclass
@@ -100,6 +103,8 @@ class CompileReport:
                 why = f" - {r.reason.value}" if r.reason else ""
                 detail = f" ({r.detail})" if r.detail else ""
                 speed = f" {r.speedup_vs_inductor:.2f}x vs inductor" if r.speedup_vs_inductor else ""
+                if r.roofline_fraction is not None and r.status in (Status.HIT, Status.GENERATED):
+                    speed += f" ({r.roofline_fraction:.0%} of copy bandwidth)"
                 key = r.key[:12] if r.key else "-" * 12
                 lines.append(f"    #{r.index:<3} {r.status.value:<9} {key}  {len(r.ops):>3} ops [{ops}]{speed}{why}{detail}")
             reasons = Counter(lo.reason.value for lo in g.left_out)

@@ -31,6 +31,7 @@ from kevin_backend.cache.store import (
 )
 from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, Handler
 from kevin_backend.config import Config
+from kevin_backend.judge.roofline import record_fraction
 
 __all__ = ["register", "resolve_prefix"]
 
@@ -202,6 +203,11 @@ def _speedup(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def _fraction(value: float | None) -> str:
+    """The kernel's share of the GPU's copy bandwidth (its judge record's roofline), "-" unknown."""
+    return "-" if value is None else f"{value:.0%}"
+
+
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = []
@@ -250,20 +256,23 @@ def _seed_lines(cache: KernelCache, groups: list[VersionGroup], target: VersionT
 def _ls(args: argparse.Namespace, cache: KernelCache) -> int:
     infos = cache.entries()
     if args.json:
-        print(json.dumps([info.as_dict() for info in infos], indent=2))
+        print(json.dumps([{**info.as_dict(), "roofline_fraction": record_fraction(info.entry.judge_record)
+                           if info.entry is not None else None} for info in infos], indent=2))
         return EXIT_OK
     if not infos:
         seed = cache.seed_dir if cache.seed_dir is not None else "disabled"
         print(f"no cache entries (user cache: {cache.cache_dir}; seed cache: {seed})")
         return EXIT_OK
-    rows = [["DIGEST", "KIND", "SOURCE", "VS INDUCTOR", "CREATED", "OPS"]]
+    rows = [["DIGEST", "KIND", "SOURCE", "VS INDUCTOR", "ROOFLINE", "CREATED", "OPS"]]
     for info in infos:
         if info.error is not None:
-            rows.append([info.digest[:12], "corrupt", info.source, "-", "-", f"error: {info.error}"])
+            rows.append([info.digest[:12], "corrupt", info.source, "-", "-", "-", f"error: {info.error}"])
             continue
         speedup = info.timings.speedup_vs_inductor if info.timings is not None else None
         kind = info.kind.value if info.kind is not None else "?"
-        rows.append([info.digest[:12], kind, info.source, _speedup(speedup), info.created, _ops_summary(info.ops)])
+        roofline = record_fraction(info.entry.judge_record) if info.entry is not None else None
+        rows.append([info.digest[:12], kind, info.source, _speedup(speedup), _fraction(roofline), info.created,
+                     _ops_summary(info.ops)])
     print(_table(rows))
     print()
     print("\n".join(_seed_lines(cache, cache.versions(), VersionTarget.this_machine())))

@@ -37,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--turns", type=int, help="refinement turns (default: KEVIN_TURNS, 8)")
     p.add_argument("--beam", type=int, help="keep the best K trajectories after each turn (default: KEVIN_BEAM; 0: none)")
     p.add_argument("--patience", type=int, help="stop a trajectory after this many turns without improving")
+    p.add_argument("--roofline-stop", type=float, metavar="FRACTION",
+                   help="stop a trajectory once its best kernel reaches this fraction of the GPU's copy bandwidth "
+                   "(default: KEVIN_ROOFLINE_STOP, 0.9; 0: never)")
     p.add_argument("--temperature", type=float, default=0.9)
     p.add_argument("--max-tokens", type=int, default=16384, help="longest reply, in tokens")
     p.add_argument("--seed", type=int, help="sampling seed")
@@ -87,6 +90,7 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
             beam=(args.beam if args.beam is not None else config.beam) or None,
             patience=args.patience,
             margin=args.margin,
+            roofline_stop=(args.roofline_stop if args.roofline_stop is not None else config.roofline_stop) or None,
             sampling=Sampling(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed),
         )
     except ValueError as exc:
@@ -153,7 +157,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
                                ("--max-tokens", args.max_tokens, 1), ("--trials", args.trials, 1)):
         if value is not None and value < least:
             raise CommandError(f"{flag} must be at least {least}, got {value}", EXIT_USAGE)
-    for flag, number in (("--temperature", args.temperature), ("--margin", args.margin)):
+    for flag, number in (("--temperature", args.temperature), ("--margin", args.margin),
+                         ("--roofline-stop", 0.0 if args.roofline_stop is None else args.roofline_stop)):
         if not number >= 0:  # also refuses nan
             raise CommandError(f"{flag} must be >= 0, got {number}", EXIT_USAGE)
     if args.beam and args.trajectories is not None and args.beam > args.trajectories:

@@ -14,7 +14,9 @@ One search runs N trajectories for up to T turns. Each turn:
   3. the judge checks every reply's program, several at once (builds run in parallel; the judge
      times one candidate at a time on the GPU)
   4. each trajectory's best score is updated; one that has not improved for `patience` turns
-     stops; with `beam=k`, the k best trajectories are kept and copied back up to N
+     stops, and so does one whose best correct kernel reached `roofline_stop` of the GPU's copy
+     bandwidth (the judge's roofline: little is left to gain); with `beam=k`, the k best
+     trajectories are kept and copied back up to N
 
 Every turn becomes a `TurnRecord` (the messages sent, the reply, the verdict, the cost), written
 to the trajectory log (`log.py`) as it happens: the RL trainer's input.
@@ -73,6 +75,11 @@ class SearchConfig:
     max_prompt_tokens: int = 16384
     sampling: Sampling = field(default_factory=Sampling)
     judge_workers: int = 8  # candidates judged at once (builds in parallel)
+    # A trajectory stops once its best correct kernel moves the task's bytes at this fraction of
+    # the GPU's measured copy bandwidth (`judge/roofline.py`): a memory-bound kernel there has at
+    # most 1/fraction left to gain, not worth more turns. None: never (every turn runs); verdicts
+    # without a roofline (a CPU judge, no bandwidth measured) never stop a trajectory.
+    roofline_stop: float | None = 0.9
 
     def __post_init__(self) -> None:
         if self.trajectories < 1 or self.turns < 1:
@@ -81,6 +88,8 @@ class SearchConfig:
             raise ValueError(f"beam must be between 1 and trajectories ({self.trajectories}), got {self.beam}")
         if self.patience is not None and self.patience < 1:
             raise ValueError("patience must be at least 1")
+        if self.roofline_stop is not None and not self.roofline_stop > 0:
+            raise ValueError(f"roofline_stop must be a positive fraction of the copy bandwidth, got {self.roofline_stop}")
 
 
 @dataclass(frozen=True)
@@ -200,6 +209,8 @@ class _Trajectory:
     best: float = -math.inf
     stale: int = 0
     done: bool = False
+    roofline: float = 0.0  # the highest fraction of the copy bandwidth a correct kernel reached
+    why: str = ""  # why it stopped before the last turn: "declined", "patience" or "roofline"
 
 
 def select_beam(best_scores: Sequence[float], keep: int, total: int) -> list[int]:
@@ -240,9 +251,7 @@ class Engine:
         for turn in range(cfg.turns):
             live = [t for t in trajectories if not t.done]
             if not live:
-                declined = [r for r in records if r.step.reply.finish_reason == "declined"]
-                stopped = (f"the policy declined the task: {declined[-1].step.reply.text}" if declined
-                           else f"no trajectory improved for {cfg.patience} turns")
+                stopped = self._stopped(trajectories, records)
                 break
             # 1. the conversations, earlier reasoning dropped, cut at the token budget
             conversations = [
@@ -284,14 +293,18 @@ class Engine:
                     self.on_record(record, context)
                 traj.turns.append(step)
                 if reply.finish_reason == "declined":  # the writer does not take this task
-                    traj.done = True
+                    traj.done, traj.why = True, "declined"
                     continue
+                if result is not None and result.correct and result.roofline is not None:
+                    traj.roofline = max(traj.roofline, result.roofline.kernel_fraction or 0.0)
                 if score > traj.best:
                     traj.best, traj.stale = score, 0
                 else:
                     traj.stale += 1
                     if cfg.patience is not None and traj.stale >= cfg.patience:
-                        traj.done = True
+                        traj.done, traj.why = True, "patience"
+                if cfg.roofline_stop is not None and traj.roofline >= cfg.roofline_stop:
+                    traj.done, traj.why = True, "roofline"
             if self.progress is not None:
                 self.progress("turn", {"turn": turn, "records": records[-len(live):], "model_seconds": spent,
                                        "judge_seconds": judged})
@@ -310,6 +323,23 @@ class Engine:
         if self.progress is not None:
             self.progress("done", {"result": result})
         return result
+
+    def _stopped(self, trajectories: Sequence[_Trajectory], records: Sequence[TurnRecord]) -> str:
+        """Why a search ended before its last turn: every trajectory stopped early (declined,
+        patience, or at the roofline); the most telling reason first."""
+        cfg = self.config
+        declined = [r for r in records if r.step.reply.finish_reason == "declined"]
+        if declined:
+            return f"the policy declined the task: {declined[-1].step.reply.text}"
+        reached = [t for t in trajectories if t.why == "roofline"]
+        if not reached:
+            return f"no trajectory improved for {cfg.patience} turns"
+        best = max(t.roofline for t in reached)
+        text = (f"roofline: {len(reached)} of {len(trajectories)} trajectories reached {cfg.roofline_stop:.0%} of the "
+                f"GPU's copy bandwidth (best kernel at {best:.0%})")
+        if len(reached) < len(trajectories):
+            text += f"; the others did not improve for {cfg.patience} turns"
+        return text
 
     @property
     def policy_name(self) -> str:
@@ -359,7 +389,8 @@ class Engine:
                 used.add(index)
                 out.append(source)
             else:
-                out.append(_Trajectory(next_id, source.id, list(source.turns), source.best, source.stale, source.done))
+                out.append(_Trajectory(next_id, source.id, list(source.turns), source.best, source.stale, source.done,
+                                       source.roofline, source.why))
                 next_id += 1
         return out
 

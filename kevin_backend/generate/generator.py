@@ -92,7 +92,8 @@ class SearchGenerator:
         self.config = config or Config.from_env()
         self.policy = policy
         self.search = search or SearchConfig(trajectories=self.config.trajectories, turns=self.config.turns,
-                                             beam=self.config.beam or None, margin=self.config.margin)
+                                             beam=self.config.beam or None, margin=self.config.margin,
+                                             roofline_stop=self.config.roofline_stop or None)
         self._judge = judge
         self.log = log or TrajectoryLog.default(self.config.cache_dir)
         self.progress = progress
@@ -171,5 +172,6 @@ def default_generator(config: Config) -> Any:
     search = None
     if getattr(policy, "name", "") == "builtin" and not (env_is_set("KEVIN_TRAJECTORIES") or env_is_set("KEVIN_TURNS")) \
             and (config.trajectories, config.turns) == (Config().trajectories, Config().turns):
-        search = SearchConfig(trajectories=4, turns=3, beam=None, margin=config.margin)
+        search = SearchConfig(trajectories=4, turns=3, beam=None, margin=config.margin,
+                              roofline_stop=config.roofline_stop or None)
     return SearchGenerator(policy, search=search, config=config)

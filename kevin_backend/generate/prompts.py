@@ -51,7 +51,7 @@ __all__ = [
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 
 # Bump when the code that fills the templates changes what a prompt says (it is hashed in too).
-_RENDER_SCHEMA = 2
+_RENDER_SCHEMA = 3
 
 SUMMARY_CHARS = 800  # an explicit `Summary:` is cut at this length
 DERIVED_SUMMARY_CHARS = 400  # a summary derived from the reply's prose is cut at this length
@@ -246,6 +246,15 @@ def _mismatch_values(m: Mismatch) -> dict[str, object]:
     }
 
 
+def _roofline(result: JudgeResult) -> str:
+    """The accepted kernel against the GPU's copy bandwidth, and how far it is from that roofline
+    ("" when the judge measured none: a CPU, or a bandwidth it could not measure)."""
+    if result.roofline is None:
+        return ""
+    roofline = result.roofline
+    return f"Memory roofline: the task {roofline.describe()}. {roofline.headroom()}".strip()
+
+
 _ERROR_TEMPLATES = {
     Reason.RUNTIME_ERROR: "feedback_runtime_error",
     Reason.CRASH: "feedback_crash",
@@ -275,7 +284,8 @@ def feedback_for(result: JudgeResult | None) -> str:
         t = result.timings
         return render("feedback_correct", kernel_ms=_ms(t.kernel_ms), eager_ms=_ms(t.eager_ms),
                       inductor_ms=_ms(t.inductor_ms), speedup_vs_eager=_times(t.speedup_vs_eager),
-                      speedup_vs_inductor=_times(t.speedup_vs_inductor), closing=closing)
+                      speedup_vs_inductor=_times(t.speedup_vs_inductor), roofline=_roofline(result),
+                      closing=closing)
     if reason in _RULE_REASONS:
         problems = "\n".join(f"- {v}" for v in result.violations) if result.violations else _head(text)
         return render("feedback_rules", what=reason.value, problems=problems, closing=closing)

@@ -7,7 +7,10 @@
 
 Runs go to a pool of long-lived sandboxed workers (`pool.py`; `workers=0` starts a fresh process
 per run instead). The eager and Inductor references are timed once per task, GPU and software
-versions (`ReferenceTimes`, kept on disk beside the builds), not again for every candidate.
+versions (`ReferenceTimes`, kept on disk beside the builds), not again for every candidate. An
+accepted candidate's verdict carries its roofline (`roofline.py`): the bytes the task moves, each
+side's achieved bandwidth and its fraction of the GPU's copy bandwidth (measured once per GPU and
+software, kept beside the builds too).
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ import torch
 from kevin_backend.judge.build import Builder, BuildResult, BuildSpec
 from kevin_backend.judge.candidate import Candidate
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Mismatch, Reason, Stage
+from kevin_backend.judge.roofline import Roofline
 from kevin_backend.judge.pool import WorkerPool
 from kevin_backend.judge.runner import RunConfig, RunOutcome, run_in_sandbox
 from kevin_backend.judge.static_judge import judge_static
 
-__all__ = ["Judge", "ReferenceTimes", "SUSPICIOUS_SPEEDUP"]
+__all__ = ["Judge", "ReferenceTimes", "SUSPICIOUS_SPEEDUP", "roofline_of"]
 
 log = logging.getLogger("kevin_backend.judge")
 
@@ -213,8 +217,7 @@ class Judge:
         run_config = config if known is None else dataclasses.replace(config, eager=False, inductor=False)
         result = self._run(task_source, candidate_source, run_config, build_seconds)
         if known is not None and result.timings.kernel_ms is not None:
-            result = dataclasses.replace(result, timings=dataclasses.replace(result.timings, eager_ms=known[0],
-                                                                             inductor_ms=known[1]))
+            result = _with_timings(result, dataclasses.replace(result.timings, eager_ms=known[0], inductor_ms=known[1]))
         elif known is None and result.timings.eager_ms is not None and (result.timings.inductor_ms is not None
                                                                       or not config.inductor):
             self.references.put(key, result.timings.eager_ms, result.timings.inductor_ms)
@@ -228,7 +231,10 @@ class Judge:
                 return again
             if not again.correct or (again.timings.speedup_vs_eager or 0) < (t.speedup_vs_eager or 0) / 2:
                 return dataclasses.replace(again, reason=Reason.SUSPICIOUS_SPEEDUP if again.correct else again.reason,
-                                           feedback=again.feedback or "the speedup did not hold on fresh inputs")
+                                           feedback=again.feedback or "the speedup did not hold on fresh inputs",
+                                           roofline=None)
+        if result.correct and result.roofline is not None and not result.feedback:
+            result = dataclasses.replace(result, feedback=f"roofline: {result.roofline.describe()}")
         return result
 
     @property
@@ -254,15 +260,42 @@ class Judge:
         feedback = outcome.feedback
         if mismatch is not None:
             feedback = f"wrong values: {mismatch}" + (f"\n{feedback}" if feedback else "")
+        timings = JudgeTimings(outcome.kernel_ms, outcome.eager_ms, outcome.inductor_ms, config.trials)
         return JudgeResult(
             stage=Stage(outcome.stage),
             reason=Reason[outcome.reason],
             feedback=feedback,
             mismatch=mismatch,
-            timings=JudgeTimings(outcome.kernel_ms, outcome.eager_ms, outcome.inductor_ms, config.trials),
+            timings=timings,
             seeds=config.seeds,
             build_seconds=build_seconds,
             memory=outcome.memory,
             device=outcome.device or str(config.device or ""),
             exact=outcome.exact,
+            roofline=roofline_of(outcome, timings),
         )
+
+
+def roofline_of(outcome: RunOutcome, timings: JudgeTimings) -> Roofline | None:
+    """An accepted run's roofline from the worker's facts (bytes, FLOPs, copy bandwidth) and the
+    run's times; None without a copy bandwidth, or facts the judge cannot read (the verdict
+    stands without it)."""
+    facts = outcome.roofline
+    if outcome.reason != "ACCEPTED" or not facts or not timings.kernel_ms:
+        return None
+    try:
+        copy_gbps = float(facts["copy_gbps"])
+        nbytes, flops = int(facts["bytes"]), int(facts.get("flops") or 0)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not copy_gbps > 0 or nbytes <= 0:
+        return None
+    return Roofline.of(nbytes, flops, copy_gbps, timings.kernel_ms, timings.eager_ms, timings.inductor_ms)
+
+
+def _with_timings(result: JudgeResult, timings: JudgeTimings) -> JudgeResult:
+    """`result` with other times (the kept reference times), its roofline following them."""
+    roofline = result.roofline
+    if roofline is not None:
+        roofline = roofline.retimed(timings.kernel_ms, timings.eager_ms, timings.inductor_ms)
+    return dataclasses.replace(result, timings=timings, roofline=roofline)

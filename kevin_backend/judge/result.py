@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from kevin_backend.judge.roofline import Roofline
+
 __all__ = ["Stage", "Reason", "RuleViolation", "Mismatch", "JudgeTimings", "JudgeResult", "score"]
 
 
@@ -147,6 +149,9 @@ class JudgeResult:
     memory: dict[str, Any] | None = None  # the run's GPU memory (judge/memory.py MemoryReport.as_dict())
     device: str = ""  # the GPU the candidate ran on ("cuda:0")
     exact: str = ""  # the exact reference's dtype, "eager" when there was none
+    # an accepted kernel against the GPU's copy bandwidth (`roofline.py`); None when not
+    # accepted, on a CPU, when the bandwidth could not be measured, or in records made before it
+    roofline: Roofline | None = None
 
     @property
     def judge_side(self) -> bool:
@@ -184,6 +189,7 @@ class JudgeResult:
             "memory": self.memory,
             "device": self.device,
             "exact": self.exact,
+            "roofline": None if self.roofline is None else self.roofline.as_dict(),
         }
 
     @classmethod
@@ -202,4 +208,5 @@ class JudgeResult:
             memory=data.get("memory"),
             device=str(data.get("device", "")),
             exact=str(data.get("exact", "")),
+            roofline=Roofline.from_dict(data["roofline"]) if isinstance(data.get("roofline"), dict) else None,
         )

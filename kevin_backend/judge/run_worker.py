@@ -28,6 +28,9 @@ parent (`runner.py`) reads the exit status, the output and the last phase this w
   3. timing, one protocol for the candidate, the eager reference and the Inductor-compiled
      reference (`timer.py`), under the judge's GPU lock
   4. replay check: fresh values written into the candidate's input buffers, output checked again
+  5. roofline (an accepted candidate): the bytes the task must move, its matmul/convolution FLOPs
+     and the GPU's copy bandwidth (measured once per GPU and software, under the timing lock),
+     from which the judge derives each side's fraction of the copy bandwidth (`roofline.py`)
 """
 
 from __future__ import annotations
@@ -585,6 +588,8 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
         # the references' times are measured once per task and GPU (the judge keeps them)
         eager_ms = measure(lambda: run.reference(*values)) if job.get("eager", True) else None
         inductor_ms = measure(lambda: compiled(*values)) if compiled is not None else None
+        run.ledger.observe()
+        copy_gbps = _copy_bandwidth(run)  # while the GPU is still this worker's alone
     run.ledger.observe()
 
     # replay check: the same buffers, new values
@@ -606,7 +611,54 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
     if compare_outputs(again, want, exact) is not None:
         return _error("REPLAYED_OUTPUT", "timing", "after new values were written into its input buffers, the output "
                       "no longer matched: it returns stored results instead of computing")
-    return {"stage": "timing", "reason": "ACCEPTED", "kernel_ms": kernel_ms, "eager_ms": eager_ms, "inductor_ms": inductor_ms}
+    outcome = {"stage": "timing", "reason": "ACCEPTED", "kernel_ms": kernel_ms, "eager_ms": eager_ms, "inductor_ms": inductor_ms}
+    facts = _roofline_facts(run, values, want, copy_gbps)
+    if facts is not None:
+        outcome["roofline"] = facts
+    return outcome
+
+
+def _copy_bandwidth(run: Run) -> float | None:
+    """The GPU's copy bandwidth (`roofline.py`): kept under the build folder, measured by the
+    first worker that needs it. A failure to measure it is never the candidate's: the verdict
+    then carries no roofline (a CUDA fault the candidate left behind still surfaces)."""
+    if run.device.type != "cuda":
+        return None
+    from pathlib import Path
+
+    from kevin_backend.judge.roofline import copy_bandwidth
+
+    run.phase("roofline")
+    build_root = run.job.get("build_root")
+    try:
+        gbps = copy_bandwidth(run.device, Path(build_root) / "copy_bandwidth" if build_root else None)
+    except Exception as exc:  # noqa: BLE001 - the judge's measurement, not the candidate's
+        if any(f in str(exc).lower() for f in _CUDA_FAULTS):
+            raise
+        run.ledger.notes.append(f"no copy bandwidth measured ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+        return None
+    finally:
+        # the copy's two buffers are the measurement's, not the run's: they leave the peak
+        torch.cuda.reset_peak_memory_stats(run.device)
+    return gbps
+
+
+def _roofline_facts(run: Run, inputs: Sequence[Any], outputs: Sequence[Any], copy_gbps: float | None) -> dict[str, Any] | None:
+    """What the judge needs for an accepted kernel's roofline: the bytes the task must move (its
+    inputs as laid out, its outputs), its matmul/convolution FLOPs, the copy bandwidth. None
+    without a copy bandwidth, or when counting failed (the verdict stands without a roofline)."""
+    if copy_gbps is None:
+        return None
+    from kevin_backend.judge.roofline import task_bytes, task_flops
+
+    run.phase("roofline")
+    try:
+        return {"bytes": task_bytes(inputs, outputs), "flops": task_flops(run.reference, inputs), "copy_gbps": copy_gbps}
+    except Exception as exc:  # noqa: BLE001 - the judge's counting, not the candidate's
+        if any(f in str(exc).lower() for f in _CUDA_FAULTS):
+            raise
+        run.ledger.notes.append(f"no roofline ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+        return None
 
 
 def serve() -> int:

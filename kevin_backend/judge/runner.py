@@ -57,6 +57,9 @@ class RunOutcome:
     device: str = ""
     exact: str = ""
     phase: str = ""  # the last phase the worker entered
+    # an accepted candidate's bytes, FLOPs and the GPU's copy bandwidth (`roofline.py`); None
+    # when the worker had no copy bandwidth (a CPU, a failed measurement) or judged no kernel
+    roofline: dict[str, Any] | None = None
 
 
 _SIGNS = (
@@ -166,6 +169,7 @@ def outcome_of(verdict: dict[str, Any] | None, phase: str, err: str, timed_out: 
         device=str(verdict.get("device", "")),
         exact=str((verdict.get("memory") or {}).get("exact", "")),
         phase=phase,
+        roofline=verdict.get("roofline") if isinstance(verdict.get("roofline"), dict) else None,
     )
 
 

@@ -125,9 +125,11 @@ def make_judge(settings: JudgeSettings, run_dir: Path) -> Judging:
 
 
 def search_config(settings: RolloutSettings) -> SearchConfig:
-    """The engine's settings for training rollouts: every trajectory runs every turn."""
+    """The engine's settings for training rollouts: every trajectory runs every turn (no patience,
+    no stop at the roofline: the trainer's batches need whole trajectories)."""
     sampling = Sampling(temperature=settings.temperature, top_p=settings.top_p, max_tokens=settings.max_tokens)
     return SearchConfig(trajectories=settings.trajectories, turns=settings.turns, beam=None, patience=None,
+                        roofline_stop=None,
                         max_prompt_tokens=settings.max_prompt_tokens, sampling=sampling,
                         judge_workers=settings.judge_workers)
 
