@@ -81,6 +81,15 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
     __syncthreads();
     return r;
 }
+static int64_t kevin_emu_exchange_i[1024];
+inline int64_t __shfl_xor_sync(unsigned, int64_t v, int o) {
+    const unsigned i = threadIdx.x;
+    kevin_emu_exchange_i[i] = v;
+    __syncthreads();
+    const int64_t r = kevin_emu_exchange_i[(i & ~31u) | ((i & 31u) ^ (unsigned)o)];
+    __syncthreads();
+    return r;
+}
 template <class F> static void kevin_emu_launch(unsigned grid, unsigned block, F kernel) {
     gridDim = {grid, 1, 1};
     blockDim = {block, 1, 1};
@@ -94,7 +103,7 @@ template <class F> static void kevin_emu_launch(unsigned grid, unsigned block, F
 }
 """
 
-_CT = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16", torch.bool: "bool"}
+_CT = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16", torch.bool: "bool", torch.int64: "int64_t"}
 
 
 def _split(cuda_source: str) -> tuple[str, str]:

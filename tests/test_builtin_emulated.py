@@ -15,7 +15,7 @@ import torch
 
 from kernel_emulator import emulate, has_cuda_headers
 from kevin_backend.generate.builtin.graph import Plan, plan_task
-from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
+from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, strided_rows, write_program
 from kevin_backend.generate.builtin.suite import SuiteTask, _task
 from kevin_backend.judge.compare import FALLBACK_RTOL
 from kevin_backend.types import load_program
@@ -58,6 +58,26 @@ CASES: list[SuiteTask] = [
           [(2, 8, 5, 4), (8,), (8,), (8,), (8,)], "f32"),
     _task("channel-bias-gelu-f16", "chain2", "F.gelu(x + y.view(1, -1, 1, 1))", [(2, 8, 3, 4), (8,)], "f16"),
     _task("six-ops-bf16-odd", "chain3+", "torch.sigmoid(-torch.abs(x - y) * 3.0 + 1.0) * z", [(21, 23)] * 3, "bf16"),
+    # reductions over other dimensions than the last, several, all; index reductions; std
+    _task("sum-dim0-f32", "reduction", "x.sum(0)", [(37, 6, 33)], "f32"),
+    _task("mean-dim1-keepdim-f16", "reduction", "x.mean(1, keepdim=True)", [(3, 40, 33)], "f16"),
+    _task("amax-dims02-f32", "reduction", "x.amax((0, 2))", [(3, 7, 45)], "f32"),
+    _task("sum-all-f32", "reduction", "x.sum()", [(9, 130)], "f32"),
+    _task("std-dim1-f32", "reduction", "x.std(1)", [(4, 50, 9)], "f32"),
+    _task("var-mean-dims12-bf16", "reduction", "torch.var_mean(x, (1, 2), correction=0)", [(3, 10, 21)], "bf16"),
+    _task("argmax-dim1-f32", "reduction", "x.argmax(1)", [(4, 77, 5)], "f32"),
+    _task("argmin-last-f16", "reduction", "x.argmin(-1, keepdim=True)", [(6, 300)], "f16"),
+    _task("max-dim0-f32", "reduction", "torch.max(x, 0)", [(70, 3, 11)], "f32"),
+    _task("min-dim2-bf16", "reduction", "torch.min(x, 2)", [(3, 5, 129)], "bf16"),
+    _task("argmax-all-f32", "reduction", "x.argmax()", [(7, 91)], "f32"),
+    _task("softmax-dim1-f32", "norm", "torch.softmax(x, 1)", [(2, 300, 17)], "f32"),
+    _task("log-softmax-dim0-bf16", "norm", "torch.log_softmax(x, 0)", [(65, 40)], "bf16"),
+    _task("rmsnorm-dim1-f32", "norm", "x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)", [(2, 24, 5, 7)], "f32"),
+    _task("instance-stats-f32", "norm", "(x - x.mean((2, 3), keepdim=True)) * torch.rsqrt(x.var((2, 3), keepdim=True, correction=0) + 1e-5)",
+          [(2, 3, 9, 11)], "f32"),
+    _task("l2-normalize-dim0-f16", "norm", "x / torch.linalg.vector_norm(x, 2, 0, keepdim=True)", [(130, 24)], "f16"),
+    _task("frobenius-f32", "norm", "x / torch.norm(x, p='fro')", [(13, 29)], "f32"),
+    _task("softmax-transposed-f32", "norm", "torch.softmax(m0, -1)", [], "f32", ["torch.randn(70, 20, device='cuda').t()"]),
 ]
 
 
@@ -66,6 +86,8 @@ def _variants(task: SuiteTask) -> list[tuple[SuiteTask, int]]:
     assert isinstance(plan, Plan), (task.name, plan)
     order = preferred_order(plan)
     extra = [] if plan.is_rows else [2, 4]  # pointwise: several strips per thread, 4-wide or not
+    if plan.is_rows and strided_rows(plan):  # rows across a warp: one thread per row, and rows in registers
+        extra = [i for i, v in enumerate(VARIANTS_ROWS) if v.columns and (v.threads == 1 or v.cache)]
     return [(task, v) for v in dict.fromkeys([*order[:2], order[-1], *extra])]
 
 
@@ -103,3 +125,25 @@ def test_the_emulation_catches_a_wrong_kernel(tmp_path) -> None:  # type: ignore
     (wrong,) = emulate(program.replace("= 1.0f / v4;", "= 0.5f / v4;"), inputs, shapes, workdir=tmp_path)  # half the sum
     assert torch.allclose(right.float(), want.float(), atol=1e-2, rtol=1e-2)
     assert not torch.allclose(wrong.float(), want.float(), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("forward", ["torch.max(x, 1)", "torch.min(x, 1)", "x.argmax(1)", "x.argmin(-1)"])
+def test_index_reductions_take_the_first_extreme_and_a_nan_first(forward: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Ties everywhere (values from four integers) and NaNs in one row: torch's positions are the
+    first of the extreme, and the first NaN's in a row that has one. Both the columns mapping and
+    a block per row."""
+    task = _task("index-ties", "reduction", forward, [(4, 300, 3)], "f32")
+    plan = plan_task(task.source)
+    assert isinstance(plan, Plan)
+    torch.manual_seed(0)
+    x = torch.randint(0, 4, (4, 300, 3)).float()
+    x[1, 17, 0] = x[1, 200, 0] = float("nan")
+    x[2, 40:, 2] = float("-inf")
+    want = load_program(task.source, "index_ties").Model()(x)
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    for index in dict.fromkeys([preferred_order(plan)[0], 0]):
+        got = emulate(write_program(plan, VARIANTS_ROWS[index]), [x], [(o.shape, o.dtype) for o in plan.outputs], workdir=tmp_path)
+        for g, w in zip(got, want):
+            w = w.reshape(g.shape)
+            assert g.dtype == w.dtype and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(), w.nan_to_num()), \
+                (VARIANTS_ROWS[index].describe(), g, w)

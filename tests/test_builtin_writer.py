@@ -142,10 +142,10 @@ def _task(forward: str, inputs: str) -> str:
 
 @pytest.mark.parametrize("forward, inputs, why", [
     ("x @ y", "torch.randn(64, 64, device='cuda'), torch.randn(64, 64, device='cuda')", "neither pointwise nor"),
-    ("x.sum(0) + y", "torch.randn(64, 64, device='cuda'), torch.randn(64, device='cuda')", "last dimension only"),
+    ("x.sum(0) + y.sum(1)", "torch.randn(64, 64, device='cuda'), torch.randn(64, 64, device='cuda')", "one set of dimensions per kernel"),
     ("x + y", "torch.randint(0, 5, (64,), device='cuda'), torch.randint(0, 5, (64,), device='cuda')", "input dtype"),
     ("x.t() + y", "torch.randn(64, 32, device='cuda'), torch.randn(32, 64, device='cuda')", "does not broadcast"),
-], ids=["matmul", "reduce-dim0", "integers", "transpose-in-graph"])
+], ids=["matmul", "reduce-two-ways", "integers", "transpose-in-graph"])
 def test_what_it_cannot_write_is_declined_with_the_reason(forward: str, inputs: str, why: str) -> None:
     plan = plan_task(_task(forward, inputs))
     assert isinstance(plan, Declined) and why in plan.reason, plan
@@ -256,7 +256,11 @@ def test_the_partitioner_asks_the_builtin_writer() -> None:
     verdicts = {str(n.target): BuiltinSupport().supports(n) for n in gm.graph.nodes if n.op == "call_function"}
     assert not verdicts["aten.mm.default"][0]
     assert verdicts["aten._softmax.default"][0] is False  # a composite: the backend's graphs have it decomposed
-    assert verdicts["aten.sum.dim_IntList"] == (False, verdicts["aten.sum.dim_IntList"][1]) and "last dimension" in verdicts["aten.sum.dim_IntList"][1]
+    assert verdicts["aten.sum.dim_IntList"] == (True, "")  # over dim 0: any dimensions are declared
+    ints = make_fx(lambda i: i.sum(0))(torch.randint(0, 5, (8, 4)))
+    (node,) = [n for n in ints.graph.nodes if n.op == "call_function"]
+    ok, why = BuiltinSupport().supports(node)
+    assert not ok and "torch.int64" in why
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")

@@ -10,7 +10,7 @@ kernel; a re-timing the judge itself could not carry out ends the search without
 `make_policy` reads the names the command line and `KEVIN_POLICY` use:
 
     auto             openai when a model server is configured, else builtin
-    builtin          the built-in writer (pointwise chains and last-dimension reductions, no model)
+    builtin          the built-in writer (pointwise chains and reductions, no model)
     openai[:MODEL]   an OpenAI-compatible server at KEVIN_LLM_URL (e.g. `vllm serve cognition-ai/Kevin-32B`)
     vllm[:MODEL]     an in-process vLLM engine (the `vllm` extra)
     hf:PATH          transformers `generate` on a local model folder

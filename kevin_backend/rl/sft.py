@@ -128,7 +128,7 @@ def builtin_demonstrations(tasks: Sequence[TrainTask], tokenizer: Any, settings:
         log.warning("the built-in writer wrote no demonstration for %d task(s): %s", len(declined), "; ".join(declined))
     if not samples:
         raise TrainConfigError("sft.source: the built-in writer declined every training task, so there is nothing to "
-                               "imitate (it writes pointwise chains and last-dimension reductions; see "
+                               "imitate (it writes pointwise chains and reductions; see "
                                "kevin_backend/generate/builtin/)")
     longest = max(len(s.completion_ids) for s in samples)
     if longest > rollout.max_tokens:

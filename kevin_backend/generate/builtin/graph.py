@@ -6,13 +6,19 @@ The task program is traced on meta tensors (its inputs' exact shapes, strides an
 the composite ops it may call (softmax, log_softmax, logsumexp, layer norm, ...) decomposed into
 the pointwise ops and reductions the writer knows. Every value then has a *kind*:
 
-    FULL  varies along the iteration space's last dimension (shape S = [..., L])
-    ROW   constant along it: a reduction's result, or an input whose last dimension is 1
+    FULL  varies along a reduced dimension of the iteration space S (its last one when nothing
+          is reduced)
+    ROW   constant along every reduced dimension: a reduction's result, or an input of size 1
+          there
 
 A plan without reductions is a **pointwise** kernel over prod(S) elements. A plan with
-reductions over the last dimension is a **row** kernel: one row (or one warp's row) at a time,
-one pass per reduction, then a pass that writes the FULL outputs. Anything else is declined with
-the reason (reductions over other dimensions, integer tensors, views that move data, ...).
+reductions is a **row** kernel. Every reduction of a plan reduces the same dimensions R of S
+(any of them: the last, a middle one, several, all). A "row" is one position in the kept
+dimensions, and its "columns" are the positions in R. The kernel reads each row one pass per
+reduction, or once when the row fits in registers, then writes the FULL outputs. Index
+reductions (`argmax`, `argmin`, `max.dim`, `min.dim`) carry each value's position in the
+row. Anything else is declined with the reason: reductions over different dimensions in one
+task, integer inputs, views that move data, and so on.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ import torch.fx as fx
 from kevin_backend.generate.builtin.ops import Unsupported, check as check_pointwise, float_literal, is_pointwise, pointwise_expr
 from kevin_backend.types import load_program
 
-__all__ = ["Kind", "Reduction", "PlanInput", "PlanNode", "PlanOutput", "Plan", "Declined", "plan_task", "REDUCTIONS", "DTYPES"]
+__all__ = ["Kind", "Reduction", "PlanInput", "PlanNode", "PlanOutput", "Plan", "Declined", "plan_task", "REDUCTIONS", "DTYPES",
+           "INDEXED", "CENTERED"]
 
 aten = torch.ops.aten
 
@@ -49,22 +56,42 @@ class Reduction(str, enum.Enum):
     AMIN = "amin"
     VAR = "var"  # needs the mean first: two passes
     VAR_MEAN = "var_mean"
+    STD = "std"  # the square root of VAR
+    ARGMAX = "argmax"  # the position of the first largest value (NaN counts as largest)
+    ARGMIN = "argmin"
+    MAX_DIM = "max_dim"  # (values, indices): AMAX and ARGMAX at once
+    MIN_DIM = "min_dim"
 
 
 REDUCTIONS = {
     aten.sum.dim_IntList: Reduction.SUM,
+    aten.sum.default: Reduction.SUM,
     aten.mean.dim: Reduction.MEAN,
+    aten.mean.default: Reduction.MEAN,
     aten.amax.default: Reduction.AMAX,
     aten.amin.default: Reduction.AMIN,
+    aten.max.default: Reduction.AMAX,
+    aten.min.default: Reduction.AMIN,
     aten.var.correction: Reduction.VAR,
     aten.var_mean.correction: Reduction.VAR_MEAN,
+    aten.std.correction: Reduction.STD,
+    aten.argmax.default: Reduction.ARGMAX,
+    aten.argmin.default: Reduction.ARGMIN,
+    aten.max.dim: Reduction.MAX_DIM,
+    aten.min.dim: Reduction.MIN_DIM,
 }
+# Reductions whose result (or one of whose results) is a position: an int64 value.
+INDEXED = (Reduction.ARGMAX, Reduction.ARGMIN, Reduction.MAX_DIM, Reduction.MIN_DIM)
+# Reductions that need the row's mean first (two passes, or a mean and squares kept in registers).
+CENTERED = (Reduction.VAR, Reduction.VAR_MEAN, Reduction.STD)
 
 # Ops a task may call that the tracer decomposes into the ones above (and pointwise ops).
 _DECOMPOSED = [
     aten._softmax, aten._log_softmax, aten.softmax, aten.log_softmax, aten.logsumexp, aten.native_layer_norm,
     aten.layer_norm, aten.silu, aten.mish, aten.hardswish, aten.hardsigmoid,
-    aten.rms_norm, aten._fused_rms_norm,
+    aten.rms_norm, aten._fused_rms_norm, aten.linalg_vector_norm, aten.native_group_norm, aten.group_norm,
+    aten.native_batch_norm, aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit_functional,
+    aten.batch_norm, aten.instance_norm, aten.smooth_l1_loss, aten.huber_loss, aten.mse_loss, aten.kl_div,
 ]
 # Views that keep a ROW value a ROW value, or a FULL value in place.
 _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
@@ -118,6 +145,7 @@ class Plan:
     outputs: tuple[PlanOutput, ...]
     shape: tuple[int, ...]  # the iteration space S
     ops: tuple[str, ...]  # every aten op of the graph once, in graph order (views too; tuple items are none), for reports
+    reduced: tuple[int, ...] = ()  # R: the dimensions of S every reduction reduces (sorted); () = the last one
 
     @property
     def reductions(self) -> tuple[PlanNode, ...]:
@@ -128,15 +156,25 @@ class Plan:
         return bool(self.reductions)
 
     @property
+    def reduced_dims(self) -> tuple[int, ...]:
+        return self.reduced or ((len(self.shape) - 1,) if self.shape else ())
+
+    @property
+    def kept_dims(self) -> tuple[int, ...]:
+        return tuple(d for d in range(len(self.shape)) if d not in self.reduced_dims)
+
+    @property
+    def over_last(self) -> bool:
+        """Whether the row is the last dimension of S (a row is contiguous in a contiguous S)."""
+        return self.reduced_dims == ((len(self.shape) - 1,) if self.shape else ())
+
+    @property
     def cols(self) -> int:
-        return self.shape[-1] if self.shape else 1
+        return _numel(tuple(self.shape[d] for d in self.reduced_dims)) if self.shape else 1
 
     @property
     def rows(self) -> int:
-        n = 1
-        for s in self.shape[:-1]:
-            n *= s
-        return n
+        return _numel(tuple(self.shape[d] for d in self.kept_dims))
 
     @property
     def numel(self) -> int:
@@ -214,7 +252,8 @@ def _plan(gm: fx.GraphModule, metas: list[Any]) -> Plan:
     outs = _outputs_of(graph)
     _check_inputs(metas)
     reductions = [n for n in graph.nodes if n.op == "call_function" and n.target in REDUCTIONS]
-    planner = _Planner(_iteration_space(reductions, outs), reducing=bool(reductions))
+    shape = _iteration_space(reductions, outs)
+    planner = _Planner(shape, reducing=bool(reductions), reduced=reduced_dims(reductions[0], len(shape)) if reductions else ())
     for i, (ph, t) in enumerate(zip(placeholders, metas)):
         planner.add_input(ph, i, t)
     counter = 0
@@ -245,6 +284,24 @@ def _check_inputs(metas: list[Any]) -> None:
             raise Unsupported(f"input dtype {t.dtype} (supported: float32, float16, bfloat16, bool)")
 
 
+def reduced_dims(node: fx.Node, ndim: int) -> tuple[int, ...]:
+    """The dimensions a reduction node reduces, sorted and non-negative (all of them when its
+    dimension argument is absent, None or empty, as torch reads it)."""
+    target = node.target
+    if target in (aten.sum.default, aten.mean.default, aten.max.default, aten.min.default):
+        dims: Any = None
+    elif target in (aten.var.correction, aten.var_mean.correction, aten.std.correction):
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    elif target in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    else:
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+        return tuple(range(ndim))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return tuple(sorted({d % ndim for d in dims})) if ndim else ()
+
+
 def _iteration_space(reductions: list[fx.Node], outs: list[fx.Node]) -> tuple[int, ...]:
     """S: what the first reduction reduces, else the largest output's shape."""
     if reductions:
@@ -268,10 +325,11 @@ class _Planner:
     space, a value is "viewing" (`viewing`): its space, the layout there of every input it reads,
     and the plan nodes that compute it (their kind is known once the view is)."""
 
-    def __init__(self, shape: tuple[int, ...], reducing: bool) -> None:
+    def __init__(self, shape: tuple[int, ...], reducing: bool, reduced: tuple[int, ...] = ()) -> None:
         self.shape = shape
-        self.cols = shape[-1]
+        self.reduced = reduced or (len(shape) - 1,)  # R
         self.reducing = reducing  # a row plan
+        self.indices: set[fx.Node] = set()  # int64 positions (index reductions): outputs only
         self.kinds: dict[fx.Node, Kind] = {}
         self.names: dict[fx.Node, str] = {}
         self.nodes: list[PlanNode] = []
@@ -283,7 +341,8 @@ class _Planner:
         shape = self.shape
         if len(s) > len(shape) or any(a not in (1, b) for a, b in zip(reversed(s), reversed(shape))):
             raise Unsupported(f"a value of shape {list(s)} does not broadcast to the iteration space {list(shape)}")
-        return Kind.FULL if s and s[-1] == self.cols and self.cols != 1 else Kind.ROW
+        aligned = (1,) * (len(shape) - len(s)) + tuple(s)
+        return Kind.FULL if any(aligned[d] == shape[d] != 1 for d in self.reduced) else Kind.ROW
 
     def add_input(self, ph: fx.Node, index: int, t: torch.Tensor) -> None:
         self.names[ph] = f"in{index}"
@@ -292,10 +351,15 @@ class _Planner:
         except Unsupported as exc:
             self.viewing[ph] = _Viewing(tuple(t.shape), {ph: (tuple(t.shape), tuple(t.stride()))}, [], str(exc))
 
+    def cols_of(self, shape: tuple[int, ...]) -> int:
+        return _numel(tuple(shape[d] for d in self.reduced))
+
     def value(self, arg: Any) -> str:
         """The C name of an operand in the iteration space."""
         if arg in self.viewing:
             raise Unsupported(self.viewing[arg].why)
+        if arg in self.indices:
+            raise Unsupported("an index reduction's positions are read by another op (the built-in writer only returns them)")
         if not isinstance(arg, fx.Node) or arg not in self.names:
             raise Unsupported(f"an operand the writer cannot read: {arg}")
         return self.names[arg]
@@ -331,17 +395,20 @@ class _Planner:
             out_shape = tuple(v.shape)  # type: ignore[union-attr]
             if kind is Kind.FULL and out_shape != shape:
                 raise Unsupported(f"an output of shape {list(out_shape)} in an iteration space of {list(shape)}")
-            if kind is Kind.ROW and self.reducing and _numel(out_shape) != _numel(shape[:-1]):
+            rows = _numel(tuple(shape[d] for d in range(len(shape)) if d not in self.reduced))
+            if kind is Kind.ROW and self.reducing and _numel(out_shape) != rows:
                 raise Unsupported(f"a row output of shape {list(out_shape)}")
             if kind is Kind.ROW and not self.reducing and out_shape != shape:
                 raise Unsupported(f"an output of shape {list(out_shape)} in an iteration space of {list(shape)}")
-            if v.dtype not in (torch.float32, torch.float16, torch.bfloat16):  # type: ignore[union-attr]
+            index = o in self.indices and v.dtype is torch.int64  # type: ignore[union-attr]
+            if v.dtype not in (torch.float32, torch.float16, torch.bfloat16) and not index:  # type: ignore[union-attr]
                 raise Unsupported(f"an output of dtype {v.dtype}")  # type: ignore[union-attr]
             outputs.append(PlanOutput(self.names[o], v.dtype, out_shape, kind))  # type: ignore[union-attr]
         nodes = self.nodes
         if not self.reducing:  # a pointwise kernel computes every value per element
             nodes = [dataclasses.replace(n, kind=Kind.FULL) for n in nodes]
-        return Plan(tuple(inputs), tuple(nodes), tuple(outputs), shape, tuple(self.ops))
+        reduced = self.reduced if self.reducing and self.reduced != (len(shape) - 1,) else ()
+        return Plan(tuple(inputs), tuple(nodes), tuple(outputs), shape, tuple(self.ops), reduced)
 
 
 def _node_kind(node: fx.Node) -> str:
@@ -363,27 +430,38 @@ def _plan_item(p: _Planner, node: fx.Node, var: str) -> None:
     if src not in p.names or not isinstance(node.args[1], int):
         raise Unsupported("an item of a value the writer does not know")
     p.names[node], p.kinds[node] = f"{p.names[src]}_{node.args[1]}", p.kinds[src]
+    if src.target in (aten.max.dim, aten.min.dim) and node.args[1] == 1:
+        p.indices.add(node)
 
 
 def _plan_reduction(p: _Planner, node: fx.Node, var: str) -> None:
-    """A reduction over the last dimension of the full iteration space: a ROW value."""
+    """A reduction over the plan's dimensions R of the full iteration space: a ROW value (or
+    two, for var_mean, max.dim and min.dim; an index reduction's positions are int64)."""
     op, val, shape = _op_name(node), node.meta.get("val"), p.shape
     p.kinds[node] = Kind.ROW
     red = REDUCTIONS[node.target]
     source = node.args[0]
-    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
     src_val = _val(source)
     if src_val is None or tuple(src_val.shape) != shape or p.kinds.get(source) is not Kind.FULL:
-        raise Unsupported(f"{op} reduces a value that is not the full iteration space {list(shape)}")
-    ndim = len(shape)
-    dims = [dims] if isinstance(dims, int) else list(dims or [])
-    if [d % ndim for d in dims] != [ndim - 1]:
-        raise Unsupported(f"{op} over dims {dims}: the built-in writer reduces over the last dimension only")
+        if src_val is not None and tuple(src_val.shape) == shape and p.kinds.get(source) is Kind.ROW and p.cols_of(shape) == 1:
+            pass  # a reduction over size-1 dimensions (its value is its operand's)
+        else:
+            raise Unsupported(f"{op} reduces a value that is not the full iteration space {list(shape)}")
+    dims = reduced_dims(node, len(shape))
+    if dims != p.reduced:
+        raise Unsupported(f"{op} over dims {list(dims)} where the task's first reduction is over {list(p.reduced)}: "
+                          "the built-in writer reduces one set of dimensions per kernel")
+    if red in (Reduction.ARGMAX, Reduction.ARGMIN, Reduction.MAX_DIM, Reduction.MIN_DIM) and len(dims) > 1 and len(dims) != len(shape):
+        raise Unsupported(f"{op} over several dimensions")
     correction = 0.0
-    if red in (Reduction.VAR, Reduction.VAR_MEAN):
+    if red in CENTERED:
         c = node.kwargs.get("correction", 1)
         correction = 1.0 if c is None else float(c)
-    dtype = (val[0] if isinstance(val, (tuple, list)) else val).dtype
+    values = val[0] if isinstance(val, (tuple, list)) else val
+    dtype = values.dtype
+    if red in (Reduction.ARGMAX, Reduction.ARGMIN):
+        dtype = src_val.dtype  # type: ignore[union-attr] # (the positions are int64; the values compared are the operand's)
+        p.indices.add(node)
     if dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise Unsupported(f"{op} with result dtype {dtype}")
     p.nodes.append(PlanNode(var, Kind.ROW, None, red, p.names[source], correction, dtype))
@@ -411,6 +489,8 @@ def _plan_view(p: _Planner, node: fx.Node, var: str) -> None:
     else:
         raise Unsupported(f"{op} from {list(src_shape)} to {list(out_shape)} moves data between rows")
     p.names[node], p.kinds[node] = p.names[src], p.kinds[src]
+    if src in p.indices:
+        p.indices.add(node)
     p.nodes.append(PlanNode(var, p.kinds[src], None, alias_of=p.names[src], dtype=val.dtype))
 
 
@@ -482,7 +562,7 @@ def _plan_pointwise(p: _Planner, node: fx.Node, var: str) -> None:
         return _plan_pointwise_in_view(p, node, var)
     op, val = _op_name(node), node.meta.get("val")
     if not is_pointwise(node):
-        raise Unsupported(f"{op} is neither pointwise nor a last-dimension reduction")
+        raise Unsupported(f"{op} is neither pointwise nor a reduction the built-in writer knows")
     reason = check_pointwise(node)
     if reason:
         raise Unsupported(reason)
@@ -563,7 +643,8 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 class BuiltinSupport:
     """What the built-in writer declares to the partitioner: the pointwise ops of its op table,
-    the last-dimension reductions above and the views that keep rows in place. Whether a whole
+    the reductions above (over any dimensions; a task whose reductions differ in them is
+    declined by its plan) and the views that keep rows in place. Whether a whole
     partition fits one of its two kernels is decided per task (`plan_task`), with the reason."""
 
     name = "builtin"
@@ -572,11 +653,11 @@ class BuiltinSupport:
         target = node.target
         if target in REDUCTIONS:
             val = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
-            dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-            dims = [dims] if isinstance(dims, int) else list(dims or [])
-            if isinstance(val, torch.Tensor) and val.dim() and [d % val.dim() for d in dims] == [val.dim() - 1]:
-                return True, ""
-            return False, f"{_op_name(node)} not over the last dimension (the built-in writer reduces rows only)"
+            if not isinstance(val, torch.Tensor) or not val.dim():
+                return False, f"{_op_name(node)} of a 0-dimensional value"
+            if val.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+                return False, f"{_op_name(node)} of {val.dtype} values"
+            return True, ""
         if target in _VIEWS or target is aten.masked_fill.Scalar:
             return True, ""
         if is_pointwise(node):

@@ -7,10 +7,18 @@
 run time with a scalar kernel as the fallback), grid-stride, every value computed in float and
 rounded to its graph dtype after each op as eager PyTorch does.
 
-**Row**: `threads_per_row` threads per row (32: a warp per row, several rows per block; more:
-a block per row), one pass over the row per reduction (warp shuffles, then shared memory across
-the row's warps), then one pass writing the full-size outputs; row-size outputs are written by
-the row's first thread.
+**Row**: a row is one position in the plan's kept dimensions, its columns the positions in the
+reduced ones (`Plan.reduced`: the last dimension, a middle one, several or all). `threads_per_row`
+threads per row (32: a warp per row, several rows per block; more: a block per row), one pass
+over the row per reduction (warp shuffles, then shared memory across the row's warps), then one
+pass writing the full-size outputs; row-size outputs are written by the row's first thread.
+Offsets are split into a row part, computed once per row, and a column part per element
+(`row_col_offsets`), so a strided or broadcast input costs no division per element where its
+reduced dimensions merge. Rows that lie across memory (a reduction over a middle dimension) take
+the `columns` mapping: a warp's 32 threads on 32 neighbouring rows, each load one contiguous
+stretch, a row's threads combining through shared memory. Index reductions (argmax, argmin,
+max.dim, min.dim) keep each thread's first extreme and its position, a NaN beating every number,
+then join them across the row with the lower position winning ties.
 
 Shapes and strides are the task's own, baked in as constants (index math by constants compiles to
 multiplications); the host function checks every input's sizes and strides and refuses others,
@@ -28,7 +36,7 @@ from typing import Sequence
 
 import torch
 
-from kevin_backend.generate.builtin.graph import Kind, Plan, PlanInput, PlanNode, Reduction
+from kevin_backend.generate.builtin.graph import CENTERED, INDEXED, Kind, Plan, PlanInput, PlanNode, Reduction
 from kevin_backend.generate.builtin.ops import DEVICE_HELPERS
 
 __all__ = ["Variant", "write_program", "input_mode", "VARIANTS_POINTWISE", "VARIANTS_ROWS"]
@@ -41,9 +49,12 @@ class Variant:
     items: int = 1  # elements (or vectors) per thread per step (pointwise)
     rows_per_block: int = 1  # rows kernel with a warp per row: rows sharing one block
     cache: bool = False  # rows kernel: keep the row's inputs in registers across passes (one read)
+    columns: bool = False  # rows kernel: neighbouring threads take neighbouring rows (a row strided in memory)
 
     def describe(self) -> str:
         parts = [f"{self.threads} threads" + (" per row" if self.rows_per_block != 1 or self.threads == 32 else "")]
+        if self.columns:
+            parts.append("rows across a warp's threads")
         if self.rows_per_block > 1:
             parts.append(f"{self.rows_per_block} rows per block")
         if self.vector:
@@ -65,12 +76,19 @@ VARIANTS_ROWS = (
     Variant(128, vector=True, cache=True), Variant(256, vector=True, cache=True), Variant(64, rows_per_block=4, vector=True, cache=True),
     Variant(32, rows_per_block=8, vector=True, cache=True), Variant(16, rows_per_block=16, vector=True, cache=True),
     Variant(512, vector=True, cache=True), Variant(1024, vector=True, cache=True),
+    # rows whose elements lie apart in memory (a reduction over a dimension that is not the
+    # innermost): a warp's 32 threads take 32 neighbouring rows, so each of its loads is one
+    # contiguous stretch; a row's threads (one per warp) combine through shared memory
+    Variant(1, rows_per_block=256, columns=True), Variant(4, rows_per_block=64, columns=True),
+    Variant(8, rows_per_block=32, columns=True), Variant(16, rows_per_block=32, columns=True),
+    Variant(32, rows_per_block=32, columns=True), Variant(8, rows_per_block=32, columns=True, cache=True),
 )
 # Registers per thread a cached row may take (values per input).
 MAX_CACHED = 32
 
-_CT = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16", torch.bool: "bool"}
-_TORCH_DTYPE = {torch.float32: "torch::kFloat32", torch.float16: "torch::kFloat16", torch.bfloat16: "torch::kBFloat16"}
+_CT = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16", torch.bool: "bool", torch.int64: "int64_t"}
+_TORCH_DTYPE = {torch.float32: "torch::kFloat32", torch.float16: "torch::kFloat16", torch.bfloat16: "torch::kBFloat16",
+                torch.int64: "torch::kInt64"}
 _VEC_OK = (torch.float32, torch.float16, torch.bfloat16)
 
 _PRELUDE = r"""
@@ -90,6 +108,7 @@ __device__ __forceinline__ float kevin_ld(const bool* p, long long i) { return p
 __device__ __forceinline__ void kevin_st(float* p, long long i, float v) { p[i] = v; }
 __device__ __forceinline__ void kevin_st(__half* p, long long i, float v) { p[i] = __float2half_rn(v); }
 __device__ __forceinline__ void kevin_st(__nv_bfloat16* p, long long i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void kevin_st(int64_t* p, long long i, int64_t v) { p[i] = v; }
 __device__ __forceinline__ void kevin_ld4(const float* p, long long i, float* v) {
     float4 t = *reinterpret_cast<const float4*>(p + i); v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
 }
@@ -135,10 +154,11 @@ __device__ __forceinline__ void kevin_st4(__nv_bfloat16* p, long long i, const f
 """
 
 _INIT = {Reduction.SUM: "0.0f", Reduction.MEAN: "0.0f", Reduction.AMAX: "-INFINITY", Reduction.AMIN: "INFINITY",
-         Reduction.VAR: "0.0f", Reduction.VAR_MEAN: "0.0f"}
+         Reduction.VAR: "0.0f", Reduction.VAR_MEAN: "0.0f", Reduction.STD: "0.0f"}
 # The combine of each reduction (ops.DEVICE_HELPERS' maximum/minimum propagate NaN, as torch's do).
 _COMBINE = {Reduction.SUM: "{a} + {b}", Reduction.MEAN: "{a} + {b}", Reduction.AMAX: "kevin_maximum({a}, {b})",
-            Reduction.AMIN: "kevin_minimum({a}, {b})", Reduction.VAR: "{a} + {b}", Reduction.VAR_MEAN: "{a} + {b}"}
+            Reduction.AMIN: "kevin_minimum({a}, {b})", Reduction.VAR: "{a} + {b}", Reduction.VAR_MEAN: "{a} + {b}",
+            Reduction.STD: "{a} + {b}"}
 _ROUND = {torch.float16: "kevin_round_half", torch.bfloat16: "kevin_round_bf16"}  # ops.DEVICE_HELPERS
 
 
@@ -165,6 +185,47 @@ def input_mode(inp: PlanInput, shape: tuple[int, ...]) -> str:
     if numel == rows and aligned[:-1] == shape[:-1] and aligned[-1] == 1 and contiguous:
         return "row"
     return "general"
+
+
+def _layout_in_space(inp: PlanInput, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """An input's strides in the iteration space (0 along the dimensions it is broadcast over)."""
+    lead = len(shape) - len(inp.read_shape)
+    sizes = (1,) * lead + tuple(inp.read_shape)
+    strides = (0,) * lead + tuple(inp.read_stride)
+    return tuple(0 if size == 1 and full != 1 else st for size, st, full in zip(sizes, strides, shape))
+
+
+def _index_terms(index: str, dims: Sequence[tuple[int, int]]) -> str:
+    """C expression: the offset of position `index` of the dimensions `dims` ((size, stride),
+    outermost first) enumerated in order. Neighbouring dimensions that step through memory as one
+    are merged first, so a contiguous run costs one multiplication and no division."""
+    merged: list[tuple[int, int]] = []
+    for size, stride in dims:
+        if size == 1:
+            continue
+        if merged and merged[-1][1] == stride * size:
+            merged[-1] = (merged[-1][0] * size, stride)
+        else:
+            merged.append((size, stride))
+    terms, div = [], 1
+    for k in range(len(merged) - 1, -1, -1):
+        size, stride = merged[k]
+        if stride:
+            idx = index if div == 1 else f"({index} / {div}LL)"
+            if k > 0:  # the outermost dimension's position needs no modulo
+                idx = f"({idx} % {size}LL)"
+            terms.append(idx if stride == 1 else f"{idx} * {stride}LL")
+        div *= size
+    return " + ".join(reversed(terms)) or "0"
+
+
+def row_col_offsets(strides: Sequence[int], plan: Plan, row: str = "row", col: str = "c") -> tuple[str, str]:
+    """(row part, column part) of the offset of element (row, col) of a rows plan for a tensor
+    with `strides` in the iteration space: the row part once per row, the column part per element."""
+    shape = plan.shape
+    kept = [(shape[d], strides[d]) for d in plan.kept_dims]
+    reduced = [(shape[d], strides[d]) for d in plan.reduced_dims]
+    return _index_terms(row, kept), _index_terms(col, reduced)
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -202,7 +263,7 @@ def _offset(inp: PlanInput, shape: tuple[int, ...], index: str, row: str, col: s
 
 def _node_code(node: PlanNode) -> str:
     if node.alias_of is not None:
-        return f"float {node.var} = {node.alias_of};"
+        return f"{'int64_t' if node.dtype is torch.int64 else 'float'} {node.var} = {node.alias_of};"
     assert node.expr is not None
     rounding = _ROUND.get(node.dtype)
     expr = f"{rounding}({node.expr})" if rounding and not node.expr.startswith(f"{rounding}(") else node.expr
@@ -321,7 +382,8 @@ def _narrow_indices(plan: Plan, kernel: str) -> str:
 def can_vectorize_rows(plan: Plan) -> bool:
     """Whether a rows plan's vector variants have a vector path: rows a multiple of 4 long, and
     every per-element input and output contiguous along the row (else they are the scalar kernel)."""
-    return (plan.is_rows and plan.cols % 4 == 0
+    return (plan.is_rows and plan.cols % 4 == 0 and plan.over_last
+            and not any(r.reduction in INDEXED for r in plan.reductions)
             and all(input_mode(i, plan.shape) in ("linear", "lastdim") and i.dtype in _VEC_OK
                     for i in plan.inputs if i.kind is Kind.FULL)
             and all(o.dtype in _VEC_OK for o in plan.outputs if o.kind is Kind.FULL))
@@ -357,8 +419,25 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
     available: set[str] = set()
     row_inputs = [i for i in plan.inputs if i.kind is Kind.ROW]
     full_inputs = [i for i in plan.inputs if i.kind is Kind.FULL]
+    # every tensor's offset = a row part (its position in the kept dimensions: computed here,
+    # once per row, divisions included) + a column part (per element: a multiplication, or a
+    # division per reduced dimension that does not merge with its neighbour)
+    parts: dict[str, tuple[str, str]] = {i.var: row_col_offsets(_layout_in_space(i, shape), plan) for i in plan.inputs}
+    if any(o.kind is Kind.FULL for o in plan.outputs):
+        parts["out"] = row_col_offsets(_contiguous_strides(shape), plan)
+    for var, (row_part, _) in parts.items():
+        if row_part != "0":
+            lines.append(f"const long long {var}_ro = {row_part};")
+
+    def at(var: str, col: str = "c") -> str:
+        row_part, part = parts[var]
+        part = re.sub(r"\bc\b", col, part)
+        if row_part == "0":
+            return part
+        return f"{var}_ro + {part}" if part != "0" else f"{var}_ro"
+
     for inp in row_inputs:
-        lines.append(f"float {inp.var} = valid ? kevin_ld(p_{inp.var}, {_offset(inp, shape, 'row * ' + str(cols) + 'LL', 'row', '0')}) : 0.0f;")
+        lines.append(f"float {inp.var} = valid ? kevin_ld(p_{inp.var}, {at(inp.var)}) : 0.0f;")
         available.add(inp.var)
 
     cached = _cached_values(plan, variant, vector)
@@ -377,8 +456,7 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         if cache:
             return ([f"float {i.var} = {i.var}_r[{slot}];" for i in full_inputs if i.var in used]
                     + [f"float {v} = {v}_r[{slot}];" for v in kept if v in used])
-        return [f"float {i.var} = kevin_ld(p_{i.var}, {_offset(i, shape, 'row * ' + str(cols) + 'LL + c', 'row', 'c')});"
-                for i in full_inputs if i.var in used]
+        return [f"float {i.var} = kevin_ld(p_{i.var}, {at(i.var)});" for i in full_inputs if i.var in used]
 
     inverses: set[str] = set()
 
@@ -434,13 +512,13 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         for i in full_inputs:
             lines.append(f"float {i.var}_r[{cached}];")
             if vector:
-                off = _offset(i, shape, "row * " + str(cols) + "LL + c0", "row", "c0")
+                off = at(i.var, "c0")
                 lines.append(f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n"
                              f"        const long long c0 = (lane + (long long)j * {tpr}) * {width};\n"
                              f"        if (valid && c0 < {cols}LL) kevin_ld{width}(p_{i.var}, {off}, {i.var}_r + j * {width});\n"
                              f"        else {{ for (int k = 0; k < {width}; ++k) {i.var}_r[j * {width} + k] = 0.0f; }}\n    }}")
             else:
-                off = _offset(i, shape, "row * " + str(cols) + "LL + c", "row", "c")
+                off = at(i.var)
                 lines.append(f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n        const long long c = lane + (long long)j * {tpr};\n"
                              f"        {i.var}_r[j] = (valid && c < {cols}LL) ? kevin_ld(p_{i.var}, {off}) : 0.0f;\n    }}")
 
@@ -461,8 +539,29 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
 
     lines.extend(row_values())
     for red in plan.reductions:
+        if red.reduction in INDEXED:
+            # each thread's first extreme over its columns (visited in order), then the row's;
+            # the position is the column's index among the reduced dimensions, as torch counts
+            assert red.operand is not None
+            op = "max" if red.reduction in (Reduction.ARGMAX, Reduction.MAX_DIM) else "min"
+            needed = _closure(plan, [red.operand], available | set(kept))
+            acc = f"{red.var}_acc"
+            lines.append(f"float {acc} = {'-INFINITY' if op == 'max' else 'INFINITY'}; int64_t {acc}_i = INT64_MAX;")
+            lines.append(loop([*loads(needed, [red.operand]), *(code(n) for n in needed), *keep(needed, red.var),
+                               f"kevin_arg_step_{op}({acc}, {acc}_i, {red.operand}, (int64_t)c);"]))
+            lines.append(f"kevin_row_reduce_arg{op}({acc}, {acc}_i, smem, smem_i, row_in_block, lane);")
+            if red.reduction in (Reduction.ARGMAX, Reduction.ARGMIN):
+                lines.append(f"const int64_t {red.var} = {acc}_i;")
+            else:
+                lines.append(f"const float {red.var}_0 = {_ROUND.get(red.dtype, '')}({acc});")
+                lines.append(f"const int64_t {red.var}_1 = {acc}_i;")
+                lines.append(f"const float {red.var} = {red.var}_0;")
+                available.update({f"{red.var}_0", f"{red.var}_1"})
+            available.add(red.var)
+            lines.extend(row_values())
+            continue
         passes = [("sum", red.operand, None)]
-        if red.reduction in (Reduction.VAR, Reduction.VAR_MEAN):
+        if red.reduction in CENTERED:
             passes = [("sum", red.operand, None), ("sq", red.operand, f"{red.var}_mean")]
         for kind, operand, center in passes:
             assert operand is not None
@@ -470,7 +569,7 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             acc = f"{red.var}_acc" if kind == "sum" else f"{red.var}_m2"
             combine = _COMBINE[red.reduction] if kind == "sum" else "{a} + {b}"
             value = operand if center is None else f"({operand} - {center}) * ({operand} - {center})"
-            last = kind == "sq" or red.reduction not in (Reduction.VAR, Reduction.VAR_MEAN)
+            last = kind == "sq" or red.reduction not in CENTERED
             # vector path: one partial per position in the access (as PyTorch's reductions keep
             # one per vector lane), combined pairwise: a shorter chain of rounding than one total
             into = f"{acc}_p[k]" if vector else acc
@@ -488,7 +587,7 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
                 lines.append(f"float {acc} = {init};")
                 lines.append(loop(body))
             lines.append(f"{acc} = kevin_row_reduce_{op}({acc}, smem, row_in_block, lane);")
-            if red.reduction in (Reduction.VAR, Reduction.VAR_MEAN) and kind == "sum":
+            if red.reduction in CENTERED and kind == "sum":
                 lines.append(f"const float {red.var}_mean = {acc} / {cols}.0f;")
         r = red.reduction
         rnd = _ROUND.get(red.dtype, "")
@@ -496,6 +595,9 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             lines.append(f"const float {red.var} = {rnd}({red.var}_acc);")
         elif r is Reduction.MEAN:
             lines.append(f"const float {red.var} = {rnd}({red.var}_acc / {cols}.0f);")
+        elif r is Reduction.STD:
+            denom = f"({cols}.0f - {red.correction:.1f}f)"
+            lines.append(f"const float {red.var} = {rnd}(sqrtf({red.var}_m2 / {denom}));")
         else:
             denom = f"({cols}.0f - {red.correction:.1f}f)"
             lines.append(f"const float {red.var}_0 = {rnd}({red.var}_m2 / {denom});")
@@ -512,19 +614,24 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         if vector:  # the row's values `width` at a time, then one wide store per output
             lines.append(cached_loop([*computed, *(f"o{k}_v[k] = {o.var};" for k, o in full_outs)],
                                      before=[f"float o{k}_v[{width}];" for k, _ in full_outs],
-                                     after=[f"kevin_st{width}(p_out{k}, row * {cols}LL + c0, o{k}_v);" for k, _ in full_outs]))
+                                     after=[f"kevin_st{width}(p_out{k}, {at('out', 'c0')}, o{k}_v);" for k, _ in full_outs]))
         else:
-            lines.append(loop([*computed, *(f"kevin_st(p_out{k}, row * {cols}LL + c, {o.var});" for k, o in full_outs)]))
+            lines.append(loop([*computed, *(f"kevin_st(p_out{k}, {at('out')}, {o.var});" for k, o in full_outs)]))
     row_outs = [(k, o) for k, o in enumerate(plan.outputs) if o.kind is Kind.ROW]
     if row_outs:
         stores = " ".join(f"kevin_st(p_out{k}, row, {o.var});" for k, o in row_outs)
         lines.append(f"if (valid && lane == 0) {{ {stores} }}")
     inner = "\n    ".join(lines)
+    slots = rpb * (tpr if variant.columns else warps)
+    index_smem = f"\n    __shared__ int64_t smem_i[{slots}];" if any(r.reduction in INDEXED for r in plan.reductions) else ""
+    if variant.columns:  # neighbouring threads, neighbouring rows; a row's threads one per `rpb`
+        mapping = f"const int row_in_block = threadIdx.x % {rpb};\n    const int lane = threadIdx.x / {rpb};"
+    else:
+        mapping = f"const int row_in_block = threadIdx.x / {tpr};\n    const int lane = threadIdx.x % {tpr};"
     return _narrow_indices(plan, f"""
 __global__ void __launch_bounds__({tpr * rpb}) {name}({ins}, {outs}) {{
-    __shared__ float smem[{rpb * warps}];
-    const int row_in_block = threadIdx.x / {tpr};
-    const int lane = threadIdx.x % {tpr};
+    __shared__ float smem[{slots}];{index_smem}
+    {mapping}
     const long long row = (long long)blockIdx.x * {rpb} + row_in_block;
     const bool valid = row < {rows}LL;
     {inner}
@@ -532,10 +639,88 @@ __global__ void __launch_bounds__({tpr * rpb}) {name}({ins}, {outs}) {{
 """)
 
 
-def _row_reducers(threads: int) -> str:
-    """The row kernels' reductions (sum, max, min) for rows of `threads` threads."""
-    return "".join(_row_reducer(op, combine, init, threads) for op, combine, init in (
+def _row_reducers(variant: Variant, indexed: bool = False) -> str:
+    """The row kernels' reductions (sum, max, min; with `indexed`, the first largest and smallest
+    value with its position) for rows of `variant.threads` threads."""
+    threads, rpb = variant.threads, max(1, variant.rows_per_block)
+    make = (lambda *a: _column_reducer(*a, threads, rpb)) if variant.columns else (lambda *a: _row_reducer(*a, threads))
+    code = "".join(make(op, combine, init) for op, combine, init in (
         ("add", "{a} + {b}", "0.0f"), ("max", "kevin_maximum({a}, {b})", "-INFINITY"), ("min", "kevin_minimum({a}, {b})", "INFINITY")))
+    if indexed:
+        code += _ARG_STEPS + "".join(_arg_reducer(op, threads, rpb, variant.columns) for op in ("max", "min"))
+    return code
+
+
+def _column_reducer(op: str, combine: str, init: str, threads: int, rpb: int) -> str:
+    """`kevin_row_reduce_<op>` when a row's `threads` threads are one per `rpb` in the block (the
+    columns mapping): each writes its partial to shared memory, then each reads the row's all."""
+    gather = combine.format(a="v", b=f"smem[w * {rpb} + row_in_block]")
+    return f"""
+__device__ __forceinline__ float kevin_row_reduce_{op}(float v, float* smem, int row_in_block, int lane) {{
+    if ({threads} > 1) {{
+        __syncthreads();
+        smem[lane * {rpb} + row_in_block] = v;
+        __syncthreads();
+        v = {init};
+        for (int w = 0; w < {threads}; ++w) v = {gather};
+    }}
+    return v;
+}}
+"""
+
+
+# Index reductions: a thread's running (value, position), then the row's. Torch's rules: the first
+# position of the largest (smallest) value, and a NaN beats every number (its first position).
+_ARG_STEPS = r"""
+__device__ __forceinline__ void kevin_arg_step_max(float& v, int64_t& i, float x, int64_t j) {
+    if (!(v != v) && (x > v || x != x)) { v = x; i = j; }
+}
+__device__ __forceinline__ void kevin_arg_step_min(float& v, int64_t& i, float x, int64_t j) {
+    if (!(v != v) && (x < v || x != x)) { v = x; i = j; }
+}
+__device__ __forceinline__ void kevin_arg_join_max(float& v, int64_t& i, float x, int64_t j) {
+    const bool vn = v != v, xn = x != x;
+    if ((xn && (!vn || j < i)) || (!vn && !xn && (x > v || (x == v && j < i)))) { v = x; i = j; }
+}
+__device__ __forceinline__ void kevin_arg_join_min(float& v, int64_t& i, float x, int64_t j) {
+    const bool vn = v != v, xn = x != x;
+    if ((xn && (!vn || j < i)) || (!vn && !xn && (x < v || (x == v && j < i)))) { v = x; i = j; }
+}
+"""
+
+
+def _arg_reducer(op: str, threads: int, rpb: int, columns: bool) -> str:
+    """`kevin_row_reduce_arg<op>`: a row's (value, position) from its threads' (every thread of
+    the block calls it): shuffles within a warp, then shared memory across the row's warps; or,
+    with the columns mapping, shared memory across the row's threads."""
+    if columns:
+        return f"""
+__device__ __forceinline__ void kevin_row_reduce_arg{op}(float& v, int64_t& i, float* smem, int64_t* smem_i, int row_in_block, int lane) {{
+    if ({threads} > 1) {{
+        __syncthreads();
+        smem[lane * {rpb} + row_in_block] = v; smem_i[lane * {rpb} + row_in_block] = i;
+        __syncthreads();
+        for (int w = 0; w < {threads}; ++w) kevin_arg_join_{op}(v, i, smem[w * {rpb} + row_in_block], smem_i[w * {rpb} + row_in_block]);
+    }}
+}}
+"""
+    warps = max(1, threads // 32)
+    return f"""
+__device__ __forceinline__ void kevin_row_reduce_arg{op}(float& v, int64_t& i, float* smem, int64_t* smem_i, int row_in_block, int lane) {{
+    #pragma unroll
+    for (int o = {min(16, threads // 2)}; o > 0; o >>= 1) {{
+        const float x = __shfl_xor_sync(0xffffffffu, v, o);
+        const int64_t j = __shfl_xor_sync(0xffffffffu, i, o);
+        kevin_arg_join_{op}(v, i, x, j);
+    }}
+    if ({warps} > 1) {{
+        __syncthreads();
+        if ((lane & 31) == 0) {{ smem[row_in_block * {warps} + (lane >> 5)] = v; smem_i[row_in_block * {warps} + (lane >> 5)] = i; }}
+        __syncthreads();
+        for (int w = 0; w < {warps}; ++w) kevin_arg_join_{op}(v, i, smem[row_in_block * {warps} + w], smem_i[row_in_block * {warps} + w]);
+    }}
+}}
+"""
 
 
 def _row_reducer(op: str, combine: str, init: str, threads: int) -> str:
@@ -597,17 +782,43 @@ def preferred_order(plan: Plan) -> list[int]:
         return [0, 1, 2, 4, 3, 5, 6] if can_vectorize(plan) else [0, 2, 5, 4, 6, 1, 3]
     ideal = min(1024, max(16, plan.cols // 8))
     vector_ok = can_vectorize_rows(plan)
+    columns = strided_rows(plan)
 
     def rank(i: int) -> tuple[int, float, int, int]:
         v = VARIANTS_ROWS[i]
+        if v.columns:
+            group = 0 if columns else 3
+            # enough threads per row to fill the GPU when rows are few, one when they are many
+            want = max(1, min(32, (132 * 2048) // max(1, plan.rows)))
+            return (group, abs(math.log2(v.threads) - math.log2(want)), 0 if not v.cache else 1, i)
         if v.vector:
             group = 0 if vector_ok and _cached_values(plan, v, True) else 2
         else:
             group = 1
         fits = _cached_values(plan, v, v.vector) > 0
-        return (group, abs(math.log2(v.threads) - math.log2(ideal)), 0 if fits else 1, i)
+        return (group + (1 if columns else 0), abs(math.log2(v.threads) - math.log2(ideal)), 0 if fits else 1, i)
 
+    if columns:
+        return sorted(range(len(VARIANTS_ROWS)), key=rank)
     return [0, *sorted(range(1, len(VARIANTS_ROWS)), key=rank)]
+
+
+def strided_rows(plan: Plan) -> bool:
+    """Whether a rows plan's rows lie across memory rather than along it: some per-element input
+    steps through its innermost reduced dimension with a stride other than 1 while neighbouring
+    rows are neighbours in memory (a sum over dim 1 of [N, C, L]). Such rows are read best by the
+    columns mapping (a warp's threads on 32 neighbouring rows)."""
+    if plan.over_last or plan.rows == 1:
+        return False
+    inner_reduced = max(plan.reduced_dims)
+    inner_kept = max(plan.kept_dims)
+    for i in plan.inputs:
+        if i.kind is not Kind.FULL:
+            continue
+        strides = _layout_in_space(i, plan.shape)
+        if strides[inner_reduced] != 1 and strides[inner_kept] == 1:
+            return True
+    return False
 
 
 def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: str = "") -> str:
@@ -617,7 +828,7 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
     kernels = []
     if plan.is_rows:
         vectorizable = variant.vector and can_vectorize_rows(plan) and _cached_values(plan, variant, True) > 0
-        kernels.append(_row_reducers(variant.threads))
+        kernels.append(_row_reducers(variant, any(r.reduction in INDEXED for r in plan.reductions)))
         kernels.append(_rows_kernel(plan, variant, "kevin_rows"))
         if vectorizable:
             kernels.append(_rows_kernel(plan, variant, "kevin_rows_vec", vector=True))
