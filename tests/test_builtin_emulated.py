@@ -147,3 +147,23 @@ def test_index_reductions_take_the_first_extreme_and_a_nan_first(forward: str, t
             w = w.reshape(g.shape)
             assert g.dtype == w.dtype and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(), w.nan_to_num()), \
                 (VARIANTS_ROWS[index].describe(), g, w)
+
+
+def test_long_runs_per_thread_are_summed_with_compensation(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A thread that adds thousands of values keeps a Kahan compensation: 8 million values in [0, 1)
+    summed by one thread (the columns mapping's one thread per row) and by a block of 256 come out
+    within one float32 step of the exact sum, where one thread's plain running sum drifts by
+    thousands of steps."""
+    task = _task("sum-long", "reduction", "x.sum(-1)", [(1, 8_000_000)], "f32")
+    plan = plan_task(task.source)
+    assert isinstance(plan, Plan)
+    torch.manual_seed(0)
+    x = torch.rand(1, 8_000_000)
+    exact = x.double().sum(-1).item()
+    step = torch.finfo(torch.float32).eps * 2 ** 21  # float32's spacing between 2^21 and 2^22 (the sum is near 4e6)
+    one_thread = next(i for i, v in enumerate(VARIANTS_ROWS) if v.columns and v.threads == 1)
+    for index in (0, one_thread):
+        program = write_program(plan, VARIANTS_ROWS[index])
+        assert "isfinite(t)" in program
+        (got,) = emulate(program, [x], [((1,), torch.float32)], workdir=tmp_path)
+        assert abs(got.double().item() - exact) <= step, (VARIANTS_ROWS[index].describe(), got.item(), exact)
