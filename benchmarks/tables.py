@@ -238,7 +238,19 @@ def rl_run(data: dict[str, Any]) -> dict[str, str]:
     return {"run": run, "warm_start": warm, "batches": batches}
 
 
+def builtin_verdicts(data: list[dict[str, Any]]) -> dict[str, str]:
+    """tests/test_builtin_dims_gpu.py's lines, one per task: the writer's first kernel judged."""
+    def pct(value: Any) -> str:
+        return "-" if value is None else f"{value:.0%}"
+
+    rows = [[d["task"], d["verdict"], "-" if d["vs_inductor"] is None else f"{d['vs_inductor']:.2f}x",
+             f"{pct(d['kernel_fraction'])}, {pct(d['inductor_fraction'])}", d["variant"]] for d in data]
+    return {"tasks": _table(["task", "verdict", "kernel / Inductor speed", "kernel, Inductor: fraction of copy bandwidth",
+                             "variant"], rows)}
+
+
 KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
+    "builtin_verdicts": builtin_verdicts,
     "judge_speed": judge_speed,
     "op_overhead": op_overhead,
     "judge_corpus": judge_corpus,
