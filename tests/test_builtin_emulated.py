@@ -78,6 +78,16 @@ CASES: list[SuiteTask] = [
     _task("l2-normalize-dim0-f16", "norm", "x / torch.linalg.vector_norm(x, 2, 0, keepdim=True)", [(130, 24)], "f16"),
     _task("frobenius-f32", "norm", "x / torch.norm(x, p='fro')", [(13, 29)], "f32"),
     _task("softmax-transposed-f32", "norm", "torch.softmax(m0, -1)", [], "f32", ["torch.randn(70, 20, device='cuda').t()"]),
+    # inputs read through views that move their dimensions; norms and losses built on them
+    _task("transpose-contiguous-f32", "chain1", "x.transpose(1, 2).contiguous()", [(3, 10, 7)], "f32"),
+    _task("permute-mul-f16", "chain2", "x.permute(0, 2, 1) * y", [(3, 10, 7), (3, 7, 10)], "f16"),
+    _task("view-merge-softmax-f32", "norm", "torch.softmax(x.view(6, 70), -1)", [(6, 7, 10)], "f32"),
+    _task("batchnorm-inference-f32", "norm", "F.batch_norm(x, y, z.abs() + 0.5, w, v, training=False, eps=1e-5)",
+          [(2, 8, 5, 4), (8,), (8,), (8,), (8,)], "f32"),
+    _task("instancenorm-f32", "norm", "F.instance_norm(x)", [(2, 3, 9, 11)], "f32"),
+    _task("kl-div-f32", "loss", "F.kl_div(torch.log(m0), m1, reduction='batchmean')", [], "f32",
+          ["torch.rand(6, 40, device='cuda').softmax(-1)", "torch.rand(6, 40, device='cuda').softmax(-1)"]),
+    _task("mse-f32", "loss", "F.mse_loss(x, y)", [(5, 300), (5, 300)], "f32"),
 ]
 
 

@@ -155,6 +155,7 @@ CASES: list[Case] = [
     unary(A.reciprocal.default),
     *[with_scalar(A.pow.Tensor_Scalar, e) for e in (2, 3, 0.5, -0.5, -1, -2, 0, 1, 2.5, -1.5, 1 / 3, 2.0)],
     binary(A.pow.Tensor_Tensor),
+    binary(A.xlogy.Tensor),  # 0 where x is 0, NaN where y is NaN, log of negatives NaN
     *[Case(f"pow.Scalar({b}, x)", _bound(lambda x, b: A.pow.Scalar(b, x), b), A.pow.Scalar) for b in (2.0, 0.5, 1.0, -2.0, 0)],
     # math functions
     *[

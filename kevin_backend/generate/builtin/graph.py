@@ -96,6 +96,10 @@ _DECOMPOSED = [
 # Views that keep a ROW value a ROW value, or a FULL value in place.
 _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
           aten.squeeze.dim, aten.squeeze.default, aten.squeeze.dims, aten.expand.default, aten.alias.default}
+# Views that move an input's dimensions: taken only straight from an input (`_fold_input_views`).
+_MOVES = {aten.permute.default, aten.transpose.int, aten.t.default}
+_FOLDABLE = {aten.view.default, aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.default, aten.squeeze.dims,
+             aten.expand.default, aten.alias.default} | _MOVES
 
 
 @dataclass(frozen=True)
@@ -217,6 +221,8 @@ def trace(task_source: str) -> tuple[fx.GraphModule, list[Any]]:
         raise Unsupported("the task has parameters or buffers (the built-in writer takes tensor inputs only)")
     table = get_decompositions(_DECOMPOSED)
     gm = make_fx(lambda *args: model(*args), decomposition_table=table)(*metas)
+    gm.graph.eliminate_dead_code()  # what decompositions make and nothing reads (a norm's unused saved statistics)
+    gm.recompile()
     return gm, metas
 
 
@@ -256,15 +262,54 @@ def _plan(gm: fx.GraphModule, metas: list[Any]) -> Plan:
     planner = _Planner(shape, reducing=bool(reductions), reduced=reduced_dims(reductions[0], len(shape)) if reductions else ())
     for i, (ph, t) in enumerate(zip(placeholders, metas)):
         planner.add_input(ph, i, t)
+    folded = _fold_input_views(placeholders, metas)
+    for ph, (chain, layout) in folded.items():
+        planner.read_through(ph, chain[-1], layout)
+    in_chains = {n for chain, _ in folded.values() for n in chain}
     counter = 0
     for node in graph.nodes:
         if node.op == "get_attr":
             raise Unsupported("the task reads a constant tensor")
         if node.op != "call_function":
             continue
+        if node in in_chains:  # the input read through these views: no code of their own
+            planner.ops.append(_op_name(node))
+            continue
         planner.visit(node, f"v{counter}")
         counter += 1
     return planner.finish(placeholders, metas, outs)
+
+
+def _fold_input_views(placeholders: list[fx.Node], metas: list[Any]) -> dict[fx.Node, tuple[list[fx.Node], tuple[tuple[int, ...], tuple[int, ...]]]]:
+    """Inputs read through views that move their dimensions (a transpose, a permute, a view that
+    splits or merges dimensions), each view used by the next alone: per input, the chain of views
+    and the layout (shape, strides) the kernel reads the input through. The layout is what torch
+    gives when the views are applied to a meta tensor of the input's layout, so torch decides what
+    is a view (a view it refuses leaves the input unfolded, and the plan says why)."""
+    folded = {}
+    for ph, t in zip(placeholders, metas):
+        chain, node, moves = [], ph, False
+        while len(node.users) == 1:
+            (user,) = node.users
+            if user.op != "call_function" or user.target not in _FOLDABLE or not user.args or user.args[0] is not node:
+                break
+            before, after = _val(node), _val(user)
+            if before is None or after is None:
+                break
+            chain.append(user)
+            moves = moves or user.target in _MOVES or (
+                user.target is aten.view.default and [d for d in before.shape if d != 1] != [d for d in after.shape if d != 1])
+            node = user
+        if not chain or not moves:
+            continue
+        try:
+            meta = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="meta")
+            for n in chain:
+                meta = n.target(meta, *n.args[1:], **n.kwargs)
+        except RuntimeError:
+            continue
+        folded[ph] = (chain, (tuple(meta.shape), tuple(meta.stride())))
+    return folded
 
 
 def _outputs_of(graph: fx.Graph) -> list[fx.Node]:
@@ -330,6 +375,7 @@ class _Planner:
         self.reduced = reduced or (len(shape) - 1,)  # R
         self.reducing = reducing  # a row plan
         self.indices: set[fx.Node] = set()  # int64 positions (index reductions): outputs only
+        self.reshaped: set[fx.Node] = set()  # outputs that are views of a FULL value in another shape (same order)
         self.kinds: dict[fx.Node, Kind] = {}
         self.names: dict[fx.Node, str] = {}
         self.nodes: list[PlanNode] = []
@@ -350,6 +396,15 @@ class _Planner:
             self.kinds[ph] = self.kind_of_shape(tuple(t.shape))
         except Unsupported as exc:
             self.viewing[ph] = _Viewing(tuple(t.shape), {ph: (tuple(t.shape), tuple(t.stride()))}, [], str(exc))
+
+    def read_through(self, ph: fx.Node, last: fx.Node, layout: tuple[tuple[int, ...], tuple[int, ...]]) -> None:
+        """Input `ph` read through a chain of views ending at `last` (`_fold_input_views`): the
+        chain's value is the input, laid out as `layout` in the iteration space."""
+        self.viewing.pop(ph, None)
+        kind = self.kind_of_shape(layout[0])
+        self.views[ph] = layout
+        self.kinds[ph] = self.kinds[last] = kind
+        self.names[last] = self.names[ph]
 
     def cols_of(self, shape: tuple[int, ...]) -> int:
         return _numel(tuple(shape[d] for d in self.reduced))
@@ -393,7 +448,7 @@ class _Planner:
                 raise Unsupported(f"an output of shape {list(v.shape)} in an iteration space of {list(shape)}")  # type: ignore[union-attr]
             kind = self.kinds[o]
             out_shape = tuple(v.shape)  # type: ignore[union-attr]
-            if kind is Kind.FULL and out_shape != shape:
+            if kind is Kind.FULL and out_shape != shape and o not in self.reshaped:
                 raise Unsupported(f"an output of shape {list(out_shape)} in an iteration space of {list(shape)}")
             rows = _numel(tuple(shape[d] for d in range(len(shape)) if d not in self.reduced))
             if kind is Kind.ROW and self.reducing and _numel(out_shape) != rows:
@@ -483,6 +538,9 @@ def _plan_view(p: _Planner, node: fx.Node, var: str) -> None:
     src_shape = tuple(_val(src).shape)  # type: ignore[union-attr]
     if p.kinds[src] is Kind.ROW and _numel(out_shape) == _numel(src_shape):
         pass  # a row value seen with or without its size-1 dimensions
+    elif (node.target is aten.view.default and src_shape == p.shape and _numel(out_shape) == _numel(src_shape)
+          and node.users and all(u.op == "output" for u in node.users)):
+        p.reshaped.add(node)  # an output written in the iteration space's order: the same memory as the view's
     elif out_shape == src_shape or (node.target is aten.expand.default and (p.kind_of_shape(out_shape) is p.kinds[src] or p.kinds[src] is Kind.ROW)):
         # (a row value expanded along the last dimension is still one value per row)
         pass

@@ -397,6 +397,7 @@ _RULES: dict[Any, _Rule] = {
     aten.log2.default: _unary("log2f"),
     aten.log10.default: _unary("log10f"),
     aten.log1p.default: _unary("log1pf"),
+    aten.xlogy.Tensor: _Rule(_call("kevin_xlogy", "self", "other")),
     aten.sqrt.default: _unary("sqrtf"),
     aten.rsqrt.default: _unary("kevin_rsqrt"),
     aten.erf.default: _unary("erff"),
@@ -540,6 +541,8 @@ __host__ __device__ __forceinline__ float kevin_silu(float x) { return x / (1.0f
 __host__ __device__ __forceinline__ float kevin_sign(float x) { return (float)((0.0f < x) - (x < 0.0f)); }
 __host__ __device__ __forceinline__ float kevin_isnan(float x) { return x != x ? 1.0f : 0.0f; }
 __host__ __device__ __forceinline__ float kevin_isinf(float x) { return fabsf(x) == INFINITY ? 1.0f : 0.0f; }
+// torch.xlogy: 0 where x is 0 (even where log(y) is infinite), NaN where y is NaN
+__host__ __device__ __forceinline__ float kevin_xlogy(float x, float y) { return y != y ? y : (x == 0.0f ? 0.0f : x * logf(y)); }
 __host__ __device__ __forceinline__ float kevin_gelu_erf(float x) {
     return x * 0.5f * (1.0f + erff(x * 0.70710678118654752440f));  // x * Phi(x)
 }
