@@ -114,18 +114,23 @@ def _split(cuda_source: str) -> tuple[str, str]:
     return device, cuda_source[host.start():]
 
 
-def _launch(host: str, vector: bool) -> tuple[str, int, int]:
-    """(kernel, grid, block) as the host code launches it (its vector kernel when `vector`)."""
-    launches = re.findall(r"(kevin_\w+)<<<\(unsigned\)blocks, (\d+), 0, stream>>>", host)
+def _launches(host: str, vector: bool) -> list[tuple[str, int, int, list[str]]]:
+    """(kernel, grid, block, argument names) of each launch the host code makes, in order: its
+    vector kernels when `vector` and it has them, else the others (a split plan launches several)."""
+    found = re.findall(r"(kevin_\w+)<<<\(unsigned\)(\w+), (\d+), 0, stream>>>\((.*?)\);", host)
     blocks = re.findall(r"const long long blocks = (.*?);\n", host)
-    names = [name for name, _ in launches]
-    pick = next((i for i, n in enumerate(names) if n.endswith("_vec")), None) if vector else None
-    if pick is None:
-        pick = next(i for i, n in enumerate(names) if not n.endswith("_vec"))
-    expr = blocks[min(pick, len(blocks) - 1)]
-    expr = expr.replace("std::min<long long>", "min").replace("LL", "").replace("/", "//")
-    grid = int(eval(expr, {"min": min}))  # noqa: S307 - arithmetic on integers written by the writer
-    return names[pick], grid, int(launches[pick][1])
+    use_vector = vector and any(name.endswith("_vec") for name, *_ in found)
+    result = []
+    for k, (name, grid, block, args) in enumerate(found):
+        if name.endswith("_vec") != use_vector:
+            continue
+        if grid == "blocks":  # the `blocks` computed before this launch (each branch computes its own)
+            expr = blocks[min(k, len(blocks) - 1)]
+            expr = expr.replace("std::min<long long>", "min").replace("LL", "").replace("/", "//")
+            grid = str(int(eval(expr, {"min": min})))  # noqa: S307 - arithmetic on integers written by the writer
+        names = re.findall(r"\((\w+)\.data_ptr\(\)\)", args)
+        result.append((name, int(grid), int(block), names))
+    return result
 
 
 def emulate(program: str, inputs: Sequence[torch.Tensor], outputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
@@ -135,31 +140,36 @@ def emulate(program: str, inputs: Sequence[torch.Tensor], outputs: Sequence[tupl
     (ext,) = Candidate.parse(program).extensions
     cuda = ext.cuda_sources if isinstance(ext.cuda_sources, str) else "\n".join(ext.cuda_sources)
     device, host = _split(cuda)
-    kernel, grid, block = _launch(host, vector)
+    launches = _launches(host, vector)
+    # workspaces the host function allocates besides the outputs (a split plan's partials and row values)
+    workspaces = [(name, int(n), kind) for name, n, kind in
+                  re.findall(r"auto (\w+) = torch::empty\(\{(\d+)\}, \w+\.options\(\)\.dtype\(torch::k(\w+)\)\);", host)
+                  if not re.fullmatch(r"out\d+", name)]
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         folder = Path(tmp)
-        args, setup, save = [], [], []
+        setup, save = [], []
         for k, t in enumerate(inputs):
             raw = t.view(torch.int16) if t.dtype in (torch.float16, torch.bfloat16) else t
             extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
             flat = torch.as_strided(raw, (extent,), (1,)).contiguous()
             (folder / f"in{k}.bin").write_bytes(flat.numpy().tobytes())
             setup.append(f"auto* in{k} = alloc<{_CT[t.dtype]}>({extent}); read(\"in{k}.bin\", in{k}, {extent} * sizeof({_CT[t.dtype]}));")
-            args.append(f"in{k}")
         for k, (shape, dtype) in enumerate(outputs):
             numel = 1
             for n in shape:
                 numel *= n
             setup.append(f"auto* out{k} = alloc<{_CT[dtype]}>({numel});")
-            args.append(f"out{k}")
             save.append(f"write(\"out{k}.bin\", out{k}, {numel} * sizeof({_CT[dtype]}));")
+        for name, numel, kind in workspaces:
+            setup.append(f"auto* {name} = alloc<{ {'Float32': 'float', 'Int64': 'int64_t'}[kind]}>({numel});")
         main = (
             "static void read(const char* p, void* d, size_t n) { FILE* f = fopen(p, \"rb\"); if (n && fread(d, 1, n, f) != n) abort(); fclose(f); }\n"
             "static void write(const char* p, const void* d, size_t n) { FILE* f = fopen(p, \"wb\"); fwrite(d, 1, n, f); fclose(f); }\n"
             "template <class T> static T* alloc(size_t n) {  // 64-byte aligned, as CUDA's allocator\n"
             "    void* p = aligned_alloc(64, (n * sizeof(T) + 127) / 64 * 64); if (!p) abort(); return static_cast<T*>(p); }\n"
             "int main() {\n    " + "\n    ".join(setup) + "\n"
-            f"    kevin_emu_launch({grid}u, {block}u, [&] {{ {kernel}({', '.join(args)}); }});\n    "
+            + "".join(f"    kevin_emu_launch({grid}u, {block}u, [&] {{ {kernel}({', '.join(names)}); }});\n"
+                      for kernel, grid, block, names in launches) + "    "
             + "\n    ".join(save) + "\n    return 0;\n}\n"
         )
         (folder / "emu.cpp").write_text(_SHIM + device + "\n" + main)

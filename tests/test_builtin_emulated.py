@@ -88,6 +88,15 @@ CASES: list[SuiteTask] = [
     _task("kl-div-f32", "loss", "F.kl_div(torch.log(m0), m1, reduction='batchmean')", [], "f32",
           ["torch.rand(6, 40, device='cuda').softmax(-1)", "torch.rand(6, 40, device='cuda').softmax(-1)"]),
     _task("mse-f32", "loss", "F.mse_loss(x, y)", [(5, 300), (5, 300)], "f32"),
+    # few long rows, each split over several blocks (split.py)
+    _task("split-layernorm-f32", "norm", "F.layer_norm(x, (40000,))", [(3, 40000)], "f32"),
+    _task("split-softmax-f16", "norm", "torch.softmax(x, -1)", [(2, 20000)], "f16"),
+    _task("split-sum-all-f32", "reduction", "x.sum()", [(7, 10000)], "f32"),
+    _task("split-var-mean-bf16", "reduction", "torch.var_mean(x, -1)", [(3, 17000)], "bf16"),
+    _task("split-max-dim0-f32", "reduction", "torch.max(x, 0)", [(20000, 3)], "f32"),
+    _task("split-argmin-all-f32", "reduction", "x.argmin()", [(50, 400)], "f32"),
+    _task("split-mse-f32", "loss", "F.mse_loss(x, y)", [(4, 5000), (4, 5000)], "f32"),
+    _task("split-std-dims12-f32", "reduction", "x.std((1, 2))", [(2, 150, 130)], "f32"),
 ]
 
 

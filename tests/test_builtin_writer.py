@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kevin_backend.generate.builtin.graph import BuiltinSupport, Declined, Kind, plan_task
-from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, input_mode, write_program
+from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, input_mode, preferred_order, write_program
 from kevin_backend.generate.builtin.policy import BuiltinPolicy, task_from_messages
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.generate.policy import Sampling
@@ -209,13 +209,16 @@ def test_variants_are_ranked_for_the_shape() -> None:
         plan = plan_task(next(t for t in SUITE if t.name == name).source)
         assert plan
         found = preferred_order(plan)
-        assert found[0] == 0 and sorted(found) == list(range(len(VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)))
+        assert sorted(found) == list(range(len(VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)))
+        assert found[0] == 0 or VARIANTS_ROWS[found[0]].split  # the plain kernel first, unless the rows are too few
         return found
 
     short = VARIANTS_ROWS[order("softmax-short-rows-f32")[1]]
     assert short.threads < 32 and short.vector  # 64 columns, 4-wide: half a warp per row
-    assert VARIANTS_ROWS[order("long-rows-sum-f32")[1]].threads == 1024  # 65536 columns: the biggest block
-    assert not VARIANTS_ROWS[order("long-rows-sum-f32")[1]].vector  # too long to keep in registers: no vector path
+    # 64 rows of 65536: too few rows to fill the GPU, each split over several blocks
+    long_rows = [VARIANTS_ROWS[i] for i in order("long-rows-sum-f32")]
+    assert long_rows[0].split and long_rows[1].split and not long_rows[3].split
+    assert long_rows[3].threads == 1024 and not long_rows[3].vector  # then the biggest block; too long for registers
     first = VARIANTS_ROWS[order("softmax-f32")[1]]
     assert first.threads == 128 and first.cache and first.vector
     odd = VARIANTS_ROWS[order("softmax-f32-odd")[1]]
@@ -267,15 +270,27 @@ def test_the_partitioner_asks_the_builtin_writer() -> None:
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
     """The torch-free device part of pointwise, vectorized and row programs (scalar, 4-wide, half a
-    warp per row) compiles."""
+    warp per row, rows across a warp with an index reduction, rows split over several blocks) compiles."""
     picks = [("gated-bf16", VARIANTS_POINTWISE[1]), ("transposed-input-f32", VARIANTS_POINTWISE[0]),
              ("layernorm-affine-f16", VARIANTS_ROWS[1]), ("var-mean-f32", VARIANTS_ROWS[3]),
              ("batchnorm-relu-f32", VARIANTS_POINTWISE[2]), ("layernorm-affine-f16", VARIANTS_ROWS[8]),
              ("softmax-short-rows-f32", VARIANTS_ROWS[12])]
     by_name = {t.name: t for t in SUITE}
+    # reductions over other dimensions (the columns mapping, index reductions) and split rows
+    more = {
+        "argmax-dim1": _task("x.argmax(1)", "torch.randn(8, 300, 40, device='cuda'), torch.randn(1, device='cuda')"),
+        "max-dim0-split": _task("torch.max(x + y, 0)", "torch.randn(30000, 3, device='cuda'), torch.randn(3, device='cuda')"),
+        "layernorm-split": _task("torch.nn.functional.layer_norm(x, (40000,)) * y",
+                                 "torch.randn(3, 40000, device='cuda'), torch.randn(40000, device='cuda')"),
+    }
+    picks += [("argmax-dim1", VARIANTS_ROWS[preferred_order(plan_task(more["argmax-dim1"]))[0]]),
+              ("max-dim0-split", VARIANTS_ROWS[preferred_order(plan_task(more["max-dim0-split"]))[0]]),
+              ("layernorm-split", VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]])]
+    assert VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]].split
     sources = []
     for i, (name, variant) in enumerate(picks):
-        (ext,) = Candidate.parse(write_program(plan_task(by_name[name].source), variant)).extensions
+        task = more[name] if name in more else by_name[name].source
+        (ext,) = Candidate.parse(write_program(plan_task(task), variant)).extensions
         sources.append(fast_sources(ext.cpp_sources, ext.cuda_sources, ext.functions, f"t{i}").device)
     procs = []
     for i, device in enumerate(sources):

@@ -50,11 +50,14 @@ class Variant:
     rows_per_block: int = 1  # rows kernel with a warp per row: rows sharing one block
     cache: bool = False  # rows kernel: keep the row's inputs in registers across passes (one read)
     columns: bool = False  # rows kernel: neighbouring threads take neighbouring rows (a row strided in memory)
+    split: bool = False  # rows plan: each row over several blocks, a launch per reduction (`split.py`)
 
     def describe(self) -> str:
         parts = [f"{self.threads} threads" + (" per row" if self.rows_per_block != 1 or self.threads == 32 else "")]
         if self.columns:
             parts.append("rows across a warp's threads")
+        if self.split:
+            parts = [f"{self.threads} threads per block", "each row split over several blocks"]
         if self.rows_per_block > 1:
             parts.append(f"{self.rows_per_block} rows per block")
         if self.vector:
@@ -82,6 +85,8 @@ VARIANTS_ROWS = (
     Variant(1, rows_per_block=256, columns=True), Variant(4, rows_per_block=64, columns=True),
     Variant(8, rows_per_block=32, columns=True), Variant(16, rows_per_block=32, columns=True),
     Variant(32, rows_per_block=32, columns=True), Variant(8, rows_per_block=32, columns=True, cache=True),
+    # rows too few to fill the GPU: each over several blocks (`split.py`)
+    Variant(256, split=True), Variant(512, split=True), Variant(1024, split=True),
 )
 # Registers per thread a cached row may take (values per input).
 MAX_CACHED = 32
@@ -794,8 +799,14 @@ def preferred_order(plan: Plan) -> list[int]:
     vector_ok = can_vectorize_rows(plan)
     columns = strided_rows(plan)
 
+    from kevin_backend.generate.builtin.split import split_count
+
+    splitting = split_count(plan) > 1
+
     def rank(i: int) -> tuple[int, float, int, int]:
         v = VARIANTS_ROWS[i]
+        if v.split:
+            return (-1 if splitting else 4, abs(math.log2(v.threads) - 8), 0, i)
         if v.columns:
             group = 0 if columns else 3
             # enough threads per row to fill the GPU when rows are few, one when they are many
@@ -808,7 +819,7 @@ def preferred_order(plan: Plan) -> list[int]:
         fits = _cached_values(plan, v, v.vector) > 0
         return (group + (1 if columns else 0), abs(math.log2(v.threads) - math.log2(ideal)), 0 if fits else 1, i)
 
-    if columns:
+    if columns or splitting:
         return sorted(range(len(VARIANTS_ROWS)), key=rank)
     return [0, *sorted(range(1, len(VARIANTS_ROWS)), key=rank)]
 
@@ -837,7 +848,15 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
     digest = hashlib.sha256(repr((plan, variant)).encode()).hexdigest()[:10]
     name = name or f"kevin_builtin_{digest}"
     kernels = []
-    if plan.is_rows:
+    launches = None
+    if plan.is_rows and variant.split:
+        from kevin_backend.generate.builtin.split import split_program
+
+        vectorizable = False
+        kernels.append(_row_reducers(Variant(variant.threads), any(r.reduction in INDEXED for r in plan.reductions)))
+        split_kernels, launches = split_program(plan, variant.threads, _SPLIT_HELPERS)
+        kernels += [_narrow_indices(plan, k) for k in split_kernels]
+    elif plan.is_rows:
         vectorizable = variant.vector and can_vectorize_rows(plan) and _cached_values(plan, variant, True) > 0
         kernels.append(_row_reducers(variant, any(r.reduction in INDEXED for r in plan.reductions)))
         kernels.append(_rows_kernel(plan, variant, "kevin_rows"))
@@ -848,13 +867,14 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
         kernels.append(_pointwise_kernel(plan, variant, "kevin_pointwise", vector=False))
         if vectorizable:
             kernels.append(_pointwise_kernel(plan, variant, "kevin_pointwise_vec", vector=True))
-    host = _host(plan, variant, vectorizable)
+    host = _host(plan, variant, vectorizable, launches)
     cuda = "\n".join([_PRELUDE, DEVICE_HELPERS, _ACCESS, *kernels, host])
     returns = "torch::Tensor" if len(plan.outputs) == 1 else "std::vector<torch::Tensor>"
     params = ", ".join(f"torch::Tensor {i.var}" for i in plan.inputs)
     args = ", ".join(i.var for i in plan.inputs)
     ret = "ext.kevin_run(" + args + ")" if len(plan.outputs) == 1 else "tuple(ext.kevin_run(" + args + "))"
-    doc = doc or f"Written by kevin's built-in writer: {'row' if plan.is_rows else 'pointwise'} kernel, {variant.describe()}."
+    kind = "split-row" if plan.is_rows and variant.split else "row" if plan.is_rows else "pointwise"
+    doc = doc or f"Written by kevin's built-in writer: {kind} kernel, {variant.describe()}."
     return (
         f'"""{doc}"""\n'
         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
@@ -870,7 +890,9 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
     )
 
 
-def _host(plan: Plan, variant: Variant, vectorizable: bool) -> str:
+def _host(plan: Plan, variant: Variant, vectorizable: bool, launches: str | None = None) -> str:
+    """The host function: every input's sizes and strides checked, the outputs allocated, the
+    kernel launched on the current stream (`launches`: a split plan's workspaces and launches)."""
     params = ", ".join(f"torch::Tensor {i.var}" for i in plan.inputs)
     first = plan.inputs[0].var
     checks = []
@@ -893,7 +915,9 @@ def _host(plan: Plan, variant: Variant, vectorizable: bool) -> str:
                              if not plan.is_rows or i.kind is Kind.FULL),
                            *(f"reinterpret_cast<uintptr_t>(out{k}.data_ptr()) % 16 == 0" for k, o in enumerate(plan.outputs)
                              if not plan.is_rows or o.kind is Kind.FULL)])
-    if plan.is_rows:
+    if launches is not None:
+        launch = launches
+    elif plan.is_rows:
         rpb = max(1, variant.rows_per_block)
         launch = (f"    const long long blocks = ({plan.rows}LL + {rpb} - 1) / {rpb};\n"
                   f"    kevin_rows<<<(unsigned)blocks, {variant.threads * rpb}, 0, stream>>>({casted});")
@@ -920,3 +944,14 @@ def _host(plan: Plan, variant: Variant, vectorizable: bool) -> str:
         + "\n".join(allocs) + "\n" + launch + "\n"
         f"    return {ret};\n}}\n"
     )
+
+
+def _split_helpers() -> "object":
+    from kevin_backend.generate.builtin.split import _Helpers
+
+    return _Helpers(closure=_closure, node_code=_node_code, references=_references, offsets=row_col_offsets,
+                    layout=_layout_in_space, contiguous=_contiguous_strides, names=_NAME.findall, rounding=_ROUND,
+                    ctype=_CT, compensate_after=_COMPENSATE_AFTER)
+
+
+_SPLIT_HELPERS = _split_helpers()

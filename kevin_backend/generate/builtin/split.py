@@ -1,0 +1,297 @@
+"""Rows too few to fill the GPU, each split over several blocks (the built-in writer's third
+kernel family, for rows plans).
+
+    split_count(plan)                       # blocks per row: 1 when the plan is not worth splitting
+    kernels, host = split_program(plan, variant, name_of)
+
+A rows plan with few long rows (16 rows of 4M elements, a loss summed over a whole tensor) gives
+one block per row: a handful of the GPU's multiprocessors busy, the rest idle. Here every row is
+cut into `S` chunks, one block each, and every reduction takes two launches:
+
+  * `kevin_part<L>`: each block reduces its chunk (the operand computed per element from the
+    inputs and the row's values known so far) to one partial, written to a workspace;
+  * `kevin_comb<L>`: one thread per row combines the row's `S` partials in chunk order (index
+    reductions keep the first position), finishes the value (a mean divides, a half rounds) and
+    stores it with the row's state.
+
+A centred reduction (var, var_mean, std) is two such levels: the mean, then the squares about it.
+`kevin_out` then writes the full-size outputs chunk by chunk and the row-size outputs once per
+row. Each launch reads the row once: a norm reads its input three times and writes once, where
+one block per row would leave most of the GPU idle. The launches run in order on the current
+stream; the workspaces are allocated by the host function with the outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from kevin_backend.generate.builtin.graph import CENTERED, INDEXED, Kind, Plan, PlanNode, Reduction
+
+__all__ = ["split_count", "split_program", "SPLIT_MIN_COLS"]
+
+# Multiprocessors the grid aims to fill (an H100 or H200 has 132; fewer just queue).
+_SMS = 132
+# Rows shorter than this are not split (one block per row reads them fast enough).
+SPLIT_MIN_COLS = 16384
+# Partial per block: a chunk is at least this long.
+_MIN_CHUNK = 4096
+
+
+def split_count(plan: Plan) -> int:
+    """Blocks per row: enough for about four blocks per multiprocessor, chunks of at least
+    `_MIN_CHUNK` elements, at most 1024; 1 when the rows fill the GPU or are short."""
+    if not plan.is_rows or plan.cols < SPLIT_MIN_COLS or plan.rows >= 2 * _SMS:
+        return 1
+    return max(1, min(-(-4 * _SMS // plan.rows), plan.cols // _MIN_CHUNK, 1024))
+
+
+@dataclass(frozen=True)
+class _Level:
+    red: PlanNode
+    kind: str  # "sum" (a plain reduction, or a centred one's mean), "sq" (a centred one's squares), "arg"
+
+
+def _levels(plan: Plan) -> list[_Level]:
+    levels = []
+    for red in plan.reductions:
+        if red.reduction in INDEXED:
+            levels.append(_Level(red, "arg"))
+        elif red.reduction in CENTERED:
+            levels += [_Level(red, "sum"), _Level(red, "sq")]
+        else:
+            levels.append(_Level(red, "sum"))
+    return levels
+
+
+def split_program(plan: Plan, threads: int, helpers: "_Helpers") -> tuple[list[str], str]:
+    """(the kernels' code, the host function's launches and workspaces) of `plan` split into
+    `split_count(plan)` blocks per row, `threads` threads per block."""
+    return _Writer(plan, threads, helpers).write()
+
+
+@dataclass(frozen=True)
+class _Helpers:
+    """What the rows kernels' writer shares (kernels.py passes its own: no import cycle)."""
+    closure: Callable[[Plan, list[str], set[str]], list[PlanNode]]
+    node_code: Callable[[PlanNode], str]
+    references: Callable[..., set[str]]
+    offsets: Callable[..., tuple[str, str]]  # row_col_offsets(strides, plan)
+    layout: Callable[..., tuple[int, ...]]  # an input's strides in the iteration space
+    contiguous: Callable[[tuple[int, ...]], tuple[int, ...]]
+    names: Callable[[str], list[str]]  # the values and inputs a piece of code names
+    rounding: dict[torch.dtype, str]
+    ctype: dict[torch.dtype, str]
+    compensate_after: int
+
+
+class _Writer:
+    def __init__(self, plan: Plan, threads: int, h: _Helpers) -> None:
+        self.plan, self.threads, self.h = plan, threads, h
+        self.splits = split_count(plan)
+        cols = plan.cols
+        chunk = -(-cols // self.splits)
+        self.chunk = -(-chunk // 8) * 8
+        self.slots: dict[str, int] = {}  # float row values kept between launches: var -> slot
+        self.index_slots: dict[str, int] = {}  # int64 ones
+        self.indexed = any(r.reduction in INDEXED for r in plan.reductions)
+
+    # -- pieces shared by the launches ---------------------------------------------------------
+
+    def _offsets(self) -> dict[str, tuple[str, str]]:
+        plan, h = self.plan, self.h
+        parts = {i.var: h.offsets(h.layout(i, plan.shape), plan) for i in plan.inputs}
+        parts["out"] = h.offsets(h.contiguous(plan.shape), plan)
+        return parts
+
+    def _at(self, parts: dict[str, tuple[str, str]], var: str) -> str:
+        row_part, col_part = parts[var]
+        if row_part == "0":
+            return col_part
+        return f"{var}_ro + {col_part}" if col_part != "0" else f"{var}_ro"
+
+    def _row_state(self, parts: dict[str, tuple[str, str]], lines: list[str]) -> set[str]:
+        """Code that makes the row's known values (kept ones, row-size inputs, row-size pointwise
+        values of them) and the row parts of every offset; the names now available."""
+        plan, rows = self.plan, self.plan.rows
+        for var, (row_part, _) in parts.items():
+            if row_part != "0":
+                lines.append(f"const long long {var}_ro = {row_part};")
+        available: set[str] = set()
+        for var, slot in self.slots.items():
+            lines.append(f"const float {var} = p_rv[{slot}LL * {rows}LL + row];")
+            available.add(var)
+        for var, slot in self.index_slots.items():
+            lines.append(f"const int64_t {var} = p_rvi[{slot}LL * {rows}LL + row];")
+            available.add(var)
+        for inp in plan.inputs:
+            if inp.kind is Kind.ROW:
+                lines.append(f"const float {inp.var} = kevin_ld(p_{inp.var}, {self._at(parts, inp.var)});")
+                available.add(inp.var)
+        progress = True
+        while progress:
+            progress = False
+            for n in plan.nodes:
+                if n.kind is Kind.ROW and n.reduction is None and n.var not in available:
+                    if all(r in available for r in self.h.names(n.alias_of or n.expr or "")):
+                        lines.append(self.h.node_code(n))
+                        available.add(n.var)
+                        progress = True
+        return available
+
+    def _element(self, parts: dict[str, tuple[str, str]], targets: list[str], available: set[str]) -> list[str]:
+        """Per element: the loads and node code that compute `targets`."""
+        needed = self.h.closure(self.plan, targets, available)
+        used = self.h.references(needed, targets)
+        loads = [f"float {i.var} = kevin_ld(p_{i.var}, {self._at(parts, i.var)});"
+                 for i in self.plan.inputs if i.kind is Kind.FULL and i.var in used]
+        return [*loads, *(self.h.node_code(n) for n in needed)]
+
+    def _header(self, name: str, params: str, splits: int) -> str:
+        cols = self.plan.cols
+        chunk = self.chunk if splits > 1 else cols
+        shared = (f"__shared__ float smem[{max(1, self.threads // 32)}];"
+                  + (f" __shared__ int64_t smem_i[{max(1, self.threads // 32)}];" if self.indexed else ""))
+        return (f"__global__ void __launch_bounds__({self.threads}) {name}({params}) {{\n"
+                f"    {shared}\n"
+                "    const int row_in_block = 0;\n    const int lane = threadIdx.x;\n"
+                f"    const long long row = (long long)blockIdx.x / {splits};\n"
+                f"    const long long c_begin = ((long long)blockIdx.x % {splits}) * {chunk}LL;\n"
+                f"    const long long c_end = c_begin + {chunk}LL < {cols}LL ? c_begin + {chunk}LL : {cols}LL;\n")
+
+    def _params(self, outputs: bool) -> str:
+        ins = [f"const {self.h.ctype[i.dtype]}* __restrict__ p_{i.var}" for i in self.plan.inputs]
+        outs = [f"{self.h.ctype[o.dtype]}* __restrict__ p_out{k}" for k, o in enumerate(self.plan.outputs)] if outputs else []
+        state = ["const float* __restrict__ p_rv", "const int64_t* __restrict__ p_rvi"]
+        return ", ".join([*ins, *outs, *state])
+
+    # -- the launches --------------------------------------------------------------------------
+
+    def _partial(self, index: int, level: _Level) -> str:
+        red, plan = level.red, self.plan
+        parts = self._offsets()
+        lines: list[str] = []
+        available = self._row_state(parts, lines)
+        assert red.operand is not None
+        body = self._element(parts, [red.operand], available)
+        value = red.operand
+        per_thread = self.chunk // self.threads
+        if level.kind == "arg":
+            op = "max" if red.reduction in (Reduction.ARGMAX, Reduction.MAX_DIM) else "min"
+            lines.append(f"float acc = {'-INFINITY' if op == 'max' else 'INFINITY'}; int64_t acc_i = INT64_MAX;")
+            step = f"kevin_arg_step_{op}(acc, acc_i, {value}, (int64_t)c);"
+            finish = [f"kevin_row_reduce_arg{op}(acc, acc_i, smem, smem_i, row_in_block, lane);",
+                      f"if (lane == 0) {{ p_ws[blockIdx.x] = acc; p_wsi[blockIdx.x] = acc_i; }}"]
+        else:
+            if level.kind == "sq":
+                value = f"({red.operand} - {red.var}_mean) * ({red.operand} - {red.var}_mean)"
+            op = {Reduction.AMAX: "max", Reduction.AMIN: "min"}.get(red.reduction, "add") if level.kind == "sum" else "add"
+            init = {"max": "-INFINITY", "min": "INFINITY"}.get(op, "0.0f")
+            lines.append(f"float acc = {init};")
+            if op == "add" and per_thread > self.h.compensate_after:  # Kahan, as the rows kernels
+                lines.append("float acc_c = 0.0f;")
+                step = (f"{{ const float y = ({value}) - acc_c; const float t = acc + y; "
+                        "acc_c = isfinite(t) ? (t - acc) - y : 0.0f; acc = t; }")
+            else:
+                step = {"add": f"acc = acc + {value};", "max": f"acc = kevin_maximum(acc, {value});",
+                        "min": f"acc = kevin_minimum(acc, {value});"}[op]
+            finish = [f"acc = kevin_row_reduce_{op}(acc, smem, row_in_block, lane);", "if (lane == 0) p_ws[blockIdx.x] = acc;"]
+        inner = "\n        ".join([*body, step])
+        lines.append(f"for (long long c = c_begin + lane; c < c_end; c += {self.threads}) {{\n        {inner}\n    }}")
+        lines.extend(finish)
+        params = self._params(False) + ", float* __restrict__ p_ws" + (", int64_t* __restrict__ p_wsi" if self.indexed else "")
+        return self._header(f"kevin_part{index}", params, self.splits) + "    " + "\n    ".join(lines) + "\n}\n"
+
+    def _combine(self, index: int, level: _Level) -> str:
+        """One thread per row: the row's partials in chunk order, then the finished value(s) kept."""
+        red, plan, rows, splits, cols = level.red, self.plan, self.plan.rows, self.splits, self.plan.cols
+        rnd = self.h.rounding.get(red.dtype, "")
+        lines = [f"const long long row = (long long)blockIdx.x * 256LL + threadIdx.x;", f"if (row >= {rows}LL) return;"]
+        keep: list[tuple[str, str, bool]] = []  # (var, expression, int64)
+        if level.kind == "arg":
+            op = "max" if red.reduction in (Reduction.ARGMAX, Reduction.MAX_DIM) else "min"
+            lines.append(f"float acc = {'-INFINITY' if op == 'max' else 'INFINITY'}; int64_t acc_i = INT64_MAX;")
+            lines.append(f"for (int s = 0; s < {splits}; ++s) kevin_arg_join_{op}(acc, acc_i, p_ws[row * {splits}LL + s], "
+                         f"p_wsi[row * {splits}LL + s]);")
+            if red.reduction in (Reduction.ARGMAX, Reduction.ARGMIN):
+                keep.append((red.var, "acc_i", True))
+            else:
+                keep += [(f"{red.var}_0", f"{rnd}(acc)", False), (f"{red.var}_1", "acc_i", True), (red.var, f"{rnd}(acc)", False)]
+        else:
+            op = {Reduction.AMAX: "kevin_maximum(acc, v)", Reduction.AMIN: "kevin_minimum(acc, v)"}.get(red.reduction, "acc + v") \
+                if level.kind == "sum" else "acc + v"
+            init = {Reduction.AMAX: "-INFINITY", Reduction.AMIN: "INFINITY"}.get(red.reduction, "0.0f") if level.kind == "sum" else "0.0f"
+            lines.append(f"float acc = {init};")
+            lines.append(f"for (int s = 0; s < {splits}; ++s) {{ const float v = p_ws[row * {splits}LL + s]; acc = {op}; }}")
+            r = red.reduction
+            if level.kind == "sum" and r in CENTERED:
+                keep.append((f"{red.var}_mean", f"acc / {cols}.0f", False))
+            elif level.kind == "sq":
+                denom = f"({cols}.0f - {red.correction:.1f}f)"
+                mean_slot = self.slots[f"{red.var}_mean"]
+                lines.append(f"const float mean = p_rv[{mean_slot}LL * {rows}LL + row];")
+                if r is Reduction.STD:
+                    keep.append((red.var, f"{rnd}(sqrtf(acc / {denom}))", False))
+                elif r is Reduction.VAR:
+                    keep.append((red.var, f"{rnd}(acc / {denom})", False))
+                else:  # var_mean
+                    keep += [(f"{red.var}_0", f"{rnd}(acc / {denom})", False), (f"{red.var}_1", f"{rnd}(mean)", False),
+                             (red.var, f"{rnd}(acc / {denom})", False)]
+            elif r is Reduction.MEAN:
+                keep.append((red.var, f"{rnd}(acc / {cols}.0f)", False))
+            else:
+                keep.append((red.var, f"{rnd}(acc)", False))
+        for var, expr, is_index in keep:
+            table = self.index_slots if is_index else self.slots
+            slot = table.setdefault(var, len(table))
+            lines.append(f"{'p_rvi' if is_index else 'p_rv'}[{slot}LL * {rows}LL + row] = {expr};")
+        params = ("const float* __restrict__ p_ws, " + ("const int64_t* __restrict__ p_wsi, " if self.indexed else "")
+                  + "float* __restrict__ p_rv, int64_t* __restrict__ p_rvi")
+        return (f"__global__ void __launch_bounds__(256) kevin_comb{index}({params}) {{\n    "
+                + "\n    ".join(lines) + "\n}\n")
+
+    def _output(self) -> tuple[str, int]:
+        plan = self.plan
+        full = [(k, o) for k, o in enumerate(plan.outputs) if o.kind is Kind.FULL]
+        splits = self.splits if full else 1
+        parts = self._offsets()
+        lines: list[str] = []
+        available = self._row_state(parts, lines)
+        if full:
+            body = self._element(parts, [o.var for _, o in full], available)
+            stores = [f"kevin_st(p_out{k}, {self._at(parts, 'out')}, {o.var});" for k, o in full]
+            inner = "\n        ".join([*body, *stores])
+            lines.append(f"for (long long c = c_begin + lane; c < c_end; c += {self.threads}) {{\n        {inner}\n    }}")
+        row_outs = [(k, o) for k, o in enumerate(plan.outputs) if o.kind is Kind.ROW]
+        if row_outs:
+            stores = " ".join(f"kevin_st(p_out{k}, row, {o.var});" for k, o in row_outs)
+            lines.append(f"if (c_begin == 0 && lane == 0) {{ {stores} }}")
+        return self._header("kevin_out", self._params(True), splits) + "    " + "\n    ".join(lines) + "\n}\n", splits
+
+    def write(self) -> tuple[list[str], str]:
+        plan, rows, splits = self.plan, self.plan.rows, self.splits
+        kernels, launches = [], []
+        first = plan.inputs[0].var
+        ins = [f"reinterpret_cast<const {self.h.ctype[i.dtype]}*>({i.var}.data_ptr())" for i in plan.inputs]
+        outs = [f"reinterpret_cast<{self.h.ctype[o.dtype]}*>(out{k}.data_ptr())" for k, o in enumerate(plan.outputs)]
+        ws = "reinterpret_cast<float*>(ws.data_ptr())"
+        wsi = ["reinterpret_cast<int64_t*>(wsi.data_ptr())"] if self.indexed else []
+        state = ["reinterpret_cast<float*>(rv.data_ptr())", "reinterpret_cast<int64_t*>(rvi.data_ptr())"]
+        for index, level in enumerate(_levels(plan)):
+            kernels.append(self._partial(index, level))
+            launches.append(f"    kevin_part{index}<<<(unsigned){rows * splits}, {self.threads}, 0, stream>>>"
+                            f"({', '.join([*ins, *state, ws, *wsi])});")
+            kernels.append(self._combine(index, level))
+            launches.append(f"    kevin_comb{index}<<<(unsigned){-(-rows // 256)}, 256, 0, stream>>>({', '.join([ws, *wsi, *state])});")
+        code, out_splits = self._output()
+        kernels.append(code)
+        launches.append(f"    kevin_out<<<(unsigned){rows * out_splits}, {self.threads}, 0, stream>>>({', '.join([*ins, *outs, *state])});")
+        workspaces = [
+            f"    auto ws = torch::empty({{{rows * splits}}}, {first}.options().dtype(torch::kFloat32));",
+            *([f"    auto wsi = torch::empty({{{rows * splits}}}, {first}.options().dtype(torch::kInt64));"] if self.indexed else []),
+            f"    auto rv = torch::empty({{{max(1, len(self.slots)) * rows}}}, {first}.options().dtype(torch::kFloat32));",
+            f"    auto rvi = torch::empty({{{max(1, len(self.index_slots)) * rows}}}, {first}.options().dtype(torch::kInt64));",
+        ]
+        return kernels, "\n".join([*workspaces, *launches])
