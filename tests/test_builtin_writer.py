@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kevin_backend.generate.builtin.graph import BuiltinSupport, Declined, Kind, plan_task
+from kevin_backend.generate.builtin.graph import BuiltinSupport, Declined, Kind, Plan, plan_task
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, input_mode, preferred_order, write_program
 from kevin_backend.generate.builtin.policy import BuiltinPolicy, task_from_messages
 from kevin_backend.generate.builtin.suite import SUITE
@@ -265,6 +265,27 @@ def test_the_partitioner_asks_the_builtin_writer() -> None:
     (node,) = [n for n in ints.graph.nodes if n.op == "call_function"]
     ok, why = BuiltinSupport().supports(node)
     assert not ok and "torch.int64" in why
+
+
+def test_the_partitioner_keeps_reductions_over_different_dimensions_apart() -> None:
+    """A norm's backward reduces rows (the input's gradient) and columns (the weight's): the
+    built-in writer plans one set of reduced dimensions per kernel, so the partitioner keeps them
+    in different partitions, each one the writer plans."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from kevin_backend.backend.partition import partition_graph
+    from kevin_backend.backend.task import extract_task
+
+    def f(x, g):
+        y = x * g
+        return y.sum(0), (y - y.mean(-1, keepdim=True)) * 2.0
+
+    gm = make_fx(f)(torch.randn(64, 32), torch.randn(64, 32))
+    plan = partition_graph(gm.graph, BuiltinSupport())
+    kinds = [sorted({str(n.target) for n in p.nodes if "sum" in str(n.target) or "mean" in str(n.target)}) for p in plan.partitions]
+    assert len(plan.partitions) == 2 and all(len(k) == 1 for k in kinds), kinds
+    for p in plan.partitions:
+        assert isinstance(plan_task(extract_task(p).source), Plan), plan_task(extract_task(p).source)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")

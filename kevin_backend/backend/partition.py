@@ -30,6 +30,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 from enum import Enum
+from typing import Callable, Hashable
 
 import torch
 import torch.fx as fx
@@ -145,7 +146,7 @@ def partition_graph(
 ) -> PartitionPlan:
     """Split `graph` into fusible partitions of ops `support` declares (see the module docstring)."""
     order = {n: i for i, n in enumerate(graph.nodes)}
-    builder = _Builder(max_nodes, order)
+    builder = _Builder(max_nodes, order, getattr(support, "reduction_key", None))
     left_out: dict[fx.Node, LeftOut] = {}
 
     def leave(node: fx.Node, reason: LeftOutReason, detail: str = "") -> None:
@@ -200,9 +201,11 @@ class _Builder:
     the other (or the new node).
     """
 
-    def __init__(self, max_nodes: int, order: dict[fx.Node, int]) -> None:
+    def __init__(self, max_nodes: int, order: dict[fx.Node, int],
+                 reduction_key: Callable[[fx.Node], Hashable | None] | None = None) -> None:
         self.max_nodes = max_nodes
         self._order = order
+        self._reduction_key = reduction_key
         self._part: dict[fx.Node, int] = {}
         self._members: dict[int, list[fx.Node]] = {}
         self._merged: dict[int, int] = {}
@@ -264,6 +267,13 @@ class _Builder:
         # writer can beat cuBLAS + Inductor on; two GEMMs in one kernel rarely are.
         if sum(1 for n in nodes if n.target in MATMUL_OPS) > 1:
             return False
+        # A writer that reduces one set of dimensions per kernel (`reduction_key`: the same key for
+        # reductions it can write together) keeps apart the reductions it cannot: a norm's
+        # backward reduces rows for the input's gradient and columns for the weight's.
+        if self._reduction_key is not None:
+            keys = {k for n in nodes if (k := self._reduction_key(n)) is not None}
+            if len(keys) > 1:
+                return False
         group = set(pids)
         for n in nodes:
             for i in n.all_input_nodes:

@@ -36,6 +36,10 @@ class OpSupport(Protocol):
         """(True, "") when the writer can handle `node`'s op; (False, why) otherwise."""
         ...
 
+    # Optional: `reduction_key(node) -> Hashable | None`. A writer that takes one kind of
+    # reduction per kernel gives each reduction node a key; the partitioner never puts two
+    # reductions of different keys in one partition (`partition.partition_graph`).
+
 
 # Ops that only reinterpret or copy memory: they never count as compute in a partition.
 VIEW_OPS = frozenset(

@@ -722,3 +722,14 @@ class BuiltinSupport:
             reason = check_pointwise(node)
             return (True, "") if reason is None else (False, reason)
         return False, f"{_op_name(node)} not declared by writer 'builtin'"
+
+    def reduction_key(self, node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """What a reduction node must share with every other reduction of its kernel (a plan
+        reduces one set of dimensions of one iteration space): the reduced value's shape and the
+        dimensions; None for other nodes. The partitioner keeps reductions of different keys apart."""
+        if node.op != "call_function" or node.target not in REDUCTIONS:
+            return None
+        val = _val(node.args[0]) if node.args else None
+        if val is None:
+            return None
+        return tuple(val.shape), reduced_dims(node, val.dim())
