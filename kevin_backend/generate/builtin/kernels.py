@@ -1,4 +1,4 @@
-"""CUDA for a `Plan`: the built-in writer's two kernel families and their tuning knobs.
+"""CUDA for a `Plan`: the built-in writer's kernel families and their tuning knobs.
 
     source = write_program(plan, Variant(threads=256, vector=True), name="kevin_ab12")
 
@@ -19,6 +19,9 @@ the `columns` mapping: a warp's 32 threads on 32 neighbouring rows, each load on
 stretch, a row's threads combining through shared memory. Index reductions (argmax, argmin,
 max.dim, min.dim) keep each thread's first extreme and its position, a NaN beating every number,
 then join them across the row with the lower position winning ties.
+
+**Split rows** (`split.py`): rows too few to fill the GPU, each cut into chunks of one block, a
+partial and a combine launch per reduction, then the outputs.
 
 Shapes and strides are the task's own, baked in as constants (index math by constants compiles to
 multiplications); the host function checks every input's sizes and strides and refuses others,
