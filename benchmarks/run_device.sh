@@ -30,6 +30,9 @@ for step in $steps; do
         --trajectories 1 --turns 6 --trials 30 --json "$OUT/generate.json" 2>&1 | tee "$OUT/generate.log" ;;
     builtin) python3 benchmarks/bench_builtin.py --turns ${TURNS:-3} --json "$OUT/builtin.json" 2>&1 | tee "$OUT/builtin.log" | tail -70 ;;
     builtin-chains) python3 benchmarks/bench_builtin.py --categories chain1,chain2,chain3+ --json "$OUT/builtin_chains.json" 2>&1 | tee "$OUT/builtin_chains.log" | tail -40 ;;
+    builtin-roofline)  # the roofline suite (ROOFLINE_CATEGORIES: some categories only; one device call has 10 minutes)
+      timeout "${ROOFLINE_LIMIT:-560}" python3 benchmarks/bench_builtin.py --suite roofline ${ROOFLINE_CATEGORIES:+--categories $ROOFLINE_CATEGORIES} \
+        --turns ${TURNS:-2} --at-once ${AT_ONCE:-8} --trials ${TRIALS:-20} --json "$OUT/builtin_roofline.json" 2>&1 | tee "$OUT/builtin_roofline.log" | tail -70 ;;
     builtin-rows) python3 benchmarks/bench_builtin.py --categories reduction,norm --at-once 22 --turns ${TURNS:-3} --json "$OUT/builtin_rows.json" 2>&1 | tee "$OUT/builtin_rows.log" | tail -40 ;;
     seed)  # the seed cache: the bench models prewarmed with the built-in writer, killed once mid-run and resumed
       export KEVIN_CACHE_DIR=${SEED_CACHE:-$(mktemp -d)}

@@ -199,7 +199,7 @@ class _Writer:
                         "min": f"acc = kevin_minimum(acc, {value});"}[op]
             finish = [f"acc = kevin_row_reduce_{op}(acc, smem, row_in_block, lane);", "if (lane == 0) p_ws[blockIdx.x] = acc;"]
         inner = "\n        ".join([*body, step])
-        lines.append(f"for (long long c = c_begin + lane; c < c_end; c += {self.threads}) {{\n        {inner}\n    }}")
+        lines.append(f"#pragma unroll 4\n    for (long long c = c_begin + lane; c < c_end; c += {self.threads}) {{\n        {inner}\n    }}")
         lines.extend(finish)
         params = self._params(False) + ", float* __restrict__ p_ws" + (", int64_t* __restrict__ p_wsi" if self.indexed else "")
         return self._header(f"kevin_part{index}", params, self.splits) + "    " + "\n    ".join(lines) + "\n}\n"
@@ -263,7 +263,7 @@ class _Writer:
             body = self._element(parts, [o.var for _, o in full], available)
             stores = [f"kevin_st(p_out{k}, {self._at(parts, 'out')}, {o.var});" for k, o in full]
             inner = "\n        ".join([*body, *stores])
-            lines.append(f"for (long long c = c_begin + lane; c < c_end; c += {self.threads}) {{\n        {inner}\n    }}")
+            lines.append(f"#pragma unroll 4\n    for (long long c = c_begin + lane; c < c_end; c += {self.threads}) {{\n        {inner}\n    }}")
         row_outs = [(k, o) for k, o in enumerate(plan.outputs) if o.kind is Kind.ROW]
         if row_outs:
             stores = " ".join(f"kevin_st(p_out{k}, row, {o.var});" for k, o in row_outs)
