@@ -88,6 +88,11 @@ CASES: list[SuiteTask] = [
     _task("kl-div-f32", "loss", "F.kl_div(torch.log(m0), m1, reduction='batchmean')", [], "f32",
           ["torch.rand(6, 40, device='cuda').softmax(-1)", "torch.rand(6, 40, device='cuda').softmax(-1)"]),
     _task("mse-f32", "loss", "F.mse_loss(x, y)", [(5, 300), (5, 300)], "f32"),
+    # an input transposed against the output: 32 x 32 tiles through shared memory, partial tiles at the edges
+    _task("tiled-transpose-f16", "chain1", "x.transpose(1, 2).contiguous()", [(2, 45, 70)], "f16"),
+    _task("tiled-permute-bias-f32", "chain3+", "torch.relu(x.permute(0, 2, 1) + y) * z", [(3, 40, 33), (40,), (3, 33, 40)], "f32"),
+    _task("tiled-transposed-input-bf16", "chain3+", "torch.sigmoid(m0) * x + 1.0", [(40, 48)], "bf16",
+          ["torch.randn(48, 40, device='cuda', dtype=torch.bfloat16).t()"]),
     # few long rows, each split over several blocks (split.py)
     _task("split-layernorm-f32", "norm", "F.layer_norm(x, (40000,))", [(3, 40000)], "f32"),
     _task("split-softmax-f16", "norm", "torch.softmax(x, -1)", [(2, 20000)], "f16"),

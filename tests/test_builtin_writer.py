@@ -162,7 +162,7 @@ def test_refinement_follows_the_timings_and_keeps_the_best() -> None:
     source = next(t.source for t in SUITE if t.name == "gated-f32")
     policy = BuiltinPolicy()
     turns: list[Turn] = []
-    times = {0: 0.040, 1: 0.030, 4: 0.031, 2: None, 3: 0.032, 5: 0.045, 6: 0.041}  # variant -> ms (None: wrong)
+    times = {0: 0.040, 1: 0.030, 4: 0.031, 2: None, 3: 0.032, 5: 0.045, 6: 0.041, 7: 0.046}  # variant -> ms (None: wrong)
     chosen = []
     for _ in range(len(VARIANTS_POINTWISE) + 1):
         messages = build_messages(source, "NVIDIA H200", turns, 100_000)
@@ -210,7 +210,8 @@ def test_variants_are_ranked_for_the_shape() -> None:
         assert plan
         found = preferred_order(plan)
         assert sorted(found) == list(range(len(VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)))
-        assert found[0] == 0 or VARIANTS_ROWS[found[0]].split  # the plain kernel first, unless the rows are too few
+        # the plain kernel first, unless the rows are too few (split) or an input is transposed (tiles)
+        assert found[0] == 0 or (VARIANTS_ROWS[found[0]].split if plan.is_rows else VARIANTS_POINTWISE[found[0]].tiled)
         return found
 
     short = VARIANTS_ROWS[order("softmax-short-rows-f32")[1]]
@@ -226,7 +227,8 @@ def test_variants_are_ranked_for_the_shape() -> None:
     assert VARIANTS_POINTWISE[order("gated-f32")[1]].vector  # a vector path: 4-wide first
     assert VARIANTS_POINTWISE[order("batchnorm-relu-f32")[1]].vector  # per-channel vectors: one value per 4
     assert VARIANTS_POINTWISE[order("mul-bf16-odd")[1]].vector  # odd length, contiguous inputs: 4-wide and a tail
-    assert VARIANTS_POINTWISE[order("transposed-input-f32")[1]].items > 1  # no vector path (a transposed input): more items per thread
+    transposed = [VARIANTS_POINTWISE[i] for i in order("transposed-input-f32")]
+    assert transposed[0].tiled and transposed[2].items > 1  # a transposed input: tiles, then more items per thread
 
 
 def test_an_odd_length_takes_the_vector_path_and_finishes_its_tail_one_by_one() -> None:
@@ -291,7 +293,8 @@ def test_the_partitioner_keeps_reductions_over_different_dimensions_apart() -> N
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
     """The torch-free device part of pointwise, vectorized and row programs (scalar, 4-wide, half a
-    warp per row, rows across a warp with an index reduction, rows split over several blocks) compiles."""
+    warp per row, rows across a warp with an index reduction, rows split over several blocks, tiles
+    through shared memory) compiles."""
     picks = [("gated-bf16", VARIANTS_POINTWISE[1]), ("transposed-input-f32", VARIANTS_POINTWISE[0]),
              ("layernorm-affine-f16", VARIANTS_ROWS[1]), ("var-mean-f32", VARIANTS_ROWS[3]),
              ("batchnorm-relu-f32", VARIANTS_POINTWISE[2]), ("layernorm-affine-f16", VARIANTS_ROWS[8]),
@@ -301,12 +304,15 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
     more = {
         "argmax-dim1": _task("x.argmax(1)", "torch.randn(8, 300, 40, device='cuda'), torch.randn(1, device='cuda')"),
         "max-dim0-split": _task("torch.max(x + y, 0)", "torch.randn(30000, 3, device='cuda'), torch.randn(3, device='cuda')"),
+        "permute-tiled": _task("x.permute(1, 0) * y", "torch.randn(96, 64, device='cuda'), torch.randn(64, 96, device='cuda')"),
         "layernorm-split": _task("torch.nn.functional.layer_norm(x, (40000,)) * y",
                                  "torch.randn(3, 40000, device='cuda'), torch.randn(40000, device='cuda')"),
     }
     picks += [("argmax-dim1", VARIANTS_ROWS[preferred_order(plan_task(more["argmax-dim1"]))[0]]),
               ("max-dim0-split", VARIANTS_ROWS[preferred_order(plan_task(more["max-dim0-split"]))[0]]),
-              ("layernorm-split", VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]])]
+              ("layernorm-split", VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]]),
+              ("permute-tiled", VARIANTS_POINTWISE[preferred_order(plan_task(more["permute-tiled"]))[0]])]
+    assert picks[-1][1].tiled
     assert VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]].split
     sources = []
     for i, (name, variant) in enumerate(picks):

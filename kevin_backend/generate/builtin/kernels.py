@@ -20,6 +20,10 @@ stretch, a row's threads combining through shared memory. Index reductions (argm
 max.dim, min.dim) keep each thread's first extreme and its position, a NaN beating every number,
 then join them across the row with the lower position winning ties.
 
+**Tiled pointwise**: when an input's contiguous dimension is not the output's last one (a
+transpose or permute), 32 x 32 tiles of that plane go through shared memory: read along the
+input's contiguous dimension, written along the output's, both coalesced.
+
 **Split rows** (`split.py`): rows too few to fill the GPU, each cut into chunks of one block, a
 partial and a combine launch per reduction, then the outputs.
 
@@ -54,6 +58,7 @@ class Variant:
     cache: bool = False  # rows kernel: keep the row's inputs in registers across passes (one read)
     columns: bool = False  # rows kernel: neighbouring threads take neighbouring rows (a row strided in memory)
     split: bool = False  # rows plan: each row over several blocks, a launch per reduction (`split.py`)
+    tiled: bool = False  # pointwise plan: 32 x 32 tiles through shared memory (an input transposed against the output)
 
     def describe(self) -> str:
         parts = [f"{self.threads} threads" + (" per row" if self.rows_per_block != 1 or self.threads == 32 else "")]
@@ -61,6 +66,8 @@ class Variant:
             parts.append("rows across a warp's threads")
         if self.split:
             parts = [f"{self.threads} threads per block", "each row split over several blocks"]
+        if self.tiled:
+            parts = ["32 x 32 tiles through shared memory", f"{self.threads} threads"]
         if self.rows_per_block > 1:
             parts.append(f"{self.rows_per_block} rows per block")
         if self.vector:
@@ -75,6 +82,9 @@ class Variant:
 VARIANTS_POINTWISE = (
     Variant(256), Variant(256, vector=True), Variant(128, vector=True, items=2), Variant(512, vector=True),
     Variant(256, vector=True, items=4), Variant(1024), Variant(128),
+    # an input transposed against the output: tiles read along the input's contiguous dimension
+    # into shared memory, written along the output's (`transposed_plane`)
+    Variant(256, tiled=True),
 )
 VARIANTS_ROWS = (
     Variant(256), Variant(256, cache=True), Variant(128, cache=True), Variant(32, rows_per_block=8, cache=True),
@@ -376,6 +386,96 @@ __global__ void __launch_bounds__({threads}) {name}({ins}, {outs}) {{
 }}
 """
     return _narrow_indices(plan, kernel)
+
+
+def transposed_plane(plan: Plan) -> tuple[int, int] | None:
+    """(d_in, d_out) when a pointwise plan reads some input across the output's rows: its
+    contiguous dimension d_in is not the output's last one d_out (a transpose or permute), every
+    such input sharing d_in, both at least a tile (32) long. None otherwise."""
+    if plan.is_rows or len(plan.shape) < 2:
+        return None
+    d_out = len(plan.shape) - 1
+    found = set()
+    for inp in plan.inputs:
+        strides = _layout_in_space(inp, plan.shape)
+        if strides[d_out] in (0, 1):  # along the output's rows, or the same all along them (a per-channel value)
+            continue
+        unit = [d for d in range(len(plan.shape)) if strides[d] == 1 and plan.shape[d] > 1]
+        if unit:
+            found.add(unit[0])
+    if len(found) != 1:
+        return None
+    (d_in,) = found
+    return (d_in, d_out) if plan.shape[d_in] >= 32 and plan.shape[d_out] >= 32 else None
+
+
+def _tiled_kernel(plan: Plan, name: str) -> tuple[str, int]:
+    """A pointwise kernel over 32 x 32 tiles of the (d_in, d_out) plane (`transposed_plane`), one
+    block of 256 threads per tile and position in the other dimensions: each input whose
+    contiguous dimension is d_in is read along d_in into shared memory (coalesced), then every
+    thread computes one output element per step along d_out (coalesced stores), taking such an
+    input's value from the tile and reading the others directly. The grid's size is returned."""
+    d_in, d_out = transposed_plane(plan)  # type: ignore[misc]
+    shape = plan.shape
+    ins, outs = _signature(plan)
+    out_vars = [o.var for o in plan.outputs]
+    nodes = _closure(plan, out_vars, set())
+    used = _references(nodes, out_vars)
+    others = [d for d in range(len(shape)) if d not in (d_in, d_out)]
+    tiles_in, tiles_out = -(-shape[d_in] // 32), -(-shape[d_out] // 32)
+    outer = 1
+    for d in others:
+        outer *= shape[d]
+
+    def offset(strides: Sequence[int], i_in: str, i_out: str, var: str) -> tuple[str, str]:
+        base = _index_terms("outer", [(shape[d], strides[d]) for d in others])
+        terms = [f"{var}_base"] if base != "0" else []
+        for index, d in ((i_in, d_in), (i_out, d_out)):
+            if strides[d]:
+                terms.append(index if strides[d] == 1 else f"{index} * {strides[d]}LL")
+        return f"const long long {var}_base = {base};" if base != "0" else "", " + ".join(terms) or "0"
+
+    tiled = [i for i in plan.inputs if i.var in used and _layout_in_space(i, shape)[d_in] == 1
+             and _layout_in_space(i, shape)[d_out] != 1]
+    lines = [f"__shared__ float tile_{i.var}[32][33];" for i in tiled]
+    lines += [f"const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;",
+              f"const long long t_out = blockIdx.x % {tiles_out}LL;",
+              f"const long long t_in = (blockIdx.x / {tiles_out}LL) % {tiles_in}LL;",
+              f"const long long outer = blockIdx.x / {tiles_out * tiles_in}LL;"]
+    loads_direct, tile_reads = [], []
+    for inp in plan.inputs:
+        if inp.var not in used:
+            continue
+        strides = _layout_in_space(inp, shape)
+        if inp in tiled:
+            decl, load_at = offset(strides, "i_in", "i_out", inp.var)
+            if decl:
+                lines.append(decl)
+            lines.append(f"for (int j = ty; j < 32; j += 8) {{\n        const long long i_in = t_in * 32 + tx, i_out = t_out * 32 + j;\n"
+                         f"        if (i_in < {shape[d_in]}LL && i_out < {shape[d_out]}LL) tile_{inp.var}[j][tx] = kevin_ld(p_{inp.var}, {load_at});\n    }}")
+            tile_reads.append(f"float {inp.var} = tile_{inp.var}[tx][j];")
+        else:
+            decl, load_at = offset(strides, "i_in", "i_out", inp.var)
+            if decl:
+                lines.append(decl)
+            loads_direct.append(f"float {inp.var} = kevin_ld(p_{inp.var}, {load_at});")
+    out_decl, out_at = offset(_contiguous_strides(shape), "i_in", "i_out", "out")
+    if out_decl:
+        lines.append(out_decl)
+    if tiled:
+        lines.append("__syncthreads();")
+    body = [*tile_reads, *loads_direct, *(_node_code(n) for n in nodes),
+            *(f"kevin_st(p_out{k}, {out_at}, {v});" for k, v in enumerate(out_vars))]
+    inner = "\n            ".join(body)
+    lines.append(f"for (int j = ty; j < 32; j += 8) {{\n        const long long i_in = t_in * 32 + j, i_out = t_out * 32 + tx;\n"
+                 f"        if (i_in < {shape[d_in]}LL && i_out < {shape[d_out]}LL) {{\n            {inner}\n        }}\n    }}")
+    code = "\n    ".join(lines)
+    kernel = f"""
+__global__ void __launch_bounds__(256) {name}({ins}, {outs}) {{
+    {code}
+}}
+"""
+    return _narrow_indices(plan, kernel), outer * tiles_in * tiles_out
 
 
 def _narrow_indices(plan: Plan, kernel: str) -> str:
@@ -797,7 +897,9 @@ def preferred_order(plan: Plan) -> list[int]:
     import math
 
     if not plan.is_rows:
-        return [0, 1, 2, 4, 3, 5, 6] if can_vectorize(plan) else [0, 2, 5, 4, 6, 1, 3]
+        if transposed_plane(plan) is not None:  # tiles first, then the plain kernel's more-items variants
+            return [7, 0, 2, 5, 4, 6, 1, 3]
+        return [0, 1, 2, 4, 3, 5, 6, 7] if can_vectorize(plan) else [0, 2, 5, 4, 6, 1, 3, 7]
     ideal = min(1024, max(16, plan.cols // 8))
     vector_ok = can_vectorize_rows(plan)
     columns = strided_rows(plan)
@@ -865,6 +967,11 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
         kernels.append(_rows_kernel(plan, variant, "kevin_rows"))
         if vectorizable:
             kernels.append(_rows_kernel(plan, variant, "kevin_rows_vec", vector=True))
+    elif variant.tiled and transposed_plane(plan) is not None:
+        vectorizable = False
+        code, grid = _tiled_kernel(plan, "kevin_tiled")
+        kernels.append(code)
+        launches = f"    kevin_tiled<<<(unsigned){grid}, 256, 0, stream>>>({_launch_args(plan)});"
     else:
         vectorizable = variant.vector and can_vectorize(plan)
         kernels.append(_pointwise_kernel(plan, variant, "kevin_pointwise", vector=False))
@@ -876,7 +983,8 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
     params = ", ".join(f"torch::Tensor {i.var}" for i in plan.inputs)
     args = ", ".join(i.var for i in plan.inputs)
     ret = "ext.kevin_run(" + args + ")" if len(plan.outputs) == 1 else "tuple(ext.kevin_run(" + args + "))"
-    kind = "split-row" if plan.is_rows and variant.split else "row" if plan.is_rows else "pointwise"
+    kind = ("split-row" if plan.is_rows and variant.split else "row" if plan.is_rows
+            else "tiled pointwise" if launches is not None else "pointwise")
     doc = doc or f"Written by kevin's built-in writer: {kind} kernel, {variant.describe()}."
     return (
         f'"""{doc}"""\n'
@@ -891,6 +999,12 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
         f"    def forward(self, {args}):\n"
         f"        return {ret}\n"
     )
+
+
+def _launch_args(plan: Plan) -> str:
+    """A kernel's arguments in the host function: the inputs' and outputs' pointers."""
+    return ", ".join([*(f"reinterpret_cast<const {_CT[i.dtype]}*>({i.var}.data_ptr())" for i in plan.inputs),
+                      *(f"reinterpret_cast<{_CT[o.dtype]}*>(out{k}.data_ptr())" for k, o in enumerate(plan.outputs))])
 
 
 def _host(plan: Plan, variant: Variant, vectorizable: bool, launches: str | None = None) -> str:
@@ -911,8 +1025,7 @@ def _host(plan: Plan, variant: Variant, vectorizable: bool, launches: str | None
     for k, o in enumerate(plan.outputs):
         sizes = ", ".join(str(s) for s in o.shape)
         allocs.append(f"    auto out{k} = torch::empty({{{sizes}}}, {first}.options().dtype({_TORCH_DTYPE[o.dtype]}));")
-    casted = ", ".join([*(f"reinterpret_cast<const {_CT[i.dtype]}*>({i.var}.data_ptr())" for i in plan.inputs),
-                        *(f"reinterpret_cast<{_CT[o.dtype]}*>(out{k}.data_ptr())" for k, o in enumerate(plan.outputs))])
+    casted = _launch_args(plan)
     # the vector path needs 16-byte aligned data (a row's per-element operands, for row kernels)
     aligned = " && ".join([*(f"reinterpret_cast<uintptr_t>({i.var}.data_ptr()) % 16 == 0" for i in plan.inputs
                              if not plan.is_rows or i.kind is Kind.FULL),
