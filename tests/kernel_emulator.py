@@ -71,22 +71,13 @@ struct KevinBarrier {
     }
 };
 static KevinBarrier kevin_emu_barrier;
-static float kevin_emu_exchange[1024];
 inline void __syncthreads() { kevin_emu_barrier.wait(); }
-inline float __shfl_xor_sync(unsigned, float v, int o) {
+template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {  // float and int64_t (index reductions)
+    static T exchange[1024];
     const unsigned i = threadIdx.x;
-    kevin_emu_exchange[i] = v;
+    exchange[i] = v;
     __syncthreads();
-    const float r = kevin_emu_exchange[(i & ~31u) | ((i & 31u) ^ (unsigned)o)];
-    __syncthreads();
-    return r;
-}
-static int64_t kevin_emu_exchange_i[1024];
-inline int64_t __shfl_xor_sync(unsigned, int64_t v, int o) {
-    const unsigned i = threadIdx.x;
-    kevin_emu_exchange_i[i] = v;
-    __syncthreads();
-    const int64_t r = kevin_emu_exchange_i[(i & ~31u) | ((i & 31u) ^ (unsigned)o)];
+    const T r = exchange[(i & ~31u) | ((i & 31u) ^ (unsigned)o)];
     __syncthreads();
     return r;
 }
