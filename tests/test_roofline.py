@@ -17,8 +17,9 @@ import torch
 
 import kevin_backend
 from conftest import ReferenceGenerator
+from test_cache import make_entry
 from kevin_backend.backend.report import CompileReport, GraphReport, PartitionRecord, Status
-from kevin_backend.cache import CacheEntry, CacheKey, EntryKind, KernelCache, Timings
+from kevin_backend.cache import CacheEntry, KernelCache
 from kevin_backend.cli.main import main
 from kevin_backend.generate.engine import Engine, SearchConfig
 from kevin_backend.generate.prompts import feedback_for
@@ -329,37 +330,9 @@ def test_the_generators_search_takes_the_configured_fraction(tmp_path: Path) -> 
 # -- kevin cache ls and the compile report --------------------------------------------------------------
 
 
-TASK_SOURCE = '''import torch
-
-
-class Model(torch.nn.Module):
-    def forward(self, x, y):
-        return torch.relu(x + y)
-
-
-def get_inputs():
-    return [torch.randn(4, 8), torch.randn(4, 8)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-KERNEL_SOURCE = '''import torch
-
-
-class ModelNew(torch.nn.Module):
-    def forward(self, x, y):
-        return (x + y).clamp_min(0)
-'''
-
-
 def _entry(n: int, judge_record: dict[str, object] | None) -> CacheEntry:
-    spec = TensorSpec((4, 8 + n), (8 + n, 1), "float32", "cuda")
-    task = KernelTask(f"add_relu_{n}", TASK_SOURCE, (spec, spec), (spec,), ("aten.add.Tensor", "aten.relu.default"), f"graph-{n:04d}")
-    key = CacheKey(task.graph_hash, task.inputs, "NVIDIA H200", "9.0", "2.13.0", "12.8")
-    return CacheEntry(key, EntryKind.KERNEL, task, KERNEL_SOURCE, Timings(2.0, 1.5, 0.75), "replay", judge_record,
-                      created="2025-06-01T12:00:00+00:00")
+    """The cache tests' kernel entry, with this judge record."""
+    return dataclasses.replace(make_entry(n), judge_record=judge_record)
 
 
 def test_cache_ls_shows_the_kernels_fraction_of_the_copy_bandwidth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

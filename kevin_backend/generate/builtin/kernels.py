@@ -438,7 +438,7 @@ def _tiled_kernel(plan: Plan, name: str) -> tuple[str, int]:
     tiled = [i for i in plan.inputs if i.var in used and _layout_in_space(i, shape)[d_in] == 1
              and _layout_in_space(i, shape)[d_out] != 1]
     lines = [f"__shared__ float tile_{i.var}[32][33];" for i in tiled]
-    lines += [f"const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;",
+    lines += ["const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;",
               f"const long long t_out = blockIdx.x % {tiles_out}LL;",
               f"const long long t_in = (blockIdx.x / {tiles_out}LL) % {tiles_in}LL;",
               f"const long long outer = blockIdx.x / {tiles_out * tiles_in}LL;"]

@@ -170,7 +170,7 @@ class _Writer:
     # -- the launches --------------------------------------------------------------------------
 
     def _partial(self, index: int, level: _Level) -> str:
-        red, plan = level.red, self.plan
+        red = level.red
         parts = self._offsets()
         lines: list[str] = []
         available = self._row_state(parts, lines)
@@ -183,7 +183,7 @@ class _Writer:
             lines.append(f"float acc = {'-INFINITY' if op == 'max' else 'INFINITY'}; int64_t acc_i = INT64_MAX;")
             step = f"kevin_arg_step_{op}(acc, acc_i, {value}, (int64_t)c);"
             finish = [f"kevin_row_reduce_arg{op}(acc, acc_i, smem, smem_i, row_in_block, lane);",
-                      f"if (lane == 0) {{ p_ws[blockIdx.x] = acc; p_wsi[blockIdx.x] = acc_i; }}"]
+                      "if (lane == 0) { p_ws[blockIdx.x] = acc; p_wsi[blockIdx.x] = acc_i; }"]
         else:
             if level.kind == "sq":
                 value = f"({red.operand} - {red.var}_mean) * ({red.operand} - {red.var}_mean)"
@@ -206,9 +206,9 @@ class _Writer:
 
     def _combine(self, index: int, level: _Level) -> str:
         """One thread per row: the row's partials in chunk order, then the finished value(s) kept."""
-        red, plan, rows, splits, cols = level.red, self.plan, self.plan.rows, self.splits, self.plan.cols
+        red, rows, splits, cols = level.red, self.plan.rows, self.splits, self.plan.cols
         rnd = self.h.rounding.get(red.dtype, "")
-        lines = [f"const long long row = (long long)blockIdx.x * 256LL + threadIdx.x;", f"if (row >= {rows}LL) return;"]
+        lines = ["const long long row = (long long)blockIdx.x * 256LL + threadIdx.x;", f"if (row >= {rows}LL) return;"]
         keep: list[tuple[str, str, bool]] = []  # (var, expression, int64)
         if level.kind == "arg":
             op = "max" if red.reduction in (Reduction.ARGMAX, Reduction.MAX_DIM) else "min"
