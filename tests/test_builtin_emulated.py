@@ -93,6 +93,9 @@ CASES: list[SuiteTask] = [
     _task("tiled-permute-bias-f32", "chain3+", "torch.relu(x.permute(0, 2, 1) + y) * z", [(3, 40, 33), (40,), (3, 33, 40)], "f32"),
     _task("tiled-transposed-input-bf16", "chain3+", "torch.sigmoid(m0) * x + 1.0", [(40, 48)], "bf16",
           ["torch.randn(48, 40, device='cuda', dtype=torch.bfloat16).t()"]),
+    # a full value seen in another shape of the same order: group norm's affine over [N, C, H, W]
+    _task("groupnorm-affine-f32", "norm", "F.group_norm(x, 4, y, z, eps=1e-5)", [(2, 8, 5, 6), (8,), (8,)], "f32"),
+    _task("groupnorm-affine-bf16", "norm", "F.group_norm(x, 2, y, z)", [(3, 6, 4, 9), (6,), (6,)], "bf16"),
     # few long rows, each split over several blocks (split.py)
     _task("split-layernorm-f32", "norm", "F.layer_norm(x, (40000,))", [(3, 40000)], "f32"),
     _task("split-softmax-f16", "norm", "torch.softmax(x, -1)", [(2, 20000)], "f16"),

@@ -375,7 +375,7 @@ class _Planner:
         self.reduced = reduced or (len(shape) - 1,)  # R
         self.reducing = reducing  # a row plan
         self.indices: set[fx.Node] = set()  # int64 positions (index reductions): outputs only
-        self.reshaped: set[fx.Node] = set()  # outputs that are views of a FULL value in another shape (same order)
+        self.spaces: dict[fx.Node, tuple[int, ...]] = {}  # FULL values seen in another shape of the same order
         self.kinds: dict[fx.Node, Kind] = {}
         self.names: dict[fx.Node, str] = {}
         self.nodes: list[PlanNode] = []
@@ -448,7 +448,7 @@ class _Planner:
                 raise Unsupported(f"an output of shape {list(v.shape)} in an iteration space of {list(shape)}")  # type: ignore[union-attr]
             kind = self.kinds[o]
             out_shape = tuple(v.shape)  # type: ignore[union-attr]
-            if kind is Kind.FULL and out_shape != shape and o not in self.reshaped:
+            if kind is Kind.FULL and out_shape != shape and self.spaces.get(o) != out_shape:
                 raise Unsupported(f"an output of shape {list(out_shape)} in an iteration space of {list(shape)}")
             rows = _numel(tuple(shape[d] for d in range(len(shape)) if d not in self.reduced))
             if kind is Kind.ROW and self.reducing and _numel(out_shape) != rows:
@@ -538,9 +538,13 @@ def _plan_view(p: _Planner, node: fx.Node, var: str) -> None:
     src_shape = tuple(_val(src).shape)  # type: ignore[union-attr]
     if p.kinds[src] is Kind.ROW and _numel(out_shape) == _numel(src_shape):
         pass  # a row value seen with or without its size-1 dimensions
-    elif (node.target is aten.view.default and src_shape == p.shape and _numel(out_shape) == _numel(src_shape)
-          and node.users and all(u.op == "output" for u in node.users)):
-        p.reshaped.add(node)  # an output written in the iteration space's order: the same memory as the view's
+    elif (node.target is aten.view.default and p.kinds[src] is Kind.FULL and _numel(out_shape) == _numel(p.shape)
+          and (src_shape == p.shape or src in p.spaces)):
+        # a full value seen in another shape, element for element in the iteration space's order
+        # (a group norm's statistics over [N, G, C/G, HW], then its affine over [N, C, H, W]):
+        # ops there read their other operands through that shape (`_plan_pointwise_in_space`)
+        if out_shape != p.shape:
+            p.spaces[node] = out_shape
     elif out_shape == src_shape or (node.target is aten.expand.default and (p.kind_of_shape(out_shape) is p.kinds[src] or p.kinds[src] is Kind.ROW)):
         # (a row value expanded along the last dimension is still one value per row)
         pass
@@ -562,6 +566,8 @@ def _plan_view_of_viewing(p: _Planner, node: fx.Node, var: str) -> None:
     layouts = {}
     for ph, (shape_, stride_) in src_view.layouts.items():
         layout = _view_layout(*_aligned(shape_, stride_, src_view.space), out_shape, expand)
+        if layout is None and node.target is aten.view.default:  # one that splits or merges dimensions, as torch views it
+            layout = _into_space(stride_, shape_, src_view.space, out_shape)
         if layout is None:
             raise Unsupported(src_view.why)
         layouts[ph] = layout
@@ -616,6 +622,8 @@ def _plan_pointwise(p: _Planner, node: fx.Node, var: str) -> None:
     """An op of the pointwise table: FULL if any operand is; ROW if its operands are rows (a
     reduction's result in any of its shapes); a node of scalars alone takes its kind from its
     shape. Any other op is declined here."""
+    if any(a in p.spaces for a in _tensor_args(node)):
+        return _plan_pointwise_in_space(p, node, var)
     if p.viewed(node):
         return _plan_pointwise_in_view(p, node, var)
     op, val = _op_name(node), node.meta.get("val")
@@ -632,6 +640,59 @@ def _plan_pointwise(p: _Planner, node: fx.Node, var: str) -> None:
         raise Unsupported(f"{op} makes shape {list(val.shape)}, not the iteration space {list(p.shape)}")
     p.nodes.append(PlanNode(var, kind, pointwise_expr(node, p.value), dtype=val.dtype))
     p.names[node], p.kinds[node] = var, kind
+
+
+def _plan_pointwise_in_space(p: _Planner, node: fx.Node, var: str) -> None:
+    """A pointwise op on a full value seen in another shape T (`_Planner.spaces`): its other
+    operands are values of the same T, or inputs (through their views) that broadcast to T;
+    each such input is read through the layout that T's elements have in the iteration space
+    (torch views the broadcast layout as the iteration space's shape, on a meta tensor; one it
+    refuses is declined). The result is a full value seen in T."""
+    op, val = _op_name(node), node.meta.get("val")
+    if not is_pointwise(node) or not isinstance(val, torch.Tensor) or val.dtype not in DTYPES:
+        raise Unsupported(f"{op} on a value viewed in another shape")
+    reason = check_pointwise(node)
+    if reason:
+        raise Unsupported(reason)
+    spaces = {p.spaces[a] for a in _tensor_args(node) if a in p.spaces}
+    space = tuple(val.shape)
+    if spaces != {space}:
+        raise Unsupported(f"{op} on values viewed in different shapes {sorted(spaces)}")
+    for a in _tensor_args(node):
+        if a in p.spaces:
+            continue
+        a_val = _val(a)
+        if a in p.viewing:
+            view = p.viewing.pop(a)
+            kind = Kind.ROW
+            for ph, (shape_, stride_) in view.layouts.items():
+                layout = _into_space(_aligned(shape_, stride_, view.space)[1], view.space, space, p.shape)
+                if layout is None:
+                    raise Unsupported(f"input {p.names[ph]} cannot be read through the shape {list(space)}")
+                if p.views.setdefault(ph, layout) != layout:
+                    raise Unsupported(f"input {p.names[ph]} is read through two different views")
+                if p.kind_of_shape(layout[0]) is Kind.FULL and any(layout[1][d] for d in p.reduced if p.shape[d] > 1):
+                    kind = Kind.FULL
+            for k in view.members:
+                p.nodes[k] = dataclasses.replace(p.nodes[k], kind=kind)
+            p.kinds[a] = kind
+        elif a_val is None or a_val.numel() != 1:
+            raise Unsupported(f"{op} mixes a value viewed as {list(space)} with one of shape {list(getattr(a_val, 'shape', []))}")
+    p.nodes.append(PlanNode(var, Kind.FULL, pointwise_expr(node, p.value), dtype=val.dtype))
+    p.names[node], p.kinds[node], p.spaces[node] = var, Kind.FULL, space
+
+
+def _into_space(strides: tuple[int, ...], shape: tuple[int, ...], space: tuple[int, ...],
+                iteration: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The layout in the iteration space of a tensor laid out as (`shape`, `strides`) broadcast
+    to `space`, where `space` enumerates the iteration space's elements in order; None when torch
+    cannot view it so."""
+    full_shape, full_strides = _aligned(shape, strides, space)
+    try:
+        meta = torch.empty_strided(full_shape, full_strides, device="meta").view(iteration)
+    except RuntimeError:
+        return None
+    return tuple(iteration), tuple(meta.stride())
 
 
 _HANDLERS: dict[str, Callable[[_Planner, fx.Node, str], None]] = {
