@@ -784,7 +784,7 @@ class BuiltinSupport:
             return (True, "") if reason is None else (False, reason)
         return False, f"{_op_name(node)} not declared by writer 'builtin'"
 
-    def reduction_key(self, node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    def reduction_key(self, node: fx.Node) -> tuple[tuple[int | str, ...], tuple[int, ...]] | None:
         """What a reduction node must share with every other reduction of its kernel (a plan
         reduces one set of dimensions of one iteration space): the reduced value's shape and the
         dimensions; None for other nodes. The partitioner keeps reductions of different keys apart."""
@@ -793,4 +793,5 @@ class BuiltinSupport:
         val = _val(node.args[0]) if node.args else None
         if val is None:
             return None
-        return tuple(val.shape), reduced_dims(node, val.dim())
+        # (a symbolic size, under dynamic shapes, by its expression: SymInts do not hash)
+        return tuple(d if isinstance(d, int) else str(d) for d in val.shape), reduced_dims(node, val.dim())
