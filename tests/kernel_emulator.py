@@ -59,8 +59,8 @@ _SHIM = r"""
 #define __restrict__
 #define __shared__ static
 struct KevinDim { unsigned x, y, z; };
-static KevinDim blockIdx, blockDim, gridDim;
-static thread_local KevinDim threadIdx;
+static KevinDim blockDim, gridDim;
+static thread_local KevinDim threadIdx, blockIdx;
 struct KevinBarrier {
     std::mutex m; std::condition_variable cv; unsigned count = 0, waiting = 0, phase = 0;
     void wait() {
@@ -82,15 +82,21 @@ template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {  // float an
     return r;
 }
 template <class F> static void kevin_emu_launch(unsigned grid, unsigned block, F kernel) {
+    // one host thread per CUDA thread of a block, for the whole grid: the blocks run one after
+    // another, each starting when every thread has finished the last (its shared memory is free)
     gridDim = {grid, 1, 1};
     blockDim = {block, 1, 1};
     kevin_emu_barrier.count = block;
-    for (unsigned b = 0; b < grid; ++b) {
-        blockIdx = {b, 0, 0};
-        std::vector<std::thread> threads;
-        for (unsigned t = 0; t < block; ++t) threads.emplace_back([&, t] { threadIdx = {t, 0, 0}; kernel(); });
-        for (auto& th : threads) th.join();
-    }
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < block; ++t) threads.emplace_back([&, t] {
+        threadIdx = {t, 0, 0};
+        for (unsigned b = 0; b < grid; ++b) {
+            kevin_emu_barrier.wait();
+            blockIdx = {b, 0, 0};
+            kernel();
+        }
+    });
+    for (auto& th : threads) th.join();
 }
 """
 
