@@ -173,11 +173,16 @@ def test_a_failed_measurement_is_a_note_not_the_candidates_failure(monkeypatch: 
 def test_the_workers_facts_need_a_copy_bandwidth() -> None:
     task = KernelTask.from_program("mm", MATMUL_TASK, "cpu").load()
     a, b = task.get_inputs()
-    run = types.SimpleNamespace(reference=task.Model(), ledger=types.SimpleNamespace(notes=[]), phase=lambda name: None)
+    state = types.SimpleNamespace(counts=None)  # the worker's kept task: the counts are made once per task
+    run = types.SimpleNamespace(reference=task.Model(), ledger=types.SimpleNamespace(notes=[]), phase=lambda name: None,
+                                state=state)
     out = [torch.relu(a @ b)]
     assert run_worker._roofline_facts(run, [a, b], out, None) is None  # type: ignore[arg-type]
     facts = run_worker._roofline_facts(run, [a, b], out, 4310.0)  # type: ignore[arg-type]
     assert facts == {"bytes": (64 * 128 + 128 * 32 + 64 * 32) * F32, "flops": 2 * 64 * 128 * 32, "copy_gbps": 4310.0}
+    assert state.counts == (facts["bytes"], facts["flops"])
+    run.reference = None  # the next candidate of the task: nothing is counted again
+    assert run_worker._roofline_facts(run, [a, b], out, 4310.0) == facts  # type: ignore[arg-type]
 
 
 # -- Roofline and the judge's record ------------------------------------------------------------------

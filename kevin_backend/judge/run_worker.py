@@ -414,6 +414,7 @@ class TaskState:
     exact_model: list[torch.nn.Module] = field(default_factory=list)
     compiled: Any = None
     marked: tuple[int, ...] = ()  # the fingerprint when last known intact
+    counts: tuple[int, int] | None = None  # the task's bytes and FLOPs for the roofline (the same for every candidate)
 
     def fingerprint(self) -> tuple[int, ...]:
         """The bits of everything kept between candidates (the init inputs, every reference's
@@ -653,7 +654,12 @@ def _roofline_facts(run: Run, inputs: Sequence[Any], outputs: Sequence[Any], cop
 
     run.phase("roofline")
     try:
-        return {"bytes": task_bytes(inputs, outputs), "flops": task_flops(run.reference, inputs), "copy_gbps": copy_gbps}
+        counts = run.state.counts if run.state is not None else None
+        if counts is None:  # what the task moves and computes: counted once per task and worker
+            counts = (task_bytes(inputs, outputs), task_flops(run.reference, inputs))
+            if run.state is not None:
+                run.state.counts = counts
+        return {"bytes": counts[0], "flops": counts[1], "copy_gbps": copy_gbps}
     except Exception as exc:  # noqa: BLE001 - the judge's counting, not the candidate's
         if any(f in str(exc).lower() for f in _CUDA_FAULTS):
             raise
