@@ -56,6 +56,27 @@ def roofline_columns(best_result: object) -> dict[str, object]:
             "inductor_fraction": roofline.inductor_fraction if roofline else None}
 
 
+KEEP_MARGIN = 1.03  # the backend keeps a kernel only this much faster than Inductor (SearchResult.decision's margin)
+
+
+def roofline_summary(rows: list[dict[str, object]]) -> dict[str, object]:
+    """The roofline suite's goals from its rows: the median fraction of the copy bandwidth of the
+    writer's kernels, their geometric mean over Inductor on the tasks where Inductor moves under
+    half the copy bandwidth, and how many kernels the backend would keep (>= KEEP_MARGIN x Inductor;
+    below it, Inductor's code runs, so no kept kernel is slower than Inductor)."""
+    fractions = sorted(float(r["kernel_fraction"]) for r in rows if r.get("kernel_fraction"))  # type: ignore[arg-type]
+    median = None
+    if fractions:
+        mid = len(fractions) // 2
+        median = fractions[mid] if len(fractions) % 2 else (fractions[mid - 1] + fractions[mid]) / 2
+    low = [r for r in rows if r.get("inductor_fraction") is not None and float(r["inductor_fraction"]) < 0.5]  # type: ignore[arg-type]
+    speedups = [float(r["vs_inductor"]) for r in rows if r.get("vs_inductor")]  # type: ignore[arg-type]
+    return {"median_kernel_fraction": median, "tasks_inductor_below_half": len(low),
+            "vs_inductor_where_inductor_below_half": geomean([r["vs_inductor"] for r in low]),  # type: ignore[misc]
+            "kept": sum(s >= KEEP_MARGIN for s in speedups), "not_kept": sum(s < KEEP_MARGIN for s in speedups),
+            "slowest_kept": min((s for s in speedups if s >= KEEP_MARGIN), default=None)}
+
+
 def geomean(values: list[float]) -> float | None:
     values = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
@@ -144,11 +165,19 @@ def main() -> int:
         print(f"geometric mean fraction of the copy bandwidth: kernel "
               f"{'-' if kernel_roof is None else f'{kernel_roof:.0%}'}, Inductor "
               f"{'-' if inductor_roof is None else f'{inductor_roof:.0%}'}")
+    roofline = roofline_summary(rows)
+    if roofline["median_kernel_fraction"] is not None:
+        low = roofline["vs_inductor_where_inductor_below_half"]
+        print(f"median fraction of the copy bandwidth, the writer's kernels: {roofline['median_kernel_fraction']:.0%} (goal 80%); "
+              f"over Inductor where Inductor is below 50%: {'-' if low is None else f'{low:.2f}x'} "
+              f"over {roofline['tasks_inductor_below_half']} tasks (goal 1.5x); kept (>= {KEEP_MARGIN:.2f}x Inductor): "
+              f"{roofline['kept']}, tied or slower (Inductor kept): {roofline['not_kept']}")
     load = os.getloadavg()
     print(f"wall {time.perf_counter() - start:.0f} s, load average {load[0]:.1f} on {os.cpu_count()} CPUs")
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "rows": rows, "chains_vs_eager": chains, "norms_vs_inductor": norms,
-                                         "kernel_roofline": kernel_roof, "inductor_roofline": inductor_roof}, indent=1))
+                                         "kernel_roofline": kernel_roof, "inductor_roofline": inductor_roof,
+                                         "roofline_summary": roofline}, indent=1))
     return 0 if correct == len(rows) else 1
 
 
