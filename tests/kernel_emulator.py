@@ -117,9 +117,10 @@ def _launches(host: str, vector: bool) -> list[tuple[str, int, int, list[str]]]:
     found = re.findall(r"(kevin_\w+)<<<\(unsigned\)(\w+), (\d+), 0, stream>>>\((.*?)\);", host)
     blocks = re.findall(r"const long long blocks = (.*?);\n", host)
     use_vector = vector and any(name.endswith("_vec") for name, *_ in found)
+    paired = {name for name, *_ in found if name + "_vec" in {n for n, *_ in found}}  # a scalar kernel with a vector twin
     result = []
     for k, (name, grid, block, args) in enumerate(found):
-        if name.endswith("_vec") != use_vector:
+        if (use_vector and name in paired) or (not use_vector and name.endswith("_vec")):
             continue
         if grid == "blocks":  # the `blocks` computed before this launch (each branch computes its own)
             expr = blocks[min(k, len(blocks) - 1)]

@@ -15,7 +15,7 @@ import torch
 
 from kernel_emulator import emulate, has_cuda_headers
 from kevin_backend.generate.builtin.graph import Plan, plan_task
-from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, strided_rows, write_program
+from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, returned, strided_rows, write_program
 from kevin_backend.generate.builtin.suite import SuiteTask, _task
 from kevin_backend.judge.compare import FALLBACK_RTOL
 from kevin_backend.types import load_program
@@ -105,6 +105,14 @@ CASES: list[SuiteTask] = [
     _task("split-argmin-all-f32", "reduction", "x.argmin()", [(50, 400)], "f32"),
     _task("split-mse-f32", "loss", "F.mse_loss(x, y)", [(4, 5000), (4, 5000)], "f32"),
     _task("split-std-dims12-f32", "reduction", "x.std((1, 2))", [(2, 150, 130)], "f32"),
+    # cross-entropy: int64 targets, the log-probability picked at each row's target, a final launch over the rows
+    _task("cross-entropy-f32", "loss", "F.cross_entropy(x, m0)", [(37, 300)], "f32", ["torch.randint(0, 300, (37,), device='cuda')"]),
+    _task("cross-entropy-bf16-ignore", "loss", "F.cross_entropy(x, m0, ignore_index=3)", [(40, 8)], "bf16",
+          ["torch.randint(0, 8, (40,), device='cuda')"]),
+    _task("cross-entropy-sum-f16", "loss", "F.cross_entropy(x, m0, reduction='sum')", [(9, 1000)], "f16",
+          ["torch.randint(0, 1000, (9,), device='cuda')"]),
+    _task("cross-entropy-none-f32", "loss", "F.cross_entropy(x, m0, reduction='none')", [(9, 64)], "f32",
+          ["torch.randint(0, 64, (9,), device='cuda')"]),
 ]
 
 
@@ -137,7 +145,7 @@ def _reference(task: SuiteTask) -> tuple[Plan, list[torch.Tensor], list[torch.Te
 def test_kernel_matches_pytorch_on_the_cpu(task: SuiteTask, variant: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
     plan, inputs, want = _reference(task)
     program = write_program(plan, (VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)[variant])
-    got = emulate(program, inputs, [(o.shape, o.dtype) for o in plan.outputs], workdir=tmp_path)
+    got = emulate(program, inputs, returned(plan), workdir=tmp_path)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         w = w.reshape(g.shape)
@@ -151,7 +159,7 @@ def test_the_emulation_catches_a_wrong_kernel(tmp_path) -> None:  # type: ignore
     plan, inputs, (want,) = _reference(next(t for t in CASES if t.name == "softmax-f16"))
     program = write_program(plan, VARIANTS_ROWS[preferred_order(plan)[1]])
     assert "= 1.0f / v4;" in program
-    shapes = [(o.shape, o.dtype) for o in plan.outputs]
+    shapes = returned(plan)
     (right,) = emulate(program, inputs, shapes, workdir=tmp_path)
     (wrong,) = emulate(program.replace("= 1.0f / v4;", "= 0.5f / v4;"), inputs, shapes, workdir=tmp_path)  # half the sum
     assert torch.allclose(right.float(), want.float(), atol=1e-2, rtol=1e-2)
@@ -173,7 +181,7 @@ def test_index_reductions_take_the_first_extreme_and_a_nan_first(forward: str, t
     want = load_program(task.source, "index_ties").Model()(x)
     want = list(want) if isinstance(want, (tuple, list)) else [want]
     for index in dict.fromkeys([preferred_order(plan)[0], 0]):
-        got = emulate(write_program(plan, VARIANTS_ROWS[index]), [x], [(o.shape, o.dtype) for o in plan.outputs], workdir=tmp_path)
+        got = emulate(write_program(plan, VARIANTS_ROWS[index]), [x], returned(plan), workdir=tmp_path)
         for g, w in zip(got, want):
             w = w.reshape(g.shape)
             assert g.dtype == w.dtype and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(), w.nan_to_num()), \

@@ -72,3 +72,32 @@ def test_suite_plans_count_every_aten_call_of_the_graph_once(task) -> None:
     calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
     assert list(_plan(task.source).ops) == [_op_name(n) for n in calls]
 
+
+
+_TARGETS = "torch.randint(0, 128, (64,))"
+
+
+@pytest.mark.parametrize(("reduction", "op"), [("mean", "mean"), ("sum", "sum"), ("none", None)])
+def test_cross_entropy_picks_the_target_and_reduces_the_rows_last(reduction: str, op: str | None) -> None:
+    plan = plan_task(_task(f"F.cross_entropy(x, y, reduction='{reduction}')", f"{_randn(64, 128)}, {_TARGETS}"))
+    assert isinstance(plan, Plan), plan
+    (pick,) = plan.picks
+    assert pick.pick is not None and pick.pick[1] == "in1"
+    target = plan.inputs[1]
+    assert target.kind.value == "row" and target.view == ((64, 1), (1, 0))
+    if op is None:
+        assert plan.final is None and plan.outputs[0].shape == (64,)
+    else:
+        assert plan.final is not None and plan.final.op == op and plan.final.ignore == -100
+        assert plan.outputs[0].shape == (64,) and str(plan.outputs[0].dtype) == "torch.float32"  # the per-row values
+
+
+@pytest.mark.parametrize(("forward", "why"), [
+    ("F.cross_entropy(x, y, weight=torch.ones(128, device=x.device))", ""),  # class weights
+    ("x * y[:, None]", "integer dtype torch.int64"),
+    ("F.cross_entropy(x, y, label_smoothing=0.1)", ""),
+])
+def test_int64_inputs_are_declined_except_as_targets(forward: str, why: str) -> None:
+    plan = plan_task(_task(forward, f"{_randn(64, 128)}, {_TARGETS}"))
+    assert isinstance(plan, Declined), plan
+    assert why in plan.reason

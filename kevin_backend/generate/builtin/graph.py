@@ -17,8 +17,11 @@ reductions is a **row** kernel. Every reduction of a plan reduces the same dimen
 dimensions, and its "columns" are the positions in R. The kernel reads each row one pass per
 reduction, or once when the row fits in registers, then writes the FULL outputs. Index
 reductions (`argmax`, `argmin`, `max.dim`, `min.dim`) carry each value's position in the
-row. Anything else is declined with the reason: reductions over different dimensions in one
-task, integer inputs, views that move data, and so on.
+row. Cross-entropy's `nll_loss_forward` reads its int64 class targets as a row input: each
+row's loss is a *pick*, the log-probability at the target's column, and a `final` reduction
+over the rows (mean over the targets not ignored, or sum) makes the scalar. Anything else is
+declined with the reason: reductions over different dimensions in one task, integer inputs read
+as values, views that move data, and so on.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from kevin_backend.generate.builtin.ops import Unsupported, check as check_point
 from kevin_backend.types import load_program
 
 __all__ = ["Kind", "Reduction", "PlanInput", "PlanNode", "PlanOutput", "Plan", "Declined", "plan_task", "REDUCTIONS", "DTYPES",
-           "INDEXED", "CENTERED"]
+           "INDEXED", "CENTERED", "FinalReduce"]
 
 aten = torch.ops.aten
 
@@ -132,6 +135,18 @@ class PlanNode:
     correction: float = 0.0  # var / var_mean
     dtype: torch.dtype = torch.float32  # the value's dtype in the graph (rounded to it when half)
     alias_of: str | None = None  # views and getitem: the same value under another node
+    pick: tuple[str, str] | None = None  # (FULL value, ROW index): the value at the index's column (ROW)
+
+
+@dataclass(frozen=True)
+class FinalReduce:
+    """A reduction over the rows after the row kernel (cross-entropy's mean over the targets):
+    the plan's one output is then the per-row value (float32, one per row), and a last launch
+    reduces it to the scalar the task returns."""
+    op: str  # "mean": the sum over the rows whose target is not `ignore`, over their count; "sum"
+    target: str  # the int64 targets' input var
+    ignore: int  # the ignored class index
+    dtype: torch.dtype  # the scalar's dtype
 
 
 @dataclass(frozen=True)
@@ -150,6 +165,11 @@ class Plan:
     shape: tuple[int, ...]  # the iteration space S
     ops: tuple[str, ...]  # every aten op of the graph once, in graph order (views too; tuple items are none), for reports
     reduced: tuple[int, ...] = ()  # R: the dimensions of S every reduction reduces (sorted); () = the last one
+    final: FinalReduce | None = None  # a reduction over the rows after the row kernel (cross-entropy)
+
+    @property
+    def picks(self) -> tuple[PlanNode, ...]:
+        return tuple(n for n in self.nodes if n.pick is not None)
 
     @property
     def reductions(self) -> tuple[PlanNode, ...]:
@@ -325,8 +345,8 @@ def _check_inputs(metas: list[Any]) -> None:
     for t in metas:
         if not isinstance(t, torch.Tensor):
             raise Unsupported("the task has non-tensor inputs")
-        if t.dtype not in DTYPES:
-            raise Unsupported(f"input dtype {t.dtype} (supported: float32, float16, bfloat16, bool)")
+        if t.dtype not in DTYPES and t.dtype is not torch.int64:
+            raise Unsupported(f"input dtype {t.dtype} (supported: float32, float16, bfloat16, bool; int64 as class targets)")
 
 
 def reduced_dims(node: fx.Node, ndim: int) -> tuple[int, ...]:
@@ -375,6 +395,8 @@ class _Planner:
         self.reduced = reduced or (len(shape) - 1,)  # R
         self.reducing = reducing  # a row plan
         self.indices: set[fx.Node] = set()  # int64 positions (index reductions): outputs only
+        self.targets: set[fx.Node] = set()  # int64 inputs: read only as class targets (nll_loss_forward)
+        self.final: tuple[fx.Node, FinalReduce] | None = None
         self.spaces: dict[fx.Node, tuple[int, ...]] = {}  # FULL values seen in another shape of the same order
         self.kinds: dict[fx.Node, Kind] = {}
         self.names: dict[fx.Node, str] = {}
@@ -392,6 +414,8 @@ class _Planner:
 
     def add_input(self, ph: fx.Node, index: int, t: torch.Tensor) -> None:
         self.names[ph] = f"in{index}"
+        if t.dtype is torch.int64:
+            self.targets.add(ph)
         try:
             self.kinds[ph] = self.kind_of_shape(tuple(t.shape))
         except Unsupported as exc:
@@ -415,6 +439,9 @@ class _Planner:
             raise Unsupported(self.viewing[arg].why)
         if arg in self.indices:
             raise Unsupported("an index reduction's positions are read by another op (the built-in writer only returns them)")
+        if arg in self.targets:
+            raise Unsupported("an int64 input read as a value (the built-in writer reads int64 inputs only as "
+                              "cross-entropy's class targets)")
         if not isinstance(arg, fx.Node) or arg not in self.names:
             raise Unsupported(f"an operand the writer cannot read: {arg}")
         return self.names[arg]
@@ -440,6 +467,12 @@ class _Planner:
             kind = self.kinds[ph] if view is None else self.kind_of_shape(view[0])
             inputs.append(PlanInput(f"in{i}", i, t.dtype, tuple(t.shape), tuple(t.stride()), kind, view))
         outputs = []
+        rows = _numel(tuple(shape[d] for d in range(len(shape)) if d not in self.reduced))
+        if self.final is not None:
+            if len(outs) != 1 or outs[0] is not self.final[0]:
+                raise Unsupported("a cross-entropy loss returned with other outputs")
+            outputs.append(PlanOutput(self.names[outs[0]], torch.float32, (rows,), Kind.ROW))
+            outs = []
         for o in outs:
             if o not in self.names or o.op == "placeholder":
                 raise Unsupported("an output that is an input or unknown")
@@ -450,7 +483,6 @@ class _Planner:
             out_shape = tuple(v.shape)  # type: ignore[union-attr]
             if kind is Kind.FULL and out_shape != shape and self.spaces.get(o) != out_shape:
                 raise Unsupported(f"an output of shape {list(out_shape)} in an iteration space of {list(shape)}")
-            rows = _numel(tuple(shape[d] for d in range(len(shape)) if d not in self.reduced))
             if kind is Kind.ROW and self.reducing and _numel(out_shape) != rows:
                 raise Unsupported(f"a row output of shape {list(out_shape)}")
             if kind is Kind.ROW and not self.reducing and out_shape != shape:
@@ -463,7 +495,8 @@ class _Planner:
         if not self.reducing:  # a pointwise kernel computes every value per element
             nodes = [dataclasses.replace(n, kind=Kind.FULL) for n in nodes]
         reduced = self.reduced if self.reducing and self.reduced != (len(shape) - 1,) else ()
-        return Plan(tuple(inputs), tuple(nodes), tuple(outputs), shape, tuple(self.ops), reduced)
+        final = self.final[1] if self.final is not None else None
+        return Plan(tuple(inputs), tuple(nodes), tuple(outputs), shape, tuple(self.ops), reduced, final)
 
 
 def _node_kind(node: fx.Node) -> str:
@@ -474,6 +507,8 @@ def _node_kind(node: fx.Node) -> str:
         return "reduction"
     if node.target in _VIEWS:
         return "view"
+    if node.target is aten.nll_loss_forward.default:
+        return "nll"
     if node.target is aten.masked_fill.Scalar and isinstance(node.args[2], (int, float, bool)):
         return "masked_fill"
     return "pointwise"  # or an op the writer cannot take: its handler says why
@@ -521,6 +556,46 @@ def _plan_reduction(p: _Planner, node: fx.Node, var: str) -> None:
         raise Unsupported(f"{op} with result dtype {dtype}")
     p.nodes.append(PlanNode(var, Kind.ROW, None, red, p.names[source], correction, dtype))
     p.names[node] = var
+
+
+# nll_loss_forward's reduction argument
+_NLL_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _plan_nll(p: _Planner, node: fx.Node, var: str) -> None:
+    """Cross-entropy's last step, nll_loss_forward(log_probs [N, C], targets [N] int64, weight,
+    reduction, ignore_index): each row's loss is minus the log-probability at its target's column
+    (0 where the target is `ignore_index`), a ROW value; reduction "none" returns it per row,
+    "mean" and "sum" reduce it over the rows after the row kernel (`FinalReduce`)."""
+    logp, target, weight, reduction, ignore = (list(node.args) + [None, 1, -100])[:5]
+    shape = p.shape
+    if weight is not None:
+        raise Unsupported("nll_loss with class weights")
+    if len(shape) != 2 or p.reduced != (1,) or p.kinds.get(logp) is not Kind.FULL:
+        raise Unsupported("nll_loss over anything but the rows of a 2-D row plan")
+    if target not in p.targets or not isinstance(target, fx.Node) or target.op != "placeholder":
+        raise Unsupported("nll_loss whose targets are not an int64 input of the task")
+    t_val = _val(target)
+    if t_val is None or tuple(t_val.shape) != (shape[0],):
+        raise Unsupported("nll_loss targets of another shape than [rows]")
+    if shape[1] >= 1 << 24:
+        raise Unsupported("nll_loss over 2^24 classes or more (the targets are compared as floats)")
+    if reduction not in _NLL_REDUCTIONS or not isinstance(ignore, int) or abs(ignore) >= 1 << 24:
+        raise Unsupported(f"nll_loss with reduction {reduction} and ignore_index {ignore}")
+    # the targets: one value per row, read through a [N, 1] view of their storage
+    p.viewing.pop(target, None)
+    p.views[target] = ((shape[0], 1), (t_val.stride()[0], 0))
+    p.kinds[target] = Kind.ROW
+    t = p.names[target]
+    out_dtype = _val(logp).dtype  # type: ignore[union-attr]
+    p.nodes.append(PlanNode(f"{var}_pick", Kind.ROW, None, pick=(p.value(logp), t)))
+    p.nodes.append(PlanNode(f"{var}_0", Kind.ROW, f"({t} == {float(ignore)!r}f ? 0.0f : -{var}_pick)", dtype=out_dtype))
+    p.names[node], p.kinds[node] = var, Kind.ROW
+    if _NLL_REDUCTIONS[reduction] != "none":
+        items = [u for u in node.users if u.target is operator.getitem and u.args[1] == 0]
+        if len(items) != 1 or any(u.target is operator.getitem and u.args[1] == 1 for u in node.users):
+            raise Unsupported("nll_loss's total weight read")
+        p.final = (items[0], FinalReduce(_NLL_REDUCTIONS[reduction], t, ignore, out_dtype))
 
 
 def _plan_view(p: _Planner, node: fx.Node, var: str) -> None:
@@ -700,6 +775,7 @@ _HANDLERS: dict[str, Callable[[_Planner, fx.Node, str], None]] = {
     "reduction": _plan_reduction,
     "view": _plan_view,
     "masked_fill": _plan_masked_fill,
+    "nll": _plan_nll,
     "pointwise": _plan_pointwise,
 }
 

@@ -125,6 +125,7 @@ __device__ __forceinline__ float kevin_ld(const float* p, long long i) { return 
 __device__ __forceinline__ float kevin_ld(const __half* p, long long i) { return __half2float(p[i]); }
 __device__ __forceinline__ float kevin_ld(const __nv_bfloat16* p, long long i) { return __bfloat162float(p[i]); }
 __device__ __forceinline__ float kevin_ld(const bool* p, long long i) { return p[i] ? 1.0f : 0.0f; }
+__device__ __forceinline__ float kevin_ld(const int64_t* p, long long i) { return (float)p[i]; }  // class targets (< 2^24)
 __device__ __forceinline__ void kevin_st(float* p, long long i, float v) { p[i] = v; }
 __device__ __forceinline__ void kevin_st(__half* p, long long i, float v) { p[i] = __float2half_rn(v); }
 __device__ __forceinline__ void kevin_st(__nv_bfloat16* p, long long i, float v) { p[i] = __float2bfloat16_rn(v); }
@@ -308,7 +309,7 @@ def _closure(plan: Plan, targets: list[str], available: set[str]) -> list[PlanNo
 
 
 # A name in a node's code: a value (v3, v1_0) or an input (in0).
-_NAME = re.compile(r"\b(v\d+(?:_\d+)?|in\d+)\b")
+_NAME = re.compile(r"\b(v\d+(?:_\d+|_pick)?|in\d+)\b")
 
 
 def _references(nodes: Sequence[PlanNode], extra: Sequence[str] = ()) -> set[str]:
@@ -632,14 +633,34 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
                 lines.append(f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n        const long long c = lane + (long long)j * {tpr};\n"
                              f"        {i.var}_r[j] = (valid && c < {cols}LL) ? kevin_ld(p_{i.var}, {off}) : 0.0f;\n    }}")
 
+    def pick(n: PlanNode) -> list[str]:
+        """A FULL value at the column a row input names (cross-entropy's log-probability at the
+        target): computed by the row's first thread from the inputs at that column (0 where the
+        column is outside the row, as an ignored target's)."""
+        assert n.pick is not None
+        full, index = n.pick
+        needed = _closure(plan, [full], available)
+        used = _references(needed, [full])
+        body = [*(f"const float {i.var} = kevin_ld(p_{i.var}, {at(i.var)});" for i in full_inputs if i.var in used),
+                *(_node_code(m) for m in needed), f"{n.var} = {full};"]
+        inner = "\n            ".join(body)
+        return [f"float {n.var} = 0.0f;",
+                f"if (valid && lane == 0) {{\n        const long long c = (long long){index};\n"
+                f"        if (c >= 0 && c < {cols}LL) {{\n            {inner}\n        }}\n    }}"]
+
     def row_values() -> list[str]:
-        """ROW pointwise nodes whose operands are all available: computed once per row."""
+        """ROW pointwise nodes whose operands are all available: computed once per row (a pick
+        once every reduction is known)."""
         out = []
         progress = True
         while progress:
             progress = False
             for n in plan.nodes:
-                if n.kind is Kind.ROW and n.reduction is None and n.var not in available:
+                if n.pick is not None and n.var not in available and all(r.var in available for r in plan.reductions):
+                    out.extend(pick(n))
+                    available.add(n.var)
+                    progress = True
+                elif n.kind is Kind.ROW and n.reduction is None and n.pick is None and n.var not in available:
                     refs = _NAME.findall(n.alias_of or n.expr or "")
                     if all(r in available for r in refs):
                         out.append(_node_code(n))
@@ -954,7 +975,7 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
     name = name or f"kevin_builtin_{digest}"
     kernels = []
     launches = None
-    if plan.is_rows and variant.split:
+    if plan.is_rows and variant.split and not plan.picks:
         from kevin_backend.generate.builtin.split import split_program
 
         vectorizable = False
@@ -977,6 +998,8 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
         kernels.append(_pointwise_kernel(plan, variant, "kevin_pointwise", vector=False))
         if vectorizable:
             kernels.append(_pointwise_kernel(plan, variant, "kevin_pointwise_vec", vector=True))
+    if plan.final is not None:
+        kernels.append(_final_kernel(plan))
     host = _host(plan, variant, vectorizable, launches)
     cuda = "\n".join([_PRELUDE, DEVICE_HELPERS, _ACCESS, *kernels, host])
     returns = "torch::Tensor" if len(plan.outputs) == 1 else "std::vector<torch::Tensor>"
@@ -1002,9 +1025,48 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
 
 
 def _launch_args(plan: Plan) -> str:
-    """A kernel's arguments in the host function: the inputs' and outputs' pointers."""
+    """A kernel's arguments in the host function: the inputs' and outputs' pointers (a plan with
+    a final reduction writes its per-row values into the workspace `rowvals`)."""
+    outs = ["rowvals" if plan.final is not None else f"out{k}" for k in range(len(plan.outputs))]
     return ", ".join([*(f"reinterpret_cast<const {_CT[i.dtype]}*>({i.var}.data_ptr())" for i in plan.inputs),
-                      *(f"reinterpret_cast<{_CT[o.dtype]}*>(out{k}.data_ptr())" for k, o in enumerate(plan.outputs))])
+                      *(f"reinterpret_cast<{_CT[o.dtype]}*>({name}.data_ptr())" for name, o in zip(outs, plan.outputs))])
+
+
+def returned(plan: Plan) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """(shape, dtype) of each tensor the program returns: the plan's outputs, or the scalar of its
+    final reduction."""
+    if plan.final is not None:
+        return [((), plan.final.dtype)]
+    return [(o.shape, o.dtype) for o in plan.outputs]
+
+
+def _final_kernel(plan: Plan) -> str:
+    """One block reduces the row kernel's per-row values (`rowvals`) in a fixed order: their sum,
+    over the count of rows whose target is not ignored for a mean (NaN when every target is, as
+    PyTorch's)."""
+    final = plan.final
+    assert final is not None
+    target = next(i for i in plan.inputs if i.var == final.target)
+    stride = target.read_stride[0]
+    count = f"cnt += (p_t[r * {stride}LL] != {final.ignore}LL) ? 1.0f : 0.0f;" if final.op == "mean" else ""
+    result = "acc / cnt" if final.op == "mean" else "acc"
+    return f"""
+__global__ void __launch_bounds__(1024) kevin_final(const float* __restrict__ p_rows, const int64_t* __restrict__ p_t,
+                                                    {_CT[final.dtype]}* __restrict__ p_res) {{
+    __shared__ float s_acc[32]; __shared__ float s_cnt[32];
+    float acc = 0.0f, comp = 0.0f, cnt = 0.0f;
+    for (long long r = threadIdx.x; r < {plan.rows}LL; r += 1024) {{
+        const float y = p_rows[r] - comp; const float t = acc + y; comp = isfinite(t) ? (t - acc) - y : 0.0f; acc = t;
+        {count}
+    }}
+    for (int o = 16; o > 0; o >>= 1) {{ acc += __shfl_xor_sync(0xffffffffu, acc, o); cnt += __shfl_xor_sync(0xffffffffu, cnt, o); }}
+    if ((threadIdx.x & 31) == 0) {{ s_acc[threadIdx.x >> 5] = acc; s_cnt[threadIdx.x >> 5] = cnt; }}
+    __syncthreads();
+    acc = s_acc[threadIdx.x & 31]; cnt = s_cnt[threadIdx.x & 31];  // every warp the same: the shuffles need all threads
+    for (int o = 16; o > 0; o >>= 1) {{ acc += __shfl_xor_sync(0xffffffffu, acc, o); cnt += __shfl_xor_sync(0xffffffffu, cnt, o); }}
+    if (threadIdx.x == 0) kevin_st(p_res, 0, {result});
+}}
+"""
 
 
 def _host(plan: Plan, variant: Variant, vectorizable: bool, launches: str | None = None) -> str:
@@ -1022,9 +1084,16 @@ def _host(plan: Plan, variant: Variant, vectorizable: bool, launches: str | None
             f'"kevin kernel: input {i.index} must be {str(i.dtype).replace("torch.", "")} of sizes [{sizes}] and strides [{strides}]");'
         )
     allocs = []
-    for k, o in enumerate(plan.outputs):
-        sizes = ", ".join(str(s) for s in o.shape)
-        allocs.append(f"    auto out{k} = torch::empty({{{sizes}}}, {first}.options().dtype({_TORCH_DTYPE[o.dtype]}));")
+    for k, (shape, dtype) in enumerate(returned(plan)):
+        sizes = ", ".join(str(s) for s in shape)
+        allocs.append(f"    auto out{k} = torch::empty({{{sizes}}}, {first}.options().dtype({_TORCH_DTYPE[dtype]}));")
+    if plan.final is not None:  # the per-row values, reduced by the last launch
+        allocs.append(f"    auto rowvals = torch::empty({{{plan.rows}}}, {first}.options().dtype(torch::kFloat32));")
+        launches_after = (f"\n    kevin_final<<<(unsigned)1, 1024, 0, stream>>>(reinterpret_cast<const float*>(rowvals.data_ptr()), "
+                          f"reinterpret_cast<const int64_t*>({plan.final.target}.data_ptr()), "
+                          f"reinterpret_cast<{_CT[plan.final.dtype]}*>(out0.data_ptr()));")
+    else:
+        launches_after = ""
     casted = _launch_args(plan)
     # the vector path needs 16-byte aligned data (a row's per-element operands, for row kernels)
     aligned = " && ".join([*(f"reinterpret_cast<uintptr_t>({i.var}.data_ptr()) % 16 == 0" for i in plan.inputs
@@ -1057,7 +1126,7 @@ def _host(plan: Plan, variant: Variant, vectorizable: bool, launches: str | None
         f"{returns} kevin_run({params}) {{\n" + "\n".join(checks) + "\n"
         f"    const c10::cuda::CUDAGuard guard({first}.device());\n"
         f"    cudaStream_t stream = c10::cuda::getCurrentCUDAStream({first}.get_device()).stream();\n"
-        + "\n".join(allocs) + "\n" + launch + "\n"
+        + "\n".join(allocs) + "\n" + launch + launches_after + "\n"
         f"    return {ret};\n}}\n"
     )
 
