@@ -338,7 +338,7 @@ def _pointwise_kernel(plan: Plan, variant: Variant, name: str, vector: bool) -> 
                    for inp in plan.inputs if inp.var in used]
     scalar_body += [*(_node_code(n) for n in nodes), *(f"kevin_st(p_out{k}, base, {v});" for k, v in enumerate(out_vars))]
     body: list[str] = []
-    width = 4 if vector else 1
+    width = pointwise_width(plan) if vector else 1
     if vector:
         for inp in plan.inputs:
             if inp.var not in used:
@@ -347,25 +347,26 @@ def _pointwise_kernel(plan: Plan, variant: Variant, name: str, vector: bool) -> 
             off = _offset(inp, shape, "base", "base / " + str(cols) + "LL", "base % " + str(cols) + "LL")
             if mode in ("scalar", "row", "general"):  # one value for the 4 (general: broadcast along the row, see can_vectorize)
                 one = {"scalar": "0", "row": f"base / {cols}LL"}.get(mode, off)
-                body.append(f"float {inp.var}_v[4]; {inp.var}_v[0] = {inp.var}_v[1] = {inp.var}_v[2] = {inp.var}_v[3] = kevin_ld(p_{inp.var}, {one});")
+                body.append(f"float {inp.var}_v[{width}]; {{ const float one = kevin_ld(p_{inp.var}, {one}); "
+                            f"for (int e = 0; e < {width}; ++e) {inp.var}_v[e] = one; }}")
             else:
-                body.append(f"float {inp.var}_v[4]; kevin_ld4(p_{inp.var}, {off}, {inp.var}_v);")
-        body.append(f"float o_v[{len(out_vars)}][4];")
+                body.append(f"float {inp.var}_v[{width}]; kevin_ld{width}(p_{inp.var}, {off}, {inp.var}_v);")
+        body.append(f"float o_v[{len(out_vars)}][{width}];")
         body.append("#pragma unroll")
-        body.append("for (int e = 0; e < 4; ++e) {")
+        body.append(f"for (int e = 0; e < {width}; ++e) {{")
         for inp in plan.inputs:
             if inp.var in used:
                 body.append(f"    float {inp.var} = {inp.var}_v[e];")
         body.extend("    " + _node_code(n) for n in nodes)
         body.extend(f"    o_v[{k}][e] = {v};" for k, v in enumerate(out_vars))
         body.append("}")
-        body.extend(f"kevin_st4(p_out{k}, base, o_v[{k}]);" for k in range(len(out_vars)))
+        body.extend(f"kevin_st{width}(p_out{k}, base, o_v[{k}]);" for k in range(len(out_vars)))
     else:
         body = scalar_body
     tail = ""
-    if vector and plan.numel % 4:  # the last elements, one by one, by the first threads of block 0
-        tail = (f"\n    if (blockIdx.x == 0 && threadIdx.x < {plan.numel % 4}) {{\n"
-                f"        const long long base = {plan.numel // 4 * 4}LL + threadIdx.x;\n        " + "\n        ".join(scalar_body) + "\n    }")
+    if vector and plan.numel % width:  # the last elements, one by one, by the first threads of block 0
+        tail = (f"\n    if (blockIdx.x == 0 && threadIdx.x < {plan.numel % width}) {{\n"
+                f"        const long long base = {plan.numel // width * width}LL + threadIdx.x;\n        " + "\n        ".join(scalar_body) + "\n    }")
     # a block takes `items` consecutive strips of `threads` groups per step of the grid-stride
     # loop; the strips' loads are independent, so they are in flight together
     threads, items = variant.threads, max(1, variant.items)
@@ -906,6 +907,19 @@ def can_vectorize(plan: Plan) -> bool:
             and all(m in ("linear", "lastdim", "row", "scalar") or _same_along_row(i, plan.shape) for m, i in zip(modes, plan.inputs)))
 
 
+def pointwise_width(plan: Plan) -> int:
+    """Elements per access of a pointwise plan's vector path: 8 (16 bytes) when every input and
+    output is a 16-bit type (and, with inputs read per row or broadcast, the row a multiple of 8
+    long), else 4 (16 bytes of floats)."""
+    halves = (torch.float16, torch.bfloat16)
+    if not all(t.dtype in halves for t in (*plan.inputs, *plan.outputs)):
+        return 4
+    modes = [input_mode(i, plan.shape) for i in plan.inputs]
+    if all(m in ("linear", "scalar") for m in modes):
+        return 8
+    return 8 if plan.numel % 8 == 0 and plan.cols % 8 == 0 else 4
+
+
 def preferred_order(plan: Plan) -> list[int]:
     """The plan's variants (indices into VARIANTS_ROWS / VARIANTS_POINTWISE) in the order they
     are likely to pay for this shape, the plain one first (measured on the suite: for pointwise,
@@ -1115,7 +1129,7 @@ def _host(plan: Plan, variant: Variant, vectorizable: bool, launches: str | None
         scalar = (f"        const long long blocks = std::min<long long>(({plan.numel}LL + {per} - 1) / {per}, 1LL << 30);\n"
                   f"        kevin_pointwise<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});")
         if vectorizable:
-            vec = (f"        const long long blocks = std::min<long long>(({plan.numel // 4}LL + {per} - 1) / {per}, 1LL << 30);\n"
+            vec = (f"        const long long blocks = std::min<long long>(({plan.numel // pointwise_width(plan)}LL + {per} - 1) / {per}, 1LL << 30);\n"
                    f"        kevin_pointwise_vec<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});")
             launch = f"    if ({aligned}) {{\n{vec}\n    }} else {{\n{scalar}\n    }}"
         else:
