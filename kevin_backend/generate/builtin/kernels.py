@@ -907,6 +907,22 @@ def can_vectorize(plan: Plan) -> bool:
             and all(m in ("linear", "lastdim", "row", "scalar") or _same_along_row(i, plan.shape) for m, i in zip(modes, plan.inputs)))
 
 
+def split_width(plan: Plan) -> int:
+    """Elements per access of a split plan's kernels (0: one at a time): as a rows plan's vector
+    path, when every per-element operand is contiguous along the row."""
+    width = _row_width(plan)
+    full_outputs = [o for o in plan.outputs if o.kind is Kind.FULL]
+    layouts = [_layout_in_space(i, plan.shape) for i in plan.inputs if i.kind is Kind.FULL]
+    layouts += [_contiguous_strides(plan.shape)] if full_outputs else []
+    if (plan.picks or plan.cols % width or any(i.dtype not in _VEC_OK for i in plan.inputs if i.kind is Kind.FULL)
+            or any(o.dtype not in _VEC_OK for o in full_outputs)):
+        return 0
+    for strides in layouts:  # contiguous along the row (the reduced dimensions, merged), rows 16-byte apart
+        if row_col_offsets(strides, plan)[1] != "c" or any(strides[d] % width for d in plan.kept_dims):
+            return 0
+    return width
+
+
 def pointwise_width(plan: Plan) -> int:
     """Elements per access of a pointwise plan's vector path: 8 (16 bytes) when every input and
     output is a 16-bit type (and, with inputs read per row or broadcast, the row a multiple of 8
@@ -994,7 +1010,7 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
 
         vectorizable = False
         kernels.append(_row_reducers(Variant(variant.threads), any(r.reduction in INDEXED for r in plan.reductions)))
-        split_kernels, launches = split_program(plan, variant.threads, _SPLIT_HELPERS)
+        split_kernels, launches = split_program(plan, variant.threads, _SPLIT_HELPERS, split_width(plan))
         kernels += [_narrow_indices(plan, k) for k in split_kernels]
     elif plan.is_rows:
         vectorizable = variant.vector and can_vectorize_rows(plan) and _cached_values(plan, variant, True) > 0

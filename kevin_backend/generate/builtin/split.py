@@ -24,7 +24,8 @@ stream; the workspaces are allocated by the host function with the outputs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+import re
+from typing import Callable, Sequence
 
 import torch
 
@@ -66,10 +67,12 @@ def _levels(plan: Plan) -> list[_Level]:
     return levels
 
 
-def split_program(plan: Plan, threads: int, helpers: "_Helpers") -> tuple[list[str], str]:
+def split_program(plan: Plan, threads: int, helpers: "_Helpers", width: int = 0) -> tuple[list[str], str]:
     """(the kernels' code, the host function's launches and workspaces) of `plan` split into
-    `split_count(plan)` blocks per row, `threads` threads per block."""
-    return _Writer(plan, threads, helpers).write()
+    `split_count(plan)` blocks per row, `threads` threads per block. `width` > 1: the per-element
+    operands are contiguous along the row, and the kernels read (and write) them `width` at a
+    time when their pointers are 16-byte aligned (a branch in each kernel; else one at a time)."""
+    return _Writer(plan, threads, helpers, width).write()
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,9 @@ class _Helpers:
 
 
 class _Writer:
-    def __init__(self, plan: Plan, threads: int, h: _Helpers) -> None:
+    def __init__(self, plan: Plan, threads: int, h: _Helpers, width: int = 0) -> None:
         self.plan, self.threads, self.h = plan, threads, h
+        self.width = width if width > 1 else 0
         self.splits = split_count(plan)
         cols = plan.cols
         chunk = -(-cols // self.splits)
@@ -149,6 +153,34 @@ class _Writer:
                  for i in self.plan.inputs if i.kind is Kind.FULL and i.var in used]
         return [*loads, *(self.h.node_code(n) for n in needed)]
 
+    def _loop(self, parts: dict[str, tuple[str, str]], body: list[str], stores: Sequence[tuple[int, str]] = ()) -> str:
+        """The chunk's loop over `body` (an element's loads, node code and step; `stores`: the
+        outputs written, (output index, value)). With a vector width, a branch on the pointers'
+        alignment: `width` elements per access where they are 16-byte aligned."""
+        t = self.threads
+        scalar = [*body, *(f"kevin_st(p_out{k}, {self._at(parts, 'out')}, {v});" for k, v in stores)]
+        inner = "\n        ".join(scalar)
+        plain = f"#pragma unroll 4\n    for (long long c = c_begin + lane; c < c_end; c += {t}) {{\n        {inner}\n    }}"
+        if not self.width:
+            return plain
+        w = self.width
+        full = [i.var for i in self.plan.inputs if i.kind is Kind.FULL]
+        used = [v for v in full if any(re.match(rf"float {v} = kevin_ld\(", line) for line in body)]
+        element = [line for line in body if not any(re.match(rf"float {v} = kevin_ld\(", line) for v in used)]
+        pointers = [f"p_{v}" for v in full] + [f"p_out{k}" for k, _ in stores]
+        aligned = " | ".join(f"reinterpret_cast<uintptr_t>({p})" for p in pointers) or "0"
+        c0 = lambda var: re.sub(r"\bc\b", "c0", self._at(parts, var))  # noqa: E731
+        head = [*(f"float {v}_v[{w}]; kevin_ld{w}(p_{v}, {c0(v)}, {v}_v);" for v in used),
+                *(f"float o{k}_v[{w}];" for k, _ in stores)]
+        per = [*(f"const float {v} = {v}_v[k];" for v in used), *element, *(f"o{k}_v[k] = {v};" for k, v in stores)]
+        tail = [f"kevin_st{w}(p_out{k}, {c0('out')}, o{k}_v);" for k, _ in stores]
+        vec = (f"for (long long c0 = c_begin + (long long)lane * {w}; c0 < c_end; c0 += {t * w}) {{\n"
+               + "".join(f"        {line}\n" for line in head)
+               + f"        #pragma unroll\n        for (int k = 0; k < {w}; ++k) {{\n            const long long c = c0 + k;\n"
+               + "".join(f"            {line}\n" for line in per) + "        }\n"
+               + "".join(f"        {line}\n" for line in tail) + "    }")
+        return f"if ((({aligned}) & 15) == 0) {{\n    {vec}\n    }} else {{\n    {plain}\n    }}"
+
     def _header(self, name: str, params: str, splits: int) -> str:
         cols = self.plan.cols
         chunk = self.chunk if splits > 1 else cols
@@ -198,8 +230,7 @@ class _Writer:
                 step = {"add": f"acc = acc + {value};", "max": f"acc = kevin_maximum(acc, {value});",
                         "min": f"acc = kevin_minimum(acc, {value});"}[op]
             finish = [f"acc = kevin_row_reduce_{op}(acc, smem, row_in_block, lane);", "if (lane == 0) p_ws[blockIdx.x] = acc;"]
-        inner = "\n        ".join([*body, step])
-        lines.append(f"#pragma unroll 4\n    for (long long c = c_begin + lane; c < c_end; c += {self.threads}) {{\n        {inner}\n    }}")
+        lines.append(self._loop(parts, [*body, step]))
         lines.extend(finish)
         params = self._params(False) + ", float* __restrict__ p_ws" + (", int64_t* __restrict__ p_wsi" if self.indexed else "")
         return self._header(f"kevin_part{index}", params, self.splits) + "    " + "\n    ".join(lines) + "\n}\n"
@@ -261,9 +292,7 @@ class _Writer:
         available = self._row_state(parts, lines)
         if full:
             body = self._element(parts, [o.var for _, o in full], available)
-            stores = [f"kevin_st(p_out{k}, {self._at(parts, 'out')}, {o.var});" for k, o in full]
-            inner = "\n        ".join([*body, *stores])
-            lines.append(f"#pragma unroll 4\n    for (long long c = c_begin + lane; c < c_end; c += {self.threads}) {{\n        {inner}\n    }}")
+            lines.append(self._loop(parts, body, [(k, o.var) for k, o in full]))
         row_outs = [(k, o) for k, o in enumerate(plan.outputs) if o.kind is Kind.ROW]
         if row_outs:
             stores = " ".join(f"kevin_st(p_out{k}, row, {o.var});" for k, o in row_outs)
