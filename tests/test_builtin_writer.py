@@ -56,10 +56,10 @@ def test_tasks_planned_from_many_threads_at_once_are_all_planned() -> None:
     assert not declined, declined
 
 
-def test_per_channel_values_are_read_once_per_four_elements() -> None:
+def test_per_channel_values_are_read_once_per_vector() -> None:
     program = write_program(plan_task(next(t for t in SUITE if t.name == "channel-bias-gelu-f16").source), VARIANTS_POINTWISE[1])
     assert "kevin_pointwise_vec<<<" in program
-    assert "in1_v[0] = in1_v[1] = in1_v[2] = in1_v[3] = kevin_ld(p_in1, ((base) / 784 % 128)" in program  # the channel's value
+    assert "const float one = kevin_ld(p_in1, ((base) / 784 % 128)" in program  # the channel's value, once for 8
 
 
 def test_pointwise_kernels_index_in_32_bits_where_every_offset_fits() -> None:
@@ -143,7 +143,7 @@ def _task(forward: str, inputs: str) -> str:
 @pytest.mark.parametrize("forward, inputs, why", [
     ("x @ y", "torch.randn(64, 64, device='cuda'), torch.randn(64, 64, device='cuda')", "neither pointwise nor"),
     ("x.sum(0) + y.sum(1)", "torch.randn(64, 64, device='cuda'), torch.randn(64, 64, device='cuda')", "one set of dimensions per kernel"),
-    ("x + y", "torch.randint(0, 5, (64,), device='cuda'), torch.randint(0, 5, (64,), device='cuda')", "input dtype"),
+    ("x + y", "torch.randint(0, 5, (64,), device='cuda'), torch.randint(0, 5, (64,), device='cuda')", "integer dtype torch.int64"),
     # an input's transpose is read through strides; a computed value's would move data
     ("(x + 1.0).t() + y", "torch.randn(64, 32, device='cuda'), torch.randn(32, 64, device='cuda')", "does not broadcast"),
 ], ids=["matmul", "reduce-two-ways", "integers", "transpose-in-graph"])
@@ -233,9 +233,9 @@ def test_variants_are_ranked_for_the_shape() -> None:
 
 def test_an_odd_length_takes_the_vector_path_and_finishes_its_tail_one_by_one() -> None:
     program = write_program(plan_task(next(t for t in SUITE if t.name == "mul-bf16-odd").source), VARIANTS_POINTWISE[1])
-    assert "kevin_pointwise_vec<<<" in program  # 1001 x 999 = 999999 elements
-    assert "const int n = 999999 / 4;" in program
-    assert "if (blockIdx.x == 0 && threadIdx.x < 3) {" in program and "const int base = 999996 + threadIdx.x;" in program
+    assert "kevin_pointwise_vec<<<" in program  # 1001 x 999 = 999999 elements, 8 bf16 values per access
+    assert "const int n = 999999 / 8;" in program and "kevin_ld8(p_in0" in program
+    assert "if (blockIdx.x == 0 && threadIdx.x < 7) {" in program and "const int base = 999992 + threadIdx.x;" in program
 
 
 def test_other_trajectories_start_elsewhere_and_declines_end_the_trajectory() -> None:
@@ -307,13 +307,20 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
         "permute-tiled": _task("x.permute(1, 0) * y", "torch.randn(96, 64, device='cuda'), torch.randn(64, 96, device='cuda')"),
         "layernorm-split": _task("torch.nn.functional.layer_norm(x, (40000,)) * y",
                                  "torch.randn(3, 40000, device='cuda'), torch.randn(40000, device='cuda')"),
+        "cross-entropy-bf16": _task("torch.nn.functional.cross_entropy(x, y)",
+                                    "torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16), torch.randint(0, 5000, (64,), device='cuda')"),
+        "mse-split-bf16": _task("torch.nn.functional.mse_loss(x, y)",
+                                "torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16), torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16)"),
     }
     picks += [("argmax-dim1", VARIANTS_ROWS[preferred_order(plan_task(more["argmax-dim1"]))[0]]),
               ("max-dim0-split", VARIANTS_ROWS[preferred_order(plan_task(more["max-dim0-split"]))[0]]),
               ("layernorm-split", VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]]),
+              ("cross-entropy-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["cross-entropy-bf16"]))[0]]),
+              ("mse-split-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]]),
               ("permute-tiled", VARIANTS_POINTWISE[preferred_order(plan_task(more["permute-tiled"]))[0]])]
     assert picks[-1][1].tiled
     assert VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]].split
+    assert VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]].split
     sources = []
     for i, (name, variant) in enumerate(picks):
         task = more[name] if name in more else by_name[name].source
