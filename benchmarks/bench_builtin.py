@@ -150,7 +150,7 @@ def main() -> int:
     for r in rows:
         def f(v: object, fmt: str, scale: float = 1.0) -> str:
             return "-" if v is None else format(v * scale, fmt)  # type: ignore[operator]
-        print(f"| {r['task']} | {r['category']} | {'yes' if r['correct'] else 'NO'} | {f(r['variant'], 'd')} | {f(r['kernel_ms'], '.4f')} | "
+        print(f"| {r['task']} | {r['category']} | {'yes' if r['correct'] else 'NO'} | {'-' if r['variant'] is None else r['variant']} | {f(r['kernel_ms'], '.4f')} | "
               f"{f(r['eager_ms'], '.4f')} | {f(r['inductor_ms'], '.4f')} | {f(r['vs_eager'], '.2f')} | {f(r['vs_inductor'], '.2f')} | "
               f"{f(r['bytes'], '.3g', 1e-6)} | {f(r['kernel_fraction'], '.0%')} | {f(r['inductor_fraction'], '.0%')} |")
     chains = geomean([r["vs_eager"] for r in rows if r["category"] == "chain3+"])  # type: ignore[misc]

@@ -105,6 +105,8 @@ CASES: list[SuiteTask] = [
     _task("split-argmin-all-f32", "reduction", "x.argmin()", [(50, 400)], "f32"),
     _task("split-mse-f32", "loss", "F.mse_loss(x, y)", [(4, 5000), (4, 5000)], "f32"),
     _task("split-std-dims12-f32", "reduction", "x.std((1, 2))", [(2, 150, 130)], "f32"),
+    # short rows of 16-bit values: 8 threads a row, one 8-wide access each
+    _task("layernorm-short-rows-bf16", "norm", "F.layer_norm(x, (64,))", [(37, 64)], "bf16"),
     # cross-entropy: int64 targets, the log-probability picked at each row's target, a final launch over the rows
     _task("cross-entropy-f32", "loss", "F.cross_entropy(x, m0)", [(37, 300)], "f32", ["torch.randint(0, 300, (37,), device='cuda')"]),
     _task("cross-entropy-bf16-ignore", "loss", "F.cross_entropy(x, m0, ignore_index=3)", [(40, 8)], "bf16",

@@ -100,6 +100,8 @@ VARIANTS_ROWS = (
     Variant(32, rows_per_block=32, columns=True), Variant(8, rows_per_block=32, columns=True, cache=True),
     # rows too few to fill the GPU: each over several blocks (`split.py`)
     Variant(256, split=True), Variant(512, split=True), Variant(1024, split=True),
+    # short rows of 16-bit values: 8 threads a row, 8 values an access (a row of 64 is one access each)
+    Variant(8, rows_per_block=32, vector=True, cache=True),
 )
 # Registers per thread a cached row may take (values per input).
 MAX_CACHED = 32
@@ -968,12 +970,15 @@ def preferred_order(plan: Plan) -> list[int]:
             # enough threads per row to fill the GPU when rows are few, one when they are many
             want = max(1, min(32, (132 * 2048) // max(1, plan.rows)))
             return (group, abs(math.log2(v.threads) - math.log2(want)), 0 if not v.cache else 1, i)
+        want = ideal
         if v.vector:
             group = 0 if vector_ok and _cached_values(plan, v, True) else 2
+            if vector_ok and _row_width(plan) == 8:  # 8 values an access: a short row needs fewer threads
+                want = min(1024, max(8, plan.cols // 8))
         else:
             group = 1
         fits = _cached_values(plan, v, v.vector) > 0
-        return (group + (1 if columns else 0), abs(math.log2(v.threads) - math.log2(ideal)), 0 if fits else 1, i)
+        return (group + (1 if columns else 0), abs(math.log2(v.threads) - math.log2(want)), 0 if fits else 1, i)
 
     if columns or splitting:
         return sorted(range(len(VARIANTS_ROWS)), key=rank)
