@@ -609,9 +609,10 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
     exact = _exact(run, inputs, exact_model)
     again = _candidate_forward(run, values, "replay")
     run.phase("compare")
-    if compare_outputs(again, want, exact) is not None:
+    replayed = compare_outputs(again, want, exact)
+    if replayed is not None:  # (the comparison's own words kept: which output, how many elements, how far)
         return _error("REPLAYED_OUTPUT", "timing", "after new values were written into its input buffers, the output "
-                      "no longer matched: it returns stored results instead of computing")
+                      f"no longer matched: it returns stored results instead of computing ({replayed.message})")
     outcome = {"stage": "timing", "reason": "ACCEPTED", "kernel_ms": kernel_ms, "eager_ms": eager_ms, "inductor_ms": inductor_ms}
     facts = _roofline_facts(run, values, want, copy_gbps)
     if facts is not None:
