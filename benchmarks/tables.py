@@ -249,7 +249,49 @@ def builtin_verdicts(data: list[dict[str, Any]]) -> dict[str, str]:
                              "variant"], rows)}
 
 
+def builtin_roofline(data: dict[str, Any]) -> dict[str, str]:
+    """bench_builtin.py --suite roofline --json: per task, the best kernel against Inductor and
+    the roofline; then the suite's goals."""
+    def num(value: Any, spec: str, scale: float = 1.0) -> str:
+        return "-" if value is None else format(value * scale, spec)
+
+    rows = [[r["task"], r["category"], "yes" if r["correct"] else "NO " + ", ".join(r["reasons"]),
+             num(r["kernel_ms"], ".4f"), num(r["inductor_ms"], ".4f"), num(r["vs_inductor"], ".2f") + ("x" if r["vs_inductor"] else ""),
+             num(r["bytes"], ".0f", 1e-6), num(r["kernel_fraction"], ".0%"), num(r["inductor_fraction"], ".0%"),
+             "-" if r["variant"] is None else str(r["variant"])] for r in data["rows"]]
+    summary = data["roofline_summary"]
+    correct = sum(bool(r["correct"]) for r in data["rows"])
+    goals = _table(["measure", "value", "goal"], [
+        ["correct through the judge", f"{correct} of {len(data['rows'])}", "all"],
+        ["median fraction of copy bandwidth, the writer's kernels", num(summary["median_kernel_fraction"], ".0%"), "80%"],
+        [f"geometric mean over Inductor, the {summary['tasks_inductor_below_half']} tasks where Inductor is below 50%",
+         num(summary["vs_inductor_where_inductor_below_half"], ".2f") + "x", "1.5x"],
+        ["kernels at least 1.03x Inductor (kept) / the rest (Inductor kept)", f"{summary['kept']} / {summary['not_kept']}", "-"],
+        ["geometric mean fraction of copy bandwidth, kernels / Inductor",
+         f"{num(data['kernel_roofline'], '.0%')} / {num(data['inductor_roofline'], '.0%')}", "-"],
+    ])
+    return {"tasks": _table(["task", "kind", "correct", "kernel ms", "Inductor ms", "x Inductor", "MB moved",
+                             "kernel % of copy", "Inductor % of copy", "variant"], rows), "goals": goals}
+
+
+def roofline_backend(data: dict[str, Any]) -> dict[str, str]:
+    """bench_roofline_backend.py --json: each task compiled by the backend in generate mode."""
+    rows = []
+    for r in data["rows"]:
+        kept = [p for p in r["partitions"] if p["status"] == "generated"]
+        if kept:
+            what = f"kept: {kept[0]['vs_inductor']:.2f}x Inductor, {kept[0]['roofline_fraction'] or 0:.0%} of copy"
+        else:
+            what = "Inductor kept: " + ("; ".join(f"{p['detail'] or p['reason'] or p['status']}" for p in r["partitions"])
+                                        or r.get("error", "no partition"))
+        judge = r.get("judge_vs_inductor")
+        rows.append([r["task"], "-" if judge is None else f"{judge:.2f}x", what, "yes" if r["match"] else "NO"])
+    return {"tasks": _table(["task", "bench_builtin x Inductor", "compile report", "outputs match"], rows)}
+
+
 KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
+    "builtin_roofline": builtin_roofline,
+    "roofline_backend": roofline_backend,
     "builtin_verdicts": builtin_verdicts,
     "judge_speed": judge_speed,
     "op_overhead": op_overhead,
