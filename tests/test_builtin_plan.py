@@ -101,3 +101,15 @@ def test_int64_inputs_are_declined_except_as_targets(forward: str, why: str) -> 
     plan = plan_task(_task(forward, f"{_randn(64, 128)}, {_TARGETS}"))
     assert isinstance(plan, Declined), plan
     assert why in plan.reason
+
+
+def test_a_partition_that_makes_scalars_on_the_gpu_is_planned_on_meta() -> None:
+    """A partition's task (backend/task.py) makes its scalars where the graph ran:
+    `aten.full.default(..., device=torch.device('cuda', 0))` in the forward. Traced beside meta
+    inputs, they must be meta too (KL divergence's partition was declined on the GPU machine:
+    'Tensor on device cuda:0 is not on the expected device meta')."""
+    forward = ("torch.ops.aten.where.self(torch.ops.aten.eq.Scalar(x, 0), torch.ops.aten.full.default([], 0.0, "
+               "dtype=torch.float32, layout=torch.strided, device=torch.device('cuda', 0), pin_memory=False), x * y).sum()")
+    plan = plan_task(_task(forward, f"{_randn(64, 128)}, {_randn(64, 128)}"))
+    assert isinstance(plan, Plan), plan
+    assert any(n.expr == "0.0f" for n in plan.nodes)

@@ -240,7 +240,10 @@ def trace(task_source: str) -> tuple[fx.GraphModule, list[Any]]:
     if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
         raise Unsupported("the task has parameters or buffers (the built-in writer takes tensor inputs only)")
     table = get_decompositions(_DECOMPOSED)
-    gm = make_fx(lambda *args: model(*args), decomposition_table=table)(*metas)
+    # the forward too: a partition's task makes its scalars on the graph's device
+    # (`aten.full.default(..., device=cuda:0)`), which must be meta beside meta inputs
+    with _OnMeta():
+        gm = make_fx(lambda *args: model(*args), decomposition_table=table)(*metas)
     gm.graph.eliminate_dead_code()  # what decompositions make and nothing reads (a norm's unused saved statistics)
     gm.recompile()
     return gm, metas
