@@ -394,7 +394,7 @@ def test_inductors_side_is_its_compiled_graph_called_without_dynamos_guards() ->
 
 
 def test_the_direct_call_returns_what_the_whole_compiled_reference_returns() -> None:
-    from kevin_backend.judge.retime_worker import _inductor_call
+    from kevin_backend.judge.retime_worker import inductor_call
 
     class Model(torch.nn.Module):
         def __init__(self) -> None:
@@ -405,7 +405,7 @@ def test_the_direct_call_returns_what_the_whole_compiled_reference_returns() -> 
             return x * self.w, x.sum(dim=1)
 
     model, x = Model(), torch.randn(4, 8)
-    call, how = _inductor_call(model, [x], "eager")
+    call, how = inductor_call(model, [x], "eager")
     got = call()
     assert "directly" in how
     with torch.no_grad():

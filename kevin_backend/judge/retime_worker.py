@@ -147,7 +147,7 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
         kernel_call = _kernel_call(job, model, reference, values, runtime)
 
         phase("inductor")
-        inductor_call, inductor_how = _inductor_call(reference, values, job.get("compile_backend") or "inductor")
+        inductor_fn, inductor_how = inductor_call(reference, values, job.get("compile_backend") or "inductor")
         _sync(device)
 
         phase("kernel-warmup")
@@ -166,7 +166,7 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
 
         def inductor_round() -> float:
             phase("retime-inductor")
-            return measure(inductor_call)
+            return measure(inductor_fn)
 
         phase("lock")  # waiting for the GPU: the judge's step, whatever the wait
         lock = file_lock(job["gpu_lock"]) if job.get("gpu_lock") else contextlib.nullcontext()
@@ -181,7 +181,7 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
         }
 
 
-def _inductor_call(reference: torch.nn.Module, values: list[Any], backend: str) -> tuple[Callable[[], Any], str]:
+def inductor_call(reference: torch.nn.Module, values: list[Any], backend: str) -> tuple[Callable[[], Any], str]:
     """Inductor's code for the task, called as a compiled model calls it, and how (for the
     protocol). The backend is wrapped so that each graph Dynamo captures is seen with the
     arguments it is called on; after one warm-up call, a reference captured as one graph called

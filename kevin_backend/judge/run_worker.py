@@ -3,8 +3,8 @@
     python -m kevin_backend.judge.run_worker < job.json     # prints one JSON line: the outcome
     python -m kevin_backend.judge.run_worker --serve        # a pool's worker: one job per line
 
-A pool's worker (`pool.py`) keeps torch and CUDA initialised and, per task, the reference model,
-its float64 copy and its Inductor-compiled form; every candidate still gets a fresh module
+A pool's worker (`pool.py`) keeps torch and CUDA initialised and, per task, the reference model
+and its float64 copy; every candidate still gets a fresh module
 namespace, its outputs are scrubbed, the references' parameters are fingerprinted after each
 candidate (a change ends the worker) and the parent replaces the worker after any error.
 
@@ -26,7 +26,9 @@ parent (`runner.py`) reads the exit status, the output and the last phase this w
        d. the comparison (`compare.py`); a candidate wrong on non-contiguous inputs is run once
           more on contiguous copies, to say whether it ignores their strides
   3. timing, one protocol for the candidate, the eager reference and the Inductor-compiled
-     reference (`timer.py`), under the judge's GPU lock
+     reference (`timer.py`), under the judge's GPU lock; Inductor's one compiled graph is called
+     directly, without Dynamo's guards, as the backend's re-timing calls it
+     (`retime_worker.inductor_call`), so the judge's speedups and the backend's decisions agree
   4. replay check: fresh values written into the candidate's input buffers, output checked again
   5. roofline (an accepted candidate): the bytes the task must move, its matmul/convolution FLOPs
      and the GPU's copy bandwidth (measured once per GPU and software, under the timing lock),
@@ -406,13 +408,12 @@ def _layout_diagnosis(run: Run, inputs: InputSet, strided: list[tuple[int, torch
 @dataclass
 class TaskState:
     """What a worker keeps of one task between candidates: the task's module, its init inputs on
-    the device, the seeded reference, its exact (float64) copy and its Inductor-compiled form."""
+    the device, the seeded reference and its exact (float64) copy."""
 
     task: types.ModuleType
     init: list[Any]
     reference: torch.nn.Module
     exact_model: list[torch.nn.Module] = field(default_factory=list)
-    compiled: Any = None
     marked: tuple[int, ...] = ()  # the fingerprint when last known intact
     counts: tuple[int, int] | None = None  # the task's bytes and FLOPs for the roofline (the same for every candidate)
 
@@ -571,16 +572,16 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
     inputs = make_input_set(run.task, job["seeds"][0], run.device)
     values = inputs.values
     measure = make_timer(run.device, job["trials"], job["warmup"], queued=True)
-    compiled = None
-    if job.get("inductor", True):
+    compiled: Callable[[], Any] | None = None
+    if job.get("inductor", True):  # (asked for once per task and GPU: the judge keeps the references' times)
         run.phase("inductor")
-        compiled = run.state.compiled if run.state is not None else None
-        if compiled is None:
-            compiled = torch.compile(run.reference)
-        if run.state is not None:
-            run.state.compiled = compiled  # compiled once per worker and task
+        from kevin_backend.judge.retime_worker import inductor_call
+
+        # Inductor's code as a compiled model calls it: the one graph's compiled function without
+        # Dynamo's guards (tens of microseconds a call), as the backend's decision times it
         with torch.no_grad():
-            compiled(*values)
+            compiled, how = inductor_call(run.reference, values, job.get("compile_backend") or "inductor")
+        run.ledger.notes.append(f"Inductor timed as {how}")
     lock = file_lock(job["gpu_lock"]) if job.get("gpu_lock") else contextlib.nullcontext()
     with torch.no_grad(), lock:
         run.phase("timing-candidate")
@@ -588,7 +589,7 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
         run.phase("timing-reference")
         # the references' times are measured once per task and GPU (the judge keeps them)
         eager_ms = measure(lambda: run.reference(*values)) if job.get("eager", True) else None
-        inductor_ms = measure(lambda: compiled(*values)) if compiled is not None else None
+        inductor_ms = measure(compiled) if compiled is not None else None
         run.ledger.observe()
         copy_gbps = _copy_bandwidth(run)  # while the GPU is still this worker's alone
     run.ledger.observe()
