@@ -105,6 +105,11 @@ CASES: list[SuiteTask] = [
     _task("split-argmin-all-f32", "reduction", "x.argmin()", [(50, 400)], "f32"),
     _task("split-mse-f32", "loss", "F.mse_loss(x, y)", [(4, 5000), (4, 5000)], "f32"),
     _task("split-std-dims12-f32", "reduction", "x.std((1, 2))", [(2, 150, 130)], "f32"),
+    # rows across memory with outputs along them: written through shared-memory tiles (partial tiles, partial blocks)
+    _task("layernorm-channels-last-f16", "norm", "F.layer_norm(m0, (40,), x, y)", [(40,), (40,)], "f16",
+          ["torch.randn(2, 40, 3, 7, device='cuda', dtype=torch.float16).permute(0, 2, 3, 1)"]),
+    _task("l2norm-transposed-rows-f32", "norm", "m0 / torch.norm(m0, p=2, dim=1, keepdim=True)", [], "f32",
+          ["torch.randn(45, 37, device='cuda').t()"]),
     # short rows of 16-bit values: 8 threads a row, one 8-wide access each
     _task("layernorm-short-rows-bf16", "norm", "F.layer_norm(x, (64,))", [(37, 64)], "bf16"),
     # cross-entropy: int64 targets, the log-probability picked at each row's target, a final launch over the rows

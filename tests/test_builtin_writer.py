@@ -309,6 +309,8 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
                                  "torch.randn(3, 40000, device='cuda'), torch.randn(40000, device='cuda')"),
         "cross-entropy-bf16": _task("torch.nn.functional.cross_entropy(x, y)",
                                     "torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16), torch.randint(0, 5000, (64,), device='cuda')"),
+        "softmax-transposed-staged": _task("torch.softmax(x.t(), -1) + y",
+                                           "torch.randn(4096, 512, device='cuda'), torch.randn(512, 4096, device='cuda')"),
         "mse-split-bf16": _task("torch.nn.functional.mse_loss(x, y)",
                                 "torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16), torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16)"),
     }
@@ -317,10 +319,12 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
               ("layernorm-split", VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]]),
               ("cross-entropy-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["cross-entropy-bf16"]))[0]]),
               ("mse-split-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]]),
+              ("softmax-transposed-staged", VARIANTS_ROWS[preferred_order(plan_task(more["softmax-transposed-staged"]))[0]]),
               ("permute-tiled", VARIANTS_POINTWISE[preferred_order(plan_task(more["permute-tiled"]))[0]])]
     assert picks[-1][1].tiled
     assert VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]].split
     assert VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]].split
+    assert "__shared__ float tile0" in write_program(plan_task(more["softmax-transposed-staged"]), picks[-2][1])
     sources = []
     for i, (name, variant) in enumerate(picks):
         task = more[name] if name in more else by_name[name].source

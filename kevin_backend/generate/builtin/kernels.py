@@ -750,7 +750,41 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         lines.extend(row_values())
 
     full_outs = [(k, o) for k, o in enumerate(plan.outputs) if o.kind is Kind.FULL]
-    if full_outs:
+    staged = False
+    if full_outs and variant.columns and staged_output(plan, variant):
+        # the columns mapping's outputs, contiguous along the row: 32 columns of the block's rows
+        # computed into shared memory, then written a row's 32 values at a time (one 128-byte
+        # stretch) instead of each thread's values a row apart
+        staged = True
+        needed = _closure(plan, [o.var for _, o in full_outs], available | set(kept))
+        per = _STAGE // tpr  # columns of a tile per thread
+        row_part, col_part = parts["out"]
+        store_row = re.sub(r"\brow\b", "r", row_part) if row_part != "0" else "0"
+        store = re.sub(r"\bc\b", "cc", col_part)
+        tiles = -(-cols // _STAGE)
+        if cache:  # the row's registers: column t * 32 + lane + k * tpr is slot t * per + k
+            fill = [*(f"float {i.var} = {i.var}_r[t * {per} + k];" for i in full_inputs
+                      if i.var in _references(needed, [o.var for _, o in full_outs])),
+                    *(f"float {v} = {v}_r[t * {per} + k];" for v in kept if v in _references(needed, [o.var for _, o in full_outs]))]
+        else:
+            fill = loads(needed, [o.var for _, o in full_outs])
+        body = "\n                ".join([*fill, *(code(n) for n in needed),
+                                           *(f"tile{k}[row_in_block][c - t * {_STAGE}] = {o.var};" for k, o in full_outs)])
+        writes = " ".join(f"kevin_st(p_out{k}, {store_row} + {store}, tile{k}[i][j]);" for k, _ in full_outs)
+        lines.append(
+            "".join(f"__shared__ float tile{k}[{rpb}][{_STAGE + 1}];\n    " for k, _ in full_outs)
+            + (f"#pragma unroll\n    " if cache else "")
+            + f"for (int t = 0; t < {tiles}; ++t) {{\n"
+            f"        #pragma unroll\n        for (int k = 0; k < {per}; ++k) {{\n"
+            f"            const long long c = (long long)t * {_STAGE} + lane + k * {tpr};\n"
+            f"            if (valid && c < {cols}LL) {{\n                {body}\n            }}\n        }}\n"
+            "        __syncthreads();\n"
+            f"        for (int e = threadIdx.x; e < {rpb * _STAGE}; e += {tpr * rpb}) {{\n"
+            f"            const int i = e / {_STAGE}, j = e % {_STAGE};\n"
+            f"            const long long r = (long long)blockIdx.x * {rpb} + i, cc = (long long)t * {_STAGE} + j;\n"
+            f"            if (r < {rows}LL && cc < {cols}LL) {{ {writes} }}\n        }}\n"
+            "        __syncthreads();\n    }")
+    if full_outs and not staged:
         needed = _closure(plan, [o.var for _, o in full_outs], available | set(kept))
         computed = [*loads(needed, [o.var for _, o in full_outs]), *(code(n) for n in needed)]
         if vector:  # the row's values `width` at a time, then one wide store per output
@@ -779,6 +813,24 @@ __global__ void __launch_bounds__({tpr * rpb}) {name}({ins}, {outs}) {{
     {inner}
 }}
 """)
+
+
+# Columns a staged output tile spans (`staged_output`).
+_STAGE = 32
+
+
+def staged_output(plan: Plan, variant: Variant) -> bool:
+    """Whether a columns-mapping rows kernel writes its per-element outputs through shared-memory
+    tiles: the outputs are contiguous along the row (a row's neighbouring columns are neighbours
+    in memory, while the mapping puts neighbouring rows on neighbouring threads), and a row's
+    threads divide a tile's 32 columns."""
+    full = sum(o.kind is Kind.FULL for o in plan.outputs)
+    if not variant.columns or _STAGE % variant.threads or not full:
+        return False
+    if full * max(1, variant.rows_per_block) * (_STAGE + 1) * 4 > 40 * 1024:  # the tiles in static shared memory
+        return False
+    strides = _contiguous_strides(plan.shape)
+    return strides[max(plan.reduced_dims)] == 1 and row_col_offsets(strides, plan)[1] == "c"
 
 
 def _row_reducers(variant: Variant, indexed: bool = False) -> str:
