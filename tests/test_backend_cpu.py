@@ -71,5 +71,33 @@ def test_matches_eager(name: str, kind: str, train: bool, dynamic: bool, kevin_d
     assert_close_tree(got2, want2)
     assert_close_tree(got2_grads, want2_grads)
     if kind == "generate" and dynamic:
-        # kernels were verified for the first shape only: the second ran their references
+        # kernels were verified for the first shape only: the second ran Inductor's code for
+        # their partitions, not the references op by op
         assert counters["runtime_size_fallbacks"] > 0
+        assert counters["runtime_inductor_calls"] == counters["runtime_size_fallbacks"]
+        assert counters["runtime_inductor_errors"] == 0
+
+
+def test_other_sizes_run_inductors_code_compiled_once(kevin_dir: Path) -> None:
+    """Under dynamic shapes a kernel serves the size it was verified for; every other size runs
+    Inductor's code for its partition, compiled once (a third size compiles nothing new)."""
+    from torch._dynamo.utils import counters as dynamo_counters
+
+    model, inputs = make_example("mlp")
+    eager_model = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="kevin", dynamic=True,
+                             options=_options("generate", kevin_dir, ReferenceGenerator()))
+    with torch.no_grad():
+        assert_close_tree(compiled(*inputs), eager_model(*inputs))
+        assert kevin_backend.last_report().count(Status.GENERATED) > 0
+        before = counters.snapshot()
+        for scale in (2, 3):
+            _, other = make_example("mlp", scale=scale)
+            if scale == 3:
+                graphs = dynamo_counters["stats"]["unique_graphs"]
+            assert_close_tree(compiled(*other), eager_model(*other))
+        after = counters.snapshot()
+    served = after.get("runtime_inductor_calls", 0) - before.get("runtime_inductor_calls", 0)
+    assert served > 0 and served == after["runtime_size_fallbacks"] - before.get("runtime_size_fallbacks", 0)
+    assert after.get("runtime_inductor_errors", 0) == before.get("runtime_inductor_errors", 0)
+    assert dynamo_counters["stats"]["unique_graphs"] == graphs  # the third size: no new graph compiled

@@ -140,6 +140,8 @@ class Counters:
         "runtime_loads",
         "runtime_size_fallbacks",
         "runtime_errors",
+        "runtime_inductor_calls",  # calls served by Inductor's code for a partition (inputs its kernel does not take)
+        "runtime_inductor_errors",  # partitions whose Inductor code failed: their reference ran eagerly
     )
 
     def __init__(self) -> None:
