@@ -98,7 +98,7 @@ def _task_dir(tmp_path: Path, tasks: dict[str, str]) -> Path:
 def test_models_table_json_and_chart(tmp_path: Path, inductor_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_json, chart, table = tmp_path / "bench.json", tmp_path / "bench.png", tmp_path / "bench.md"
     code = main(["--cache-dir", str(tmp_path / "kevin"), "--no-seed", "bench", "--device", "cpu", "--size", "tiny",
-                 "--models", "mlp", "--workloads", "infer,train", *FAST, "--inductor-cache", str(inductor_cache),
+                 "--dtype", "float32", "--models", "mlp", "--workloads", "infer,train", *FAST, "--inductor-cache", str(inductor_cache),
                  "--json", str(out_json), "--chart", str(chart), "--markdown", str(table)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -116,11 +116,38 @@ def test_models_table_json_and_chart(tmp_path: Path, inductor_cache: Path, capsy
     assert set(rows["mlp", "infer"]["deviation"]) == {"inductor", "kevin"}
     assert data["environment"]["device"] == "cpu" and data["environment"]["settings"]["size"] == "tiny"
     assert chart.read_bytes()[:8] == PNG
-    assert "| mlp | infer |" in captured.out and "| mlp | train |" in captured.out
+    assert "| mlp | tiny | float32 | infer |" in captured.out and "| mlp | tiny | float32 | train |" in captured.out
     assert table.read_text() == captured.out
     assert "[1/1] mlp" in captured.err  # progress on stderr
     report = BenchReport.from_dict(data)
     assert report.as_dict() == data
+
+
+def test_every_size_and_dtype_is_a_row(tmp_path: Path, inductor_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--size` and `--dtype` take lists: one run per pair, each row saying its size and dtype."""
+    out_json = tmp_path / "bench.json"
+    code = main(["--cache-dir", str(tmp_path / "kevin"), "--no-seed", "bench", "--device", "cpu", "--size", "tiny",
+                 "--dtype", "float32,bfloat16", "--models", "mlp", "--workloads", "infer", *FAST,
+                 "--inductor-cache", str(inductor_cache), "--json", str(out_json)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data = json.loads(out_json.read_text())
+    assert [(r["model"], r["size"], r["dtype"], r["error"]) for r in data["models"]] == [
+        ("mlp", "tiny", "float32", None), ("mlp", "tiny", "bfloat16", None)]
+    assert all(r["timings"]["kevin"]["median_ms"] > 0 for r in data["models"])
+    assert data["environment"]["settings"]["dtype"] == "float32,bfloat16"
+    assert "| mlp | tiny | bfloat16 | infer |" in captured.out and "dtype float32,bfloat16" in captured.out
+    assert "at size tiny, bfloat16" in captured.err
+
+
+def test_the_small_size_keeps_the_layers_and_shrinks_the_batch() -> None:
+    from kevin_backend.bench.models import describe, make_model
+
+    full, (x_full,) = make_model("mlp", "infer", "meta", size="full")
+    small, (x_small,) = make_model("mlp", "infer", "meta", size="small")
+    assert [p.shape for p in full.parameters()] == [p.shape for p in small.parameters()]
+    assert x_small.shape[0] < x_full.shape[0] and x_small.shape[1:] == x_full.shape[1:]
+    assert "batch 16" in describe("mlp", "small")
 
 
 def test_kernelbench_correctness_and_fast_p(tmp_path: Path, inductor_cache: Path, monkeypatch: pytest.MonkeyPatch,
@@ -192,6 +219,8 @@ def test_kernelbench_task_that_fails(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--kernelbench", "{tmp}/missing"], "--kernelbench: no such folder"),
         (["--kernelbench", "{tmp}"], "--kernelbench: no task files (*.py) in"),
         (["--repeats", "0"], "--repeats must be at least 1"),
+        (["--size", "full,huge"], "unknown size 'huge'; valid sizes: full, small, tiny"),
+        (["--dtype", "float8"], "unknown dtype 'float8'; valid dtypes: float32, bfloat16, float16"),
         (["--device", "tpu"], "invalid choice: 'tpu'"),
     ],
 )
@@ -285,7 +314,7 @@ def test_reports_of_a_run_made_in_parts_merge_into_one(tmp_path: Path, capsys: p
     assert [m.model for m in data.models] == ["mlp", "gpt2"]
     assert data.kernelbench is not None and [t.task for t in data.kernelbench.tasks] == ["t"]
     assert "kevin bench --models mlp ; kevin bench --models gpt2" == data.environment["command"]
-    assert "| mlp | infer |" in out and "| gpt2 | infer |" in out
+    assert "| mlp | - | - | infer |" in out and "| gpt2 | - | - | infer |" in out
     assert (tmp_path / "all.png").read_bytes()[:8] == PNG
     (tmp_path / "bad.json").write_text("{}")
     assert main(["bench", "--merge", str(tmp_path / "bad.json")]) == 2

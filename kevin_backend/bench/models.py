@@ -9,7 +9,8 @@ Every model takes its targets as an optional last input: given, it returns a sca
 training step is forward + loss + backward, the loss inside the compiled model); left out, it
 returns its output. Weights are random (seeded), configurations are built in code: nothing is
 downloaded. `size="full"` is sized for an H200 (a step takes milliseconds, a measurement seconds);
-`size="tiny"` is for CPU tests and smoke runs.
+`size="small"` keeps the full size's layers at a small batch (one sequence of 128 tokens, 16 rows,
+4 images), where launch overhead matters; `size="tiny"` is for CPU tests and smoke runs.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from kevin_backend.models import MLP
 __all__ = ["MODELS", "WORKLOADS", "SIZES", "ModelSpec", "make_model", "describe", "needs_transformers"]
 
 WORKLOADS = ("infer", "train")
-SIZES = ("full", "tiny")
+SIZES = ("full", "small", "tiny")  # full: GPU-sized; small: the same layers at a small batch; tiny: CPU tests
 
 
 class RegressionMLP(nn.Module):
@@ -111,45 +112,46 @@ class ModelSpec:
 
     name: str
     full: str  # one line for tables: the full size
+    small: str  # ... the small batch (launch overhead matters)
     tiny: str  # ... and the tiny one
-    build: Callable[[bool], tuple[nn.Module, tuple[Any, ...], tuple[Any, ...]]]  # tiny -> model, inputs, targets
+    build: Callable[[str], tuple[nn.Module, tuple[Any, ...], tuple[Any, ...]]]  # size -> model, inputs, targets
     transformers: bool = False
 
 
-def _mlp(tiny: bool) -> tuple[nn.Module, tuple[Any, ...], tuple[Any, ...]]:
-    dim, hidden, depth, batch = (16, 32, 2, 4) if tiny else (1024, 4096, 4, 4096)
+def _mlp(size: str) -> tuple[nn.Module, tuple[Any, ...], tuple[Any, ...]]:
+    dim, hidden, depth, batch = {"tiny": (16, 32, 2, 4), "small": (1024, 4096, 4, 16)}.get(size, (1024, 4096, 4, 4096))
     return RegressionMLP(dim, hidden, depth), (torch.randn(batch, dim),), (torch.randn(batch, dim),)
 
 
-def _cnn(tiny: bool) -> tuple[nn.Module, tuple[Any, ...], tuple[Any, ...]]:
-    if tiny:
+def _cnn(size: str) -> tuple[nn.Module, tuple[Any, ...], tuple[Any, ...]]:
+    if size == "tiny":
         widths, blocks, classes, batch, side = (4, 8), (1, 1), 10, 2, 8
     else:  # ResNet-18's stages at 128 x 128
-        widths, blocks, classes, batch, side = (64, 128, 256, 512), (2, 2, 2, 2), 1000, 128, 128
+        widths, blocks, classes, batch, side = (64, 128, 256, 512), (2, 2, 2, 2), 1000, 4 if size == "small" else 128, 128
     model = ResNet(widths, blocks, classes)
     return model, (torch.randn(batch, 3, side, side),), (torch.randint(0, classes, (batch,)),)
 
 
-def _gpt2(tiny: bool) -> tuple[nn.Module, tuple[Any, ...], tuple[Any, ...]]:
+def _gpt2(size: str) -> tuple[nn.Module, tuple[Any, ...], tuple[Any, ...]]:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    if tiny:
+    if size == "tiny":
         layers, dim, heads, vocab, batch, seq = 1, 32, 2, 64, 2, 8
     else:
-        layers, dim, heads, vocab, batch, seq = 4, 768, 12, 50257, 8, 512
+        layers, dim, heads, vocab, batch, seq = (4, 768, 12, 50257) + ((1, 128) if size == "small" else (8, 512))
     config = GPT2Config(n_layer=layers, n_embd=dim, n_head=heads, vocab_size=vocab, n_positions=max(seq, 64),
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=vocab - 1, eos_token_id=vocab - 1)
     ids = torch.randint(0, vocab, (batch, seq))
     return CausalLM(GPT2LMHeadModel(config)), (ids,), (ids.clone(),)
 
 
-def _llama(tiny: bool) -> tuple[nn.Module, tuple[Any, ...], tuple[Any, ...]]:
+def _llama(size: str) -> tuple[nn.Module, tuple[Any, ...], tuple[Any, ...]]:
     from transformers import LlamaConfig, LlamaModel
 
-    if tiny:
+    if size == "tiny":
         dim, inter, layers, heads, kv, vocab, batch, seq = 32, 64, 1, 2, 1, 64, 2, 8
     else:  # two decoder layers of a 1B-class Llama, grouped-query attention
-        dim, inter, layers, heads, kv, vocab, batch, seq = 2048, 5632, 2, 16, 4, 32000, 4, 1024
+        dim, inter, layers, heads, kv, vocab, batch, seq = (2048, 5632, 2, 16, 4, 32000) + ((1, 128) if size == "small" else (4, 1024))
     config = LlamaConfig(hidden_size=dim, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=heads,
                          num_key_value_heads=kv, vocab_size=vocab, max_position_embeddings=max(seq, 64),
                          bos_token_id=1, eos_token_id=2, pad_token_id=None)
@@ -159,12 +161,13 @@ def _llama(tiny: bool) -> tuple[nn.Module, tuple[Any, ...], tuple[Any, ...]]:
 _SPECS = {
     s.name: s
     for s in (
-        ModelSpec("mlp", "MLP 1024-4096x4-1024, batch 4096", "MLP 16-32x2-16, batch 4", _mlp),
-        ModelSpec("cnn", "ResNet-18-style (BasicBlocks, BatchNorm), batch 128 at 128x128", "ResNet, 2 blocks, batch 2 at 8x8", _cnn),
+        ModelSpec("mlp", "MLP 1024-4096x4-1024, batch 4096", "MLP 1024-4096x4-1024, batch 16", "MLP 16-32x2-16, batch 4", _mlp),
+        ModelSpec("cnn", "ResNet-18-style (BasicBlocks, BatchNorm), batch 128 at 128x128",
+                  "ResNet-18-style, batch 4 at 128x128", "ResNet, 2 blocks, batch 2 at 8x8", _cnn),
         ModelSpec("gpt2", "GPT-2 (transformers), 4 layers, d 768, LM head + loss, 8 x 512 tokens",
-                  "GPT-2, 1 layer, d 32, 2 x 8 tokens", _gpt2, True),
+                  "GPT-2, 4 layers, d 768, 1 x 128 tokens", "GPT-2, 1 layer, d 32, 2 x 8 tokens", _gpt2, True),
         ModelSpec("llama", "Llama (transformers), 2 decoder layers, d 2048, GQA 16/4, 4 x 1024 tokens",
-                  "Llama, 1 layer, d 32, 2 x 8 tokens", _llama, True),
+                  "Llama, 2 decoder layers, d 2048, 1 x 128 tokens", "Llama, 1 layer, d 32, 2 x 8 tokens", _llama, True),
     )
 }
 MODELS: tuple[str, ...] = tuple(_SPECS)
@@ -173,7 +176,7 @@ MODELS: tuple[str, ...] = tuple(_SPECS)
 def describe(name: str, size: str = "full") -> str:
     """The model's one-line description at this size."""
     spec = _spec(name)
-    return spec.tiny if size == "tiny" else spec.full
+    return {"tiny": spec.tiny, "small": spec.small}.get(size, spec.full)
 
 
 def needs_transformers(name: str) -> bool:
@@ -203,7 +206,7 @@ def make_model(
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; valid sizes: {', '.join(SIZES)}")
     torch.manual_seed(seed)
-    model, inputs, targets = spec.build(size == "tiny")
+    model, inputs, targets = spec.build(size)
     train = workload == "train"
     model = model.to(device=device, dtype=dtype).train(train)
     values = inputs + targets if train else inputs

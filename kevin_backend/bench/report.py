@@ -48,29 +48,34 @@ def _header(report: BenchReport) -> str:
             f"{env.get('date')}" + (f"; command: `{env['command']}`" if env.get("command") else ""))
 
 
+def _label(r: ModelResult) -> str:
+    """A row's model, with its size and dtype when the run names them."""
+    return " ".join(x for x in (r.model, r.size, r.dtype) if x)
+
+
 def _models_table(rows: Sequence[ModelResult]) -> list[str]:
     lines = [
         "Models: ms per step (median over rounds, compilers interleaved); speedups over eager and kevin over Inductor",
         "",
-        "| model | workload | eager ms | inductor ms | kevin ms | inductor x eager | kevin x eager | kevin x inductor "
+        "| model | size | dtype | workload | eager ms | inductor ms | kevin ms | inductor x eager | kevin x eager | kevin x inductor "
         "| kevin partitions | first call s (eager / inductor / kevin) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         kevin = r.kevin.short() if r.kevin else "-"
         lines.append(
-            f"| {r.model} | {r.workload} | {_ms(r.ms('eager'))} | {_ms(r.ms('inductor'))} | {_ms(r.ms('kevin'))} | "
+            f"| {r.model} | {r.size or '-'} | {r.dtype or '-'} | {r.workload} | {_ms(r.ms('eager'))} | {_ms(r.ms('inductor'))} | {_ms(r.ms('kevin'))} | "
             f"{_x(r.speedup('inductor'))} | {_x(r.speedup('kevin'))} | {_x(r.speedup('kevin', 'inductor'))} | "
             f"{kevin} | {_first_calls(r)} |"
         )
-    notes = [f"- {r.model} {r.workload}: {r.error}" for r in rows if r.error]
-    deviations = [f"{r.model} " + ", ".join(f"{c} {v:.2e}" for c, v in r.deviation.items()) for r in rows if r.deviation]
+    notes = [f"- {_label(r)} {r.workload}: {r.error}" for r in rows if r.error]
+    deviations = [f"{_label(r)} " + ", ".join(f"{c} {v:.2e}" for c, v in r.deviation.items()) for r in rows if r.deviation]
     if deviations:
         lines += ["", "Inference outputs, largest |compiled - eager|: " + "; ".join(deviations)]
     if notes:
         lines += ["", "Errors:", *notes]
-    models = dict.fromkeys(r.model for r in rows)
-    lines += ["", "Models: " + "; ".join(f"{m}: {next(r.description for r in rows if r.model == m)}" for m in models)]
+    described = dict.fromkeys((r.model, r.size, r.description) for r in rows)
+    lines += ["", "Models: " + "; ".join(f"{m}{f' ({size})' if size else ''}: {d}" for m, size, d in described)]
     return lines
 
 
@@ -151,7 +156,8 @@ def write_chart(report: BenchReport, path: str | Path) -> None:
 
     panels: list[tuple[list[str], Sequence[Any], str]] = []
     if report.models:
-        labels = [f"{r.model}\n{r.workload}" + ("\n(error)" if r.error else "") for r in report.models]
+        labels = [f"{r.model}\n{' '.join(x for x in (r.size, r.dtype.replace('float', 'fp').replace('bfloat', 'bf')) if x)}\n{r.workload}"
+                  + ("\n(error)" if r.error else "") for r in report.models]
         panels.append((labels, report.models, "Models: speedup over eager (dashed line: eager)"))
     kb = report.kernelbench
     if kb is not None and kb.tasks:

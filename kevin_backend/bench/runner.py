@@ -111,7 +111,7 @@ def _measure_workload(name: str, workload: str, settings: BenchSettings, order: 
     rounds = interleaved(steps, device, settings.repeats, measure=measure)
     stats = KevinStats.between(before, counters.snapshot())
     return ModelResult(
-        model=name, workload=workload, description=describe(name, settings.size),
+        model=name, workload=workload, description=describe(name, settings.size), size=settings.size, dtype=settings.dtype,
         timings=tuple(Timing(c, rounds[c], first_call[c]) for c in COMPILERS),
         kevin=stats, deviation=deviation,
     )
@@ -127,7 +127,7 @@ def measure_model(name: str, workloads: Sequence[str], settings: BenchSettings, 
             results.append(_measure_workload(name, workload, settings, compile_order(first, index), measure))
         except Exception as exc:
             results.append(ModelResult(model=name, workload=workload, description=describe(name, settings.size),
-                                       error=short_error(exc)))
+                                       size=settings.size, dtype=settings.dtype, error=short_error(exc)))
         finally:
             gc.collect()
             if torch.device(settings.device).type == "cuda":
@@ -153,7 +153,8 @@ def run_models(
                     raise WorkerError(outcome["error"])
                 got = [ModelResult.from_dict(r) for r in outcome["results"]]
             except WorkerError as exc:
-                got = [ModelResult(model=name, workload=w, description=describe(name, settings.size), error=str(exc))
+                got = [ModelResult(model=name, workload=w, description=describe(name, settings.size),
+                                   size=settings.size, dtype=settings.dtype, error=str(exc))
                        for w in workloads]
         else:
             got = measure_model(name, workloads, settings, first)

@@ -1,6 +1,7 @@
 """`kevin bench`: eager, Inductor and kevin on benchmark models, or on a folder of KernelBench tasks.
 
-    kevin bench                                   # mlp, cnn, gpt2, llama; infer and train; on CUDA
+    kevin bench                                   # mlp, cnn, gpt2, llama; infer and train; full and small
+                                                  # batch; float32 and bfloat16; on CUDA
     kevin bench --models gpt2,llama --workloads train --json bench.json --chart bench.png
     kevin bench --kernelbench examples/kernelbench --json kb.json
     kevin bench --merge part1.json part2.json --json all.json --chart all.png   # a run made in parts
@@ -43,9 +44,12 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--trials", type=int, default=10, metavar="N", help="timed calls per round; its median counts (default: 10)")
     p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed calls before each round (default: 3)")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="default: cuda")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
-                   help="the models' dtype (KernelBench tasks keep theirs; default: float32)")
-    p.add_argument("--size", default="full", choices=("full", "tiny"), help="model sizes: full (GPU) or tiny (smoke runs)")
+    p.add_argument("--dtype", default="float32,bfloat16", metavar="LIST",
+                   help="comma-separated models' dtypes: float32, bfloat16, float16 (KernelBench tasks keep theirs; "
+                        "default: float32,bfloat16)")
+    p.add_argument("--size", default="full,small", metavar="LIST",
+                   help="comma-separated model sizes: full (GPU-sized), small (the same layers at a small batch, where "
+                        "launch overhead matters), tiny (smoke runs) (default: full,small)")
     p.add_argument("--kernelbench", type=Path, metavar="DIR", help="also (or only) run the KernelBench-format tasks in DIR")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
     p.add_argument("--chart", type=Path, metavar="FILE", help="write a PNG bar chart of the speedups (needs matplotlib)")
@@ -78,14 +82,14 @@ def _command(args: argparse.Namespace, models: list[str], workloads: list[str]) 
         parts += ["--models", ",".join(models), "--workloads", ",".join(workloads)]
     if args.kernelbench is not None:
         parts += ["--kernelbench", str(args.kernelbench)]
-    parts += ["--device", args.device, "--dtype", args.dtype, "--size", args.size,
+    parts += ["--device", args.device, "--dtype", ",".join(args.dtypes), "--size", ",".join(args.sizes),
               "--repeats", str(args.repeats), "--trials", str(args.trials), "--warmup", str(args.warmup)]
     return " ".join(shlex.quote(p) for p in parts)
 
 
 def _merge(paths: list[Path]) -> Any:
     """One report from several saved ones: their models, and their KernelBench tasks, in order."""
-    from kevin_backend.bench.results import BenchReport, KernelBenchResult
+    from kevin_backend.bench.results import BenchReport
 
     reports = []
     for path in paths:
@@ -96,7 +100,20 @@ def _merge(paths: list[Path]) -> Any:
             reports.append(BenchReport.from_dict(data))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CommandError(f"--merge: {path} is not a report written by kevin bench --json: {exc}", EXIT_USAGE) from exc
+    return _combined(reports)
+
+
+def _combined(reports: list[Any]) -> Any:
+    """One report of several: the first's environment (every command named), all their rows."""
+    from kevin_backend.bench.results import BenchReport, KernelBenchResult
+
     environment = dict(reports[0].environment)
+    settings = dict(environment.get("settings") or {})
+    for name in ("size", "dtype"):  # every size and dtype the reports ran
+        seen = [str((r.environment.get("settings") or {}).get(name)) for r in reports if (r.environment.get("settings") or {}).get(name)]
+        if seen:
+            settings[name] = ",".join(dict.fromkeys(seen))
+    environment["settings"] = settings
     commands = [r.environment.get("command") for r in reports if r.environment.get("command")]
     if commands:
         environment["command"] = " ; ".join(dict.fromkeys(commands))
@@ -126,6 +143,11 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
     else:  # all of them, unless this is a KernelBench run
         models = list(MODELS) if args.kernelbench is None else []
     workloads = _names(args.workloads, WORKLOADS, "workload")
+    from kevin_backend.bench.common import DTYPES
+    from kevin_backend.bench.models import SIZES
+
+    args.sizes = _names(args.size, SIZES, "size")
+    args.dtypes = _names(args.dtype, DTYPES, "dtype")
     for flag, value, least in (("--repeats", args.repeats, 1), ("--trials", args.trials, 1), ("--warmup", args.warmup, 0)):
         if value < least:
             raise CommandError(f"{flag} must be at least {least}, got {value}", EXIT_USAGE)
@@ -148,13 +170,19 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
         except MissingDependency as exc:
             raise CommandError(str(exc), EXIT_USAGE) from exc
 
-    settings = BenchSettings(
-        device=args.device, dtype=args.dtype, size=args.size, repeats=args.repeats, trials=args.trials,
-        warmup=args.warmup, kevin_options=kevin_options(config), isolate=not args.in_process,
-        timeout_s=args.timeout, inductor_cache=args.inductor_cache,
-    )
-    report = run_bench(models, workloads, args.kernelbench, settings, progress=True, command=_command(args, models, workloads))
-    return _report(report, args)
+    # one run per size and dtype (the KernelBench tasks, which keep their own, with the first)
+    reports = []
+    for n, (size, dtype) in enumerate((size, dtype) for size in args.sizes for dtype in args.dtypes):
+        settings = BenchSettings(
+            device=args.device, dtype=dtype, size=size, repeats=args.repeats, trials=args.trials,
+            warmup=args.warmup, kevin_options=kevin_options(config), isolate=not args.in_process,
+            timeout_s=args.timeout, inductor_cache=args.inductor_cache,
+        )
+        if len(args.sizes) * len(args.dtypes) > 1:
+            print(f"kevin bench: {', '.join(models) or 'no models'} at size {size}, {dtype}", file=sys.stderr, flush=True)
+        reports.append(run_bench(models, workloads, args.kernelbench if n == 0 else None, settings, progress=True,
+                                 command=_command(args, models, workloads)))
+    return _report(reports[0] if len(reports) == 1 else _combined(reports), args)
 
 
 def _report(report: Any, args: argparse.Namespace) -> int:
