@@ -114,6 +114,7 @@ def test_models_table_json_and_chart(tmp_path: Path, inductor_cache: Path, capsy
         # each run compiles fresh for its own kevin settings: the pass saw the graphs
         assert row["kevin"]["graphs"] >= 1 and row["kevin"]["partitions"] >= 1
     assert set(rows["mlp", "infer"]["deviation"]) == {"inductor", "kevin"}
+    assert "Kevin kernels run" in captured.out  # (on a CPU, none: kernels need CUDA)
     assert data["environment"]["device"] == "cpu" and data["environment"]["settings"]["size"] == "tiny"
     assert chart.read_bytes()[:8] == PNG
     assert "| mlp | tiny | float32 | infer |" in captured.out and "| mlp | tiny | float32 | train |" in captured.out
@@ -318,3 +319,22 @@ def test_reports_of_a_run_made_in_parts_merge_into_one(tmp_path: Path, capsys: p
     assert (tmp_path / "all.png").read_bytes()[:8] == PNG
     (tmp_path / "bad.json").write_text("{}")
     assert main(["bench", "--merge", str(tmp_path / "bad.json")]) == 2
+
+
+def test_the_kernels_a_model_runs_are_listed(tmp_path: Path) -> None:
+    """Each model row lists the partitions kevin kernels run (generated here with the CPU test
+    generator, which really replaces them), and the table says them."""
+    from conftest import ReferenceGenerator
+    from kevin_backend.bench.common import BenchSettings
+    from kevin_backend.bench.report import markdown
+    from kevin_backend.bench.results import BenchReport
+    from kevin_backend.bench.runner import measure_model
+
+    settings = BenchSettings(device="cpu", size="tiny", repeats=1, trials=1, warmup=0, isolate=False, kevin_options={
+        "cache_dir": str(tmp_path / "kevin"), "mode": "generate", "cpu_kernels": True, "generator": ReferenceGenerator()})
+    (row,) = measure_model("mlp", ["infer"], settings)
+    assert row.error is None, row.error
+    assert row.kernels and all("ops [" in k for k in row.kernels), row.kernels
+    assert row.kernels[0].split()[0] in ("inference", "forward")
+    table = markdown(BenchReport({"device": "cpu"}, (row,)))
+    assert f"- mlp tiny float32 infer: {row.kernels[0]}" in table

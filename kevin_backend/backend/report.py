@@ -99,7 +99,7 @@ class CompileReport:
             if g.error:
                 lines.append(f"    error: {g.error}")
             for r in g.partitions:
-                ops = ", ".join(dict.fromkeys(_short_op(o) for o in r.ops))
+                ops = ", ".join(dict.fromkeys(short_op(o) for o in r.ops))
                 why = f" - {r.reason.value}" if r.reason else ""
                 detail = f" ({r.detail})" if r.detail else ""
                 speed = f" {r.speedup_vs_inductor:.2f}x vs inductor" if r.speedup_vs_inductor else ""
@@ -116,7 +116,7 @@ class CompileReport:
         return "\n".join(lines)
 
 
-def _short_op(name: str) -> str:
+def short_op(name: str) -> str:
     """`aten.add.Tensor` -> `add`; `prims.convert_element_type.default` -> `convert_element_type`."""
     parts = name.split(".")
     return parts[1] if len(parts) >= 3 else parts[0]

@@ -150,18 +150,20 @@ class ModelResult(_Timed):
     description: str = ""
     size: str = ""  # the model's size (models.SIZES) and dtype, when the run says
     dtype: str = ""
+    kernels: tuple[str, ...] = ()  # the partitions kevin kernels run, one line each (runner.kept_kernels)
     # infer only: the largest |output - eager output| of each compiled model (a sanity check:
     # compiled code reorders floating-point sums, so small differences are expected)
     deviation: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "workload": self.workload, "description": self.description, "size": self.size,
-                "dtype": self.dtype, **self._common_dict(), "deviation": dict(self.deviation)}
+                "dtype": self.dtype, **self._common_dict(), "deviation": dict(self.deviation), "kernels": list(self.kernels)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ModelResult":
         return cls(model=str(data["model"]), workload=str(data["workload"]), description=str(data.get("description", "")),
                    size=str(data.get("size", "")), dtype=str(data.get("dtype", "")),
+                   kernels=tuple(str(k) for k in data.get("kernels") or ()),
                    deviation={k: float(v) for k, v in (data.get("deviation") or {}).items()}, **cls._common_from(data))
 
 

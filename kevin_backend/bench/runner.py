@@ -88,7 +88,7 @@ def _deviation(got: Any, want: Any) -> float:
 
 
 def _measure_workload(name: str, workload: str, settings: BenchSettings, order: tuple[str, str], measure: Measure) -> ModelResult:
-    from kevin_backend.backend.report import counters
+    from kevin_backend.backend.report import collecting_reports, counters
 
     device = torch.device(settings.device)
     train = workload == "train"
@@ -98,12 +98,16 @@ def _measure_workload(name: str, workload: str, settings: BenchSettings, order: 
     steps = {c: _step(m, inputs, train) for c, m in models.items()}
     first_call: dict[str, float] = {}
     outputs: dict[str, Any] = {}
+    kept: list[str] = []
     for compiler in ("eager", *order):
         sync(device)
         start = time.perf_counter()
-        out = steps[compiler]()
+        with collecting_reports() as reports:  # the first call compiles: what the kevin pass did
+            out = steps[compiler]()
         sync(device)
         first_call[compiler] = time.perf_counter() - start
+        if compiler == "kevin":
+            kept = kept_kernels(reports)
         if isinstance(out, torch.Tensor):
             outputs[compiler] = out
     deviation = {c: _deviation(outputs[c], outputs["eager"]) for c in order if c in outputs and "eager" in outputs}
@@ -113,8 +117,24 @@ def _measure_workload(name: str, workload: str, settings: BenchSettings, order: 
     return ModelResult(
         model=name, workload=workload, description=describe(name, settings.size), size=settings.size, dtype=settings.dtype,
         timings=tuple(Timing(c, rounds[c], first_call[c]) for c in COMPILERS),
-        kevin=stats, deviation=deviation,
+        kevin=stats, deviation=deviation, kernels=tuple(kept),
     )
+
+
+def kept_kernels(reports: Sequence[Any]) -> list[str]:
+    """One line per partition a kevin kernel runs (hit in the cache, or generated): its graph,
+    key, ops and the speedup over Inductor its entry records."""
+    from kevin_backend.backend.report import Status, short_op
+
+    lines = []
+    for report in reports:
+        for graph in report.graphs:
+            for r in graph.partitions:
+                if r.status in (Status.HIT, Status.GENERATED):
+                    ops = ", ".join(dict.fromkeys(short_op(o) for o in r.ops))
+                    speed = f", {r.speedup_vs_inductor:.2f}x Inductor" if r.speedup_vs_inductor else ""
+                    lines.append(f"{graph.kind} {(r.key or '')[:12]} {len(r.ops)} ops [{ops}]{speed}")
+    return lines
 
 
 def measure_model(name: str, workloads: Sequence[str], settings: BenchSettings, first: str = "inductor") -> list[ModelResult]:
