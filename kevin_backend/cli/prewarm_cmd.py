@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--model", action="append", default=[], metavar="FILE.py:FACTORY", help="a model factory (repeatable)")
     p.add_argument("--bench-model", action="append", default=[], metavar="NAME",
                    help="a model of kevin bench: mlp, cnn, gpt2, llama or all (repeatable; inference and training step)")
-    p.add_argument("--bench-size", choices=("full", "tiny"), default="full", help="size of the bench models (default: full)")
+    p.add_argument("--bench-size", choices=("full", "small", "tiny"), default="full",
+                   help="size of the bench models: full, small (the same layers at a small batch) or tiny (default: full)")
     p.add_argument("--kernelbench", action="append", default=[], type=Path, metavar="DIR",
                    help="a folder of KernelBench tasks, each Model compiled as kevin bench --kernelbench runs it (repeatable)")
     p.add_argument("--tasks", action="append", default=[], type=Path, metavar="DIR", help="a folder of KernelBench tasks, each task whole (repeatable)")
