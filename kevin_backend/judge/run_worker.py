@@ -28,7 +28,7 @@ parent (`runner.py`) reads the exit status, the output and the last phase this w
   3. timing, one protocol for the candidate, the eager reference and the Inductor-compiled
      reference (`timer.py`), under the judge's GPU lock; Inductor's one compiled graph is called
      directly, without Dynamo's guards, as the backend's re-timing calls it
-     (`retime_worker.inductor_call`), so the judge's speedups and the backend's decisions agree
+     (`retime_worker.inductor_call`)
   4. replay check: fresh values written into the candidate's input buffers, output checked again
   5. roofline (an accepted candidate): the bytes the task must move, its matmul/convolution FLOPs
      and the GPU's copy bandwidth (measured once per GPU and software, under the timing lock),
