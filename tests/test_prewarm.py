@@ -166,3 +166,56 @@ def test_prewarm_on_a_local_ray_cluster_spreads_tasks_and_fills_one_cache(tmp_pa
     data = summary.as_dict()  # the actors' time in the model and the judge reaches the table
     assert data["model_seconds"] == pytest.approx(6 * 1.5) and data["judge_seconds"] == pytest.approx(6 * 0.25)
     assert len(cache.entries()) == 6 and cache.pending() == []
+
+
+def test_a_budgeted_prewarm_profiles_ranks_and_searches_in_order(tmp_path: Path, plugin_env: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """--budget: each partition's Inductor code timed once, the searches in order of expected
+    gain (one worker: the generator sees them in that order), then the gains table; a budget
+    spent by the profile alone searches nothing and leaves every task pending."""
+    import json
+
+    from kevin_backend.cli.main import main
+
+    cache_dir = tmp_path / "cache"
+    base = ["--cache-dir", str(cache_dir), "prewarm", "--model", f"{TESTS}/prewarm_helpers.py:mlp",
+            "--generator", "prewarm_helpers:reference", "--workers", "1"]
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main([*base, "--budget", "0.1s", "--json", str(tmp_path / "none.json")]) == 0
+    out = capsys.readouterr()
+    data = json.loads((tmp_path / "none.json").read_text())
+    assert _lines(plugin_env) == [] and len(data["unsearched"]) == len(data["profile"]) >= 3
+    assert len(KernelCache(cache_dir, None).pending()) == len(data["profile"])  # still pending: a later run resumes
+    assert "not searched (pending)" in out.out and "not searched within the budget" in out.out
+
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main([*base, "--budget", "30m", "--json", str(tmp_path / "all.json")]) == 0
+    out = capsys.readouterr()
+    data = json.loads((tmp_path / "all.json").read_text())
+    ranked = [p["digest"] for p in data["profile"]]
+    gains = [p["expected_gain_ms"] for p in data["profile"]]
+    assert all(p["inductor_ms"] and p["inductor_ms"] > 0 for p in data["profile"]), data["profile"]
+    assert gains == sorted(gains, reverse=True)
+    assert _lines(plugin_env) == ranked  # searched in the ranked order
+    assert data["unsearched"] == [] and data["kernels"] == len(ranked)
+    assert "| rank | partition |" in out.out and "measured gain of the kernels kept" in out.out
+    assert "profiling" in out.err and "searching in order of expected gain" in out.err
+
+
+def test_budget_ranking_and_parsing() -> None:
+    from kevin_backend.prewarm.profile import Profile, gain_table, parse_budget, rank
+
+    assert parse_budget("30m") == 1800 and parse_budget("90s") == 90 and parse_budget("1.5h") == 5400 and parse_budget("12") == 12
+    for bad in ("", "0m", "soon", "-3s"):
+        with pytest.raises(ValueError, match="expected a duration"):
+            parse_budget(bad)
+    # 2 runs x (1.0 - 0.2) = 1.6 ms beats 1 x (3.0 - 2.0) = 1.0 ms: share times distance, not time alone
+    a = Profile("a" * 32, "norm", 2, 1.0, 0.2)
+    b = Profile("b" * 32, "matmul-epilogue", 1, 3.0, 2.0)
+    c = Profile("c" * 32, "broken", 1, None, None, error="RuntimeError: x")
+    assert [p.name for p in rank([c, b, a])] == ["norm", "matmul-epilogue", "broken"]
+    assert a.expected_gain_ms == pytest.approx(1.6) and a.fraction == pytest.approx(0.2)
+    table = gain_table(rank([a, b, c]), {"a" * 32: {"status": "kernel", "speedup_vs_inductor": 2.0}, "b" * 32: {"status": "inductor"}})
+    assert "| 1 | norm" in table and "| kernel | 0.5000 | 1.0000 |" in table  # 2 x (1.0 - 0.5) measured
+    assert "not searched (pending)" in table and "(RuntimeError: x)" in table
+    assert "expected gain at the roofline 2.6000 ms" in table and "kept 1.0000 ms" in table

@@ -14,6 +14,11 @@ The generator runs on every task, `--per-gpu` workers per local GPU (or `--worke
 GPUs; builds overlap, timings take turns on each GPU), or on a Ray cluster (`--ray ADDRESS`). Each decision is stored as its task finishes; a task with an
 entry is skipped, so a killed run resumes where it stopped.
 
+With `--budget 30m` the run is profile-guided (`prewarm/profile.py`): each partition's Inductor
+code is timed once, the partitions are searched in order of expected gain (the share of the
+model's time times the distance from the roofline) until the budget is spent, the rest stay
+pending, and a table gives each partition's expected and measured gain and the model's totals.
+
 Every argument is checked first (the policy's name, the generator's module and factory, the
 files and folders, the counts), so a usage error is one line and nothing has been compiled yet.
 
@@ -58,6 +63,10 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--workers", type=int, default=1, help="workers on a machine without GPUs (default 1)")
     p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster (e.g. auto, or ray://host:10001)")
     p.add_argument("--force", action="store_true", help="generate again for tasks that already have an entry")
+    p.add_argument("--budget", metavar="DURATION",
+                   help="profile-guided: time each partition's Inductor code once, search the partitions in order of "
+                        "expected gain (share of the model's time x distance from the roofline) until DURATION "
+                        "(e.g. 30m, 90s, 1.5h) is spent, and end with a table of expected and measured gains")
     p.add_argument("--json", type=Path, help="also write the summary here")
     p.set_defaults(handler=_prewarm)
 
@@ -182,6 +191,31 @@ def _check_generator(spec: str, local: bool) -> None:
             raise CommandError(f"--generator {spec}: module {module_name} ({origin}) defines no {factory!r}", EXIT_USAGE)
 
 
+def _profile_and_rank(todo: list[Any], gpus: list[int | None], budget_s: float) -> tuple[list[Any], list[Any], float]:
+    """(the items in order of expected gain, their ranked profiles, the searches' deadline): each
+    partition's Inductor code timed once on the first worker's device, within the budget."""
+    import time
+
+    from kevin_backend.prewarm.profile import profile_items, rank
+
+    start = time.perf_counter()
+    device = f"cuda:{gpus[0]}" if gpus and gpus[0] is not None else "cpu"
+
+    def shown(profile: Any, done: int, total: int) -> None:
+        ms = "-" if profile.inductor_ms is None else f"{profile.inductor_ms:.4f} ms"
+        print(f"profile {done}/{total} {time.perf_counter() - start:.0f}s  {profile.name}: Inductor {ms}"
+              f"{' x' + str(profile.occurrences) if profile.occurrences > 1 else ''}{'  ' + profile.error if profile.error else ''}",
+              file=sys.stderr, flush=True)
+
+    print(f"kevin prewarm: profiling {len(todo)} partition(s) on {device}, budget {budget_s:.0f} s", file=sys.stderr)
+    ranked = rank(profile_items(todo, device, progress=shown))
+    order = {p.digest: i for i, p in enumerate(ranked)}
+    todo = sorted(todo, key=lambda item: order.get(item.digest, len(order)))
+    print(f"kevin prewarm: profiled in {time.perf_counter() - start:.0f} s; searching in order of expected gain: "
+          + ", ".join(p.name for p in ranked[:8]) + (" ..." if len(ranked) > 8 else ""), file=sys.stderr)
+    return todo, ranked, start + budget_s
+
+
 def _check_usage(args: argparse.Namespace, config: Config) -> Config:
     """Every argument checked before anything slow starts (a compile, a GPU check, a worker);
     the config with --policy applied."""
@@ -189,6 +223,15 @@ def _check_usage(args: argparse.Namespace, config: Config) -> Config:
     from kevin_backend.config import ConfigError, check_policy_name
 
     _check_numbers(args, config)
+    if args.budget is not None:
+        from kevin_backend.prewarm.profile import parse_budget
+
+        try:
+            args.budget_seconds = parse_budget(args.budget)
+        except ValueError as exc:
+            raise CommandError(f"--budget: {exc}", EXIT_USAGE) from None
+        if args.ray:
+            raise CommandError("--budget runs on this machine's GPUs; it does not take --ray", EXIT_USAGE)
     if args.policy is not None:
         try:
             check_policy_name(args.policy)
@@ -240,7 +283,10 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
             items += from_pending(cache)
     except SourceError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
-    unique = {item.digest: item for item in items}
+    unique: dict[str, Any] = {}
+    for item in items:  # a partition several sources meet: its runs per step add up
+        known = unique.get(item.digest)
+        unique[item.digest] = item if known is None else dataclasses.replace(known, occurrences=known.occurrences + item.occurrences)
     todo = []
     finished = 0
     for item in unique.values():
@@ -266,14 +312,25 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
         gpus = [g for g in gpus for _ in range(args.per_gpu)]
     print(f"kevin prewarm: {len(unique)} task(s), {finished} finished before, {len(todo)} to do on {where}; "
           f"cache {config.cache_dir}", file=sys.stderr)
+    ranked = None
     if args.ray:
         from kevin_backend.prewarm.ray_runner import prewarm_ray
 
         summary = prewarm_ray(todo, setup, args.ray, cache, workers=args.workers, progress=print_progress)
+    elif args.budget is not None:
+        todo, ranked, deadline = _profile_and_rank(todo, gpus, args.budget_seconds)
+        summary = prewarm_local(todo, setup, gpus, progress=print_progress, deadline=deadline)
     else:
         summary = prewarm_local(todo, setup, gpus, progress=print_progress)
     summary.skipped += finished
     print(format_summary(summary))
+    data = summary.as_dict()
+    if ranked is not None:
+        from kevin_backend.prewarm.profile import gain_table
+
+        print("")
+        print(gain_table(ranked, {o["digest"]: o for o in summary.outcomes if o.get("digest")}))
+        data["profile"] = [dict(dataclasses.asdict(p), expected_gain_ms=p.expected_gain_ms) for p in ranked]
     if args.json:
-        args.json.write_text(json.dumps(summary.as_dict(), indent=1, default=str))
+        args.json.write_text(json.dumps(data, indent=1, default=str))
     return EXIT_FAILED if summary.failures else EXIT_OK

@@ -33,6 +33,7 @@ class Summary:
     outcomes: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0  # finished before this run
     seconds: float = 0.0
+    unsearched: list[str] = field(default_factory=list)  # digests the budget left pending
 
     @property
     def kernels(self) -> int:
@@ -47,7 +48,8 @@ class Summary:
         return Counter(o["reason"].split(":")[0] for o in self.outcomes if o["status"] == "failed")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"tasks": len(self.outcomes) + self.skipped, "skipped": self.skipped, "kernels": self.kernels,
+        return {"tasks": len(self.outcomes) + self.skipped + len(self.unsearched), "skipped": self.skipped,
+                "unsearched": list(self.unsearched), "kernels": self.kernels,
                 "inductor": self.inductor, "failures": dict(self.failures), "seconds": self.seconds,
                 "model_seconds": sum(o.get("model_seconds", 0.0) for o in self.outcomes),
                 "judge_seconds": sum(o.get("judge_seconds", 0.0) for o in self.outcomes), "outcomes": self.outcomes}
@@ -97,8 +99,10 @@ class _Worker:
 
 
 def prewarm_local(items: Sequence[WorkItem], setup: dict[str, Any], gpus: Sequence[int | None],
-                  progress: Progress | None = None) -> Summary:
-    """Run every item on the workers (one per entry of `gpus`; None: a worker without a GPU)."""
+                  progress: Progress | None = None, deadline: float | None = None) -> Summary:
+    """Run every item on the workers (one per entry of `gpus`; None: a worker without a GPU), in
+    the order given. With a `deadline` (a `time.perf_counter()` value), a worker takes no new item
+    once the mean search so far would end past it; the items left stay pending (`Summary.unsearched`)."""
     start = time.perf_counter()
     summary = Summary()
     work: queue.Queue[WorkItem] = queue.Queue()
@@ -115,6 +119,12 @@ def prewarm_local(items: Sequence[WorkItem], setup: dict[str, Any], gpus: Sequen
             return
         try:
             while True:
+                if deadline is not None:
+                    with lock:
+                        spent = [o.get("seconds", 0.0) for o in summary.outcomes]
+                    expected = sum(spent) / len(spent) if spent else 0.0
+                    if time.perf_counter() + expected > deadline:
+                        return
                 try:
                     item = work.get_nowait()
                 except queue.Empty:
@@ -143,6 +153,11 @@ def prewarm_local(items: Sequence[WorkItem], setup: dict[str, Any], gpus: Sequen
         t.start()
     for t in threads:
         t.join()
+    while True:
+        try:
+            summary.unsearched.append(work.get_nowait().digest)
+        except queue.Empty:
+            break
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -167,6 +182,9 @@ def format_summary(summary: Summary) -> str:
     if len(devices) > 1:
         lines.append("")
         lines.append("tasks per worker: " + ", ".join(f"{device} x{n}" for device, n in sorted(devices.items())))
+    if summary.unsearched:
+        lines.append("")
+        lines.append(f"not searched within the budget: {len(summary.unsearched)} task(s), still pending (the next run resumes them)")
     if summary.failures:
         lines.append("")
         lines.append("failures by reason: " + ", ".join(f"{reason} x{n}" for reason, n in summary.failures.most_common()))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -32,6 +33,7 @@ class WorkItem:
     key: CacheKey
     task: KernelTask
     origin: str  # "pending", "model:FILE:FACTORY", "bench:NAME:WORKLOAD", "kernelbench:FILE", "folder:FILE"
+    occurrences: int = 1  # how often the model's steps run this partition (a repeated layer: once per layer)
 
     @property
     def digest(self) -> str:
@@ -147,7 +149,7 @@ def _record(model: Any, inputs: tuple[Any, ...], steps: Sequence[str], config: C
     options: dict[str, Any] = {"mode": "cache", "cache_dir": str(config.cache_dir), "record_pending": True,
                                "policy": config.policy if isinstance(config.policy, str) else "auto", "writer": config.writer,
                                "cpu_kernels": config.cpu_kernels}
-    digests: set[str] = set()
+    digests: Counter[str] = Counter()
     for step in steps:
         torch._dynamo.reset()
         with collecting_reports() as reports:  # one per graph: a graph break makes several
@@ -166,9 +168,9 @@ def _record(model: Any, inputs: tuple[Any, ...], steps: Sequence[str], config: C
                     sum(o.float().sum() for o in grads).backward()
         digests.update(r.key for report in reports for r in report.records() if r.key)
     torch._dynamo.reset()
-    items = [WorkItem(p.key, p.task, origin) for p in cache.pending() if p.digest in digests]
-    for digest in sorted(digests - {i.digest for i in items}):  # partitions the cache already decides
+    items = [WorkItem(p.key, p.task, origin, digests[p.digest]) for p in cache.pending() if p.digest in digests]
+    for digest in sorted(set(digests) - {i.digest for i in items}):  # partitions the cache already decides
         entry = cache.get_digest(digest)
         if entry is not None:
-            items.append(WorkItem(entry.key, entry.task, origin))
+            items.append(WorkItem(entry.key, entry.task, origin, digests[digest]))
     return items
