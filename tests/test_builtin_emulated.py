@@ -105,6 +105,8 @@ CASES: list[SuiteTask] = [
     _task("split-argmin-all-f32", "reduction", "x.argmin()", [(50, 400)], "f32"),
     _task("split-mse-f32", "loss", "F.mse_loss(x, y)", [(4, 5000), (4, 5000)], "f32"),
     _task("split-std-dims12-f32", "reduction", "x.std((1, 2))", [(2, 150, 130)], "f32"),
+    # one pass of shifted moments per chunk: values far from zero (mean 100, deviation 1) keep their variance
+    _task("split-layernorm-offset-f32", "norm", "F.layer_norm(x + 100.0, (40000,))", [(3, 40000)], "f32"),
     # rows across memory with outputs along them: written through shared-memory tiles (partial tiles, partial blocks)
     _task("layernorm-channels-last-f16", "norm", "F.layer_norm(m0, (40,), x, y)", [(40,), (40,)], "f16",
           ["torch.randn(2, 40, 3, 7, device='cuda', dtype=torch.float16).permute(0, 2, 3, 1)"]),

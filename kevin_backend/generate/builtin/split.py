@@ -14,10 +14,12 @@ cut into `S` chunks, one block each, and every reduction takes two launches:
     reductions keep the first position), finishes the value (a mean divides, a half rounds) and
     stores it with the row's state.
 
-A centred reduction (var, var_mean, std) is two such levels: the mean, then the squares about it.
-`kevin_out` then writes the full-size outputs chunk by chunk and the row-size outputs once per
-row. Each launch reads the row once: a norm reads its input three times and writes once, where
-one block per row would leave most of the GPU idle. The launches run in order on the current
+A centred reduction (var, var_mean, std) is one level: each block sums its values' differences
+from a shift (its chunk's first value) and their squares, which gives the chunk's count, mean and
+sum of squared deviations without a division per element; the combine merges the chunks' triples
+in order (Chan's pairwise update). `kevin_out` then writes the full-size outputs chunk by chunk
+and the row-size outputs once per row. Each launch reads the row once: a layer norm reads its
+input twice and writes once, where one block per row would leave most of the GPU idle. The launches run in order on the current
 stream; the workspaces are allocated by the host function with the outputs.
 """
 
@@ -52,7 +54,7 @@ def split_count(plan: Plan) -> int:
 @dataclass(frozen=True)
 class _Level:
     red: PlanNode
-    kind: str  # "sum" (a plain reduction, or a centred one's mean), "sq" (a centred one's squares), "arg"
+    kind: str  # "sum" (a plain reduction), "moments" (a centred one: count, mean, squared deviations), "arg"
 
 
 def _levels(plan: Plan) -> list[_Level]:
@@ -61,7 +63,7 @@ def _levels(plan: Plan) -> list[_Level]:
         if red.reduction in INDEXED:
             levels.append(_Level(red, "arg"))
         elif red.reduction in CENTERED:
-            levels += [_Level(red, "sum"), _Level(red, "sq")]
+            levels.append(_Level(red, "moments"))
         else:
             levels.append(_Level(red, "sum"))
     return levels
@@ -216,10 +218,22 @@ class _Writer:
             step = f"kevin_arg_step_{op}(acc, acc_i, {value}, (int64_t)c);"
             finish = [f"kevin_row_reduce_arg{op}(acc, acc_i, smem, smem_i, row_in_block, lane);",
                       "if (lane == 0) { p_ws[blockIdx.x] = acc; p_wsi[blockIdx.x] = acc_i; }"]
+        elif level.kind == "moments":
+            # the chunk's values less a shift (its first value, close to the mean for any offset
+            # the data has): their sum and sum of squares give its mean and squared deviations
+            first = "\n            ".join([*body, f"shift = {value};"])
+            lines.append(f"float shift = 0.0f;\n    if (c_begin < c_end) {{\n        const long long c = c_begin;\n"
+                         f"            {first}\n    }}")
+            lines.append("float acc = 0.0f, acc2 = 0.0f;")
+            step = f"{{ const float d = ({value}) - shift; acc = acc + d; acc2 = acc2 + d * d; }}"
+            finish = ["acc = kevin_row_reduce_add(acc, smem, row_in_block, lane);",
+                      "acc2 = kevin_row_reduce_add(acc2, smem, row_in_block, lane);",
+                      "if (lane == 0) {\n        const float n = c_end > c_begin ? (float)(c_end - c_begin) : 0.0f;\n"
+                      "        p_ws[3LL * blockIdx.x] = n;\n"
+                      "        p_ws[3LL * blockIdx.x + 1] = n > 0.0f ? shift + acc / n : 0.0f;\n"
+                      "        p_ws[3LL * blockIdx.x + 2] = n > 0.0f ? fmaxf(acc2 - acc * (acc / n), 0.0f) : 0.0f;\n    }"]
         else:
-            if level.kind == "sq":
-                value = f"({red.operand} - {red.var}_mean) * ({red.operand} - {red.var}_mean)"
-            op = {Reduction.AMAX: "max", Reduction.AMIN: "min"}.get(red.reduction, "add") if level.kind == "sum" else "add"
+            op = {Reduction.AMAX: "max", Reduction.AMIN: "min"}.get(red.reduction, "add")
             init = {"max": "-INFINITY", "min": "INFINITY"}.get(op, "0.0f")
             lines.append(f"float acc = {init};")
             if op == "add" and per_thread > self.h.compensate_after:  # Kahan, as the rows kernels
@@ -250,27 +264,29 @@ class _Writer:
                 keep.append((red.var, "acc_i", True))
             else:
                 keep += [(f"{red.var}_0", f"{rnd}(acc)", False), (f"{red.var}_1", "acc_i", True), (red.var, f"{rnd}(acc)", False)]
+        elif level.kind == "moments":  # the chunks' (count, mean, squared deviations) merged in order
+            r = red.reduction
+            lines.append("float n = 0.0f, mean = 0.0f, acc = 0.0f;")
+            lines.append(f"for (int s = 0; s < {splits}; ++s) {{\n        const long long k = (row * {splits}LL + s) * 3LL;\n"
+                         "        const float nb = p_ws[k];\n"
+                         "        if (nb > 0.0f) {\n            const float nn = n + nb, d = p_ws[k + 1] - mean;\n"
+                         "            mean += d * (nb / nn);\n            acc += p_ws[k + 2] + d * d * (n * (nb / nn));\n"
+                         "            n = nn;\n        }\n    }")
+            denom = f"({cols}.0f - {red.correction:.1f}f)"
+            if r is Reduction.STD:
+                keep.append((red.var, f"{rnd}(sqrtf(acc / {denom}))", False))
+            elif r is Reduction.VAR:
+                keep.append((red.var, f"{rnd}(acc / {denom})", False))
+            else:  # var_mean
+                keep += [(f"{red.var}_0", f"{rnd}(acc / {denom})", False), (f"{red.var}_1", f"{rnd}(mean)", False),
+                         (red.var, f"{rnd}(acc / {denom})", False)]
         else:
-            op = {Reduction.AMAX: "kevin_maximum(acc, v)", Reduction.AMIN: "kevin_minimum(acc, v)"}.get(red.reduction, "acc + v") \
-                if level.kind == "sum" else "acc + v"
-            init = {Reduction.AMAX: "-INFINITY", Reduction.AMIN: "INFINITY"}.get(red.reduction, "0.0f") if level.kind == "sum" else "0.0f"
+            op = {Reduction.AMAX: "kevin_maximum(acc, v)", Reduction.AMIN: "kevin_minimum(acc, v)"}.get(red.reduction, "acc + v")
+            init = {Reduction.AMAX: "-INFINITY", Reduction.AMIN: "INFINITY"}.get(red.reduction, "0.0f")
             lines.append(f"float acc = {init};")
             lines.append(f"for (int s = 0; s < {splits}; ++s) {{ const float v = p_ws[row * {splits}LL + s]; acc = {op}; }}")
             r = red.reduction
-            if level.kind == "sum" and r in CENTERED:
-                keep.append((f"{red.var}_mean", f"acc / {cols}.0f", False))
-            elif level.kind == "sq":
-                denom = f"({cols}.0f - {red.correction:.1f}f)"
-                mean_slot = self.slots[f"{red.var}_mean"]
-                lines.append(f"const float mean = p_rv[{mean_slot}LL * {rows}LL + row];")
-                if r is Reduction.STD:
-                    keep.append((red.var, f"{rnd}(sqrtf(acc / {denom}))", False))
-                elif r is Reduction.VAR:
-                    keep.append((red.var, f"{rnd}(acc / {denom})", False))
-                else:  # var_mean
-                    keep += [(f"{red.var}_0", f"{rnd}(acc / {denom})", False), (f"{red.var}_1", f"{rnd}(mean)", False),
-                             (red.var, f"{rnd}(acc / {denom})", False)]
-            elif r is Reduction.MEAN:
+            if r is Reduction.MEAN:
                 keep.append((red.var, f"{rnd}(acc / {cols}.0f)", False))
             else:
                 keep.append((red.var, f"{rnd}(acc)", False))
@@ -318,7 +334,7 @@ class _Writer:
         kernels.append(code)
         launches.append(f"    kevin_out<<<(unsigned){rows * out_splits}, {self.threads}, 0, stream>>>({', '.join([*ins, *outs, *state])});")
         workspaces = [
-            f"    auto ws = torch::empty({{{rows * splits}}}, {first}.options().dtype(torch::kFloat32));",
+            f"    auto ws = torch::empty({{{rows * splits * 3}}}, {first}.options().dtype(torch::kFloat32));",
             *([f"    auto wsi = torch::empty({{{rows * splits}}}, {first}.options().dtype(torch::kInt64));"] if self.indexed else []),
             f"    auto rv = torch::empty({{{max(1, len(self.slots)) * rows}}}, {first}.options().dtype(torch::kFloat32));",
             f"    auto rvi = torch::empty({{{max(1, len(self.index_slots)) * rows}}}, {first}.options().dtype(torch::kInt64));",
