@@ -112,6 +112,11 @@ CASES: list[SuiteTask] = [
           ["torch.randn(2, 40, 3, 7, device='cuda', dtype=torch.float16).permute(0, 2, 3, 1)"]),
     _task("l2norm-transposed-rows-f32", "norm", "m0 / torch.norm(m0, p=2, dim=1, keepdim=True)", [], "f32",
           ["torch.randn(45, 37, device='cuda').t()"]),
+    # the max and the sum of exponentials in one read of the row (online softmax): -inf entries, a
+    # range wide enough that every new maximum rescales the running sum
+    _task("softmax-masked-f32", "norm", "torch.softmax(x.masked_fill(m0, float('-inf')), -1)", [(R, 1024)], "f32",
+          ["torch.rand(5, 1024, device='cuda') > 0.7"]),
+    _task("softmax-wide-range-f32", "norm", "torch.softmax(x * 40.0, -1)", [(R, 1024)], "f32"),
     # short rows of 16-bit values: 8 threads a row, one 8-wide access each
     _task("layernorm-short-rows-bf16", "norm", "F.layer_norm(x, (64,))", [(37, 64)], "bf16"),
     # cross-entropy: int64 targets, the log-probability picked at each row's target, a final launch over the rows

@@ -100,7 +100,10 @@ def test_row_kernels_compute_each_value_once_and_divide_by_a_row_value_through_i
     assert kernel.count("expf(") == 1  # exp(x - max): computed by the sum's pass, kept for the output
     assert "const float v3_inv = 1.0f / v3;" in kernel and "v2 * v3_inv" in kernel  # one reciprocal per row
     plain = write_program(plan, VARIANTS_ROWS[0])  # nothing kept: each pass computes again
-    assert plain[plain.index("__global__"):].count("expf(") == 2
+    # nothing kept: the max and the sum share one read (online softmax: the running sum rescaled when
+    # the max grows, each thread's sum rescaled to the row's max), then the output pass computes again
+    kernel = plain[plain.index("__global__"):]
+    assert kernel.count("expf(") == 4 and "v3_acc * expf(v0_acc - x) + 1.0f" in kernel, kernel
 
 
 def test_per_channel_inputs_are_read_through_their_views() -> None:
@@ -311,6 +314,7 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
                                     "torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16), torch.randint(0, 5000, (64,), device='cuda')"),
         "softmax-transposed-staged": _task("torch.softmax(x.t(), -1) + y",
                                            "torch.randn(4096, 512, device='cuda'), torch.randn(512, 4096, device='cuda')"),
+        "softmax-online": _task("torch.softmax(x, -1) * y", "torch.randn(300, 50000, device='cuda'), torch.randn(50000, device='cuda')"),
         "mse-split-bf16": _task("torch.nn.functional.mse_loss(x, y)",
                                 "torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16), torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16)"),
     }
@@ -319,12 +323,14 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
               ("layernorm-split", VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]]),
               ("cross-entropy-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["cross-entropy-bf16"]))[0]]),
               ("mse-split-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]]),
+              ("softmax-online", VARIANTS_ROWS[0]),
               ("softmax-transposed-staged", VARIANTS_ROWS[preferred_order(plan_task(more["softmax-transposed-staged"]))[0]]),
               ("permute-tiled", VARIANTS_POINTWISE[preferred_order(plan_task(more["permute-tiled"]))[0]])]
     assert picks[-1][1].tiled
     assert VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]].split
     assert VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]].split
-    assert "__shared__ float tile0" in write_program(plan_task(more["softmax-transposed-staged"]), picks[-2][1])
+    assert "__shared__ float tile0" in write_program(plan_task(more["softmax-transposed-staged"]), dict(picks)["softmax-transposed-staged"])
+    assert "_acc_row = kevin_row_reduce_max(" in write_program(plan_task(more["softmax-online"]), VARIANTS_ROWS[0])
     sources = []
     for i, (name, variant) in enumerate(picks):
         task = more[name] if name in more else by_name[name].source

@@ -672,7 +672,31 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         return out
 
     lines.extend(row_values())
+    fused: set[str] = set()  # sums already computed with their max in one pass (online softmax)
     for red in plan.reductions:
+        if red.var in fused:
+            continue
+        partner = online_partner(plan, red)
+        if partner is not None and not cache and not variant.columns:
+            # softmax's max and sum of exp(x - max) in one read of the row: each thread keeps its
+            # running max and its sum rescaled whenever the max grows; the row's max, then each
+            # thread's sum rescaled to it, added
+            assert red.operand is not None
+            needed = _closure(plan, [red.operand], available)
+            m, t = f"{red.var}_acc", f"{partner.var}_acc"
+            lines.append(f"float {m} = -INFINITY; float {t} = 0.0f;")
+            lines.append(loop([*loads(needed, [red.operand]), *(code(n) for n in needed),
+                               f"{{ const float x = {red.operand};\n"
+                               f"            if (x != -INFINITY) {{ if (x > {m}) {{ {t} = {t} * expf({m} - x) + 1.0f; {m} = x; }} "
+                               f"else {{ {t} = {t} + expf(x - {m}); }} }} }}"]))
+            lines.append(f"const float {m}_row = kevin_row_reduce_max({m}, smem, row_in_block, lane);")
+            lines.append(f"{t} = kevin_row_reduce_add({t} == 0.0f ? 0.0f : {t} * expf({m} - {m}_row), smem, row_in_block, lane);")
+            lines.append(f"const float {red.var} = {_ROUND.get(red.dtype, '')}({m}_row);")
+            lines.append(f"const float {partner.var} = {_ROUND.get(partner.dtype, '')}({t});")
+            available.update({red.var, partner.var})
+            fused.add(partner.var)
+            lines.extend(row_values())
+            continue
         if red.reduction in INDEXED:
             # each thread's first extreme over its columns (visited in order), then the row's;
             # the position is the column's index among the reduced dimensions, as torch counts
@@ -831,6 +855,25 @@ def staged_output(plan: Plan, variant: Variant) -> bool:
         return False
     strides = _contiguous_strides(plan.shape)
     return strides[max(plan.reduced_dims)] == 1 and row_col_offsets(strides, plan)[1] == "c"
+
+
+def online_partner(plan: Plan, red: PlanNode) -> PlanNode | None:
+    """The sum a max reduction can share one read of the row with (online softmax): the next
+    reduction, a SUM of exp(a - m) where m is this max of a. None otherwise."""
+    if red.reduction is not Reduction.AMAX or red.operand is None:
+        return None
+    reductions = list(plan.reductions)
+    at = reductions.index(red)
+    if at + 1 >= len(reductions) or reductions[at + 1].reduction is not Reduction.SUM:
+        return None
+    partner = reductions[at + 1]
+    by_var = {n.var: n for n in plan.nodes}
+    exp = by_var.get(partner.operand or "")
+    found = re.fullmatch(r"expf\((v\d+)\)", exp.expr or "") if exp is not None and exp.alias_of is None else None
+    diff = by_var.get(found.group(1)) if found else None
+    if diff is None or diff.alias_of is not None or diff.expr != f"{red.operand} - {red.var}":
+        return None
+    return partner
 
 
 def _row_reducers(variant: Variant, indexed: bool = False) -> str:
