@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import operator
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -40,7 +41,7 @@ from kevin_backend.generate.builtin.ops import Unsupported, check as check_point
 from kevin_backend.types import load_program
 
 __all__ = ["Kind", "Reduction", "PlanInput", "PlanNode", "PlanOutput", "Plan", "Declined", "plan_task", "REDUCTIONS", "DTYPES",
-           "INDEXED", "CENTERED", "FinalReduce"]
+           "INDEXED", "CENTERED", "FinalReduce", "online_partner"]
 
 aten = torch.ops.aten
 
@@ -837,6 +838,25 @@ def _numel(shape: tuple[int, ...]) -> int:
     for s in shape:
         n *= s
     return n
+
+
+def online_partner(plan: Plan, red: PlanNode) -> PlanNode | None:
+    """The sum a max reduction can share one read of the row with (online softmax): the next
+    reduction, a SUM of exp(a - m) where m is this max of a. None otherwise."""
+    if red.reduction is not Reduction.AMAX or red.operand is None:
+        return None
+    reductions = list(plan.reductions)
+    at = reductions.index(red)
+    if at + 1 >= len(reductions) or reductions[at + 1].reduction is not Reduction.SUM:
+        return None
+    partner = reductions[at + 1]
+    by_var = {n.var: n for n in plan.nodes}
+    exp = by_var.get(partner.operand or "")
+    found = re.fullmatch(r"expf\((v\d+)\)", exp.expr or "") if exp is not None and exp.alias_of is None else None
+    diff = by_var.get(found.group(1)) if found else None
+    if diff is None or diff.alias_of is not None or diff.expr != f"{red.operand} - {red.var}":
+        return None
+    return partner
 
 
 class BuiltinSupport:

@@ -43,7 +43,7 @@ from typing import Sequence
 
 import torch
 
-from kevin_backend.generate.builtin.graph import CENTERED, INDEXED, Kind, Plan, PlanInput, PlanNode, Reduction
+from kevin_backend.generate.builtin.graph import CENTERED, INDEXED, Kind, Plan, PlanInput, PlanNode, Reduction, online_partner
 from kevin_backend.generate.builtin.ops import DEVICE_HELPERS
 
 __all__ = ["Variant", "write_program", "input_mode", "VARIANTS_POINTWISE", "VARIANTS_ROWS"]
@@ -797,7 +797,7 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         writes = " ".join(f"kevin_st(p_out{k}, {store_row} + {store}, tile{k}[i][j]);" for k, _ in full_outs)
         lines.append(
             "".join(f"__shared__ float tile{k}[{rpb}][{_STAGE + 1}];\n    " for k, _ in full_outs)
-            + (f"#pragma unroll\n    " if cache else "")
+            + ("#pragma unroll\n    " if cache else "")
             + f"for (int t = 0; t < {tiles}; ++t) {{\n"
             f"        #pragma unroll\n        for (int k = 0; k < {per}; ++k) {{\n"
             f"            const long long c = (long long)t * {_STAGE} + lane + k * {tpr};\n"
@@ -855,25 +855,6 @@ def staged_output(plan: Plan, variant: Variant) -> bool:
         return False
     strides = _contiguous_strides(plan.shape)
     return strides[max(plan.reduced_dims)] == 1 and row_col_offsets(strides, plan)[1] == "c"
-
-
-def online_partner(plan: Plan, red: PlanNode) -> PlanNode | None:
-    """The sum a max reduction can share one read of the row with (online softmax): the next
-    reduction, a SUM of exp(a - m) where m is this max of a. None otherwise."""
-    if red.reduction is not Reduction.AMAX or red.operand is None:
-        return None
-    reductions = list(plan.reductions)
-    at = reductions.index(red)
-    if at + 1 >= len(reductions) or reductions[at + 1].reduction is not Reduction.SUM:
-        return None
-    partner = reductions[at + 1]
-    by_var = {n.var: n for n in plan.nodes}
-    exp = by_var.get(partner.operand or "")
-    found = re.fullmatch(r"expf\((v\d+)\)", exp.expr or "") if exp is not None and exp.alias_of is None else None
-    diff = by_var.get(found.group(1)) if found else None
-    if diff is None or diff.alias_of is not None or diff.expr != f"{red.operand} - {red.var}":
-        return None
-    return partner
 
 
 def _row_reducers(variant: Variant, indexed: bool = False) -> str:

@@ -17,7 +17,9 @@ cut into `S` chunks, one block each, and every reduction takes two launches:
 A centred reduction (var, var_mean, std) is one level: each block sums its values' differences
 from a shift (its chunk's first value) and their squares, which gives the chunk's count, mean and
 sum of squared deviations without a division per element; the combine merges the chunks' triples
-in order (Chan's pairwise update). `kevin_out` then writes the full-size outputs chunk by chunk
+in order (Chan's pairwise update). Softmax's max and its sum of exp(x - max) are one level as
+well: each chunk's max and its sum rescaled as the max grows, the combine rescaling the chunks'
+sums to the row's max. `kevin_out` then writes the full-size outputs chunk by chunk
 and the row-size outputs once per row. Each launch reads the row once: a layer norm reads its
 input twice and writes once, where one block per row would leave most of the GPU idle. The launches run in order on the current
 stream; the workspaces are allocated by the host function with the outputs.
@@ -31,7 +33,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from kevin_backend.generate.builtin.graph import CENTERED, INDEXED, Kind, Plan, PlanNode, Reduction
+from kevin_backend.generate.builtin.graph import CENTERED, INDEXED, Kind, Plan, PlanNode, Reduction, online_partner
 
 __all__ = ["split_count", "split_program", "SPLIT_MIN_COLS"]
 
@@ -54,13 +56,22 @@ def split_count(plan: Plan) -> int:
 @dataclass(frozen=True)
 class _Level:
     red: PlanNode
-    kind: str  # "sum" (a plain reduction), "moments" (a centred one: count, mean, squared deviations), "arg"
+    kind: str  # "sum" (a plain reduction), "moments" (a centred one: count, mean, squared deviations), "arg",
+    #            "online" (a max and the sum of exp(x - max) after it: softmax's, `online_partner`)
+    partner: PlanNode | None = None  # "online": the sum
 
 
 def _levels(plan: Plan) -> list[_Level]:
-    levels = []
+    levels: list[_Level] = []
+    fused: set[str] = set()
     for red in plan.reductions:
-        if red.reduction in INDEXED:
+        partner = online_partner(plan, red)
+        if red.var in fused:
+            continue
+        if partner is not None:
+            levels.append(_Level(red, "online", partner))
+            fused.add(partner.var)
+        elif red.reduction in INDEXED:
             levels.append(_Level(red, "arg"))
         elif red.reduction in CENTERED:
             levels.append(_Level(red, "moments"))
@@ -218,6 +229,13 @@ class _Writer:
             step = f"kevin_arg_step_{op}(acc, acc_i, {value}, (int64_t)c);"
             finish = [f"kevin_row_reduce_arg{op}(acc, acc_i, smem, smem_i, row_in_block, lane);",
                       "if (lane == 0) { p_ws[blockIdx.x] = acc; p_wsi[blockIdx.x] = acc_i; }"]
+        elif level.kind == "online":  # the chunk's max and its sum of exp(x - max), rescaled as the max grows
+            lines.append("float acc = -INFINITY, acc2 = 0.0f;")
+            step = (f"{{ const float x = {value}; if (x != -INFINITY) {{ if (x > acc) {{ acc2 = acc2 * expf(acc - x) + 1.0f; "
+                    "acc = x; } else { acc2 = acc2 + expf(x - acc); } } }")
+            finish = ["const float row_max = kevin_row_reduce_max(acc, smem, row_in_block, lane);",
+                      "acc2 = kevin_row_reduce_add(acc2 == 0.0f ? 0.0f : acc2 * expf(acc - row_max), smem, row_in_block, lane);",
+                      "if (lane == 0) { p_ws[3LL * blockIdx.x] = row_max; p_ws[3LL * blockIdx.x + 1] = acc2; }"]
         elif level.kind == "moments":
             # the chunk's values less a shift (its first value, close to the mean for any offset
             # the data has): their sum and sum of squares give its mean and squared deviations
@@ -264,6 +282,14 @@ class _Writer:
                 keep.append((red.var, "acc_i", True))
             else:
                 keep += [(f"{red.var}_0", f"{rnd}(acc)", False), (f"{red.var}_1", "acc_i", True), (red.var, f"{rnd}(acc)", False)]
+        elif level.kind == "online":  # the chunks' maxima, then their sums rescaled to the row's
+            assert level.partner is not None
+            lines.append("float m = -INFINITY, acc = 0.0f;")
+            lines.append(f"for (int s = 0; s < {splits}; ++s) m = kevin_maximum(m, p_ws[(row * {splits}LL + s) * 3LL]);")
+            lines.append(f"for (int s = 0; s < {splits}; ++s) {{ const float t = p_ws[(row * {splits}LL + s) * 3LL + 1]; "
+                         f"acc += t == 0.0f ? 0.0f : t * expf(p_ws[(row * {splits}LL + s) * 3LL] - m); }}")
+            keep += [(red.var, f"{rnd}(m)", False),
+                     (level.partner.var, f"{self.h.rounding.get(level.partner.dtype, '')}(acc)", False)]
         elif level.kind == "moments":  # the chunks' (count, mean, squared deviations) merged in order
             r = red.reduction
             lines.append("float n = 0.0f, mean = 0.0f, acc = 0.0f;")
