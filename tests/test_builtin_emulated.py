@@ -40,6 +40,8 @@ CASES: list[SuiteTask] = [
     _task("logsumexp-f32", "norm", "torch.logsumexp(x, -1)", [(R, 1024)], "f32"),
     _task("layernorm-affine-f16", "norm", "F.layer_norm(x, (768,), y, z)", [(R, 768), (768,), (768,)], "f16"),
     _task("layernorm-odd-f32", "norm", "F.layer_norm(x, (777,))", [(3, 777)], "f32"),
+    # the variance in one read (moments about the row's first value): values far from zero keep it
+    _task("layernorm-offset-f32", "norm", "F.layer_norm(x + 100.0, (4096,))", [(R, 4096)], "f32"),
     _task("rmsnorm-bf16", "norm", "(x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16) * y",
           [(3, 4096), (4096,)], "bf16"),
     _task("l2-normalize-f32", "norm", "x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)", [(R, 1024)], "f32"),

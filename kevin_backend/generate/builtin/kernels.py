@@ -719,7 +719,24 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             lines.extend(row_values())
             continue
         passes = [("sum", red.operand, None)]
-        if red.reduction in CENTERED:
+        if red.reduction in CENTERED and not cache:
+            # one read of the row: each value's difference from a shift (the row's first value)
+            # and its square, summed; the mean and the squared deviations follow (a row in
+            # registers takes the exact two passes below, at no extra read)
+            assert red.operand is not None
+            needed = _closure(plan, [red.operand], available | set(kept))
+            v = red.var
+            first = "\n        ".join([*loads(needed, [red.operand]), *(code(n) for n in needed), f"{v}_shift = {red.operand};"])
+            lines.append(f"float {v}_shift = 0.0f;\n    if (valid) {{\n        const long long c = 0;\n        {first}\n    }}")
+            lines.append(f"float {v}_s1 = 0.0f, {v}_s2 = 0.0f;")
+            lines.append(loop([*loads(needed, [red.operand]), *(code(n) for n in needed),
+                               f"{{ const float d = {red.operand} - {v}_shift; {v}_s1 += d; {v}_s2 += d * d; }}"]))
+            lines.append(f"{v}_s1 = kevin_row_reduce_add({v}_s1, smem, row_in_block, lane);")
+            lines.append(f"{v}_s2 = kevin_row_reduce_add({v}_s2, smem, row_in_block, lane);")
+            lines.append(f"const float {v}_mean = {v}_shift + {v}_s1 / {cols}.0f;")
+            lines.append(f"const float {v}_m2 = fmaxf({v}_s2 - {v}_s1 * ({v}_s1 / {cols}.0f), 0.0f);")
+            passes = []
+        elif red.reduction in CENTERED:
             passes = [("sum", red.operand, None), ("sq", red.operand, f"{red.var}_mean")]
         for kind, operand, center in passes:
             assert operand is not None
