@@ -121,6 +121,11 @@ CASES: list[SuiteTask] = [
     _task("softmax-masked-f32", "norm", "torch.softmax(x.masked_fill(m0, float('-inf')), -1)", [(R, 1024)], "f32",
           ["torch.rand(5, 1024, device='cuda') > 0.7"]),
     _task("softmax-wide-range-f32", "norm", "torch.softmax(x * 40.0, -1)", [(R, 1024)], "f32"),
+    # the max an output too, in rows holding a NaN (NaN, as torch's), written out by hand
+    _task("max-and-softmax-nan-f32", "norm",
+          "(lambda z: (lambda m: (m, (z - m).exp() / (z - m).exp().sum(-1, keepdim=True)))(z.amax(-1, keepdim=True)))"
+          "(x.masked_fill(m0, float('nan')))", [(R, 1024)], "f32",
+          ["torch.rand(5, 1024, device='cuda') > 0.999"]),
     # short rows of 16-bit values: 8 threads a row, one 8-wide access each
     _task("layernorm-short-rows-bf16", "norm", "F.layer_norm(x, (64,))", [(37, 64)], "bf16"),
     # cross-entropy: int64 targets, the log-probability picked at each row's target, a final launch over the rows

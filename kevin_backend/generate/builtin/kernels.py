@@ -688,7 +688,7 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             lines.append(loop([*loads(needed, [red.operand]), *(code(n) for n in needed),
                                f"{{ const float x = {red.operand};\n"
                                f"            if (x != -INFINITY) {{ if (x > {m}) {{ {t} = {t} * expf({m} - x) + 1.0f; {m} = x; }} "
-                               f"else {{ {t} = {t} + expf(x - {m}); }} }} }}"]))
+                               f"else {{ {t} = {t} + expf(x - {m}); if (x != x) {m} = x; }} }} }}"]))  # (a NaN: the max is NaN, as torch's)
             lines.append(f"const float {m}_row = kevin_row_reduce_max({m}, smem, row_in_block, lane);")
             lines.append(f"{t} = kevin_row_reduce_add({t} == 0.0f ? 0.0f : {t} * expf({m} - {m}_row), smem, row_in_block, lane);")
             lines.append(f"const float {red.var} = {_ROUND.get(red.dtype, '')}({m}_row);")

@@ -232,7 +232,7 @@ class _Writer:
         elif level.kind == "online":  # the chunk's max and its sum of exp(x - max), rescaled as the max grows
             lines.append("float acc = -INFINITY, acc2 = 0.0f;")
             step = (f"{{ const float x = {value}; if (x != -INFINITY) {{ if (x > acc) {{ acc2 = acc2 * expf(acc - x) + 1.0f; "
-                    "acc = x; } else { acc2 = acc2 + expf(x - acc); } } }")
+                    "acc = x; } else { acc2 = acc2 + expf(x - acc); if (x != x) acc = x; } } }")  # (a NaN: the max is NaN)
             finish = ["const float row_max = kevin_row_reduce_max(acc, smem, row_in_block, lane);",
                       "acc2 = kevin_row_reduce_add(acc2 == 0.0f ? 0.0f : acc2 * expf(acc - row_max), smem, row_in_block, lane);",
                       "if (lane == 0) { p_ws[3LL * blockIdx.x] = row_max; p_ws[3LL * blockIdx.x + 1] = acc2; }"]
