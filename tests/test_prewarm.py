@@ -219,3 +219,28 @@ def test_budget_ranking_and_parsing() -> None:
     assert "| 1 | norm" in table and "| kernel | 0.5000 | 1.0000 |" in table  # 2 x (1.0 - 0.5) measured
     assert "not searched (pending)" in table and "(RuntimeError: x)" in table
     assert "expected gain at the roofline 2.6000 ms" in table and "kept 1.0000 ms" in table
+
+
+def test_a_budgeted_prewarm_of_a_bench_model_times_it_end_to_end_before_and_after(tmp_path: Path, plugin_env: Path,
+                                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """With bench models as the source, the budgeted run times each model's step as `kevin bench`
+    does before profiling and after the searches: kevin ran no kernel before, and the kernels the
+    searches stored after."""
+    import json
+
+    from kevin_backend.cli.main import main
+
+    out_json = tmp_path / "summary.json"
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main(["--cache-dir", str(tmp_path / "cache"), "prewarm", "--bench-model", "mlp", "--bench-size", "tiny",
+                     "--no-train", "--generator", "prewarm_helpers:reference", "--workers", "1", "--budget", "30m",
+                     "--json", str(out_json)]) == 0
+    out = capsys.readouterr()
+    data = json.loads(out_json.read_text())
+    (before,), (after,) = data["end_to_end"]["before"], data["end_to_end"]["after"]
+    assert before["model"] == after["model"] == "mlp" and before["workload"] == "infer"
+    assert before["error"] is None and after["error"] is None
+    assert before["kernels"] == [] and len(after["kernels"]) == data["kernels"] > 0
+    assert all(r["timings"][c]["median_ms"] > 0 for r in (before, after) for c in ("inductor", "kevin"))
+    assert "| model | workload | Inductor ms | kevin ms before | kevin ms after |" in out.out
+    assert "timing mlp end to end" in out.err

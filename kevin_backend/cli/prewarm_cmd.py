@@ -191,6 +191,38 @@ def _check_generator(spec: str, local: bool) -> None:
             raise CommandError(f"--generator {spec}: module {module_name} ({origin}) defines no {factory!r}", EXIT_USAGE)
 
 
+def _measure_models(names: list[str], args: argparse.Namespace, config: Config, gpus: list[int | None]) -> tuple[Any, ...]:
+    """The bench models' steps timed as `kevin bench` times them (eager, Inductor, kevin in mode
+    cache on this cache; a fresh process each), on the first worker's device."""
+    from kevin_backend.bench.runner import BenchSettings, kevin_options, run_models
+
+    device = "cuda" if gpus and gpus[0] is not None else "cpu"
+    workloads = ["infer"] if args.no_train else ["infer", "train"]
+    settings = BenchSettings(device=device, size=args.bench_size, repeats=3, trials=5, warmup=2,
+                             kevin_options={**kevin_options(config), "record_pending": False})
+    print(f"kevin prewarm: timing {', '.join(names)} end to end ({device}, {', '.join(workloads)})", file=sys.stderr, flush=True)
+    return run_models(names, workloads, settings)
+
+
+def _end_to_end(before: tuple[Any, ...], after: tuple[Any, ...]) -> str:
+    """Markdown: each bench model's step before and after the searches (kevin against Inductor)."""
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4f}"
+
+    def x(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}x"
+
+    later = {(r.model, r.workload): r for r in after}
+    lines = ["| model | workload | Inductor ms | kevin ms before | kevin ms after | kevin x Inductor before | after "
+             "| kernels run after |", "|---|---|---|---|---|---|---|---|"]
+    for b in before:
+        a = later.get((b.model, b.workload))
+        lines.append(f"| {b.model} | {b.workload} | {ms(b.ms('inductor'))} | {ms(b.ms('kevin'))} | {ms(a.ms('kevin') if a else None)} | "
+                     f"{x(b.speedup('kevin', 'inductor'))} | {x(a.speedup('kevin', 'inductor') if a else None)} | "
+                     f"{len(a.kernels) if a else '-'} |")
+    return "\n".join(lines)
+
+
 def _profile_and_rank(todo: list[Any], gpus: list[int | None], budget_s: float) -> tuple[list[Any], list[Any], float]:
     """(the items in order of expected gain, their ranked profiles, the searches' deadline): each
     partition's Inductor code timed once on the first worker's device, within the budget."""
@@ -318,6 +350,8 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
 
         summary = prewarm_ray(todo, setup, args.ray, cache, workers=args.workers, progress=print_progress)
     elif args.budget is not None:
+        bench = [n for spec in args.bench_model for n in (MODELS if spec == "all" else spec.split(","))]
+        before = _measure_models(list(dict.fromkeys(bench)), args, config, gpus) if bench else ()
         todo, ranked, deadline = _profile_and_rank(todo, gpus, args.budget_seconds)
         summary = prewarm_local(todo, setup, gpus, progress=print_progress, deadline=deadline)
     else:
@@ -331,6 +365,11 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
         print("")
         print(gain_table(ranked, {o["digest"]: o for o in summary.outcomes if o.get("digest")}))
         data["profile"] = [dict(dataclasses.asdict(p), expected_gain_ms=p.expected_gain_ms) for p in ranked]
+        if before:  # the bench models end to end, as `kevin bench` times them, with the cache as it is now
+            after = _measure_models(list(dict.fromkeys(r.model for r in before)), args, config, gpus)
+            print("")
+            print(_end_to_end(before, after))
+            data["end_to_end"] = {"before": [r.as_dict() for r in before], "after": [r.as_dict() for r in after]}
     if args.json:
         args.json.write_text(json.dumps(data, indent=1, default=str))
     return EXIT_FAILED if summary.failures else EXIT_OK
