@@ -67,6 +67,13 @@ for step in $steps; do
       python3 -m kevin_backend.cli.main prewarm --no-seed --policy builtin --tasks "${RAY_TASKS:-examples/kernelbench}" --ray auto \
         --trajectories 1 --turns 2 --json "$OUT/ray_prewarm.json" 2>&1 | tee "$OUT/ray_prewarm.log" | tail -20
       python3 -m ray.scripts.scripts stop --force >/dev/null ;;
+    prewarm-budget)  # profile-guided prewarm of a bench model's steps with the built-in writer (BUDGET, BUDGET_MODEL)
+      export KEVIN_CACHE_DIR=${KEVIN_CACHE_DIR:-$(mktemp -d)}
+      python3 -m kevin_backend.cli.main prewarm --no-seed --policy builtin --bench-model "${BUDGET_MODEL:-gpt2}" \
+        --budget "${BUDGET:-6m}" --trajectories 1 --turns 2 --json "$OUT/prewarm_budget.json" 2>&1 | tee "$OUT/prewarm_budget.log" | tail -60 ;;
+    roofline-backend)  # the roofline suite's tasks as models, compiled by the backend in generate mode (ROOFLINE_TASKS: some)
+      timeout "${ROOFLINE_LIMIT:-560}" python3 benchmarks/bench_roofline_backend.py ${ROOFLINE_FROM:+--from $ROOFLINE_FROM} \
+        ${ROOFLINE_TASKS:+--tasks $ROOFLINE_TASKS} --json "$OUT/roofline_backend.json" 2>&1 | tee "$OUT/roofline_backend.log" | tail -40 ;;
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
     bench)  # kevin bench: eager / Inductor / kevin (mode cache, this machine's kernel cache and the seed cache);
@@ -74,8 +81,9 @@ for step in $steps; do
       if [ -z "${BENCH_MODELS:-}" ]; then
         python3 -m kevin_backend.cli.main bench --kernelbench examples/kernelbench --json "$OUT/bench_kernelbench.json" 2>&1 | tee "$OUT/bench_kernelbench.log" | tail -30
       fi
-      for m in ${BENCH_MODELS:-mlp cnn gpt2 llama}; do
-        python3 -m kevin_backend.cli.main bench --models "$m" --json "$OUT/bench_$m.json" 2>&1 | tee "$OUT/bench_$m.log" | tail -12
+      for m in ${BENCH_MODELS:-mlp cnn gpt2 llama}; do  # BENCH_SIZES, BENCH_DTYPES: some of full,small and float32,bfloat16
+        python3 -m kevin_backend.cli.main bench --models "$m" --size "${BENCH_SIZES:-full,small}" --dtype "${BENCH_DTYPES:-float32,bfloat16}" \
+          --json "$OUT/bench_$m.json" 2>&1 | tee "$OUT/bench_$m.log" | tail -16
       done
       python3 -m kevin_backend.cli.main bench --merge "$OUT"/bench_*.json --json "$OUT/bench.json" --chart "$OUT/bench.png" --markdown "$OUT/bench.md" ;;
     profile)  # where a warm first compile spends its time, per compiler (mlp)
