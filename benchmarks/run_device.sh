@@ -74,6 +74,7 @@ for step in $steps; do
     roofline-backend)  # the roofline suite's tasks as models, compiled by the backend in generate mode (ROOFLINE_TASKS: some)
       timeout "${ROOFLINE_LIMIT:-560}" python3 benchmarks/bench_roofline_backend.py ${ROOFLINE_FROM:+--from $ROOFLINE_FROM} \
         ${ROOFLINE_TASKS:+--tasks $ROOFLINE_TASKS} --json "$OUT/roofline_backend.json" 2>&1 | tee "$OUT/roofline_backend.log" | tail -40 ;;
+    dynamic) python3 benchmarks/bench_dynamic.py --json "$OUT/dynamic.json" 2>&1 | tee "$OUT/dynamic.log" | tail -30 ;;  # 3 sizes, dynamic=True
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
     bench)  # kevin bench: eager / Inductor / kevin (mode cache, this machine's kernel cache and the seed cache);
