@@ -132,6 +132,14 @@ __device__ __forceinline__ void kevin_st(float* p, long long i, float v) { p[i] 
 __device__ __forceinline__ void kevin_st(__half* p, long long i, float v) { p[i] = __float2half_rn(v); }
 __device__ __forceinline__ void kevin_st(__nv_bfloat16* p, long long i, float v) { p[i] = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void kevin_st(int64_t* p, long long i, int64_t v) { p[i] = v; }
+// online softmax: a running max `m` and a running sum `s` of exp(x - m), rescaled when the max
+// grows; -inf adds nothing, a NaN makes the max NaN (as torch's amax)
+__device__ __forceinline__ void kevin_online_step(float& m, float& s, float x) {
+    if (x == -INFINITY) return;
+    if (x > m) { s = s * expf(m - x) + 1.0f; m = x; } else { s = s + expf(x - m); if (x != x) m = x; }
+}
+// a running sum of exp(x - m) rescaled to the larger max `to` (an empty sum stays 0)
+__device__ __forceinline__ float kevin_online_rescale(float s, float m, float to) { return s == 0.0f ? 0.0f : s * expf(m - to); }
 __device__ __forceinline__ void kevin_ld4(const float* p, long long i, float* v) {
     float4 t = *reinterpret_cast<const float4*>(p + i); v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
 }
@@ -686,11 +694,9 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             m, t = f"{red.var}_acc", f"{partner.var}_acc"
             lines.append(f"float {m} = -INFINITY; float {t} = 0.0f;")
             lines.append(loop([*loads(needed, [red.operand]), *(code(n) for n in needed),
-                               f"{{ const float x = {red.operand};\n"
-                               f"            if (x != -INFINITY) {{ if (x > {m}) {{ {t} = {t} * expf({m} - x) + 1.0f; {m} = x; }} "
-                               f"else {{ {t} = {t} + expf(x - {m}); if (x != x) {m} = x; }} }} }}"]))  # (a NaN: the max is NaN, as torch's)
+                               f"kevin_online_step({m}, {t}, {red.operand});"]))
             lines.append(f"const float {m}_row = kevin_row_reduce_max({m}, smem, row_in_block, lane);")
-            lines.append(f"{t} = kevin_row_reduce_add({t} == 0.0f ? 0.0f : {t} * expf({m} - {m}_row), smem, row_in_block, lane);")
+            lines.append(f"{t} = kevin_row_reduce_add(kevin_online_rescale({t}, {m}, {m}_row), smem, row_in_block, lane);")
             lines.append(f"const float {red.var} = {_ROUND.get(red.dtype, '')}({m}_row);")
             lines.append(f"const float {partner.var} = {_ROUND.get(partner.dtype, '')}({t});")
             available.update({red.var, partner.var})
@@ -804,9 +810,8 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         store = re.sub(r"\bc\b", "cc", col_part)
         tiles = -(-cols // _STAGE)
         if cache:  # the row's registers: column t * 32 + lane + k * tpr is slot t * per + k
-            fill = [*(f"float {i.var} = {i.var}_r[t * {per} + k];" for i in full_inputs
-                      if i.var in _references(needed, [o.var for _, o in full_outs])),
-                    *(f"float {v} = {v}_r[t * {per} + k];" for v in kept if v in _references(needed, [o.var for _, o in full_outs]))]
+            used = _references(needed, [o.var for _, o in full_outs])
+            fill = [f"float {v} = {v}_r[t * {per} + k];" for v in [*(i.var for i in full_inputs), *kept] if v in used]
         else:
             fill = loads(needed, [o.var for _, o in full_outs])
         body = "\n                ".join([*fill, *(code(n) for n in needed),

@@ -231,10 +231,9 @@ class _Writer:
                       "if (lane == 0) { p_ws[blockIdx.x] = acc; p_wsi[blockIdx.x] = acc_i; }"]
         elif level.kind == "online":  # the chunk's max and its sum of exp(x - max), rescaled as the max grows
             lines.append("float acc = -INFINITY, acc2 = 0.0f;")
-            step = (f"{{ const float x = {value}; if (x != -INFINITY) {{ if (x > acc) {{ acc2 = acc2 * expf(acc - x) + 1.0f; "
-                    "acc = x; } else { acc2 = acc2 + expf(x - acc); if (x != x) acc = x; } } }")  # (a NaN: the max is NaN)
+            step = f"kevin_online_step(acc, acc2, {value});"
             finish = ["const float row_max = kevin_row_reduce_max(acc, smem, row_in_block, lane);",
-                      "acc2 = kevin_row_reduce_add(acc2 == 0.0f ? 0.0f : acc2 * expf(acc - row_max), smem, row_in_block, lane);",
+                      "acc2 = kevin_row_reduce_add(kevin_online_rescale(acc2, acc, row_max), smem, row_in_block, lane);",
                       "if (lane == 0) { p_ws[3LL * blockIdx.x] = row_max; p_ws[3LL * blockIdx.x + 1] = acc2; }"]
         elif level.kind == "moments":
             # the chunk's values less a shift (its first value, close to the mean for any offset
@@ -286,8 +285,8 @@ class _Writer:
             assert level.partner is not None
             lines.append("float m = -INFINITY, acc = 0.0f;")
             lines.append(f"for (int s = 0; s < {splits}; ++s) m = kevin_maximum(m, p_ws[(row * {splits}LL + s) * 3LL]);")
-            lines.append(f"for (int s = 0; s < {splits}; ++s) {{ const float t = p_ws[(row * {splits}LL + s) * 3LL + 1]; "
-                         f"acc += t == 0.0f ? 0.0f : t * expf(p_ws[(row * {splits}LL + s) * 3LL] - m); }}")
+            lines.append(f"for (int s = 0; s < {splits}; ++s) acc += kevin_online_rescale(p_ws[(row * {splits}LL + s) * 3LL + 1], "
+                         f"p_ws[(row * {splits}LL + s) * 3LL], m);")
             keep += [(red.var, f"{rnd}(m)", False),
                      (level.partner.var, f"{self.h.rounding.get(level.partner.dtype, '')}(acc)", False)]
         elif level.kind == "moments":  # the chunks' (count, mean, squared deviations) merged in order
