@@ -122,7 +122,10 @@ def main() -> int:
                     "kernel_ms": t.kernel_ms if t else None, "eager_ms": t.eager_ms if t else None, "inductor_ms": t.inductor_ms if t else None,
                     "vs_eager": t.speedup_vs_eager if t else None, "vs_inductor": t.speedup_vs_inductor if t else None,
                     **roofline_columns(best.result if best is not None else None),
-                    "reasons": reasons, "stopped": result.stopped, "seconds": round(time.perf_counter() - began, 1),
+                    "reasons": reasons, "stopped": result.stopped,
+                    # what the judge told the writer when a turn failed (its own words, shortened)
+                    "feedback": [r.step.result.feedback[:600] for r in result.records
+                                 if r.step.result is not None and r.step.result.reason.name != "ACCEPTED"], "seconds": round(time.perf_counter() - began, 1),
                     # each turn: its variant, its build's seconds and, when correct, its time
                     "turns": [{"variant": r.step.reply.extra.get("variant"),
                                "build_seconds": round(r.result.build_seconds or 0, 1) if r.result else None,
@@ -137,7 +140,8 @@ def main() -> int:
                     args.json.write_text(json.dumps({"meta": meta, "rows": rows, "partial": True}, indent=1))
                 elapsed = time.perf_counter() - start
                 eta = elapsed / done * (len(tasks) - done)
-                shown = f"{row['vs_eager']:.2f}x eager, {row['vs_inductor']:.2f}x Inductor" if row["correct"] else f"NOT CORRECT {row['reasons']}"
+                shown = (f"{row['vs_eager']:.2f}x eager, {row['vs_inductor']:.2f}x Inductor" if row["correct"]
+                         else f"NOT CORRECT {row['reasons']}: {' | '.join(row['feedback'])}")
                 print(f"[{done}/{len(tasks)} {elapsed:.0f}s, eta {eta:.0f}s, load {os.getloadavg()[0]:.0f}] {row['task']}: {shown}", file=sys.stderr, flush=True)
     rows.sort(key=lambda r: [t.name for t in tasks].index(str(r["task"])))
     copy = meta["copy_gbps"]

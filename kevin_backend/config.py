@@ -93,6 +93,7 @@ ENV: dict[str, EnvVar] = {
         EnvVar("KEVIN_BEAM", int, 0, "keep the best k trajectories after each turn (0: no beam)"),
         EnvVar("KEVIN_MARGIN", float, 0.03, "a kernel is kept when the lower confidence bound of Inductor's time over its own exceeds 1 + this (negative values keep slower kernels: for testing the pipeline)"),
         EnvVar("KEVIN_ROOFLINE_STOP", float, 0.9, "a trajectory stops once its best correct kernel reaches this fraction of the GPU's measured copy bandwidth (0: never)"),
+        EnvVar("KEVIN_GRAPH_CHECK", _parse_bool, True, "time each compiled graph with and without its kernels (interleaved, with the noise counted) and keep only the kernels that make the graph faster; the outcome is stored in the cache"),
         EnvVar("KEVIN_MIN_PARTITION", int, 2, "fewest compute nodes in a partition"),
         EnvVar("KEVIN_MAX_PARTITION", int, 64, "most compute nodes in a partition"),
         EnvVar("KEVIN_RECORD_PENDING", _parse_bool, True, "record cache misses as pending tasks"),
@@ -180,6 +181,9 @@ class Config:
     # a search's trajectory stops once its best correct kernel reaches this fraction of the GPU's
     # copy bandwidth (the judge's roofline; 0: never)
     roofline_stop: float = 0.9
+    # each compiled graph is timed with and without its kernels; only kernels that make the graph
+    # faster stay (backend/graph_check.py)
+    graph_check: bool = True
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -205,6 +209,7 @@ class Config:
             beam=env_value("KEVIN_BEAM"),
             margin=env_value("KEVIN_MARGIN"),
             roofline_stop=env_value("KEVIN_ROOFLINE_STOP"),
+            graph_check=env_value("KEVIN_GRAPH_CHECK"),
         )._validated()
 
     @classmethod
@@ -264,6 +269,7 @@ class Config:
             "policy": self.policy if isinstance(self.policy, str) else getattr(self.policy, "name", type(self.policy).__name__),
             "search": [self.trajectories, self.turns, self.beam, self.margin, self.roofline_stop],
             "writer": self.writer,
+            "graph_check": self.graph_check,
         }
 
 
@@ -273,7 +279,7 @@ def _coerce(name: str, value: Any) -> Any:
             return Mode(value)
         if name == "cache_dir":
             return Path(value).expanduser()
-        if name in ("seed_cache", "record_pending", "cpu_kernels"):
+        if name in ("seed_cache", "record_pending", "cpu_kernels", "graph_check"):
             return _parse_bool(value) if isinstance(value, str) else bool(value)
         if name in ("min_partition", "max_partition", "trajectories", "turns", "beam"):
             if isinstance(value, bool) or int(value) != value:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -20,8 +21,9 @@ import torch.fx as fx
 from torch._inductor.compile_fx import compile_fx
 
 from kevin_backend.backend import runtime
+from kevin_backend.backend.graph_check import GraphCheck, graph_key, load_outcome
 from kevin_backend.backend.kevin_pass import INFERENCE_AWARE, KevinPass, PassBase
-from kevin_backend.backend.report import Status, begin_report, counters
+from kevin_backend.backend.report import CompileReport, Status, begin_report, counters
 from kevin_backend.cache.store import KernelCache
 from kevin_backend.config import Config, Mode, env_value
 
@@ -84,15 +86,11 @@ def kevin(
     if not torch.cuda.is_available() and not config.cpu_kernels:
         _say_once(report.notes, "no CUDA device: generated kernels need CUDA, Inductor compiles everything")
 
-    kevin_pass = KevinPass(config, cache, report)
-    existing = torch._inductor.config.post_grad_custom_pre_pass
-    if existing is not None:
-        kevin_pass = _Chain(existing, kevin_pass)
     # Inductor may change the graph it is given: keep a copy for the fallback compile.
     backup = fx.GraphModule(gm, copy.deepcopy(gm.graph))
     backup.meta.update(gm.meta)
     try:
-        return compile_fx(gm, example_inputs, config_patches={**patches, "post_grad_custom_pre_pass": kevin_pass})
+        return _compile(gm, backup, example_inputs, config, cache, report, patches)
     except Exception as exc:
         # Dynamo's own control flow (restart analysis and the like) passes through, and so does
         # any failure of a graph the kevin pass did not change: plain Inductor would fail alike.
@@ -103,6 +101,71 @@ def kevin(
         counters.add("compile_fallbacks")
         _say_once(report.notes, f"compile with kevin kernels failed ({type(exc).__name__}: {exc}); plain Inductor instead")
         return compile_fx(backup, example_inputs, config_patches=patches)
+
+
+def _kevin_pass(config: Config, cache: KernelCache, report: CompileReport, dropped: dict[str, str],
+                counting: bool = True) -> PassBase:
+    kevin_pass = KevinPass(config, cache, report, dropped=dropped, counting=counting)
+    existing = torch._inductor.config.post_grad_custom_pre_pass
+    return kevin_pass if existing is None else _Chain(existing, kevin_pass)
+
+
+def _compile(gm: fx.GraphModule, backup: fx.GraphModule, example_inputs: Sequence[Any], config: Config,
+             cache: KernelCache, report: CompileReport, patches: dict[str, Any]) -> Any:
+    """Inductor with the kevin pass; then, unless the graph-level check is off, the graph wrapped
+    in its check (graph_check.py), or compiled with the kernels a stored check kept."""
+    checking = config.graph_check and (torch.cuda.is_available() or config.cpu_kernels)
+    if not checking:
+        return compile_fx(gm, example_inputs, config_patches={**patches, "post_grad_custom_pre_pass": _kevin_pass(config, cache, report, {})})
+    store = Path(config.cache_dir) / "graph_checks"
+    key = graph_key(backup, example_inputs, {"config": config.fingerprint(), "patches": repr(sorted(patches.items()))})
+    stored = load_outcome(store, key)
+    if stored is not None and stored.cache_fingerprint != cache.fingerprint():
+        stored = None  # the cache changed since: other kernels may be found, measure again
+    dropped = stored.dropped if stored is not None else {}
+    compiled = compile_fx(gm, example_inputs, config_patches={**patches, "post_grad_custom_pre_pass": _kevin_pass(config, cache, report, dropped)})
+    if stored is not None:
+        counters.add("graph_checks_stored")
+        report.notes.append(f"graph check: the stored outcome stands ({stored.summary})")
+
+    def compile_variant(drop: dict[str, str] | None) -> Any:
+        fresh = fx.GraphModule(backup, copy.deepcopy(backup.graph))
+        fresh.meta.update(backup.meta)
+        if drop is None:  # Inductor alone
+            return compile_fx(fresh, example_inputs, config_patches=patches)
+        scratch = CompileReport(config=report.config)  # the variants' records are not the compile's
+        return compile_fx(fresh, example_inputs, config_patches={**patches, "post_grad_custom_pre_pass": _kevin_pass(config, cache, scratch, drop, counting=False)})
+
+    kernels = any(r.status in (Status.HIT, Status.GENERATED) for r in report.records())
+    training = torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in example_inputs)
+    if not kernels and not training:  # no kevin kernel in this graph: nothing to check
+        return compiled
+    sizes = _verified_sizes(backup, example_inputs)
+    other_sizes = compile_variant(None) if sizes else None
+    return GraphCheck(compiled, compile_variant, report, store, key, cache, config.margin, sizes, stored, other_sizes)
+
+
+def _verified_sizes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[tuple[int, Any]]:
+    """Under dynamic shapes, the arguments with symbolic sizes and the sizes this compile saw
+    (the ones its kernels were made and verified for); empty for a static graph."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    sizes: list[tuple[int, Any]] = []
+    for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        meta = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(meta, torch.SymInt):
+            sizes.append((i, _concrete(value)))
+        elif isinstance(meta, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in meta.shape):
+            sizes.append((i, tuple(_concrete(s) for s in value.shape)))
+    return sizes
+
+
+def _concrete(value: Any) -> int:
+    if isinstance(value, torch.SymInt):
+        hint = value.node.hint
+        if hint is None:
+            raise ValueError(f"size {value} has no hint")
+        return int(hint)
+    return int(value)
 
 
 def _dynamo_control_flow() -> tuple[type[BaseException], ...]:

@@ -103,11 +103,18 @@ def _support_for(config: Config) -> OpSupport:
 
 
 class KevinPass(PassBase):  # type: ignore[misc, valid-type]
-    def __init__(self, config: Config, cache: Any, report: CompileReport, support: OpSupport | None = None) -> None:
+    """`dropped` maps kernels' digests to why they stay out of this compile (the graph-level
+    check found the graph slower with them): those partitions are Inductor's. A pass with
+    `counting` off (the check's variants of a graph) leaves the process's counters alone."""
+
+    def __init__(self, config: Config, cache: Any, report: CompileReport, support: OpSupport | None = None,
+                 dropped: dict[str, str] | None = None, counting: bool = True) -> None:
         self.config = config
         self.cache = cache
         self.report = report
         self.support = support or _support_for(config)
+        self.dropped = dict(dropped or {})
+        self._count = counters.add if counting else (lambda name, n=1: None)
         self._default_generator: Any = None
         self._policy_down: str | None = None
 
@@ -129,6 +136,7 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
             "config": self.config.fingerprint(),
             "support": self.support.name,
             "cache": self.cache.fingerprint(),
+            "dropped": sorted(self.dropped),
         }
         return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
 
@@ -136,14 +144,14 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
         kind = _graph_kind(graph, is_inference)
         graph_report = GraphReport(graph_id=len(self.report.graphs), kind=kind, nodes=len(graph.nodes))
         self.report.graphs.append(graph_report)
-        counters.add("graphs")
+        self._count("graphs")
         start = time.perf_counter()
         try:
             swaps = self._decide_all(graph, graph_report)
         except Exception as exc:  # the pass never breaks a compile: this graph is Inductor's
             graph_report.error = f"{type(exc).__name__}: {exc}"
             log.warning("kevin pass failed on %s graph (%s); Inductor compiles all of it", kind, graph_report.error)
-            counters.add("fallbacks")
+            self._count("fallbacks")
             swaps = []
         if swaps:
             try:
@@ -174,10 +182,10 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
                 log.info("kevin: building the cached kernels at once failed: %s", exc)
         swaps: list[_Swap] = []
         for partition, found in zip(plan.partitions, looked):
-            counters.add("partitions")
+            self._count("partitions")
             record, swap = (found, None) if isinstance(found, PartitionRecord) else self._decide(partition, kind, found)
             graph_report.partitions.append(record)
-            counters.add(_COUNTER_OF_STATUS[record.status])
+            self._count(_COUNTER_OF_STATUS[record.status])
             if swap is not None:
                 swaps.append(swap)
         return swaps
@@ -213,7 +221,7 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
                 if self.config.record_pending:
                     try:
                         if self.cache.record_pending(key, task):
-                            counters.add("pending_recorded")
+                            self._count("pending_recorded")
                     except Exception as exc:
                         return record(Status.MISS, detail=f"pending not recorded: {_short(exc)}", **ids), None
                     return record(Status.PENDING, **ids), None
@@ -241,6 +249,8 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
         speedup = entry.timings.speedup_vs_inductor
         if entry.kind is EntryKind.INDUCTOR:
             return record(Status.INDUCTOR, detail=entry.reason, **ids), None
+        if key.digest in self.dropped:
+            return record(Status.DROPPED, detail=self.dropped[key.digest], speedup_vs_inductor=speedup, **ids), None
 
         # load the kernel and check it against the partition on fake tensors
         try:
@@ -281,6 +291,7 @@ _COUNTER_OF_STATUS = {
     Status.INDUCTOR: "inductor_winners",
     Status.SKIPPED: "skipped",
     Status.FALLBACK: "fallbacks",
+    Status.DROPPED: "dropped",
 }
 
 

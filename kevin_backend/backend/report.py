@@ -31,6 +31,7 @@ class Status(str, Enum):
     INDUCTOR = "inductor"  # the cache says Inductor's code is the best known: Inductor runs it
     SKIPPED = "skipped"  # not looked up (see reason); Inductor runs it
     FALLBACK = "fallback"  # something failed in the kevin path; Inductor runs it
+    DROPPED = "dropped"  # a kernel that made its graph slower (graph_check.py): Inductor runs it
 
 
 class FallbackReason(str, Enum):
@@ -136,6 +137,9 @@ class Counters:
         "inductor_winners",
         "skipped",
         "fallbacks",
+        "dropped",  # kernels left out because their graph ran slower with them
+        "graph_checks",  # graphs timed with and without their kernels
+        "graph_checks_stored",  # graphs whose stored outcome was reused
         "compile_fallbacks",
         "runtime_loads",
         "runtime_size_fallbacks",

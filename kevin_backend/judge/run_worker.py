@@ -386,6 +386,16 @@ def _mismatch_outcome(run: Run, bad: Mismatch, index: int, inputs: InputSet, wan
     return outcome
 
 
+def _mismatch_text(bad: Mismatch) -> str:
+    """The comparison's finding in words: its message, else its numbers."""
+    if bad.message:
+        return bad.message
+    return (f"output {bad.output}: {bad.bad_elements} of {bad.total_elements} elements outside the bound, first at "
+            f"{list(bad.first_bad_index)}: expected {bad.expected:.6g}, got {bad.got:.6g}, allowed error {bad.allowed:.3g}; "
+            f"max abs error {bad.max_abs_error:.3g}, worst error/bound {bad.worst_ratio:.3g}, eager's error there "
+            f"{bad.eager_error:.3g}")
+
+
 def _layout_diagnosis(run: Run, inputs: InputSet, strided: list[tuple[int, torch.Tensor]], want: list[Any],
                       exact: list[Any] | None) -> str:
     """Run the candidate once more on contiguous copies of the inputs: if it is right there, it
@@ -611,9 +621,9 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
     again = _candidate_forward(run, values, "replay")
     run.phase("compare")
     replayed = compare_outputs(again, want, exact)
-    if replayed is not None:  # (the comparison's own words kept: which output, how many elements, how far)
+    if replayed is not None:  # (the comparison's numbers kept: which output, how many elements, how far)
         return _error("REPLAYED_OUTPUT", "timing", "after new values were written into its input buffers, the output "
-                      f"no longer matched: it returns stored results instead of computing ({replayed.message})")
+                      f"no longer matched: it returns stored results instead of computing ({_mismatch_text(replayed)})")
     outcome = {"stage": "timing", "reason": "ACCEPTED", "kernel_ms": kernel_ms, "eager_ms": eager_ms, "inductor_ms": inductor_ms}
     facts = _roofline_facts(run, values, want, copy_gbps)
     if facts is not None:

@@ -1,0 +1,212 @@
+"""The graph-level check (backend/graph_check.py): a graph keeps only the kernels that make it
+faster, the report says which were dropped and why, the outcome is stored and reused, and under
+dynamic shapes other sizes run Inductor's code for the whole graph."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+
+import kevin_backend
+from conftest import ReferenceGenerator, assert_close_tree
+from kevin_backend.backend import runtime
+from kevin_backend.backend.graph_check import GraphOutcome, choose, load_outcome
+from kevin_backend.backend.report import Status, counters
+from kevin_backend.models import make_example
+
+# -- the choice, on scripted times --------------------------------------------------------------
+
+
+def _scripted(ms: dict[frozenset[str], float], noise: float = 0.01) -> tuple[Callable[..., Any], Callable[..., Any], list[frozenset[str]]]:
+    """A variant factory and a measurement that report `ms[kept]` per round (with a wobble of
+    relative size `noise` that differs between the two sides of a round), and the variants asked for."""
+    asked: list[frozenset[str]] = []
+
+    def variant(kept: frozenset[str]) -> Any:
+        asked.append(kept)
+
+        def step() -> frozenset[str]:
+            return kept
+        return step
+
+    def measure(steps: dict[str, Any]) -> dict[str, list[float]]:
+        return {name: [ms[step()] * (1 + noise * math.sin(1.7 * r + 2.0 * k)) for r in range(7)]
+                for k, (name, step) in enumerate(steps.items())}
+
+    return variant, measure, asked
+
+
+A, B, C = "a" * 64, "b" * 64, "c" * 64
+
+
+def test_all_kept_when_the_graph_is_faster_with_them() -> None:
+    variant, measure, asked = _scripted({frozenset(): 1.0, frozenset([A, B]): 0.8})
+    outcome = choose([A, B], variant, measure, margin=0.03)
+    assert outcome.kept == [A, B] and outcome.dropped == {}
+    assert asked == [frozenset(), frozenset([A, B])]  # no kernel timed alone
+    assert "all 2 kept" in outcome.summary and "1.24" in outcome.summary
+
+
+def test_each_kernel_alone_when_all_lose_and_the_losers_are_dropped_with_reasons() -> None:
+    ms = {frozenset(): 1.0, frozenset([A, B, C]): 1.05, frozenset([A]): 0.9, frozenset([B]): 1.1,
+          frozenset([C]): 0.95, frozenset([A, C]): 0.85}
+    variant, measure, _ = _scripted(ms)
+    outcome = choose([A, B, C], variant, measure, margin=0.03)
+    assert outcome.kept == [A, C]
+    assert list(outcome.dropped) == [B] and "alone" in outcome.dropped[B] and "0.90" in outcome.dropped[B]
+    assert "2 of 3 kept" in outcome.summary
+
+
+def test_winners_that_lose_together_keep_the_best_one() -> None:
+    ms = {frozenset(): 1.0, frozenset([A, B]): 1.02, frozenset([A]): 0.8, frozenset([B]): 0.9, frozenset([A, B]): 1.02}
+    variant, measure, _ = _scripted(ms)
+    outcome = choose([A, B], variant, measure, margin=0.0)
+    assert outcome.kept == [A] and "together" in outcome.dropped[B]
+
+
+def test_a_gain_within_the_noise_is_no_gain() -> None:
+    variant, measure, _ = _scripted({frozenset(): 1.0, frozenset([A]): 0.99}, noise=0.05)
+    outcome = choose([A], variant, measure, margin=0.0)
+    assert outcome.kept == [] and "lower bound" in outcome.dropped[A]
+
+
+def test_a_negative_margin_keeps_slower_kernels_for_pipeline_tests() -> None:
+    variant, measure, _ = _scripted({frozenset(): 1.0, frozenset([A]): 1.2})
+    assert choose([A], variant, measure, margin=-0.5).kept == [A]
+    assert choose([A], variant, measure, margin=0.03).kept == []
+
+
+def test_a_corrupt_stored_outcome_is_measured_again(tmp_path: Path) -> None:
+    (tmp_path / "k.json").write_text("{not json")
+    assert load_outcome(tmp_path, "k") is None
+    (tmp_path / "k.json").write_text(json.dumps({"kept": "all", "dropped": {}}))
+    assert load_outcome(tmp_path, "k") is None
+    good = GraphOutcome([A], {B: "slower"}, "1 of 2 kept", {"all": [1.0]}, "f")
+    (tmp_path / "k.json").write_text(json.dumps(good.as_dict()))
+    assert load_outcome(tmp_path, "k").dropped == {B: "slower"}
+
+
+# -- through the backend, on the CPU (cached kernels for CPU tensors) --------------------------
+
+# A kernel that computes its partition right but slowly: the graph is slower with it.
+_SLOW = '''
+import time
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *init_inputs):
+        super().__init__()
+        self.reference = Model(*init_inputs)
+
+    def forward(self, *inputs):
+        time.sleep(0.004)
+        return self.reference(*inputs)
+'''
+
+
+class SlowGenerator(ReferenceGenerator):
+    def generate(self, task: Any, key: Any) -> Any:
+        entry = super().generate(task, key)
+        return type(entry)(**{**entry.__dict__, "kernel_source": task.source + _SLOW})
+
+
+def _options(cache_dir: Path, generator: Any, **extra: Any) -> dict[str, Any]:
+    return {"cache_dir": str(cache_dir), "mode": "generate", "cpu_kernels": True, "generator": generator,
+            "graph_check": True, **extra}
+
+
+def test_a_kernel_that_slows_its_graph_is_dropped_reported_stored_and_not_measured_again(kevin_dir: Path) -> None:
+    model, inputs = make_example("mlp")
+    eager = copy.deepcopy(model)
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="kevin", options=_options(kevin_dir, SlowGenerator()))
+        assert_close_tree(compiled(*inputs), eager(*inputs))
+        report = kevin_backend.last_report()
+        dropped = [r for r in report.records() if r.status is Status.DROPPED]
+        assert dropped and all("lower bound" in r.detail for r in dropped), str(report)
+        assert not [r for r in report.records() if r.status in (Status.HIT, Status.GENERATED)]
+        assert any(n.startswith("graph check") for n in report.notes) and "dropped" in str(report)
+        assert counters["graph_checks"] == 1 and counters["dropped"] == len(dropped)
+        calls = sum(runtime.kernel_calls().values())
+        for _ in range(3):
+            assert_close_tree(compiled(*inputs), eager(*inputs))
+        assert sum(runtime.kernel_calls().values()) == calls  # the dropped kernels no longer run
+        (stored,) = list((kevin_dir / "graph_checks").glob("*.json"))
+        assert sorted(json.loads(stored.read_text())["dropped"]) == sorted(r.key for r in dropped)
+
+        # a new compile: the stored outcome stands, nothing is timed again
+        torch._dynamo.reset()
+        counters.reset()
+        again = torch.compile(model, backend="kevin", options=_options(kevin_dir, SlowGenerator()))
+        assert_close_tree(again(*inputs), eager(*inputs))
+        report = kevin_backend.last_report()
+        assert counters["graph_checks"] == 0 and counters["graph_checks_stored"] == 1, str(report)
+        assert {r.key for r in report.records() if r.status is Status.DROPPED} == {r.key for r in dropped}
+        assert sum(runtime.kernel_calls().values()) == calls
+
+
+def test_the_check_times_a_training_step_forward_and_backward(kevin_dir: Path) -> None:
+    model, inputs = make_example("mlp")
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="kevin", options=_options(kevin_dir, SlowGenerator()))
+    out = compiled(*inputs)
+    out.sum().backward()
+    want = eager(*inputs)
+    want.sum().backward()
+    assert_close_tree(out, want)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        assert_close_tree(p.grad, q.grad)  # the check ran on copies: the model's gradients are one step's
+    report = kevin_backend.last_report()
+    kinds = {g.kind for g in report.graphs for r in g.partitions if r.status is Status.DROPPED}
+    assert kinds == {"forward", "backward"}, str(report)
+
+
+def test_kernels_kept_by_the_check_run_and_other_sizes_run_inductors_graph(kevin_dir: Path) -> None:
+    """Dynamic shapes: the graph's kernels serve the size they were verified for; any other size
+    runs Inductor's code for the whole graph (no kernel call, no per-partition fallback)."""
+    model, inputs = make_example("mlp")
+    eager = copy.deepcopy(model)
+    options = _options(kevin_dir, ReferenceGenerator(), margin=-0.9)  # keep them whatever they cost
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="kevin", dynamic=True, options=options)
+        assert_close_tree(compiled(*inputs), eager(*inputs))
+        report = kevin_backend.last_report()
+        assert report.count(Status.GENERATED) > 0 and report.count(Status.DROPPED) == 0, str(report)
+        calls = sum(runtime.kernel_calls().values())
+        assert_close_tree(compiled(*inputs), eager(*inputs))
+        assert sum(runtime.kernel_calls().values()) > calls
+        before = counters.snapshot()
+        calls = sum(runtime.kernel_calls().values())
+        for scale in (2, 3):
+            _, other = make_example("mlp", scale=scale)
+            assert_close_tree(compiled(*other), eager(*other))
+        after = counters.snapshot()
+    assert sum(runtime.kernel_calls().values()) == calls
+    assert after.get("runtime_size_fallbacks", 0) == before.get("runtime_size_fallbacks", 0)
+
+
+def test_with_the_check_off_nothing_is_timed(kevin_dir: Path) -> None:
+    model, inputs = make_example("mlp")
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="kevin", options=_options(kevin_dir, SlowGenerator(), graph_check=False))
+        compiled(*inputs)
+    assert counters["graph_checks"] == 0 and kevin_backend.last_report().count(Status.GENERATED) > 0
+    assert not (kevin_dir / "graph_checks").exists()
+
+
+@pytest.mark.parametrize("bad", ["a", 2])
+def test_graph_check_option_is_a_boolean(bad: Any, kevin_dir: Path) -> None:
+    from kevin_backend.config import Config, ConfigError
+
+    if bad == "a":
+        with pytest.raises(ConfigError, match="graph_check"):
+            Config.from_options({"graph_check": bad})
+    else:
+        assert Config.from_options({"graph_check": bad}).graph_check is True
