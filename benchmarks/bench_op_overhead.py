@@ -7,7 +7,10 @@ rounds):
 
   bare      the extension function itself
   module    ModelNew.forward (what the cache entry's program exposes)
-  op        torch.ops.kevin.launch.default(key, [x, y]) (what Inductor's code calls)
+  op        torch.ops.kevin.launch.default(key, [x, y], False) (what Inductor's code calls: the
+            direct path of `runtime._DirectLaunch` when nothing intercepts the call)
+  dispatch  the same op through the dispatcher (`op._op(...)`: the path of calls that a mode or
+            a tensor subclass could intercept)
 
 Usage: python benchmarks/bench_op_overhead.py [--calls 20000] [--rounds 7] [--json FILE]
 """
@@ -56,6 +59,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=4, help="interleaved runs of the four ways")
     parser.add_argument("--size", type=int, default=256, help="elements per input (tiny: launch-bound)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -81,16 +85,21 @@ def main() -> int:
         inputs = [x, y]
         assert torch.allclose(op(digest, inputs, False)[0], ext.gated(x, y))
         results = {}
-        for _ in range(2):  # interleave, twice, so drift shows up as disagreement
+        for _ in range(args.runs):  # interleaved, so drift shows up as disagreement between runs
             results.setdefault("bare", []).append(per_call_us(lambda: ext.gated(x, y), args.calls, args.rounds))
             results.setdefault("module", []).append(per_call_us(lambda: forward(x, y), args.calls, args.rounds))
             results.setdefault("op", []).append(per_call_us(lambda: op(digest, inputs, False), args.calls, args.rounds))
-    summary = {name: min(values) for name, values in results.items()}
+            results.setdefault("dispatch", []).append(per_call_us(lambda: op._op(digest, inputs, False), args.calls, args.rounds))
+    summary = {name: statistics.median(values) for name, values in results.items()}
     summary["op_overhead_us"] = summary["op"] - summary["bare"]
-    print(f"{'call':<8} {'us/call':>8}   (two interleaved runs)")
-    for name in ("bare", "module", "op"):
-        print(f"{name:<8} {summary[name]:8.2f}   {results[name]}")
-    print(f"kevin::launch overhead over a bare launch: {summary['op_overhead_us']:.2f} us/call")
+    summary["op_overhead_over_module_us"] = summary["op"] - summary["module"]
+    summary["dispatch_overhead_us"] = summary["dispatch"] - summary["bare"]
+    print(f"{'call':<9} {'us/call':>8}   (median of {args.runs} interleaved runs; each run's value)")
+    for name in ("bare", "module", "op", "dispatch"):
+        print(f"{name:<9} {summary[name]:8.2f}   {[round(v, 2) for v in results[name]]}")
+    print(f"kevin::launch overhead over a bare launch: {summary['op_overhead_us']:.2f} us/call "
+          f"(over the module's forward: {summary['op_overhead_over_module_us']:.2f}; through the dispatcher: "
+          f"{summary['dispatch_overhead_us']:.2f})")
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     if args.json:
         args.json.write_text(json.dumps({"results": results, "summary": summary}, indent=2))

@@ -81,3 +81,26 @@ def gated_model():
 
 
 GATED_OPS = ("aten.sigmoid.default", "aten.mul.Tensor", "aten.add.Tensor")
+
+
+def compile_with_gated_kernel(kevin_dir, x, y, **options):  # type: ignore[no-untyped-def]
+    """The gated model compiled with GATED_KERNEL for its partition: a first compile records the
+    partition as pending, the kernel enters the cache for that key, and a second compile (Dynamo
+    reset) hits it. Returns (model, compiled model, the kernel's digest); the compiled model has
+    not been called yet."""
+    import torch
+
+    from kevin_backend.backend.report import counters
+    from kevin_backend.cache.entry import CacheEntry, EntryKind, Timings
+    from kevin_backend.cache.store import KernelCache
+
+    model = gated_model()
+    options = {"cache_dir": str(kevin_dir), **options}
+    torch.compile(model, backend="kevin", options=options)(x, y)
+    cache = KernelCache(kevin_dir, None)
+    (pending,) = [p for p in cache.pending() if p.task.ops == GATED_OPS]
+    cache.put(CacheEntry(key=pending.key, kind=EntryKind.KERNEL, task=pending.task, kernel_source=GATED_KERNEL,
+                         timings=Timings(eager_ms=None, inductor_ms=None, kernel_ms=None), policy="hand-written (test)"))
+    torch._dynamo.reset()
+    counters.reset()
+    return model, torch.compile(model, backend="kevin", options=options), pending.key.digest
