@@ -210,3 +210,18 @@ def test_graph_check_option_is_a_boolean(bad: Any, kevin_dir: Path) -> None:
             Config.from_options({"graph_check": bad})
     else:
         assert Config.from_options({"graph_check": bad}).graph_check is True
+
+
+def test_under_dynamic_shapes_a_slow_kernel_is_dropped_for_the_graph_compiled_with_its_sizes(kevin_dir: Path) -> None:
+    model, inputs = make_example("mlp")
+    eager = copy.deepcopy(model)
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="kevin", dynamic=True, options=_options(kevin_dir, SlowGenerator()))
+        assert_close_tree(compiled(*inputs), eager(*inputs))
+        report = kevin_backend.last_report()
+        assert report.count(Status.DROPPED) > 0 and not any("failed" in n for n in report.notes), str(report)
+        calls = sum(runtime.kernel_calls().values())
+        for scale in (1, 2):
+            _, other = make_example("mlp", scale=scale)
+            assert_close_tree(compiled(*other), eager(*other))
+    assert sum(runtime.kernel_calls().values()) == calls

@@ -150,3 +150,19 @@ def test_chunked_comparison_finds_the_same_element_as_a_whole_one(monkeypatch: p
     chunked = verdict(got, eager, exact)
     assert whole is not None and chunked is not None
     assert whole.first_bad_index == chunked.first_bad_index == (50, 7, 29) and whole.bad_elements == chunked.bad_elements == 1
+
+
+def test_the_replay_check_tells_a_stale_output_from_rounding() -> None:
+    """A replay comparison that fails on a few elements just past the bound (an honest bf16
+    kernel on a set without the exact run: 2 of 134M elements, 1.08x the bound) is rounding; an
+    output from the old values fails almost everywhere, or far past the bound."""
+    from kevin_backend.judge.compare import Mismatch
+    from kevin_backend.judge.run_worker import stale
+
+    n = 32768 * 4096
+    assert not stale(Mismatch(0, "MISMATCH", 2, n, (23174, 2425), 2.26562, 2.29688, 0.0289, 0.0312, 0.0138, 1.08))
+    assert stale(Mismatch(0, "MISMATCH", n // 2, n, (0, 0), 1.0, -0.3, 0.01, 3.0, 5.0, 300.0))
+    assert stale(Mismatch(0, "MISMATCH", 10, n, (0, 0), 1.0, 2.0, 0.01, 1.0, 1.0, 100.0))  # few, but far
+    assert stale(Mismatch(0, "MISMATCH", n // 100, n, (0, 0), 1.0, 1.02, 0.01, 0.02, 0.02, 2.0))  # near, but many
+    assert stale(Mismatch(0, "NAN_INF", 1, n))
+    assert stale(Mismatch(0, "SHAPE_MISMATCH", message="returns 2 outputs, expected 1"))

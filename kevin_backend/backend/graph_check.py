@@ -84,14 +84,15 @@ class GraphOutcome:
 
 
 def choose(digests: Sequence[str], variant: Callable[[frozenset[str]], Callable[[], Any]],
-           measure: Callable[[dict[str, Callable[[], Any]]], dict[str, Sequence[float]]], margin: float) -> GraphOutcome:
+           measure: Callable[[dict[str, Callable[[], Any]]], dict[str, Sequence[float]]], margin: float,
+           alone: bool = True) -> GraphOutcome:
     """Which of `digests` the graph keeps.
 
     `variant(kept)` is one step of the graph compiled with only the kernels in `kept`;
     `measure(steps)` times named steps in interleaved rounds (per name, each round's ms). A
     variant beats Inductor alone (`variant(frozenset())`) when `decide` keeps it with the margin
     min(`margin`, 0): a gain within the noise is no gain, and a negative margin (pipeline tests)
-    keeps slower kernels here as it does for partitions."""
+    keeps slower kernels here as it does for partitions. With `alone` off, only all or none."""
     from kevin_backend.judge.decide import decide
 
     margin = min(margin, 0.0)
@@ -108,7 +109,7 @@ def choose(digests: Sequence[str], variant: Callable[[frozenset[str]], Callable[
     whole = versus("all", every)
     if whole.keep:
         return GraphOutcome(sorted(every), {}, f"all {len(every)} kept: the graph with them, {_words(whole)}", rounds)
-    if len(every) == 1 or len(every) > MAX_ALONE:
+    if len(every) == 1 or len(every) > MAX_ALONE or not alone:
         why = f"the graph with {'it' if len(every) == 1 else 'them'}: {_words(whole)}"
         return GraphOutcome([], {d: why for d in every}, f"{len(every)} dropped: {why}", rounds)
     alone = {d: versus(f"only {d[:12]}", frozenset([d])) for d in sorted(every)}
@@ -248,6 +249,10 @@ class GraphCheck:
                 return self._all
             counters.add("graph_checks")
             compiled: dict[frozenset[str], Compiled] = {frozenset(digests): self._all}
+            if self._other_sizes is not None:
+                # symbolic sizes: variants compiled now, from real arguments, would lose them;
+                # so all kernels or none (Inductor's code compiled with the graph)
+                compiled[frozenset()] = self._other_sizes
             device = next((a.device for a in inputs if isinstance(a, torch.Tensor)), torch.device("cpu"))
 
             def variant(kept: frozenset[str]) -> Callable[[], Any]:
@@ -257,7 +262,8 @@ class GraphCheck:
                 step()  # its first call compiles (and its backward)
                 return step
 
-            outcome = choose(digests, variant, lambda steps: _measure(steps, device), self._margin)
+            outcome = choose(digests, variant, lambda steps: _measure(steps, device), self._margin,
+                             alone=self._other_sizes is None)
         except Exception as exc:  # noqa: BLE001 - the check's failure: the partitions' decisions stand
             counters.add("graph_checks")
             text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"

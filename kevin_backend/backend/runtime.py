@@ -67,6 +67,39 @@ class LoadedKernel:
     def __post_init__(self) -> None:
         self._expected = tuple((s.shape, s.stride, s.torch_dtype, s.device) for s in self.inputs)
         self._strides = [s.stride for s in self.inputs]
+        # per input, for `direct`: contiguous or not, the strides, and the storage offsets (in
+        # elements) that keep it 16-byte aligned
+        self._layout = tuple((s.stride == _contiguous_strides(s.shape), s.stride,
+                              max(1, _ALIGNMENT // torch.empty((), dtype=s.torch_dtype).element_size()))
+                             for s in self.inputs)
+
+    def direct(self, inputs: Sequence[Any], grad: bool) -> list[torch.Tensor] | None:
+        """The kernel's outputs for a call from Inductor's code with static sizes (Dynamo's guards
+        fixed sizes and dtypes), checked as cheaply as such a call allows; None when the call
+        needs the full path (`__call__`): a first call, a disabled kernel, a tensor subclass, a
+        gradient to record, strides or an alignment the kernel was not verified on. Storages
+        from torch's allocator start aligned (and Inductor copies misaligned graph inputs), so
+        an input's storage offset decides its alignment."""
+        if not self._plain or self.disabled is not None or len(inputs) != len(self._layout):
+            return None
+        for t, (contiguous, stride, align) in zip(inputs, self._layout):
+            if type(t) not in _PLAIN or (grad and t.requires_grad):
+                return None
+            if not (t.is_contiguous() if contiguous else t.stride() == stride) or t.storage_offset() % align:
+                return None
+        try:
+            out = self.kernel(*inputs)
+        except Exception as exc:  # noqa: BLE001 - disabled; the full path runs Inductor's code
+            self._disable(exc)
+            return None
+        self.calls += 1
+        return [out] if self._single else list(out)
+
+    def _disable(self, exc: BaseException) -> None:
+        """A kernel that raises is never tried again in this process."""
+        self.disabled = f"{type(exc).__name__}: {exc}"
+        counters.add("runtime_errors")
+        log.warning("kevin kernel %s failed (%s); running its reference from now on", self.digest, self.disabled)
 
     def accepts(self, inputs: Sequence[torch.Tensor]) -> bool:
         """True when `inputs` are exactly what the kernel was verified on."""
@@ -91,10 +124,8 @@ class LoadedKernel:
         if usable:
             try:
                 out = self.kernel(*inputs)
-            except Exception as exc:  # a kernel that raises is never tried again in this process
-                self.disabled = f"{type(exc).__name__}: {exc}"
-                counters.add("runtime_errors")
-                log.warning("kevin kernel %s failed (%s); running its reference from now on", self.digest, self.disabled)
+            except Exception as exc:  # noqa: BLE001
+                self._disable(exc)
             else:
                 self.calls += 1
                 if self._plain:
@@ -329,6 +360,11 @@ _LIB.impl("launch", launch, "CompositeExplicitAutograd")
 torch.library.register_fake("kevin::launch", _launch_fake, lib=_LIB)
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+# looked up once: they run on every call
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._len_torch_function_stack
+_functorch_transforms = torch._C._are_functorch_transforms_active
+_grad_enabled = torch._C.is_grad_enabled
 
 
 class _DirectLaunch(torch._ops.OpOverload):
@@ -339,19 +375,27 @@ class _DirectLaunch(torch._ops.OpOverload):
     every other call goes through the dispatcher as any op's does."""
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        if not kwargs and len(args) == 3 and _direct(args[1]):
-            return launch(*args)
-        return self._op(*args, **kwargs)
+        if kwargs or len(args) != 3 or _dispatch_modes() or _function_modes() or _functorch_transforms():
+            return self._op(*args, **kwargs)
+        key, inputs, check_sizes = args
+        grad = _grad_enabled()
+        kernel = _registry.get(key)
+        if kernel is not None and not check_sizes:
+            out = kernel.direct(inputs, grad)
+            if out is not None:
+                return out
+        for t in inputs:
+            if type(t) not in _PLAIN or (grad and t.requires_grad):
+                return self._op(*args)
+        return launch(key, inputs, check_sizes)
 
 
-def _direct(inputs: Sequence[Any]) -> bool:
-    if torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack() or torch._C._are_functorch_transforms_active():
-        return False
-    grad = torch.is_grad_enabled()
-    for t in inputs:
-        if type(t) not in _PLAIN or (grad and t.requires_grad):
-            return False
-    return True
+def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 torch.ops.kevin.launch.default.__class__ = _DirectLaunch

@@ -386,6 +386,21 @@ def _mismatch_outcome(run: Run, bad: Mismatch, index: int, inputs: InputSet, wan
     return outcome
 
 
+# The replay check looks for stored results, not for precision (the correctness sets judged that,
+# with the exact reference): an output computed from the old values differs from the new one
+# almost everywhere and by the values' own size. A few elements just past the bound, as rounding
+# in another order gives on a set without the exact run, are not stale.
+STALE_FRACTION = 1e-3  # more than this share of the elements outside the bound
+STALE_RATIO = 8.0  # or an error more than this many times the bound
+
+
+def stale(bad: Mismatch) -> bool:
+    """Whether a failed replay comparison shows a stale output (see STALE_FRACTION)."""
+    if bad.reason != "MISMATCH" or not bad.total_elements:
+        return True  # NaN, infinities, a shape or dtype that changed: never rounding
+    return bad.bad_elements > STALE_FRACTION * bad.total_elements or not bad.worst_ratio <= STALE_RATIO
+
+
 def _mismatch_text(bad: Mismatch) -> str:
     """The comparison's finding in words: its message, else its numbers."""
     if bad.message:
@@ -621,9 +636,11 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
     again = _candidate_forward(run, values, "replay")
     run.phase("compare")
     replayed = compare_outputs(again, want, exact)
-    if replayed is not None:  # (the comparison's numbers kept: which output, how many elements, how far)
+    if replayed is not None and stale(replayed):  # (the comparison's numbers kept: which output, how many, how far)
         return _error("REPLAYED_OUTPUT", "timing", "after new values were written into its input buffers, the output "
                       f"no longer matched: it returns stored results instead of computing ({_mismatch_text(replayed)})")
+    if replayed is not None:
+        run.ledger.notes.append(f"replay check: computed afresh, within rounding of the bound ({_mismatch_text(replayed)})")
     outcome = {"stage": "timing", "reason": "ACCEPTED", "kernel_ms": kernel_ms, "eager_ms": eager_ms, "inductor_ms": inductor_ms}
     facts = _roofline_facts(run, values, want, copy_gbps)
     if facts is not None:
