@@ -59,6 +59,9 @@ def roofline_columns(best_result: object) -> dict[str, object]:
 KEEP_MARGIN = 1.03  # the backend keeps a kernel only this much faster than Inductor (SearchResult.decision's margin)
 
 
+IMPLAUSIBLE = 20.0
+
+
 def roofline_summary(rows: list[dict[str, object]]) -> dict[str, object]:
     """The roofline suite's goals from its rows: the median fraction of the copy bandwidth of the
     writer's kernels, their geometric mean over Inductor on the tasks where Inductor moves under
@@ -69,10 +72,17 @@ def roofline_summary(rows: list[dict[str, object]]) -> dict[str, object]:
     if fractions:
         mid = len(fractions) // 2
         median = fractions[mid] if len(fractions) % 2 else (fractions[mid - 1] + fractions[mid]) / 2
-    low = [r for r in rows if r.get("inductor_fraction") is not None and float(r["inductor_fraction"]) < 0.5]  # type: ignore[arg-type]
+    # An Inductor time over IMPLAUSIBLE x eager's is a measurement artifact, not Inductor's code
+    # (softmax-last-f32-1Mx64: 248-495 ms in the judge's workers, 0.13 ms alone on the same GPU,
+    # `benchmarks/probe_inductor.py`): such tasks are left out of the comparison and named.
+    implausible = [str(r["task"]) for r in rows if r.get("inductor_ms") and r.get("eager_ms")
+                   and float(r["inductor_ms"]) > IMPLAUSIBLE * float(r["eager_ms"])]  # type: ignore[arg-type]
+    low = [r for r in rows if r.get("inductor_fraction") is not None and float(r["inductor_fraction"]) < 0.5  # type: ignore[arg-type]
+           and r["task"] not in implausible]
     speedups = [float(r["vs_inductor"]) for r in rows if r.get("vs_inductor")]  # type: ignore[arg-type]
     return {"median_kernel_fraction": median, "tasks_inductor_below_half": len(low),
             "vs_inductor_where_inductor_below_half": geomean([r["vs_inductor"] for r in low]),  # type: ignore[misc]
+            "implausible_inductor": implausible,
             "kept": sum(s >= KEEP_MARGIN for s in speedups), "not_kept": sum(s < KEEP_MARGIN for s in speedups),
             "slowest_kept": min((s for s in speedups if s >= KEEP_MARGIN), default=None)}
 
@@ -174,7 +184,8 @@ def main() -> int:
         low = roofline["vs_inductor_where_inductor_below_half"]
         print(f"median fraction of the copy bandwidth, the writer's kernels: {roofline['median_kernel_fraction']:.0%} (goal 80%); "
               f"over Inductor where Inductor is below 50%: {'-' if low is None else f'{low:.2f}x'} "
-              f"over {roofline['tasks_inductor_below_half']} tasks (goal 1.5x); kept (>= {KEEP_MARGIN:.2f}x Inductor): "
+              f"over {roofline['tasks_inductor_below_half']} tasks (goal 1.5x; left out, Inductor's time over "
+              f"{IMPLAUSIBLE:.0f}x eager's: {', '.join(roofline['implausible_inductor']) or 'none'}); kept (>= {KEEP_MARGIN:.2f}x Inductor): "
               f"{roofline['kept']}, tied or slower (Inductor kept): {roofline['not_kept']}")
     load = os.getloadavg()
     print(f"wall {time.perf_counter() - start:.0f} s, load average {load[0]:.1f} on {os.cpu_count()} CPUs")

@@ -8,7 +8,10 @@ compiled once (`runtime.LoadedKernel._otherwise`). For each size: both compilers
 interleaved rounds (`kevin_backend.bench.timing.interleaved`), kevin over Inductor, and the
 runtime's counters (kernel calls, Inductor-served calls).
 
-Usage: python benchmarks/bench_dynamic.py [--sizes 4096,2048,8192] [--dim 2048] [--rounds 7] [--json FILE]
+The sizes are large enough for the GPU's time to dominate a call (at 4096 x 2048 a call is mostly
+host time, and rounds then scatter by 25%).
+
+Usage: python benchmarks/bench_dynamic.py [--sizes 16384,8192,32768] [--dim 4096] [--rounds 15] [--json FILE]
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ class Block(nn.Module):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="4096,2048,8192", help="rows at each size; the first gets kevin's kernels")
-    parser.add_argument("--dim", type=int, default=2048)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--sizes", default="16384,8192,32768", help="rows at each size; the first gets kevin's kernels")
+    parser.add_argument("--dim", type=int, default=4096)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if not torch.cuda.is_available():

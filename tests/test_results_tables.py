@@ -32,7 +32,7 @@ tables = _tables()
 def test_the_results_folder_holds_the_stored_runs() -> None:
     assert [p.name for p in STORED] == [
         "builtin_dims_h200.json", "builtin_roofline_h200.json", "judge_corpus_h200.json", "judge_speed_h200.json",
-        "op_overhead_h200.json", "rl_h200.json", "roofline_backend_h200.json",
+        "op_overhead_direct_h200.json", "op_overhead_h200.json", "rl_h200.json", "roofline_backend_h200.json",
     ]
     assert not list(BENCH.glob("*.json")), "result JSON belongs in benchmarks/results/, with its metadata"
 
