@@ -225,6 +225,7 @@ class GraphCheck:
         # compile later, from real arguments, would specialize them)
         self._sizes = sizes
         self._other_sizes = other_sizes
+        self._waited = 0  # calls run before any kernel was known
         self.outcome = outcome
 
     def __call__(self, *args: Any) -> Any:
@@ -235,18 +236,33 @@ class GraphCheck:
         if self.chosen is None:
             if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                 return self._all(*args)  # no timing under capture: the next call checks
+            if not self._kernels():
+                # No kernel yet: a training graph's backward is compiled by its first backward,
+                # and its kernels are known only then. One call runs as it is; if the next call
+                # still finds no kernel, there is nothing to check (and no copies are made).
+                self._waited += 1
+                if self._waited > 1:
+                    self.chosen = self._all
+                return self._all(*args)
             self.chosen = self._check(args)
         return self.chosen(*args)
 
+    def _kernels(self) -> list[str]:
+        return sorted({r.key for r in self._report.records() if r.key and r.status in (Status.HIT, Status.GENERATED)})
+
     def _check(self, args: Sequence[Any]) -> Compiled:
+        # the steps it times draw random numbers (dropout): the model's own stream of them must
+        # not depend on whether a check ran
+        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []):
+            return self._checked(args)
+
+    def _checked(self, args: Sequence[Any]) -> Compiled:
         started = time.perf_counter()
         try:
             inputs = _copies(args)
             first = _step(self._all, inputs)
-            first()  # compiles the backward, whose kernels count too
-            digests = sorted({r.key for r in self._report.records() if r.key and r.status in (Status.HIT, Status.GENERATED)})
-            if not digests:
-                return self._all
+            first()  # compiles the backward (if no backward ran yet), whose kernels count too
+            digests = self._kernels()
             counters.add("graph_checks")
             compiled: dict[frozenset[str], Compiled] = {frozenset(digests): self._all}
             if self._other_sizes is not None:
