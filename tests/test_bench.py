@@ -338,3 +338,25 @@ def test_the_kernels_a_model_runs_are_listed(tmp_path: Path) -> None:
     assert row.kernels[0].split()[0] in ("inference", "forward")
     table = markdown(BenchReport({"device": "cpu"}, (row,)))
     assert f"- mlp tiny float32 infer: {row.kernels[0]}" in table
+
+
+def test_kevin_over_inductor_is_paired_round_by_round_with_its_interval() -> None:
+    """Rounds drift together (a clock, a neighbour): the ratio of each round's pair is steadier
+    than either side, and its interval says whether kevin and Inductor differ beyond the noise."""
+    from kevin_backend.bench.report import markdown
+    from kevin_backend.bench.results import BenchReport, ModelResult, Timing
+
+    drift = [1.0, 1.3, 0.9, 1.2, 1.1, 0.95, 1.25]
+    tie = ModelResult(model="m", workload="infer", timings=(
+        Timing("eager", tuple(3.0 * d for d in drift)), Timing("inductor", tuple(2.0 * d for d in drift)),
+        Timing("kevin", tuple(2.0 * d * (1.01 if i % 2 else 0.99) for i, d in enumerate(drift)))))
+    ratio, low, high = tie.paired()
+    assert low < 1.0 < high and abs(ratio - 1.0) < 0.01
+    slower = ModelResult(model="m", workload="train", timings=(
+        Timing("inductor", tuple(2.0 * d for d in drift)), Timing("kevin", tuple(2.1 * d for d in drift))))
+    ratio, low, high = slower.paired()
+    assert high < 1.0 and abs(ratio - 2.0 / 2.1) < 1e-9  # the same 5% in every round: no doubt
+    assert ModelResult(model="m", workload="x", timings=(Timing("inductor", (1.0,)), Timing("kevin", (1.0,)))).paired() is None
+    text = markdown(BenchReport(environment={}, models=(tie, slower)))
+    assert f"[{low:.2f}-{high:.2f}]" in text and "tie within the noise" in text
+    assert tie.as_dict()["kevin_vs_inductor_paired"][1] < 1.0

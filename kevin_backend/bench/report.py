@@ -53,9 +53,16 @@ def _label(r: ModelResult) -> str:
     return " ".join(x for x in (r.model, r.size, r.dtype) if x)
 
 
+def _interval(r: ModelResult | TaskResult) -> str:
+    paired = r.paired("kevin", "inductor")
+    return "" if paired is None else f" [{paired[1]:.2f}-{paired[2]:.2f}]"
+
+
 def _models_table(rows: Sequence[ModelResult]) -> list[str]:
     lines = [
-        "Models: ms per step (median over rounds, compilers interleaved); speedups over eager and kevin over Inductor",
+        "Models: ms per step (median over rounds, compilers interleaved); speedups over eager and kevin over Inductor "
+        "(in brackets: the 95% interval of kevin over Inductor from the rounds paired; one that holds 1.00 is a tie "
+        "within the noise)",
         "",
         "| model | size | dtype | workload | eager ms | inductor ms | kevin ms | inductor x eager | kevin x eager | kevin x inductor "
         "| kevin partitions | first call s (eager / inductor / kevin) |",
@@ -65,7 +72,7 @@ def _models_table(rows: Sequence[ModelResult]) -> list[str]:
         kevin = r.kevin.short() if r.kevin else "-"
         lines.append(
             f"| {r.model} | {r.size or '-'} | {r.dtype or '-'} | {r.workload} | {_ms(r.ms('eager'))} | {_ms(r.ms('inductor'))} | {_ms(r.ms('kevin'))} | "
-            f"{_x(r.speedup('inductor'))} | {_x(r.speedup('kevin'))} | {_x(r.speedup('kevin', 'inductor'))} | "
+            f"{_x(r.speedup('inductor'))} | {_x(r.speedup('kevin'))} | {_x(r.speedup('kevin', 'inductor'))}{_interval(r)} | "
             f"{kevin} | {_first_calls(r)} |"
         )
     notes = [f"- {_label(r)} {r.workload}: {r.error}" for r in rows if r.error]

@@ -7,6 +7,7 @@ A `BenchReport` holds the environment, one `ModelResult` per model and workload,
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -61,6 +62,7 @@ _STAT_COUNTERS = {
     "inductor_winners": "inductor", "skipped": "skipped", "fallbacks": "fallbacks",
     "compile_fallbacks": "compile_fallbacks", "runtime_loads": "runtime_loads",
     "runtime_errors": "runtime_errors", "runtime_size_fallbacks": "runtime_size_fallbacks",
+    "dropped": "dropped",
 }
 
 
@@ -81,6 +83,7 @@ class KevinStats:
     runtime_loads: int = 0  # kernels loaded (built, smoke-run) in the process
     runtime_errors: int = 0  # kernel calls that raised and ran their reference instead
     runtime_size_fallbacks: int = 0
+    dropped: int = 0  # kernels the graph-level check left out: the graph was not faster with them
 
     @classmethod
     def between(cls, before: Mapping[str, int], after: Mapping[str, int]) -> "KevinStats":
@@ -90,7 +93,7 @@ class KevinStats:
         """E.g. `3/10 hit, 6 miss, 1 fallback`; `cached compile` when no graph reached the pass."""
         if self.graphs == 0:
             return "cached compile"
-        extra = [(self.misses, "miss"), (self.inductor, "inductor"), (self.skipped, "skipped"),
+        extra = [(self.misses, "miss"), (self.inductor, "inductor"), (self.dropped, "dropped"), (self.skipped, "skipped"),
                  (self.fallbacks + self.compile_fallbacks, "fallback"), (self.runtime_errors, "runtime error")]
         return ", ".join([f"{self.hits}/{self.partitions} hit", *(f"{n} {what}" for n, what in extra if n)])
 
@@ -123,11 +126,30 @@ class _Timed:
         mine, base = self.ms(compiler), self.ms(baseline)
         return None if mine is None or base is None or mine <= 0 else base / mine
 
+    def paired(self, compiler: str = "kevin", baseline: str = "inductor", confidence: float = 0.95) -> tuple[float, float, float] | None:
+        """baseline / compiler from the interleaved rounds, paired round by round: the geometric
+        mean of the per-round ratios and its two-sided `confidence` interval (Student's t on the
+        logarithms, as the kernel decisions use); None with fewer than two rounds a side. An
+        interval that holds 1 is a tie within the noise."""
+        mine, base = self.timing(compiler), self.timing(baseline)
+        if mine is None or base is None or min(len(mine.rounds_ms), len(base.rounds_ms)) < 2:
+            return None
+        logs = [math.log(b / m) for m, b in zip(mine.rounds_ms, base.rounds_ms) if m > 0 and b > 0]
+        if len(logs) < 2:
+            return None
+        from kevin_backend.judge.decide import t_quantile
+
+        mean = statistics.fmean(logs)
+        half = t_quantile(0.5 + confidence / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+        return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
     def _common_dict(self) -> dict[str, Any]:
         return {
             "timings": {t.compiler: t.as_dict() for t in self.timings},
             "speedup_vs_eager": {c: self.speedup(c) for c in COMPILERS if self.timing(c)},
             "kevin_vs_inductor": self.speedup("kevin", "inductor"),
+            # per-round pairs: (geometric mean, 95% interval low, high)
+            "kevin_vs_inductor_paired": None if (paired := self.paired("kevin", "inductor")) is None else list(paired),
             "kevin": None if self.kevin is None else self.kevin.as_dict(),
             "error": self.error,
         }
