@@ -198,7 +198,8 @@ def _measure_models(names: list[str], args: argparse.Namespace, config: Config, 
 
     device = "cuda" if gpus and gpus[0] is not None else "cpu"
     workloads = ["infer"] if args.no_train else ["infer", "train"]
-    settings = BenchSettings(device=device, size=args.bench_size, repeats=3, trials=5, warmup=2,
+    # on a GPU, enough paired rounds for an interval that tells a tie from a change
+    settings = BenchSettings(device=device, size=args.bench_size, repeats=7 if device == "cuda" else 3, trials=10 if device == "cuda" else 5, warmup=2,
                              kevin_options={**kevin_options(config), "record_pending": False})
     print(f"kevin prewarm: timing {', '.join(names)} end to end ({device}, {', '.join(workloads)})", file=sys.stderr, flush=True)
     return run_models(names, workloads, settings)
@@ -212,13 +213,17 @@ def _end_to_end(before: tuple[Any, ...], after: tuple[Any, ...]) -> str:
     def x(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}x"
 
+    def paired(r: Any) -> str:  # the rounds paired: a 95% interval that holds 1 is a tie within the noise
+        p = r.paired("kevin", "inductor") if r is not None else None
+        return "" if p is None else f" [{p[1]:.2f}-{p[2]:.2f}]"
+
     later = {(r.model, r.workload): r for r in after}
     lines = ["| model | workload | Inductor ms | kevin ms before | kevin ms after | kevin x Inductor before | after "
              "| kernels run after |", "|---|---|---|---|---|---|---|---|"]
     for b in before:
         a = later.get((b.model, b.workload))
         lines.append(f"| {b.model} | {b.workload} | {ms(b.ms('inductor'))} | {ms(b.ms('kevin'))} | {ms(a.ms('kevin') if a else None)} | "
-                     f"{x(b.speedup('kevin', 'inductor'))} | {x(a.speedup('kevin', 'inductor') if a else None)} | "
+                     f"{x(b.speedup('kevin', 'inductor'))}{paired(b)} | {x(a.speedup('kevin', 'inductor') if a else None)}{paired(a)} | "
                      f"{len(a.kernels) if a else '-'} |")
     return "\n".join(lines)
 
