@@ -214,7 +214,8 @@ class GraphCheck:
                  sizes: list[tuple[int, Any]], outcome: GraphOutcome | None = None, other_sizes: Compiled | None = None) -> None:
         self.chosen: Compiled | None = compiled if outcome is not None else None
         self._all = compiled
-        self._compile_variant = compile_variant
+        # (it holds the compile's example inputs: let go once the check no longer needs it)
+        self._compile_variant: Callable[[dict[str, str] | None], Compiled] | None = compile_variant if outcome is None else None
         self._report = report
         self._store = store
         self._key = key
@@ -242,9 +243,10 @@ class GraphCheck:
                 # still finds no kernel, there is nothing to check (and no copies are made).
                 self._waited += 1
                 if self._waited > 1:
-                    self.chosen = self._all
+                    self.chosen, self._compile_variant = self._all, None
                 return self._all(*args)
             self.chosen = self._check(args)
+            self._compile_variant = None
         return self.chosen(*args)
 
     def _kernels(self) -> list[str]:
@@ -258,12 +260,14 @@ class GraphCheck:
 
     def _checked(self, args: Sequence[Any]) -> Compiled:
         started = time.perf_counter()
+        counters.add("graph_checks")
+        compile_variant = self._compile_variant
+        assert compile_variant is not None
         try:
             inputs = _copies(args)
             first = _step(self._all, inputs)
             first()  # compiles the backward (if no backward ran yet), whose kernels count too
             digests = self._kernels()
-            counters.add("graph_checks")
             compiled: dict[frozenset[str], Compiled] = {frozenset(digests): self._all}
             if self._other_sizes is not None:
                 # symbolic sizes: variants compiled now, from real arguments, would lose them;
@@ -273,7 +277,7 @@ class GraphCheck:
 
             def variant(kept: frozenset[str]) -> Callable[[], Any]:
                 if kept not in compiled:
-                    compiled[kept] = self._compile_variant({d: "" for d in digests if d not in kept} if kept else None)
+                    compiled[kept] = compile_variant({d: "" for d in digests if d not in kept} if kept else None)
                 step = _step(compiled[kept], inputs)
                 step()  # its first call compiles (and its backward)
                 return step
@@ -281,7 +285,6 @@ class GraphCheck:
             outcome = choose(digests, variant, lambda steps: _measure(steps, device), self._margin,
                              alone=self._other_sizes is None)
         except Exception as exc:  # noqa: BLE001 - the check's failure: the partitions' decisions stand
-            counters.add("graph_checks")
             text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             self._report.notes.append(f"graph check failed ({text}); the kernels stay as the partitions' decisions put them")
             log.warning("kevin: the graph check failed (%s); keeping the kernels", text)
@@ -296,7 +299,7 @@ class GraphCheck:
                 log.warning("kevin: could not store the graph check (%s)", exc)
         if not outcome.dropped:
             return self._all
-        return compiled.get(frozenset(outcome.kept)) or self._compile_variant(outcome.dropped)
+        return compiled.get(frozenset(outcome.kept)) or compile_variant(outcome.dropped)
 
     def _note(self, outcome: GraphOutcome, seconds: float) -> None:
         mark_dropped(self._report, outcome.dropped)
