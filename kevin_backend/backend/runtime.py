@@ -103,7 +103,7 @@ class LoadedKernel:
         if len(inputs) != len(self._expected):
             return False
         for t, (shape, stride, dtype, device) in zip(inputs, self._expected):
-            if t.dtype != dtype or t.shape != shape or t.device.type != device:
+            if t.dtype != dtype or t.shape != shape or (not t.is_cuda if device == "cuda" else t.device.type != device):
                 return False
             if t.stride() != stride and not _same_layout(shape, t.stride(), stride):
                 return False
@@ -377,7 +377,8 @@ class _DirectLaunch(torch._ops.OpOverload):
         key, inputs, check_sizes = args
         grad = _grad_enabled()
         kernel = _registry.get(key)
-        if kernel is not None and not check_sizes and len(inputs) == len(kernel._align):
+        # symbolic sizes (check_sizes): the inputs compared with the verified ones first
+        if kernel is not None and len(inputs) == len(kernel._align) and (not check_sizes or kernel.accepts(inputs)):
             out = kernel.direct(inputs, grad)
             if out is not None:
                 return out
