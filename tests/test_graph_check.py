@@ -265,3 +265,16 @@ def test_the_check_leaves_the_models_random_numbers_alone(kevin_dir: Path) -> No
         torch.compile(model, backend="kevin", options=_options(kevin_dir, SlowGenerator()))(x)
         assert counters["graph_checks"] == 1, str(kevin_backend.last_report())
         assert torch.equal(torch.rand(4), want)
+
+
+def test_the_checks_copies_keep_layouts_broadcasts_included() -> None:
+    from kevin_backend.backend.graph_check import _copies
+
+    base = torch.randn(8, 1, requires_grad=True)
+    wide = torch.randn(3, 16)[:, 2:10]  # an offset and a row stride
+    broadcast = torch.randn(1, 8).expand(5, 8)  # stride 0
+    got = _copies([base, wide, broadcast, 7])
+    assert got[3] == 7 and got[0].requires_grad and got[0].is_leaf and not got[1].requires_grad
+    for c, a in zip(got, (base, wide, broadcast)):
+        assert c.stride() == a.stride() and c.storage_offset() == a.storage_offset() and torch.equal(c, a)
+        assert c.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()
