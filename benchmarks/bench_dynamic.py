@@ -4,7 +4,7 @@ A block of memory-bound work (layer norm, GELU, a residual add, RMS-style scalin
 `dynamic=True` twice: by kevin in generate mode with the built-in writer, and by Inductor. The
 first size is compiled first (kevin's search makes its kernels for it); the two other sizes then
 run through the same compiled graph, where kevin's partitions serve them with Inductor's code
-compiled once (`runtime.LoadedKernel._otherwise`). For each size: both compilers timed in
+compiled once (the graph check's dispatch, `backend/graph_check.py`). For each size: both compilers timed in
 interleaved rounds (`kevin_backend.bench.timing.interleaved`), kevin over Inductor, and the
 runtime's counters (kernel calls, Inductor-served calls).
 
@@ -53,6 +53,7 @@ def main() -> int:
     import kevin_backend
     from kevin_backend.backend.report import counters
     from kevin_backend.backend.runtime import kernel_calls
+    from kevin_backend.bench.results import paired_ratio
     from kevin_backend.bench.timing import interleaved, timer
 
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -76,19 +77,24 @@ def main() -> int:
                                   args.rounds, measure=timer("cuda", 20, 3))
             after = counters.snapshot()
             k, i = statistics.median(samples["kevin"]), statistics.median(samples["inductor"])
+            paired = paired_ratio(samples["kevin"], samples["inductor"])  # (geometric mean, 95% low, high)
             row = {"rows": size, "kevin_ms": k, "inductor_ms": i, "kevin_vs_inductor": i / k, "max_abs_error": error,
+                   "kevin_vs_inductor_paired": list(paired) if paired else None,
                    "kernel_calls": sum(kernel_calls().values()) - calls,
                    "inductor_served_calls": after.get("runtime_inductor_calls", 0) - before.get("runtime_inductor_calls", 0),
                    "first_call_s": first_s, "rounds_ms": {"kevin": samples["kevin"], "inductor": samples["inductor"]}}
             rows.append(row)
             if report:
                 print(report, file=sys.stderr)
-            print(f"rows {size}: kevin {k:.4f} ms, Inductor {i:.4f} ms, {i / k:.3f}x; kernel calls {row['kernel_calls']}, "
+            interval = f" [{paired[1]:.3f}-{paired[2]:.3f}]" if paired else ""
+            print(f"rows {size}: kevin {k:.4f} ms, Inductor {i:.4f} ms, {i / k:.3f}x{interval}; kernel calls {row['kernel_calls']}, "
                   f"Inductor-served calls {row['inductor_served_calls']}, max |kevin - Inductor| {error:.2e}", flush=True)
-    print("| rows | kevin ms | Inductor ms | kevin x Inductor | kevin kernel calls | Inductor-served calls |")
+    print("| rows | kevin ms | Inductor ms | kevin x Inductor [95% interval, rounds paired] | kevin kernel calls | Inductor-served calls |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['rows']} | {r['kevin_ms']:.4f} | {r['inductor_ms']:.4f} | {r['kevin_vs_inductor']:.3f}x | "
+        p = r["kevin_vs_inductor_paired"]
+        interval = f" [{p[1]:.3f}-{p[2]:.3f}]" if p else ""
+        print(f"| {r['rows']} | {r['kevin_ms']:.4f} | {r['inductor_ms']:.4f} | {r['kevin_vs_inductor']:.3f}x{interval} | "
               f"{r['kernel_calls']} | {r['inductor_served_calls']} |")
     if args.json:
         args.json.write_text(json.dumps({"meta": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -5,11 +5,14 @@ set -uo pipefail
 OUT=${OUT:-$PWD/.out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+if [ -z "${KEVIN_INSTALLED:-}" ]; then  # several of these side by side: install once first, then set KEVIN_INSTALLED=1
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+  fi
+  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
+  nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 fi
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
-nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 steps=${*:-gpu overhead e2e}
 for step in $steps; do
   echo "== $step ($(date +%T))"
@@ -86,6 +89,21 @@ for step in $steps; do
         python3 -m kevin_backend.cli.main bench --models "$m" --size "${BENCH_SIZES:-full,small}" --dtype "${BENCH_DTYPES:-float32,bfloat16}" \
           --json "$OUT/bench_$m.json" 2>&1 | tee "$OUT/bench_$m.log" | tail -16
       done
+      python3 -m kevin_backend.cli.main bench --merge "$OUT"/bench_*.json --json "$OUT/bench.json" --chart "$OUT/bench.png" --markdown "$OUT/bench.md" ;;
+    bench-gpus)  # kevin bench over several GPUs of one host: one queue of model:size:dtype jobs per GPU, run side by side
+                 # (BENCH_QUEUES: queues separated by ';'; BENCH_LIMIT: seconds for each queue); each job's report saved as it ends
+      queues=${BENCH_QUEUES:-"cnn:full:float32 mlp:small:float32 mlp:small:bfloat16 llama:small:bfloat16;gpt2:full:float32 mlp:full:float32 cnn:small:float32 gpt2:small:bfloat16;llama:full:float32 cnn:full:bfloat16 mlp:full:bfloat16 cnn:small:bfloat16;gpt2:full:bfloat16 llama:full:bfloat16 gpt2:small:float32 llama:small:float32"}
+      IFS=';' read -ra lanes <<< "$queues"
+      for i in "${!lanes[@]}"; do
+        ( end=$((SECONDS + ${BENCH_LIMIT:-540}))
+          for job in ${lanes[$i]}; do
+            IFS=: read -r m s d <<< "$job"; left=$((end - SECONDS)); [ $left -gt 20 ] || break
+            echo "gpu $i: $job ($left s left)"
+            CUDA_VISIBLE_DEVICES=$i timeout $left python3 -m kevin_backend.cli.main bench --models "$m" --size "$s" --dtype "$d" \
+              --repeats "${BENCH_REPEATS:-9}" --trials "${BENCH_TRIALS:-20}" --json "$OUT/bench_${m}_${s}_$d.json" > "$OUT/bench_${m}_${s}_$d.log" 2>&1
+          done ) &
+      done
+      wait
       python3 -m kevin_backend.cli.main bench --merge "$OUT"/bench_*.json --json "$OUT/bench.json" --chart "$OUT/bench.png" --markdown "$OUT/bench.md" ;;
     profile)  # where a warm first compile spends its time, per compiler (mlp)
       d=$(mktemp -d)

@@ -10,7 +10,7 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 __all__ = [
     "COMPILERS",
@@ -22,12 +22,28 @@ __all__ = [
     "KernelBenchResult",
     "BenchReport",
     "fast_p",
+    "paired_ratio",
 ]
 
 COMPILERS = ("eager", "inductor", "kevin")
 # KernelBench's thresholds: fast_p is the fraction of tasks that are correct and more than p times
 # faster than the baseline (fast_0 is the fraction correct).
 FAST_P = (0.0, 1.0, 1.5, 2.0)
+
+
+def paired_ratio(mine_ms: Sequence[float], base_ms: Sequence[float],
+                 confidence: float = 0.95) -> tuple[float, float, float] | None:
+    """base / mine from interleaved rounds paired one by one: the geometric mean of the per-round
+    ratios and its two-sided `confidence` interval (Student's t on the logarithms, as the kernel
+    decisions use); None with fewer than two pairs."""
+    logs = [math.log(b / m) for m, b in zip(mine_ms, base_ms) if m > 0 and b > 0]
+    if len(logs) < 2:
+        return None
+    from kevin_backend.judge.decide import t_quantile
+
+    mean = statistics.fmean(logs)
+    half = t_quantile(0.5 + confidence / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 @dataclass(frozen=True)
@@ -132,16 +148,9 @@ class _Timed:
         logarithms, as the kernel decisions use); None with fewer than two rounds a side. An
         interval that holds 1 is a tie within the noise."""
         mine, base = self.timing(compiler), self.timing(baseline)
-        if mine is None or base is None or min(len(mine.rounds_ms), len(base.rounds_ms)) < 2:
+        if mine is None or base is None:
             return None
-        logs = [math.log(b / m) for m, b in zip(mine.rounds_ms, base.rounds_ms) if m > 0 and b > 0]
-        if len(logs) < 2:
-            return None
-        from kevin_backend.judge.decide import t_quantile
-
-        mean = statistics.fmean(logs)
-        half = t_quantile(0.5 + confidence / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-        return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+        return paired_ratio(mine.rounds_ms, base.rounds_ms, confidence)
 
     def _common_dict(self) -> dict[str, Any]:
         return {
