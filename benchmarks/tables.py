@@ -296,6 +296,72 @@ def roofline_backend(data: dict[str, Any]) -> dict[str, str]:
     return {"tasks": _table(["task", "bench_builtin x Inductor", "compile report", "outputs match"], rows)}
 
 
+def _paired(row: dict[str, Any]) -> str:
+    p = row.get("kevin_vs_inductor_paired")
+    return "" if not p else f" [{p[1]:.2f}-{p[2]:.2f}]"
+
+
+def kevin_bench(data: dict[str, Any]) -> dict[str, str]:
+    """`kevin bench --json` (or `--merge`): each model, size, dtype and workload, eager, Inductor and
+    kevin per step; then how kevin stands against Inductor over all cells."""
+    def ms(row: dict[str, Any], compiler: str) -> str:
+        t = row["timings"].get(compiler)
+        return "-" if not t else f"{t['median_ms']:.3f}"
+
+    def kernels(row: dict[str, Any]) -> str:
+        k = row.get("kevin") or {}
+        hits, dropped = k.get("hits", 0), k.get("dropped", 0)
+        if not hits:
+            return "none"
+        return f"{hits} hit, {dropped} dropped by the graph check" if dropped else f"{hits} hit, all kept"
+
+    rows = [[r["model"], r["size"], r["dtype"], r["workload"], ms(r, "eager"), ms(r, "inductor"), ms(r, "kevin"),
+             ("-" if r.get("kevin_vs_inductor") is None else f"{r['kevin_vs_inductor']:.3f}x") + _paired(r), kernels(r)]
+            for r in data["models"]]
+    ratios = sorted((r["kevin_vs_inductor"], f"{r['model']} {r['size']} {r['dtype']} {r['workload']}")
+                    for r in data["models"] if r.get("kevin_vs_inductor"))
+    below = [name for ratio, name in ratios if ratio < 0.99]
+    slower = [f"{r['model']} {r['size']} {r['dtype']} {r['workload']}" for r in data["models"]
+              if r.get("kevin_vs_inductor_paired") and r["kevin_vs_inductor_paired"][2] < 1.0]
+    median = statistics.median(r for r, _ in ratios) if ratios else None
+    summary = (
+        f"{len(data['models'])} cells; kevin over Inductor (median step times) from {ratios[0][0]:.3f}x ({ratios[0][1]}) "
+        f"to {ratios[-1][0]:.3f}x ({ratios[-1][1]}), median {median:.3f}x; cells below 0.99x: "
+        f"{', '.join(below) or 'none'}; cells whose 95% interval (rounds paired) lies wholly below 1.00: "
+        f"{', '.join(slower) or 'none'}.\n"
+    ) if ratios else "no cell has both Inductor's and kevin's time.\n"
+    return {"cells": _table(["model", "size", "dtype", "workload", "eager ms", "Inductor ms", "kevin ms",
+                             "kevin x Inductor [95%]", "kevin kernels"], rows), "summary": summary}
+
+
+def prewarm_budget(data: dict[str, Any]) -> dict[str, str]:
+    """`kevin prewarm --budget --bench-model M --json`: the partitions in rank order with what the
+    search found, and the model end to end before and after."""
+    outcomes = {o["digest"]: o for o in data.get("outcomes", []) if o.get("digest")}
+    rows = []
+    for i, p in enumerate(data["profile"], 1):
+        o = outcomes.get(p["digest"])
+        fraction = "-" if not (p["inductor_ms"] and p["roofline_ms"] is not None) else f"{min(1.0, p['roofline_ms'] / p['inductor_ms']):.0%}"
+        found = "not searched: budget spent (pending)" if o is None else f"{o['status']}: {o.get('reason') or ''}".rstrip(": ")
+        rows.append([str(i), f"`{p['digest'][:12]}`", str(p["occurrences"]), "-" if p["inductor_ms"] is None else f"{p['inductor_ms']:.4f}",
+                     "-" if p["roofline_ms"] is None else f"{p['roofline_ms']:.4f}", fraction,
+                     "-" if p["expected_gain_ms"] is None else f"{p['expected_gain_ms']:.4f}", found])
+    ranking = _table(["rank", "partition", "times per step", "Inductor ms", "roofline ms", "Inductor % of roofline",
+                      "expected gain ms", "search outcome"], rows)
+    later = {(r["model"], r["workload"]): r for r in data["end_to_end"]["after"]}
+    lines = []
+    for b in data["end_to_end"]["before"]:
+        a = later.get((b["model"], b["workload"]), {})
+        lines.append([b["model"], b["workload"], f"{b['timings']['inductor']['median_ms']:.3f}", f"{b['timings']['kevin']['median_ms']:.3f}",
+                      f"{b['kevin_vs_inductor']:.3f}x" + _paired(b),
+                      "-" if not a else f"{a['timings']['inductor']['median_ms']:.3f}",
+                      "-" if not a else f"{a['timings']['kevin']['median_ms']:.3f}",
+                      "-" if not a else f"{a['kevin_vs_inductor']:.3f}x" + _paired(a), str(len(a.get("kernels") or []))])
+    end_to_end = _table(["model", "workload", "Inductor ms before", "kevin ms before", "kevin x Inductor before",
+                         "Inductor ms after", "kevin ms after", "kevin x Inductor after", "kernels run after"], lines)
+    return {"ranking": ranking, "end_to_end": end_to_end}
+
+
 KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
     "builtin_roofline": builtin_roofline,
     "roofline_backend": roofline_backend,
@@ -304,6 +370,8 @@ KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
     "op_overhead": op_overhead,
     "judge_corpus": judge_corpus,
     "rl_run": rl_run,
+    "kevin_bench": kevin_bench,
+    "prewarm_budget": prewarm_budget,
 }
 
 

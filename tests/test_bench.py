@@ -220,6 +220,7 @@ def test_kernelbench_task_that_fails(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--kernelbench", "{tmp}/missing"], "--kernelbench: no such folder"),
         (["--kernelbench", "{tmp}"], "--kernelbench: no task files (*.py) in"),
         (["--repeats", "0"], "--repeats must be at least 1"),
+        (["--round-ms", "-1"], "--round-ms must be at least 0, got -1"),
         (["--size", "full,huge"], "unknown size 'huge'; valid sizes: full, small, tiny"),
         (["--dtype", "float8"], "unknown dtype 'float8'; valid dtypes: float32, bfloat16, float16"),
         (["--device", "tpu"], "invalid choice: 'tpu'"),
@@ -360,3 +361,24 @@ def test_kevin_over_inductor_is_paired_round_by_round_with_its_interval() -> Non
     text = markdown(BenchReport(environment={}, models=(tie, slower)))
     assert f"[{low:.2f}-{high:.2f}]" in text and "tie within the noise" in text
     assert tie.as_dict()["kevin_vs_inductor_paired"][1] < 1.0
+
+
+def test_a_short_step_gets_rounds_of_round_ms_on_a_gpu() -> None:
+    """Small batches are host-bound: ten 1-ms calls per round let one hiccup of the host decide a
+    round, so a round of a short step takes as many calls as fill `round_ms`."""
+    from kevin_backend.bench.common import MAX_TRIALS, BenchSettings, probe_ms
+    from kevin_backend.bench.results import ModelResult
+
+    gpu = BenchSettings(device="cuda", trials=10, round_ms=200.0)
+    assert gpu.trials_for(50.0) == 10  # a long step: the settings' trials
+    assert gpu.trials_for(1.0) == 200 and gpu.trials_for(0.4) == MAX_TRIALS  # at most MAX_TRIALS
+    assert BenchSettings(device="cuda", round_ms=0.0).trials_for(0.01) == 10  # 0: always --trials
+    assert BenchSettings(device="cpu", round_ms=200.0).trials_for(0.01) == 10  # CPU runs (tests) keep theirs
+    with pytest.raises(ValueError, match="round_ms >= 0"):
+        BenchSettings(device="cpu", round_ms=float("nan"))
+    calls: list[str] = []
+    took = probe_ms({"a": lambda: calls.append("a"), "b": lambda: (calls.append("b"), sum(range(20000)))}, torch.device("cpu"))
+    assert calls == ["a"] * 4 + ["b"] * 4 and 0 <= took < 5  # one untimed call each, then 3 timed; the fastest
+    row = ModelResult(model="m", workload="infer", trials=200)
+    assert ModelResult.from_dict(row.as_dict()).trials == 200
+

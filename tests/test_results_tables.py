@@ -32,7 +32,8 @@ tables = _tables()
 def test_the_results_folder_holds_the_stored_runs() -> None:
     assert [p.name for p in STORED] == [
         "builtin_dims_h200.json", "builtin_roofline_h200.json", "judge_corpus_h200.json", "judge_speed_h200.json",
-        "op_overhead_direct_h200.json", "op_overhead_h200.json", "rl_h200.json", "roofline_backend_h200.json",
+        "kevin_bench_models_h200.json", "op_overhead_direct_h200.json", "op_overhead_h200.json",
+        "prewarm_budget_gpt2_h200.json", "rl_h200.json", "roofline_backend_h200.json",
     ]
     assert not list(BENCH.glob("*.json")), "result JSON belongs in benchmarks/results/, with its metadata"
 
@@ -118,3 +119,18 @@ def test_wrap_stores_a_run_with_its_metadata(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     meta, data = tables.load(out)
     assert meta["date"] == "2026-12-02" and meta["gpu_count"] == 1 and data["summary"]["op_overhead_us"] > 0
+
+
+def test_the_bench_summary_names_the_cells_below_inductor() -> None:
+    def row(model: str, ratio: float, interval: tuple[float, float], hits: int = 0, dropped: int = 0) -> dict:
+        timing = {c: {"median_ms": 1.0} for c in ("eager", "inductor", "kevin")}
+        return {"model": model, "size": "full", "dtype": "float32", "workload": "infer", "timings": timing,
+                "kevin_vs_inductor": ratio, "kevin_vs_inductor_paired": [ratio, *interval],
+                "kevin": {"hits": hits, "dropped": dropped}}
+
+    blocks = tables.kevin_bench({"models": [row("a", 1.02, (0.99, 1.05), hits=3, dropped=1), row("b", 0.985, (0.97, 1.01)),
+                                            row("c", 0.95, (0.93, 0.97))]})
+    assert "3 cells; kevin over Inductor (median step times) from 0.950x (c full float32 infer)" in blocks["summary"]
+    assert "cells below 0.99x: c full float32 infer, b full float32 infer;" in blocks["summary"]
+    assert "lies wholly below 1.00: c full float32 infer." in blocks["summary"]
+    assert "| 1.020x [0.99-1.05] | 3 hit, 1 dropped by the graph check |" in blocks["cells"]

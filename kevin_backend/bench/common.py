@@ -7,8 +7,10 @@ settings, how each compiler gets its model, which compiles first, and the progre
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -16,9 +18,10 @@ from kevin_backend.bench.models import SIZES
 from kevin_backend.bench.results import COMPILERS
 from kevin_backend.bench.timing import Measure, timer
 
-__all__ = ["DTYPES", "BenchSettings", "compile_model", "compile_order", "sync", "short_error", "row_summary"]
+__all__ = ["DTYPES", "BenchSettings", "compile_model", "compile_order", "sync", "short_error", "row_summary", "probe_ms"]
 
 DTYPES = ("float32", "bfloat16", "float16")
+MAX_TRIALS = 500  # timed calls per round, at most (BenchSettings.round_ms)
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,9 @@ class BenchSettings:
     repeats: int = 5  # rounds: the compilers alternate, round by round
     trials: int = 10  # timed calls per round (the round's median counts)
     warmup: int = 3  # untimed calls before each round's trials
+    # on a GPU a round lasts at least this long: a step shorter than round_ms / trials gets more
+    # trials (at most MAX_TRIALS), so host-bound steps (small batches) are not decided by a few noisy calls
+    round_ms: float = 200.0
     kevin_options: dict[str, Any] = field(default_factory=lambda: {"mode": "cache"})
     isolate: bool = True  # one fresh process per model and per task
     timeout_s: float = 1800.0  # per model or task (isolated runs)
@@ -41,15 +47,23 @@ class BenchSettings:
             raise ValueError(f"unknown dtype {self.dtype!r}; valid dtypes: {', '.join(DTYPES)}")
         if self.size not in SIZES:
             raise ValueError(f"unknown size {self.size!r}; valid sizes: {', '.join(SIZES)}")
-        if self.repeats < 1 or self.trials < 1 or self.warmup < 0:
-            raise ValueError(f"need repeats >= 1, trials >= 1, warmup >= 0; got {self.repeats}, {self.trials}, {self.warmup}")
+        if self.repeats < 1 or self.trials < 1 or self.warmup < 0 or not self.round_ms >= 0:
+            raise ValueError(f"need repeats >= 1, trials >= 1, warmup >= 0, round_ms >= 0; got {self.repeats}, {self.trials}, "
+                             f"{self.warmup}, {self.round_ms}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
 
-    def measure(self) -> Measure:
-        return timer(self.device, self.trials, self.warmup)
+    def measure(self, trials: int | None = None) -> Measure:
+        return timer(self.device, trials or self.trials, self.warmup)
+
+    def trials_for(self, step_ms: float) -> int:
+        """Timed calls per round for a step of `step_ms`: `trials`, or on a GPU enough for a round
+        of `round_ms` (at most MAX_TRIALS)."""
+        if step_ms <= 0 or self.round_ms <= 0 or torch.device(self.device).type != "cuda":
+            return self.trials
+        return max(self.trials, min(MAX_TRIALS, math.ceil(self.round_ms / step_ms)))
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,3 +116,17 @@ def row_summary(row: Any, label: str = "") -> str:
     if row.kevin is not None:
         text += f" ({row.kevin.short()})"
     return text
+
+
+def probe_ms(steps: Mapping[str, Callable[[], Any]], device: torch.device, calls: int = 3) -> float:
+    """About how long the fastest compiler's step takes (ms, wall time, the step's work done)."""
+    fastest = float("inf")
+    for step in steps.values():
+        step()
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(calls):
+            step()
+        sync(device)
+        fastest = min(fastest, (time.perf_counter() - start) * 1e3 / calls)
+    return fastest

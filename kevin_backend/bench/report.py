@@ -44,7 +44,9 @@ def _header(report: BenchReport) -> str:
     settings = env.get("settings") or {}
     where = env.get("gpu") or env.get("cpu") or "?"
     return (f"kevin bench on {where} ({env.get('device')}), torch {env.get('torch')}, dtype {settings.get('dtype')}, "
-            f"size {settings.get('size')}, {settings.get('repeats')} rounds x {settings.get('trials')} trials, "
+            f"size {settings.get('size')}, {settings.get('repeats')} rounds x {settings.get('trials')} trials"
+            + (f" (more for a short step: rounds of at least {settings['round_ms']:g} ms)"
+               if settings.get("round_ms") and settings.get("device") == "cuda" else "") + ", "
             f"{env.get('date')}" + (f"; command: `{env['command']}`" if env.get("command") else ""))
 
 

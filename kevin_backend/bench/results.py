@@ -185,17 +185,20 @@ class ModelResult(_Timed):
     # infer only: the largest |output - eager output| of each compiled model (a sanity check:
     # compiled code reorders floating-point sums, so small differences are expected)
     deviation: dict[str, float] = field(default_factory=dict)
+    trials: int | None = None  # timed calls per round (more than the settings' for a short step)
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "workload": self.workload, "description": self.description, "size": self.size,
-                "dtype": self.dtype, **self._common_dict(), "deviation": dict(self.deviation), "kernels": list(self.kernels)}
+                "dtype": self.dtype, **self._common_dict(), "deviation": dict(self.deviation), "kernels": list(self.kernels),
+                "trials": self.trials}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ModelResult":
         return cls(model=str(data["model"]), workload=str(data["workload"]), description=str(data.get("description", "")),
                    size=str(data.get("size", "")), dtype=str(data.get("dtype", "")),
                    kernels=tuple(str(k) for k in data.get("kernels") or ()),
-                   deviation={k: float(v) for k, v in (data.get("deviation") or {}).items()}, **cls._common_from(data))
+                   deviation={k: float(v) for k, v in (data.get("deviation") or {}).items()},
+                   trials=None if data.get("trials") is None else int(data["trials"]), **cls._common_from(data))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,8 @@ For each model, in a fresh process with an empty Inductor cache (`isolate.py`, `
      model by model and workload by workload)
   2. the first call of each (compile + one step, wall time); for inference, how far each compiled
      output is from eager's
-  3. the step timed under the judge's protocol (`timing.py`), `repeats` rounds of `trials` calls,
+  3. the step timed under the judge's protocol (`timing.py`), `repeats` rounds of `trials` calls
+     (more for a step shorter than `round_ms / trials`: a round lasts at least `round_ms`),
      the three compilers rotating their order round by round; each one's time is the median over
      rounds of the round's median
   4. what kevin did: its counters' change (partitions, hits, misses, fallbacks, runtime errors)
@@ -27,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from kevin_backend.bench.common import DTYPES, BenchSettings, compile_model, compile_order, row_summary, short_error, sync
+from kevin_backend.bench.common import DTYPES, BenchSettings, compile_model, compile_order, probe_ms, row_summary, short_error, sync
 from kevin_backend.bench.isolate import WorkerError, run_isolated
 from kevin_backend.bench.kernelbench import run_kernelbench, task_files
 from kevin_backend.bench.models import MODELS, WORKLOADS, describe, make_model
@@ -112,12 +113,15 @@ def _measure_workload(name: str, workload: str, settings: BenchSettings, order: 
             outputs[compiler] = out
     deviation = {c: _deviation(outputs[c], outputs["eager"]) for c in order if c in outputs and "eager" in outputs}
     outputs.clear()
+    trials = settings.trials_for(probe_ms(steps, device))
+    if trials != settings.trials:  # a short step: more calls per round (settings.round_ms)
+        measure = settings.measure(trials)
     rounds = interleaved(steps, device, settings.repeats, measure=measure)
     stats = KevinStats.between(before, counters.snapshot())
     return ModelResult(
         model=name, workload=workload, description=describe(name, settings.size), size=settings.size, dtype=settings.dtype,
         timings=tuple(Timing(c, rounds[c], first_call[c]) for c in COMPILERS),
-        kevin=stats, deviation=deviation, kernels=tuple(kept),
+        kevin=stats, deviation=deviation, kernels=tuple(kept), trials=trials,
     )
 
 

@@ -43,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--repeats", type=int, default=5, metavar="N", help="rounds, the compilers alternating (default: 5)")
     p.add_argument("--trials", type=int, default=10, metavar="N", help="timed calls per round; its median counts (default: 10)")
     p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed calls before each round (default: 3)")
+    p.add_argument("--round-ms", type=float, default=200.0, metavar="MS",
+                   help="on a GPU, a round lasts at least this long: a short step gets more trials (default: 200; 0: "
+                        "always --trials)")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="default: cuda")
     p.add_argument("--dtype", default="float32,bfloat16", metavar="LIST",
                    help="comma-separated models' dtypes: float32, bfloat16, float16 (KernelBench tasks keep theirs; "
@@ -83,7 +86,8 @@ def _command(args: argparse.Namespace, models: list[str], workloads: list[str]) 
     if args.kernelbench is not None:
         parts += ["--kernelbench", str(args.kernelbench)]
     parts += ["--device", args.device, "--dtype", ",".join(args.dtypes), "--size", ",".join(args.sizes),
-              "--repeats", str(args.repeats), "--trials", str(args.trials), "--warmup", str(args.warmup)]
+              "--repeats", str(args.repeats), "--trials", str(args.trials), "--warmup", str(args.warmup),
+              "--round-ms", f"{args.round_ms:g}"]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -153,6 +157,8 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
             raise CommandError(f"{flag} must be at least {least}, got {value}", EXIT_USAGE)
     if not args.timeout > 0:  # also refuses nan
         raise CommandError(f"--timeout must be more than 0 seconds, got {args.timeout}", EXIT_USAGE)
+    if not args.round_ms >= 0:  # also refuses nan
+        raise CommandError(f"--round-ms must be at least 0, got {args.round_ms}", EXIT_USAGE)
     if args.kernelbench is not None:
         try:
             task_files(args.kernelbench)
@@ -175,7 +181,7 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
     for n, (size, dtype) in enumerate((size, dtype) for size in args.sizes for dtype in args.dtypes):
         settings = BenchSettings(
             device=args.device, dtype=dtype, size=size, repeats=args.repeats, trials=args.trials,
-            warmup=args.warmup, kevin_options=kevin_options(config), isolate=not args.in_process,
+            warmup=args.warmup, round_ms=args.round_ms, kevin_options=kevin_options(config), isolate=not args.in_process,
             timeout_s=args.timeout, inductor_cache=args.inductor_cache,
         )
         if len(args.sizes) * len(args.dtypes) > 1:
