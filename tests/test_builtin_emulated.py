@@ -60,6 +60,12 @@ CASES: list[SuiteTask] = [
           [(2, 8, 5, 4), (8,), (8,), (8,), (8,)], "f32"),
     _task("channel-bias-gelu-f16", "chain2", "F.gelu(x + y.view(1, -1, 1, 1))", [(2, 8, 3, 4), (8,)], "f16"),
     _task("six-ops-bf16-odd", "chain3+", "torch.sigmoid(-torch.abs(x - y) * 3.0 + 1.0) * z", [(21, 23)] * 3, "bf16"),
+    # 16-bit outputs: KEVIN_FAST_MATH's formulas (tanh through exp, log(1 + e^x)), over a range that
+    # saturates tanh and sigmoid and takes softplus past its threshold both ways
+    _task("fast-math-chain-bf16", "chain3+",
+          "torch.tanh(F.softplus(x * 12.0)) * torch.sigmoid(y * 30.0) + F.silu(x * 30.0) + F.mish(y) + F.gelu(x, approximate='tanh')",
+          [(16, 64), (16, 64)], "bf16"),
+    _task("fast-math-tanh-f16", "chain2", "torch.tanh(x * 0.001) * 1000.0 + torch.tanh(y * 20.0)", [(16, 64), (16, 64)], "f16"),
     # reductions over other dimensions than the last, several, all; index reductions; std
     _task("sum-dim0-f32", "reduction", "x.sum(0)", [(37, 6, 33)], "f32"),
     _task("mean-dim1-keepdim-f16", "reduction", "x.mean(1, keepdim=True)", [(3, 40, 33)], "f16"),

@@ -575,5 +575,26 @@ def test_device_helpers_are_host_and_device_and_prefixed() -> None:
     for qualifiers, name in defined:
         assert name.startswith("kevin_"), name
         assert "__host__ __device__ __forceinline__" in qualifiers, name
+    # fast-math intrinsics only where a kernel asks for them (every output 16-bit: KEVIN_FAST_MATH)
+    guarded = re.search(r"#if defined\(KEVIN_FAST_MATH\)\n(.*?)\n#else\n", DEVICE_HELPERS, flags=re.S)
+    assert guarded is not None
+    outside = DEVICE_HELPERS.replace(guarded.group(0), "")
     for fast in ("__expf", "__logf", "__fdividef", "__tanhf", "__sinf", "rsqrtf("):
-        assert fast not in DEVICE_HELPERS
+        assert fast not in outside, fast
+    assert "__expf" in guarded.group(1) and "__fdividef" in guarded.group(1)
+
+
+def test_only_kernels_with_sixteen_bit_outputs_take_fast_math() -> None:
+    from kevin_backend.generate.builtin.graph import plan_task
+    from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, fast_math, write_program
+    from kevin_backend.generate.builtin.suite import _task
+
+    for dt, fast in (("bf16", True), ("f16", True), ("f32", False)):
+        task = _task(f"tanh-{dt}", "chain1", "torch.tanh(x) * torch.sigmoid(x)", [(8, 64)], dt)
+        plan = plan_task(task.source)
+        program = write_program(plan, VARIANTS_POINTWISE[0])
+        assert fast_math(plan) is fast
+        assert ("#define KEVIN_FAST_MATH 1" in program) is fast
+        assert "kevin_tanh(" in program and "tanhf(" not in program.split("#include <math.h>")[0]
+    mixed = plan_task(_task("max-f16", "reduction", "torch.max(x, -1)", [(8, 64)], "f16").source)  # values and int64 indices
+    assert not fast_math(mixed)

@@ -330,6 +330,8 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
         "softmax-transposed-staged": _task("torch.softmax(x.t(), -1) + y",
                                            "torch.randn(4096, 512, device='cuda'), torch.randn(512, 4096, device='cuda')"),
         "softmax-online": _task("torch.softmax(x, -1) * y", "torch.randn(300, 50000, device='cuda'), torch.randn(50000, device='cuda')"),
+        "fast-math-bf16": _task("torch.tanh(torch.nn.functional.softplus(x)) * torch.nn.functional.mish(y) + torch.nn.functional.silu(x)",
+                                "torch.randn(64, 512, device='cuda', dtype=torch.bfloat16), torch.randn(64, 512, device='cuda', dtype=torch.bfloat16)"),
         "mse-split-bf16": _task("torch.nn.functional.mse_loss(x, y)",
                                 "torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16), torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16)"),
     }
@@ -338,7 +340,7 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
               ("layernorm-split", VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]]),
               ("cross-entropy-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["cross-entropy-bf16"]))[0]]),
               ("mse-split-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]]),
-              ("softmax-online", VARIANTS_ROWS[0]),
+              ("softmax-online", VARIANTS_ROWS[0]), ("fast-math-bf16", VARIANTS_POINTWISE[1]),
               ("softmax-transposed-staged", VARIANTS_ROWS[preferred_order(plan_task(more["softmax-transposed-staged"]))[0]]),
               ("permute-tiled", VARIANTS_POINTWISE[preferred_order(plan_task(more["permute-tiled"]))[0]])]
     assert picks[-1][1].tiled
@@ -346,6 +348,7 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
     assert VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]].split
     assert "__shared__ float tile0" in write_program(plan_task(more["softmax-transposed-staged"]), dict(picks)["softmax-transposed-staged"])
     assert "_acc_row = kevin_row_reduce_max(" in write_program(plan_task(more["softmax-online"]), VARIANTS_ROWS[0])
+    assert "#define KEVIN_FAST_MATH 1" in write_program(plan_task(more["fast-math-bf16"]), VARIANTS_POINTWISE[1])
     sources = []
     for i, (name, variant) in enumerate(picks):
         task = more[name] if name in more else by_name[name].source

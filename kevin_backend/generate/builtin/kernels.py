@@ -1138,7 +1138,7 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
     if plan.final is not None:
         kernels.append(_final_kernel(plan))
     host = _host(plan, variant, vectorizable, launches)
-    cuda = "\n".join([_PRELUDE, DEVICE_HELPERS, _ACCESS, *kernels, host])
+    cuda = "\n".join([_PRELUDE, *(["#define KEVIN_FAST_MATH 1"] if fast_math(plan) else []), DEVICE_HELPERS, _ACCESS, *kernels, host])
     returns = "torch::Tensor" if len(plan.outputs) == 1 else "std::vector<torch::Tensor>"
     params = ", ".join(f"torch::Tensor {i.var}" for i in plan.inputs)
     args = ", ".join(i.var for i in plan.inputs)
@@ -1159,6 +1159,12 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
         f"    def forward(self, {args}):\n"
         f"        return {ret}\n"
     )
+
+
+def fast_math(plan: Plan) -> bool:
+    """Whether the kernel's math may take the device's fast intrinsics (ops.DEVICE_HELPERS): every
+    output is float16 or bfloat16, whose rounding dwarfs their few float32 ulps."""
+    return bool(plan.outputs) and all(o.dtype in (torch.float16, torch.bfloat16) for o in plan.outputs)
 
 
 def _launch_args(plan: Plan) -> str:

@@ -22,7 +22,10 @@ for every fx.Node argument of the op. The expressions keep these conventions:
 * Special values follow PyTorch: NaN propagates through maximum/minimum/clamp/relu/hardtanh (fmaxf
   and fminf would drop it), sign(NaN) is 0, pow(x, 0.5) is sqrt (so pow(-inf, 0.5) is NaN, as in
   PyTorch's fast path), and the math is the precise libm/CUDA functions (expf, erff, log1pf,
-  expm1f, ...), never fast-math intrinsics.
+  expm1f, ...). The one exception: a kernel whose every output is float16 or bfloat16 defines
+  KEVIN_FAST_MATH, and its sigmoid, SiLU, tanh, softplus and mish (DEVICE_HELPERS) then take
+  the device's __expf / __logf / __fdividef, whose few float32 ulps lie far below one rounding
+  to the output's dtype; that is the math Inductor's generated code uses for these ops.
 """
 
 from __future__ import annotations
@@ -403,7 +406,7 @@ _RULES: dict[Any, _Rule] = {
     aten.erf.default: _unary("erff"),
     aten.sin.default: _unary("sinf"),
     aten.cos.default: _unary("cosf"),
-    aten.tanh.default: _unary("tanhf"),
+    aten.tanh.default: _unary("kevin_tanh"),
     aten.sigmoid.default: _unary("kevin_sigmoid"),
     aten.floor.default: _Rule(_call("floorf", "self"), bool_result=True),
     aten.ceil.default: _Rule(_call("ceilf", "self"), bool_result=True),
@@ -535,8 +538,34 @@ __host__ __device__ __forceinline__ float kevin_square(float x) { return x * x; 
 __host__ __device__ __forceinline__ float kevin_cube(float x) { return x * x * x; }
 // IEEE division: rsqrtf is a 2-ulp approximation on the device and does not exist on the host.
 __host__ __device__ __forceinline__ float kevin_rsqrt(float x) { return 1.0f / sqrtf(x); }
+#if defined(KEVIN_FAST_MATH)
+// Every output of the kernel is 16-bit: exp, log and division by the device's intrinsics (a few
+// float32 ulps, far below one float16 or bfloat16 rounding); on the host (tests) the same
+// formulas over the precise functions.
+#if defined(__CUDA_ARCH__)
+#define KEVIN_EXPF(x) __expf(x)
+#define KEVIN_LOGF(x) __logf(x)
+#define KEVIN_DIVF(a, b) __fdividef(a, b)
+#else
+#define KEVIN_EXPF(x) expf(x)
+#define KEVIN_LOGF(x) logf(x)
+#define KEVIN_DIVF(a, b) ((a) / (b))
+#endif
+__host__ __device__ __forceinline__ float kevin_sigmoid(float x) { return KEVIN_DIVF(1.0f, 1.0f + KEVIN_EXPF(-x)); }
+__host__ __device__ __forceinline__ float kevin_silu(float x) { return KEVIN_DIVF(x, 1.0f + KEVIN_EXPF(-x)); }
+// tanh|x| = (1 - e^-2|x|) / (1 + e^-2|x|): no overflow, and near 0 an absolute error of an ulp of 1
+__host__ __device__ __forceinline__ float kevin_tanh(float x) {
+    const float t = KEVIN_EXPF(-2.0f * fabsf(x));
+    return copysignf(KEVIN_DIVF(1.0f - t, 1.0f + t), x);
+}
+// log(1 + e^x): where e^x is below float32's ulp of 1 the result is 0 instead of e^x (< 6e-8)
+__host__ __device__ __forceinline__ float kevin_log1p_exp(float x) { return KEVIN_LOGF(1.0f + KEVIN_EXPF(x)); }
+#else
 __host__ __device__ __forceinline__ float kevin_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __host__ __device__ __forceinline__ float kevin_silu(float x) { return x / (1.0f + expf(-x)); }
+__host__ __device__ __forceinline__ float kevin_tanh(float x) { return tanhf(x); }
+__host__ __device__ __forceinline__ float kevin_log1p_exp(float x) { return log1pf(expf(x)); }
+#endif
 // sign(NaN) is 0 in PyTorch, which is what (0 < x) - (x < 0) gives.
 __host__ __device__ __forceinline__ float kevin_sign(float x) { return (float)((0.0f < x) - (x < 0.0f)); }
 __host__ __device__ __forceinline__ float kevin_isnan(float x) { return x != x ? 1.0f : 0.0f; }
@@ -549,13 +578,13 @@ __host__ __device__ __forceinline__ float kevin_gelu_erf(float x) {
 __host__ __device__ __forceinline__ float kevin_gelu_tanh(float x) {
     const float beta = 0.79788456080286535588f;  // sqrt(2 / pi)
     const float kappa = 0.044715f;
-    return 0.5f * x * (1.0f + tanhf(beta * (x + kappa * x * x * x)));
+    return 0.5f * x * (1.0f + kevin_tanh(beta * (x + kappa * x * x * x)));
 }
 // PyTorch's softplus: linear above the threshold (where log1p(exp(b x)) / b is x in float anyway).
 __host__ __device__ __forceinline__ float kevin_softplus(float x, float beta, float threshold) {
-    return x * beta > threshold ? x : log1pf(expf(x * beta)) / beta;
+    return x * beta > threshold ? x : kevin_log1p_exp(x * beta) / beta;
 }
-__host__ __device__ __forceinline__ float kevin_mish(float x) { return x * tanhf(log1pf(expf(x))); }
+__host__ __device__ __forceinline__ float kevin_mish(float x) { return x * kevin_tanh(kevin_log1p_exp(x)); }
 __host__ __device__ __forceinline__ float kevin_hardsigmoid(float x) {
     return kevin_minimum(kevin_maximum(x + 3.0f, 0.0f), 6.0f) / 6.0f;
 }
