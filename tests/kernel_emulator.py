@@ -5,7 +5,8 @@ against CUDA's own fp16/bf16 headers, with a few definitions standing in for the
 the kernels use: `threadIdx`/`blockIdx`/`blockDim`/`gridDim`, `__syncthreads` (a barrier of the
 block's threads), `__shfl_xor_sync` (an exchange through memory between two barriers: the
 kernels call their shuffles with every thread of the block), `__shared__` (a static: blocks run
-one after another). The grid and block sizes are read from the program's own host code, and the
+one after another), and thread-block clusters (`__cluster_dims__`, `this_cluster()`: a
+cluster's blocks run together, each with its own copy of the shared arrays). The grid and block sizes are read from the program's own host code, and the
 kernel it launches for aligned data (the vector one, when there is one) is the one run. This
 checks the generated code's arithmetic and indexing; it says nothing of speed, and the judge on a
 GPU stays the authority on correctness.
@@ -72,27 +73,52 @@ struct KevinBarrier {
 };
 static KevinBarrier kevin_emu_barrier;
 inline void __syncthreads() { kevin_emu_barrier.wait(); }
+static thread_local unsigned kevin_emu_slot;  // the host thread's place among those running at once
+static unsigned kevin_emu_cluster = 1;  // blocks per cluster of the kernel running
 template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {  // float and int64_t (index reductions)
-    static T exchange[1024];
-    const unsigned i = threadIdx.x;
+    static T exchange[8192];
+    const unsigned i = kevin_emu_slot;
     exchange[i] = v;
     __syncthreads();
     const T r = exchange[(i & ~31u) | ((i & 31u) ^ (unsigned)o)];
     __syncthreads();
     return r;
 }
-template <class F> static void kevin_emu_launch(unsigned grid, unsigned block, F kernel) {
-    // one host thread per CUDA thread of a block, for the whole grid: the blocks run one after
-    // another, each starting when every thread has finished the last (its shared memory is free)
+// Thread-block clusters: a cluster's blocks run together (one host thread per CUDA thread of all
+// of them), the cluster's barrier is theirs, and each block's shared arrays (rewritten by
+// `emulate` into kevin_emu_shared) lie KEVIN_EMU_SHARED elements apart, so map_shared_rank moves
+// a pointer from one block's copy to another's.
+#define __cluster_dims__(...)
+#define KEVIN_EMU_SHARED 4096
+template <class T, int Line> static T* kevin_emu_shared() {
+    static T storage[16][KEVIN_EMU_SHARED];
+    return storage[blockIdx.x % kevin_emu_cluster];
+}
+namespace cooperative_groups {
+struct cluster_group {
+    void sync() { kevin_emu_barrier.wait(); }
+    unsigned block_rank() const { return blockIdx.x % kevin_emu_cluster; }
+    template <class T> T* map_shared_rank(T* p, int rank) const {
+        return p + ((long long)rank - (long long)(blockIdx.x % kevin_emu_cluster)) * KEVIN_EMU_SHARED;
+    }
+};
+inline cluster_group this_cluster() { return {}; }
+}
+template <class F> static void kevin_emu_launch(unsigned grid, unsigned block, F kernel, unsigned cluster = 1) {
+    // one host thread per CUDA thread of a block (of a cluster's blocks), for the whole grid: the
+    // blocks (clusters) run one after another, each starting when every thread has finished the
+    // last (its shared memory is free)
     gridDim = {grid, 1, 1};
     blockDim = {block, 1, 1};
-    kevin_emu_barrier.count = block;
+    kevin_emu_cluster = cluster;
+    kevin_emu_barrier.count = block * cluster;
     std::vector<std::thread> threads;
-    for (unsigned t = 0; t < block; ++t) threads.emplace_back([&, t] {
-        threadIdx = {t, 0, 0};
-        for (unsigned b = 0; b < grid; ++b) {
+    for (unsigned t = 0; t < block * cluster; ++t) threads.emplace_back([&, t] {
+        kevin_emu_slot = t;
+        threadIdx = {t % block, 0, 0};
+        for (unsigned b = 0; b < grid; b += cluster) {
             kevin_emu_barrier.wait();
-            blockIdx = {b, 0, 0};
+            blockIdx = {b + t / block, 0, 0};
             kernel();
         }
     });
@@ -139,6 +165,14 @@ def emulate(program: str, inputs: Sequence[torch.Tensor], outputs: Sequence[tupl
     cuda = ext.cuda_sources if isinstance(ext.cuda_sources, str) else "\n".join(ext.cuda_sources)
     device, host = _split(cuda)
     launches = _launches(host, vector)
+    clusters = {int(c) for c in re.findall(r"__cluster_dims__\((\d+), 1, 1\)", device)}
+    assert len(clusters) <= 1, "kernels of different cluster shapes in one program"
+    cluster = clusters.pop() if clusters else 1
+    if cluster > 1:  # each block's shared arrays: a copy per block of the cluster (see the shim)
+        line = iter(range(1_000_000))
+        device = re.sub(r"__shared__ (\w+) (\w+)\[(\d+)\];",
+                        lambda m: f"{m[1]}* {m[2]} = kevin_emu_shared<{m[1]}, {next(line)}>();", device)
+        assert "__shared__" not in device, "a cluster kernel's shared memory the emulator does not lay out"
     # workspaces the host function allocates besides the outputs (a split plan's partials and row values)
     workspaces = [(name, int(n), kind) for name, n, kind in
                   re.findall(r"auto (\w+) = torch::empty\(\{(\d+)\}, \w+\.options\(\)\.dtype\(torch::k(\w+)\)\);", host)
@@ -166,7 +200,7 @@ def emulate(program: str, inputs: Sequence[torch.Tensor], outputs: Sequence[tupl
             "template <class T> static T* alloc(size_t n) {  // 64-byte aligned, as CUDA's allocator\n"
             "    void* p = aligned_alloc(64, (n * sizeof(T) + 127) / 64 * 64); if (!p) abort(); return static_cast<T*>(p); }\n"
             "int main() {\n    " + "\n    ".join(setup) + "\n"
-            + "".join(f"    kevin_emu_launch({grid}u, {block}u, [&] {{ {kernel}({', '.join(names)}); }});\n"
+            + "".join(f"    kevin_emu_launch({grid}u, {block}u, [&] {{ {kernel}({', '.join(names)}); }}, {cluster}u);\n"
                       for kernel, grid, block, names in launches) + "    "
             + "\n    ".join(save) + "\n    return 0;\n}\n"
         )

@@ -151,6 +151,8 @@ def _variants(task: SuiteTask) -> list[tuple[SuiteTask, int]]:
     order = preferred_order(plan)
     if plan.is_rows and not VARIANTS_ROWS[order[0]].split:  # the split variants have cases of their own (and a
         order = [v for v in order if not VARIANTS_ROWS[v].split]  # 1024-thread block per row is slow to emulate)
+    if plan.is_rows:  # so do the cluster variants (test_a_row_over_a_cluster_matches_pytorch)
+        order = [v for v in order if VARIANTS_ROWS[v].cluster == 1]
     extra = [] if plan.is_rows else [2, 4]  # pointwise: several strips per thread, 4-wide or not
     last = [order[-1]]
     if plan.is_rows and strided_rows(plan):  # rows across a warp: one thread per row, and rows in registers
@@ -235,3 +237,38 @@ def test_long_runs_per_thread_are_summed_with_compensation(tmp_path) -> None:  #
         assert "isfinite(t)" in program
         (got,) = emulate(program, [x], [((1,), torch.float32)], workdir=tmp_path)
         assert abs(got.double().item() - exact) <= step, (VARIANTS_ROWS[index].describe(), got.item(), exact)
+
+
+CLUSTER_CASES = [
+    # rows too long for one block's registers (1024 threads x 32 values), held by a cluster's
+    _task("cluster-l2norm-f32", "norm", "x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)", [(2, 40000)], "f32"),
+    _task("cluster-softmax-bf16", "norm", "torch.softmax(x, -1)", [(2, 40000)], "bf16"),
+    _task("cluster-layernorm-f32", "norm", "F.layer_norm(x + 100.0, (40001,))", [(2, 40001)], "f32"),
+    _task("cluster-argmax-max-f32", "reduction", "torch.max(x, -1)", [(3, 40000)], "f32"),
+]
+
+
+@pytest.mark.parametrize("task", CLUSTER_CASES, ids=lambda t: t.name)
+def test_a_row_over_a_cluster_matches_pytorch(task: SuiteTask, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A thread-block cluster per row (the emulator runs a cluster's blocks together, each with its
+    own shared memory): the row read into the cluster's registers, each reduction combined
+    across the blocks' shared memory, the outputs written; scalar and vector paths."""
+    plan, inputs, want = _reference(task)
+    candidates = [i for i, v in enumerate(VARIANTS_ROWS) if v.cluster == 2]
+    assert len(candidates) == 2
+    for index in candidates:
+        variant = VARIANTS_ROWS[index]
+        program = write_program(plan, variant)
+        assert "__cluster_dims__(2, 1, 1)" in program and "map_shared_rank" in program
+        assert f"float in0_r[{-(-40001 // 2048) if 'layernorm' in task.name else -(-40000 // 2048)}]" in program or variant.vector
+        got = emulate(program, inputs, returned(plan), workdir=tmp_path)
+        for g, w in zip(got, want):
+            w = w.reshape(g.shape)
+            if not w.is_floating_point():
+                assert torch.equal(g, w), (variant.describe(), g, w)
+                continue
+            tol = FALLBACK_RTOL.get(w.dtype, 1e-4)
+            close = torch.isclose(g.double(), w.double(), rtol=tol, atol=tol, equal_nan=True)
+            assert close.all(), (variant.describe(), f"{(~close).sum().item()} of {close.numel()} elements differ; "
+                                 f"max abs error {(g.double() - w.double()).abs().max().item():.3g}")
+

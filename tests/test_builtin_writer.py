@@ -77,6 +77,8 @@ def test_pointwise_kernels_index_in_32_bits_where_every_offset_fits() -> None:
 
 def test_row_kernels_read_four_wide_only_where_the_row_allows() -> None:
     by_name = {t.name: t for t in SUITE}
+    CLUSTER_VECTOR = next(v for v in VARIANTS_ROWS if v.cluster == 2 and v.vector)  # noqa: N806
+    CLUSTER_SCALAR = next(v for v in VARIANTS_ROWS if v.cluster == 8 and not v.vector)  # noqa: N806
     four_wide = VARIANTS_ROWS[8]
     assert four_wide.vector and four_wide.cache
     program = write_program(plan_task(by_name["layernorm-affine-f16"].source), four_wide)
@@ -94,6 +96,8 @@ def test_row_kernels_read_four_wide_only_where_the_row_allows() -> None:
 
 def test_row_kernels_compute_each_value_once_and_divide_by_a_row_value_through_its_reciprocal() -> None:
     by_name = {t.name: t for t in SUITE}
+    CLUSTER_VECTOR = next(v for v in VARIANTS_ROWS if v.cluster == 2 and v.vector)  # noqa: N806
+    CLUSTER_SCALAR = next(v for v in VARIANTS_ROWS if v.cluster == 8 and not v.vector)  # noqa: N806
     plan = plan_task(by_name["softmax-f32"].source)
     cached = write_program(plan, VARIANTS_ROWS[2])  # the row in registers
     kernel = cached[cached.index("__global__"):]
@@ -141,6 +145,8 @@ def test_per_channel_inputs_are_read_through_their_views() -> None:
 
 def test_plans_read_kinds_and_access_modes() -> None:
     by_name = {t.name: t for t in SUITE}
+    CLUSTER_VECTOR = next(v for v in VARIANTS_ROWS if v.cluster == 2 and v.vector)  # noqa: N806
+    CLUSTER_SCALAR = next(v for v in VARIANTS_ROWS if v.cluster == 8 and not v.vector)  # noqa: N806
     plan = plan_task(by_name["layernorm-affine-f16"].source)
     assert [i.kind for i in plan.inputs] == [Kind.FULL, Kind.FULL, Kind.FULL]
     assert [input_mode(i, plan.shape) for i in plan.inputs] == ["linear", "lastdim", "lastdim"]
@@ -318,6 +324,8 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
              ("batchnorm-relu-f32", VARIANTS_POINTWISE[2]), ("layernorm-affine-f16", VARIANTS_ROWS[8]),
              ("softmax-short-rows-f32", VARIANTS_ROWS[12])]
     by_name = {t.name: t for t in SUITE}
+    CLUSTER_VECTOR = next(v for v in VARIANTS_ROWS if v.cluster == 2 and v.vector)  # noqa: N806
+    CLUSTER_SCALAR = next(v for v in VARIANTS_ROWS if v.cluster == 8 and not v.vector)  # noqa: N806
     # reductions over other dimensions (the columns mapping, index reductions) and split rows
     more = {
         "argmax-dim1": _task("x.argmax(1)", "torch.randn(8, 300, 40, device='cuda'), torch.randn(1, device='cuda')"),
@@ -332,6 +340,9 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
         "softmax-online": _task("torch.softmax(x, -1) * y", "torch.randn(300, 50000, device='cuda'), torch.randn(50000, device='cuda')"),
         "fast-math-bf16": _task("torch.tanh(torch.nn.functional.softplus(x)) * torch.nn.functional.mish(y) + torch.nn.functional.silu(x)",
                                 "torch.randn(64, 512, device='cuda', dtype=torch.bfloat16), torch.randn(64, 512, device='cuda', dtype=torch.bfloat16)"),
+        "l2norm-cluster": _task("x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12) * y",
+                                "torch.randn(64, 65536, device='cuda'), torch.randn(65536, device='cuda')"),
+        "argmax-cluster": _task("x.argmax(-1)", "torch.randn(64, 200000, device='cuda'), torch.randn(1, device='cuda')"),
         "mse-split-bf16": _task("torch.nn.functional.mse_loss(x, y)",
                                 "torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16), torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16)"),
     }
@@ -341,6 +352,7 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
               ("cross-entropy-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["cross-entropy-bf16"]))[0]]),
               ("mse-split-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]]),
               ("softmax-online", VARIANTS_ROWS[0]), ("fast-math-bf16", VARIANTS_POINTWISE[1]),
+              ("l2norm-cluster", CLUSTER_VECTOR), ("argmax-cluster", CLUSTER_SCALAR),
               ("softmax-transposed-staged", VARIANTS_ROWS[preferred_order(plan_task(more["softmax-transposed-staged"]))[0]]),
               ("permute-tiled", VARIANTS_POINTWISE[preferred_order(plan_task(more["permute-tiled"]))[0]])]
     assert picks[-1][1].tiled
@@ -362,3 +374,23 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
     for p, (name, _) in zip(procs, picks):
         out, _ = p.communicate(timeout=600)
         assert p.returncode == 0, (name, out[-3000:])
+
+
+def test_rows_too_long_for_a_block_go_to_a_cluster_first_where_the_gpu_has_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row of 65,535 floats does not fit in one 1024-thread block's registers (32 values a
+    thread): on a GPU with clusters the smallest cluster that holds it comes first; a row a block
+    holds, and any row on a GPU without clusters, leaves the cluster variants last."""
+    import kevin_backend.generate.builtin.kernels as kernels
+
+    long_rows = plan_task(_task("x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)", "torch.randn(64, 65535, device='cuda'), torch.randn(1, device='cuda')"))
+    short_rows = plan_task(_task("torch.softmax(x, -1)", "torch.randn(64, 4096, device='cuda'), torch.randn(1, device='cuda')"))
+    monkeypatch.setattr(kernels, "clusters_available", lambda: True)
+    first = VARIANTS_ROWS[preferred_order(long_rows)[0]]
+    assert first.cluster == 2 and first.cache and not first.vector  # 65,535 is not a multiple of 4: the scalar path
+    assert all(VARIANTS_ROWS[i].cluster > 1 for i in preferred_order(long_rows)[:3])
+    assert all(VARIANTS_ROWS[i].cluster == 1 for i in preferred_order(short_rows)[:20])
+    many = plan_task(_task("x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)",
+                           "torch.randn(32768, 65535, device='cuda'), torch.randn(1, device='cuda')"))  # rows enough to fill the GPU
+    assert VARIANTS_ROWS[preferred_order(many)[0]].cluster == 2
+    monkeypatch.setattr(kernels, "clusters_available", lambda: False)
+    assert all(VARIANTS_ROWS[i].cluster > 1 for i in preferred_order(long_rows)[-6:])

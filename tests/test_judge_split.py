@@ -46,6 +46,29 @@ def test_launch_configuration_and_arguments_are_kept() -> None:
     assert "k<<<kevin_grid, kevin_block, kevin_smem, kevin_stream>>>(kevin_arg0, kevin_arg1, kevin_arg2);" in split.device
 
 
+def test_kernels_with_a_cluster_shape_or_register_cap_are_found() -> None:
+    """Hopper kernels declare their cluster at compile time (`__cluster_dims__`), before or after
+    `void`, beside `__launch_bounds__`; the split and the static rules still see the kernel."""
+    from kevin_backend.judge.static import _GLOBAL
+
+    cuda = (
+        "#include <torch/extension.h>\n#include <cooperative_groups.h>\n"
+        "__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) k(const float* x, float* y) {\n"
+        "    cooperative_groups::this_cluster().sync(); y[0] = x[0];\n}\n"
+        "__global__ __launch_bounds__(128) void __maxnreg__(64) g(float* y) { y[0] = 1.0f; }\n"
+        "torch::Tensor f(torch::Tensor x) {\n"
+        "    auto y = torch::empty_like(x);\n"
+        "    k<<<2, 256>>>(x.data_ptr<float>(), y.data_ptr<float>());\n"
+        "    g<<<1, 128>>>(y.data_ptr<float>());\n"
+        "    return y;\n"
+        "}\n"
+    )
+    split = split_cuda(cuda)
+    assert set(split.launchers) == {"kevin_launch_k", "kevin_launch_g"}
+    assert "cooperative_groups" not in split.host and "__cluster_dims__(2, 1, 1)" in split.device
+    assert set(_GLOBAL.findall(cuda)) == {"k", "g"}
+
+
 @pytest.mark.parametrize(
     "cuda, why",
     [

@@ -61,7 +61,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from kevin_backend.judge.static import strip_cpp
+from kevin_backend.judge.static import KERNEL_ATTRIBUTES, strip_cpp
 
 __all__ = ["SplitError", "Split", "split_cuda", "SOURCE_NAME"]
 
@@ -89,10 +89,9 @@ _DEVICE_INCLUDE = re.compile(r"#\s*include\s*[<\"](cub/|cooperative_groups|mma\.
                              r"sm_\d+_intrinsics|curand_kernel|curand_philox|device_launch_parameters)")
 _DEVICE_ONLY_NAMES = re.compile(r"\b(cooperative_groups|cub|nvcuda|wmma|thrust|curandState\w*)\b")
 _DEVICE = re.compile(r"\b(__device__|__constant__|__shared__|__managed__)\b")
-_KERNEL = re.compile(
-    r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\("
-)
-_ATTRIBUTES = re.compile(r"\b(?:__align__|alignas|__launch_bounds__|__attribute__|__declspec)\s*\((?:[^()]|\([^()]*\))*\)")
+_KERNEL = re.compile(r"__global__\s+" + KERNEL_ATTRIBUTES + r"void\s+" + KERNEL_ATTRIBUTES + r"(\w+)\s*\(")
+_ATTRIBUTES = re.compile(r"\b(?:__align__|alignas|__launch_bounds__|__cluster_dims__|__maxnreg__|__attribute__|__declspec)"
+                         r"\s*\((?:[^()]|\([^()]*\))*\)")
 
 # Torch names device code may use, and what the device part then includes or defines.
 _DEVICE_TORCH = {

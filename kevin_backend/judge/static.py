@@ -94,7 +94,9 @@ _CPP_TIMING = re.compile(r"\b(cudaEventElapsedTime|cudaEventCreate\w*|clock_gett
 _CPP_TRY = re.compile(r"\b(try\s*\{|catch\s*\()")
 _CPP_TORCH_CALL = re.compile(r"\b(?:torch|at|c10)::((?:\w+::)*)(\w+)")
 _CPP_METHOD = re.compile(r"(?:\.|->)\s*(\w+)\s*\(")
-_GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)")
+# a kernel's attributes, before or after `void` (launch bounds, a compile-time cluster shape, a register cap)
+KERNEL_ATTRIBUTES = r"(?:(?:__launch_bounds__|__cluster_dims__|__maxnreg__)\s*\([^)]*\)\s*)*"
+_GLOBAL = re.compile(r"__global__\s+" + KERNEL_ATTRIBUTES + r"void\s+" + KERNEL_ATTRIBUTES + r"(\w+)")
 _LAUNCH = re.compile(r"\b(\w+)\s*(?:<[^<>;]*>)?\s*<<<")
 
 

@@ -59,6 +59,9 @@ class Variant:
     columns: bool = False  # rows kernel: neighbouring threads take neighbouring rows (a row strided in memory)
     split: bool = False  # rows plan: each row over several blocks, a launch per reduction (`split.py`)
     tiled: bool = False  # pointwise plan: 32 x 32 tiles through shared memory (an input transposed against the output)
+    # rows kernel: each row over a thread-block cluster of this many blocks (Hopper and later),
+    # the row held in the cluster's registers, partial results combined through distributed shared memory
+    cluster: int = 1
 
     def describe(self) -> str:
         parts = [f"{self.threads} threads" + (" per row" if self.rows_per_block != 1 or self.threads == 32 else "")]
@@ -68,6 +71,8 @@ class Variant:
             parts = [f"{self.threads} threads per block", "each row split over several blocks"]
         if self.tiled:
             parts = ["32 x 32 tiles through shared memory", f"{self.threads} threads"]
+        if self.cluster > 1:
+            parts = [f"a cluster of {self.cluster} blocks of {self.threads} threads per row (distributed shared memory)"]
         if self.rows_per_block > 1:
             parts.append(f"{self.rows_per_block} rows per block")
         if self.vector:
@@ -102,6 +107,11 @@ VARIANTS_ROWS = (
     Variant(256, split=True), Variant(512, split=True), Variant(1024, split=True),
     # short rows of 16-bit values: 8 threads a row, 8 values an access (a row of 64 is one access each)
     Variant(8, rows_per_block=32, vector=True, cache=True),
+    # rows too long for one block's registers: a thread-block cluster's (read once, reduced through
+    # distributed shared memory, written once; Hopper and later)
+    Variant(1024, cache=True, cluster=2), Variant(1024, cache=True, cluster=4), Variant(1024, cache=True, cluster=8),
+    Variant(1024, vector=True, cache=True, cluster=2), Variant(1024, vector=True, cache=True, cluster=4),
+    Variant(1024, vector=True, cache=True, cluster=8),
 )
 # Registers per thread a cached row may take (values per input).
 MAX_CACHED = 32
@@ -523,7 +533,7 @@ def _cached_values(plan: Plan, variant: Variant, vector: bool) -> int:
     if not variant.cache:
         return 0
     width = _row_width(plan) if vector else 1
-    per_thread = -(-plan.cols // (variant.threads * width)) * width
+    per_thread = -(-plan.cols // (variant.threads * variant.cluster * width)) * width
     return per_thread if per_thread <= MAX_CACHED else 0
 
 
@@ -534,9 +544,10 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
     are 16-bit (`_row_width`; the caller checks `can_vectorize_rows` and the pointers' alignment)."""
     ins, outs = _signature(plan)
     shape, cols, rows = plan.shape, plan.cols, plan.rows
-    tpr = variant.threads
-    rpb = max(1, variant.rows_per_block)
-    warps = max(1, tpr // 32)
+    clustered = variant.cluster > 1
+    tpr = variant.threads * variant.cluster  # a row's threads (a cluster's, when the row has one)
+    rpb = 1 if clustered else max(1, variant.rows_per_block)
+    warps = max(1, variant.threads // 32)  # a block's warps per row
     lines: list[str] = []
     available: set[str] = set()
     row_inputs = [i for i in plan.inputs if i.kind is Kind.ROW]
@@ -850,15 +861,23 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
     inner = "\n    ".join(lines)
     slots = rpb * (tpr if variant.columns else warps)
     index_smem = f"\n    __shared__ int64_t smem_i[{slots}];" if any(r.reduction in INDEXED for r in plan.reductions) else ""
-    if variant.columns:  # neighbouring threads, neighbouring rows; a row's threads one per `rpb`
-        mapping = f"const int row_in_block = threadIdx.x % {rpb};\n    const int lane = threadIdx.x / {rpb};"
+    if clustered:  # a row per cluster; a thread's lane counts across the cluster's blocks
+        mapping = (f"const int row_in_block = 0;\n    const int lane = (int)(blockIdx.x % {variant.cluster}u) * {variant.threads} + (int)threadIdx.x;\n"
+                   f"    const long long row = (long long)(blockIdx.x / {variant.cluster}u);")
+        # a block's shared memory is read by the others until the last reduction: none leaves before
+        inner += "\n    cooperative_groups::this_cluster().sync();"
+        head = f"__global__ void __cluster_dims__({variant.cluster}, 1, 1) __launch_bounds__({variant.threads})"
     else:
-        mapping = f"const int row_in_block = threadIdx.x / {tpr};\n    const int lane = threadIdx.x % {tpr};"
+        if variant.columns:  # neighbouring threads, neighbouring rows; a row's threads one per `rpb`
+            mapping = f"const int row_in_block = threadIdx.x % {rpb};\n    const int lane = threadIdx.x / {rpb};"
+        else:
+            mapping = f"const int row_in_block = threadIdx.x / {tpr};\n    const int lane = threadIdx.x % {tpr};"
+        mapping += f"\n    const long long row = (long long)blockIdx.x * {rpb} + row_in_block;"
+        head = f"__global__ void __launch_bounds__({tpr * rpb})"
     return _narrow_indices(plan, f"""
-__global__ void __launch_bounds__({tpr * rpb}) {name}({ins}, {outs}) {{
+{head} {name}({ins}, {outs}) {{
     __shared__ float smem[{slots}];{index_smem}
     {mapping}
-    const long long row = (long long)blockIdx.x * {rpb} + row_in_block;
     const bool valid = row < {rows}LL;
     {inner}
 }}
@@ -887,12 +906,68 @@ def _row_reducers(variant: Variant, indexed: bool = False) -> str:
     """The row kernels' reductions (sum, max, min; with `indexed`, the first largest and smallest
     value with its position) for rows of `variant.threads` threads."""
     threads, rpb = variant.threads, max(1, variant.rows_per_block)
-    make = (lambda *a: _column_reducer(*a, threads, rpb)) if variant.columns else (lambda *a: _row_reducer(*a, threads))
+    if variant.cluster > 1:
+        make = lambda *a: _cluster_reducer(*a, threads, variant.cluster)  # noqa: E731
+    elif variant.columns:
+        make = lambda *a: _column_reducer(*a, threads, rpb)  # noqa: E731
+    else:
+        make = lambda *a: _row_reducer(*a, threads)  # noqa: E731
     code = "".join(make(op, combine, init) for op, combine, init in (
         ("add", "{a} + {b}", "0.0f"), ("max", "kevin_maximum({a}, {b})", "-INFINITY"), ("min", "kevin_minimum({a}, {b})", "INFINITY")))
     if indexed:
-        code += _ARG_STEPS + "".join(_arg_reducer(op, threads, rpb, variant.columns) for op in ("max", "min"))
+        code += _ARG_STEPS + "".join(
+            _cluster_arg_reducer(op, threads, variant.cluster) if variant.cluster > 1 else _arg_reducer(op, threads, rpb, variant.columns)
+            for op in ("max", "min"))
     return code
+
+
+def _cluster_reducer(op: str, combine: str, init: str, threads: int, cluster: int) -> str:
+    """`kevin_row_reduce_<op>` for a row over a cluster of `cluster` blocks: shuffles within each
+    warp, each warp's value into its block's shared memory, then every thread reads all the
+    cluster's (distributed shared memory) in one order, so every thread gets the same value."""
+    warps = max(1, threads // 32)
+    step = combine.format(a="v", b="__shfl_xor_sync(0xffffffffu, v, o)")
+    gather = combine.format(a="v", b="part[w]")
+    return f"""
+__device__ __forceinline__ float kevin_row_reduce_{op}(float v, float* smem, int row_in_block, int lane) {{
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = {step};
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    cluster.sync();  // the cluster's reads of an earlier reduction are done
+    if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
+    cluster.sync();  // every block's partials written
+    v = {init};
+    for (int b = 0; b < {cluster}; ++b) {{
+        const float* part = cluster.map_shared_rank(smem, b);
+        for (int w = 0; w < {warps}; ++w) v = {gather};
+    }}
+    return v;
+}}
+"""
+
+
+def _cluster_arg_reducer(op: str, threads: int, cluster: int) -> str:
+    """`kevin_row_reduce_arg<op>` over a cluster's blocks (as `_cluster_reducer`)."""
+    warps = max(1, threads // 32)
+    return f"""
+__device__ __forceinline__ void kevin_row_reduce_arg{op}(float& v, int64_t& i, float* smem, int64_t* smem_i, int row_in_block, int lane) {{
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {{
+        const float x = __shfl_xor_sync(0xffffffffu, v, o);
+        const int64_t j = __shfl_xor_sync(0xffffffffu, i, o);
+        kevin_arg_join_{op}(v, i, x, j);
+    }}
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    cluster.sync();
+    if ((threadIdx.x & 31) == 0) {{ smem[threadIdx.x >> 5] = v; smem_i[threadIdx.x >> 5] = i; }}
+    cluster.sync();
+    for (int b = 0; b < {cluster}; ++b) {{
+        const float* part = cluster.map_shared_rank(smem, b);
+        const int64_t* part_i = cluster.map_shared_rank(smem_i, b);
+        for (int w = 0; w < {warps}; ++w) kevin_arg_join_{op}(v, i, part[w], part_i[w]);
+    }}
+}}
+"""
 
 
 def _column_reducer(op: str, combine: str, init: str, threads: int, rpb: int) -> str:
@@ -1063,8 +1138,17 @@ def preferred_order(plan: Plan) -> list[int]:
 
     splitting = split_count(plan) > 1
 
+    # a row too long for one block's registers and short enough for a cluster's: the cluster
+    # variants first (the fewest blocks that hold it), on a GPU with clusters, before the split
+    # variants (which read the row twice)
+    alone = _cached_values(plan, Variant(1024, cache=True), False) > 0
+    clusters = clusters_available() and not columns and not alone
+
     def rank(i: int) -> tuple[int, float, int, int]:
         v = VARIANTS_ROWS[i]
+        if v.cluster > 1:
+            fits = _cached_values(plan, v, v.vector) > 0 and (not v.vector or vector_ok)
+            return (-2 if clusters and fits else 5, v.cluster, 0 if v.vector == vector_ok else 1, i)
         if v.split:
             return (-1 if splitting else 4, abs(math.log2(v.threads) - 8), 0, i)
         if v.columns:
@@ -1082,9 +1166,18 @@ def preferred_order(plan: Plan) -> list[int]:
         fits = _cached_values(plan, v, v.vector) > 0
         return (group + (1 if columns else 0), abs(math.log2(v.threads) - math.log2(want)), 0 if fits else 1, i)
 
-    if columns or splitting:
+    if columns or splitting or clusters:
         return sorted(range(len(VARIANTS_ROWS)), key=rank)
     return [0, *sorted(range(1, len(VARIANTS_ROWS)), key=rank)]
+
+
+def clusters_available() -> bool:
+    """Whether the GPU here launches thread-block clusters (compute capability 9.0 and later);
+    False without a GPU (the cluster variants then rank last: they build only for such GPUs)."""
+    try:
+        return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+    except Exception:  # noqa: BLE001 - a GPU that cannot be asked is treated as one without clusters
+        return False
 
 
 def strided_rows(plan: Plan) -> bool:
@@ -1138,7 +1231,8 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
     if plan.final is not None:
         kernels.append(_final_kernel(plan))
     host = _host(plan, variant, vectorizable, launches)
-    cuda = "\n".join([_PRELUDE, *(["#define KEVIN_FAST_MATH 1"] if fast_math(plan) else []), DEVICE_HELPERS, _ACCESS, *kernels, host])
+    cuda = "\n".join([_PRELUDE, *(["#include <cooperative_groups.h>"] if plan.is_rows and variant.cluster > 1 and not variant.split else []),
+                      *(["#define KEVIN_FAST_MATH 1"] if fast_math(plan) else []), DEVICE_HELPERS, _ACCESS, *kernels, host])
     returns = "torch::Tensor" if len(plan.outputs) == 1 else "std::vector<torch::Tensor>"
     params = ", ".join(f"torch::Tensor {i.var}" for i in plan.inputs)
     args = ", ".join(i.var for i in plan.inputs)
@@ -1245,6 +1339,13 @@ def _host(plan: Plan, variant: Variant, vectorizable: bool, launches: str | None
                              if not plan.is_rows or o.kind is Kind.FULL)])
     if launches is not None:
         launch = launches
+    elif plan.is_rows and variant.cluster > 1:  # a cluster per row: the grid is the rows' clusters
+        blocks = f"    const long long blocks = {plan.rows}LL * {variant.cluster};\n"
+        launch = blocks + f"    kevin_rows<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});"
+        if vectorizable:
+            launch = (blocks + f"    if ({aligned}) {{\n"
+                      f"        kevin_rows_vec<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});\n    }} else {{\n"
+                      f"        kevin_rows<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});\n    }}")
     elif plan.is_rows:
         rpb = max(1, variant.rows_per_block)
         launch = (f"    const long long blocks = ({plan.rows}LL + {rpb} - 1) / {rpb};\n"
