@@ -105,6 +105,8 @@ for step in $steps; do
       done
       wait
       python3 -m kevin_backend.cli.main bench --merge "$OUT"/bench_*.json --json "$OUT/bench.json" --chart "$OUT/bench.png" --markdown "$OUT/bench.md" ;;
+    pack)  # everything written so far under $OUT in one archive (a device run brings back only a few files)
+      tar -czf /tmp/results.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/results.tgz "$OUT/results.tgz" ;;
     profile)  # where a warm first compile spends its time, per compiler (mlp)
       d=$(mktemp -d)
       for c in inductor kevin; do

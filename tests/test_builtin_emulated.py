@@ -245,6 +245,9 @@ CLUSTER_CASES = [
     _task("cluster-softmax-bf16", "norm", "torch.softmax(x, -1)", [(2, 40000)], "bf16"),
     _task("cluster-layernorm-f32", "norm", "F.layer_norm(x + 100.0, (40001,))", [(2, 40001)], "f32"),
     _task("cluster-argmax-max-f32", "reduction", "torch.max(x, -1)", [(3, 40000)], "f32"),
+    # cross-entropy: the pick at the target by the cluster's first thread, then the final launch over the rows
+    _task("cluster-cross-entropy-bf16", "loss", "F.cross_entropy(x, m0)", [(3, 40000)], "bf16",
+          ["torch.randint(0, 40000, (3,), device='cuda')"]),
 ]
 
 
@@ -260,7 +263,8 @@ def test_a_row_over_a_cluster_matches_pytorch(task: SuiteTask, tmp_path) -> None
         variant = VARIANTS_ROWS[index]
         program = write_program(plan, variant)
         assert "__cluster_dims__(2, 1, 1)" in program and "map_shared_rank" in program
-        assert f"float in0_r[{-(-40001 // 2048) if 'layernorm' in task.name else -(-40000 // 2048)}]" in program or variant.vector
+        assert f"float in0_r[{-(-40001 // 2048) if 'layernorm' in task.name else -(-40000 // 2048)}]" in program or variant.vector \
+            or "cross" in task.name
         got = emulate(program, inputs, returned(plan), workdir=tmp_path)
         for g, w in zip(got, want):
             w = w.reshape(g.shape)
