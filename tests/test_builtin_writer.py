@@ -340,6 +340,8 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
         "softmax-online": _task("torch.softmax(x, -1) * y", "torch.randn(300, 50000, device='cuda'), torch.randn(50000, device='cuda')"),
         "fast-math-bf16": _task("torch.tanh(torch.nn.functional.softplus(x)) * torch.nn.functional.mish(y) + torch.nn.functional.silu(x)",
                                 "torch.randn(64, 512, device='cuda', dtype=torch.bfloat16), torch.randn(64, 512, device='cuda', dtype=torch.bfloat16)"),
+        "softmax-bf16-fast": _task("torch.softmax(x, -1) * y",
+                                   "torch.randn(64, 4096, device='cuda', dtype=torch.bfloat16), torch.randn(4096, device='cuda', dtype=torch.bfloat16)"),
         "l2norm-cluster": _task("x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12) * y",
                                 "torch.randn(64, 65536, device='cuda'), torch.randn(65536, device='cuda')"),
         "argmax-cluster": _task("x.argmax(-1)", "torch.randn(64, 200000, device='cuda'), torch.randn(1, device='cuda')"),
@@ -352,7 +354,7 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
               ("cross-entropy-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["cross-entropy-bf16"]))[0]]),
               ("mse-split-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]]),
               ("softmax-online", VARIANTS_ROWS[0]), ("fast-math-bf16", VARIANTS_POINTWISE[1]),
-              ("l2norm-cluster", CLUSTER_VECTOR), ("argmax-cluster", CLUSTER_SCALAR),
+              ("l2norm-cluster", CLUSTER_VECTOR), ("argmax-cluster", CLUSTER_SCALAR), ("softmax-bf16-fast", VARIANTS_ROWS[9]),
               ("softmax-transposed-staged", VARIANTS_ROWS[preferred_order(plan_task(more["softmax-transposed-staged"]))[0]]),
               ("permute-tiled", VARIANTS_POINTWISE[preferred_order(plan_task(more["permute-tiled"]))[0]])]
     assert picks[-1][1].tiled

@@ -23,9 +23,10 @@ for every fx.Node argument of the op. The expressions keep these conventions:
   and fminf would drop it), sign(NaN) is 0, pow(x, 0.5) is sqrt (so pow(-inf, 0.5) is NaN, as in
   PyTorch's fast path), and the math is the precise libm/CUDA functions (expf, erff, log1pf,
   expm1f, ...). The one exception: a kernel whose every output is float16 or bfloat16 defines
-  KEVIN_FAST_MATH, and its sigmoid, SiLU, tanh, softplus and mish (DEVICE_HELPERS) then take
-  the device's __expf / __logf / __fdividef, whose few float32 ulps lie far below one rounding
-  to the output's dtype; that is the math Inductor's generated code uses for these ops.
+  KEVIN_FAST_MATH, and its exp and log, and its sigmoid, SiLU, tanh, softplus and mish
+  (DEVICE_HELPERS), then take the device's __expf / __logf / __fdividef, whose few float32 ulps
+  lie far below one rounding to the output's dtype; that is the math Inductor's generated code
+  uses for these ops.
 """
 
 from __future__ import annotations
@@ -560,6 +561,11 @@ __host__ __device__ __forceinline__ float kevin_tanh(float x) {
 }
 // log(1 + e^x): where e^x is below float32's ulp of 1 the result is 0 instead of e^x (< 6e-8)
 __host__ __device__ __forceinline__ float kevin_log1p_exp(float x) { return KEVIN_LOGF(1.0f + KEVIN_EXPF(x)); }
+#if defined(__CUDA_ARCH__)
+// and the exp and log the kernels below call (softmax's, cross-entropy's)
+#define expf(x) __expf(x)
+#define logf(x) __logf(x)
+#endif
 #else
 __host__ __device__ __forceinline__ float kevin_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __host__ __device__ __forceinline__ float kevin_silu(float x) { return x / (1.0f + expf(-x)); }
