@@ -76,7 +76,7 @@ inline void __syncthreads() { kevin_emu_barrier.wait(); }
 static thread_local unsigned kevin_emu_slot;  // the host thread's place among those running at once
 static unsigned kevin_emu_cluster = 1;  // blocks per cluster of the kernel running
 template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {  // float and int64_t (index reductions)
-    static T exchange[8192];
+    static T exchange[16384];
     const unsigned i = kevin_emu_slot;
     exchange[i] = v;
     __syncthreads();

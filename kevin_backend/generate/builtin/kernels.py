@@ -112,6 +112,8 @@ VARIANTS_ROWS = (
     Variant(1024, cache=True, cluster=2), Variant(1024, cache=True, cluster=4), Variant(1024, cache=True, cluster=8),
     Variant(1024, vector=True, cache=True, cluster=2), Variant(1024, vector=True, cache=True, cluster=4),
     Variant(1024, vector=True, cache=True, cluster=8),
+    # 16 blocks: beyond the portable 8, allowed per kernel (cudaFuncAttributeNonPortableClusterSizeAllowed; H100, H200)
+    Variant(1024, cache=True, cluster=16), Variant(1024, vector=True, cache=True, cluster=16),
 )
 # Registers per thread a cached row may take (values per input).
 MAX_CACHED = 32
@@ -1341,6 +1343,9 @@ def _host(plan: Plan, variant: Variant, vectorizable: bool, launches: str | None
         launch = launches
     elif plan.is_rows and variant.cluster > 1:  # a cluster per row: the grid is the rows' clusters
         blocks = f"    const long long blocks = {plan.rows}LL * {variant.cluster};\n"
+        if variant.cluster > 8:  # beyond the portable cluster size: allowed kernel by kernel
+            blocks += "".join(f"    cudaFuncSetAttribute({k}, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);\n"
+                              for k in ("kevin_rows", *(("kevin_rows_vec",) if vectorizable else ())))
         launch = blocks + f"    kevin_rows<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});"
         if vectorizable:
             launch = (blocks + f"    if ({aligned}) {{\n"

@@ -32,8 +32,10 @@ __all__ = ["BuiltinPolicy", "task_from_messages"]
 _BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
 _VARIANT = re.compile(r"Written by kevin's built-in writer: .*?variant (\d+)")
 _TIME = re.compile(r"your program:\s*([0-9.eE+-]+)\s*ms")
-_MEASURED = re.compile(r"Measured so far: (.*?)\.(?:\s|$)")
-_MEASURED_ITEM = re.compile(r"variant (\d+) (?:([0-9.eE+-]+) ms|not accepted)")
+# "Measured so far (variant:ms, x not accepted): 0:0.021, 4:x, 10:0.0243." (compact: a search
+# over every variant keeps its whole list within the summary's length)
+_MEASURED = re.compile(r"Measured so far(?: \(variant:ms, x not accepted\))?: (.*?)\.(?:\s|$)")
+_MEASURED_ITEM = re.compile(r"(\d+):(?:([0-9.eE+-]+)|x)\b")
 
 
 def task_from_messages(messages: Sequence[Message]) -> str | None:
@@ -77,7 +79,7 @@ class BuiltinPolicy:
         kind = "row" if plan.is_rows else "pointwise"
         doc = f"Written by kevin's built-in writer: {kind} kernel, {variant.describe()}, variant {choice}."
         program = write_program(plan, variant, name=f"kevin_builtin_{digest}_{choice}", doc=doc)
-        measured = f" Measured so far: {_format_history(history)}." if history else ""
+        measured = f" Measured so far (variant:ms, x not accepted): {_format_history(history)}." if history else ""
         text = (f"A fused {kind} kernel for {len(plan.ops)} ops ({', '.join(dict.fromkeys(plan.ops))}), {variant.describe()}.\n\n"
                 f"```python\n{program}```\n\nSummary: variant {choice} ({variant.describe()}); {why}.{measured}")
         return Reply(text, completion_tokens=len(text) // 4, extra={"variant": choice})
@@ -91,7 +93,7 @@ def _format_history(history: list[tuple[int, float | None]]) -> str:
             best[v] = ms
         else:
             best.setdefault(v, None)
-    return ", ".join(f"variant {v} {ms:.6g} ms" if ms is not None else f"variant {v} not accepted" for v, ms in best.items())
+    return ", ".join(f"{v}:{ms:.6g}" if ms is not None else f"{v}:x" for v, ms in best.items())
 
 
 def _history(messages: list[Message]) -> list[tuple[int, float | None]]:
