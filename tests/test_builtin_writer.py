@@ -189,7 +189,7 @@ def test_refinement_follows_the_timings_and_keeps_the_best() -> None:
     source = next(t.source for t in SUITE if t.name == "gated-f32")
     policy = BuiltinPolicy()
     turns: list[Turn] = []
-    times = {0: 0.040, 1: 0.030, 4: 0.031, 2: None, 3: 0.032, 5: 0.045, 6: 0.041, 7: 0.046}  # variant -> ms (None: wrong)
+    times = {0: 0.040, 1: 0.030, 4: 0.031, 2: None, 3: 0.032, 5: 0.045, 6: 0.041, 7: 0.046, 8: 0.047}  # variant -> ms (None: wrong)
     chosen = []
     for _ in range(len(VARIANTS_POINTWISE) + 1):
         messages = build_messages(source, "NVIDIA H200", turns, 100_000)
@@ -255,7 +255,13 @@ def test_variants_are_ranked_for_the_shape() -> None:
     assert VARIANTS_POINTWISE[order("batchnorm-relu-f32")[1]].vector  # per-channel vectors: one value per 4
     assert VARIANTS_POINTWISE[order("mul-bf16-odd")[1]].vector  # odd length, contiguous inputs: 4-wide and a tail
     transposed = [VARIANTS_POINTWISE[i] for i in order("transposed-input-f32")]
-    assert transposed[0].tiled and transposed[2].items > 1  # a transposed input: tiles, then more items per thread
+    # a transposed input: tiles (32 x 32, then 32 x 64), then more items per thread
+    assert transposed[0].tiled and transposed[1].tiled and transposed[1].items == 2 and transposed[3].items > 1
+    halves = _task("x.t() * y", "torch.randn(64, 96, device='cuda', dtype=torch.float16), torch.randn(96, 64, device='cuda', dtype=torch.float16)")
+    first = VARIANTS_POINTWISE[preferred_order(plan_task(halves))[0]]
+    assert first.tiled and first.items == 2  # 16-bit values: the longer tiles first (twice the loads in flight)
+    program = write_program(plan_task(halves), first)
+    assert "__shared__ float tile_in0[64][33];" in program and "for (int s = 0; s < 2; ++s)" in program
 
 
 def test_an_odd_length_takes_the_vector_path_and_finishes_its_tail_one_by_one() -> None:
@@ -346,6 +352,8 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
                                 "torch.randn(64, 512, device='cuda', dtype=torch.bfloat16), torch.randn(64, 512, device='cuda', dtype=torch.bfloat16)"),
         "softmax-bf16-fast": _task("torch.softmax(x, -1) * y",
                                    "torch.randn(64, 4096, device='cuda', dtype=torch.bfloat16), torch.randn(4096, device='cuda', dtype=torch.bfloat16)"),
+        "tiled-f16-wide": _task("x.t() * y", "torch.randn(96, 64, device='cuda', dtype=torch.float16), "
+                                "torch.randn(64, 96, device='cuda', dtype=torch.float16)"),
         "softmax-cluster16": _task("torch.softmax(x, -1) * y",
                                    "torch.randn(16, 393216, device='cuda'), torch.randn(393216, device='cuda')"),
         "l2norm-cluster": _task("x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12) * y",
@@ -361,7 +369,7 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
               ("mse-split-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]]),
               ("softmax-online", VARIANTS_ROWS[0]), ("fast-math-bf16", VARIANTS_POINTWISE[1]),
               ("l2norm-cluster", CLUSTER_VECTOR), ("argmax-cluster", CLUSTER_SCALAR), ("softmax-bf16-fast", VARIANTS_ROWS[9]),
-              ("softmax-cluster16", CLUSTER_16),
+              ("softmax-cluster16", CLUSTER_16), ("tiled-f16-wide", VARIANTS_POINTWISE[8]),
               ("softmax-transposed-staged", VARIANTS_ROWS[preferred_order(plan_task(more["softmax-transposed-staged"]))[0]]),
               ("permute-tiled", VARIANTS_POINTWISE[preferred_order(plan_task(more["permute-tiled"]))[0]])]
     assert picks[-1][1].tiled

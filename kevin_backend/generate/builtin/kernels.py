@@ -70,7 +70,7 @@ class Variant:
         if self.split:
             parts = [f"{self.threads} threads per block", "each row split over several blocks"]
         if self.tiled:
-            parts = ["32 x 32 tiles through shared memory", f"{self.threads} threads"]
+            parts = [f"32 x {32 * max(1, self.items)} tiles through shared memory", f"{self.threads} threads"]
         if self.cluster > 1:
             parts = [f"a cluster of {self.cluster} blocks of {self.threads} threads per row (distributed shared memory)"]
         if self.rows_per_block > 1:
@@ -90,6 +90,8 @@ VARIANTS_POINTWISE = (
     # an input transposed against the output: tiles read along the input's contiguous dimension
     # into shared memory, written along the output's (`transposed_plane`)
     Variant(256, tiled=True),
+    # tiles twice as long along the output's dimension: twice the loads in flight per thread
+    Variant(256, tiled=True, items=2),
 )
 VARIANTS_ROWS = (
     Variant(256), Variant(256, cache=True), Variant(128, cache=True), Variant(32, rows_per_block=8, cache=True),
@@ -433,12 +435,14 @@ def transposed_plane(plan: Plan) -> tuple[int, int] | None:
     return (d_in, d_out) if plan.shape[d_in] >= 32 and plan.shape[d_out] >= 32 else None
 
 
-def _tiled_kernel(plan: Plan, name: str) -> tuple[str, int]:
-    """A pointwise kernel over 32 x 32 tiles of the (d_in, d_out) plane (`transposed_plane`), one
-    block of 256 threads per tile and position in the other dimensions: each input whose
-    contiguous dimension is d_in is read along d_in into shared memory (coalesced), then every
-    thread computes one output element per step along d_out (coalesced stores), taking such an
-    input's value from the tile and reading the others directly. The grid's size is returned."""
+def _tiled_kernel(plan: Plan, name: str, span: int = 1) -> tuple[str, int]:
+    """A pointwise kernel over tiles of 32 (along d_in) x 32 * `span` (along d_out) of the
+    (d_in, d_out) plane (`transposed_plane`), one block of 256 threads per tile and position in
+    the other dimensions: each input whose contiguous dimension is d_in is read along d_in into
+    shared memory (coalesced), then every thread computes one output element per step along d_out
+    (coalesced stores), taking such an input's value from the tile and reading the others
+    directly. A wider tile keeps more loads in flight per thread (16-bit values move half the
+    bytes a load). The grid's size is returned."""
     d_in, d_out = transposed_plane(plan)  # type: ignore[misc]
     shape = plan.shape
     ins, outs = _signature(plan)
@@ -446,7 +450,8 @@ def _tiled_kernel(plan: Plan, name: str) -> tuple[str, int]:
     nodes = _closure(plan, out_vars, set())
     used = _references(nodes, out_vars)
     others = [d for d in range(len(shape)) if d not in (d_in, d_out)]
-    tiles_in, tiles_out = -(-shape[d_in] // 32), -(-shape[d_out] // 32)
+    wide = 32 * span  # the tile's extent along d_out
+    tiles_in, tiles_out = -(-shape[d_in] // 32), -(-shape[d_out] // wide)
     outer = 1
     for d in others:
         outer *= shape[d]
@@ -461,7 +466,7 @@ def _tiled_kernel(plan: Plan, name: str) -> tuple[str, int]:
 
     tiled = [i for i in plan.inputs if i.var in used and _layout_in_space(i, shape)[d_in] == 1
              and _layout_in_space(i, shape)[d_out] != 1]
-    lines = [f"__shared__ float tile_{i.var}[32][33];" for i in tiled]
+    lines = [f"__shared__ float tile_{i.var}[{wide}][33];" for i in tiled]
     lines += ["const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;",
               f"const long long t_out = blockIdx.x % {tiles_out}LL;",
               f"const long long t_in = (blockIdx.x / {tiles_out}LL) % {tiles_in}LL;",
@@ -475,9 +480,10 @@ def _tiled_kernel(plan: Plan, name: str) -> tuple[str, int]:
             decl, load_at = offset(strides, "i_in", "i_out", inp.var)
             if decl:
                 lines.append(decl)
-            lines.append(f"for (int j = ty; j < 32; j += 8) {{\n        const long long i_in = t_in * 32 + tx, i_out = t_out * 32 + j;\n"
+            lines.append(f"#pragma unroll\n    for (int j = ty; j < {wide}; j += 8) {{\n"
+                         f"        const long long i_in = t_in * 32 + tx, i_out = t_out * {wide} + j;\n"
                          f"        if (i_in < {shape[d_in]}LL && i_out < {shape[d_out]}LL) tile_{inp.var}[j][tx] = kevin_ld(p_{inp.var}, {load_at});\n    }}")
-            tile_reads.append(f"float {inp.var} = tile_{inp.var}[tx][j];")
+            tile_reads.append(f"float {inp.var} = tile_{inp.var}[tx + 32 * s][j];")
         else:
             decl, load_at = offset(strides, "i_in", "i_out", inp.var)
             if decl:
@@ -491,8 +497,9 @@ def _tiled_kernel(plan: Plan, name: str) -> tuple[str, int]:
     body = [*tile_reads, *loads_direct, *(_node_code(n) for n in nodes),
             *(f"kevin_st(p_out{k}, {out_at}, {v});" for k, v in enumerate(out_vars))]
     inner = "\n            ".join(body)
-    lines.append(f"for (int j = ty; j < 32; j += 8) {{\n        const long long i_in = t_in * 32 + j, i_out = t_out * 32 + tx;\n"
-                 f"        if (i_in < {shape[d_in]}LL && i_out < {shape[d_out]}LL) {{\n            {inner}\n        }}\n    }}")
+    lines.append(f"#pragma unroll\n    for (int s = 0; s < {span}; ++s) {{\n    #pragma unroll\n    for (int j = ty; j < 32; j += 8) {{\n"
+                 f"        const long long i_in = t_in * 32 + j, i_out = t_out * {wide} + 32 * s + tx;\n"
+                 f"        if (i_in < {shape[d_in]}LL && i_out < {shape[d_out]}LL) {{\n            {inner}\n        }}\n    }}\n    }}")
     code = "\n    ".join(lines)
     kernel = f"""
 __global__ void __launch_bounds__(256) {name}({ins}, {outs}) {{
@@ -1129,9 +1136,10 @@ def preferred_order(plan: Plan) -> list[int]:
     import math
 
     if not plan.is_rows:
-        if transposed_plane(plan) is not None:  # tiles first, then the plain kernel's more-items variants
-            return [7, 0, 2, 5, 4, 6, 1, 3]
-        return [0, 1, 2, 4, 3, 5, 6, 7] if can_vectorize(plan) else [0, 2, 5, 4, 6, 1, 3, 7]
+        if transposed_plane(plan) is not None:  # tiles first (the longer ones first for 16-bit values), then more items
+            sixteen = all(t.dtype in (torch.float16, torch.bfloat16) for t in (*plan.inputs, *plan.outputs))
+            return [8, 7, 0, 2, 5, 4, 6, 1, 3] if sixteen else [7, 8, 0, 2, 5, 4, 6, 1, 3]
+        return [0, 1, 2, 4, 3, 5, 6, 7, 8] if can_vectorize(plan) else [0, 2, 5, 4, 6, 1, 3, 7, 8]
     ideal = min(1024, max(16, plan.cols // 8))
     vector_ok = can_vectorize_rows(plan)
     columns = strided_rows(plan)
@@ -1222,7 +1230,7 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
             kernels.append(_rows_kernel(plan, variant, "kevin_rows_vec", vector=True))
     elif variant.tiled and transposed_plane(plan) is not None:
         vectorizable = False
-        code, grid = _tiled_kernel(plan, "kevin_tiled")
+        code, grid = _tiled_kernel(plan, "kevin_tiled", span=max(1, variant.items))
         kernels.append(code)
         launches = f"    kevin_tiled<<<(unsigned){grid}, 256, 0, stream>>>({_launch_args(plan)});"
     else:
