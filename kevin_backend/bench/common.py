@@ -58,6 +58,13 @@ class BenchSettings:
     def measure(self, trials: int | None = None) -> Measure:
         return timer(self.device, trials or self.trials, self.warmup)
 
+    def round_trials(self, steps: Mapping[str, Callable[[], Any]]) -> int:
+        """Timed calls per round for these steps: on a GPU with `round_ms` set, from a short probe
+        of the fastest (`probe_ms`, `trials_for`); else `trials`, with nothing run."""
+        if self.round_ms <= 0 or torch.device(self.device).type != "cuda":
+            return self.trials
+        return self.trials_for(probe_ms(steps, torch.device(self.device)))
+
     def trials_for(self, step_ms: float) -> int:
         """Timed calls per round for a step of `step_ms`: `trials`, or on a GPU enough for a round
         of `round_ms` (at most MAX_TRIALS)."""

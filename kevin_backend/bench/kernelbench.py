@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from kevin_backend.bench.common import BenchSettings, compile_model, compile_order, probe_ms, row_summary, short_error, sync
+from kevin_backend.bench.common import BenchSettings, compile_model, compile_order, row_summary, short_error, sync
 from kevin_backend.bench.isolate import WorkerError, run_isolated
 from kevin_backend.bench.progress import Progress
 from kevin_backend.bench.results import FAST_P, KernelBenchResult, KevinStats, TaskResult, Timing, fast_p
@@ -108,7 +108,7 @@ def _measure_task(path: Path, settings: BenchSettings, first: str) -> TaskResult
                     wrong[compiler] = _describe(bad)
         timed = input_sets[0]
         fns = {c: (lambda m=m: m(*timed)) for c, m in models.items()}
-        rounds = interleaved(fns, device, settings.repeats, measure=settings.measure(settings.trials_for(probe_ms(fns, device))))
+        rounds = interleaved(fns, device, settings.repeats, measure=settings.measure(settings.round_trials(fns)))
     return TaskResult(
         task=path.stem, path=str(path), correct="kevin" not in wrong, inductor_correct="inductor" not in wrong,
         mismatch=wrong.get("kevin", ""),

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from kevin_backend.bench.results import FAST_P, BenchReport, KernelBenchResult, ModelResult, TaskResult
 
-__all__ = ["MissingDependency", "require_matplotlib", "markdown", "write_json", "write_chart"]
+__all__ = ["MissingDependency", "require_matplotlib", "markdown", "write_json", "write_chart", "interval"]
 
 
 class MissingDependency(RuntimeError):
@@ -55,8 +55,9 @@ def _label(r: ModelResult) -> str:
     return " ".join(x for x in (r.model, r.size, r.dtype) if x)
 
 
-def _interval(r: ModelResult | TaskResult) -> str:
-    paired = r.paired("kevin", "inductor")
+def interval(r: ModelResult | TaskResult | None) -> str:
+    """` [low-high]`: the 95% interval of kevin over Inductor from the rounds paired ("" without one)."""
+    paired = r.paired("kevin", "inductor") if r is not None else None
     return "" if paired is None else f" [{paired[1]:.2f}-{paired[2]:.2f}]"
 
 
@@ -74,7 +75,7 @@ def _models_table(rows: Sequence[ModelResult]) -> list[str]:
         kevin = r.kevin.short() if r.kevin else "-"
         lines.append(
             f"| {r.model} | {r.size or '-'} | {r.dtype or '-'} | {r.workload} | {_ms(r.ms('eager'))} | {_ms(r.ms('inductor'))} | {_ms(r.ms('kevin'))} | "
-            f"{_x(r.speedup('inductor'))} | {_x(r.speedup('kevin'))} | {_x(r.speedup('kevin', 'inductor'))}{_interval(r)} | "
+            f"{_x(r.speedup('inductor'))} | {_x(r.speedup('kevin'))} | {_x(r.speedup('kevin', 'inductor'))}{interval(r)} | "
             f"{kevin} | {_first_calls(r)} |"
         )
     notes = [f"- {_label(r)} {r.workload}: {r.error}" for r in rows if r.error]

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from kevin_backend.bench.common import DTYPES, BenchSettings, compile_model, compile_order, probe_ms, row_summary, short_error, sync
+from kevin_backend.bench.common import DTYPES, BenchSettings, compile_model, compile_order, row_summary, short_error, sync
 from kevin_backend.bench.isolate import WorkerError, run_isolated
 from kevin_backend.bench.kernelbench import run_kernelbench, task_files
 from kevin_backend.bench.models import MODELS, WORKLOADS, describe, make_model
@@ -113,7 +113,7 @@ def _measure_workload(name: str, workload: str, settings: BenchSettings, order: 
             outputs[compiler] = out
     deviation = {c: _deviation(outputs[c], outputs["eager"]) for c in order if c in outputs and "eager" in outputs}
     outputs.clear()
-    trials = settings.trials_for(probe_ms(steps, device))
+    trials = settings.round_trials(steps)
     if trials != settings.trials:  # a short step: more calls per round (settings.round_ms)
         measure = settings.measure(trials)
     rounds = interleaved(steps, device, settings.repeats, measure=measure)

@@ -207,15 +207,13 @@ def _measure_models(names: list[str], args: argparse.Namespace, config: Config, 
 
 def _end_to_end(before: tuple[Any, ...], after: tuple[Any, ...]) -> str:
     """Markdown: each bench model's step before and after the searches (kevin against Inductor)."""
+    from kevin_backend.bench.report import interval
+
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.4f}"
 
     def x(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}x"
-
-    def paired(r: Any) -> str:  # the rounds paired: a 95% interval that holds 1 is a tie within the noise
-        p = r.paired("kevin", "inductor") if r is not None else None
-        return "" if p is None else f" [{p[1]:.2f}-{p[2]:.2f}]"
 
     later = {(r.model, r.workload): r for r in after}
     lines = ["| model | workload | Inductor ms | kevin ms before | kevin ms after | kevin x Inductor before | after "
@@ -223,7 +221,7 @@ def _end_to_end(before: tuple[Any, ...], after: tuple[Any, ...]) -> str:
     for b in before:
         a = later.get((b.model, b.workload))
         lines.append(f"| {b.model} | {b.workload} | {ms(b.ms('inductor'))} | {ms(b.ms('kevin'))} | {ms(a.ms('kevin') if a else None)} | "
-                     f"{x(b.speedup('kevin', 'inductor'))}{paired(b)} | {x(a.speedup('kevin', 'inductor') if a else None)}{paired(a)} | "
+                     f"{x(b.speedup('kevin', 'inductor'))}{interval(b)} | {x(a.speedup('kevin', 'inductor') if a else None)}{interval(a)} | "
                      f"{len(a.kernels) if a else '-'} |")
     return "\n".join(lines)
 

@@ -1349,24 +1349,22 @@ def _host(plan: Plan, variant: Variant, vectorizable: bool, launches: str | None
                              if not plan.is_rows or o.kind is Kind.FULL)])
     if launches is not None:
         launch = launches
-    elif plan.is_rows and variant.cluster > 1:  # a cluster per row: the grid is the rows' clusters
-        blocks = f"    const long long blocks = {plan.rows}LL * {variant.cluster};\n"
-        if variant.cluster > 8:  # beyond the portable cluster size: allowed kernel by kernel
-            blocks += "".join(f"    cudaFuncSetAttribute({k}, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);\n"
-                              for k in ("kevin_rows", *(("kevin_rows_vec",) if vectorizable else ())))
-        launch = blocks + f"    kevin_rows<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});"
-        if vectorizable:
-            launch = (blocks + f"    if ({aligned}) {{\n"
-                      f"        kevin_rows_vec<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});\n    }} else {{\n"
-                      f"        kevin_rows<<<(unsigned)blocks, {variant.threads}, 0, stream>>>({casted});\n    }}")
     elif plan.is_rows:
-        rpb = max(1, variant.rows_per_block)
-        launch = (f"    const long long blocks = ({plan.rows}LL + {rpb} - 1) / {rpb};\n"
-                  f"    kevin_rows<<<(unsigned)blocks, {variant.threads * rpb}, 0, stream>>>({casted});")
+        if variant.cluster > 1:  # a cluster per row: the grid is the rows' clusters
+            block = variant.threads
+            head = f"    const long long blocks = {plan.rows}LL * {variant.cluster};\n"
+            if variant.cluster > 8:  # beyond the portable cluster size: allowed kernel by kernel
+                head += "".join(f"    cudaFuncSetAttribute({k}, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);\n"
+                                for k in ("kevin_rows", *(("kevin_rows_vec",) if vectorizable else ())))
+        else:
+            rpb = max(1, variant.rows_per_block)
+            block = variant.threads * rpb
+            head = f"    const long long blocks = ({plan.rows}LL + {rpb} - 1) / {rpb};\n"
+        launch = head + f"    kevin_rows<<<(unsigned)blocks, {block}, 0, stream>>>({casted});"
         if vectorizable:
-            launch = (f"    const long long blocks = ({plan.rows}LL + {rpb} - 1) / {rpb};\n    if ({aligned}) {{\n"
-                      f"        kevin_rows_vec<<<(unsigned)blocks, {variant.threads * rpb}, 0, stream>>>({casted});\n    }} else {{\n"
-                      f"        kevin_rows<<<(unsigned)blocks, {variant.threads * rpb}, 0, stream>>>({casted});\n    }}")
+            launch = (head + f"    if ({aligned}) {{\n"
+                      f"        kevin_rows_vec<<<(unsigned)blocks, {block}, 0, stream>>>({casted});\n    }} else {{\n"
+                      f"        kevin_rows<<<(unsigned)blocks, {block}, 0, stream>>>({casted});\n    }}")
     else:
         per = variant.threads * variant.items
         scalar = (f"        const long long blocks = std::min<long long>(({plan.numel}LL + {per} - 1) / {per}, 1LL << 30);\n"
