@@ -34,7 +34,7 @@ _VARIANT = re.compile(r"Written by kevin's built-in writer: .*?variant (\d+)")
 _TIME = re.compile(r"your program:\s*([0-9.eE+-]+)\s*ms")
 # "Measured so far (variant:ms, x not accepted): 0:0.021, 4:x, 10:0.0243." (compact: a search
 # over every variant keeps its whole list within the summary's length)
-_MEASURED = re.compile(r"Measured so far(?: \(variant:ms, x not accepted\))?: (.*?)\.(?:\s|$)")
+_MEASURED = re.compile(r"Measured so far \(variant:ms, x not accepted\): (.*?)\.(?:\s|$)")
 _MEASURED_ITEM = re.compile(r"(\d+):(?:([0-9.eE+-]+)|x)\b")
 
 
