@@ -65,3 +65,78 @@ def test_reductions_over_any_dimensions_are_accepted(tmp_path_factory: pytest.Te
         if close is not None:
             close()
     assert not failures, failures
+
+
+def _judge_first_variants(names: list[str], tmp_path_factory: pytest.TempPathFactory, workers: int = 2) -> list[tuple]:
+    """Each named roofline task's first variant in the writer's order, written and judged by the
+    real judge: (name, variant, program text, result)."""
+    from kevin_backend.generate.builtin.graph import Plan, plan_task
+    from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
+    from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
+    from kevin_backend.judge.judge import Judge
+    from kevin_backend.judge.runner import RunConfig
+
+    by_name = {t.name: t for t in ROOFLINE_SUITE}
+    judge = Judge(tmp_path_factory.mktemp("builds"), RunConfig(trials=10, warmup=2), workers=workers)
+
+    def one(name: str) -> tuple:
+        plan = plan_task(by_name[name].source)
+        assert isinstance(plan, Plan), f"{name}: declined: {plan}"
+        variant = (VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)[preferred_order(plan)[0]]
+        program = write_program(plan, variant)
+        return name, variant, program, judge.judge(by_name[name].source, program)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(one, names))
+    finally:
+        close = getattr(judge, "close", None)
+        if close is not None:
+            close()
+
+
+CLUSTER_TASKS = ["l2norm-dim1-f32-32768x65535", "crossentropy-bf16-16384x50257", "softmax-last-f32-4096x393216",
+                 "instancenorm-f32-16x64x256x256"]
+
+
+def test_rows_beyond_one_block_run_over_a_thread_block_cluster(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """On a GPU with clusters (Hopper and later), a row too long for one block's registers is
+    written first as a cluster kernel (`__cluster_dims__`, partials combined through distributed
+    shared memory), and the real judge accepts it. Fails when the cluster variant is ranked out or
+    its kernel is wrong."""
+    import torch
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("thread-block clusters need compute capability 9.0")
+    failures = []
+    for name, variant, program, result in _judge_first_variants(CLUSTER_TASKS, tmp_path_factory):
+        roof = getattr(result, "roofline", None)
+        fraction = f"{roof.kernel_fraction:.0%} of copy bandwidth" if roof is not None and roof.kernel_fraction else ""
+        print(f"{name:42s} {result.reason.name:10s} {result.timings.speedup_vs_inductor or 0:.2f}x inductor {fraction} "
+              f"[{variant.describe()}]")
+        if not variant.cluster or "__cluster_dims__" not in program:
+            failures.append((name, f"not a cluster kernel: {variant.describe()}"))
+        elif not result.correct:
+            failures.append((name, result.reason.name, result.feedback[:600]))
+    assert not failures, failures
+
+
+FAST_MATH_TASKS = ["silu-add-sigmoid-bf16-32768x8192", "tanh-softplus-sigmoid-f16-65536x4096",
+                   "gelu-softplus-sigmoid-tanh-bf16-32768x16384", "logsoftmax-last-f16-65536x2048"]
+
+
+def test_sixteen_bit_activation_chains_use_fast_math_and_stay_correct(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A kernel whose outputs are all float16 or bfloat16 is written with the fast intrinsics
+    (`KEVIN_FAST_MATH`) and still passes the judge's tolerance check over fresh inputs. Fails
+    when fast math is not applied or loses the outputs' precision."""
+    failures = []
+    for name, variant, program, result in _judge_first_variants(FAST_MATH_TASKS, tmp_path_factory):
+        roof = getattr(result, "roofline", None)
+        fraction = f"{roof.kernel_fraction:.0%} of copy bandwidth" if roof is not None and roof.kernel_fraction else ""
+        print(f"{name:42s} {result.reason.name:10s} {result.timings.speedup_vs_inductor or 0:.2f}x inductor {fraction} "
+              f"[{variant.describe()}]")
+        if "#define KEVIN_FAST_MATH" not in program:
+            failures.append((name, "no fast math"))
+        elif not result.correct:
+            failures.append((name, result.reason.name, result.feedback[:600]))
+    assert not failures, failures
