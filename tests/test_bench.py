@@ -252,6 +252,25 @@ def test_round_order_balances_positions() -> None:
     assert timer("cpu", trials=3, warmup=1)(lambda: sum(range(1000))) > 0
 
 
+def test_warmup_rounds_run_every_variant_and_are_not_counted() -> None:
+    """The warm-up round runs each variant once more, first, and its (slow) times are dropped."""
+    names = ["eager", "inductor", "kevin"]
+    calls = {n: 0 for n in names}
+
+    def measure(fn):  # the first call of each variant is the slow one
+        return fn()
+
+    def step(name: str) -> float:
+        calls[name] += 1
+        return 100.0 if calls[name] == 1 else 1.0
+
+    got = interleaved({n: (lambda n=n: step(n)) for n in names}, "cpu", rounds=3, measure=measure, warmup_rounds=1)
+    assert calls == {n: 4 for n in names}
+    assert got == {n: (1.0, 1.0, 1.0) for n in names}
+    with pytest.raises(ValueError, match="warmup_rounds"):
+        interleaved({"a": lambda: None}, "cpu", rounds=1, warmup_rounds=-1)
+
+
 def test_fast_p_counts_every_task() -> None:
     def task(name: str, correct: bool, eager: float, inductor: float, kevin: float, error: str | None = None) -> TaskResult:
         timings = tuple(Timing(c, (ms,)) for c, ms in (("eager", eager), ("inductor", inductor), ("kevin", kevin)))

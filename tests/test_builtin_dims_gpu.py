@@ -67,9 +67,11 @@ def test_reductions_over_any_dimensions_are_accepted(tmp_path_factory: pytest.Te
     assert not failures, failures
 
 
-def _judge_first_variants(names: list[str], tmp_path_factory: pytest.TempPathFactory, workers: int = 2) -> list[tuple]:
-    """Each named roofline task's first variant in the writer's order, written and judged by the
-    real judge: (name, variant, program text, result)."""
+def _judge_first_variants(names: list[str], tmp_path_factory: pytest.TempPathFactory, workers: int = 2,
+                          pick: int | None = None) -> list[tuple]:
+    """Each named roofline task's first variant in the writer's order (or, with `pick`, the first
+    cluster variant among the first `pick`, None if there is none), written and judged by the real
+    judge: (name, variant, program text, result)."""
     from kevin_backend.generate.builtin.graph import Plan, plan_task
     from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
@@ -82,7 +84,13 @@ def _judge_first_variants(names: list[str], tmp_path_factory: pytest.TempPathFac
     def one(name: str) -> tuple:
         plan = plan_task(by_name[name].source)
         assert isinstance(plan, Plan), f"{name}: declined: {plan}"
-        variant = (VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)[preferred_order(plan)[0]]
+        order = preferred_order(plan)
+        if pick is not None:
+            clusters = [i for i in order[:pick] if VARIANTS_ROWS[i].cluster > 1] if plan.is_rows else []
+            if not clusters:
+                return name, None, "", None
+            order = clusters
+        variant = (VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)[order[0]]
         program = write_program(plan, variant)
         return name, variant, program, judge.judge(by_name[name].source, program)
 
@@ -95,21 +103,23 @@ def _judge_first_variants(names: list[str], tmp_path_factory: pytest.TempPathFac
             close()
 
 
-CLUSTER_TASKS = ["l2norm-dim1-f32-32768x65535", "crossentropy-bf16-16384x50257", "softmax-last-f32-4096x393216",
-                 "instancenorm-f32-16x64x256x256"]
+CLUSTER_TASKS = ["l2norm-dim1-f32-32768x65535", "crossentropy-bf16-16384x50257", "instancenorm-f32-16x64x256x256"]
 
 
 def test_rows_beyond_one_block_run_over_a_thread_block_cluster(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """On a GPU with clusters (Hopper and later), a row too long for one block's registers is
-    written first as a cluster kernel (`__cluster_dims__`, partials combined through distributed
-    shared memory), and the real judge accepts it. Fails when the cluster variant is ranked out or
-    its kernel is wrong."""
+    """On a GPU with clusters (Hopper and later), a row too long for one block's registers gets a
+    cluster kernel (`__cluster_dims__`, partials combined through distributed shared memory) among
+    the writer's first two variants (a two-turn search measures it), and the real judge accepts
+    it. Fails when the cluster variant is ranked out or its kernel is wrong."""
     import torch
 
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("thread-block clusters need compute capability 9.0")
     failures = []
-    for name, variant, program, result in _judge_first_variants(CLUSTER_TASKS, tmp_path_factory):
+    for name, variant, program, result in _judge_first_variants(CLUSTER_TASKS, tmp_path_factory, pick=2):
+        if variant is None:
+            failures.append((name, "no cluster variant among the first two"))
+            continue
         roof = getattr(result, "roofline", None)
         fraction = f"{roof.kernel_fraction:.0%} of copy bandwidth" if roof is not None and roof.kernel_fraction else ""
         print(f"{name:42s} {result.reason.name:10s} {result.timings.speedup_vs_inductor or 0:.2f}x inductor {fraction} "

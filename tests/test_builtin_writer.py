@@ -394,21 +394,28 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
         assert p.returncode == 0, (name, out[-3000:])
 
 
-def test_rows_too_long_for_a_block_go_to_a_cluster_first_where_the_gpu_has_them(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_too_long_for_a_block_get_a_cluster_second_where_the_gpu_has_them(monkeypatch: pytest.MonkeyPatch) -> None:
     """A row of 65,535 floats does not fit in one 1024-thread block's registers (32 values a
-    thread): on a GPU with clusters the smallest cluster that holds it comes first; a row a block
-    holds, and any row on a GPU without clusters, leaves the cluster variants last."""
+    thread): on a GPU with clusters the smallest cluster of 2 to 8 blocks that holds it comes
+    second, after the plain choice, so a search of two turns measures both; clusters of 16 blocks
+    stay last; a row a block holds, and any row on a GPU without clusters, leaves the cluster
+    variants last."""
     import kevin_backend.generate.builtin.kernels as kernels
 
     long_rows = plan_task(_task("x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)", "torch.randn(64, 65535, device='cuda'), torch.randn(1, device='cuda')"))
     short_rows = plan_task(_task("torch.softmax(x, -1)", "torch.randn(64, 4096, device='cuda'), torch.randn(1, device='cuda')"))
+    very_long = plan_task(_task("torch.softmax(x, -1)", "torch.randn(64, 393216, device='cuda'), torch.randn(1, device='cuda')"))
     monkeypatch.setattr(kernels, "clusters_available", lambda: True)
-    first = VARIANTS_ROWS[preferred_order(long_rows)[0]]
-    assert first.cluster == 2 and first.cache and not first.vector  # 65,535 is not a multiple of 4: the scalar path
-    assert all(VARIANTS_ROWS[i].cluster > 1 for i in preferred_order(long_rows)[:3])
+    order = preferred_order(long_rows)
+    assert VARIANTS_ROWS[order[0]].cluster == 1
+    second = VARIANTS_ROWS[order[1]]
+    assert second.cluster == 2 and second.cache and not second.vector  # 65,535 is not a multiple of 4: the scalar path
+    assert sum(VARIANTS_ROWS[i].cluster > 1 for i in order[:8]) == 1
+    assert sorted(order) == list(range(len(VARIANTS_ROWS)))
     assert all(VARIANTS_ROWS[i].cluster == 1 for i in preferred_order(short_rows)[:20])
+    assert all(VARIANTS_ROWS[i].cluster == 1 for i in preferred_order(very_long)[:20])  # it needs 16 blocks
     many = plan_task(_task("x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)",
                            "torch.randn(32768, 65535, device='cuda'), torch.randn(1, device='cuda')"))  # rows enough to fill the GPU
-    assert VARIANTS_ROWS[preferred_order(many)[0]].cluster == 2
+    assert VARIANTS_ROWS[preferred_order(many)[1]].cluster == 2
     monkeypatch.setattr(kernels, "clusters_available", lambda: False)
     assert all(VARIANTS_ROWS[i].cluster > 1 for i in preferred_order(long_rows)[-6:])

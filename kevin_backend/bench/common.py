@@ -32,6 +32,9 @@ class BenchSettings:
     repeats: int = 5  # rounds: the compilers alternate, round by round
     trials: int = 10  # timed calls per round (the round's median counts)
     warmup: int = 3  # untimed calls before each round's trials
+    # whole rounds run before the timed ones, their times dropped: on a GPU the first round after
+    # compiling was up to 1.7x slower than the rest (a 1 ms step), enough to move a median of 7
+    warmup_rounds: int = 1
     # on a GPU a round lasts at least this long: a step shorter than round_ms / trials gets more
     # trials (at most MAX_TRIALS), so host-bound steps (small batches) are not decided by a few noisy calls
     round_ms: float = 200.0
@@ -47,9 +50,9 @@ class BenchSettings:
             raise ValueError(f"unknown dtype {self.dtype!r}; valid dtypes: {', '.join(DTYPES)}")
         if self.size not in SIZES:
             raise ValueError(f"unknown size {self.size!r}; valid sizes: {', '.join(SIZES)}")
-        if self.repeats < 1 or self.trials < 1 or self.warmup < 0 or not self.round_ms >= 0:
-            raise ValueError(f"need repeats >= 1, trials >= 1, warmup >= 0, round_ms >= 0; got {self.repeats}, {self.trials}, "
-                             f"{self.warmup}, {self.round_ms}")
+        if self.repeats < 1 or self.trials < 1 or self.warmup < 0 or self.warmup_rounds < 0 or not self.round_ms >= 0:
+            raise ValueError(f"need repeats >= 1, trials >= 1, warmup >= 0, warmup_rounds >= 0, round_ms >= 0; got {self.repeats}, "
+                             f"{self.trials}, {self.warmup}, {self.warmup_rounds}, {self.round_ms}")
 
     @property
     def torch_dtype(self) -> torch.dtype:

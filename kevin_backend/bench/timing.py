@@ -52,14 +52,19 @@ def interleaved(
     trials: int = 10,
     warmup: int = 3,
     measure: Measure | None = None,
+    warmup_rounds: int = 0,
 ) -> dict[str, tuple[float, ...]]:
-    """Per variant, the median ms of each round (`rounds` values), variants alternating."""
-    if rounds < 1:
-        raise ValueError(f"need rounds >= 1, got {rounds}")
+    """Per variant, the median ms of each round (`rounds` values), variants alternating, after
+    `warmup_rounds` whole rounds whose times are dropped (the first round after compiling runs
+    slow: allocator, caches, clocks)."""
+    if rounds < 1 or warmup_rounds < 0:
+        raise ValueError(f"need rounds >= 1 and warmup_rounds >= 0, got {rounds} and {warmup_rounds}")
     measure = measure or timer(device, trials, warmup)
     names = list(fns)
     samples: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
+    for r in range(-warmup_rounds, rounds):
         for name in round_order(names, r):
-            samples[name].append(measure(fns[name]))
+            ms = measure(fns[name])
+            if r >= 0:
+                samples[name].append(ms)
     return {n: tuple(v) for n, v in samples.items()}

@@ -43,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--repeats", type=int, default=5, metavar="N", help="rounds, the compilers alternating (default: 5)")
     p.add_argument("--trials", type=int, default=10, metavar="N", help="timed calls per round; its median counts (default: 10)")
     p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed calls before each round (default: 3)")
+    p.add_argument("--warmup-rounds", type=int, default=1, metavar="N",
+                   help="whole rounds run first and not counted (default: 1)")
     p.add_argument("--round-ms", type=float, default=200.0, metavar="MS",
                    help="on a GPU, a round lasts at least this long: a short step gets more trials (default: 200; 0: "
                         "always --trials)")
@@ -87,7 +89,7 @@ def _command(args: argparse.Namespace, models: list[str], workloads: list[str]) 
         parts += ["--kernelbench", str(args.kernelbench)]
     parts += ["--device", args.device, "--dtype", ",".join(args.dtypes), "--size", ",".join(args.sizes),
               "--repeats", str(args.repeats), "--trials", str(args.trials), "--warmup", str(args.warmup),
-              "--round-ms", f"{args.round_ms:g}"]
+              "--warmup-rounds", str(args.warmup_rounds), "--round-ms", f"{args.round_ms:g}"]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -152,7 +154,8 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
 
     args.sizes = _names(args.size, SIZES, "size")
     args.dtypes = _names(args.dtype, DTYPES, "dtype")
-    for flag, value, least in (("--repeats", args.repeats, 1), ("--trials", args.trials, 1), ("--warmup", args.warmup, 0)):
+    for flag, value, least in (("--repeats", args.repeats, 1), ("--trials", args.trials, 1), ("--warmup", args.warmup, 0),
+                                 ("--warmup-rounds", args.warmup_rounds, 0)):
         if value < least:
             raise CommandError(f"{flag} must be at least {least}, got {value}", EXIT_USAGE)
     if not args.timeout > 0:  # also refuses nan
@@ -181,7 +184,7 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
     for n, (size, dtype) in enumerate((size, dtype) for size in args.sizes for dtype in args.dtypes):
         settings = BenchSettings(
             device=args.device, dtype=dtype, size=size, repeats=args.repeats, trials=args.trials,
-            warmup=args.warmup, round_ms=args.round_ms, kevin_options=kevin_options(config), isolate=not args.in_process,
+            warmup=args.warmup, warmup_rounds=args.warmup_rounds, round_ms=args.round_ms, kevin_options=kevin_options(config), isolate=not args.in_process,
             timeout_s=args.timeout, inductor_cache=args.inductor_cache,
         )
         if len(args.sizes) * len(args.dtypes) > 1:
