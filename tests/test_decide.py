@@ -364,11 +364,12 @@ def test_the_worker_times_the_kernel_through_the_runtime_interleaved_under_the_l
     verdict = json.loads(lines[-1])
     assert verdict["status"] == "ok", (verdict, done.stderr[-2000:])
     assert len(verdict["kernel_ms"]) == len(verdict["inductor_ms"]) == 5
-    timed = phases[phases.index("lock") + 1:phases.index("check")]
-    assert timed == ["retime-kernel", "retime-inductor"] * 5
+    held_phases = phases[phases.index("lock") + 1:phases.index("check")]
+    assert held_phases == ["inductor", "kernel-warmup", "timer", *["retime-kernel", "retime-inductor"] * 5]
     calls = probe.read_text().split()
-    # the warm-up call ran before the lock was taken; every timed call (5 rounds x (1 + 3)) under it
-    assert calls[0] == "free" and calls[1:] == ["held"] * 20
+    # Inductor's first call, the kernel's warm-up call and every timed call (5 rounds x (1 + 3))
+    # ran with the GPU lock held exclusively
+    assert calls == ["held"] * 21
 
 
 def test_retime_in_sandbox_returns_paired_rounds() -> None:

@@ -163,3 +163,62 @@ def test_the_judges_own_failure_is_not_the_candidates() -> None:
     broken_task = TASK.replace("return torch.sigmoid(x) * w + 1.0", "raise RuntimeError('the reference itself is broken')")
     out = run_in_sandbox(broken_task, HONEST, FAST)
     assert out.reason == "INFRA" and "reference" in out.feedback, (out.reason, out.feedback)
+
+
+PROBE = '''
+import fcntl
+
+
+def lock_state(path):
+    """'alone' (an exclusive holder), 'shared' (shared holders only) or 'free', as another
+    worker would find the GPU lock now."""
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return "free"
+        except BlockingIOError:
+            pass
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return "shared"
+        except BlockingIOError:
+            return "alone"
+
+
+def note(who):
+    with open(RECORD, "a") as f:
+        f.write(who + " " + lock_state(LOCK) + "\\n")
+'''
+
+
+def test_every_run_of_the_candidate_and_the_reference_holds_the_gpu_lock(tmp_path) -> None:
+    """Correctness and the replay check run under the GPU lock shared, Inductor's first call
+    (which benchmarks its kernels' configurations) and the timing under it exclusively: no
+    forward of either side runs while another worker could be timing. Goes red if the replay or
+    Inductor's compile runs with the lock free."""
+    from kevin_backend.judge.runner import job_of, run_worker_process
+
+    lock, record = tmp_path / "gpu0.lock", tmp_path / "record.txt"
+    prelude = f"LOCK = {str(lock)!r}\nRECORD = {str(record)!r}\n" + PROBE
+    task = TASK.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + prelude, 1).replace(
+        "    def forward(self, x, w):\n",
+        "    def forward(self, x, w):\n        torch._dynamo.disable(note)('reference')\n", 1)
+    source = candidate("        note('candidate')\n" + NUMPY +
+                       "        return torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32))\n")
+    source = source.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + prelude, 1)
+    config = RunConfig(seeds=(1, 2), trials=3, warmup=1, timeout=120, gpu_lock=str(lock))
+    end = run_worker_process("kevin_backend.judge.run_worker", {**job_of(task, source, config), "compile_backend": "eager"}, 120)
+    assert end.verdict is not None and end.verdict["reason"] == "ACCEPTED", (end.verdict, end.err[-3000:])
+    seen = [line.split() for line in record.read_text().splitlines()]
+    assert ["reference", "free"] not in seen and ["candidate", "free"] not in seen, seen
+    candidate_states = [state for who, state in seen if who == "candidate"]
+    # correctness (shared), then 1 + 3 timed calls alone, then the replay (shared)
+    assert candidate_states[-5:] == ["alone"] * 4 + ["shared"], candidate_states
+    assert "shared" in candidate_states[:-5]
+    # Inductor's first call comes first under the exclusive hold, then the eager timing's 1 + 3
+    # calls (the compiled reference's timed calls run its graph, not the probe)
+    assert seen.index(["reference", "alone"]) < seen.index(["candidate", "alone"])
+    reference_states = [state for who, state in seen if who == "reference"]
+    assert reference_states.count("alone") == 5 and reference_states[-1] == "shared", reference_states

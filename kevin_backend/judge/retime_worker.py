@@ -142,36 +142,41 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
         torch.manual_seed(seed)
         model = candidate.ModelNew(*init).to(device).eval()
 
-        phase("inputs")
-        values = make_input_set(task, seed, device).values
+        phase("inputs")  # (shared: another worker's timing must not see it fill the GPU's memory)
+        with file_lock(job["gpu_lock"], shared=True) if job.get("gpu_lock") else contextlib.nullcontext():
+            values = make_input_set(task, seed, device).values
         kernel_call = _kernel_call(job, model, reference, values, runtime)
 
-        phase("inductor")
-        inductor_fn, inductor_how = inductor_call(reference, values, job.get("compile_backend") or "inductor")
-        _sync(device)
-
-        phase("kernel-warmup")
-        with torch.no_grad():
-            kernel_call()
-        _sync(device)
-        _check_kernel_used(kernel_call)
-
-        phase("timer")
         trials, warmup, rounds = int(job["trials"]), int(job["warmup"]), int(job["rounds"])
-        measure = make_timer(device, trials, warmup, queued=False)
-
-        def kernel_round() -> float:
-            phase("retime-kernel")
-            return measure(kernel_call)
-
-        def inductor_round() -> float:
-            phase("retime-inductor")
-            return measure(inductor_fn)
-
         phase("lock")  # waiting for the GPU: the judge's step, whatever the wait
+        # Held from Inductor's first call on: that call compiles and benchmarks the configurations
+        # of Inductor's kernels (another worker's run beside it would skew the choice for good),
+        # and the kernel's warm-up must not land inside another worker's timing.
         lock = file_lock(job["gpu_lock"]) if job.get("gpu_lock") else contextlib.nullcontext()
-        with lock, torch.no_grad():
-            kernel_ms, inductor_ms = interleaved_rounds(kernel_round, inductor_round, rounds)
+        with lock:
+            phase("inductor")
+            inductor_fn, inductor_how = inductor_call(reference, values, job.get("compile_backend") or "inductor")
+            _sync(device)
+
+            phase("kernel-warmup")
+            with torch.no_grad():
+                kernel_call()
+            _sync(device)
+            _check_kernel_used(kernel_call)
+
+            phase("timer")
+            measure = make_timer(device, trials, warmup, queued=False)
+
+            def kernel_round() -> float:
+                phase("retime-kernel")
+                return measure(kernel_call)
+
+            def inductor_round() -> float:
+                phase("retime-inductor")
+                return measure(inductor_fn)
+
+            with torch.no_grad():
+                kernel_ms, inductor_ms = interleaved_rounds(kernel_round, inductor_round, rounds)
         phase("check")
         _check_kernel_used(kernel_call)
         return {

@@ -591,24 +591,34 @@ def _judge(run: Run) -> dict[str, Any]:
 
 
 def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
-    """Candidate, eager and Inductor timed under one protocol; then the replay check."""
+    """Candidate, eager and Inductor timed under one protocol; then the replay check.
+
+    Every step on the GPU holds its lock: the timing and Inductor's first call exclusively (that
+    call compiles and benchmarks the configurations of Inductor's kernels, which another worker's
+    run beside it would skew for good), the inputs and the replay check shared (their work must
+    not land inside another worker's timing)."""
     job = run.job
-    run.phase("inputs")
-    inputs = make_input_set(run.task, job["seeds"][0], run.device)
+    gpu_lock = job.get("gpu_lock")
+
+    def held(shared: bool) -> contextlib.AbstractContextManager[None]:
+        return file_lock(gpu_lock, shared=shared) if gpu_lock else contextlib.nullcontext()
+
+    with held(shared=True):
+        run.phase("inputs")
+        inputs = make_input_set(run.task, job["seeds"][0], run.device)
     values = inputs.values
     measure = make_timer(run.device, job["trials"], job["warmup"], queued=True)
     compiled: Callable[[], Any] | None = None
-    if job.get("inductor", True):  # (asked for once per task and GPU: the judge keeps the references' times)
-        run.phase("inductor")
-        from kevin_backend.judge.retime_worker import inductor_call
+    run.phase("lock")  # waiting for the GPU alone: the judge's step, whatever the wait
+    with torch.no_grad(), held(shared=False):
+        if job.get("inductor", True):  # (asked for once per task and GPU: the judge keeps the references' times)
+            run.phase("inductor")
+            from kevin_backend.judge.retime_worker import inductor_call
 
-        # Inductor's code as a compiled model calls it: the one graph's compiled function without
-        # Dynamo's guards (tens of microseconds a call), as the backend's decision times it
-        with torch.no_grad():
+            # Inductor's code as a compiled model calls it: the one graph's compiled function without
+            # Dynamo's guards (tens of microseconds a call), as the backend's decision times it
             compiled, how = inductor_call(run.reference, values, job.get("compile_backend") or "inductor")
-        run.ledger.notes.append(f"Inductor timed as {how}")
-    lock = file_lock(job["gpu_lock"]) if job.get("gpu_lock") else contextlib.nullcontext()
-    with torch.no_grad(), lock:
+            run.ledger.notes.append(f"Inductor timed as {how}")
         run.phase("timing-candidate")
         kernel_ms = measure(lambda: run.model(*values))
         run.phase("timing-reference")
@@ -618,10 +628,17 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
         run.ledger.observe()
         copy_gbps = _copy_bandwidth(run)  # while the GPU is still this worker's alone
     run.ledger.observe()
-
-    # replay check: the same buffers, new values
-    run.phase("inputs")
     measure = compiled = None  # the flush buffer and the compiled reference: their memory goes to the replay
+    with held(shared=True):
+        return _replay(run, inputs, exact_model, kernel_ms, eager_ms, inductor_ms, copy_gbps)
+
+
+def _replay(run: Run, inputs: InputSet, exact_model: list[torch.nn.Module], kernel_ms: float, eager_ms: float | None,
+            inductor_ms: float | None, copy_gbps: float | None) -> dict[str, Any]:
+    """The replay check after the timing (the same buffers, new values: a candidate that returns
+    stored results fails it), then the accepted verdict with its times and roofline facts."""
+    job, values = run.job, inputs.values
+    run.phase("inputs")
     fresh = make_input_set(run.task, job["seeds"][-1] + 1000, run.device)
     for k, buf in enumerate(values):
         if isinstance(buf, torch.Tensor):
