@@ -258,10 +258,13 @@ def test_variants_are_ranked_for_the_shape() -> None:
     # a transposed input: tiles (32 x 32, then 32 x 64), then more items per thread
     assert transposed[0].tiled and transposed[1].tiled and transposed[1].items == 2 and transposed[3].items > 1
     halves = _task("x.t() * y", "torch.randn(64, 96, device='cuda', dtype=torch.float16), torch.randn(96, 64, device='cuda', dtype=torch.float16)")
-    first = VARIANTS_POINTWISE[preferred_order(plan_task(halves))[0]]
-    assert first.tiled and first.items == 2  # 16-bit values: the longer tiles first (twice the loads in flight)
-    program = write_program(plan_task(halves), first)
+    first, second = (VARIANTS_POINTWISE[i] for i in preferred_order(plan_task(halves))[:2])
+    assert first.tiled and first.items == 1 and second.tiled and second.items == 2  # 16-bit values too (measured)
+    program = write_program(plan_task(halves), second)
     assert "__shared__ float tile_in0[64][33];" in program and "for (int s = 0; s < 2; ++s)" in program
+    # 32 x 32 tiles: no loop over tile halves and no unroll pragma (both measured slower on the H200)
+    program = write_program(plan_task(halves), first)
+    assert "for (int s = 0;" not in program and "#pragma unroll\n    for (int j = ty;" not in program
 
 
 def test_an_odd_length_takes_the_vector_path_and_finishes_its_tail_one_by_one() -> None:

@@ -480,10 +480,12 @@ def _tiled_kernel(plan: Plan, name: str, span: int = 1) -> tuple[str, int]:
             decl, load_at = offset(strides, "i_in", "i_out", inp.var)
             if decl:
                 lines.append(decl)
-            lines.append(f"#pragma unroll\n    for (int j = ty; j < {wide}; j += 8) {{\n"
+            # (loops left to the compiler: with `#pragma unroll` on them, a 32 x 32 float transpose
+            # measured 0.35 ms on the H200 against 0.28 ms without)
+            lines.append(f"for (int j = ty; j < {wide}; j += 8) {{\n"
                          f"        const long long i_in = t_in * 32 + tx, i_out = t_out * {wide} + j;\n"
                          f"        if (i_in < {shape[d_in]}LL && i_out < {shape[d_out]}LL) tile_{inp.var}[j][tx] = kevin_ld(p_{inp.var}, {load_at});\n    }}")
-            tile_reads.append(f"float {inp.var} = tile_{inp.var}[tx + 32 * s][j];")
+            tile_reads.append(f"float {inp.var} = tile_{inp.var}[{'tx + 32 * s' if span > 1 else 'tx'}][j];")
         else:
             decl, load_at = offset(strides, "i_in", "i_out", inp.var)
             if decl:
@@ -497,9 +499,10 @@ def _tiled_kernel(plan: Plan, name: str, span: int = 1) -> tuple[str, int]:
     body = [*tile_reads, *loads_direct, *(_node_code(n) for n in nodes),
             *(f"kevin_st(p_out{k}, {out_at}, {v});" for k, v in enumerate(out_vars))]
     inner = "\n            ".join(body)
-    lines.append(f"#pragma unroll\n    for (int s = 0; s < {span}; ++s) {{\n    #pragma unroll\n    for (int j = ty; j < 32; j += 8) {{\n"
-                 f"        const long long i_in = t_in * 32 + j, i_out = t_out * {wide} + 32 * s + tx;\n"
-                 f"        if (i_in < {shape[d_in]}LL && i_out < {shape[d_out]}LL) {{\n            {inner}\n        }}\n    }}\n    }}")
+    loop = (f"for (int j = ty; j < 32; j += 8) {{\n"
+            f"        const long long i_in = t_in * 32 + j, i_out = t_out * {wide} + {'32 * s + ' if span > 1 else ''}tx;\n"
+            f"        if (i_in < {shape[d_in]}LL && i_out < {shape[d_out]}LL) {{\n            {inner}\n        }}\n    }}")
+    lines.append(f"for (int s = 0; s < {span}; ++s) {{\n    {loop}\n    }}" if span > 1 else loop)
     code = "\n    ".join(lines)
     kernel = f"""
 __global__ void __launch_bounds__(256) {name}({ins}, {outs}) {{
@@ -1136,9 +1139,9 @@ def preferred_order(plan: Plan) -> list[int]:
     import math
 
     if not plan.is_rows:
-        if transposed_plane(plan) is not None:  # tiles first (the longer ones first for 16-bit values), then more items
-            sixteen = all(t.dtype in (torch.float16, torch.bfloat16) for t in (*plan.inputs, *plan.outputs))
-            return [8, 7, 0, 2, 5, 4, 6, 1, 3] if sixteen else [7, 8, 0, 2, 5, 4, 6, 1, 3]
+        if transposed_plane(plan) is not None:  # tiles first (32 x 32, then 32 x 64), then more items
+            # (32 x 64 tiles measured 0.459 ms on an f16 permute on the H200, 32 x 32 ones 0.42 ms)
+            return [7, 8, 0, 2, 5, 4, 6, 1, 3]
         return [0, 1, 2, 4, 3, 5, 6, 7, 8] if can_vectorize(plan) else [0, 2, 5, 4, 6, 1, 3, 7, 8]
     ideal = min(1024, max(16, plan.cols // 8))
     vector_ok = can_vectorize_rows(plan)
