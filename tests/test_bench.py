@@ -221,6 +221,9 @@ def test_kernelbench_task_that_fails(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--kernelbench", "{tmp}"], "--kernelbench: no task files (*.py) in"),
         (["--repeats", "0"], "--repeats must be at least 1"),
         (["--round-ms", "-1"], "--round-ms must be at least 0, got -1"),
+        (["--precision", "1"], "--precision must be at least 0 and below 1, got 1.0"),
+        (["--max-repeats", "0"], "--max-repeats must be at least 1"),
+        (["--warmup-rounds", "-1"], "--warmup-rounds must be at least 0"),
         (["--size", "full,huge"], "unknown size 'huge'; valid sizes: full, small, tiny"),
         (["--dtype", "float8"], "unknown dtype 'float8'; valid dtypes: float32, bfloat16, float16"),
         (["--device", "tpu"], "invalid choice: 'tpu'"),
@@ -269,6 +272,37 @@ def test_warmup_rounds_run_every_variant_and_are_not_counted() -> None:
     assert got == {n: (1.0, 1.0, 1.0) for n in names}
     with pytest.raises(ValueError, match="warmup_rounds"):
         interleaved({"a": lambda: None}, "cpu", rounds=1, warmup_rounds=-1)
+
+
+def test_rounds_go_on_until_the_paired_interval_is_narrow_enough() -> None:
+    """With a stop rule, rounds continue after `rounds` until it holds or `max_rounds` are done:
+    noisy pairs need more rounds than steady ones, and a rule that never holds stops at the cap."""
+    from kevin_backend.bench.common import BenchSettings, precise_enough
+
+    def run(ratios: list[float], max_rounds: int) -> int:
+        it = iter(ratios * 100)
+        current: dict[str, float] = {}
+
+        def kevin() -> float:
+            current["k"] = next(it)
+            return current["k"]
+
+        fns = {"inductor": lambda: 1.0, "kevin": kevin}
+        got = interleaved(fns, "cpu", rounds=3, measure=lambda fn: fn(), until=lambda s: precise_enough(s, 0.01),
+                          max_rounds=max_rounds)
+        assert len(got["kevin"]) == len(got["inductor"])
+        return len(got["kevin"])
+
+    assert run([1.0, 1.001, 0.999], 45) == 3  # steady: the first 3 rounds are enough
+    noisy = run([1.0, 1.08, 0.93, 1.05, 0.96], 200)
+    assert 3 < noisy < 200  # noisy: more rounds, until the interval is within +-1%
+    assert run([1.0, 1.3, 0.7], 12) == 12  # very noisy: the cap
+    assert precise_enough({"eager": [1.0]}, 0.01)  # nothing to compare: no reason to go on
+    assert BenchSettings(device="cpu").stop_rule() is None  # on a CPU: exactly `repeats` rounds
+    assert BenchSettings(device="cuda", precision=0.0).stop_rule() is None
+    assert BenchSettings(device="cuda").stop_rule() is not None
+    with pytest.raises(ValueError, match="precision"):
+        BenchSettings(device="cpu", precision=1.5)
 
 
 def test_fast_p_counts_every_task() -> None:

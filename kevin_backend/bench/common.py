@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -18,7 +18,8 @@ from kevin_backend.bench.models import SIZES
 from kevin_backend.bench.results import COMPILERS
 from kevin_backend.bench.timing import Measure, timer
 
-__all__ = ["DTYPES", "BenchSettings", "compile_model", "compile_order", "sync", "short_error", "row_summary", "probe_ms"]
+__all__ = ["DTYPES", "BenchSettings", "compile_model", "compile_order", "sync", "short_error", "row_summary", "probe_ms",
+           "precise_enough"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 MAX_TRIALS = 500  # timed calls per round, at most (BenchSettings.round_ms)
@@ -35,6 +36,11 @@ class BenchSettings:
     # whole rounds run before the timed ones, their times dropped: on a GPU the first round after
     # compiling was up to 1.7x slower than the rest (a 1 ms step), enough to move a median of 7
     warmup_rounds: int = 1
+    # on a GPU, rounds go on after `repeats` until kevin over Inductor's paired 95% interval lies
+    # within +-precision of its estimate, or `max_repeats` rounds are done (0: `repeats` rounds);
+    # a launch-bound step's rounds were measured 5-10% apart for the same code
+    precision: float = 0.01
+    max_repeats: int = 45
     # on a GPU a round lasts at least this long: a step shorter than round_ms / trials gets more
     # trials (at most MAX_TRIALS), so host-bound steps (small batches) are not decided by a few noisy calls
     round_ms: float = 200.0
@@ -53,6 +59,8 @@ class BenchSettings:
         if self.repeats < 1 or self.trials < 1 or self.warmup < 0 or self.warmup_rounds < 0 or not self.round_ms >= 0:
             raise ValueError(f"need repeats >= 1, trials >= 1, warmup >= 0, warmup_rounds >= 0, round_ms >= 0; got {self.repeats}, "
                              f"{self.trials}, {self.warmup}, {self.warmup_rounds}, {self.round_ms}")
+        if not 0 <= self.precision < 1 or self.max_repeats < 1:
+            raise ValueError(f"need 0 <= precision < 1 and max_repeats >= 1; got {self.precision}, {self.max_repeats}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -75,12 +83,34 @@ class BenchSettings:
             return self.trials
         return max(self.trials, min(MAX_TRIALS, math.ceil(self.round_ms / step_ms)))
 
+    def stop_rule(self) -> Callable[[Mapping[str, Sequence[float]]], bool] | None:
+        """When rounds may stop after `repeats` (`timing.interleaved`'s `until`): on a GPU with
+        `precision` set, once kevin over Inductor's paired interval is within +-precision of its
+        estimate; None (exactly `repeats` rounds) otherwise."""
+        if self.precision <= 0 or torch.device(self.device).type != "cuda":
+            return None
+        return lambda samples: precise_enough(samples, self.precision)
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BenchSettings":
         return cls(**data)
+
+
+def precise_enough(samples: Mapping[str, Sequence[float]], precision: float) -> bool:
+    """Whether kevin over Inductor, from the rounds so far paired one by one, has its 95%
+    interval within +-`precision` of its estimate (true when either side is not measured)."""
+    from kevin_backend.bench.results import paired_ratio
+
+    if "kevin" not in samples or "inductor" not in samples:
+        return True
+    paired = paired_ratio(samples["kevin"], samples["inductor"])
+    if paired is None:
+        return False
+    estimate, low, high = paired
+    return high / estimate - 1 <= precision and 1 - low / estimate <= precision
 
 
 def compile_model(model: torch.nn.Module, compiler: str, settings: BenchSettings) -> Any:

@@ -109,7 +109,7 @@ def _measure_task(path: Path, settings: BenchSettings, first: str) -> TaskResult
         timed = input_sets[0]
         fns = {c: (lambda m=m: m(*timed)) for c, m in models.items()}
         rounds = interleaved(fns, device, settings.repeats, measure=settings.measure(settings.round_trials(fns)),
-                             warmup_rounds=settings.warmup_rounds)
+                             warmup_rounds=settings.warmup_rounds, until=settings.stop_rule(), max_rounds=settings.max_repeats)
     return TaskResult(
         task=path.stem, path=str(path), correct="kevin" not in wrong, inductor_correct="inductor" not in wrong,
         mismatch=wrong.get("kevin", ""),

@@ -116,7 +116,8 @@ def _measure_workload(name: str, workload: str, settings: BenchSettings, order: 
     trials = settings.round_trials(steps)
     if trials != settings.trials:  # a short step: more calls per round (settings.round_ms)
         measure = settings.measure(trials)
-    rounds = interleaved(steps, device, settings.repeats, measure=measure, warmup_rounds=settings.warmup_rounds)
+    rounds = interleaved(steps, device, settings.repeats, measure=measure, warmup_rounds=settings.warmup_rounds,
+                         until=settings.stop_rule(), max_rounds=settings.max_repeats)
     stats = KevinStats.between(before, counters.snapshot())
     return ModelResult(
         model=name, workload=workload, description=describe(name, settings.size), size=settings.size, dtype=settings.dtype,

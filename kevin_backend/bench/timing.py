@@ -9,7 +9,7 @@ drift (clocks, temperature, other tenants) falls on every variant alike.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -53,18 +53,26 @@ def interleaved(
     warmup: int = 3,
     measure: Measure | None = None,
     warmup_rounds: int = 0,
+    until: Callable[[Mapping[str, Sequence[float]]], bool] | None = None,
+    max_rounds: int | None = None,
 ) -> dict[str, tuple[float, ...]]:
-    """Per variant, the median ms of each round (`rounds` values), variants alternating, after
-    `warmup_rounds` whole rounds whose times are dropped (the first round after compiling runs
-    slow: allocator, caches, clocks)."""
+    """Per variant, the median ms of each round, variants alternating, after `warmup_rounds`
+    whole rounds whose times are dropped (the first round after compiling runs slow: allocator,
+    caches, clocks). `rounds` rounds; with `until`, more rounds after those, one at a time, until
+    `until(samples so far)` is true or `max_rounds` rounds are done."""
     if rounds < 1 or warmup_rounds < 0:
         raise ValueError(f"need rounds >= 1 and warmup_rounds >= 0, got {rounds} and {warmup_rounds}")
+    last = max(rounds, max_rounds or rounds) if until is not None else rounds
     measure = measure or timer(device, trials, warmup)
     names = list(fns)
     samples: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(-warmup_rounds, rounds):
+    r = -warmup_rounds
+    while r < last:
+        if r >= rounds and until(samples):  # type: ignore[misc]  (r >= rounds only with `until`)
+            break
         for name in round_order(names, r):
             ms = measure(fns[name])
             if r >= 0:
                 samples[name].append(ms)
+        r += 1
     return {n: tuple(v) for n, v in samples.items()}

@@ -45,6 +45,10 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed calls before each round (default: 3)")
     p.add_argument("--warmup-rounds", type=int, default=1, metavar="N",
                    help="whole rounds run first and not counted (default: 1)")
+    p.add_argument("--precision", type=float, default=0.01, metavar="F",
+                   help="on a GPU, rounds go on after --repeats until kevin over Inductor's 95%% interval is within "
+                        "+-F of its estimate (default: 0.01; 0: exactly --repeats rounds)")
+    p.add_argument("--max-repeats", type=int, default=45, metavar="N", help="rounds at most, with --precision (default: 45)")
     p.add_argument("--round-ms", type=float, default=200.0, metavar="MS",
                    help="on a GPU, a round lasts at least this long: a short step gets more trials (default: 200; 0: "
                         "always --trials)")
@@ -89,7 +93,8 @@ def _command(args: argparse.Namespace, models: list[str], workloads: list[str]) 
         parts += ["--kernelbench", str(args.kernelbench)]
     parts += ["--device", args.device, "--dtype", ",".join(args.dtypes), "--size", ",".join(args.sizes),
               "--repeats", str(args.repeats), "--trials", str(args.trials), "--warmup", str(args.warmup),
-              "--warmup-rounds", str(args.warmup_rounds), "--round-ms", f"{args.round_ms:g}"]
+              "--warmup-rounds", str(args.warmup_rounds), "--precision", f"{args.precision:g}",
+              "--max-repeats", str(args.max_repeats), "--round-ms", f"{args.round_ms:g}"]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -155,11 +160,13 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
     args.sizes = _names(args.size, SIZES, "size")
     args.dtypes = _names(args.dtype, DTYPES, "dtype")
     for flag, value, least in (("--repeats", args.repeats, 1), ("--trials", args.trials, 1), ("--warmup", args.warmup, 0),
-                                 ("--warmup-rounds", args.warmup_rounds, 0)):
+                                 ("--warmup-rounds", args.warmup_rounds, 0), ("--max-repeats", args.max_repeats, 1)):
         if value < least:
             raise CommandError(f"{flag} must be at least {least}, got {value}", EXIT_USAGE)
     if not args.timeout > 0:  # also refuses nan
         raise CommandError(f"--timeout must be more than 0 seconds, got {args.timeout}", EXIT_USAGE)
+    if not 0 <= args.precision < 1:  # also refuses nan
+        raise CommandError(f"--precision must be at least 0 and below 1, got {args.precision}", EXIT_USAGE)
     if not args.round_ms >= 0:  # also refuses nan
         raise CommandError(f"--round-ms must be at least 0, got {args.round_ms}", EXIT_USAGE)
     if args.kernelbench is not None:
@@ -184,7 +191,8 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
     for n, (size, dtype) in enumerate((size, dtype) for size in args.sizes for dtype in args.dtypes):
         settings = BenchSettings(
             device=args.device, dtype=dtype, size=size, repeats=args.repeats, trials=args.trials,
-            warmup=args.warmup, warmup_rounds=args.warmup_rounds, round_ms=args.round_ms, kevin_options=kevin_options(config), isolate=not args.in_process,
+            warmup=args.warmup, warmup_rounds=args.warmup_rounds, precision=args.precision,
+            max_repeats=args.max_repeats, round_ms=args.round_ms, kevin_options=kevin_options(config), isolate=not args.in_process,
             timeout_s=args.timeout, inductor_cache=args.inductor_cache,
         )
         if len(args.sizes) * len(args.dtypes) > 1:
