@@ -935,11 +935,15 @@ def _row_reducers(variant: Variant, indexed: bool = False) -> str:
 
 def _cluster_reducer(op: str, combine: str, init: str, threads: int, cluster: int) -> str:
     """`kevin_row_reduce_<op>` for a row over a cluster of `cluster` blocks: shuffles within each
-    warp, each warp's value into its block's shared memory, then every thread reads all the
-    cluster's (distributed shared memory) in one order, so every thread gets the same value."""
+    warp; every warp combines the block's warp values (shared memory) into the block's; after a
+    cluster barrier, every warp reads the `cluster` blocks' values (distributed shared memory, one
+    per lane) and combines them by shuffles in the same order everywhere, so every thread of the
+    cluster gets the same value. A block makes one remote read per lane < `cluster` of each warp
+    (every thread reading every warp's value of the cluster made 512 reads a thread with 16 blocks
+    of 1024 threads: the H200 took 103 ms for a 13 GB softmax)."""
     warps = max(1, threads // 32)
     step = combine.format(a="v", b="__shfl_xor_sync(0xffffffffu, v, o)")
-    gather = combine.format(a="v", b="part[w]")
+    lane = "(int)(threadIdx.x & 31)"
     return f"""
 __device__ __forceinline__ float kevin_row_reduce_{op}(float v, float* smem, int row_in_block, int lane) {{
     #pragma unroll
@@ -947,37 +951,45 @@ __device__ __forceinline__ float kevin_row_reduce_{op}(float v, float* smem, int
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     cluster.sync();  // the cluster's reads of an earlier reduction are done
     if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
-    cluster.sync();  // every block's partials written
-    v = {init};
-    for (int b = 0; b < {cluster}; ++b) {{
-        const float* part = cluster.map_shared_rank(smem, b);
-        for (int w = 0; w < {warps}; ++w) v = {gather};
-    }}
+    __syncthreads();
+    v = {lane} < {warps} ? smem[{lane}] : {init};  // the block's value, in every warp
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = {step};
+    __syncthreads();  // every warp has read the warps' values
+    if (threadIdx.x == 0) smem[0] = v;
+    cluster.sync();  // every block's value written
+    v = {lane} < {cluster} ? cluster.map_shared_rank(smem, {lane})[0] : {init};
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = {step};
     return v;
 }}
 """
 
 
 def _cluster_arg_reducer(op: str, threads: int, cluster: int) -> str:
-    """`kevin_row_reduce_arg<op>` over a cluster's blocks (as `_cluster_reducer`)."""
+    """`kevin_row_reduce_arg<op>` over a cluster's blocks (as `_cluster_reducer`; a lane past the
+    values joins lane 0's again, which changes nothing)."""
     warps = max(1, threads // 32)
+    shuffle = (f"#pragma unroll\n    for (int o = 16; o > 0; o >>= 1) {{\n"
+               f"        const float x = __shfl_xor_sync(0xffffffffu, v, o);\n"
+               f"        const int64_t j = __shfl_xor_sync(0xffffffffu, i, o);\n"
+               f"        kevin_arg_join_{op}(v, i, x, j);\n    }}")
     return f"""
 __device__ __forceinline__ void kevin_row_reduce_arg{op}(float& v, int64_t& i, float* smem, int64_t* smem_i, int row_in_block, int lane) {{
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {{
-        const float x = __shfl_xor_sync(0xffffffffu, v, o);
-        const int64_t j = __shfl_xor_sync(0xffffffffu, i, o);
-        kevin_arg_join_{op}(v, i, x, j);
-    }}
+    {shuffle}
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     cluster.sync();
     if ((threadIdx.x & 31) == 0) {{ smem[threadIdx.x >> 5] = v; smem_i[threadIdx.x >> 5] = i; }}
+    __syncthreads();
+    const int w = (int)(threadIdx.x & 31) < {warps} ? (int)(threadIdx.x & 31) : 0;
+    v = smem[w]; i = smem_i[w];
+    {shuffle}
+    __syncthreads();
+    if (threadIdx.x == 0) {{ smem[0] = v; smem_i[0] = i; }}
     cluster.sync();
-    for (int b = 0; b < {cluster}; ++b) {{
-        const float* part = cluster.map_shared_rank(smem, b);
-        const int64_t* part_i = cluster.map_shared_rank(smem_i, b);
-        for (int w = 0; w < {warps}; ++w) kevin_arg_join_{op}(v, i, part[w], part_i[w]);
-    }}
+    const int b = (int)(threadIdx.x & 31) < {cluster} ? (int)(threadIdx.x & 31) : 0;
+    v = cluster.map_shared_rank(smem, b)[0]; i = cluster.map_shared_rank(smem_i, b)[0];
+    {shuffle}
 }}
 """
 
