@@ -16,7 +16,7 @@ import fcntl
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["file_lock", "gate_path"]
+__all__ = ["file_lock", "gate_path", "gpu_hold"]
 
 
 def gate_path(path: str | Path) -> Path:
@@ -59,3 +59,8 @@ def file_lock(path: str | Path, shared: bool = False) -> Iterator[None]:
         return
     with _flock(gate, fcntl.LOCK_EX), _flock(path, fcntl.LOCK_EX):
         yield
+
+
+def gpu_hold(path: str | Path | None, shared: bool) -> contextlib.AbstractContextManager[None]:
+    """`file_lock(path, shared)`, or nothing held where no lock path is given (a job run alone)."""
+    return file_lock(path, shared=shared) if path else contextlib.nullcontext()

@@ -46,7 +46,7 @@ import torch
 from kevin_backend.judge.decide import RETIME_CANDIDATE_PHASES, interleaved_rounds
 from kevin_backend.judge.inputs import make_input_set, to_device
 from kevin_backend.judge.timer import make_timer
-from kevin_backend.locks import file_lock
+from kevin_backend.locks import gpu_hold
 from kevin_backend.types import TensorSpec, load_program
 
 PROTOCOL = ("per round: median of {trials} trials after {warmup} warm-up calls; each trial L2-flushed, "
@@ -143,7 +143,7 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
         model = candidate.ModelNew(*init).to(device).eval()
 
         phase("inputs")  # (shared: another worker's timing must not see it fill the GPU's memory)
-        with file_lock(job["gpu_lock"], shared=True) if job.get("gpu_lock") else contextlib.nullcontext():
+        with gpu_hold(job.get("gpu_lock"), shared=True):
             values = make_input_set(task, seed, device).values
         kernel_call = _kernel_call(job, model, reference, values, runtime)
 
@@ -152,8 +152,7 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
         # Held from Inductor's first call on: that call compiles and benchmarks the configurations
         # of Inductor's kernels (another worker's run beside it would skew the choice for good),
         # and the kernel's warm-up must not land inside another worker's timing.
-        lock = file_lock(job["gpu_lock"]) if job.get("gpu_lock") else contextlib.nullcontext()
-        with lock:
+        with gpu_hold(job.get("gpu_lock"), shared=False):
             phase("inductor")
             inductor_fn, inductor_how = inductor_call(reference, values, job.get("compile_backend") or "inductor")
             _sync(device)

@@ -59,7 +59,7 @@ from kevin_backend.judge.inputs import (
 from kevin_backend.judge.memory import MemoryLedger, poison, requested_bytes
 from kevin_backend.judge.phases import CANDIDATE_PHASES
 from kevin_backend.judge.timer import flush_bytes, make_timer
-from kevin_backend.locks import file_lock
+from kevin_backend.locks import gpu_hold
 
 # What a candidate's forward may dispatch: allocation, views, metadata, and the fills that
 # torch.zeros and friends are made of. Everything else is PyTorch computing for the candidate.
@@ -582,7 +582,7 @@ def _judge(run: Run) -> dict[str, Any]:
     # Correctness runs share the GPU with each other, never with a timing (which holds the lock
     # alone: another worker's correctness run would slow what it measures).
     gpu_lock = run.job.get("gpu_lock")
-    with file_lock(gpu_lock, shared=True) if gpu_lock else contextlib.nullcontext():
+    with gpu_hold(gpu_lock, shared=True):
         for index, seed in enumerate(run.job["seeds"]):
             bad = _correctness(run, index, seed, exact_model)
             if bad is not None:
@@ -600,17 +600,14 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
     job = run.job
     gpu_lock = job.get("gpu_lock")
 
-    def held(shared: bool) -> contextlib.AbstractContextManager[None]:
-        return file_lock(gpu_lock, shared=shared) if gpu_lock else contextlib.nullcontext()
-
-    with held(shared=True):
+    with gpu_hold(gpu_lock, shared=True):
         run.phase("inputs")
         inputs = make_input_set(run.task, job["seeds"][0], run.device)
     values = inputs.values
     measure = make_timer(run.device, job["trials"], job["warmup"], queued=True)
     compiled: Callable[[], Any] | None = None
     run.phase("lock")  # waiting for the GPU alone: the judge's step, whatever the wait
-    with torch.no_grad(), held(shared=False):
+    with torch.no_grad(), gpu_hold(gpu_lock, shared=False):
         if job.get("inductor", True):  # (asked for once per task and GPU: the judge keeps the references' times)
             run.phase("inductor")
             from kevin_backend.judge.retime_worker import inductor_call
@@ -629,7 +626,7 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
         copy_gbps = _copy_bandwidth(run)  # while the GPU is still this worker's alone
     run.ledger.observe()
     measure = compiled = None  # the flush buffer and the compiled reference: their memory goes to the replay
-    with held(shared=True):
+    with gpu_hold(gpu_lock, shared=True):
         return _replay(run, inputs, exact_model, kernel_ms, eager_ms, inductor_ms, copy_gbps)
 
 
