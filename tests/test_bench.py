@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import statistics
+
 import pytest
 import torch
 
@@ -272,6 +274,40 @@ def test_warmup_rounds_run_every_variant_and_are_not_counted() -> None:
     assert got == {n: (1.0, 1.0, 1.0) for n in names}
     with pytest.raises(ValueError, match="warmup_rounds"):
         interleaved({"a": lambda: None}, "cpu", rounds=1, warmup_rounds=-1)
+
+
+def test_call_by_call_turns_put_drift_within_a_round_on_every_variant_alike() -> None:
+    """The machine switches between two speeds 1.6x apart every 8 calls (faster than a round).
+    Back to back, two identical variants land on different levels and differ by up to 1.6x in
+    a round; taking turns call by call, each round finds them equal."""
+    clock = {"calls": 0}
+
+    def level() -> float:  # one call's time: the machine's speed at that moment
+        clock["calls"] += 1
+        return 1.6 if (clock["calls"] // 8) % 2 else 1.0
+
+    fns = {"inductor": lambda: None, "kevin": lambda: None}
+    back = interleaved(fns, "cpu", rounds=6, measure=lambda fn: statistics.median(level() for _ in range(8)),
+                       interleave="round")
+    ratios = [k / i for k, i in zip(back["kevin"], back["inductor"])]
+    assert max(ratios) / min(ratios) >= 1.5  # back to back: the same code looks 1.6x apart
+
+    clock["calls"] = 0
+    turns = interleaved(fns, "cpu", rounds=6, trials=8, warmup=0, measure=lambda fn: level(), interleave="call")
+    assert all(len(v) == 6 for v in turns.values())
+    assert turns["kevin"] == turns["inductor"]  # call by call: equal in every round
+
+    seen: list[str] = []
+    traced = {n: (lambda n=n: seen.append(n)) for n in fns}
+    interleaved(traced, "cpu", rounds=2, trials=3, warmup=1, measure=lambda fn: fn() or 1.0, interleave="call")
+    # each round: the warm-up in the round's order, then the turns, the order rotating call by call
+    want = []
+    for r in range(2):
+        order = round_order(list(fns), r)
+        want += order + [n for t in range(3) for n in round_order(order, t)]
+    assert seen == want and want[:4] == ["inductor", "kevin", "inductor", "kevin"] and want[4:6] == ["kevin", "inductor"]
+    with pytest.raises(ValueError, match="interleave"):
+        interleaved(fns, "cpu", rounds=1, interleave="trial")
 
 
 def test_rounds_go_on_until_the_paired_interval_is_narrow_enough() -> None:

@@ -16,7 +16,7 @@ import torch
 
 from kevin_backend.bench.models import SIZES
 from kevin_backend.bench.results import COMPILERS
-from kevin_backend.bench.timing import Measure, timer
+from kevin_backend.bench.timing import INTERLEAVE, interleaved
 
 __all__ = ["DTYPES", "BenchSettings", "compile_model", "compile_order", "sync", "short_error", "row_summary", "probe_ms",
            "precise_enough"]
@@ -44,6 +44,9 @@ class BenchSettings:
     # on a GPU a round lasts at least this long: a step shorter than round_ms / trials gets more
     # trials (at most MAX_TRIALS), so host-bound steps (small batches) are not decided by a few noisy calls
     round_ms: float = 200.0
+    # "call": inside a round the compilers take turns call by call (drift faster than a round falls
+    # on all alike); "round": each compiler's calls of a round back to back (timing.INTERLEAVE)
+    interleave: str = "call"
     kevin_options: dict[str, Any] = field(default_factory=lambda: {"mode": "cache"})
     isolate: bool = True  # one fresh process per model and per task
     timeout_s: float = 1800.0  # per model or task (isolated runs)
@@ -59,15 +62,14 @@ class BenchSettings:
         if self.repeats < 1 or self.trials < 1 or self.warmup < 0 or self.warmup_rounds < 0 or not self.round_ms >= 0:
             raise ValueError(f"need repeats >= 1, trials >= 1, warmup >= 0, warmup_rounds >= 0, round_ms >= 0; got {self.repeats}, "
                              f"{self.trials}, {self.warmup}, {self.warmup_rounds}, {self.round_ms}")
+        if self.interleave not in INTERLEAVE:
+            raise ValueError(f"interleave must be one of {', '.join(INTERLEAVE)}, got {self.interleave!r}")
         if not 0 <= self.precision < 1 or self.max_repeats < 1:
             raise ValueError(f"need 0 <= precision < 1 and max_repeats >= 1; got {self.precision}, {self.max_repeats}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
-
-    def measure(self, trials: int | None = None) -> Measure:
-        return timer(self.device, trials or self.trials, self.warmup)
 
     def round_trials(self, steps: Mapping[str, Callable[[], Any]]) -> int:
         """Timed calls per round for these steps: on a GPU with `round_ms` set, from a short probe
@@ -82,6 +84,15 @@ class BenchSettings:
         if step_ms <= 0 or self.round_ms <= 0 or torch.device(self.device).type != "cuda":
             return self.trials
         return max(self.trials, min(MAX_TRIALS, math.ceil(self.round_ms / step_ms)))
+
+    def rounds(self, fns: Mapping[str, Callable[[], Any]]) -> tuple[dict[str, tuple[float, ...]], int]:
+        """Each compiler's per-round median ms over these steps (`timing.interleaved` with these
+        settings), and the timed calls per round."""
+        trials = self.round_trials(fns)
+        rounds = interleaved(fns, self.device, self.repeats, trials=trials, warmup=self.warmup,
+                             warmup_rounds=self.warmup_rounds, until=self.stop_rule(), max_rounds=self.max_repeats,
+                             interleave=self.interleave)
+        return rounds, trials
 
     def stop_rule(self) -> Callable[[Mapping[str, Sequence[float]]], bool] | None:
         """When rounds may stop after `repeats` (`timing.interleaved`'s `until`): on a GPU with

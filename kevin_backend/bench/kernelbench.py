@@ -26,7 +26,6 @@ from kevin_backend.bench.common import BenchSettings, compile_model, compile_ord
 from kevin_backend.bench.isolate import WorkerError, run_isolated
 from kevin_backend.bench.progress import Progress
 from kevin_backend.bench.results import FAST_P, KernelBenchResult, KevinStats, TaskResult, Timing, fast_p
-from kevin_backend.bench.timing import interleaved
 from kevin_backend.judge.compare import Mismatch, compare_outputs, output_list
 from kevin_backend.judge.inputs import clone_layout, to_device
 
@@ -108,8 +107,7 @@ def _measure_task(path: Path, settings: BenchSettings, first: str) -> TaskResult
                     wrong[compiler] = _describe(bad)
         timed = input_sets[0]
         fns = {c: (lambda m=m: m(*timed)) for c, m in models.items()}
-        rounds = interleaved(fns, device, settings.repeats, measure=settings.measure(settings.round_trials(fns)),
-                             warmup_rounds=settings.warmup_rounds, until=settings.stop_rule(), max_rounds=settings.max_repeats)
+        rounds, _ = settings.rounds(fns)
     return TaskResult(
         task=path.stem, path=str(path), correct="kevin" not in wrong, inductor_correct="inductor" not in wrong,
         mismatch=wrong.get("kevin", ""),

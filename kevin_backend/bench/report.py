@@ -46,7 +46,10 @@ def _header(report: BenchReport) -> str:
     return (f"kevin bench on {where} ({env.get('device')}), torch {env.get('torch')}, dtype {settings.get('dtype')}, "
             f"size {settings.get('size')}, {settings.get('repeats')} rounds x {settings.get('trials')} trials"
             + (f" (more for a short step: rounds of at least {settings['round_ms']:g} ms)"
-               if settings.get("round_ms") and settings.get("device") == "cuda" else "") + ", "
+               if settings.get("round_ms") and settings.get("device") == "cuda" else "")
+            + (f", until the paired interval is within +-{settings['precision']:.0%} (at most {settings.get('max_repeats')} rounds)"
+               if settings.get("precision") and settings.get("device") == "cuda" else "")
+            + (", the compilers taking turns call by call" if settings.get("interleave") == "call" else "") + ", "
             f"{env.get('date')}" + (f"; command: `{env['command']}`" if env.get("command") else ""))
 
 

@@ -34,7 +34,6 @@ from kevin_backend.bench.kernelbench import run_kernelbench, task_files
 from kevin_backend.bench.models import MODELS, WORKLOADS, describe, make_model
 from kevin_backend.bench.progress import Progress
 from kevin_backend.bench.results import COMPILERS, BenchReport, KevinStats, ModelResult, Timing
-from kevin_backend.bench.timing import Measure, interleaved
 from kevin_backend.config import Config
 
 __all__ = [
@@ -88,7 +87,7 @@ def _deviation(got: Any, want: Any) -> float:
     return float((got.detach().double() - want.detach().double()).abs().max()) if got.numel() else 0.0
 
 
-def _measure_workload(name: str, workload: str, settings: BenchSettings, order: tuple[str, str], measure: Measure) -> ModelResult:
+def _measure_workload(name: str, workload: str, settings: BenchSettings, order: tuple[str, str]) -> ModelResult:
     from kevin_backend.backend.report import collecting_reports, counters
 
     device = torch.device(settings.device)
@@ -113,11 +112,7 @@ def _measure_workload(name: str, workload: str, settings: BenchSettings, order: 
             outputs[compiler] = out
     deviation = {c: _deviation(outputs[c], outputs["eager"]) for c in order if c in outputs and "eager" in outputs}
     outputs.clear()
-    trials = settings.round_trials(steps)
-    if trials != settings.trials:  # a short step: more calls per round (settings.round_ms)
-        measure = settings.measure(trials)
-    rounds = interleaved(steps, device, settings.repeats, measure=measure, warmup_rounds=settings.warmup_rounds,
-                         until=settings.stop_rule(), max_rounds=settings.max_repeats)
+    rounds, trials = settings.rounds(steps)  # a short step gets more calls per round (settings.round_ms)
     stats = KevinStats.between(before, counters.snapshot())
     return ModelResult(
         model=name, workload=workload, description=describe(name, settings.size), size=settings.size, dtype=settings.dtype,
@@ -144,12 +139,11 @@ def kept_kernels(reports: Sequence[Any]) -> list[str]:
 
 def measure_model(name: str, workloads: Sequence[str], settings: BenchSettings, first: str = "inductor") -> list[ModelResult]:
     """Every workload of model `name`, in this process (one failure is that row's error)."""
-    measure = settings.measure()
     results = []
     for index, workload in enumerate(workloads):
         torch._dynamo.reset()  # each workload compiles from scratch
         try:
-            results.append(_measure_workload(name, workload, settings, compile_order(first, index), measure))
+            results.append(_measure_workload(name, workload, settings, compile_order(first, index)))
         except Exception as exc:
             results.append(ModelResult(model=name, workload=workload, description=describe(name, settings.size),
                                        size=settings.size, dtype=settings.dtype, error=short_error(exc)))

@@ -4,20 +4,27 @@ One protocol for everything the project times: `kevin_backend.judge.timer.make_t
 then trials each timed with CUDA events between device-wide synchronizations, the L2 cache
 flushed before each trial, the median counts; on a CPU, `time.perf_counter` around each trial).
 `interleaved` measures several variants round by round, rotating which goes first, so that slow
-drift (clocks, temperature, other tenants) falls on every variant alike.
+drift (clocks, temperature, other tenants) falls on every variant alike; by default the variants
+also alternate call by call inside a round, so that drift faster than a round (a launch-bound step
+on a shared machine moved between two levels 1.6x apart within seconds) falls on them alike too.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from kevin_backend.judge.timer import make_timer
 
-__all__ = ["Measure", "timer", "measure_ms", "round_order", "interleaved"]
+__all__ = ["Measure", "INTERLEAVE", "timer", "measure_ms", "round_order", "interleaved"]
 
 Measure = Callable[[Callable[[], Any]], float]
+
+# How the variants alternate: "call" (inside each round, one timed call of each in turn),
+# "round" (each variant's calls of a round back to back).
+INTERLEAVE = ("call", "round")
 
 
 def timer(device: str | torch.device, trials: int = 10, warmup: int = 3) -> Measure:
@@ -55,24 +62,52 @@ def interleaved(
     warmup_rounds: int = 0,
     until: Callable[[Mapping[str, Sequence[float]]], bool] | None = None,
     max_rounds: int | None = None,
+    interleave: str = "round",
 ) -> dict[str, tuple[float, ...]]:
     """Per variant, the median ms of each round, variants alternating, after `warmup_rounds`
     whole rounds whose times are dropped (the first round after compiling runs slow: allocator,
     caches, clocks). `rounds` rounds; with `until`, more rounds after those, one at a time, until
-    `until(samples so far)` is true or `max_rounds` rounds are done."""
-    if rounds < 1 or warmup_rounds < 0:
-        raise ValueError(f"need rounds >= 1 and warmup_rounds >= 0, got {rounds} and {warmup_rounds}")
+    `until(samples so far)` is true or `max_rounds` rounds are done.
+
+    `interleave="round"`: a round is `measure(fn)` of each variant in turn (`measure` defaults to
+    the protocol with `trials` and `warmup`). `interleave="call"`: a round warms each variant up
+    `warmup` times, then times `trials` calls of each, one call of each variant in turn (the order
+    rotating call by call), and counts each variant's median; `measure` then times one call."""
+    if rounds < 1 or warmup_rounds < 0 or trials < 1 or warmup < 0:
+        raise ValueError(f"need rounds >= 1, warmup_rounds >= 0, trials >= 1, warmup >= 0; got {rounds}, {warmup_rounds}, "
+                         f"{trials}, {warmup}")
+    if interleave not in INTERLEAVE:
+        raise ValueError(f"interleave must be one of {', '.join(INTERLEAVE)}, got {interleave!r}")
     last = max(rounds, max_rounds or rounds) if until is not None else rounds
-    measure = measure or timer(device, trials, warmup)
+    by_call = interleave == "call"
+    measure = measure or (timer(device, 1, 0) if by_call else timer(device, trials, warmup))
     names = list(fns)
     samples: dict[str, list[float]] = {n: [] for n in names}
     r = -warmup_rounds
     while r < last:
         if r >= rounds and until(samples):  # type: ignore[misc]  (r >= rounds only with `until`)
             break
-        for name in round_order(names, r):
-            ms = measure(fns[name])
-            if r >= 0:
-                samples[name].append(ms)
+        order = round_order(names, r)
+        if by_call:
+            got = _call_by_call(fns, order, trials, warmup, measure)
+        else:
+            got = {name: measure(fns[name]) for name in order}
+        if r >= 0:
+            for name in names:
+                samples[name].append(got[name])
         r += 1
     return {n: tuple(v) for n, v in samples.items()}
+
+
+def _call_by_call(fns: Mapping[str, Callable[[], Any]], order: list[str], trials: int, warmup: int,
+                  measure: Measure) -> dict[str, float]:
+    """One round of `interleaved(interleave="call")`: each variant's median over `trials` calls,
+    the variants taking turns call by call."""
+    for _ in range(warmup):
+        for name in order:
+            fns[name]()
+    times: dict[str, list[float]] = {n: [] for n in order}
+    for t in range(trials):
+        for name in round_order(order, t):
+            times[name].append(measure(fns[name]))
+    return {n: statistics.median(v) for n, v in times.items()}

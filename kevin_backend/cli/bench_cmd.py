@@ -9,7 +9,7 @@
 kevin runs in mode `cache` on the user's kernel cache (`--cache-dir`, `--no-seed` apply), so the
 numbers show what the kernels already cached bring. Each model and each task runs in a fresh
 process with an empty Inductor cache; times follow the judge's protocol, the three compilers
-interleaved round by round (whole calls, the host's part included). The table goes to stdout, progress to stderr.
+interleaved round by round and, inside a round, call by call (whole calls, the host's part included). The table goes to stdout, progress to stderr.
 
 Exit codes: 0 everything ran (wrong kevin outputs are results, shown in the table), 1 a model or
 task failed to run, 2 usage error.
@@ -52,6 +52,9 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--round-ms", type=float, default=200.0, metavar="MS",
                    help="on a GPU, a round lasts at least this long: a short step gets more trials (default: 200; 0: "
                         "always --trials)")
+    p.add_argument("--interleave", choices=("call", "round"), default="call",
+                   help="inside a round, the compilers take turns call by call (call, the default) or each runs its "
+                        "calls back to back (round)")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="default: cuda")
     p.add_argument("--dtype", default="float32,bfloat16", metavar="LIST",
                    help="comma-separated models' dtypes: float32, bfloat16, float16 (KernelBench tasks keep theirs; "
@@ -94,7 +97,8 @@ def _command(args: argparse.Namespace, models: list[str], workloads: list[str]) 
     parts += ["--device", args.device, "--dtype", ",".join(args.dtypes), "--size", ",".join(args.sizes),
               "--repeats", str(args.repeats), "--trials", str(args.trials), "--warmup", str(args.warmup),
               "--warmup-rounds", str(args.warmup_rounds), "--precision", f"{args.precision:g}",
-              "--max-repeats", str(args.max_repeats), "--round-ms", f"{args.round_ms:g}"]
+              "--max-repeats", str(args.max_repeats), "--round-ms", f"{args.round_ms:g}",
+              "--interleave", args.interleave]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -192,7 +196,7 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
         settings = BenchSettings(
             device=args.device, dtype=dtype, size=size, repeats=args.repeats, trials=args.trials,
             warmup=args.warmup, warmup_rounds=args.warmup_rounds, precision=args.precision,
-            max_repeats=args.max_repeats, round_ms=args.round_ms, kevin_options=kevin_options(config), isolate=not args.in_process,
+            max_repeats=args.max_repeats, round_ms=args.round_ms, interleave=args.interleave, kevin_options=kevin_options(config), isolate=not args.in_process,
             timeout_s=args.timeout, inductor_cache=args.inductor_cache,
         )
         if len(args.sizes) * len(args.dtypes) > 1:

@@ -137,7 +137,7 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
         r = entry.retiming
         print(f"re-timed: {r.rounds} interleaved rounds of {r.trials} trials: kernel "
               f"{sorted(r.kernel_ms)[len(r.kernel_ms) // 2]:.4f} ms, Inductor {sorted(r.inductor_ms)[len(r.inductor_ms) // 2]:.4f} ms "
-              f"(median rounds, host time included)")
+              f"(median rounds, GPU time)")
     print(f"decision: {entry.kind.value}" + (f" ({entry.reason})" if entry.reason else ""))
     if not args.no_store:
         if result.records:

@@ -7,10 +7,16 @@ The parent is `decide.retime_in_sandbox`. As in the judge's worker (`run_worker.
 is generated code: it runs only here, a crash or hang ends this process, and the phases this
 worker announces say whose failure it was (`decide.RETIME_CANDIDATE_PHASES` are the kernel's).
 
-What each time includes (one protocol for both sides: `timer.make_timer(..., queued=False)`):
-every trial starts with the L2 cache flushed and the GPU idle (a device-wide synchronize), and
-ends when all its work has (another); CUDA events around it; a round's time is the median of its
-trials. The host's part therefore counts, on both sides, as the backend pays it:
+What each time includes (one protocol for both sides, the judge's own:
+`timer.make_timer(..., queued=True)`): every trial starts with the L2 cache flushed, and all of a
+round's trials are queued behind GPU work, so that each trial's CUDA events measure the GPU's time
+for the call, not the host's. The host's part is left out on purpose: in a compiled model,
+Inductor's wrappers are paid once per graph and a kernel's launch overlaps the GPU's work, so what
+a partition's call costs on the host says nothing about the model; the graph-level check
+(`backend/graph_check.py`) times whole graphs with and without the kernels, host included, and
+drops a kernel whose host cost loses there. Timed with the host included, a kernel tied with
+Inductor on a 0.5 ms task came out 2-6% faster from one H200 run to the next (the wrappers' cost
+moving with the host's speed), enough to pass the margin.
 
   * the kernel: `torch.ops.kevin.launch.default(key, inputs, False)`, the call a graph compiled
     with static shapes makes for a kept kernel: the dispatcher, the runtime's `launch`, its
@@ -20,10 +26,8 @@ trials. The host's part therefore counts, on both sides, as the backend pays it:
   * Inductor: the task's reference compiled by `torch.compile` (default mode). When Dynamo
     captures it as one graph, that graph's compiled code is called directly on the arguments
     Dynamo gave it (AOTAutograd's wrapper, Inductor's wrapper code and its kernels), without
-    Dynamo's frame and guard check: in a compiled model those are paid once per graph, not once
-    per partition, and they cost tens of microseconds, enough to make a kernel that merely ties
-    Inductor's on a 0.5 ms task look 6% faster. A reference that Dynamo splits into several
-    graphs (a graph break) is called through `torch.compile` as a whole, guards included.
+    Dynamo's frame and guard check. A reference that Dynamo splits into several graphs (a graph
+    break) is called through `torch.compile` as a whole, guards included.
 
 Inputs: the judge's timing set (the task's own values under the judge's first seed, true
 layouts). The whole interleaved measurement holds the judge's GPU lock exclusively, so no other
@@ -49,9 +53,10 @@ from kevin_backend.judge.timer import make_timer
 from kevin_backend.locks import gpu_hold
 from kevin_backend.types import TensorSpec, load_program
 
-PROTOCOL = ("per round: median of {trials} trials after {warmup} warm-up calls; each trial L2-flushed, "
-            "device synchronized before and after (host time included); kernel through kevin::launch "
+PROTOCOL = ("per round: median of {trials} trials after {warmup} warm-up calls; {timing}; kernel through kevin::launch "
             "(check_sizes=False), Inductor: {inductor} ({backend})")
+GPU_TIME = "each trial L2-flushed and queued behind GPU work (the GPU's time, the host's part left out)"
+HOST_TIME = "each trial timed on the host (no GPU)"
 
 DIRECT = "the reference's one compiled graph called directly (no Dynamo guards)"
 GUARDED = "torch.compile of the reference called as a whole ({graphs} graphs, guards included)"
@@ -164,7 +169,7 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
             _check_kernel_used(kernel_call)
 
             phase("timer")
-            measure = make_timer(device, trials, warmup, queued=False)
+            measure = make_timer(device, trials, warmup, queued=True)
 
             def kernel_round() -> float:
                 phase("retime-kernel")
@@ -180,7 +185,8 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
         _check_kernel_used(kernel_call)
         return {
             "status": "ok", "kernel_ms": kernel_ms, "inductor_ms": inductor_ms, "trials": trials, "device": str(device),
-            "protocol": PROTOCOL.format(trials=trials, warmup=warmup, inductor=inductor_how,
+            "protocol": PROTOCOL.format(trials=trials, warmup=warmup, timing=GPU_TIME if device.type == "cuda" else HOST_TIME,
+                                        inductor=inductor_how,
                                         backend=job.get("compile_backend") or "inductor"),
         }
 
