@@ -198,6 +198,7 @@ def test_every_run_of_the_candidate_and_the_reference_holds_the_gpu_lock(tmp_pat
     (which benchmarks its kernels' configurations) and the timing under it exclusively: no
     forward of either side runs while another worker could be timing. Goes red if the replay or
     Inductor's compile runs with the lock free."""
+    from kevin_backend.judge.run_worker import INDUCTOR_ROUNDS
     from kevin_backend.judge.runner import job_of, run_worker_process
 
     lock, record = tmp_path / "gpu0.lock", tmp_path / "record.txt"
@@ -214,11 +215,39 @@ def test_every_run_of_the_candidate_and_the_reference_holds_the_gpu_lock(tmp_pat
     seen = [line.split() for line in record.read_text().splitlines()]
     assert ["reference", "free"] not in seen and ["candidate", "free"] not in seen, seen
     candidate_states = [state for who, state in seen if who == "candidate"]
-    # correctness (shared), then 1 + 3 timed calls alone, then the replay (shared)
-    assert candidate_states[-5:] == ["alone"] * 4 + ["shared"], candidate_states
-    assert "shared" in candidate_states[:-5]
+    # correctness (shared), then 1 + 3 timed calls alone in each of the rounds with Inductor, then
+    # the replay (shared)
+    timed = 4 * INDUCTOR_ROUNDS
+    assert candidate_states[-timed - 1:] == ["alone"] * timed + ["shared"], candidate_states
+    assert "shared" in candidate_states[:-timed - 1]
     # Inductor's first call comes first under the exclusive hold, then the eager timing's 1 + 3
     # calls (the compiled reference's timed calls run its graph, not the probe)
     assert seen.index(["reference", "alone"]) < seen.index(["candidate", "alone"])
     reference_states = [state for who, state in seen if who == "reference"]
     assert reference_states.count("alone") == 5 and reference_states[-1] == "shared", reference_states
+
+
+def test_inductor_is_timed_in_interleaved_rounds_with_the_candidate_and_one_slow_round_does_not_count() -> None:
+    """The job that times Inductor (once per task) alternates candidate and Inductor rounds and
+    keeps each side's median: a GPU slow for one moment moves neither time. Red when Inductor
+    is measured once (its one slow round would be its time)."""
+    from types import SimpleNamespace
+
+    from kevin_backend.judge.run_worker import INDUCTOR_ROUNDS, _candidate_and_inductor
+
+    phases: list[str] = []
+    run = SimpleNamespace(phase=phases.append, ledger=SimpleNamespace(notes=[]), model=lambda *a: "candidate")
+    inductor_times = iter([2.4, 1.0, 1.0, 1.01, 0.99])  # the first round fell on a slow moment
+    candidate_times = iter([0.8, 0.81, 0.79, 0.8, 0.8])
+
+    def measure(fn):
+        return next(candidate_times) if fn() == "candidate" else next(inductor_times)
+
+    kernel_ms, inductor_ms = _candidate_and_inductor(run, measure, [], lambda: "inductor")
+    assert (kernel_ms, inductor_ms) == (0.8, 1.0)
+    assert INDUCTOR_ROUNDS >= 5
+    assert phases == ["timing-candidate", "timing-reference"] * INDUCTOR_ROUNDS  # each round's phase: whose a crash is
+    assert "5 interleaved rounds" in run.ledger.notes[0] and "Inductor 2.4000 1.0000" in run.ledger.notes[0]
+    # a job that does not time Inductor measures the candidate once
+    phases.clear()
+    assert _candidate_and_inductor(run, lambda fn: 0.5, [], None) == (0.5, None) and phases == ["timing-candidate"]
