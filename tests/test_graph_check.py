@@ -278,17 +278,3 @@ def test_the_checks_copies_keep_layouts_broadcasts_included() -> None:
     for c, a in zip(got, (base, wide, broadcast)):
         assert c.stride() == a.stride() and c.storage_offset() == a.storage_offset() and torch.equal(c, a)
         assert c.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()
-
-
-def test_the_check_times_its_variants_taking_turns_call_by_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The variants alternate call by call inside each round (drift faster than a round, as a
-    launch-bound step shows on a shared GPU, falls on both alike); each round counts."""
-    from kevin_backend.backend import graph_check
-
-    order: list[str] = []
-    steps = {"all": lambda: order.append("all"), "none": lambda: order.append("none")}
-    got = graph_check._measure(steps, torch.device("cpu"))
-    assert all(len(v) == graph_check.ROUNDS for v in got.values())
-    timed = order[2 * 2:2 * 2 + 2 * graph_check.TRIALS]  # round 0, after its two warm-up calls of each
-    assert all(timed[i] != timed[i + 1] for i in range(0, len(timed), 2))  # every pair: one call of each
-    assert not any(timed[i] == timed[i + 1] == timed[i + 2] for i in range(len(timed) - 2))  # never 3 in a row

@@ -318,8 +318,6 @@ def _fingerprint(cache: Any) -> str:
 
 
 def _measure(steps: dict[str, Callable[[], Any]], device: torch.device) -> dict[str, Sequence[float]]:
-    from kevin_backend.bench.timing import interleaved
+    from kevin_backend.bench.timing import interleaved, timer
 
-    # the variants take turns call by call inside each round, as `kevin bench` times them: a
-    # launch-bound step's speed moved between levels within seconds on a shared H200
-    return interleaved(steps, device, ROUNDS, trials=TRIALS, warmup=2, interleave="call")
+    return interleaved(steps, device, ROUNDS, measure=timer(device, TRIALS, 2))
