@@ -134,9 +134,11 @@ def main() -> int:
                     **roofline_columns(best.result if best is not None else None),
                     "reasons": reasons, "stopped": result.stopped,
                     # what the judge told the writer when a turn failed (its own words, shortened)
-                    # the job that timed Inductor: its interleaved rounds of the candidate and Inductor
+                    # the job that timed Inductor: how (Inductor's code and chosen configurations) and its
+                    # interleaved rounds of the candidate and Inductor
                     "inductor_rounds": [n for r in result.records if r.result is not None and r.result.memory
-                                        for n in r.result.memory.get("notes", []) if n.startswith("candidate and Inductor timed")],
+                                        for n in r.result.memory.get("notes", [])
+                                        if n.startswith(("candidate and Inductor timed", "Inductor timed as"))],
                     "feedback": [r.step.result.feedback[:600] for r in result.records
                                  if r.step.result is not None and r.step.result.reason.name != "ACCEPTED"], "seconds": round(time.perf_counter() - began, 1),
                     # each turn: its variant, its build's seconds and, when correct, its time

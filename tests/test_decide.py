@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -547,3 +548,22 @@ def test_the_re_timing_runs_under_the_numerics_of_the_tasks_key() -> None:
     outcome = retime_in_sandbox(TASK_SOURCE, source, cpu_config(numerics=(("float32_matmul_precision", "high"),)))
     assert outcome.ok, outcome.failure
     assert not retime_in_sandbox(TASK_SOURCE, source, cpu_config()).ok
+
+
+def test_what_inductor_generated_is_named_by_a_hash_of_its_code() -> None:
+    """The judge's record says which code Inductor generated for the task (and, on a GPU, which
+    configuration each kernel's first call chose): two compiles that time differently can be told
+    apart. Nothing generated (another compiler): nothing said."""
+    from kevin_backend.judge.retime_worker import generated_modules, inductor_call, inductor_code
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(x * 3.0, dim=-1)
+
+    mark = generated_modules()
+    inductor_call(Model(), [torch.randn(16, 32)], "inductor")
+    code = inductor_code(mark)
+    assert re.fullmatch(r"code [0-9a-f]{12}(; chosen: .+)?", code), code
+    mark = generated_modules()
+    inductor_call(Model(), [torch.randn(16, 32)], "eager")
+    assert inductor_code(mark) == ""

@@ -191,6 +191,50 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
         }
 
 
+def generated_modules() -> int:
+    """How many Python modules Inductor has generated and loaded in this process so far (a mark
+    for `inductor_code`); 0 where that is not known."""
+    try:
+        from torch._inductor.codecache import PyCodeCache
+
+        return len(PyCodeCache.modules)
+    except Exception:  # noqa: BLE001 - a private interface of torch: no mark, no description
+        return 0
+
+
+def inductor_code(mark: int) -> str:
+    """What Inductor generated since `mark` (`generated_modules()`), for the record: a hash of the
+    generated code and, for each GPU kernel whose first call has chosen among its configurations,
+    the one chosen ("" when nothing is known). Two compiles of one task that time differently can
+    then be told apart: other code, other choices, or the same code timed at another moment."""
+    try:
+        import hashlib
+        from pathlib import Path
+
+        from torch._inductor.codecache import PyCodeCache
+
+        modules = PyCodeCache.modules[mark:]
+        if not modules:
+            return ""
+        digest = hashlib.sha256()
+        chosen = []
+        for module in modules:
+            path = getattr(module, "__file__", None)
+            if path:
+                digest.update(Path(path).read_bytes())
+            for name, value in sorted(vars(module).items()):
+                launchers, configs = getattr(value, "launchers", None), getattr(value, "configs", None)
+                if launchers is None or configs is None:
+                    continue
+                config = getattr(launchers[0], "config", None) if len(launchers) == 1 else None
+                if config is not None:
+                    kwargs = ",".join(f"{k}={v}" for k, v in sorted(getattr(config, "kwargs", {}).items()))
+                    chosen.append(f"{name} [{kwargs}] warps {getattr(config, 'num_warps', '?')} of {len(configs)} configs")
+        return f"code {digest.hexdigest()[:12]}" + (f"; chosen: {'; '.join(chosen)}" if chosen else "")
+    except Exception:  # noqa: BLE001 - a private interface of torch: no description
+        return ""
+
+
 def inductor_call(reference: torch.nn.Module, values: list[Any], backend: str) -> tuple[Callable[[], Any], str]:
     """Inductor's code for the task, called as a compiled model calls it, and how (for the
     protocol). The backend is wrapped so that each graph Dynamo captures is seen with the

@@ -612,12 +612,14 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
     with torch.no_grad(), gpu_hold(gpu_lock, shared=False):
         if job.get("inductor", True):  # (asked for once per task and GPU: the judge keeps the references' times)
             run.phase("inductor")
-            from kevin_backend.judge.retime_worker import inductor_call
+            from kevin_backend.judge.retime_worker import generated_modules, inductor_call, inductor_code
 
             # Inductor's code as a compiled model calls it: the one graph's compiled function without
             # Dynamo's guards (tens of microseconds a call), as the backend's decision times it
+            mark = generated_modules()
             compiled, how = inductor_call(run.reference, values, job.get("compile_backend") or "inductor")
-            run.ledger.notes.append(f"Inductor timed as {how}")
+            code = inductor_code(mark)
+            run.ledger.notes.append(f"Inductor timed as {how}" + (f"; Inductor's {code}" if code else ""))
         kernel_ms, inductor_ms = _candidate_and_inductor(run, measure, values, compiled)
         run.phase("timing-reference")
         # the references' times are measured once per task and GPU (the judge keeps them)
