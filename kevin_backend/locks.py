@@ -16,7 +16,7 @@ import fcntl
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["file_lock", "gate_path", "gpu_hold"]
+__all__ = ["file_lock", "gate_path", "gpu_hold", "gpu_lock_path"]
 
 
 def gate_path(path: str | Path) -> Path:
@@ -64,3 +64,13 @@ def file_lock(path: str | Path, shared: bool = False) -> Iterator[None]:
 def gpu_hold(path: str | Path | None, shared: bool) -> contextlib.AbstractContextManager[None]:
     """`file_lock(path, shared)`, or nothing held where no lock path is given (a job run alone)."""
     return file_lock(path, shared=shared) if path else contextlib.nullcontext()
+
+
+def gpu_lock_path(build_root: str | Path, index: int | None) -> Path:
+    """The GPU lock of every judge (and graph check) using the build folder `build_root`: one file
+    per GPU, `gpu<index>.lock` (the current device's index for None)."""
+    if index is None:
+        import torch
+
+        index = torch.cuda.current_device()
+    return Path(build_root) / f"gpu{index}.lock"

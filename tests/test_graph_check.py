@@ -278,3 +278,32 @@ def test_the_checks_copies_keep_layouts_broadcasts_included() -> None:
     for c, a in zip(got, (base, wide, broadcast)):
         assert c.stride() == a.stride() and c.storage_offset() == a.storage_offset() and torch.equal(c, a)
         assert c.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()
+
+
+def test_the_check_times_its_rounds_holding_the_judges_gpu_lock_alone(tmp_path: Path) -> None:
+    """A search of the same cache (a prewarm, another compile) must not run a correctness pass or
+    a timing inside the check's rounds: the check holds the judges' GPU lock of that cache
+    (`<cache_dir>/builds/gpu<index>.lock`) exclusively while it times, and lets it go after."""
+    import fcntl
+    from types import SimpleNamespace
+
+    from kevin_backend.backend import graph_check
+
+    lock = graph_check._gpu_lock(SimpleNamespace(cache_dir=tmp_path), torch.device("cuda", 0))
+    assert lock == tmp_path / "builds" / "gpu0.lock" and lock.parent.is_dir()
+    assert graph_check._gpu_lock(SimpleNamespace(cache_dir=tmp_path), torch.device("cpu")) is None
+
+    def others_can_share() -> bool:
+        with open(lock, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
+
+    seen: list[bool] = []
+    steps = {"all": lambda: seen.append(others_can_share()), "none": lambda: seen.append(others_can_share())}
+    graph_check._measure(steps, torch.device("cpu"), lock)
+    assert seen and not any(seen)  # every timed call ran with the lock held alone
+    assert others_can_share()  # and it is free again

@@ -277,7 +277,8 @@ class GraphCheck:
                 step()  # its first call compiles (and its backward)
                 return step
 
-            outcome = choose(digests, variant, lambda steps: _measure(steps, device), self._margin,
+            lock = _gpu_lock(self._cache, device)
+            outcome = choose(digests, variant, lambda steps: _measure(steps, device, lock), self._margin,
                              alone=self._other_sizes is None)
         except Exception as exc:  # noqa: BLE001 - the check's failure: the partitions' decisions stand
             text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
@@ -317,7 +318,23 @@ def _fingerprint(cache: Any) -> str:
         return ""
 
 
-def _measure(steps: dict[str, Callable[[], Any]], device: torch.device) -> dict[str, Sequence[float]]:
-    from kevin_backend.bench.timing import interleaved, timer
+def _gpu_lock(cache: Any, device: torch.device) -> Path | None:
+    """The GPU lock of the judges that use this kernel cache (`<cache_dir>/builds`, as
+    `Generator` builds there): a check holds it while it times, so that no search's correctness
+    run or timing shares the GPU with its rounds. None on a CPU or without a cache folder."""
+    cache_dir = getattr(cache, "cache_dir", None)
+    if device.type != "cuda" or cache_dir is None:
+        return None
+    from kevin_backend.locks import gpu_lock_path
 
-    return interleaved(steps, device, ROUNDS, measure=timer(device, TRIALS, 2))
+    root = Path(cache_dir) / "builds"
+    root.mkdir(parents=True, exist_ok=True)
+    return gpu_lock_path(root, device.index)
+
+
+def _measure(steps: dict[str, Callable[[], Any]], device: torch.device, lock: Path | None = None) -> dict[str, Sequence[float]]:
+    from kevin_backend.bench.timing import interleaved, timer
+    from kevin_backend.locks import gpu_hold
+
+    with gpu_hold(lock, shared=False):  # alone on the GPU while the variants are timed
+        return interleaved(steps, device, ROUNDS, measure=timer(device, TRIALS, 2))

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from kevin_backend.judge import runner
+from kevin_backend.locks import gpu_lock_path
 
 __all__ = [
     "MIN_ROUNDS", "RETIME_CANDIDATE_PHASES", "Decision", "RetimeConfig", "RetimeOutcome", "SandboxRetimer", "decide",
@@ -315,7 +316,7 @@ class SandboxRetimer:
         # the judge's own GPU lock file (`Judge._judge`: gpu<index>.lock under its build root)
         numerics = tuple(getattr(getattr(self.judge, "config", None), "numerics", ()) or ())
         return dataclasses.replace(self.config, device=str(device), arch=f"{major}.{minor}", build_root=str(root),
-                                   gpu_lock=str(root / f"gpu{device.index}.lock"), seed=int(seeds[0]), numerics=numerics)
+                                   gpu_lock=str(gpu_lock_path(root, device.index)), seed=int(seeds[0]), numerics=numerics)
 
     def for_numerics(self, numerics: tuple[tuple[str, Any], ...]) -> "SandboxRetimer":
         """This retimer for a task judged under `numerics` (its cache key's settings)."""

@@ -37,6 +37,7 @@ from kevin_backend.judge.roofline import Roofline
 from kevin_backend.judge.pool import WorkerPool
 from kevin_backend.judge.runner import RunConfig, RunOutcome, run_in_sandbox
 from kevin_backend.judge.static_judge import judge_static
+from kevin_backend.locks import gpu_lock_path
 
 __all__ = ["Judge", "ReferenceTimes", "SUSPICIOUS_SPEEDUP", "roofline_of"]
 
@@ -211,7 +212,7 @@ class Judge:
         # correctness overlap, but the timing of one candidate holds the GPU alone (a file lock
         # shared by every judge using this build root).
         config = dataclasses.replace(self.config, build_root=str(self.builder.root), arch=arch, device=str(device),
-                                     gpu_lock=str(self.builder.root / f"gpu{device.index}.lock"))
+                                     gpu_lock=str(gpu_lock_path(self.builder.root, device.index)))
         key = ReferenceTimes.key(task_source, config, arch)
         known = self.references.get(key) if self.reuse_references else None
         run_config = config if known is None else dataclasses.replace(config, eager=False, inductor=False)
