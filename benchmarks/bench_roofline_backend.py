@@ -12,14 +12,20 @@ With `--from RESULTS.json` (a `bench_builtin.py --suite roofline --json` file) i
 tasks whose kernel beat Inductor there by the keep margin, and says for each whether the backend
 kept a kernel, which is what it should do for all of them.
 
+With `--at-once N`, N tasks are compiled side by side, each in a process of its own (one kernel
+cache, so one build folder and one GPU lock for all their judges and graph checks: timings
+never overlap, builds and correctness passes do).
+
 Usage: python benchmarks/bench_roofline_backend.py [--from builtin_roofline.json] [--tasks a,b]
-       [--turns 2] [--margin 1.03] [--json FILE]
+       [--turns 2] [--margin 1.03] [--at-once 1] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,18 +64,60 @@ def run_task(task, cache: Path, turns: int) -> dict[str, object]:  # type: ignor
             "kept": any(r.status.value == "generated" for r in records)}
 
 
+ROW = "kevin-roofline-row "  # the prefix of a worker's last line: its row as JSON
+
+
+def _in_worker(task, cache: Path, turns: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """`run_task` in a process of its own (`--worker`): its row, or an error row that says why."""
+    command = [sys.executable, __file__, "--worker", task.name, "--cache", str(cache), "--turns", str(turns)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    rows = [line[len(ROW):] for line in done.stdout.splitlines() if line.startswith(ROW)]
+    if rows:
+        return json.loads(rows[-1])
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"task": task.name, "match": False, "kept": False, "partitions": [],
+            "error": f"the worker ended with code {done.returncode}: {tail}"[:500]}
+
+
+def _one(task, cache: Path, turns: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    try:
+        return run_task(task, cache, turns)
+    except Exception as exc:  # noqa: BLE001 - a task that fails is a row that says so, not the end of the run
+        return {"task": task.name, "match": False, "kept": False, "error": f"{type(exc).__name__}: {exc}"[:500], "partitions": []}
+
+
+def _shown(row: dict[str, object]) -> str:
+    best = [p for p in row["partitions"] if p["status"] == "generated"]  # type: ignore[union-attr,index]
+    if best and best[0]["vs_inductor"]:
+        return f"kept, {best[0]['vs_inductor']:.2f}x Inductor, {best[0]['roofline_fraction'] or 0:.0%} of copy"
+    return "Inductor kept: " + ("; ".join(f"{p['status']} {p['reason'] or ''} {p['detail'] or ''}".strip()  # type: ignore[index]
+                                          for p in row["partitions"]) or str(row.get("error", "")))  # type: ignore[union-attr]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from", dest="source", type=Path, help="bench_builtin.py --suite roofline JSON: its winners only")
     parser.add_argument("--tasks", help="comma-separated task names")
     parser.add_argument("--margin", type=float, default=1.03, help="a winner beat Inductor by at least this (--from)")
     parser.add_argument("--turns", type=int, default=2)
+    parser.add_argument("--at-once", type=int, default=1, help="tasks compiled side by side, each in its own process")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # one task in this process; its row on the last line
+    parser.add_argument("--cache", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_roofline_backend needs a CUDA GPU", file=sys.stderr)
         return 2
+    if args.at_once < 1:
+        parser.error(f"--at-once must be at least 1, got {args.at_once}")
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
+
+    if args.worker:
+        task = next((t for t in ROOFLINE_SUITE if t.name == args.worker), None)
+        if task is None or args.cache is None:
+            parser.error(f"--worker needs a task of the suite and --cache, got {args.worker!r}")
+        print(ROW + json.dumps(_one(task, args.cache, args.turns)), flush=True)
+        return 0
 
     wanted = set(args.tasks.split(",")) if args.tasks else None
     expected: dict[str, float] = {}
@@ -79,23 +127,26 @@ def main() -> int:
                 expected[row["task"]] = row["vs_inductor"]
         wanted = set(expected) if wanted is None else wanted & set(expected)
     tasks = [t for t in ROOFLINE_SUITE if wanted is None or t.name in wanted]
+    order = {t.name: i for i, t in enumerate(tasks)}
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
-            "turns": args.turns, "margin": args.margin}
+            "turns": args.turns, "margin": args.margin, "at_once": args.at_once}
     rows: list[dict[str, object]] = []
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        for n, task in enumerate(tasks, 1):
-            try:
-                row = run_task(task, Path(tmp) / "cache", args.turns)
-            except Exception as exc:  # noqa: BLE001 - a task that fails is a row that says so, not the end of the run
-                row = {"task": task.name, "match": False, "kept": False, "error": f"{type(exc).__name__}: {exc}"[:500], "partitions": []}
-            row["judge_vs_inductor"] = expected.get(task.name)
+        cache = Path(tmp) / "cache"
+        if args.at_once == 1:
+            results = (_one(task, cache, args.turns) for task in tasks)
+        else:
+            pool = concurrent.futures.ThreadPoolExecutor(args.at_once)
+            futures = [pool.submit(_in_worker, task, cache, args.turns) for task in tasks]
+            results = (f.result() for f in concurrent.futures.as_completed(futures))
+        for n, row in enumerate(results, 1):
+            row["judge_vs_inductor"] = expected.get(str(row["task"]))
             rows.append(row)
+            rows.sort(key=lambda r: order.get(str(r["task"]), len(order)))
             torch.cuda.empty_cache()
-            best = [p for p in row["partitions"] if p["status"] == "generated"]  # type: ignore[union-attr,index]
-            shown = (f"kept, {best[0]['vs_inductor']:.2f}x Inductor, {best[0]['roofline_fraction'] or 0:.0%} of copy"
-                     if best and best[0]["vs_inductor"] else "Inductor kept: " + "; ".join(
-                         f"{p['status']} {p['reason'] or ''} {p['detail'] or ''}".strip() for p in row["partitions"]) or row.get("error", ""))  # type: ignore[union-attr]
-            print(f"[{n}/{len(tasks)}] {task.name}: {'match' if row['match'] else 'OUTPUTS DIFFER'}, {shown}", file=sys.stderr, flush=True)
+            print(f"[{n}/{len(tasks)} {time.perf_counter() - started:.0f}s] {row['task']}: "
+                  f"{'match' if row['match'] else 'OUTPUTS DIFFER'}, {_shown(row)}", file=sys.stderr, flush=True)
             if args.json:
                 args.json.write_text(json.dumps({"meta": meta, "rows": rows, "partial": n < len(tasks)}, indent=1))
     kept = sum(bool(r["kept"]) for r in rows)
