@@ -1141,8 +1141,8 @@ def pointwise_width(plan: Plan) -> int:
 
 def preferred_order(plan: Plan) -> list[int]:
     """The plan's variants (indices into VARIANTS_ROWS / VARIANTS_POINTWISE) in the order they
-    are likely to pay for this shape, the plain one first (measured on the suite: for pointwise,
-    the 4-wide variants when there is a vector path, else more items per thread; for rows of
+    are likely to pay for this shape (measured on the suites: for pointwise, the 4-wide variants
+    first when there is a vector path, else the plain one, then more items per thread; for rows of
     about a thousand, 128 to 256 threads per row with the row in registers). For rows: the vector
     variants first where the row has a vector path and fits in registers, then threads per row
     near an eighth of the row's length (down to half a warp for short rows, big blocks for long
@@ -1154,7 +1154,12 @@ def preferred_order(plan: Plan) -> list[int]:
         if transposed_plane(plan) is not None:  # tiles first (32 x 32, then 32 x 64), then more items
             # (32 x 64 tiles measured 0.459 ms on an f16 permute on the H200, 32 x 32 ones 0.42 ms)
             return [7, 8, 0, 2, 5, 4, 6, 1, 3]
-        return [0, 1, 2, 4, 3, 5, 6, 7, 8] if can_vectorize(plan) else [0, 2, 5, 4, 6, 1, 3, 7, 8]
+        if can_vectorize(plan):
+            # the 4-wide (8-wide for 16-bit) kernel first, then more vectors in flight per thread: on the
+            # H200 the plain kernel lost to the vector one in 19 of 20 large pointwise searches (runs 4-7
+            # of the roofline suite, 1.2-2.0x slower), so a short search should not spend a turn on it
+            return [1, 4, 2, 0, 3, 5, 6, 7, 8]
+        return [0, 2, 5, 4, 6, 1, 3, 7, 8]
     ideal = min(1024, max(16, plan.cols // 8))
     vector_ok = can_vectorize_rows(plan)
     columns = strided_rows(plan)
