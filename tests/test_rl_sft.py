@@ -109,7 +109,7 @@ def test_demonstrations_are_the_rollouts_conversations(setup: SimpleNamespace, t
         assert "__global__" in reply.text and "class ModelNew" in reply.text
     assert len({d.completion_ids for d in first}) == 3  # three variants of the first kernel
     prompt = tok.decode(list(second[0].prompt_ids))
-    assert "Your program is correct" in prompt and "variant 0" in prompt and "__global__" in prompt
+    assert "Your program is correct" in prompt and "variant 1" in prompt and "__global__" in prompt  # (the first of preferred_order)
     assert "Summary:" in tok.decode(list(second[0].completion_ids))
     # the same settings twice over: each (prompt, reply) once
     again = builtin_demonstrations(trainer.tasks * 2, tok, settings, trainer.config.rollout)
