@@ -230,30 +230,39 @@ def test_a_search_longer_than_the_prompt_budget_still_knows_every_variant_it_mea
 
 
 def test_variants_are_ranked_for_the_shape() -> None:
-    from kevin_backend.generate.builtin.kernels import preferred_order
+    from kevin_backend.generate.builtin.kernels import Variant, _cached_values, can_vectorize, preferred_order
 
     def order(name: str) -> list[int]:
         plan = plan_task(next(t for t in SUITE if t.name == name).source)
         assert plan
         found = preferred_order(plan)
         assert sorted(found) == list(range(len(VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)))
-        # the plain kernel first, unless the rows are too few (split) or an input is transposed (tiles)
-        assert found[0] == 0 or (VARIANTS_ROWS[found[0]].split if plan.is_rows else VARIANTS_POINTWISE[found[0]].tiled)
+        if plan.is_rows:  # the plain kernel first only for a row too long for one block's registers
+            fits = _cached_values(plan, Variant(1024, cache=True), False) > 0  # (rows too few: split first)
+            assert found[0] != 0 if fits else (found[0] == 0 or VARIANTS_ROWS[found[0]].split)
+        elif can_vectorize(plan):  # a vector path: the vector kernel first (tiles for a transposed input)
+            assert VARIANTS_POINTWISE[found[0]].vector or VARIANTS_POINTWISE[found[0]].tiled
         return found
 
-    short = VARIANTS_ROWS[order("softmax-short-rows-f32")[1]]
+    short = VARIANTS_ROWS[order("softmax-short-rows-f32")[0]]
     assert short.threads < 32 and short.vector  # 64 columns, 4-wide: half a warp per row
     # 64 rows of 65536: too few rows to fill the GPU, each split over several blocks
     long_rows = [VARIANTS_ROWS[i] for i in order("long-rows-sum-f32")]
     assert long_rows[0].split and long_rows[1].split and not long_rows[3].split
     assert long_rows[3].threads == 1024 and not long_rows[3].vector  # then the biggest block; too long for registers
-    first = VARIANTS_ROWS[order("softmax-f32")[1]]
+    first = VARIANTS_ROWS[order("softmax-f32")[0]]
     assert first.threads == 128 and first.cache and first.vector
-    odd = VARIANTS_ROWS[order("softmax-f32-odd")[1]]
+    odd = VARIANTS_ROWS[order("softmax-f32-odd")[0]]
     assert odd.cache and not odd.vector  # 1001 columns: no 4-wide path, so no 4-wide variant early
-    assert VARIANTS_POINTWISE[order("gated-f32")[1]].vector  # a vector path: 4-wide first
-    assert VARIANTS_POINTWISE[order("batchnorm-relu-f32")[1]].vector  # per-channel vectors: one value per 4
-    assert VARIANTS_POINTWISE[order("mul-bf16-odd")[1]].vector  # odd length, contiguous inputs: 4-wide and a tail
+    gated = [VARIANTS_POINTWISE[i] for i in order("gated-f32")]
+    assert gated[0].vector and gated[0].items == 1 and gated[1].vector and gated[1].items == 4  # then more in flight
+    assert VARIANTS_POINTWISE[order("batchnorm-relu-f32")[0]].vector  # per-channel vectors: one value per 4
+    assert VARIANTS_POINTWISE[order("mul-bf16-odd")[0]].vector  # odd length, contiguous inputs: 4-wide and a tail
+    # a row of 393,216 floats (too long for one block): the plain kernel first, as measured on the H200
+    from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
+
+    huge = plan_task(next(t for t in ROOFLINE_SUITE if t.name == "softmax-last-f32-4096x393216").source)
+    assert huge and huge.is_rows and preferred_order(huge)[0] == 0
     transposed = [VARIANTS_POINTWISE[i] for i in order("transposed-input-f32")]
     # a transposed input: tiles (32 x 32, then 32 x 64), then more items per thread
     assert transposed[0].tiled and transposed[1].tiled and transposed[1].items == 2 and transposed[3].items > 1
