@@ -633,10 +633,11 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
 
 
 # Rounds of the candidate and Inductor, interleaved, in the job that times Inductor (once per task
-# and GPU; the judge keeps the time for the task's later candidates). One measurement of Inductor
-# per task made 8 of 49 roofline-suite tasks' Inductor times move 1.3-2.4x between H200 runs while
-# the kernels' times (each the best of several candidates) moved within 4%; each side's median over
-# rounds does not hang on one moment of the GPU.
+# and GPU; the judge keeps the time for the task's later candidates): each side's median over
+# rounds does not hang on one moment of the GPU. (With one measurement per task, 10 of 50
+# roofline-suite tasks' Inductor times moved 1.26-3.4x between H200 runs, at levels that repeat
+# from run to run, as another compile choice would give; the notes name Inductor's code and its
+# kernels' chosen configurations, `retime_worker.inductor_code`, to tell the two causes apart.)
 INDUCTOR_ROUNDS = 5
 
 
