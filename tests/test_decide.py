@@ -567,3 +567,20 @@ def test_what_inductor_generated_is_named_by_a_hash_of_its_code() -> None:
     mark = generated_modules()
     inductor_call(Model(), [torch.randn(16, 32)], "eager")
     assert inductor_code(mark) == ""
+
+    # a GPU kernel's autotuner as Inductor leaves it after its first call (one launcher left, its
+    # config), in a module Inductor loaded: the chosen configuration is named
+    import types
+
+    from torch._inductor.codecache import PyCodeCache
+
+    module = types.ModuleType("generated")
+    launcher = types.SimpleNamespace(config=types.SimpleNamespace(kwargs={"XBLOCK": 1024, "R0_BLOCK": 8}, num_warps=8))
+    module.triton_red_fused_0 = types.SimpleNamespace(launchers=[launcher], triton_meta={}, autotune_time_taken_ns=5)
+    mark = generated_modules()
+    PyCodeCache.modules.append(module)
+    try:
+        code = inductor_code(mark)
+    finally:
+        PyCodeCache.modules.remove(module)
+    assert code.endswith("chosen: triton_red_fused_0 [R0_BLOCK=8,XBLOCK=1024] warps 8 (benchmarked)"), code

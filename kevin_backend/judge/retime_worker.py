@@ -222,14 +222,15 @@ def inductor_code(mark: int) -> str:
             path = getattr(module, "__file__", None)
             if path:
                 digest.update(Path(path).read_bytes())
-            for name, value in sorted(vars(module).items()):
-                launchers, configs = getattr(value, "launchers", None), getattr(value, "configs", None)
-                if launchers is None or configs is None:
+            for name, value in sorted(vars(module).items(), key=lambda item: item[0]):
+                launchers = getattr(value, "launchers", None)  # a Triton kernel's autotuner, once it has run
+                if not isinstance(launchers, list) or len(launchers) != 1 or not hasattr(value, "triton_meta"):
                     continue
-                config = getattr(launchers[0], "config", None) if len(launchers) == 1 else None
+                config = getattr(launchers[0], "config", None)
                 if config is not None:
                     kwargs = ",".join(f"{k}={v}" for k, v in sorted(getattr(config, "kwargs", {}).items()))
-                    chosen.append(f"{name} [{kwargs}] warps {getattr(config, 'num_warps', '?')} of {len(configs)} configs")
+                    tuned = " (benchmarked)" if getattr(value, "autotune_time_taken_ns", None) else ""
+                    chosen.append(f"{name} [{kwargs}] warps {getattr(config, 'num_warps', '?')}{tuned}")
         return f"code {digest.hexdigest()[:12]}" + (f"; chosen: {'; '.join(chosen)}" if chosen else "")
     except Exception:  # noqa: BLE001 - a private interface of torch: no description
         return ""
