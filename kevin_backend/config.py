@@ -19,8 +19,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-__all__ = ["ENV", "EnvVar", "Mode", "Config", "ConfigError", "POLICY_NAMES", "check_policy_name", "child_env", "override",
-           "env_value"]
+__all__ = ["ENV", "EnvVar", "Mode", "Config", "ConfigError", "POLICY_NAMES", "build_root", "check_policy_name", "child_env",
+           "override", "env_value"]
 
 
 class ConfigError(ValueError):
@@ -151,6 +151,12 @@ def override(**values: Any) -> Iterator[None]:
     finally:
         _overrides.clear()
         _overrides.update(saved)
+
+
+def build_root(cache_dir: Path) -> Path:
+    """The judge's build folder under a kernel cache folder: its candidates' builds, and the GPU
+    lock files every judge and graph check using that cache share (`locks.gpu_lock_path`)."""
+    return Path(cache_dir) / "builds"
 
 
 @dataclass(frozen=True)

@@ -319,15 +319,16 @@ def _fingerprint(cache: Any) -> str:
 
 
 def _gpu_lock(cache: Any, device: torch.device) -> Path | None:
-    """The GPU lock of the judges that use this kernel cache (`<cache_dir>/builds`, as
-    `Generator` builds there): a check holds it while it times, so that no search's correctness
+    """The GPU lock of the judges that use this kernel cache (under `config.build_root`, where
+    `Generator`'s judge builds): a check holds it while it times, so that no search's correctness
     run or timing shares the GPU with its rounds. None on a CPU or without a cache folder."""
     cache_dir = getattr(cache, "cache_dir", None)
     if device.type != "cuda" or cache_dir is None:
         return None
+    from kevin_backend.config import build_root
     from kevin_backend.locks import gpu_lock_path
 
-    root = Path(cache_dir) / "builds"
+    root = build_root(cache_dir)
     root.mkdir(parents=True, exist_ok=True)
     return gpu_lock_path(root, device.index)
 

@@ -265,9 +265,9 @@ def prebuild(entries: Sequence[CacheEntry]) -> int:
 
 
 def _builder() -> Builder:
-    from kevin_backend.config import Config
+    from kevin_backend.config import Config, build_root
 
-    return Builder(Config.from_env().cache_dir / "builds")
+    return Builder(build_root(Config.from_env().cache_dir))
 
 
 def _arch(device: str) -> str | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from kevin_backend.cli.main import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, EXIT_USAGE, CommandError
-from kevin_backend.config import Config
+from kevin_backend.config import Config, build_root
 
 from kevin_backend.judge.judge import Judge
 from kevin_backend.bench.progress import Progress
@@ -75,7 +75,7 @@ def _eval(args: argparse.Namespace, config: Config) -> int:
         if not torch.cuda.is_available():
             raise CommandError("judging a kernel needs a CUDA GPU (use --static-only for the rules alone)", EXIT_USAGE)
         device = _device(args.device)
-        with Judge(config.cache_dir / "builds", RunConfig(trials=args.trials, device=device), workers=0) as judge:
+        with Judge(build_root(config.cache_dir), RunConfig(trials=args.trials, device=device), workers=0) as judge:
             result = judge.judge(problem, candidate)
     if args.json:
         print(json.dumps(_verdict(result), indent=2))
@@ -140,7 +140,7 @@ def _eval_folder(args: argparse.Namespace, config: Config, problem: str) -> int:
         print(f"judging {len(paths)} candidates from {args.candidate} on {device} with {args.workers} workers",
               file=sys.stderr, flush=True)
         began = time.perf_counter()
-        with Judge(config.cache_dir / "builds", RunConfig(trials=args.trials, device=device), workers=args.workers) as judge:
+        with Judge(build_root(config.cache_dir), RunConfig(trials=args.trials, device=device), workers=args.workers) as judge:
             results = judge.evaluate_many(problem, sources, at_once=args.workers, done=done)
         seconds = time.perf_counter() - began
         print(f"{len(paths)} candidates in {seconds:.1f} s ({len(paths) / seconds * 60:.1f} per minute)",

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kevin_backend.cli.main import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, EXIT_USAGE, CommandError
-from kevin_backend.config import Config, ConfigError, check_policy_name
+from kevin_backend.config import Config, ConfigError, build_root, check_policy_name
 
 __all__ = ["register"]
 
@@ -107,7 +107,7 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
     except Exception as exc:
         raise CommandError(f"{args.task}: running the task failed: {type(exc).__name__}: {exc}", EXIT_USAGE) from exc
 
-    judge = Judge(config.cache_dir / "builds", RunConfig(trials=args.trials, device=device))
+    judge = Judge(build_root(config.cache_dir), RunConfig(trials=args.trials, device=device))
     generator = SearchGenerator(policy, judge, search, config, progress=_Display(search).event)
     key = make_key(task, DeviceInfo.detect("cuda", torch.device(device).index))
     print(f"kevin generate {task.name}: policy {generator.name}, {search.trajectories} trajectories x "

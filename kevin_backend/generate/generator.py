@@ -26,7 +26,7 @@ from typing import Any
 
 from kevin_backend.cache.entry import CacheEntry
 from kevin_backend.cache.key import CacheKey
-from kevin_backend.config import Config, ConfigError, env_is_set
+from kevin_backend.config import Config, ConfigError, build_root, env_is_set
 from kevin_backend.generate.engine import Engine, Judging, Progress, Retimer, SearchConfig, SearchIncomplete, SearchResult
 from kevin_backend.generate.log import TrajectoryLog
 from kevin_backend.generate.policy import Policy, PolicyError
@@ -106,7 +106,7 @@ class SearchGenerator:
         if self._judge is None:
             from kevin_backend.judge.judge import Judge
 
-            self._judge = Judge(self.config.cache_dir / "builds")
+            self._judge = Judge(build_root(self.config.cache_dir))
         return self._judge
 
     @property

@@ -208,9 +208,6 @@ def inductor_code(mark: int) -> str:
     the one chosen ("" when nothing is known). Two compiles of one task that time differently can
     then be told apart: other code, other choices, or the same code timed at another moment."""
     try:
-        import hashlib
-        from pathlib import Path
-
         from torch._inductor.codecache import PyCodeCache
 
         modules = PyCodeCache.modules[mark:]
