@@ -15,7 +15,8 @@ import torch
 
 from kernel_emulator import emulate, has_cuda_headers
 from kevin_backend.generate.builtin.graph import Plan, plan_task
-from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, returned, strided_rows, write_program
+from kevin_backend.generate.builtin.kernels import (VARIANTS_POINTWISE, VARIANTS_ROWS, can_vectorize_rows, preferred_order, returned,
+                                                   strided_rows, write_program)
 from kevin_backend.generate.builtin.suite import SuiteTask, _task
 from kevin_backend.judge.compare import FALLBACK_RTOL
 from kevin_backend.types import load_program
@@ -200,26 +201,52 @@ def test_the_emulation_catches_a_wrong_kernel(tmp_path) -> None:  # type: ignore
     assert not torch.allclose(wrong.float(), want.float(), atol=1e-2, rtol=1e-2)
 
 
-@pytest.mark.parametrize("forward", ["torch.max(x, 1)", "torch.min(x, 1)", "x.argmax(1)", "x.transpose(1, 2).argmin(-1)"])
-def test_index_reductions_take_the_first_extreme_and_a_nan_first(forward: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("forward", "dtype"), [("torch.max(x, 1)", "f32"), ("torch.min(x, 1)", "f32"), ("x.argmax(1)", "f32"),
+                                             ("x.transpose(1, 2).argmin(-1)", "f32"), ("torch.max(x, -1)", "f16")])
+def test_index_reductions_take_the_first_extreme_and_a_nan_first(forward: str, dtype: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Ties everywhere (values from four integers) and NaNs in one row: torch's positions are the
-    first of the extreme, and the first NaN's in a row that has one. Both the columns mapping and
-    a block per row."""
-    task = _task("index-ties", "reduction", forward, [(4, 300, 3)], "f32")
+    first of the extreme, and the first NaN's in a row that has one. The columns mapping, a block
+    per row, and (rows along memory: the f16 case, over the last dim) the vector path's 8-wide
+    accesses."""
+    last = forward.endswith("-1)") and "transpose" not in forward
+    shape = (4, 3, 304) if last else (4, 304, 3)
+    task = _task("index-ties", "reduction", forward, [shape], dtype)
     plan = plan_task(task.source)
     assert isinstance(plan, Plan)
     torch.manual_seed(0)
-    x = torch.randint(0, 4, (4, 300, 3)).float()
+    x = torch.randint(0, 4, (4, 304, 3)).to({"f32": torch.float32, "f16": torch.float16}[dtype])
     x[1, 17, 0] = x[1, 200, 0] = float("nan")
     x[2, 40:, 2] = float("-inf")
+    if last:  # the same rows, along memory
+        x = x.transpose(1, 2).contiguous()
     want = load_program(task.source, "index_ties").Model()(x)
     want = list(want) if isinstance(want, (tuple, list)) else [want]
-    for index in dict.fromkeys([preferred_order(plan)[0], 0]):
+    vector = [i for i in preferred_order(plan)[:3] if VARIANTS_ROWS[i].vector] if can_vectorize_rows(plan) else []
+    assert bool(vector) == last  # rows along memory have a vector path, rows across it do not
+    for index in dict.fromkeys([preferred_order(plan)[0], 0, *vector[:1]]):
         got = emulate(write_program(plan, VARIANTS_ROWS[index]), [x], returned(plan), workdir=tmp_path)
         for g, w in zip(got, want):
             w = w.reshape(g.shape)
             assert g.dtype == w.dtype and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(), w.nan_to_num()), \
                 (VARIANTS_ROWS[index].describe(), g, w)
+
+
+def test_a_comparison_sees_the_rounded_value_eager_compares(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Values stay in float between ops (`relax_rounding`), except those a comparison reads: in
+    float16, (0.5 - 2^-12) + 2^-13 rounds (to even) to 0.5, so eager's `>= 0.5` is true there,
+    while the unrounded sum is below 0.5. Every element sits on that tie; the kernel's booleans
+    must be eager's, in the plain and the 8-wide kernel alike."""
+    task = _task("compare-at-a-tie-f16", "chain2", "((x + y) >= 0.5).to(x.dtype) + torch.sigmoid(x + y)", [(8, 64), (8, 64)], "f16")
+    plan = plan_task(task.source)
+    assert isinstance(plan, Plan)
+    x = torch.full((8, 64), 0.5 - 2 ** -12, dtype=torch.float16)
+    y = torch.full((8, 64), 2 ** -13, dtype=torch.float16)
+    want = load_program(task.source, "compare_tie").Model()(x, y)
+    assert (want >= 1.0).all()  # eager: every comparison true
+    for index in (0, 1):
+        (got,) = emulate(write_program(plan, VARIANTS_POINTWISE[index]), [x, y], returned(plan), workdir=tmp_path)
+        assert torch.equal(got >= 1.0, want >= 1.0), VARIANTS_POINTWISE[index].describe()
+        assert torch.allclose(got.float(), want.float(), atol=2e-3, rtol=0)
 
 
 def test_long_runs_per_thread_are_summed_with_compensation(tmp_path) -> None:  # type: ignore[no-untyped-def]

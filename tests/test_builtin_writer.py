@@ -127,6 +127,28 @@ def test_sixteen_bit_rows_not_kept_take_a_max_pass_then_a_sum_pass() -> None:
     assert "kevin_online_step(" in kernel[kernel.index("__global__"):]
 
 
+def test_sixteen_bit_values_stay_in_float_until_stored_unless_a_rounding_decides_an_outcome() -> None:
+    """16-bit intermediate values are not rounded after each op (each rounding is a conversion, and
+    on an H200 a SiLU-add-sigmoid over bf16 spent more time converting than reading); an explicit
+    cast still rounds, and so does every value a comparison or an index reduction reads, back to
+    the inputs (their outcome must be eager's)."""
+    chain = plan_task(_task("torch.sigmoid(torch.nn.functional.silu(x) + y) * 0.5",
+                            "torch.randn(64, 256, device='cuda', dtype=torch.bfloat16), torch.randn(64, 256, device='cuda', dtype=torch.bfloat16)"))
+    kernel = write_program(chain, VARIANTS_POINTWISE[0])
+    kernel = kernel[kernel.index("__global__"):kernel.index("kevin_run(")]
+    assert kernel.count("kevin_round_bf16(") == 1, kernel  # silu's own cast back to bf16 (its decomposition's)
+    compared = plan_task(_task("((x + y) * 2.0 >= 1.0).to(x.dtype) * torch.exp(x + y)",
+                               "torch.randn(64, 256, device='cuda', dtype=torch.float16), torch.randn(64, 256, device='cuda', dtype=torch.float16)"))
+    kernel = write_program(compared, VARIANTS_POINTWISE[0])
+    kernel = kernel[kernel.index("__global__"):kernel.index("kevin_run(")]
+    assert "kevin_round_half(in0 + in1)" in kernel and "kevin_round_half(v0 * 2.0f)" in kernel, kernel
+    assert "kevin_round_half(expf(" not in kernel  # the exp feeds no comparison
+    indexed = plan_task(_task("(x * y).argmax(-1)",
+                              "torch.randn(64, 256, device='cuda', dtype=torch.bfloat16), torch.randn(64, 256, device='cuda', dtype=torch.bfloat16)"))
+    kernel = write_program(indexed, VARIANTS_ROWS[0])
+    assert "kevin_round_bf16(in0 * in1)" in kernel[kernel.index("__global__"):]
+
+
 def test_per_channel_inputs_are_read_through_their_views() -> None:
     # batch norm at inference: [C] vectors, one of them through rsqrt on [C] first, viewed as [C, 1, 1]
     plan = plan_task(next(t for t in SUITE if t.name == "batchnorm-relu-f32").source)

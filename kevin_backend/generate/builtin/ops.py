@@ -8,8 +8,10 @@
 for every fx.Node argument of the op. The expressions keep these conventions:
 
 * Every value is a `float`, whatever its graph dtype. float16/bfloat16 values are widened when
-  loaded and rounded when stored, as eager PyTorch computes half ops in float ("opmath") and rounds
-  each op's result; an explicit cast to float16/bfloat16 (`convert_element_type`, `_to_copy`)
+  loaded and rounded when stored. Eager PyTorch computes half ops in float ("opmath") and rounds
+  each op's result; the kernels (`kernels.relax_rounding`) keep intermediate values in float, as
+  Inductor's code does, except where a rounding can change a discrete outcome (a comparison, an
+  index reduction). An explicit cast to float16/bfloat16 (`convert_element_type`, `_to_copy`)
   rounds here, with `kevin_round_half` / `kevin_round_bf16`, so that the value *after* the cast is
   the rounded one even when it is never stored.
 * A bool value is 1.0f or 0.0f. Ops reading one as a condition test `!= 0.0f` (NaN is true, as in
