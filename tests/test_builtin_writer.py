@@ -274,6 +274,11 @@ def test_variants_are_ranked_for_the_shape() -> None:
     assert long_rows[3].threads == 1024 and not long_rows[3].vector  # then the biggest block; too long for registers
     first = VARIANTS_ROWS[order("softmax-f32")[0]]
     assert first.threads == 128 and first.cache and first.vector
+    # 16-bit rows of 4096: two 8-wide accesses a thread (the bytes a thread reads of a float32 row)
+    wide16 = plan_task(_task("torch.softmax(x, -1) * y", "torch.randn(512, 4096, device='cuda', dtype=torch.bfloat16), "
+                             "torch.randn(512, 4096, device='cuda', dtype=torch.bfloat16)"))
+    first16 = VARIANTS_ROWS[preferred_order(wide16)[0]]
+    assert first16.vector and first16.cache and first16.threads == 256, first16
     odd = VARIANTS_ROWS[order("softmax-f32-odd")[0]]
     assert odd.cache and not odd.vector  # 1001 columns: no 4-wide path, so no 4-wide variant early
     gated = [VARIANTS_POINTWISE[i] for i in order("gated-f32")]

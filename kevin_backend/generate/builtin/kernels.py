@@ -687,7 +687,24 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         if cache:
             return cached_loop(body)
         inner = "\n            ".join(body)
-        return f"if (valid) {{\n        for (long long c = lane; c < {cols}LL; c += {tpr}) {{\n            {inner}\n        }}\n    }}"
+        reads = [m for m in map(_LOAD.fullmatch, body) if m]
+        narrow = all(i.dtype.itemsize == 2 for i in full_inputs if any(m.group(1) == i.var for m in reads))
+        steps = min(_AHEAD * (2 if narrow else 1), -(-cols // tpr))  # 32 bytes a thread in flight (16-bit: 16 loads)
+        if not reads or steps < 2 or not any(s in inner for s in _SERIAL_STEPS):
+            return f"if (valid) {{\n        for (long long c = lane; c < {cols}LL; c += {tpr}) {{\n            {inner}\n        }}\n    }}"
+        # a step that branches on the running value (an index reduction's, the online softmax's)
+        # keeps the compiler from unrolling far (4 loads in flight a thread, against 32 for a
+        # sum): the next `steps` columns' loads are issued first, then their steps
+        rest = "\n                ".join(line for line in body if not _LOAD.fullmatch(line))
+        fetch = "\n            ".join(f"float {m.group(1)}_a[{steps}];" for m in reads)
+        fill = " ".join(f"{m.group(1)}_a[u] = in_row ? kevin_ld({m.group(2)}) : 0.0f;" for m in reads)
+        take = " ".join(f"float {m.group(1)} = {m.group(1)}_a[u];" for m in reads)
+        return (f"if (valid) {{\n        for (long long cb = lane; cb < {cols}LL; cb += {steps * tpr}) {{\n            {fetch}\n"
+                f"            #pragma unroll\n            for (int u = 0; u < {steps}; ++u) {{\n"
+                f"                const long long c = cb + (long long)u * {tpr}; const bool in_row = c < {cols}LL; {fill}\n            }}\n"
+                f"            #pragma unroll\n            for (int u = 0; u < {steps}; ++u) {{\n"
+                f"                const long long c = cb + (long long)u * {tpr};\n                if (c < {cols}LL) {{\n"
+                f"                {take}\n                {rest}\n                }}\n            }}\n        }}\n    }}")
 
     if cache:
         for i in full_inputs:
@@ -745,7 +762,7 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         if red.var in fused:
             continue
         partner = online_partner(plan, red)
-        if partner is not None and not cache and not variant.columns and wide:
+        if partner is not None and not cache and wide:
             # softmax's max and sum of exp(x - max) in one read of the row: each thread keeps its
             # running max and its sum rescaled whenever the max grows; the row's max, then each
             # thread's sum rescaled to it, added. Only for 32-bit rows: over 16-bit rows (half the
@@ -931,6 +948,12 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
 }}
 """)
 
+
+# An uncached pass over a row whose step branches on the running value (`_SERIAL_STEPS`) loads
+# this many columns ahead of their steps (`_rows_kernel`'s loop; twice as many of 16-bit values).
+_AHEAD = 8
+_SERIAL_STEPS = ("kevin_arg_step_", "kevin_online_step(")
+_LOAD = re.compile(r"float (in\d+) = kevin_ld\((.*)\);")
 
 # Columns a staged output tile spans (`staged_output`).
 _STAGE = 32
@@ -1230,8 +1253,11 @@ def preferred_order(plan: Plan) -> list[int]:
         want = ideal
         if v.vector:
             group = 0 if vector_ok and _cached_values(plan, v, True) else 2
-            if vector_ok and _row_width(plan) == 8:  # 8 values an access: a short row needs fewer threads
-                want = min(1024, max(8, plan.cols // 8))
+            if vector_ok and _row_width(plan) == 8:
+                # 16-bit rows, 8 values an access: two accesses a thread, the 32 bytes a thread
+                # reads where float32 rows ran at 97-99% of the copy bandwidth on the H200 (two
+                # float4s); one access a thread left 16-bit rows of 2048-4096 at 61-78%
+                want = min(1024, max(8, plan.cols // 16))
         else:
             group = 1
         fits = _cached_values(plan, v, v.vector) > 0
