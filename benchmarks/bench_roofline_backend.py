@@ -8,7 +8,8 @@ noise accounted for) and the runtime all take part. For every task it records wh
 report says of each partition (generated, or Inductor kept and why; the kernel's speedup and its
 fraction of the copy bandwidth) and whether the compiled model's outputs match the model's.
 
-With `--from RESULTS.json` (a `bench_builtin.py --suite roofline --json` file) it runs only the
+With `--from RESULTS.json` (a `bench_builtin.py --suite roofline --json` file, or one stored under
+`benchmarks/results/`) it runs only the
 tasks whose kernel beat Inductor there by the keep margin, and says for each whether the backend
 kept a kernel, which is what it should do for all of them.
 
@@ -122,7 +123,8 @@ def main() -> int:
     wanted = set(args.tasks.split(",")) if args.tasks else None
     expected: dict[str, float] = {}
     if args.source:
-        for row in json.loads(args.source.read_text())["rows"]:
+        found = json.loads(args.source.read_text())
+        for row in found["rows"] if "rows" in found else found["data"]["rows"]:  # bench_builtin's JSON, or as stored
             if row.get("vs_inductor") and row["vs_inductor"] >= args.margin:
                 expected[row["task"]] = row["vs_inductor"]
         wanted = set(expected) if wanted is None else wanted & set(expected)
