@@ -23,7 +23,8 @@ moving with the host's speed), enough to pass the margin.
     `LoadedKernel` (the stride and alignment checks, the output bookkeeping) and the kernel's
     `ModelNew.forward` with its extension call (`backend/runtime.py`). A task whose inputs are not
     all tensors (no partition of a graph) calls `ModelNew` directly;
-  * Inductor: the task's reference compiled by `torch.compile` (default mode). When Dynamo
+  * Inductor: the task's reference compiled by `torch.compile` (default mode, static shapes: the
+    task's own sizes, as a model's first compile gets them). When Dynamo
     captures it as one graph, that graph's compiled code is called directly on the arguments
     Dynamo gave it (AOTAutograd's wrapper, Inductor's wrapper code and its kernels), without
     Dynamo's frame and guard check. A reference that Dynamo splits into several graphs (a graph
@@ -259,7 +260,12 @@ def inductor_call(reference: torch.nn.Module, values: list[Any], backend: str) -
 
         return run
 
-    compiled = torch.compile(reference, backend=capture)
+    # static shapes, always: a worker judges task after task, each program loaded under the same
+    # file name with its forward on the same line, and Dynamo's automatic dynamic shapes (which
+    # keys what it has seen by file, line and name) took the second task's reference for the first
+    # one's at new sizes and compiled it for any size: on the H200, Inductor's code for a
+    # log-softmax over dim 1 of 64 x 8192 x 128 bf16 then took 0.508 ms instead of 0.178 ms
+    compiled = torch.compile(reference, backend=capture, dynamic=False)
     with torch.no_grad():
         whole = compiled(*values)
     recording[0] = False
