@@ -296,6 +296,22 @@ def roofline_backend(data: dict[str, Any]) -> dict[str, str]:
     return {"tasks": _table(["task", "bench_builtin x Inductor", "compile report", "outputs match"], rows)}
 
 
+def inductor_forms(data: dict[str, Any]) -> dict[str, str]:
+    """bench_inductor_forms.py --json: Inductor on a task as written and on the backend's partition
+    of it (and, where the row has it, the judge's Inductor time for the task in a suite run)."""
+    rows = []
+    for r in data["rows"]:
+        if "error" in r:
+            rows.append([r["task"], "-", "-", "-", f"not measured: {r['error'].splitlines()[0][:90]}"])
+            continue
+        judge = r.get("judge_ms")
+        rows.append([r["task"], f"{r['written_ms']:.4f}", f"{r['partition_ms']:.4f}", "-" if judge is None else f"{judge:.4f}",
+                     r["written_code"].split(";")[0] + (" (both)" if r["written_code"] == r["partition_code"] else
+                                                        f" / {r['partition_code'].split(';')[0]}")])
+    return {"tasks": _table(["task", "Inductor as written ms", "Inductor on the partition ms", "the judge's Inductor ms (suite)",
+                             "Inductor's code"], rows)}
+
+
 def _paired(row: dict[str, Any]) -> str:
     p = row.get("kevin_vs_inductor_paired")
     return "" if not p else f" [{p[1]:.2f}-{p[2]:.2f}]"
@@ -372,6 +388,7 @@ KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
     "rl_run": rl_run,
     "kevin_bench": kevin_bench,
     "prewarm_budget": prewarm_budget,
+    "inductor_forms": inductor_forms,
 }
 
 
