@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kevin_backend.generate.builtin.graph import BuiltinSupport, Declined, Kind, Plan, plan_task
-from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, input_mode, preferred_order, write_program
+from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, input_mode, preferred_order, staged_output, write_program
 from kevin_backend.generate.builtin.policy import BuiltinPolicy, task_from_messages
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.generate.policy import Sampling
@@ -274,11 +274,11 @@ def test_variants_are_ranked_for_the_shape() -> None:
     assert long_rows[3].threads == 1024 and not long_rows[3].vector  # then the biggest block; too long for registers
     first = VARIANTS_ROWS[order("softmax-f32")[0]]
     assert first.threads == 128 and first.cache and first.vector
-    # 16-bit rows of 4096: two 8-wide accesses a thread (the bytes a thread reads of a float32 row)
+    # 16-bit rows of 4096: 128 threads a row, four 8-wide accesses a thread (fastest in run 8 on the H200)
     wide16 = plan_task(_task("torch.softmax(x, -1) * y", "torch.randn(512, 4096, device='cuda', dtype=torch.bfloat16), "
                              "torch.randn(512, 4096, device='cuda', dtype=torch.bfloat16)"))
     first16 = VARIANTS_ROWS[preferred_order(wide16)[0]]
-    assert first16.vector and first16.cache and first16.threads == 256, first16
+    assert first16.vector and first16.cache and first16.threads == 128, first16
     odd = VARIANTS_ROWS[order("softmax-f32-odd")[0]]
     assert odd.cache and not odd.vector  # 1001 columns: no 4-wide path, so no 4-wide variant early
     gated = [VARIANTS_POINTWISE[i] for i in order("gated-f32")]
@@ -301,6 +301,26 @@ def test_variants_are_ranked_for_the_shape() -> None:
     # 32 x 32 tiles: no loop over tile halves and no unroll pragma (both measured slower on the H200)
     program = write_program(plan_task(halves), first)
     assert "for (int s = 0;" not in program and "#pragma unroll\n    for (int j = ty;" not in program
+
+
+def test_long_rows_across_memory_read_more_than_once_are_kept_in_a_block_of_neighbouring_rows() -> None:
+    """A softmax over a middle dimension of 4096 (rows across memory, each read for its max, its
+    sum and its outputs): first a block of 1024 threads on 8 neighbouring rows, 128 threads a row,
+    the row in registers, the threads of a row combining by shuffles within each warp first. A
+    plain sum over such rows (one read anyway) is not kept. In a 1024-thread block a
+    row's exp(x - max) is computed again for the outputs rather than kept: a second array of 32
+    values would spill (64 registers a thread)."""
+    mid = plan_task(_task("torch.softmax(x, 1) * y", "torch.randn(8, 4096, 64, device='cuda'), torch.randn(8, 4096, 64, device='cuda')"))
+    first = VARIANTS_ROWS[preferred_order(mid)[0]]
+    assert first.columns and first.cache and first.threads == 128 and first.rows_per_block == 8, first
+    program = write_program(mid, first)
+    assert "for (int o = 16; o >= 8; o >>= 1)" in program  # the row's threads in a warp: offsets 8 and 16
+    assert "float in0_r[32];" in program and "_r[32];" not in program.replace("float in0_r[32];", "").replace("float in1_r[32];", "")
+    summed = plan_task(_task("x.sum(1) + y.sum(1)", "torch.randn(8, 4096, 64, device='cuda'), torch.randn(8, 4096, 64, device='cuda')"))
+    assert not VARIANTS_ROWS[preferred_order(summed)[0]].cache  # 512 rows: 32 threads a row, nothing kept
+    rows = plan_task(_task("torch.softmax(x, -1) * y", "torch.randn(512, 4096, device='cuda'), torch.randn(512, 4096, device='cuda')"))
+    kept = write_program(rows, VARIANTS_ROWS[preferred_order(rows)[0]])  # 128 threads a row: registers to spare
+    assert any(f"float v{k}_r[" in kept for k in range(10)), "a 128-thread row keeps exp(x - max)"
 
 
 def test_an_odd_length_takes_the_vector_path_and_finishes_its_tail_one_by_one() -> None:
@@ -398,6 +418,7 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
         "l2norm-cluster": _task("x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12) * y",
                                 "torch.randn(64, 65536, device='cuda'), torch.randn(65536, device='cuda')"),
         "argmax-cluster": _task("x.argmax(-1)", "torch.randn(64, 200000, device='cuda'), torch.randn(1, device='cuda')"),
+        "softmax-mid-kept": _task("torch.softmax(x, 1) * y", "torch.randn(8, 4096, 64, device='cuda'), torch.randn(8, 4096, 64, device='cuda')"),
         "mse-split-bf16": _task("torch.nn.functional.mse_loss(x, y)",
                                 "torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16), torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16)"),
     }
@@ -409,7 +430,9 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
               ("softmax-online", VARIANTS_ROWS[0]), ("fast-math-bf16", VARIANTS_POINTWISE[1]),
               ("l2norm-cluster", CLUSTER_VECTOR), ("argmax-cluster", CLUSTER_SCALAR), ("softmax-bf16-fast", VARIANTS_ROWS[9]),
               ("softmax-cluster16", CLUSTER_16), ("tiled-f16-wide", VARIANTS_POINTWISE[8]),
-              ("softmax-transposed-staged", VARIANTS_ROWS[preferred_order(plan_task(more["softmax-transposed-staged"]))[0]]),
+              ("softmax-transposed-staged", next(VARIANTS_ROWS[i] for i in preferred_order(plan_task(more["softmax-transposed-staged"]))
+                                                 if staged_output(plan_task(more["softmax-transposed-staged"]), VARIANTS_ROWS[i]))),
+              ("softmax-mid-kept", VARIANTS_ROWS[preferred_order(plan_task(more["softmax-mid-kept"]))[0]]),
               ("permute-tiled", VARIANTS_POINTWISE[preferred_order(plan_task(more["permute-tiled"]))[0]])]
     assert picks[-1][1].tiled
     assert VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]].split

@@ -116,6 +116,11 @@ VARIANTS_ROWS = (
     Variant(1024, vector=True, cache=True, cluster=8),
     # 16 blocks: beyond the portable 8, allowed per kernel (cudaFuncAttributeNonPortableClusterSizeAllowed; H100, H200)
     Variant(1024, cache=True, cluster=16), Variant(1024, vector=True, cache=True, cluster=16),
+    # rows across memory long enough to need many threads to keep: a block of 1024 threads on 32,
+    # 16 or 8 neighbouring rows (a warp's load one stretch of 128, 64 or 32 bytes of floats), the
+    # row in registers (up to 1024, 2048 or 4096 values), read once
+    Variant(32, rows_per_block=32, columns=True, cache=True), Variant(64, rows_per_block=16, columns=True, cache=True),
+    Variant(128, rows_per_block=8, columns=True, cache=True),
 )
 # Registers per thread a cached row may take (values per input).
 MAX_CACHED = 32
@@ -659,12 +664,17 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         (`done`: the reduction this pass finishes, which does not read them again)."""
         if not cache:
             return []
+        # registers: a block of 1024 threads leaves 64 a thread; arrays beyond about 40 of them
+        # spill to local memory, so past that a later pass computes the value again instead
+        budget = 65536 // (variant.threads if clustered else tpr * rpb) - 24
         inside = {n.var for n in needed} | ({done} if done else set())
         later = _references([n for n in plan.nodes if n.var not in inside], [o.var for o in plan.outputs])
         stores = []
         for n in needed:
             copy = re.fullmatch(r"in\d+", n.expr or "") is not None  # the input's own registers serve
-            if n.kind is Kind.FULL and n.alias_of is None and not copy and n.var in later and n.var not in kept:
+            arrays = len(full_inputs) + len(kept) + 1
+            if (n.kind is Kind.FULL and n.alias_of is None and not copy and n.var in later and n.var not in kept
+                    and cached * arrays <= budget):
                 kept.append(n.var)
                 lines.append(f"float {n.var}_r[{cached}];")
                 stores.append(f"{n.var}_r[{slot}] = {n.var};")
@@ -1055,8 +1065,26 @@ __device__ __forceinline__ void kevin_row_reduce_arg{op}(float& v, int64_t& i, f
 
 def _column_reducer(op: str, combine: str, init: str, threads: int, rpb: int) -> str:
     """`kevin_row_reduce_<op>` when a row's `threads` threads are one per `rpb` in the block (the
-    columns mapping): each writes its partial to shared memory, then each reads the row's all."""
+    columns mapping): each writes its partial to shared memory, then each reads the row's all.
+    With fewer rows than a warp's 32 threads (a row's threads several to a warp), the threads of a
+    row within a warp first combine by shuffles (offsets `rpb` and up keep the row), and each warp
+    leaves one partial per row: a row of 128 threads, 8 rows a block, reads 32 partials, not 128."""
     gather = combine.format(a="v", b=f"smem[w * {rpb} + row_in_block]")
+    if 1 < threads and rpb < 32 and 32 % rpb == 0 and threads * rpb % 32 == 0:
+        warps = threads * rpb // 32
+        step = combine.format(a="v", b="__shfl_xor_sync(0xffffffffu, v, o)")
+        return f"""
+__device__ __forceinline__ float kevin_row_reduce_{op}(float v, float* smem, int row_in_block, int lane) {{
+    #pragma unroll
+    for (int o = 16; o >= {rpb}; o >>= 1) v = {step};
+    __syncthreads();
+    if ((threadIdx.x & 31) < {rpb}) smem[(threadIdx.x >> 5) * {rpb} + row_in_block] = v;
+    __syncthreads();
+    v = {init};
+    for (int w = 0; w < {warps}; ++w) v = {gather};
+    return v;
+}}
+"""
     return f"""
 __device__ __forceinline__ float kevin_row_reduce_{op}(float v, float* smem, int row_in_block, int lane) {{
     if ({threads} > 1) {{
@@ -1239,6 +1267,10 @@ def preferred_order(plan: Plan) -> list[int]:
     def cluster_fits(v: Variant) -> bool:
         return 1 < v.cluster <= 8 and _cached_values(plan, v, v.vector) > 0 and (not v.vector or vector_ok)
 
+    # whether a row is read more than once without registers to keep it: outputs written along
+    # it after its reductions, or several reductions (softmax's max then its sum)
+    rereads = plan.cols >= 256 and (any(o.kind is Kind.FULL for o in plan.outputs) or _chained_reductions(plan))
+
     def rank(i: int) -> tuple[int, float, int, int]:
         v = VARIANTS_ROWS[i]
         if v.cluster > 1:
@@ -1246,6 +1278,12 @@ def preferred_order(plan: Plan) -> list[int]:
         if v.split:
             return (-1 if splitting else 4, abs(math.log2(v.threads) - 8), 0, i)
         if v.columns:
+            if columns and rereads and v.cache and _cached_values(plan, v, False) > 0:
+                # a long row read more than once, kept in registers: read once (the fewest
+                # threads that hold it first). Uncached, its later passes miss the L2: a block
+                # of 32 rows of 4096 floats spans 512 KB (softmax over a middle dim: 40-47% of
+                # the copy bandwidth on the H200)
+                return (-1, v.threads, 0, i)
             group = 0 if columns else 3
             # enough threads per row to fill the GPU when rows are few, one when they are many
             want = max(1, min(32, (132 * 2048) // max(1, plan.rows)))
@@ -1254,10 +1292,16 @@ def preferred_order(plan: Plan) -> list[int]:
         if v.vector:
             group = 0 if vector_ok and _cached_values(plan, v, True) else 2
             if vector_ok and _row_width(plan) == 8:
-                # 16-bit rows, 8 values an access: two accesses a thread, the 32 bytes a thread
-                # reads where float32 rows ran at 97-99% of the copy bandwidth on the H200 (two
-                # float4s); one access a thread left 16-bit rows of 2048-4096 at 61-78%
-                want = min(1024, max(8, plan.cols // 16))
+                # 16-bit rows, 8 values an access: two to four accesses a thread. On the H200 one
+                # access a thread left rows of 2048-4096 at 61-78% of the copy bandwidth (run 7);
+                # in run 8, 128 threads a row were fastest for rows of 2048 (two accesses) and of
+                # 4096 (four), ahead of 64 and 256
+                want = min(1024, max(8, plan.cols // 32, min(128, plan.cols // 16)))
+            if vector_ok and any(r.reduction in INDEXED for r in plan.reductions):
+                # an index reduction's join across threads (a value and an int64 position per
+                # shuffle) costs more: four accesses a thread (max over 1024 f16 values: 32
+                # threads a row 0.085 ms, 64 threads 0.117 ms, 128 threads 0.182 ms on the H200)
+                want = min(1024, max(8, plan.cols // (4 * _row_width(plan))))
         else:
             group = 1
         fits = _cached_values(plan, v, v.vector) > 0
@@ -1274,6 +1318,26 @@ def preferred_order(plan: Plan) -> list[int]:
         order.remove(cluster)
         order.insert(1, cluster)
     return order
+
+
+def _chained_reductions(plan: Plan) -> bool:
+    """Whether some reduction reads another's value (softmax's sum of exp(x - max), a variance
+    around a mean taken first): a second pass over the row."""
+    by_var = {n.var: n for n in plan.nodes}
+    reductions = {n.var for n in plan.reductions}
+    for red in plan.reductions:
+        seen: set[str] = set()
+        stack = [red.operand] if red.operand else []
+        while stack:
+            v = stack.pop()
+            if v in seen or v not in by_var:
+                continue
+            seen.add(v)
+            if v in reductions:
+                return True
+            node = by_var[v]
+            stack.extend(_NAME.findall(node.alias_of or node.expr or ""))
+    return False
 
 
 def clusters_available() -> bool:
