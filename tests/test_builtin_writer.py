@@ -436,6 +436,10 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
               ("permute-tiled", VARIANTS_POINTWISE[preferred_order(plan_task(more["permute-tiled"]))[0]])]
     assert picks[-1][1].tiled
     assert VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]].split
+    split = write_program(plan_task(more["layernorm-split"]), VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]])
+    out = split[split.index("kevin_out("):]
+    assert "gridDim.x - 1u - blockIdx.x" in out  # the outputs' chunks in reverse: the last ones read are in the L2
+    assert "gridDim.x - 1u" not in split[split.index("kevin_part"):split.index("kevin_out(")]
     assert VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]].split
     assert "__shared__ float tile0" in write_program(plan_task(more["softmax-transposed-staged"]), dict(picks)["softmax-transposed-staged"])
     assert "_acc_row = kevin_row_reduce_max(" in write_program(plan_task(more["softmax-online"]), VARIANTS_ROWS[0])

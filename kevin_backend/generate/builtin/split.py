@@ -19,8 +19,9 @@ from a shift (its chunk's first value) and their squares, which gives the chunk'
 sum of squared deviations without a division per element; the combine merges the chunks' triples
 in order (Chan's pairwise update). Softmax's max and its sum of exp(x - max) are one level as
 well: each chunk's max and its sum rescaled as the max grows, the combine rescaling the chunks'
-sums to the row's max. `kevin_out` then writes the full-size outputs chunk by chunk
-and the row-size outputs once per row. Each launch reads the row once: a layer norm reads its
+sums to the row's max. `kevin_out` then writes the full-size outputs chunk by chunk, the
+chunks in the reverse order (its first blocks re-read what the partial launch read last, from the
+L2 cache), and the row-size outputs once per row. Each launch reads the row once: a layer norm reads its
 input twice and writes once, where one block per row would leave most of the GPU idle. The launches run in order on the current
 stream; the workspaces are allocated by the host function with the outputs.
 """
@@ -199,11 +200,15 @@ class _Writer:
         chunk = self.chunk if splits > 1 else cols
         shared = (f"__shared__ float smem[{max(1, self.threads // 32)}];"
                   + (f" __shared__ int64_t smem_i[{max(1, self.threads // 32)}];" if self.indexed else ""))
+        # the outputs' launch takes the chunks in the reverse order: its first blocks read what the
+        # last partial launch read last, while it is still in the L2 cache
+        block = "(long long)(gridDim.x - 1u - blockIdx.x)" if name == "kevin_out" else "(long long)blockIdx.x"
         return (f"__global__ void __launch_bounds__({self.threads}) {name}({params}) {{\n"
                 f"    {shared}\n"
                 "    const int row_in_block = 0;\n    const int lane = threadIdx.x;\n"
-                f"    const long long row = (long long)blockIdx.x / {splits};\n"
-                f"    const long long c_begin = ((long long)blockIdx.x % {splits}) * {chunk}LL;\n"
+                f"    const long long block = {block};\n"
+                f"    const long long row = block / {splits};\n"
+                f"    const long long c_begin = (block % {splits}) * {chunk}LL;\n"
                 f"    const long long c_end = c_begin + {chunk}LL < {cols}LL ? c_begin + {chunk}LL : {cols}LL;\n")
 
     def _params(self, outputs: bool) -> str:
