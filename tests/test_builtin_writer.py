@@ -147,6 +147,12 @@ def test_sixteen_bit_values_stay_in_float_until_stored_unless_a_rounding_decides
                               "torch.randn(64, 256, device='cuda', dtype=torch.bfloat16), torch.randn(64, 256, device='cuda', dtype=torch.bfloat16)"))
     kernel = write_program(indexed, VARIANTS_ROWS[0])
     assert "kevin_round_bf16(in0 * in1)" in kernel[kernel.index("__global__"):]
+    # a value compared with a reduction of it: what the reduction reads rounds too
+    one_hot = plan_task(_task("((x * y) == (x * y).amax(-1, keepdim=True)).to(x.dtype) * x",
+                              "torch.randn(64, 256, device='cuda', dtype=torch.bfloat16), torch.randn(64, 256, device='cuda', dtype=torch.bfloat16)"))
+    kernel = write_program(one_hot, VARIANTS_ROWS[0])
+    kernel = kernel[kernel.index("__global__ void"):kernel.index("kevin_run(")]
+    assert kernel.count("kevin_round_bf16(in0 * in1)") == 2 and " = in0 * in1;" not in kernel, kernel
 
 
 def test_per_channel_inputs_are_read_through_their_views() -> None:

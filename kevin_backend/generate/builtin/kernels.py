@@ -342,6 +342,8 @@ def relax_rounding(plan: Plan) -> Plan:
         keep.add(v)
         if node.reduction is None:
             stack.extend(_NAME.findall(node.alias_of or node.expr or ""))
+        elif node.operand:  # a reduced value compared (x == x.amax(...)): what it reduces rounds too
+            stack.append(node.operand)
     relaxed = tuple(dataclasses.replace(n, dtype=torch.float32)
                     if n.dtype in _ROUND and n.reduction is None and n.alias_of is None and n.pick is None and n.var not in keep
                     else n for n in plan.nodes)
