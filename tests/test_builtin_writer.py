@@ -446,6 +446,9 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
     out = split[split.index("kevin_out("):]
     assert "gridDim.x - 1u - blockIdx.x" in out  # the outputs' chunks in reverse: the last ones read are in the L2
     assert "gridDim.x - 1u" not in split[split.index("kevin_part"):split.index("kevin_out(")]
+    # no full-size output (a loss): the last combine writes it, no outputs' launch
+    loss = write_program(plan_task(more["mse-split-bf16"]), VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]])
+    assert "kevin_out" not in loss and "kevin_st(p_out0, row, " in loss[loss.index("kevin_comb0("):loss.index("kevin_run(")]
     assert VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]].split
     assert "__shared__ float tile0" in write_program(plan_task(more["softmax-transposed-staged"]), dict(picks)["softmax-transposed-staged"])
     assert "_acc_row = kevin_row_reduce_max(" in write_program(plan_task(more["softmax-online"]), VARIANTS_ROWS[0])
