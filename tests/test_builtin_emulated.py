@@ -111,6 +111,8 @@ CASES: list[SuiteTask] = [
     # (a softmax over 20000 values is about 5e-5 each, under the tolerance; its log shows the sum)
     _task("split-log-softmax-f32", "norm", "torch.log_softmax(x * 4.0, -1)", [(2, 20000)], "f32"),
     _task("split-sum-all-f32", "reduction", "x.sum()", [(7, 10000)], "f32"),
+    # 73 chunks: the combine's warp takes two or three a lane, then its shuffle tree; two sums' levels
+    _task("split-max-plus-sum-f32", "reduction", "x.amax() + x.sum()", [(1, 300_000)], "f32"),
     _task("split-var-mean-bf16", "reduction", "torch.var_mean(x, -1)", [(3, 17000)], "bf16"),
     _task("split-max-dim0-f32", "reduction", "torch.max(x, 0)", [(20000, 3)], "f32"),
     _task("split-argmin-all-f32", "reduction", "x.argmin()", [(50, 400)], "f32"),

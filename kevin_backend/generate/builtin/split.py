@@ -11,8 +11,9 @@ cut into `S` chunks, one block each, and every reduction takes two launches:
   * `kevin_part<L>`: each block reduces its chunk (the operand computed per element from the
     inputs and the row's values known so far) to one partial, written to a workspace;
   * `kevin_comb<L>`: one thread per row combines the row's `S` partials in chunk order (index
-    reductions keep the first position), finishes the value (a mean divides, a half rounds) and
-    stores it with the row's state.
+    reductions keep the first position; a plain sum, max or min takes a warp per row, each lane
+    its chunks in order, then a fixed shuffle tree), finishes the value (a mean divides, a half
+    rounds) and stores it with the row's state.
 
 A centred reduction (var, var_mean, std) is one level: each block sums its values' differences
 from a shift (its chunk's first value) and their squares, which gives the chunk's count, mean and
@@ -318,8 +319,14 @@ class _Writer:
         else:
             op = {Reduction.AMAX: "kevin_maximum(acc, v)", Reduction.AMIN: "kevin_minimum(acc, v)"}.get(red.reduction, "acc + v")
             init = {Reduction.AMAX: "-INFINITY", Reduction.AMIN: "INFINITY"}.get(red.reduction, "0.0f")
+            # a warp per row: each lane its chunks in order, then a fixed shuffle tree (one thread
+            # reading hundreds of partials one after another took microseconds of a 30 us sum)
+            lines[:2] = [f"const long long row = ((long long)blockIdx.x * 256LL + threadIdx.x) >> 5;",
+                         "const int wl = (int)(threadIdx.x & 31u);", f"const bool valid = row < {rows}LL;"]
             lines.append(f"float acc = {init};")
-            lines.append(f"for (int s = 0; s < {splits}; ++s) {{ const float v = p_ws[row * {splits}LL + s]; acc = {op}; }}")
+            lines.append(f"if (valid) for (int s = wl; s < {splits}; s += 32) {{ const float v = p_ws[row * {splits}LL + s]; acc = {op}; }}")
+            lines.append(f"for (int o = 16; o > 0; o >>= 1) {{ const float v = __shfl_xor_sync(0xffffffffu, acc, o); acc = {op}; }}")
+            lines.append("if (!valid) return;")
             r = red.reduction
             if r is Reduction.MEAN:
                 keep.append((red.var, f"{rnd}(acc / {cols}.0f)", False))
@@ -374,7 +381,8 @@ class _Writer:
             finish = fused and index == len(levels) - 1
             kernels.append(self._combine(index, level, finish))
             args = [ws, *wsi, *state, *((*ins, *outs) if finish else ())]
-            launches.append(f"    kevin_comb{index}<<<(unsigned){-(-rows // 256)}, 256, 0, stream>>>({', '.join(args)});")
+            per_block = 8 if level.kind == "sum" else 256  # rows a block of 256 combines: a warp each, or a thread each
+            launches.append(f"    kevin_comb{index}<<<(unsigned){-(-rows // per_block)}, 256, 0, stream>>>({', '.join(args)});")
         if not fused:
             code, out_splits = self._output()
             kernels.append(code)
