@@ -1270,7 +1270,7 @@ def preferred_order(plan: Plan) -> list[int]:
         return 1 < v.cluster <= 8 and _cached_values(plan, v, v.vector) > 0 and (not v.vector or vector_ok)
 
     # whether a row is read more than once without registers to keep it: outputs written along
-    # it after its reductions, or several reductions (softmax's max then its sum)
+    # it after its reductions, or a reduction of another's value (softmax's sum after its max)
     rereads = plan.cols >= 256 and (any(o.kind is Kind.FULL for o in plan.outputs) or _chained_reductions(plan))
 
     def rank(i: int) -> tuple[int, float, int, int]:
