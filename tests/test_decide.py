@@ -434,10 +434,11 @@ def test_inductor_compiles_each_task_for_its_own_sizes_in_a_worker_that_judged_o
         return gm.forward
 
     torch._dynamo.reset()
-    torch._dynamo.register_backend(name="kevin_test_shape_spy")(spy)
+    name = f"kevin_test_shape_spy_{id(symbolic)}"  # a name of its own: a second run in one process registers again
+    torch._dynamo.register_backend(name=name)(spy)
     for a, b in ((4, 8), (6, 10), (7, 12)):
         module = load_program(source.format(a=a, b=b), "kevin_task_program")
-        call, _ = inductor_call(module.Model(), module.get_inputs(), "kevin_test_shape_spy")
+        call, _ = inductor_call(module.Model(), module.get_inputs(), name)
         out = call()
         assert (out[0] if isinstance(out, (tuple, list)) else out).shape == (a,)
     assert symbolic == [False, False, False]
