@@ -18,7 +18,10 @@ cache, so one build folder and one GPU lock for all their judges and graph check
 never overlap, builds and correctness passes do).
 
 Usage: python benchmarks/bench_roofline_backend.py [--from builtin_roofline.json] [--tasks a,b]
-       [--turns 2] [--margin 1.03] [--at-once 1] [--json FILE]
+       [--turns 2] [--margin 1.03] [--at-once 1] [--json FILE] [--resume EARLIER.json]
+
+`--resume` continues a run cut short by a time limit: the earlier JSON's tasks are skipped and its
+rows carried into the new JSON.
 """
 
 from __future__ import annotations
@@ -103,6 +106,8 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--at-once", type=int, default=1, help="tasks compiled side by side, each in its own process")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--resume", type=Path, help="an earlier run's --json (one device call's worth): its tasks are not run "
+                        "again, its rows are kept in this run's JSON")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # one task in this process; its row on the last line
     parser.add_argument("--cache", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -128,11 +133,14 @@ def main() -> int:
             if row.get("vs_inductor") and row["vs_inductor"] >= args.margin:
                 expected[row["task"]] = row["vs_inductor"]
         wanted = set(expected) if wanted is None else wanted & set(expected)
-    tasks = [t for t in ROOFLINE_SUITE if wanted is None or t.name in wanted]
-    order = {t.name: i for i, t in enumerate(tasks)}
+    earlier: list[dict[str, object]] = json.loads(args.resume.read_text())["rows"] if args.resume else []
+    done = {str(r["task"]) for r in earlier}
+    everything = [t for t in ROOFLINE_SUITE if wanted is None or t.name in wanted]
+    order = {t.name: i for i, t in enumerate(everything)}
+    tasks = [t for t in everything if t.name not in done]
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
             "turns": args.turns, "margin": args.margin, "at_once": args.at_once}
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, object]] = list(earlier)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "cache"
@@ -150,7 +158,7 @@ def main() -> int:
             print(f"[{n}/{len(tasks)} {time.perf_counter() - started:.0f}s] {row['task']}: "
                   f"{'match' if row['match'] else 'OUTPUTS DIFFER'}, {_shown(row)}", file=sys.stderr, flush=True)
             if args.json:
-                args.json.write_text(json.dumps({"meta": meta, "rows": rows, "partial": n < len(tasks)}, indent=1))
+                args.json.write_text(json.dumps({"meta": meta, "rows": rows, "partial": len(rows) < len(everything)}, indent=1))
     kept = sum(bool(r["kept"]) for r in rows)
     matched = sum(bool(r["match"]) for r in rows)
     print(f"GPU {meta['gpu']}, torch {meta['torch']}, {meta['date']}: {kept} of {len(rows)} tasks kept a kernel, "

@@ -76,7 +76,7 @@ for step in $steps; do
         --budget "${BUDGET:-6m}" --trajectories 1 --turns 2 --json "$OUT/prewarm_budget.json" 2>&1 | tee "$OUT/prewarm_budget.log" | tail -60 ;;
     roofline-backend)  # the roofline suite's tasks as models, compiled by the backend in generate mode (ROOFLINE_TASKS: some;
                        # AT_ONCE tasks side by side, each in its own process: about 45 s a task alone)
-      timeout "${ROOFLINE_LIMIT:-560}" python3 benchmarks/bench_roofline_backend.py ${ROOFLINE_FROM:+--from $ROOFLINE_FROM} \
+      timeout "${ROOFLINE_LIMIT:-560}" python3 benchmarks/bench_roofline_backend.py ${ROOFLINE_FROM:+--from $ROOFLINE_FROM} ${ROOFLINE_RESUME:+--resume $ROOFLINE_RESUME} \
         ${ROOFLINE_TASKS:+--tasks $ROOFLINE_TASKS} --turns ${TURNS:-2} --at-once ${AT_ONCE:-4} --json "$OUT/roofline_backend.json" 2>&1 | tee "$OUT/roofline_backend.log" | tail -40 ;;
     dynamic) python3 benchmarks/bench_dynamic.py --json "$OUT/dynamic.json" 2>&1 | tee "$OUT/dynamic.log" | tail -30 ;;  # 3 sizes, dynamic=True
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
