@@ -159,6 +159,8 @@ def main() -> int:
                   f"{'match' if row['match'] else 'OUTPUTS DIFFER'}, {_shown(row)}", file=sys.stderr, flush=True)
             if args.json:
                 args.json.write_text(json.dumps({"meta": meta, "rows": rows, "partial": len(rows) < len(everything)}, indent=1))
+    if args.json:  # (also when every task was in the resumed run)
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows, "partial": len(rows) < len(everything)}, indent=1))
     kept = sum(bool(r["kept"]) for r in rows)
     matched = sum(bool(r["match"]) for r in rows)
     print(f"GPU {meta['gpu']}, torch {meta['torch']}, {meta['date']}: {kept} of {len(rows)} tasks kept a kernel, "
