@@ -634,10 +634,10 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
 
 # Rounds of the candidate and Inductor, interleaved, in the job that times Inductor (once per task
 # and GPU; the judge keeps the time for the task's later candidates): each side's median over
-# rounds does not hang on one moment of the GPU. (With one measurement per task, 10 of 50
-# roofline-suite tasks' Inductor times moved 1.26-3.4x between H200 runs, at levels that repeat
-# from run to run, as another compile choice would give; the notes name Inductor's code and its
-# kernels' chosen configurations, `retime_worker.inductor_code`, to tell the two causes apart.)
+# rounds does not hang on one moment of the GPU. The notes name Inductor's code and its kernels'
+# chosen configurations (`retime_worker.inductor_code`): they showed that the Inductor times that
+# moved 1.26-3.4x between H200 runs were other code, compiled for any size
+# (`retime_worker.inductor_call` now compiles for the task's own).
 INDUCTOR_ROUNDS = 5
 
 

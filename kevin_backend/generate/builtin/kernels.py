@@ -326,28 +326,37 @@ def relax_rounding(plan: Plan) -> Plan:
     reading). Values whose rounding can change a discrete outcome keep it, and so do all the values
     they are computed from: operands of comparisons and the like (`_JUMPS`) and of index reductions
     (argmax of rounded values picks the first of a tie that unrounded values would break)."""
-    by_var = {n.var: n for n in plan.nodes}
-    keep: set[str] = set()
-    stack: list[str] = []
+    starts: list[str] = []
     for n in plan.nodes:
         if n.reduction in INDEXED and n.operand:
-            stack.append(n.operand)
+            starts.append(n.operand)
         elif n.expr and n.reduction is None and _JUMPS.search(n.expr):
-            stack.extend(_NAME.findall(n.expr))
-    while stack:
-        v = stack.pop()
-        node = by_var.get(v)
-        if node is None or v in keep:
-            continue
-        keep.add(v)
-        if node.reduction is None:
-            stack.extend(_NAME.findall(node.alias_of or node.expr or ""))
-        elif node.operand:  # a reduced value compared (x == x.amax(...)): what it reduces rounds too
-            stack.append(node.operand)
+            starts.extend(_NAME.findall(n.expr))
+    # through reductions too: a reduced value compared (x == x.amax(...)) rounds what it reduces
+    keep = _upstream(plan, starts, through_reductions=True)
     relaxed = tuple(dataclasses.replace(n, dtype=torch.float32)
                     if n.dtype in _ROUND and n.reduction is None and n.alias_of is None and n.pick is None and n.var not in keep
                     else n for n in plan.nodes)
     return dataclasses.replace(plan, nodes=relaxed)
+
+
+def _upstream(plan: Plan, starts: Sequence[str], through_reductions: bool) -> set[str]:
+    """The plan's values `starts` and every value they are computed from (a reduction's operand
+    too, with `through_reductions`; else a reduction is reached but not passed)."""
+    by_var = {n.var: n for n in plan.nodes}
+    found: set[str] = set()
+    stack = list(starts)
+    while stack:
+        v = stack.pop()
+        node = by_var.get(v)
+        if node is None or v in found:
+            continue
+        found.add(v)
+        if node.reduction is None:
+            stack.extend(_NAME.findall(node.alias_of or node.expr or ""))
+        elif through_reductions and node.operand:
+            stack.append(node.operand)
+    return found
 
 
 def _node_code(node: PlanNode) -> str:
@@ -1325,21 +1334,9 @@ def preferred_order(plan: Plan) -> list[int]:
 def _chained_reductions(plan: Plan) -> bool:
     """Whether some reduction reads another's value (softmax's sum of exp(x - max), a variance
     around a mean taken first): a second pass over the row."""
-    by_var = {n.var: n for n in plan.nodes}
     reductions = {n.var for n in plan.reductions}
-    for red in plan.reductions:
-        seen: set[str] = set()
-        stack = [red.operand] if red.operand else []
-        while stack:
-            v = stack.pop()
-            if v in seen or v not in by_var:
-                continue
-            seen.add(v)
-            if v in reductions:
-                return True
-            node = by_var[v]
-            stack.extend(_NAME.findall(node.alias_of or node.expr or ""))
-    return False
+    return any(_upstream(plan, [red.operand], through_reductions=False) & reductions
+               for red in plan.reductions if red.operand)
 
 
 def clusters_available() -> bool:

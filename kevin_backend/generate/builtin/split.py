@@ -23,9 +23,10 @@ well: each chunk's max and its sum rescaled as the max grows, the combine rescal
 sums to the row's max. `kevin_out` then writes the full-size outputs chunk by chunk, the
 chunks in the reverse order (its first blocks re-read what the partial launch read last, from the
 L2 cache), and the row-size outputs once per row; a plan without full-size outputs (a loss, a
-sum over everything) has no `kevin_out`: its last combine writes them. Each launch reads the row once: a layer norm reads its
-input twice and writes once, where one block per row would leave most of the GPU idle. The launches run in order on the current
-stream; the workspaces are allocated by the host function with the outputs.
+sum over everything) has no `kevin_out`: its last combine writes them. Each launch reads the row
+once: a layer norm reads its input twice and writes once, where one block per row would leave most
+of the GPU idle. The launches run in order on the current stream; the workspaces are allocated by
+the host function with the outputs.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def split_count(plan: Plan) -> int:
     if not plan.is_rows or plan.cols < SPLIT_MIN_COLS or plan.rows >= 2 * _SMS:
         return 1
     return max(1, min(-(-4 * _SMS // plan.rows), plan.cols // _MIN_CHUNK, 1024))
+
+
+# Rows a combine block of 256 threads takes, by level kind: a plain sum, max or min a warp per
+# row, the others (joins that are not a simple operator) a thread per row.
+_COMBINE_ROWS = {"sum": 8, "moments": 256, "arg": 256, "online": 256}
 
 
 @dataclass(frozen=True)
@@ -281,7 +287,11 @@ class _Writer:
         outputs too, in place of a launch of `kevin_out`."""
         red, rows, splits, cols = level.red, self.plan.rows, self.splits, self.plan.cols
         rnd = self.h.rounding.get(red.dtype, "")
-        lines = ["const long long row = (long long)blockIdx.x * 256LL + threadIdx.x;", f"if (row >= {rows}LL) return;"]
+        if _COMBINE_ROWS[level.kind] == 8:  # a warp per row (see the plain case below)
+            lines = ["const long long row = ((long long)blockIdx.x * 256LL + threadIdx.x) >> 5;",
+                     "const int wl = (int)(threadIdx.x & 31u);", f"const bool valid = row < {rows}LL;"]
+        else:
+            lines = ["const long long row = (long long)blockIdx.x * 256LL + threadIdx.x;", f"if (row >= {rows}LL) return;"]
         keep: list[tuple[str, str, bool]] = []  # (var, expression, int64)
         if level.kind == "arg":
             op = "max" if red.reduction in (Reduction.ARGMAX, Reduction.MAX_DIM) else "min"
@@ -321,8 +331,6 @@ class _Writer:
             init = {Reduction.AMAX: "-INFINITY", Reduction.AMIN: "INFINITY"}.get(red.reduction, "0.0f")
             # a warp per row: each lane its chunks in order, then a fixed shuffle tree (one thread
             # reading hundreds of partials one after another took microseconds of a 30 us sum)
-            lines[:2] = [f"const long long row = ((long long)blockIdx.x * 256LL + threadIdx.x) >> 5;",
-                         "const int wl = (int)(threadIdx.x & 31u);", f"const bool valid = row < {rows}LL;"]
             lines.append(f"float acc = {init};")
             lines.append(f"if (valid) for (int s = wl; s < {splits}; s += 32) {{ const float v = p_ws[row * {splits}LL + s]; acc = {op}; }}")
             lines.append(f"for (int o = 16; o > 0; o >>= 1) {{ const float v = __shfl_xor_sync(0xffffffffu, acc, o); acc = {op}; }}")
@@ -381,8 +389,8 @@ class _Writer:
             finish = fused and index == len(levels) - 1
             kernels.append(self._combine(index, level, finish))
             args = [ws, *wsi, *state, *((*ins, *outs) if finish else ())]
-            per_block = 8 if level.kind == "sum" else 256  # rows a block of 256 combines: a warp each, or a thread each
-            launches.append(f"    kevin_comb{index}<<<(unsigned){-(-rows // per_block)}, 256, 0, stream>>>({', '.join(args)});")
+            launches.append(f"    kevin_comb{index}<<<(unsigned){-(-rows // _COMBINE_ROWS[level.kind])}, 256, 0, stream>>>"
+                            f"({', '.join(args)});")
         if not fused:
             code, out_splits = self._output()
             kernels.append(code)
