@@ -308,3 +308,54 @@ def test_a_row_over_a_cluster_matches_pytorch(task: SuiteTask, tmp_path) -> None
             assert close.all(), (variant.describe(), f"{(~close).sum().item()} of {close.numel()} elements differ; "
                                  f"max abs error {(g.double() - w.double()).abs().max().item():.3g}")
 
+
+
+def _backend_partitions(fn, *inputs: torch.Tensor):  # type: ignore[no-untyped-def]
+    """The built-in writer's partitions of `fn`'s graph as the kevin pass sees it: after Inductor's
+    decompositions and its own post-grad passes (which turn `scalar_tensor(0)` into `full([], 0)`)."""
+    import torch._inductor.config as inductor_config
+
+    from kevin_backend.backend.partition import partition_graph
+    from kevin_backend.generate.builtin.graph import BuiltinSupport
+
+    plans = []
+    torch._dynamo.reset()
+    with inductor_config.patch(post_grad_custom_post_pass=lambda g: plans.append(partition_graph(g, BuiltinSupport()))):
+        torch.compile(fn, dynamic=False)(*inputs)
+    torch._dynamo.reset()
+    (plan,) = plans
+    return plan
+
+
+@pytest.mark.parametrize(("reduction", "dtype", "ignore"), [("mean", torch.float32, -100), ("mean", torch.bfloat16, 3),
+                                                           ("sum", torch.float16, -100), ("none", torch.float32, 3)])
+def test_cross_entropy_as_inductor_decomposes_it_is_one_kernel(reduction: str, dtype: torch.dtype, ignore: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """F.cross_entropy reaches the backend as a log-softmax, int64 mask and select ops, a gather at
+    the targets and sums over the rows. Declared as one partition, its task folds back to
+    nll_loss_forward: one row kernel and the final launch, matching PyTorch, ignored targets
+    included. Without the fold the gather and the int64 ops are left out, the log-probabilities
+    are written out in full and the backend keeps Inductor (what an H200 run showed)."""
+    from kevin_backend.backend.partition import LeftOutReason
+    from kevin_backend.backend.task import extract_task
+
+    def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(logits, targets, reduction=reduction, ignore_index=ignore)
+
+    torch.manual_seed(0)
+    rows, classes = 37, 300
+    logits = torch.randn(rows, classes).to(dtype)
+    targets = torch.randint(0, classes, (rows,))
+    targets[::5] = ignore if ignore >= 0 else -100
+    plan_of_graph = _backend_partitions(loss, logits, targets)
+    (part,) = plan_of_graph.partitions
+    assert "aten.gather.default" in part.ops
+    assert not [lo for lo in plan_of_graph.left_out if lo.reason is not LeftOutReason.GRAPH_IO]
+    plan = plan_task(extract_task(part).source)
+    assert isinstance(plan, Plan), plan
+    assert (plan.final.op if plan.final else "none") == reduction
+    program = write_program(plan, VARIANTS_ROWS[preferred_order(plan)[0]])
+    inputs = [targets if n.meta["val"].dtype is torch.int64 else logits for n in part.inputs]  # (in the partition's order)
+    (got,) = emulate(program, inputs, returned(plan), workdir=tmp_path)
+    want = loss(logits, targets)
+    tol = FALLBACK_RTOL.get(dtype, 1e-4)
+    assert torch.allclose(got.double().reshape(want.shape), want.double(), rtol=tol, atol=tol), (got, want)

@@ -113,3 +113,25 @@ def test_a_partition_that_makes_scalars_on_the_gpu_is_planned_on_meta() -> None:
     plan = plan_task(_task(forward, f"{_randn(64, 128)}, {_randn(64, 128)}"))
     assert isinstance(plan, Plan), plan
     assert any(n.expr == "0.0f" for n in plan.nodes)
+
+
+@pytest.mark.parametrize("forward", [
+    "x.gather(1, y[:, None])",  # a gather at int64 positions, no ignore mask: not cross-entropy's
+    "-torch.where(y != -100, x.gather(1, torch.where(y != 5, y, 0)[:, None])[:, 0], 0.0).sum()",  # masks that differ
+])
+def test_only_cross_entropys_own_gather_is_declared(forward: str) -> None:
+    """`BuiltinSupport` declares a gather and the int64 ops around it only as the whole pattern
+    Inductor makes of nll_loss_forward (`DecomposedNll`); anything like it stays with Inductor."""
+    import torch
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from kevin_backend.backend.partition import partition_graph
+    from kevin_backend.generate.builtin.graph import BuiltinSupport, match_decomposed_nll
+
+    fn = eval(f"lambda x, y: {forward}", {"torch": torch})  # noqa: S307 (the test's own expression)
+    gm = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(torch.randn(64, 128), torch.randint(0, 128, (64,)))
+    (gather,) = [n for n in gm.graph.nodes if n.target is torch.ops.aten.gather.default]
+    assert match_decomposed_nll(gather) is None
+    plan = partition_graph(gm.graph, BuiltinSupport())
+    assert "gather" in {lo.node for lo in plan.left_out}
