@@ -1278,10 +1278,6 @@ def preferred_order(plan: Plan) -> list[int]:
     def cluster_fits(v: Variant) -> bool:
         return 1 < v.cluster <= 8 and _cached_values(plan, v, v.vector) > 0 and (not v.vector or vector_ok)
 
-    # whether a row is read more than once without registers to keep it: outputs written along
-    # it after its reductions, or a reduction of another's value (softmax's sum after its max)
-    rereads = plan.cols >= 256 and (any(o.kind is Kind.FULL for o in plan.outputs) or _chained_reductions(plan))
-
     def rank(i: int) -> tuple[int, float, int, int]:
         v = VARIANTS_ROWS[i]
         if v.cluster > 1:
@@ -1289,12 +1285,11 @@ def preferred_order(plan: Plan) -> list[int]:
         if v.split:
             return (-1 if splitting else 4, abs(math.log2(v.threads) - 8), 0, i)
         if v.columns:
-            if columns and rereads and v.cache and _cached_values(plan, v, False) > 0:
-                # a long row read more than once, kept in registers: read once (the fewest
-                # threads that hold it first). Uncached, its later passes miss the L2: a block
-                # of 32 rows of 4096 floats spans 512 KB (softmax over a middle dim: 40-47% of
-                # the copy bandwidth on the H200)
-                return (-1, v.threads, 0, i)
+            # (rows kept in registers rank after the rest at the same distance: in roofline run 9
+            # on the H200, ranked first for long rows read more than once, a block of 1024 threads
+            # on 8 to 32 rows tied 32 threads a row at best (L2 norm of a transposed input 0.762
+            # against 0.763 ms), lost at worst (2.0 ms; softmax over a middle dim 0.163 against
+            # 0.140), and cost the channels-last layer norm its run-8 kernel: 0.280 against 0.188 ms)
             group = 0 if columns else 3
             # enough threads per row to fill the GPU when rows are few, one when they are many
             want = max(1, min(32, (132 * 2048) // max(1, plan.rows)))
@@ -1329,14 +1324,6 @@ def preferred_order(plan: Plan) -> list[int]:
         order.remove(cluster)
         order.insert(1, cluster)
     return order
-
-
-def _chained_reductions(plan: Plan) -> bool:
-    """Whether some reduction reads another's value (softmax's sum of exp(x - max), a variance
-    around a mean taken first): a second pass over the row."""
-    reductions = {n.var for n in plan.reductions}
-    return any(_upstream(plan, [red.operand], through_reductions=False) & reductions
-               for red in plan.reductions if red.operand)
 
 
 def clusters_available() -> bool:
