@@ -359,3 +359,32 @@ def test_cross_entropy_as_inductor_decomposes_it_is_one_kernel(reduction: str, d
     want = loss(logits, targets)
     tol = FALLBACK_RTOL.get(dtype, 1e-4)
     assert torch.allclose(got.double().reshape(want.shape), want.double(), rtol=tol, atol=tol), (got, want)
+
+
+def test_softplus_as_inductor_decomposes_it_calls_the_writers_own_softplus_helper(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Inductor hands the backend softplus as `where(x > 20, x, log1p(exp(x)))` over float32. The
+    plan computes log1p(exp(x)) by the helper the writer's own softplus calls (`kevin_log1p_exp`:
+    __logf(1 + __expf(x)) under fast math, where the precise log1pf had made the kernel half
+    again as long), and the result still matches PyTorch. An exp read by anything else is left
+    as it is."""
+    from kevin_backend.backend.task import extract_task
+
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.softplus(torch.tanh(x)) - torch.sigmoid(x) * 0.1
+
+    torch.manual_seed(0)
+    x = (torch.randn(16, 200) * 4).to(torch.float16)
+    (part,) = _backend_partitions(chain, x).partitions
+    assert "aten.log1p.default" in part.ops
+    plan = plan_task(extract_task(part).source)
+    assert isinstance(plan, Plan), plan
+    exprs = [n.expr or "" for n in plan.nodes]
+    assert any(e.startswith("kevin_log1p_exp(") for e in exprs) and not any("log1pf(" in e for e in exprs), exprs
+    program = write_program(plan, VARIANTS_POINTWISE[preferred_order(plan)[0]])
+    assert "#define KEVIN_FAST_MATH" in program
+    (got,) = emulate(program, [x], returned(plan), workdir=tmp_path)
+    want = chain(x)
+    assert torch.allclose(got.double().reshape(want.shape), want.double(), rtol=FALLBACK_RTOL[torch.float16], atol=FALLBACK_RTOL[torch.float16])
+
+    shared = plan_task(_task("exp-read-twice", "chain3+", "(lambda e: torch.log1p(e) + e)(torch.exp(x))", [(4, 64)], "f32").source)
+    assert isinstance(shared, Plan) and [n.expr for n in shared.nodes][:2] == ["expf(in0)", "log1pf(v0)"]
