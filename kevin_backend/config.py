@@ -94,7 +94,7 @@ ENV: dict[str, EnvVar] = {
         EnvVar("KEVIN_MARGIN", float, 0.03, "a kernel is kept when the lower confidence bound of Inductor's time over its own exceeds 1 + this (negative values keep slower kernels: for testing the pipeline)"),
         EnvVar("KEVIN_ROOFLINE_STOP", float, 0.9, "a trajectory stops once its best correct kernel reaches this fraction of the GPU's measured copy bandwidth (0: never)"),
         EnvVar("KEVIN_GRAPH_CHECK", _parse_bool, True, "time each compiled graph with and without its kernels (interleaved, with the noise counted) and keep only the kernels that make the graph faster; the outcome is stored in the cache"),
-        EnvVar("KEVIN_MIN_PARTITION", int, 2, "fewest compute nodes in a partition"),
+        EnvVar("KEVIN_MIN_PARTITION", int, 2, "fewest compute nodes in a partition (a reduction counts two)"),
         EnvVar("KEVIN_MAX_PARTITION", int, 64, "most compute nodes in a partition"),
         EnvVar("KEVIN_RECORD_PENDING", _parse_bool, True, "record cache misses as pending tasks"),
         EnvVar("KEVIN_CPU_KERNELS", _parse_bool, False, "use cached kernels for CPU tensors (pipeline tests)"),

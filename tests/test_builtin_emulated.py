@@ -388,3 +388,37 @@ def test_softplus_as_inductor_decomposes_it_calls_the_writers_own_softplus_helpe
 
     shared = plan_task(_task("exp-read-twice", "chain3+", "(lambda e: torch.log1p(e) + e)(torch.exp(x))", [(4, 64)], "f32").source)
     assert isinstance(shared, Plan) and [n.expr for n in shared.nodes][:2] == ["expf(in0)", "log1pf(v0)"]
+
+
+def test_training_batch_norm_updates_its_running_statistics_in_the_same_kernel(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """KernelBench's BatchNorm problem runs `nn.BatchNorm2d` in training mode: the backend's
+    partition reduces each channel over (N, H, W) and also returns the new running mean and
+    variance, computed from the old ones ([C] inputs, met by the batch's [C] statistics). The
+    writer reads those inputs as per-row values (once declined: "a value of shape [8] does not
+    broadcast to the iteration space [4, 8, 16, 16]"), and all three outputs match PyTorch."""
+    from kevin_backend.backend.task import extract_task
+
+    torch.manual_seed(0)
+    norm = torch.nn.BatchNorm2d(8)
+    with torch.no_grad():
+        norm.running_mean.uniform_(-1, 1), norm.running_var.uniform_(0.5, 2), norm.weight.uniform_(0.5, 2), norm.bias.uniform_(-1, 1)
+    x = torch.randn(4, 8, 16, 16) * 3 + 1
+    with torch.no_grad():
+        (part,) = _backend_partitions(norm, x).partitions
+    plan = plan_task(extract_task(part).source)
+    assert isinstance(plan, Plan), plan
+    assert len(plan.outputs) == 3 and plan.reduced_dims == (0, 2, 3)
+    by_shape = {(8,): [norm.running_mean.clone(), norm.running_var.clone()], (8, 1, 1): [norm.weight.detach()[:, None, None],
+                                                                                       norm.bias.detach()[:, None, None]]}
+    inputs = [x if n.meta["val"].dim() == 4 else by_shape[tuple(n.meta["val"].shape)].pop(0) for n in part.inputs]
+    mean_before, var_before = norm.running_mean.clone(), norm.running_var.clone()
+    with torch.no_grad():
+        want_y = norm(x)
+    got = emulate(write_program(plan, VARIANTS_ROWS[preferred_order(plan)[0]]), inputs, returned(plan), workdir=tmp_path)
+    want = {"y": want_y, "mean": norm.running_mean, "var": norm.running_var}
+    assert not torch.equal(want["mean"], mean_before) and not torch.equal(want["var"], var_before)
+    got_by = {"y": next(g for g in got if g.dim() == 4)}
+    small = [g for g in got if g.dim() == 1]
+    got_by["mean"], got_by["var"] = small  # (in the partition's output order: mean, then variance)
+    for key, w in want.items():
+        assert torch.allclose(got_by[key].reshape(w.shape), w, rtol=1e-4, atol=1e-4), key

@@ -77,6 +77,19 @@ def test_max_size_splits_and_min_size_dissolves() -> None:
     assert [lo.reason for lo in plan.left_out if lo.op.startswith("aten")] == [LeftOutReason.TOO_SMALL]
 
 
+def test_a_lone_reduction_is_a_partition_and_a_lone_pointwise_op_is_not() -> None:
+    """A KernelBench problem of one reduction (a sum or an argmax over a dimension) reaches the
+    writer at the default size; one pointwise op alone stays with Inductor; a larger minimum
+    still dissolves the reduction."""
+    for fn in (lambda x: x.sum(1), lambda x: torch.argmax(x, 1), lambda x: torch.max(x, 0)[0]):
+        plan = partition_graph(trace(fn, torch.randn(8, 16)), GeneralOpSupport())
+        assert len(plan.partitions) == 1, plan.left_out
+    plan = partition_graph(trace(lambda x: torch.relu(x), torch.randn(8, 16)), GeneralOpSupport())
+    assert not plan.partitions and reasons(plan)["relu"] is LeftOutReason.TOO_SMALL
+    plan = partition_graph(trace(lambda x: x.sum(1), torch.randn(8, 16)), GeneralOpSupport(), min_nodes=3)
+    assert not plan.partitions and reasons(plan)["sum"] is LeftOutReason.TOO_SMALL
+
+
 def test_one_matmul_per_partition() -> None:
     w1, w2 = torch.randn(8, 8), torch.randn(8, 8)
     plan = partition_graph(

@@ -22,7 +22,8 @@ take symbolic sizes or produce non-tensors are left to Inductor; then the writer
 decides. A supported node joins the partition of one of its producers when that adds no cycle
 through an outside node and the partition is not full (`max_nodes`); otherwise it starts a new
 one. Partitions with fewer than `min_nodes` compute nodes (views and getitems do not count) are
-dissolved. The graph is not modified.
+dissolved; a reduction counts as two (one alone is a partition at the default). The graph is not
+modified.
 """
 
 from __future__ import annotations
@@ -89,6 +90,18 @@ class PartitionPlan:
 
 def _is_compute(node: fx.Node) -> bool:
     return node.target is not operator.getitem and node.target not in VIEW_OPS
+
+
+_REDUCTION_TAG = getattr(torch.Tag, "reduction", None)
+
+
+def _weight(node: fx.Node) -> int:
+    """What a compute node counts towards `min_nodes`: a reduction two, so one alone is a
+    partition at the default. A lone sum, max or argmax over a dimension is a kernel worth writing
+    (on an H200 the built-in writer's max over dim 0 ran at 3.3x Inductor's), and each such
+    KernelBench problem would otherwise never reach the writer; a lone pointwise op is not."""
+    target = node.target
+    return 2 if _REDUCTION_TAG is not None and isinstance(target, torch._ops.OpOverload) and _REDUCTION_TAG in target.tags else 1
 
 
 def _val_is_tensor(node: fx.Node) -> bool:
@@ -179,13 +192,13 @@ def partition_graph(
         for n in _alias_views(nodes):
             nodes.remove(n)
             leave(n, LeftOutReason.ALIAS_VIEW)
-        compute = sum(1 for n in nodes if _is_compute(n))
+        compute = sum(_weight(n) for n in nodes if _is_compute(n))
         if compute == 0:
             for n in nodes:
                 leave(n, LeftOutReason.NO_COMPUTE, "only views")
         elif compute < min_nodes:
             for n in nodes:
-                leave(n, LeftOutReason.TOO_SMALL, f"{compute} compute node(s) < {min_nodes}")
+                leave(n, LeftOutReason.TOO_SMALL, f"{compute} compute node(s) < {min_nodes} (a reduction counts two)")
         else:
             partitions.append(_make_partition(len(partitions), nodes))
     ordered_left_out = tuple(left_out[n] for n in sorted(left_out, key=order.__getitem__))

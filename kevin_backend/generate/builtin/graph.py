@@ -778,6 +778,8 @@ def _plan_pointwise_in_view(p: _Planner, node: fx.Node, var: str) -> None:
     """Pointwise work on values outside the iteration space, in their own space: computed per
     element once a view brings the result in. Anything else reading such a value is declined."""
     viewed, val = p.viewed(node), node.meta.get("val")
+    if is_pointwise(node) and _rows_of_the_space(p, node):
+        return _plan_pointwise(p, node, var)
     if not (is_pointwise(node) and all(a in p.viewing for a in _tensor_args(node)) and isinstance(val, torch.Tensor)):
         raise Unsupported(p.viewing[viewed[0]].why)
     reason = check_pointwise(node)
@@ -794,6 +796,43 @@ def _plan_pointwise_in_view(p: _Planner, node: fx.Node, var: str) -> None:
     p.names[node] = var
     p.viewing[node] = _Viewing(space, layouts, [*dict.fromkeys(members), len(p.nodes)], p.viewing[viewed[0]].why)
     p.nodes.append(PlanNode(var, Kind.FULL, pointwise_expr(node, lambda arg: p.names[arg]), dtype=val.dtype))
+
+
+def _rows_of_the_space(p: _Planner, node: fx.Node) -> bool:
+    """Whether `node`'s operands outside the iteration space are per-row values: each shaped as
+    the kept dimensions, met by a row value of that same shape (a reduction's result without its
+    reduced dimensions). Training batch norm's running statistics, [C] beside the batch's mean over
+    (N, H, W). If so, they are brought in as row values (their inputs read with stride 0 along the
+    reduced dimensions) and True is returned."""
+    if not p.reducing:
+        return False
+    kept = tuple(d for d in range(len(p.shape)) if d not in p.reduced)
+    row_shape = tuple(p.shape[d] for d in kept)
+    args = _tensor_args(node)
+    viewed = [a for a in args if a in p.viewing]
+    rows = [a for a in args if a not in p.viewing]
+    if not viewed or not rows or len(row_shape) < 1:
+        return False
+    if any(p.kinds.get(a) is not Kind.ROW or _val(a) is None or tuple(_val(a).shape) != row_shape for a in rows):  # type: ignore[union-attr]
+        return False
+    if any(p.viewing[a].space != row_shape for a in viewed):
+        return False
+    for a in viewed:
+        view = p.viewing.pop(a)
+        for ph, layout in view.layouts.items():
+            _, stride = _aligned(*layout, row_shape)
+            full = [0] * len(p.shape)
+            for d, st in zip(kept, stride):
+                full[d] = st
+            layout = (tuple(1 if d in p.reduced else n for d, n in enumerate(p.shape)), tuple(full))
+            if p.views.setdefault(ph, layout) != layout:
+                raise Unsupported(f"input {p.names[ph]} is read through two different views")
+            p.viewing.pop(ph, None)
+            p.kinds[ph] = Kind.ROW
+        for k in view.members:
+            p.nodes[k] = dataclasses.replace(p.nodes[k], kind=Kind.ROW)
+        p.kinds[a] = Kind.ROW
+    return True
 
 
 def _plan_masked_fill(p: _Planner, node: fx.Node, var: str) -> None:
