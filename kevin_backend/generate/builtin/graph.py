@@ -811,7 +811,7 @@ def _rows_of_the_space(p: _Planner, node: fx.Node) -> bool:
     args = _tensor_args(node)
     viewed = [a for a in args if a in p.viewing]
     rows = [a for a in args if a not in p.viewing]
-    if not viewed or not rows or len(row_shape) < 1:
+    if not viewed or not rows or not row_shape:
         return False
     if any(p.kinds.get(a) is not Kind.ROW or _val(a) is None or tuple(_val(a).shape) != row_shape for a in rows):  # type: ignore[union-attr]
         return False
@@ -824,8 +824,8 @@ def _rows_of_the_space(p: _Planner, node: fx.Node) -> bool:
             full = [0] * len(p.shape)
             for d, st in zip(kept, stride):
                 full[d] = st
-            layout = (tuple(1 if d in p.reduced else n for d, n in enumerate(p.shape)), tuple(full))
-            if p.views.setdefault(ph, layout) != layout:
+            per_row = (tuple(1 if d in p.reduced else n for d, n in enumerate(p.shape)), tuple(full))
+            if p.views.setdefault(ph, per_row) != per_row:
                 raise Unsupported(f"input {p.names[ph]} is read through two different views")
             p.viewing.pop(ph, None)
             p.kinds[ph] = Kind.ROW
