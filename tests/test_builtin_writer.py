@@ -112,6 +112,26 @@ def test_row_kernels_compute_each_value_once_and_divide_by_a_row_value_through_i
     assert kernel.count("kevin_online_step(v0_acc, v3_acc, ") == 1 and kernel.count("expf(") == 1, kernel  # (the output's)
 
 
+def test_an_uncached_output_pass_issues_its_loads_before_its_stores() -> None:
+    """A row too long for registers (KernelBench's softmax over 4096 x 393,216) is read twice: the
+    online max-and-sum pass, then the output pass. Written plainly, the output pass's loads and
+    stores alternate (compiled for sm_90: one load in flight a thread); both passes load 8
+    columns ahead (16-bit values: 16 in the output pass), then compute and store them."""
+    def softmax(dtype: str) -> str:
+        return ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                f"        return torch.softmax(x, dim=1)\n\ndef get_inputs():\n    return [torch.randn(4096, 393216, dtype=torch.{dtype})]\n\n"
+                "def get_init_inputs():\n    return []\n")
+
+    plan = plan_task(softmax("float32"))
+    kernel = write_program(plan, VARIANTS_ROWS[5])
+    kernel = kernel[kernel.index("__global__"):kernel.index("torch::Tensor kevin_run")]
+    assert kernel.count("float in0_a[8];") == 2, kernel
+    output_pass = kernel[kernel.rindex("float in0_a[8];"):]
+    assert output_pass.index("kevin_ld(p_in0") < output_pass.index("kevin_st(p_out0")
+    half = plan_task(softmax("float16"))
+    assert write_program(half, VARIANTS_ROWS[5]).count("float in0_a[16];") == 1  # (its max and sum passes: no branching step)
+
+
 def test_sixteen_bit_rows_not_kept_take_a_max_pass_then_a_sum_pass() -> None:
     """Over 16-bit rows the online step's rescaling costs more than the read it saves (measured on
     an H200: cross-entropy over 16384 x 50257 bf16 at 1.41 ms with it, 0.88 ms without): a max

@@ -711,11 +711,13 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         reads = [m for m in map(_LOAD.fullmatch, body) if m]
         narrow = all(i.dtype.itemsize == 2 for i in full_inputs if any(m.group(1) == i.var for m in reads))
         steps = min(_AHEAD * (2 if narrow else 1), -(-cols // tpr))  # 32 bytes a thread in flight (16-bit: 16 loads)
-        if not reads or steps < 2 or not any(s in inner for s in _SERIAL_STEPS):
+        if not reads or steps < 2 or not any(s in inner for s in (*_SERIAL_STEPS, "kevin_st(")):
             return f"if (valid) {{\n        for (long long c = lane; c < {cols}LL; c += {tpr}) {{\n            {inner}\n        }}\n    }}"
         # a step that branches on the running value (an index reduction's, the online softmax's)
         # keeps the compiler from unrolling far (4 loads in flight a thread, against 32 for a
-        # sum): the next `steps` columns' loads are issued first, then their steps
+        # sum), and so does a store (the output pass: compiled for sm_90 its loads and stores
+        # alternate, one load in flight): the next `steps` columns' loads are issued first, then
+        # their steps
         rest = "\n                ".join(line for line in body if not _LOAD.fullmatch(line))
         fetch = "\n            ".join(f"float {m.group(1)}_a[{steps}];" for m in reads)
         fill = " ".join(f"{m.group(1)}_a[u] = in_row ? kevin_ld({m.group(2)}) : 0.0f;" for m in reads)
@@ -970,8 +972,9 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
 """)
 
 
-# An uncached pass over a row whose step branches on the running value (`_SERIAL_STEPS`) loads
-# this many columns ahead of their steps (`_rows_kernel`'s loop; twice as many of 16-bit values).
+# An uncached pass over a row whose step branches on the running value (`_SERIAL_STEPS`) or
+# stores (the output pass) loads this many columns ahead of their steps (`_rows_kernel`'s loop;
+# twice as many of 16-bit values).
 _AHEAD = 8
 _SERIAL_STEPS = ("kevin_arg_step_", "kevin_online_step(")
 _LOAD = re.compile(r"float (in\d+) = kevin_ld\((.*)\);")
