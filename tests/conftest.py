@@ -128,3 +128,35 @@ class ReferenceGenerator:
 
 def assert_close_tree(got: Any, want: Any, atol: float = 1e-5, rtol: float = 1e-4) -> None:
     torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+
+
+class _Captured(Exception):
+    pass
+
+
+def builtin_partitions(fn: Any, *inputs: Any) -> Any:
+    """The built-in writer's partition plan of `fn`'s forward graph as the kevin pass gets it:
+    after Inductor's decompositions and its own post-grad passes (which turn `scalar_tensor(0)`
+    into `full([], 0)`). The compile stops there: no code is generated."""
+    import torch._inductor.config as inductor_config
+
+    from kevin_backend.backend.partition import partition_graph
+    from kevin_backend.generate.builtin.graph import BuiltinSupport
+
+    plans = []
+
+    def grab(graph: fx.Graph) -> None:
+        plans.append(partition_graph(graph, BuiltinSupport()))
+        raise _Captured
+
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad(), inductor_config.patch(post_grad_custom_post_pass=grab):
+            torch.compile(fn, dynamic=False)(*inputs)
+    except Exception as exc:  # (Dynamo wraps the pass's exception)
+        if not plans:
+            raise AssertionError(f"the compile failed before the partitioner: {exc}") from exc
+    finally:
+        torch._dynamo.reset()
+    assert len(plans) == 1, f"{len(plans)} graphs"
+    return plans[0]

@@ -13,6 +13,7 @@ import shutil
 import pytest
 import torch
 
+from conftest import builtin_partitions
 from kernel_emulator import emulate, has_cuda_headers
 from kevin_backend.generate.builtin.graph import Plan, plan_task
 from kevin_backend.generate.builtin.kernels import (VARIANTS_POINTWISE, VARIANTS_ROWS, can_vectorize_rows, preferred_order, returned,
@@ -310,23 +311,6 @@ def test_a_row_over_a_cluster_matches_pytorch(task: SuiteTask, tmp_path) -> None
 
 
 
-def _backend_partitions(fn, *inputs: torch.Tensor):  # type: ignore[no-untyped-def]
-    """The built-in writer's partitions of `fn`'s graph as the kevin pass sees it: after Inductor's
-    decompositions and its own post-grad passes (which turn `scalar_tensor(0)` into `full([], 0)`)."""
-    import torch._inductor.config as inductor_config
-
-    from kevin_backend.backend.partition import partition_graph
-    from kevin_backend.generate.builtin.graph import BuiltinSupport
-
-    plans = []
-    torch._dynamo.reset()
-    with inductor_config.patch(post_grad_custom_post_pass=lambda g: plans.append(partition_graph(g, BuiltinSupport()))):
-        torch.compile(fn, dynamic=False)(*inputs)
-    torch._dynamo.reset()
-    (plan,) = plans
-    return plan
-
-
 @pytest.mark.parametrize(("reduction", "dtype", "ignore"), [("mean", torch.float32, -100), ("mean", torch.bfloat16, 3),
                                                            ("sum", torch.float16, -100), ("none", torch.float32, 3)])
 def test_cross_entropy_as_inductor_decomposes_it_is_one_kernel(reduction: str, dtype: torch.dtype, ignore: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -346,7 +330,7 @@ def test_cross_entropy_as_inductor_decomposes_it_is_one_kernel(reduction: str, d
     logits = torch.randn(rows, classes).to(dtype)
     targets = torch.randint(0, classes, (rows,))
     targets[::5] = ignore if ignore >= 0 else -100
-    plan_of_graph = _backend_partitions(loss, logits, targets)
+    plan_of_graph = builtin_partitions(loss, logits, targets)
     (part,) = plan_of_graph.partitions
     assert "aten.gather.default" in part.ops
     assert not [lo for lo in plan_of_graph.left_out if lo.reason is not LeftOutReason.GRAPH_IO]
@@ -374,7 +358,7 @@ def test_softplus_as_inductor_decomposes_it_calls_the_writers_own_softplus_helpe
 
     torch.manual_seed(0)
     x = (torch.randn(16, 200) * 4).to(torch.float16)
-    (part,) = _backend_partitions(chain, x).partitions
+    (part,) = builtin_partitions(chain, x).partitions
     assert "aten.log1p.default" in part.ops
     plan = plan_task(extract_task(part).source)
     assert isinstance(plan, Plan), plan
@@ -403,8 +387,7 @@ def test_training_batch_norm_updates_its_running_statistics_in_the_same_kernel(t
     with torch.no_grad():
         norm.running_mean.uniform_(-1, 1), norm.running_var.uniform_(0.5, 2), norm.weight.uniform_(0.5, 2), norm.bias.uniform_(-1, 1)
     x = torch.randn(4, 8, 16, 16) * 3 + 1
-    with torch.no_grad():
-        (part,) = _backend_partitions(norm, x).partitions
+    (part,) = builtin_partitions(norm, x).partitions
     plan = plan_task(extract_task(part).source)
     assert isinstance(plan, Plan), plan
     assert len(plan.outputs) == 3 and plan.reduced_dims == (0, 2, 3)

@@ -11,11 +11,11 @@ whole."""
 from __future__ import annotations
 
 import pytest
-import torch
 
-from kevin_backend.backend.partition import LeftOutReason, partition_graph
+from conftest import builtin_partitions
+from kevin_backend.backend.partition import LeftOutReason
 from kevin_backend.backend.task import extract_task
-from kevin_backend.generate.builtin.graph import BuiltinSupport, Declined, plan_task
+from kevin_backend.generate.builtin.graph import Declined, plan_task
 from kevin_backend.types import load_program
 
 _HEAD = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
@@ -79,35 +79,9 @@ PROBLEMS = {
 _INT_STEP = "aten.add.Tensor with integer dtype torch.int64 result"
 
 
-class _Captured(Exception):
-    pass
-
-
 def _partitions(source: str):  # type: ignore[no-untyped-def]
-    """The built-in writer's partition plan of the problem's forward graph, as the kevin pass gets
-    it (the compile is stopped there: no code is generated)."""
-    import torch._inductor.config as inductor_config
-
     module = load_program(source, "kb_problem")
-    model = module.Model(*module.get_init_inputs())
-    inputs = module.get_inputs()
-    plans = []
-
-    def grab(graph) -> None:  # type: ignore[no-untyped-def]
-        plans.append(partition_graph(graph, BuiltinSupport()))
-        raise _Captured
-
-    torch._dynamo.reset()
-    try:
-        with torch.no_grad(), inductor_config.patch(post_grad_custom_post_pass=grab):
-            torch.compile(model, dynamic=False)(*inputs)
-    except Exception as exc:  # (Dynamo wraps the pass's exception)
-        if not plans:
-            raise AssertionError(f"the compile failed before the partitioner: {exc}") from exc
-    finally:
-        torch._dynamo.reset()
-    assert len(plans) == 1
-    return plans[0]
+    return builtin_partitions(module.Model(*module.get_init_inputs()), *module.get_inputs())
 
 
 # Known gaps: Inductor's group norm computes a scale and a shift per (sample, group, channel), shaped

@@ -1048,9 +1048,7 @@ class BuiltinSupport:
 
     def supports(self, node: fx.Node) -> tuple[bool, str]:
         target = node.target
-        if target in (aten.gather.default, aten.ne.Scalar, aten.where.self, aten.sum.default, aten.full.default,
-                      aten.scalar_tensor.default, aten.div.Tensor, torch.ops.prims.convert_element_type.default) \
-                and node in self._nll_nodes(node.graph):
+        if node in self._nll_nodes(node.graph):
             return True, ""
         if target in REDUCTIONS:
             val = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None

@@ -333,16 +333,16 @@ def relax_rounding(plan: Plan) -> Plan:
         elif n.expr and n.reduction is None and _JUMPS.search(n.expr):
             starts.extend(_NAME.findall(n.expr))
     # through reductions too: a reduced value compared (x == x.amax(...)) rounds what it reduces
-    keep = _upstream(plan, starts, through_reductions=True)
+    keep = _upstream(plan, starts)
     relaxed = tuple(dataclasses.replace(n, dtype=torch.float32)
                     if n.dtype in _ROUND and n.reduction is None and n.alias_of is None and n.pick is None and n.var not in keep
                     else n for n in plan.nodes)
     return dataclasses.replace(plan, nodes=relaxed)
 
 
-def _upstream(plan: Plan, starts: Sequence[str], through_reductions: bool) -> set[str]:
-    """The plan's values `starts` and every value they are computed from (a reduction's operand
-    too, with `through_reductions`; else a reduction is reached but not passed)."""
+def _upstream(plan: Plan, starts: Sequence[str]) -> set[str]:
+    """The plan's values `starts` and every value they are computed from, through reductions'
+    operands too."""
     by_var = {n.var: n for n in plan.nodes}
     found: set[str] = set()
     stack = list(starts)
@@ -354,7 +354,7 @@ def _upstream(plan: Plan, starts: Sequence[str], through_reductions: bool) -> se
         found.add(v)
         if node.reduction is None:
             stack.extend(_NAME.findall(node.alias_of or node.expr or ""))
-        elif through_reductions and node.operand:
+        elif node.operand:
             stack.append(node.operand)
     return found
 
