@@ -172,6 +172,9 @@ def emulate(program: str, inputs: Sequence[torch.Tensor], outputs: Sequence[tupl
         line = iter(range(1_000_000))
         device = re.sub(r"__shared__ (\w+) (\w+)\[(\d+)\];",
                         lambda m: f"{m[1]}* {m[2]} = kevin_emu_shared<{m[1]}, {next(line)}>();", device)
+        device = re.sub(r"__shared__ (\w+) (\w+)\[(\d+)\]\[(\d+)\];",  # a tile: rows of the array's copy
+                        lambda m: f"{m[1]} (*{m[2]})[{m[4]}] = reinterpret_cast<{m[1]} (*)[{m[4]}]>(kevin_emu_shared<{m[1]}, {next(line)}>());",
+                        device)
         assert "__shared__" not in device, "a cluster kernel's shared memory the emulator does not lay out"
     # workspaces the host function allocates besides the outputs (a split plan's partials and row values)
     workspaces = [(name, int(n), kind) for name, n, kind in

@@ -16,8 +16,8 @@ import torch
 from conftest import builtin_partitions
 from kernel_emulator import emulate, has_cuda_headers
 from kevin_backend.generate.builtin.graph import Plan, plan_task
-from kevin_backend.generate.builtin.kernels import (VARIANTS_POINTWISE, VARIANTS_ROWS, can_vectorize_rows, preferred_order, returned,
-                                                   strided_rows, write_program)
+from kevin_backend.generate.builtin.kernels import (VARIANTS_POINTWISE, VARIANTS_ROWS, Variant, can_vectorize_rows, preferred_order,
+                                                   returned, strided_rows, write_program)
 from kevin_backend.generate.builtin.suite import SuiteTask, _task
 from kevin_backend.judge.compare import FALLBACK_RTOL
 from kevin_backend.types import load_program
@@ -160,7 +160,8 @@ def _variants(task: SuiteTask) -> list[tuple[SuiteTask, int]]:
     extra = [0] if plan.is_rows else [0, 2, 4]  # the plain kernel; pointwise: several strips per thread, 4-wide or not
     last = [order[-1]]
     if plan.is_rows and strided_rows(plan):  # rows across a warp: one thread per row, and rows in registers
-        extra = [i for i, v in enumerate(VARIANTS_ROWS) if v.columns and (v.threads == 1 or v.cache)]
+        # (the cluster-spread ones: test_rows_across_memory_spread_over_a_cluster_match_pytorch)
+        extra = [i for i, v in enumerate(VARIANTS_ROWS) if v.columns and (v.threads == 1 or v.cache) and v.cluster == 1]
         last = []  # (a 1024-thread block per row, over a few hundred rows, takes a minute to emulate)
     head = order[:2]
     if plan.is_rows and not strided_rows(plan) and order[0] != 0:  # the ranked first, and the plain kernel in
@@ -309,6 +310,50 @@ def test_a_row_over_a_cluster_matches_pytorch(task: SuiteTask, tmp_path) -> None
             assert close.all(), (variant.describe(), f"{(~close).sum().item()} of {close.numel()} elements differ; "
                                  f"max abs error {(g.double() - w.double()).abs().max().item():.3g}")
 
+
+
+SPREAD_CASES = [
+    # rows across memory (a reduction over a middle dim; a transposed input), each row's columns
+    # spread over a cluster's blocks: softmax (outputs in the input's layout), the transposed
+    # input's softmax (outputs staged through shared-memory tiles), 16-bit, a centred reduction,
+    # index reductions; 44 or 120 rows (a cluster's last rows outside the tensor), rows of 300
+    _task("spread-softmax-mid-f32", "norm", "torch.softmax(x, 1)", [(3, 300, 40)], "f32"),
+    _task("spread-logsoftmax-mid-bf16", "norm", "torch.log_softmax(x, 1)", [(2, 300, 22)], "bf16"),
+    _task("spread-softmax-transposed-f32", "norm", "torch.softmax(m0, -1)", [(44, 300)], "f32",
+          ["torch.randn(300, 44, device='cuda').t()"]),
+    _task("spread-standardize-mid-f16", "norm", "(x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)", [(2, 300, 22)], "f16"),
+    _task("spread-max-dim1-f32", "reduction", "torch.max(x, 1)", [(3, 300, 40)], "f32"),
+]
+SPREAD_VARIANTS = [Variant(32, rows_per_block=8, columns=True, cache=True, cluster=2),   # a thread's tile one register
+                   Variant(16, rows_per_block=8, columns=True, cache=True, cluster=4),   # two registers a tile per thread
+                   Variant(16, rows_per_block=8, columns=True, cluster=2)]              # the row not kept: a loop over it
+
+
+@pytest.mark.parametrize("task", SPREAD_CASES, ids=lambda t: t.name)
+def test_rows_across_memory_spread_over_a_cluster_match_pytorch(task: SuiteTask, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A cluster's blocks on the same neighbouring rows, each holding its tiles of the rows'
+    columns (the emulator runs a cluster's blocks together, each with its own shared memory):
+    partials combined per block, then across the blocks by distributed shared memory; against
+    PyTorch, exact positions for the index reductions. The suite's variants of this kind are
+    these with 32 rows a block."""
+    plan, inputs, want = _reference(task)
+    assert strided_rows(plan)
+    for variant in SPREAD_VARIANTS:
+        program = write_program(plan, variant)
+        assert f"__cluster_dims__({variant.cluster}, 1, 1)" in program and "map_shared_rank" in program
+        assert ("tile0[row_in_block][c - tile_c]" in program) == ("transposed" in task.name), variant.describe()
+        got = emulate(program, inputs, returned(plan), workdir=tmp_path)
+        for g, w in zip(got, want):
+            w = w.reshape(g.shape)
+            if not w.is_floating_point():
+                assert torch.equal(g, w), (variant.describe(), g, w)
+                continue
+            tol = FALLBACK_RTOL.get(w.dtype, 1e-4)
+            close = torch.isclose(g.double(), w.double(), rtol=tol, atol=tol, equal_nan=True)
+            assert close.all(), (variant.describe(), f"{(~close).sum().item()} of {close.numel()} elements differ; "
+                                 f"max abs error {(g.double() - w.double()).abs().max().item():.3g}")
+    suite = [v for v in VARIANTS_ROWS if v.columns and v.cluster > 1]
+    assert suite and all(v.rows_per_block == 32 and v.cache for v in suite)
 
 
 @pytest.mark.parametrize(("reduction", "dtype", "ignore"), [("mean", torch.float32, -100), ("mean", torch.bfloat16, 3),

@@ -71,9 +71,12 @@ class Variant:
             parts = [f"{self.threads} threads per block", "each row split over several blocks"]
         if self.tiled:
             parts = [f"32 x {32 * max(1, self.items)} tiles through shared memory", f"{self.threads} threads"]
-        if self.cluster > 1:
+        if self.cluster > 1 and self.columns:
+            parts = [f"a cluster of {self.cluster} blocks of {self.threads * self.rows_per_block} threads on "
+                     f"{self.rows_per_block} rows across memory, each row's columns over the blocks (distributed shared memory)"]
+        elif self.cluster > 1:
             parts = [f"a cluster of {self.cluster} blocks of {self.threads} threads per row (distributed shared memory)"]
-        if self.rows_per_block > 1:
+        if self.rows_per_block > 1 and not (self.cluster > 1 and self.columns):
             parts.append(f"{self.rows_per_block} rows per block")
         if self.vector:
             parts.append("vector loads")
@@ -121,6 +124,18 @@ VARIANTS_ROWS = (
     # row in registers (up to 1024, 2048 or 4096 values), read once
     Variant(32, rows_per_block=32, columns=True, cache=True), Variant(64, rows_per_block=16, columns=True, cache=True),
     Variant(128, rows_per_block=8, columns=True, cache=True),
+    # rows across memory read more than once, too long for one block's registers: a cluster's
+    # blocks on the same 32 neighbouring rows (a warp's load one stretch of 32 values), each block
+    # holding its share of the rows' columns in registers, partial results combined through
+    # distributed shared memory; read once, written once. Blocks of 512 threads (two to a
+    # multiprocessor: one's reads overlap the other's reductions), then of 1024
+    Variant(16, rows_per_block=32, columns=True, cache=True, cluster=4),
+    Variant(16, rows_per_block=32, columns=True, cache=True, cluster=8),
+    Variant(16, rows_per_block=32, columns=True, cache=True, cluster=16),
+    Variant(32, rows_per_block=32, columns=True, cache=True, cluster=2),
+    Variant(32, rows_per_block=32, columns=True, cache=True, cluster=4),
+    Variant(32, rows_per_block=32, columns=True, cache=True, cluster=8),
+    Variant(32, rows_per_block=32, columns=True, cache=True, cluster=16),
 )
 # Registers per thread a cached row may take (values per input).
 MAX_CACHED = 32
@@ -598,7 +613,26 @@ def _cached_values(plan: Plan, variant: Variant, vector: bool) -> int:
         return 0
     width = _row_width(plan) if vector else 1
     per_thread = -(-plan.cols // (variant.threads * variant.cluster * width)) * width
+    if variant.columns and variant.cluster > 1:  # whole tiles of 32 columns a block (`_spread_column`)
+        per_thread = -(-per_thread // _tile_slots(variant)) * _tile_slots(variant)
     return per_thread if per_thread <= MAX_CACHED else 0
+
+
+def _tile_slots(variant: Variant) -> int:
+    """Registers a thread gives one tile of 32 columns in a cluster-spread columns kernel."""
+    return max(1, _STAGE // variant.threads)
+
+
+def _spread_column(variant: Variant, slot: str) -> str:
+    """The column of register `slot` in a columns kernel spread over a cluster (rows across
+    memory, each row's columns over the cluster's blocks): the row's columns go in tiles of 32,
+    tile `t` to block `t % cluster`, whose threads of the row (`lane_in`, `variant.threads` of
+    them) take every `variant.threads`-th column of it; so a block's columns come in whole tiles
+    (its outputs staged through shared memory a tile at a time)."""
+    q, t, k = _tile_slots(variant), variant.threads, variant.cluster
+    if q == 1:
+        return f"(((long long)({slot}) * {k} + rank) * {_STAGE} + lane_in)"
+    return f"(((long long)(({slot}) / {q}) * {k} + rank) * {_STAGE} + (({slot}) % {q}) * {t} + lane_in)"
 
 
 def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) -> str:
@@ -609,8 +643,16 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
     ins, outs = _signature(plan)
     shape, cols, rows = plan.shape, plan.cols, plan.rows
     clustered = variant.cluster > 1
+    # rows across memory over a cluster: a block's threads on `rows_per_block` neighbouring rows
+    # (the columns mapping), each row's columns spread over the cluster's blocks (`_spread_column`)
+    spread = clustered and variant.columns
     tpr = variant.threads * variant.cluster  # a row's threads (a cluster's, when the row has one)
-    rpb = 1 if clustered else max(1, variant.rows_per_block)
+    rpb = 1 if clustered and not spread else max(1, variant.rows_per_block)
+    block_threads = variant.threads * rpb
+
+    def column(slot: str) -> str:
+        """The column a thread's register `slot` holds when the row is cached."""
+        return _spread_column(variant, slot) if spread else f"lane + (long long){slot} * {tpr}"
     warps = max(1, variant.threads // 32)  # a block's warps per row
     lines: list[str] = []
     available: set[str] = set()
@@ -677,7 +719,8 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             return []
         # registers: a block of 1024 threads leaves 64 a thread; arrays beyond about 40 of them
         # spill to local memory, so past that a later pass computes the value again instead
-        budget = 65536 // (variant.threads if clustered else tpr * rpb) - 24
+        # (a spread cluster's blocks of 512 threads or fewer run two to a multiprocessor)
+        budget = 65536 // (block_threads * (2 if spread and block_threads <= 512 else 1)) - 24
         inside = {n.var for n in needed} | ({done} if done else set())
         later = _references([n for n in plan.nodes if n.var not in inside], [o.var for o in plan.outputs])
         stores = []
@@ -701,7 +744,7 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
                     f"        if (valid && c0 < {cols}LL) {{\n        {head}\n"
                     f"        #pragma unroll\n        for (int k = 0; k < {width}; ++k) {{\n            const long long c = c0 + k;\n"
                     f"            {inner}\n        }}\n        {tail}\n        }}\n    }}")
-        return (f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n        const long long c = lane + (long long)j * {tpr};\n"
+        return (f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n        const long long c = {column('j')};\n"
                 f"        if (valid && c < {cols}LL) {{\n            {inner}\n        }}\n    }}")
 
     def loop(body: list[str]) -> str:
@@ -740,7 +783,7 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
                              f"        else {{ for (int k = 0; k < {width}; ++k) {i.var}_r[j * {width} + k] = 0.0f; }}\n    }}")
             else:
                 off = at(i.var)
-                lines.append(f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n        const long long c = lane + (long long)j * {tpr};\n"
+                lines.append(f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n        const long long c = {column('j')};\n"
                              f"        {i.var}_r[j] = (valid && c < {cols}LL) ? kevin_ld(p_{i.var}, {off}) : 0.0f;\n    }}")
 
     def pick(n: PlanNode) -> list[str]:
@@ -907,30 +950,40 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         # stretch) instead of each thread's values a row apart
         staged = True
         needed = _closure(plan, [o.var for _, o in full_outs], available | set(kept))
-        per = _STAGE // tpr  # columns of a tile per thread
+        per = _tile_slots(variant) if spread else _STAGE // tpr  # columns of a tile per thread
         row_part, col_part = parts["out"]
         store_row = re.sub(r"\brow\b", "r", row_part) if row_part != "0" else "0"
         store = re.sub(r"\bc\b", "cc", col_part)
-        tiles = -(-cols // _STAGE)
-        if cache:  # the row's registers: column t * 32 + lane + k * tpr is slot t * per + k
+        if spread:  # the block's own tiles: tile t of the block is the row's tile t * cluster + rank
+            tiles = -(-cols // (_STAGE * variant.cluster))
+            col = column(f"t * {per} + k")
+            base = f"((long long)t * {variant.cluster} + rank) * {_STAGE}"
+            first_row = f"(long long)(blockIdx.x / {variant.cluster}u) * {rpb}"
+        else:
+            tiles = -(-cols // _STAGE)
+            col = f"(long long)t * {_STAGE} + lane + k * {tpr}"
+            base = f"(long long)t * {_STAGE}"
+            first_row = f"(long long)blockIdx.x * {rpb}"
+        if cache:  # the row's registers: the tile's k-th column of a thread is slot t * per + k
             used = _references(needed, [o.var for _, o in full_outs])
             fill = [f"float {v} = {v}_r[t * {per} + k];" for v in [*(i.var for i in full_inputs), *kept] if v in used]
         else:
             fill = loads(needed, [o.var for _, o in full_outs])
         body = "\n                ".join([*fill, *(code(n) for n in needed),
-                                           *(f"tile{k}[row_in_block][c - t * {_STAGE}] = {o.var};" for k, o in full_outs)])
+                                           *(f"tile{k}[row_in_block][c - tile_c] = {o.var};" for k, o in full_outs)])
         writes = " ".join(f"kevin_st(p_out{k}, {store_row} + {store}, tile{k}[i][j]);" for k, _ in full_outs)
         lines.append(
             "".join(f"__shared__ float tile{k}[{rpb}][{_STAGE + 1}];\n    " for k, _ in full_outs)
             + ("#pragma unroll\n    " if cache else "")
             + f"for (int t = 0; t < {tiles}; ++t) {{\n"
+            f"        const long long tile_c = {base};\n"
             f"        #pragma unroll\n        for (int k = 0; k < {per}; ++k) {{\n"
-            f"            const long long c = (long long)t * {_STAGE} + lane + k * {tpr};\n"
+            f"            const long long c = {col};\n"
             f"            if (valid && c < {cols}LL) {{\n                {body}\n            }}\n        }}\n"
             "        __syncthreads();\n"
-            f"        for (int e = threadIdx.x; e < {rpb * _STAGE}; e += {tpr * rpb}) {{\n"
+            f"        for (int e = threadIdx.x; e < {rpb * _STAGE}; e += {block_threads}) {{\n"
             f"            const int i = e / {_STAGE}, j = e % {_STAGE};\n"
-            f"            const long long r = (long long)blockIdx.x * {rpb} + i, cc = (long long)t * {_STAGE} + j;\n"
+            f"            const long long r = {first_row} + i, cc = tile_c + j;\n"
             f"            if (r < {rows}LL && cc < {cols}LL) {{ {writes} }}\n        }}\n"
             "        __syncthreads();\n    }")
     if full_outs and not staged:
@@ -947,9 +1000,21 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         stores = " ".join(f"kevin_st(p_out{k}, row, {o.var});" for k, o in row_outs)
         lines.append(f"if (valid && lane == 0) {{ {stores} }}")
     inner = "\n    ".join(lines)
-    slots = rpb * (tpr if variant.columns else warps)
+    # (spread: the block's partials of its rows, the block's value per row, the cluster's values)
+    slots = rpb * (variant.threads + 1 + variant.cluster) if spread else rpb * (tpr if variant.columns else warps)
     index_smem = f"\n    __shared__ int64_t smem_i[{slots}];" if any(r.reduction in INDEXED for r in plan.reductions) else ""
-    if clustered:  # a row per cluster; a thread's lane counts across the cluster's blocks
+    if spread:  # neighbouring threads, neighbouring rows; a row's columns over the cluster's blocks
+        mapping = (f"const int row_in_block = threadIdx.x % {rpb};\n    const int rank = (int)(blockIdx.x % {variant.cluster}u);\n"
+                   f"    const int lane_in = threadIdx.x / {rpb};\n    const int lane = rank * {variant.threads} + lane_in;\n"
+                   f"    const long long row = (long long)(blockIdx.x / {variant.cluster}u) * {rpb} + row_in_block;")
+        inner += "\n    cooperative_groups::this_cluster().sync();"
+        # (two blocks a multiprocessor where they are 512 threads or fewer: one block's reads overlap
+        # the other's reductions and writes)
+        # (one block of 1024 named: given only the block's size, ptxas held a spread 1024-thread
+        # softmax to 32 registers and spilled its row)
+        bounds = f"{block_threads}, {2 if block_threads <= 512 else 1}"
+        head = f"__global__ void __cluster_dims__({variant.cluster}, 1, 1) __launch_bounds__({bounds})"
+    elif clustered:  # a row per cluster; a thread's lane counts across the cluster's blocks
         mapping = (f"const int row_in_block = 0;\n    const int lane = (int)(blockIdx.x % {variant.cluster}u) * {variant.threads} + (int)threadIdx.x;\n"
                    f"    const long long row = (long long)(blockIdx.x / {variant.cluster}u);")
         # a block's shared memory is read by the others until the last reduction: none leaves before
@@ -1001,7 +1066,10 @@ def _row_reducers(variant: Variant, indexed: bool = False) -> str:
     """The row kernels' reductions (sum, max, min; with `indexed`, the first largest and smallest
     value with its position) for rows of `variant.threads` threads."""
     threads, rpb = variant.threads, max(1, variant.rows_per_block)
-    if variant.cluster > 1:
+    spread = variant.cluster > 1 and variant.columns
+    if spread:
+        make = lambda *a: _spread_reducer(*a, threads, rpb, variant.cluster)  # noqa: E731
+    elif variant.cluster > 1:
         make = lambda *a: _cluster_reducer(*a, threads, variant.cluster)  # noqa: E731
     elif variant.columns:
         make = lambda *a: _column_reducer(*a, threads, rpb)  # noqa: E731
@@ -1011,7 +1079,9 @@ def _row_reducers(variant: Variant, indexed: bool = False) -> str:
         ("add", "{a} + {b}", "0.0f"), ("max", "kevin_maximum({a}, {b})", "-INFINITY"), ("min", "kevin_minimum({a}, {b})", "INFINITY")))
     if indexed:
         code += _ARG_STEPS + "".join(
-            _cluster_arg_reducer(op, threads, variant.cluster) if variant.cluster > 1 else _arg_reducer(op, threads, rpb, variant.columns)
+            _spread_arg_reducer(op, threads, rpb, variant.cluster) if spread
+            else _cluster_arg_reducer(op, threads, variant.cluster) if variant.cluster > 1
+            else _arg_reducer(op, threads, rpb, variant.columns)
             for op in ("max", "min"))
     return code
 
@@ -1073,6 +1143,65 @@ __device__ __forceinline__ void kevin_row_reduce_arg{op}(float& v, int64_t& i, f
     const int b = (int)(threadIdx.x & 31) < {cluster} ? (int)(threadIdx.x & 31) : 0;
     v = cluster.map_shared_rank(smem, b)[0]; i = cluster.map_shared_rank(smem_i, b)[0];
     {shuffle}
+}}
+"""
+
+
+def _spread_reducer(op: str, combine: str, init: str, threads: int, rpb: int, cluster: int) -> str:
+    """`kevin_row_reduce_<op>` for the columns mapping spread over a cluster (`_spread_column`):
+    a block's `threads` partials of each of its `rpb` rows combined through shared memory into the
+    block's value of the row; after a cluster barrier, `cluster` threads of each row read one
+    block's value each (distributed shared memory), and every thread of the row combines them in
+    rank order, so the row's threads across the cluster agree. Shared memory: the partials
+    (threads x rpb), the block's values (rpb), the cluster's (cluster x rpb)."""
+    own, gathered = threads * rpb, (threads + 1) * rpb
+    add = combine.format(a="b", b=f"smem[w * {rpb} + row_in_block]")
+    join = combine.format(a="v", b=f"smem[{gathered} + r * {rpb} + row_in_block]")
+    return f"""
+__device__ __forceinline__ float kevin_row_reduce_{op}(float v, float* smem, int row_in_block, int lane) {{
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const int lane_in = (int)threadIdx.x / {rpb};
+    cluster.sync();  // the cluster's reads of an earlier reduction are done
+    smem[lane_in * {rpb} + row_in_block] = v;
+    __syncthreads();
+    if (lane_in == 0) {{
+        float b = {init};
+        for (int w = 0; w < {threads}; ++w) b = {add};
+        smem[{own} + row_in_block] = b;
+    }}
+    cluster.sync();  // every block's values written
+    if (lane_in < {cluster}) smem[{gathered} + lane_in * {rpb} + row_in_block] = cluster.map_shared_rank(smem, lane_in)[{own} + row_in_block];
+    __syncthreads();
+    v = {init};
+    for (int r = 0; r < {cluster}; ++r) v = {join};
+    return v;
+}}
+"""
+
+
+def _spread_arg_reducer(op: str, threads: int, rpb: int, cluster: int) -> str:
+    """`kevin_row_reduce_arg<op>` for the columns mapping spread over a cluster (as `_spread_reducer`,
+    each value with its position; ties go to the lower position whatever the order)."""
+    own, gathered = threads * rpb, (threads + 1) * rpb
+    return f"""
+__device__ __forceinline__ void kevin_row_reduce_arg{op}(float& v, int64_t& i, float* smem, int64_t* smem_i, int row_in_block, int lane) {{
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const int lane_in = (int)threadIdx.x / {rpb};
+    cluster.sync();
+    smem[lane_in * {rpb} + row_in_block] = v; smem_i[lane_in * {rpb} + row_in_block] = i;
+    __syncthreads();
+    if (lane_in == 0) {{
+        for (int w = 1; w < {threads}; ++w) kevin_arg_join_{op}(v, i, smem[w * {rpb} + row_in_block], smem_i[w * {rpb} + row_in_block]);
+        smem[{own} + row_in_block] = v; smem_i[{own} + row_in_block] = i;
+    }}
+    cluster.sync();
+    if (lane_in < {cluster}) {{
+        smem[{gathered} + lane_in * {rpb} + row_in_block] = cluster.map_shared_rank(smem, lane_in)[{own} + row_in_block];
+        smem_i[{gathered} + lane_in * {rpb} + row_in_block] = cluster.map_shared_rank(smem_i, lane_in)[{own} + row_in_block];
+    }}
+    __syncthreads();
+    v = smem[{gathered} + row_in_block]; i = smem_i[{gathered} + row_in_block];
+    for (int r = 1; r < {cluster}; ++r) kevin_arg_join_{op}(v, i, smem[{gathered} + r * {rpb} + row_in_block], smem_i[{gathered} + r * {rpb} + row_in_block]);
 }}
 """
 
@@ -1326,7 +1455,27 @@ def preferred_order(plan: Plan) -> list[int]:
     if cluster is not None:
         order.remove(cluster)
         order.insert(1, cluster)
+    if clusters_available() and columns and not splitting and _row_reads(plan) > 1:
+        # rows across memory that one block cannot hold, read more than once by the other
+        # kernels: the smallest cluster that holds them, blocks of 512 threads first, then the
+        # ranked kernel (it reads the row twice or more), then blocks of 1024 (first where no
+        # cluster of 512-thread blocks holds the row)
+        spread = [i for i in range(len(VARIANTS_ROWS)) if VARIANTS_ROWS[i].cluster > 1 and VARIANTS_ROWS[i].columns
+                  and _cached_values(plan, VARIANTS_ROWS[i], False) > 0]
+        one_block = _cached_values(plan, Variant(32, rows_per_block=32, columns=True, cache=True), False) > 0
+        picks = [i for i in (next((i for i in spread if VARIANTS_ROWS[i].threads == t), None) for t in (16, 32)) if i is not None]
+        if not one_block and picks:
+            for i in picks:
+                order.remove(i)
+            order[1:1] = picks[1:]
+            order.insert(0, picks[0])
     return order
+
+
+def _row_reads(plan: Plan) -> int:
+    """Passes an uncached rows kernel makes over a row, at most: one a reduction, one for the
+    per-element outputs."""
+    return len(plan.reductions) + any(o.kind is Kind.FULL for o in plan.outputs)
 
 
 def clusters_available() -> bool:
@@ -1499,16 +1648,20 @@ def _host(plan: Plan, variant: Variant, vectorizable: bool, launches: str | None
     if launches is not None:
         launch = launches
     elif plan.is_rows:
-        if variant.cluster > 1:  # a cluster per row: the grid is the rows' clusters
+        if variant.cluster > 1 and variant.columns:  # `rows_per_block` rows a cluster
+            rpb = max(1, variant.rows_per_block)
+            block = variant.threads * rpb
+            head = f"    const long long blocks = ({plan.rows}LL + {rpb} - 1) / {rpb} * {variant.cluster};\n"
+        elif variant.cluster > 1:  # a cluster per row: the grid is the rows' clusters
             block = variant.threads
             head = f"    const long long blocks = {plan.rows}LL * {variant.cluster};\n"
-            if variant.cluster > 8:  # beyond the portable cluster size: allowed kernel by kernel
-                head += "".join(f"    cudaFuncSetAttribute({k}, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);\n"
-                                for k in ("kevin_rows", *(("kevin_rows_vec",) if vectorizable else ())))
         else:
             rpb = max(1, variant.rows_per_block)
             block = variant.threads * rpb
             head = f"    const long long blocks = ({plan.rows}LL + {rpb} - 1) / {rpb};\n"
+        if variant.cluster > 8:  # beyond the portable cluster size: allowed kernel by kernel
+            head += "".join(f"    cudaFuncSetAttribute({k}, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);\n"
+                            for k in ("kevin_rows", *(("kevin_rows_vec",) if vectorizable else ())))
         launch = head + f"    kevin_rows<<<(unsigned)blocks, {block}, 0, stream>>>({casted});"
         if vectorizable:
             launch = (head + f"    if ({aligned}) {{\n"
