@@ -136,6 +136,9 @@ VARIANTS_ROWS = (
     Variant(32, rows_per_block=32, columns=True, cache=True, cluster=4),
     Variant(32, rows_per_block=32, columns=True, cache=True, cluster=8),
     Variant(32, rows_per_block=32, columns=True, cache=True, cluster=16),
+    # blocks of 256 threads (four to a multiprocessor)
+    Variant(8, rows_per_block=32, columns=True, cache=True, cluster=8),
+    Variant(8, rows_per_block=32, columns=True, cache=True, cluster=16),
 )
 # Registers per thread a cached row may take (values per input).
 MAX_CACHED = 32
@@ -719,8 +722,8 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             return []
         # registers: a block of 1024 threads leaves 64 a thread; arrays beyond about 40 of them
         # spill to local memory, so past that a later pass computes the value again instead
-        # (a spread cluster's blocks of 512 threads or fewer run two to a multiprocessor)
-        budget = 65536 // (block_threads * (2 if spread and block_threads <= 512 else 1)) - 24
+        # (a spread cluster's blocks run 1024 threads to a multiprocessor at least: `bounds`)
+        budget = 65536 // max(block_threads, 1024 if spread else 0) - 24
         inside = {n.var for n in needed} | ({done} if done else set())
         later = _references([n for n in plan.nodes if n.var not in inside], [o.var for o in plan.outputs])
         stores = []
@@ -828,13 +831,15 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         if red.var in fused:
             continue
         partner = online_partner(plan, red)
-        if partner is not None and not cache and wide:
+        if partner is not None and not cache and (wide or variant.columns):
             # softmax's max and sum of exp(x - max) in one read of the row: each thread keeps its
             # running max and its sum rescaled whenever the max grows; the row's max, then each
-            # thread's sum rescaled to it, added. Only for 32-bit rows: over 16-bit rows (half the
-            # bytes per element) the running rescale's arithmetic cost more than the read it
-            # saves (cross-entropy over 16384 x 50257 bf16 on an H200: 1.41 ms, against 0.88 ms
-            # for a max pass and a sum pass)
+            # thread's sum rescaled to it, added. For 16-bit rows only across memory: along
+            # memory (half the bytes per element) the running rescale's arithmetic cost more than
+            # the read it saves (cross-entropy over 16384 x 50257 bf16 on an H200: 1.41 ms,
+            # against 0.88 ms for a max pass and a sum pass), while across memory a warp's reads
+            # are 32 rows' values, one stretch each, and three reads of a log-softmax over a
+            # middle dim bf16 (64 x 8192 x 128) took 0.195 ms against Inductor's 0.178
             assert red.operand is not None
             needed = _closure(plan, [red.operand], available)
             m, t = f"{red.var}_acc", f"{partner.var}_acc"
@@ -1012,7 +1017,7 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         # the other's reductions and writes)
         # (one block of 1024 named: given only the block's size, ptxas held a spread 1024-thread
         # softmax to 32 registers and spilled its row)
-        bounds = f"{block_threads}, {2 if block_threads <= 512 else 1}"
+        bounds = f"{block_threads}, {max(1, 1024 // block_threads)}"
         head = f"__global__ void __cluster_dims__({variant.cluster}, 1, 1) __launch_bounds__({bounds})"
     elif clustered:  # a row per cluster; a thread's lane counts across the cluster's blocks
         mapping = (f"const int row_in_block = 0;\n    const int lane = (int)(blockIdx.x % {variant.cluster}u) * {variant.threads} + (int)threadIdx.x;\n"
@@ -1455,15 +1460,19 @@ def preferred_order(plan: Plan) -> list[int]:
     if cluster is not None:
         order.remove(cluster)
         order.insert(1, cluster)
-    if clusters_available() and columns and not splitting and _row_reads(plan) > 1:
-        # rows across memory that one block cannot hold, read more than once by the other
-        # kernels: the smallest cluster that holds them, blocks of 512 threads first, then the
-        # ranked kernel (it reads the row twice or more), then blocks of 1024 (first where no
-        # cluster of 512-thread blocks holds the row)
+    if (clusters_available() and columns and not splitting and _row_reads(plan) > 1
+            and staged_output(plan, Variant(32, rows_per_block=32, columns=True))):
+        # rows across memory written along memory (the input transposed against the output), that
+        # one block cannot hold and the other kernels read more than once: the smallest cluster
+        # that holds them, blocks of 512 threads first, then the ranked kernel, then blocks of
+        # 256 (1024 where neither holds the row). On the H200 (roofline run 10) a cluster of 8
+        # blocks of 512 threads wrote a softmax of a transposed 16384 x 4096 input in 0.302 ms,
+        # against 0.491 for the ranked kernel; over rows whose outputs lie as the input (a
+        # softmax over a middle dim) it lost, 0.171 against 0.116 ms, and stays last there
         spread = [i for i in range(len(VARIANTS_ROWS)) if VARIANTS_ROWS[i].cluster > 1 and VARIANTS_ROWS[i].columns
                   and _cached_values(plan, VARIANTS_ROWS[i], False) > 0]
         one_block = _cached_values(plan, Variant(32, rows_per_block=32, columns=True, cache=True), False) > 0
-        picks = [i for i in (next((i for i in spread if VARIANTS_ROWS[i].threads == t), None) for t in (16, 32)) if i is not None]
+        picks = [i for i in (next((i for i in spread if VARIANTS_ROWS[i].threads == t), None) for t in (16, 8, 32)) if i is not None][:2]
         if not one_block and picks:
             for i in picks:
                 order.remove(i)
