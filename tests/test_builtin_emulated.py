@@ -326,7 +326,8 @@ SPREAD_CASES = [
 ]
 SPREAD_VARIANTS = [Variant(32, rows_per_block=8, columns=True, cache=True, cluster=2),   # a thread's tile one register
                    Variant(16, rows_per_block=8, columns=True, cache=True, cluster=4),   # two registers a tile per thread
-                   Variant(16, rows_per_block=8, columns=True, cluster=2)]              # the row not kept: a loop over it
+                   Variant(16, rows_per_block=8, columns=True, cluster=2),              # the row not kept: a loop over it
+                   Variant(4, rows_per_block=8, columns=True, cache=True, cluster=8)]   # fewer threads a row than blocks
 
 
 @pytest.mark.parametrize("task", SPREAD_CASES, ids=lambda t: t.name)

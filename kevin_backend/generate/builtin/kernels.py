@@ -1175,7 +1175,8 @@ __device__ __forceinline__ float kevin_row_reduce_{op}(float v, float* smem, int
         smem[{own} + row_in_block] = b;
     }}
     cluster.sync();  // every block's values written
-    if (lane_in < {cluster}) smem[{gathered} + lane_in * {rpb} + row_in_block] = cluster.map_shared_rank(smem, lane_in)[{own} + row_in_block];
+    for (int r = lane_in; r < {cluster}; r += {threads})  // (fewer threads a row than blocks: some read two)
+        smem[{gathered} + r * {rpb} + row_in_block] = cluster.map_shared_rank(smem, r)[{own} + row_in_block];
     __syncthreads();
     v = {init};
     for (int r = 0; r < {cluster}; ++r) v = {join};
@@ -1200,9 +1201,9 @@ __device__ __forceinline__ void kevin_row_reduce_arg{op}(float& v, int64_t& i, f
         smem[{own} + row_in_block] = v; smem_i[{own} + row_in_block] = i;
     }}
     cluster.sync();
-    if (lane_in < {cluster}) {{
-        smem[{gathered} + lane_in * {rpb} + row_in_block] = cluster.map_shared_rank(smem, lane_in)[{own} + row_in_block];
-        smem_i[{gathered} + lane_in * {rpb} + row_in_block] = cluster.map_shared_rank(smem_i, lane_in)[{own} + row_in_block];
+    for (int r = lane_in; r < {cluster}; r += {threads}) {{
+        smem[{gathered} + r * {rpb} + row_in_block] = cluster.map_shared_rank(smem, r)[{own} + row_in_block];
+        smem_i[{gathered} + r * {rpb} + row_in_block] = cluster.map_shared_rank(smem_i, r)[{own} + row_in_block];
     }}
     __syncthreads();
     v = smem[{gathered} + row_in_block]; i = smem_i[{gathered} + row_in_block];
