@@ -27,8 +27,10 @@ for every fx.Node argument of the op. The expressions keep these conventions:
   expm1f, ...). The one exception: a kernel whose every output is float16 or bfloat16 defines
   KEVIN_FAST_MATH, and its exp and log, and its sigmoid, SiLU, tanh, softplus and mish
   (DEVICE_HELPERS), then take the device's __expf / __logf / __fdividef, whose few float32 ulps
-  lie far below one rounding to the output's dtype; that is the math Inductor's generated code
-  uses for these ops.
+  lie far below one rounding to the output's dtype (the math Inductor's generated code uses for
+  these ops); tanh and sigmoid take the device's tanh.approx (a relative error near 2^-11, half a
+  float16 rounding), and log(1 + e^x) an exp and a polynomial: chains of them are bound by the
+  multi-function unit, and each takes one of its instructions instead of two.
 """
 
 from __future__ import annotations
@@ -554,15 +556,40 @@ __host__ __device__ __forceinline__ float kevin_rsqrt(float x) { return 1.0f / s
 #define KEVIN_LOGF(x) logf(x)
 #define KEVIN_DIVF(a, b) ((a) / (b))
 #endif
-__host__ __device__ __forceinline__ float kevin_sigmoid(float x) { return KEVIN_DIVF(1.0f, 1.0f + KEVIN_EXPF(-x)); }
-__host__ __device__ __forceinline__ float kevin_silu(float x) { return KEVIN_DIVF(x, 1.0f + KEVIN_EXPF(-x)); }
-// tanh|x| = (1 - e^-2|x|) / (1 + e^-2|x|): no overflow, and near 0 an absolute error of an ulp of 1
-__host__ __device__ __forceinline__ float kevin_tanh(float x) {
-    const float t = KEVIN_EXPF(-2.0f * fabsf(x));
-    return copysignf(KEVIN_DIVF(1.0f - t, 1.0f + t), x);
+// Chains of these are bound by the multi-function unit (exp2, log2, reciprocal, tanh: 16 results
+// a clock a multiprocessor against 128 fused multiply-adds), so each takes as few of its
+// instructions as it can: tanh one (tanh.approx, a relative error near 2^-11, half a float16
+// rounding), sigmoid one (through tanh), log(1 + e^x) one (an exp, then a polynomial).
+__host__ __device__ __forceinline__ float kevin_tanh_approx(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return tanhf(x);
+#endif
 }
-// log(1 + e^x): where e^x is below float32's ulp of 1 the result is 0 instead of e^x (< 6e-8)
-__host__ __device__ __forceinline__ float kevin_log1p_exp(float x) { return KEVIN_LOGF(1.0f + KEVIN_EXPF(x)); }
+__host__ __device__ __forceinline__ float kevin_tanh(float x) { return kevin_tanh_approx(x); }
+// sigmoid(x) = (1 + tanh(x / 2)) / 2: an absolute error near 2^-12 (below x = -16 it is 0, not e^x)
+__host__ __device__ __forceinline__ float kevin_sigmoid(float x) { return fmaf(0.5f, kevin_tanh_approx(0.5f * x), 0.5f); }
+__host__ __device__ __forceinline__ float kevin_silu(float x) { return KEVIN_DIVF(x, 1.0f + KEVIN_EXPF(-x)); }
+// log(1 + t) for t in [0, 1]: t q(t), q of degree 7 fitted to log(1 + t) / t (relative error
+// below 7e-7 in float32)
+__host__ __device__ __forceinline__ float kevin_log1p_unit(float t) {
+    float q = -0.008466244675219059f;
+    q = fmaf(q, t, 0.04365847259759903f);
+    q = fmaf(q, t, -0.10679779201745987f);
+    q = fmaf(q, t, 0.1765972524881363f);
+    q = fmaf(q, t, -0.2445332109928131f);
+    q = fmaf(q, t, 0.33265239000320435f);
+    q = fmaf(q, t, -0.49996355175971985f);
+    q = fmaf(q, t, 0.9999995231628418f);
+    return t * q;
+}
+// log(1 + e^x) = max(x, 0) + log(1 + e^-|x|): one exp, no overflow, NaN stays NaN
+__host__ __device__ __forceinline__ float kevin_log1p_exp(float x) {
+    return x != x ? x : fmaxf(x, 0.0f) + kevin_log1p_unit(KEVIN_EXPF(-fabsf(x)));
+}
 #if defined(__CUDA_ARCH__)
 // and the exp and log the kernels below call (softmax's, cross-entropy's)
 #define expf(x) __expf(x)
