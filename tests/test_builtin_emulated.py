@@ -273,6 +273,19 @@ def test_long_runs_per_thread_are_summed_with_compensation(tmp_path) -> None:  #
         assert abs(got.double().item() - exact) <= step, (VARIANTS_ROWS[index].describe(), got.item(), exact)
 
 
+def _assert_matches(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> None:
+    """Emulated outputs against PyTorch's: index outputs exactly, floats within KernelBench's tolerance."""
+    for g, w in zip(got, want):
+        w = w.reshape(g.shape)
+        if not w.is_floating_point():
+            assert torch.equal(g, w), (what, g, w)
+            continue
+        tol = FALLBACK_RTOL.get(w.dtype, 1e-4)
+        close = torch.isclose(g.double(), w.double(), rtol=tol, atol=tol, equal_nan=True)
+        assert close.all(), (what, f"{(~close).sum().item()} of {close.numel()} elements differ; "
+                             f"max abs error {(g.double() - w.double()).abs().max().item():.3g}")
+
+
 CLUSTER_CASES = [
     # rows too long for one block's registers (1024 threads x 32 values), held by a cluster's
     _task("cluster-l2norm-f32", "norm", "x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)", [(2, 40000)], "f32"),
@@ -299,16 +312,7 @@ def test_a_row_over_a_cluster_matches_pytorch(task: SuiteTask, tmp_path) -> None
         assert "__cluster_dims__(2, 1, 1)" in program and "map_shared_rank" in program
         assert f"float in0_r[{-(-40001 // 2048) if 'layernorm' in task.name else -(-40000 // 2048)}]" in program or variant.vector \
             or "cross" in task.name
-        got = emulate(program, inputs, returned(plan), workdir=tmp_path)
-        for g, w in zip(got, want):
-            w = w.reshape(g.shape)
-            if not w.is_floating_point():
-                assert torch.equal(g, w), (variant.describe(), g, w)
-                continue
-            tol = FALLBACK_RTOL.get(w.dtype, 1e-4)
-            close = torch.isclose(g.double(), w.double(), rtol=tol, atol=tol, equal_nan=True)
-            assert close.all(), (variant.describe(), f"{(~close).sum().item()} of {close.numel()} elements differ; "
-                                 f"max abs error {(g.double() - w.double()).abs().max().item():.3g}")
+        _assert_matches(emulate(program, inputs, returned(plan), workdir=tmp_path), want, variant.describe())
 
 
 
@@ -343,16 +347,7 @@ def test_rows_across_memory_spread_over_a_cluster_match_pytorch(task: SuiteTask,
         program = write_program(plan, variant)
         assert f"__cluster_dims__({variant.cluster}, 1, 1)" in program and "map_shared_rank" in program
         assert ("tile0[row_in_block][c - tile_c]" in program) == ("transposed" in task.name), variant.describe()
-        got = emulate(program, inputs, returned(plan), workdir=tmp_path)
-        for g, w in zip(got, want):
-            w = w.reshape(g.shape)
-            if not w.is_floating_point():
-                assert torch.equal(g, w), (variant.describe(), g, w)
-                continue
-            tol = FALLBACK_RTOL.get(w.dtype, 1e-4)
-            close = torch.isclose(g.double(), w.double(), rtol=tol, atol=tol, equal_nan=True)
-            assert close.all(), (variant.describe(), f"{(~close).sum().item()} of {close.numel()} elements differ; "
-                                 f"max abs error {(g.double() - w.double()).abs().max().item():.3g}")
+        _assert_matches(emulate(program, inputs, returned(plan), workdir=tmp_path), want, variant.describe())
     suite = [v for v in VARIANTS_ROWS if v.columns and v.cluster > 1]
     assert suite and all(v.rows_per_block == 32 and v.cache for v in suite)
 
