@@ -128,7 +128,7 @@ VARIANTS_ROWS = (
     # blocks on the same 32 neighbouring rows (a warp's load one stretch of 32 values), each block
     # holding its share of the rows' columns in registers, partial results combined through
     # distributed shared memory; read once, written once. Blocks of 512 threads (two to a
-    # multiprocessor: one's reads overlap the other's reductions), then of 1024
+    # multiprocessor: one's reads overlap the other's reductions), of 1024, and of 256 (four)
     Variant(16, rows_per_block=32, columns=True, cache=True, cluster=4),
     Variant(16, rows_per_block=32, columns=True, cache=True, cluster=8),
     Variant(16, rows_per_block=32, columns=True, cache=True, cluster=16),
@@ -136,7 +136,6 @@ VARIANTS_ROWS = (
     Variant(32, rows_per_block=32, columns=True, cache=True, cluster=4),
     Variant(32, rows_per_block=32, columns=True, cache=True, cluster=8),
     Variant(32, rows_per_block=32, columns=True, cache=True, cluster=16),
-    # blocks of 256 threads (four to a multiprocessor)
     Variant(8, rows_per_block=32, columns=True, cache=True, cluster=8),
     Variant(8, rows_per_block=32, columns=True, cache=True, cluster=16),
 )
@@ -1013,9 +1012,8 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
                    f"    const int lane_in = threadIdx.x / {rpb};\n    const int lane = rank * {variant.threads} + lane_in;\n"
                    f"    const long long row = (long long)(blockIdx.x / {variant.cluster}u) * {rpb} + row_in_block;")
         inner += "\n    cooperative_groups::this_cluster().sync();"
-        # (two blocks a multiprocessor where they are 512 threads or fewer: one block's reads overlap
-        # the other's reductions and writes)
-        # (one block of 1024 named: given only the block's size, ptxas held a spread 1024-thread
+        # (the blocks a multiprocessor holds named, 1024 threads' worth: one block's reads overlap
+        # another's reductions and writes; given only a block's size of 1024, ptxas held a spread
         # softmax to 32 registers and spilled its row)
         bounds = f"{block_threads}, {max(1, 1024 // block_threads)}"
         head = f"__global__ void __cluster_dims__({variant.cluster}, 1, 1) __launch_bounds__({bounds})"

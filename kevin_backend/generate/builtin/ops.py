@@ -560,7 +560,7 @@ __host__ __device__ __forceinline__ float kevin_rsqrt(float x) { return 1.0f / s
 // a clock a multiprocessor against 128 fused multiply-adds), so each takes as few of its
 // instructions as it can: tanh one (tanh.approx, a relative error near 2^-11, half a float16
 // rounding), sigmoid one (through tanh), log(1 + e^x) one (an exp, then a polynomial).
-__host__ __device__ __forceinline__ float kevin_tanh_approx(float x) {
+__host__ __device__ __forceinline__ float kevin_tanh(float x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
     float y;
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -569,9 +569,8 @@ __host__ __device__ __forceinline__ float kevin_tanh_approx(float x) {
     return tanhf(x);
 #endif
 }
-__host__ __device__ __forceinline__ float kevin_tanh(float x) { return kevin_tanh_approx(x); }
 // sigmoid(x) = (1 + tanh(x / 2)) / 2: an absolute error near 2^-12 (below x = -16 it is 0, not e^x)
-__host__ __device__ __forceinline__ float kevin_sigmoid(float x) { return fmaf(0.5f, kevin_tanh_approx(0.5f * x), 0.5f); }
+__host__ __device__ __forceinline__ float kevin_sigmoid(float x) { return fmaf(0.5f, kevin_tanh(0.5f * x), 0.5f); }
 __host__ __device__ __forceinline__ float kevin_silu(float x) { return KEVIN_DIVF(x, 1.0f + KEVIN_EXPF(-x)); }
 // log(1 + t) for t in [0, 1]: t q(t), q of degree 7 fitted to log(1 + t) / t (relative error
 // below 7e-7 in float32)
