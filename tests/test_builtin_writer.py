@@ -6,6 +6,7 @@ kernels run on the GPU: tests/test_builtin_gpu.py.)"""
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -106,10 +107,12 @@ def test_row_kernels_compute_each_value_once_and_divide_by_a_row_value_through_i
     assert kernel.count("expf(") == 1  # exp(x - max): computed by the sum's pass, kept for the output
     assert "const float v3_inv = 1.0f / v3;" in kernel and "v2 * v3_inv" in kernel  # one reciprocal per row
     plain = write_program(plan, VARIANTS_ROWS[0])  # nothing kept: each pass computes again
-    # nothing kept: the max and the sum share one read (online softmax: the running sum rescaled when
-    # the max grows, each thread's sum rescaled to the row's max), then the output pass computes again
+    # nothing kept: the max and the sum share one read (online softmax: a step's columns at a time,
+    # the running sum rescaled when their max exceeds the running one, each thread's sum rescaled
+    # to the row's max), then the output pass computes again
     kernel = plain[plain.index("__global__"):]
-    assert kernel.count("kevin_online_step(v0_acc, v3_acc, ") == 1 and kernel.count("expf(") == 1, kernel  # (the output's)
+    assert len(re.findall(r"kevin_online_chunk\(v0_acc, v3_acc, \w+_v, \d+\);", kernel)) == 1, kernel
+    assert "kevin_online_step(" not in kernel and kernel.count("expf(") == 1, kernel  # (the output's)
 
 
 def test_an_uncached_output_pass_issues_its_loads_before_its_stores() -> None:
@@ -140,11 +143,11 @@ def test_sixteen_bit_rows_not_kept_take_a_max_pass_then_a_sum_pass() -> None:
                            "torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16), torch.randint(0, 5000, (64,), device='cuda')"))
     kernel = write_program(plan, VARIANTS_ROWS[0])
     kernel = kernel[kernel.index("__global__"):]
-    assert "kevin_online_step(" not in kernel and "kevin_row_reduce_max(" in kernel and "kevin_row_reduce_add(" in kernel
+    assert "kevin_online_" not in kernel and "kevin_row_reduce_max(" in kernel and "kevin_row_reduce_add(" in kernel
     wide = plan_task(_task("torch.nn.functional.cross_entropy(x, y)",
                            "torch.randn(64, 5000, device='cuda'), torch.randint(0, 5000, (64,), device='cuda')"))
     kernel = write_program(wide, VARIANTS_ROWS[0])
-    assert "kevin_online_step(" in kernel[kernel.index("__global__"):]
+    assert "kevin_online_chunk(" in kernel[kernel.index("__global__"):]
 
 
 def test_sixteen_bit_values_stay_in_float_until_stored_unless_a_rounding_decides_an_outcome() -> None:
