@@ -859,20 +859,17 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
 
     lines.extend(row_values())
     fused: set[str] = set()  # sums already computed with their max in one pass (online softmax)
-    wide = all(i.dtype.itemsize >= 4 for i in full_inputs)
     for red in plan.reductions:
         if red.var in fused:
             continue
         partner = online_partner(plan, red)
-        if partner is not None and not cache and (wide or variant.columns):
-            # softmax's max and sum of exp(x - max) in one read of the row: each thread keeps its
-            # running max and its sum rescaled whenever the max grows; the row's max, then each
-            # thread's sum rescaled to it, added. For 16-bit rows only across memory: along
-            # memory (half the bytes per element) the running rescale's arithmetic cost more than
-            # the read it saves (cross-entropy over 16384 x 50257 bf16 on an H200: 1.41 ms,
-            # against 0.88 ms for a max pass and a sum pass), while across memory a warp's reads
-            # are 32 rows' values, one stretch each, and three reads of a log-softmax over a
-            # middle dim bf16 (64 x 8192 x 128) took 0.195 ms against Inductor's 0.178
+        if partner is not None and not cache:
+            # softmax's max and sum of exp(x - max) in one read of the row: each thread takes its
+            # columns a step at a time (`loop`: their max, its running sum rescaled once if that
+            # grew, then each value's exp added); the row's max, then each thread's sum rescaled
+            # to it, added. (With a rescale branch per value, 16-bit rows along memory had lost:
+            # cross-entropy over 16384 x 50257 bf16 on an H200, 1.41 ms against 0.88 ms for a max
+            # pass and a sum pass.)
             assert red.operand is not None
             needed = _closure(plan, [red.operand], available)
             m, t = f"{red.var}_acc", f"{partner.var}_acc"
