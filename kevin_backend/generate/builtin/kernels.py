@@ -762,14 +762,18 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         return (f"#pragma unroll\n    for (int j = 0; j < {groups}; ++j) {{\n        const long long c = {column('j')};\n"
                 f"        if (valid && c < {cols}LL) {{\n            {inner}\n        }}\n    }}")
 
-    def loop(body: list[str]) -> str:
-        if cache:
-            return cached_loop(body)
-        inner = "\n            ".join(body)
+    def loop(body: list[str], online: tuple[str, str, str] | None = None) -> str:
+        """A pass over the row running `body` per column; `online`: the pass is the online
+        softmax's, (running max, running sum, the column's value) after `body`."""
         reads = [m for m in map(_LOAD.fullmatch, body) if m]
         narrow = all(i.dtype.itemsize == 2 for i in full_inputs if any(m.group(1) == i.var for m in reads))
         steps = min(_AHEAD * (2 if narrow else 1), -(-cols // tpr))  # 32 bytes a thread in flight (16-bit: 16 loads)
-        if not reads or steps < 2 or not any(s in inner for s in (*_SERIAL_STEPS, "kevin_st(")):
+        if online is not None and (not reads or steps < 2):  # a column at a time
+            body, online = [*body, f"kevin_online_step({', '.join(online)});"], None
+        if cache:
+            return cached_loop(body)
+        inner = "\n            ".join(body)
+        if online is None and (not reads or steps < 2 or not any(s in inner for s in (_SERIAL_STEP, "kevin_st("))):
             return f"if (valid) {{\n        for (long long c = lane; c < {cols}LL; c += {tpr}) {{\n            {inner}\n        }}\n    }}"
         # a step that branches on the running value (an index reduction's, the online softmax's)
         # keeps the compiler from unrolling far (4 loads in flight a thread, against 32 for a
@@ -780,21 +784,20 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
         # every step's columns inside the row (the row a multiple of a step's span): no checks
         exact = cols % (steps * tpr) == 0
         fetch = "\n            ".join(f"float {m.group(1)}_a[{steps}];" for m in reads)
-        fill = " ".join(f"{m.group(1)}_a[u] = {'' if exact else 'in_row ? '}kevin_ld({m.group(2)}){'' if exact else ' : 0.0f'};"
-                        for m in reads)
+        fill = " ".join(f"{m.group(1)}_a[u] = kevin_ld({m.group(2)});" if exact else
+                        f"{m.group(1)}_a[u] = in_row ? kevin_ld({m.group(2)}) : 0.0f;" for m in reads)
         take = " ".join(f"float {m.group(1)} = {m.group(1)}_a[u];" for m in reads)
         head = (f"if (valid) {{\n        for (long long cb = lane; cb < {cols}LL; cb += {steps * tpr}) {{\n            {fetch}\n"
                 f"            #pragma unroll\n            for (int u = 0; u < {steps}; ++u) {{\n"
                 f"                const long long c = cb + (long long)u * {tpr};{'' if exact else f' const bool in_row = c < {cols}LL;'} {fill}\n"
                 "            }\n")
-        online = _ONLINE_STEP.fullmatch(rest[-1])
         if online is not None:
             # the online softmax a step's columns at a time: their values, their max, the running
             # sum rescaled once if the max grew, then each value's exp added (no branch per value;
             # on an H200, log-softmax over the middle dim of 64 x 8192 x 128 bf16 went from 0.173
             # to 0.145 ms, cross-entropy over 8192 x 32000 f32 from 0.342 to 0.270 ms)
-            m, t, x = online.groups()
-            value = "\n                ".join([take, *rest[:-1], f"{x}_v[u] = {x};"])
+            m, t, x = online
+            value = "\n                ".join([take, *rest, f"{x}_v[u] = {x};"])
             into = value if exact else f"{x}_v[u] = -INFINITY;\n                if (c < {cols}LL) {{\n                {value}\n                }}"
             at_c = f"const long long c = cb + (long long)u * {tpr};\n                " if re.search(r"\bc\b", into) else ""
             return (head + f"            float {x}_v[{steps}];\n"
@@ -873,8 +876,7 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
             needed = _closure(plan, [red.operand], available)
             m, t = f"{red.var}_acc", f"{partner.var}_acc"
             lines.append(f"float {m} = -INFINITY; float {t} = 0.0f;")
-            lines.append(loop([*loads(needed, [red.operand]), *(code(n) for n in needed),
-                               f"kevin_online_step({m}, {t}, {red.operand});"]))
+            lines.append(loop([*loads(needed, [red.operand]), *(code(n) for n in needed)], online=(m, t, red.operand)))
             lines.append(f"const float {m}_row = kevin_row_reduce_max({m}, smem, row_in_block, lane);")
             lines.append(f"{t} = kevin_row_reduce_add(kevin_online_rescale({t}, {m}, {m}_row), smem, row_in_block, lane);")
             lines.append(f"const float {red.var} = {_ROUND.get(red.dtype, '')}({m}_row);")
@@ -1070,13 +1072,12 @@ def _rows_kernel(plan: Plan, variant: Variant, name: str, vector: bool = False) 
 """)
 
 
-# An uncached pass over a row whose step branches on the running value (`_SERIAL_STEPS`) or
-# stores (the output pass) loads this many columns ahead of their steps (`_rows_kernel`'s loop;
-# twice as many of 16-bit values).
+# An uncached pass over a row whose step branches on the running value (an index reduction's:
+# `_SERIAL_STEP`), that stores (the output pass) or that is the online softmax's loads this many
+# columns ahead of their steps (`_rows_kernel`'s loop; twice as many of 16-bit values).
 _AHEAD = 8
-_SERIAL_STEPS = ("kevin_arg_step_", "kevin_online_step(")
+_SERIAL_STEP = "kevin_arg_step_"
 _LOAD = re.compile(r"float (in\d+) = kevin_ld\((.*)\);")
-_ONLINE_STEP = re.compile(r"kevin_online_step\((\w+), (\w+), (\w+)\);")
 
 # Columns a staged output tile spans (`staged_output`).
 _STAGE = 32
