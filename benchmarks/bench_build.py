@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from judge_cases import HONEST  # noqa: E402
 
-from kevin_backend.judge.build import Builder, BuildSpec  # noqa: E402
-from kevin_backend.judge.candidate import Candidate  # noqa: E402
+from kevin_backend.toolchain.build import Builder, BuildSpec  # noqa: E402
+from kevin_backend.toolchain.candidate import Candidate  # noqa: E402
 
 
 def spec(i: int, arch: str | None, how: str, case: int = 0) -> BuildSpec:

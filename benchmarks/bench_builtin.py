@@ -7,7 +7,7 @@ geometric means the goals are stated in: over eager on chains of three or more o
 Inductor on reductions and norms.
 
 `--suite roofline` runs `kevin_backend/generate/builtin/roofline_suite.py`'s tasks instead. Every
-row carries the judge's roofline of the best kernel (`judge/roofline.py`): the bytes the task
+row carries the judge's roofline of the best kernel (`measure/roofline.py`): the bytes the task
 moves, and the kernel's and Inductor's fractions of the GPU's copy bandwidth, measured once
 before the searches and kept in the JSON's `meta`.
 
@@ -29,12 +29,12 @@ from pathlib import Path
 
 import torch
 
-from kevin_backend.generate.builtin.policy import BuiltinPolicy
+from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.generate.engine import Engine, SearchConfig
 from kevin_backend.judge.judge import Judge
-from kevin_backend.judge.roofline import copy_bandwidth
-from kevin_backend.judge.runner import RunConfig
+from kevin_backend.measure.roofline import copy_bandwidth
+from kevin_backend.judge.sandbox import RunConfig
 
 
 def suite_tasks(name: str) -> tuple:  # type: ignore[type-arg]

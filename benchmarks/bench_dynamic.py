@@ -5,7 +5,7 @@ A block of memory-bound work (layer norm, GELU, a residual add, RMS-style scalin
 first size is compiled first (kevin's search makes its kernels for it); the two other sizes then
 run through the same compiled graph, where kevin's partitions serve them with Inductor's code
 compiled once (the graph check's dispatch, `backend/graph_check.py`). For each size: both compilers timed in
-interleaved rounds (`kevin_backend.bench.timing.interleaved`), kevin over Inductor, and the
+interleaved rounds (`kevin_backend.measure.interleave.interleaved`), kevin over Inductor, and the
 runtime's counters (kernel calls, Inductor-served calls).
 
 The sizes are large enough for the GPU's time to dominate a call (at 4096 x 2048 a call is mostly
@@ -51,10 +51,10 @@ def main() -> int:
         print("bench_dynamic needs a CUDA GPU", file=sys.stderr)
         return 2
     import kevin_backend
-    from kevin_backend.backend.report import counters
-    from kevin_backend.backend.runtime import kernel_calls
+    from kevin_backend.runtime.counters import counters
+    from kevin_backend.runtime.op import kernel_calls
     from kevin_backend.bench.results import paired_ratio
-    from kevin_backend.bench.timing import interleaved, timer
+    from kevin_backend.measure.interleave import interleaved, timer
 
     sizes = [int(s) for s in args.sizes.split(",")]
     torch.manual_seed(0)

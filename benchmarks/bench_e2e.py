@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from kevin_backend.models import EXAMPLES, make_example
+from kevin_backend.example_models import EXAMPLES, make_example
 
 COMPILERS = ("inductor", "kevin")
 

@@ -6,7 +6,7 @@ The roofline suite's judge times Inductor on each task's `Model` as written (`to
 aten ops, `amax`, `sub`, `exp`, ... written out). When the two compile to different code, a kernel
 can beat one baseline and not the other. For each task this compiles both forms with Inductor,
 times them in interleaved rounds under the judge's protocol (`timer.make_timer(queued=True)`), and
-records Inductor's code hash and chosen configurations for each (`retime_worker.inductor_code`).
+records Inductor's code hash and chosen configurations for each (`measure/inductor.inductor_code`).
 
 Usage: python benchmarks/bench_inductor_forms.py --tasks a,b [--rounds 5] [--json FILE]
 """
@@ -40,7 +40,7 @@ def _partition_sources(module: Any, values: list[Any]) -> list[str]:
 
 
 def _compiled(model: torch.nn.Module, values: list[Any]) -> tuple[Any, str]:
-    from kevin_backend.judge.retime_worker import generated_modules, inductor_call, inductor_code
+    from kevin_backend.measure.inductor import generated_modules, inductor_call, inductor_code
 
     torch._dynamo.reset()
     mark = generated_modules()
@@ -50,15 +50,15 @@ def _compiled(model: torch.nn.Module, values: list[Any]) -> tuple[Any, str]:
 
 
 def compare(task: Any, rounds: int, judge_inputs: bool = False) -> dict[str, Any]:
-    from kevin_backend.judge.decide import interleaved_rounds
-    from kevin_backend.judge.timer import make_timer
+    from kevin_backend.measure.interleave import interleaved_rounds
+    from kevin_backend.measure.timer import make_timer
     from kevin_backend.types import load_program
 
     module = load_program(task.source, "kevin_forms_task")
     torch.manual_seed(0)
     values = [v.cuda() if isinstance(v, torch.Tensor) else v for v in module.get_inputs()]
     if judge_inputs:  # the judge's own input set (true layouts: each input a view of the memory it spans)
-        from kevin_backend.judge.inputs import make_input_set
+        from kevin_backend.measure.inputs import make_input_set
 
         values = make_input_set(module, 0, torch.device("cuda")).values
     sources = _partition_sources(module, values)

@@ -35,7 +35,7 @@ from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.judge.judge import Judge
 from kevin_backend.judge.pool import describe
-from kevin_backend.judge.runner import RunConfig
+from kevin_backend.judge.sandbox import RunConfig
 
 TASKS = ("relu-f32", "gelu-erf-f32", "gated-f32", "silu-mul-bf16", "sum-f32", "softmax-f32", "layernorm-f32", "rmsnorm-f32")
 

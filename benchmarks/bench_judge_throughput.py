@@ -24,7 +24,7 @@ from kevin_backend.generate.builtin.graph import plan_task
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, write_program
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.judge.judge import Judge
-from kevin_backend.judge.runner import RunConfig
+from kevin_backend.judge.sandbox import RunConfig
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gpu_kernels import GATED_KERNEL  # noqa: E402
 
-from kevin_backend.backend import runtime  # noqa: E402
+from kevin_backend.runtime import op as runtime  # noqa: E402
 from kevin_backend.backend.partition import partition_graph  # noqa: E402
 from kevin_backend.backend.support import GeneralOpSupport  # noqa: E402
 from kevin_backend.backend.task import extract_task  # noqa: E402

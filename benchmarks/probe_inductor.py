@@ -29,11 +29,11 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
-    from kevin_backend.bench.timing import measure_ms
+    from kevin_backend.measure.interleave import measure_ms
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
-    from kevin_backend.judge.inputs import make_input_set
-    from kevin_backend.judge.retime_worker import inductor_call
-    from kevin_backend.judge.timer import make_timer
+    from kevin_backend.measure.inputs import make_input_set
+    from kevin_backend.measure.inductor import inductor_call
+    from kevin_backend.measure.timer import make_timer
     from kevin_backend.types import load_program
 
     device = torch.device("cuda")

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from kevin_backend.rl.config import TrainConfig, TrainConfigError
+    from kevin_backend.rl.train_config import TrainConfig, TrainConfigError
     from kevin_backend.rl.metrics import plot_metrics, read_metrics, read_sft_metrics
     from kevin_backend.rl.tiny import DEFAULT_SUITE_TASKS, build_model, write_suite_tasks
 

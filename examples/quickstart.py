@@ -22,7 +22,7 @@ import torch
 import kevin_backend
 from kevin_backend.cache.store import KernelCache
 from kevin_backend.config import Config
-from kevin_backend.models import make_example
+from kevin_backend.example_models import make_example
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from kevin_backend.models import make_example
+from kevin_backend.example_models import make_example
 
 
 def _on_gpu(name: str):  # noqa: ANN202

@@ -7,10 +7,11 @@ Importing the package defines the runtime op `kevin::launch` (cached Inductor co
 name) and changes no global torch setting.
 """
 
-__version__ = "0.1.0"
+from kevin_backend.version import __version__  # noqa: E402
 
-from kevin_backend.backend import runtime as _runtime  # noqa: E402,F401  (defines kevin::launch)
-from kevin_backend.backend.report import CompileReport, counters, last_report  # noqa: E402
+from kevin_backend.runtime import op as _runtime  # noqa: E402,F401  (defines kevin::launch)
+from kevin_backend.backend.report import CompileReport, last_report  # noqa: E402
+from kevin_backend.runtime.counters import counters  # noqa: E402
 from kevin_backend.config import Config, Mode  # noqa: E402
 from kevin_backend.types import KernelTask, TensorSpec  # noqa: E402
 

@@ -11,7 +11,7 @@ import torch
 import torch.fx as fx
 
 import kevin_backend
-from kevin_backend.backend.report import counters
+from kevin_backend.runtime.counters import counters
 
 HAS_CUDA = torch.cuda.is_available()
 

@@ -90,7 +90,7 @@ def compile_with_gated_kernel(kevin_dir, x, y, **options):  # type: ignore[no-un
     not been called yet."""
     import torch
 
-    from kevin_backend.backend.report import counters
+    from kevin_backend.runtime.counters import counters
     from kevin_backend.cache.entry import CacheEntry, EntryKind, Timings
     from kevin_backend.cache.store import KernelCache
 

@@ -24,7 +24,7 @@ from typing import Sequence
 
 import torch
 
-from kevin_backend.judge.candidate import Candidate
+from kevin_backend.toolchain.candidate import Candidate
 
 def _cuda_include() -> Path:
     """CUDA's headers (cuda_fp16.h and friends): where torch finds the toolkit, else the usual place."""

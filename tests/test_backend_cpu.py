@@ -12,8 +12,9 @@ import torch
 
 import kevin_backend
 from conftest import ReferenceGenerator, assert_close_tree
-from kevin_backend.backend.report import Status, counters
-from kevin_backend.models import EXAMPLES, make_example
+from kevin_backend.backend.report import Status
+from kevin_backend.runtime.counters import counters
+from kevin_backend.example_models import EXAMPLES, make_example
 
 
 def _options(kind: str, cache_dir: Path, generator: Any = None) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import torch
 
 from conftest import ReferenceGenerator
 from kevin_backend.bench.results import FAST_P, BenchReport, KernelBenchResult, KevinStats, TaskResult, Timing, fast_p
-from kevin_backend.bench.timing import interleaved, round_order, timer
+from kevin_backend.measure.interleave import interleaved, round_order, timer
 from kevin_backend.cli.main import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -416,9 +416,9 @@ def test_the_kernels_a_model_runs_are_listed(tmp_path: Path) -> None:
     generator, which really replaces them), and the table says them."""
     from conftest import ReferenceGenerator
     from kevin_backend.bench.common import BenchSettings
-    from kevin_backend.bench.report import markdown
+    from kevin_backend.bench.render import markdown
     from kevin_backend.bench.results import BenchReport
-    from kevin_backend.bench.runner import measure_model
+    from kevin_backend.bench.runs import measure_model
 
     settings = BenchSettings(device="cpu", size="tiny", repeats=1, trials=1, warmup=0, isolate=False, kevin_options={
         "cache_dir": str(tmp_path / "kevin"), "mode": "generate", "cpu_kernels": True, "generator": ReferenceGenerator()})
@@ -433,7 +433,7 @@ def test_the_kernels_a_model_runs_are_listed(tmp_path: Path) -> None:
 def test_kevin_over_inductor_is_paired_round_by_round_with_its_interval() -> None:
     """Rounds drift together (a clock, a neighbour): the ratio of each round's pair is steadier
     than either side, and its interval says whether kevin and Inductor differ beyond the noise."""
-    from kevin_backend.bench.report import markdown
+    from kevin_backend.bench.render import markdown
     from kevin_backend.bench.results import BenchReport, ModelResult, Timing
 
     drift = [1.0, 1.3, 0.9, 1.2, 1.1, 0.95, 1.25]

@@ -32,7 +32,7 @@ def test_reductions_over_any_dimensions_are_accepted(tmp_path_factory: pytest.Te
     from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
     from kevin_backend.judge.judge import Judge
-    from kevin_backend.judge.runner import RunConfig
+    from kevin_backend.judge.sandbox import RunConfig
 
     by_name = {t.name: t for t in ROOFLINE_SUITE}
     judge = Judge(tmp_path_factory.mktemp("builds"), RunConfig(trials=10, warmup=2), workers=4)
@@ -76,7 +76,7 @@ def _judge_first_variants(names: list[str], tmp_path_factory: pytest.TempPathFac
     from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
     from kevin_backend.judge.judge import Judge
-    from kevin_backend.judge.runner import RunConfig
+    from kevin_backend.judge.sandbox import RunConfig
 
     by_name = {t.name: t for t in ROOFLINE_SUITE}
     judge = Judge(tmp_path_factory.mktemp("builds"), RunConfig(trials=10, warmup=2), workers=workers)

@@ -19,7 +19,7 @@ from kevin_backend.generate.builtin.graph import Plan, plan_task
 from kevin_backend.generate.builtin.kernels import (VARIANTS_POINTWISE, VARIANTS_ROWS, Variant, can_vectorize_rows, preferred_order,
                                                    returned, strided_rows, write_program)
 from kevin_backend.generate.builtin.suite import SuiteTask, _task
-from kevin_backend.judge.compare import FALLBACK_RTOL
+from kevin_backend.measure.compare import FALLBACK_RTOL
 from kevin_backend.types import load_program
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or not has_cuda_headers(), reason="needs g++ and CUDA's headers")

@@ -28,7 +28,7 @@ def test_first_kernels_of_a_suite_sample_are_accepted(tmp_path_factory: pytest.T
     from kevin_backend.generate.builtin.graph import plan_task
     from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
     from kevin_backend.judge.judge import Judge
-    from kevin_backend.judge.runner import RunConfig
+    from kevin_backend.judge.sandbox import RunConfig
 
     judge = Judge(tmp_path_factory.mktemp("builds"), RunConfig(trials=20, warmup=3))
     by_name = {t.name: t for t in SUITE}
@@ -82,7 +82,7 @@ with torch.no_grad():
     compiled = torch.compile(model, backend="kevin", options={"mode": mode, "cache_dir": cache, "policy": "builtin",
                                                               "margin": -0.5})
     got, want = compiled(x, y), model(x, y)
-from kevin_backend.backend.runtime import kernel_calls
+from kevin_backend.runtime.op import kernel_calls
 print(kevin_backend.last_report())
 print(json.dumps({"error": (got - want).abs().max().item(), "statuses": [r.status.value for r in kevin_backend.last_report().records()],
                   "kernel_calls": sum(kernel_calls().values())}))

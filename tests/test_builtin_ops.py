@@ -651,8 +651,8 @@ def test_fast_math_activation_chains_take_one_multi_function_instruction_a_trans
     from kevin_backend.generate.builtin.graph import plan_task
     from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, write_program
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
-    from kevin_backend.judge.candidate import Candidate
-    from kevin_backend.judge.fast_build import fast_sources
+    from kevin_backend.toolchain.candidate import Candidate
+    from kevin_backend.toolchain.fast_build import fast_sources
 
     most = {"gelu-softplus-sigmoid-tanh-bf16-32768x16384": 4, "tanh-softplus-sigmoid-f16-65536x4096": 3}
     for task in (t for t in ROOFLINE_SUITE if t.name in most):

@@ -9,7 +9,7 @@ import operator
 import pytest
 
 from kevin_backend.generate.builtin.graph import Declined, Plan, _op_name, plan_task, trace
-from kevin_backend.generate.builtin.policy import BuiltinPolicy
+from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.generate.policy import Sampling
 

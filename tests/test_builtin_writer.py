@@ -16,12 +16,12 @@ import torch
 
 from kevin_backend.generate.builtin.graph import BuiltinSupport, Declined, Kind, Plan, plan_task
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, input_mode, preferred_order, staged_output, write_program
-from kevin_backend.generate.builtin.policy import BuiltinPolicy, task_from_messages
+from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy, task_from_messages
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.generate.policy import Sampling
 from kevin_backend.generate.prompts import Turn, build_messages
-from kevin_backend.judge.candidate import Candidate
-from kevin_backend.judge.fast_build import fast_sources
+from kevin_backend.toolchain.candidate import Candidate
+from kevin_backend.toolchain.fast_build import fast_sources
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
 from kevin_backend.judge.static_judge import judge_static
 

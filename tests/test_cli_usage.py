@@ -236,7 +236,7 @@ def test_train_missing_folder_of_another_config(tmp_path: Path, capfd: pytest.Ca
 
 def test_train_hub_names_are_not_taken_for_folders(tmp_path: Path) -> None:
     from kevin_backend.cli.train_cmd import missing_model_folder
-    from kevin_backend.rl.config import TrainConfig
+    from kevin_backend.rl.train_config import TrainConfig
 
     def problem(path: str, config: str = "mine.yaml") -> str | None:
         train_config = TrainConfig.from_dict({"run_dir": "r", "model": {"path": path}, "tasks": {"folders": ["t"]}})

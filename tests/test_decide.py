@@ -28,10 +28,12 @@ from kevin_backend.generate.policy import Reply
 from kevin_backend.generate.prompts import Turn
 from kevin_backend.generate.replay import ReplayPolicy
 from kevin_backend.judge.decide import (
-    MIN_ROUNDS, RetimeConfig, RetimeOutcome, SandboxRetimer, decide, interleaved_rounds, retime_in_sandbox, t_quantile,
+    MIN_ROUNDS, RetimeConfig, RetimeOutcome, SandboxRetimer, decide, retime_in_sandbox,
 )
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
 from kevin_backend.locks import file_lock
+from kevin_backend.measure.interleave import interleaved_rounds
+from kevin_backend.measure.statistics import t_quantile
 from kevin_backend.types import KernelTask, TensorSpec
 
 TASK_SOURCE = '''
@@ -186,7 +188,7 @@ class _AcceptingJudge:
 def test_the_generator_leaves_the_task_pending_when_the_re_timing_fails_on_the_judges_side(tmp_path: Path) -> None:
     from kevin_backend.cache.store import KernelCache
     from kevin_backend.config import Config
-    from kevin_backend.prewarm.worker import run_one
+    from kevin_backend.prewarm.gpu_worker import run_one
 
     config = Config(cache_dir=tmp_path / "cache")
     retimer = Scripted(failure="the re-timing worker died in its step 'inductor' (signal 9)", judge_side=True)
@@ -396,7 +398,7 @@ def test_inductors_side_is_its_compiled_graph_called_without_dynamos_guards() ->
 
 
 def test_the_direct_call_returns_what_the_whole_compiled_reference_returns() -> None:
-    from kevin_backend.judge.retime_worker import inductor_call
+    from kevin_backend.measure.inductor import inductor_call
 
     class Model(torch.nn.Module):
         def __init__(self) -> None:
@@ -420,7 +422,7 @@ def test_inductor_compiles_each_task_for_its_own_sizes_in_a_worker_that_judged_o
     Dynamo's automatic dynamic shapes took the second for the first at new sizes and compiled
     Inductor's reference for any size (slower code: a log-softmax over a middle dim took 2.9x
     longer on the H200). Each reference is compiled for its task's sizes."""
-    from kevin_backend.judge.retime_worker import inductor_call
+    from kevin_backend.measure.inductor import inductor_call
     from kevin_backend.types import load_program
 
     source = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
@@ -583,7 +585,7 @@ def test_what_inductor_generated_is_named_by_a_hash_of_its_code() -> None:
     """The judge's record says which code Inductor generated for the task (and, on a GPU, which
     configuration each kernel's first call chose): two compiles that time differently can be told
     apart. Nothing generated (another compiler): nothing said."""
-    from kevin_backend.judge.retime_worker import generated_modules, inductor_call, inductor_code
+    from kevin_backend.measure.inductor import generated_modules, inductor_call, inductor_code
 
     class Model(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from kevin_backend.judge.candidate import Candidate, InlineExtension
-from kevin_backend.judge.fast_build import FastSources, Toolchain, build_fast, cuda_home_of, ensure_pch, fast_sources
-from kevin_backend.judge.split import SplitError, split_cuda
+from kevin_backend.toolchain.candidate import Candidate, InlineExtension
+from kevin_backend.toolchain.fast_build import FastSources, Toolchain, build_fast, cuda_home_of, ensure_pch, fast_sources
+from kevin_backend.toolchain.host_device import SplitError, split_cuda
 
 STYLES = Path(__file__).resolve().parent / "build_styles"
 KB_CANDIDATES = Path(__file__).resolve().parent / "kb_corpus" / "candidates"

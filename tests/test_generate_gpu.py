@@ -24,7 +24,7 @@ def test_replayed_search_feeds_back_every_outcome_and_decides_on_the_fast_kernel
     from kevin_backend.generate.generator import SearchGenerator
     from kevin_backend.generate.replay import ReplayPolicy
     from kevin_backend.judge.judge import Judge
-    from kevin_backend.judge.runner import RunConfig
+    from kevin_backend.judge.sandbox import RunConfig
     from kevin_backend.types import KernelTask
 
     config = Config(cache_dir=tmp_path / "cache")

@@ -17,10 +17,11 @@ import torch
 
 import kevin_backend
 from conftest import ReferenceGenerator, assert_close_tree
-from kevin_backend.backend.report import FallbackReason, Status, counters
+from kevin_backend.backend.report import FallbackReason, Status
+from kevin_backend.runtime.counters import counters
 from kevin_backend.cache.entry import CacheEntry, EntryKind
 from kevin_backend.cache.store import KernelCache
-from kevin_backend.models import make_example
+from kevin_backend.example_models import make_example
 
 
 def compile_and_run(options: dict[str, Any], name: str = "mlp") -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,7 +180,7 @@ def test_kernel_that_raises_at_run_time_is_replaced_by_its_reference(kevin_dir: 
 _FRESH = textwrap.dedent(
     """
     import json, sys, torch, kevin_backend
-    from kevin_backend.models import make_example
+    from kevin_backend.example_models import make_example
     model, inputs = make_example("mlp")
     model.eval()
     with torch.no_grad():
@@ -252,7 +253,7 @@ def test_repeated_partitions_load_their_kernel_once(kevin_dir: Path) -> None:
     keys = [r.key for r in records]
     assert len(records) == 3 and len(set(keys)) < 3
     assert len(gen.tasks) == len(set(keys))  # a repeated key is generated once, then a cache hit
-    from kevin_backend.backend import runtime
+    from kevin_backend.runtime import op as runtime
 
     repeated = max(set(keys), key=keys.count)
     loaded = runtime.lookup(repeated)

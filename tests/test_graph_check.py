@@ -15,10 +15,11 @@ import torch
 
 import kevin_backend
 from conftest import ReferenceGenerator, assert_close_tree
-from kevin_backend.backend import runtime
+from kevin_backend.runtime import op as runtime
 from kevin_backend.backend.graph_check import GraphOutcome, choose, load_outcome
-from kevin_backend.backend.report import Status, counters
-from kevin_backend.models import make_example
+from kevin_backend.backend.report import Status
+from kevin_backend.runtime.counters import counters
+from kevin_backend.example_models import make_example
 
 # -- the choice, on scripted times --------------------------------------------------------------
 

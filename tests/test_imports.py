@@ -111,8 +111,8 @@ def test_the_checker_sees_a_cycle_behind_a_function_level_import(tmp_path: Path)
 
 def test_no_import_cycles_in_the_package() -> None:
     graph = import_graph(PACKAGE)
-    assert {"kevin_backend.bench.runner", "kevin_backend.rl.trainer"} <= set(graph)
-    assert "kevin_backend.bench.kernelbench" in graph["kevin_backend.bench.runner"]  # the walk reads imports
+    assert {"kevin_backend.bench.runs", "kevin_backend.rl.trainer"} <= set(graph)
+    assert "kevin_backend.bench.kernelbench" in graph["kevin_backend.bench.runs"]  # the walk reads imports
     assert cycles(graph) == []
 
 
@@ -130,17 +130,17 @@ def test_each_bench_and_rl_module_imports_alone_in_a_fresh_interpreter() -> None
     assert failed == []
 
 
-def test_bench_uses_only_the_judges_public_names() -> None:
-    """`kevin bench` times and compares through `judge/timer.py` and `judge/compare.py`, never
-    through the judge worker's private helpers."""
+def test_bench_uses_only_public_names_of_the_judge_and_measure() -> None:
+    """`kevin bench` times and compares through `measure/interleave.py` and `measure/compare.py`,
+    never through the judge worker's private helpers."""
     seen = set()
     for name, (path, _) in module_files(PACKAGE).items():
         if not name.startswith("kevin_backend.bench"):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kevin_backend.judge"):
-                assert node.module not in ("kevin_backend.judge.run_worker", "kevin_backend.judge.runner"), (name, node.module)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("kevin_backend.judge", "kevin_backend.measure")):
+                assert node.module not in ("kevin_backend.judge.run_worker", "kevin_backend.judge.sandbox"), (name, node.module)
                 for alias in node.names:
                     assert not alias.name.startswith("_"), (name, node.module, alias.name)
                     seen.add(f"{node.module}.{alias.name}")
-    assert {"kevin_backend.judge.timer.make_timer", "kevin_backend.judge.compare.compare_outputs"} <= seen
+    assert {"kevin_backend.measure.interleave.interleaved", "kevin_backend.measure.compare.compare_outputs"} <= seen

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kevin_backend.judge.build import Builder, BuildSpec, load_built
-from kevin_backend.judge.candidate import Candidate
+from kevin_backend.toolchain.build import Builder, BuildSpec, load_built
+from kevin_backend.toolchain.candidate import Candidate
 
 GOOD = BuildSpec("twice", "torch::Tensor twice(torch::Tensor x) { return x.mul(2); }", "", ("twice",))
 BAD = BuildSpec("broken", "torch::Tensor broken(torch::Tensor x) {\n  return x.mul(two);\n}", "", ("broken",))
@@ -72,7 +72,7 @@ def test_cuda_candidate_builds_for_this_gpu(tmp_path: Path) -> None:
 
 
 def test_light_headers_keep_lines_and_leave_bindings_alone() -> None:
-    from kevin_backend.judge.build import light_cuda_sources
+    from kevin_backend.toolchain.build import light_cuda_sources
 
     cuda = "#include <torch/extension.h>\n#include <cuda_runtime.h>\n__global__ void k() {}\n"
     light = light_cuda_sources(cuda)

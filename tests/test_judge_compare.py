@@ -1,4 +1,4 @@
-"""The judge's error bound on the CPU (`kevin_backend.judge.compare`): outputs compared with a
+"""The judge's error bound on the CPU (`kevin_backend.measure.compare`): outputs compared with a
 float64 run of the reference, allowed what eager's own distance from float64 says is rounding.
 Honest reorderings pass; lower precision, a wrong element, a wrong row or a NaN do not."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from kevin_backend.judge import compare
-from kevin_backend.judge.compare import compare_outputs
+from kevin_backend.measure import compare
+from kevin_backend.measure.compare import compare_outputs
 
 RNG = np.random.default_rng(7)
 
@@ -156,7 +156,7 @@ def test_the_replay_check_tells_a_stale_output_from_rounding() -> None:
     """A replay comparison that fails on a few elements just past the bound (an honest bf16
     kernel on a set without the exact run: 2 of 134M elements, 1.08x the bound) is rounding; an
     output from the old values fails almost everywhere, or far past the bound."""
-    from kevin_backend.judge.compare import Mismatch
+    from kevin_backend.measure.compare import Mismatch
     from kevin_backend.judge.run_worker import stale
 
     n = 32768 * 4096

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin_backend.judge.errors import SourceFile, parse_errors, trim_compiler_output
+from kevin_backend.toolchain.build_errors import SourceFile, parse_errors, trim_compiler_output
 
 BROKEN_CUDA = """\
 #include <cuda_runtime.h>

@@ -11,7 +11,7 @@ import pytest
 from judge_cases import GATED_TASK, HONEST, RUNTIME_HACKS, STATIC_HACKS, Case
 from kevin_backend.judge.judge import Judge
 from kevin_backend.judge.result import Reason, Stage
-from kevin_backend.judge.runner import RunConfig
+from kevin_backend.judge.sandbox import RunConfig
 
 pytestmark = pytest.mark.gpu
 
@@ -24,8 +24,8 @@ def judge(tmp_path_factory: pytest.TempPathFactory) -> Judge:
 
     import torch
 
-    from kevin_backend.judge.build import BuildSpec
-    from kevin_backend.judge.candidate import Candidate
+    from kevin_backend.toolchain.build import BuildSpec
+    from kevin_backend.toolchain.candidate import Candidate
 
     judge = Judge(tmp_path_factory.mktemp("builds"), RunConfig(trials=20, warmup=3))
     major, minor = torch.cuda.get_device_capability()

@@ -1,4 +1,4 @@
-"""The judge's input sets on the CPU (`kevin_backend.judge.inputs`, `kevin_backend.placement`):
+"""The judge's input sets on the CPU (`kevin_backend.measure.inputs`, `kevin_backend.placement`):
 KernelBench's placement (inputs made on the device under test whatever device the problem names),
 true layouts (stride-0 broadcasts, transposes, offsets), values never zero, mixed scales, and
 input sets whose reference never overflows."""
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from kevin_backend.generate.builtin.suite import SUITE
-from kevin_backend.judge.inputs import clone_layout, fingerprint, layout_text, make_input_set, to_device
-from kevin_backend.judge.memory import MemoryLedger
+from kevin_backend.measure.inputs import clone_layout, fingerprint, layout_text, make_input_set, to_device
+from kevin_backend.measure.memory import MemoryLedger
 from kevin_backend.judge.run_worker import Run, _reference_set
 from kevin_backend.placement import placed_on
 from kevin_backend.types import KernelTask, load_program

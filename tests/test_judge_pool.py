@@ -11,7 +11,7 @@ import pytest
 
 from kevin_backend.judge.judge import ReferenceTimes
 from kevin_backend.judge.pool import WorkerPool
-from kevin_backend.judge.runner import RunConfig
+from kevin_backend.judge.sandbox import RunConfig
 
 TASK = '''
 import torch
@@ -137,7 +137,7 @@ NEEDS_HIGH = candidate(
 def test_a_run_has_the_numerics_its_key_names_and_the_next_run_does_not_inherit_them(pool: WorkerPool) -> None:
     import dataclasses
 
-    from kevin_backend.judge.runner import run_in_sandbox
+    from kevin_backend.judge.sandbox import run_in_sandbox
 
     high = dataclasses.replace(FAST, numerics=(("float32_matmul_precision", "high"), ("matmul_tf32", True)))
     assert pool.run(TASK, NEEDS_HIGH, high).reason == "ACCEPTED"

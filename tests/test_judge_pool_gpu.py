@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kevin_backend.judge.pool import WorkerPool
-from kevin_backend.judge.runner import RunConfig
+from kevin_backend.judge.sandbox import RunConfig
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

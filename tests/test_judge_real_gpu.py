@@ -27,7 +27,7 @@ CASES = {c.name: c for c in load_corpus()}
 def judge():  # type: ignore[no-untyped-def]
     from kevin_backend.config import Config
     from kevin_backend.judge.judge import Judge
-    from kevin_backend.judge.runner import RunConfig
+    from kevin_backend.judge.sandbox import RunConfig
 
     return Judge(Config.from_env().cache_dir / "builds", RunConfig(trials=5, warmup=1, inductor=False))
 
@@ -59,7 +59,7 @@ def test_an_honest_candidate_for_a_cpu_input_problem_is_accepted_and_its_key_nam
 @needs_gpu
 @pytest.mark.parametrize("problem, strides", [("l2norm_transposed", (1, 8192)), ("add_broadcast", (0, 1))])
 def test_inputs_reach_the_candidate_with_the_task_strides(problem: str, strides: tuple[int, int]) -> None:
-    from kevin_backend.judge.inputs import make_input_set
+    from kevin_backend.measure.inputs import make_input_set
     from kevin_backend.types import load_program
 
     values = make_input_set(load_program(problem_source(problem), problem), 11, "cuda").values
@@ -98,7 +98,7 @@ def get_init_inputs():
 
 @needs_gpu
 def test_the_runtime_load_check_catches_a_kernel_that_ignores_strides() -> None:
-    from kevin_backend.backend import runtime
+    from kevin_backend.runtime import op as runtime
     from kevin_backend.cache.entry import CacheEntry, EntryKind
     from kevin_backend.cache.key import make_key
     from kevin_backend.types import KernelTask

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kevin_backend.judge.runner import RunConfig, run_in_sandbox
+from kevin_backend.judge.sandbox import RunConfig, run_in_sandbox
 
 TASK = '''
 import torch
@@ -199,7 +199,7 @@ def test_every_run_of_the_candidate_and_the_reference_holds_the_gpu_lock(tmp_pat
     forward of either side runs while another worker could be timing. Goes red if the replay or
     Inductor's compile runs with the lock free."""
     from kevin_backend.judge.run_worker import INDUCTOR_ROUNDS
-    from kevin_backend.judge.runner import job_of, run_worker_process
+    from kevin_backend.judge.sandbox import job_of, run_worker_process
 
     lock, record = tmp_path / "gpu0.lock", tmp_path / "record.txt"
     prelude = f"LOCK = {str(lock)!r}\nRECORD = {str(record)!r}\n" + PROBE

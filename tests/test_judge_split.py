@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from judge_cases import HONEST
-from kevin_backend.judge.candidate import Candidate
-from kevin_backend.judge.fast_build import _failure, fast_sources
-from kevin_backend.judge.split import SOURCE_NAME, SplitError, split_cuda
+from kevin_backend.toolchain.candidate import Candidate
+from kevin_backend.toolchain.fast_build import _failure, fast_sources
+from kevin_backend.toolchain.host_device import SOURCE_NAME, SplitError, split_cuda
 from test_judge_static import KEVIN_STYLE
 
 

@@ -21,10 +21,10 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_every_corpus_candidate_gets_its_verdict() -> None:
-    from kevin_backend.judge.build import BuildSpec
-    from kevin_backend.judge.candidate import Candidate
+    from kevin_backend.toolchain.build import BuildSpec
+    from kevin_backend.toolchain.candidate import Candidate
     from kevin_backend.judge.judge import Judge
-    from kevin_backend.judge.runner import RunConfig
+    from kevin_backend.judge.sandbox import RunConfig
 
     cases = [c for c in load_corpus() if not any(is_rule_id(e) for e in c.expect)]
     from kevin_backend.config import Config

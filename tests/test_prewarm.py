@@ -144,8 +144,8 @@ def test_a_killed_prewarm_resumes_without_redoing_finished_tasks(tmp_path: Path,
 
 def test_prewarm_on_a_local_ray_cluster_spreads_tasks_and_fills_one_cache(tmp_path: Path, plugin_env: Path) -> None:
     ray = pytest.importorskip("ray")
-    from kevin_backend.prewarm.ray_runner import prewarm_ray
-    from kevin_backend.prewarm.runner import format_summary
+    from kevin_backend.prewarm.ray_cluster import prewarm_ray
+    from kevin_backend.prewarm.local import format_summary
     from kevin_backend.prewarm.sources import from_folder
 
     tasks = tmp_path / "tasks"

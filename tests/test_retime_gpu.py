@@ -178,7 +178,7 @@ def _decisions(tmp_path: Path, name: str, task_source: str, kernel_source: str, 
     from kevin_backend.judge.decide import SandboxRetimer
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.result import JudgeTimings, Reason
-    from kevin_backend.judge.runner import RunConfig
+    from kevin_backend.judge.sandbox import RunConfig
     from kevin_backend.judge.static_judge import judge_static
     from kevin_backend.types import KernelTask
 

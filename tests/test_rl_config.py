@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kevin_backend.cli.main import EXIT_USAGE, main
-from kevin_backend.rl.config import TrainConfig, TrainConfigError
+from kevin_backend.rl.train_config import TrainConfig, TrainConfigError
 from kevin_backend.rl.metrics import (BatchMetrics, MetricsWriter, StepStats, has_repeated_ngram, opens_as_expected,
                                       read_metrics, rollout_stats)
 from kevin_backend.rl.samples import Sample
@@ -135,7 +135,7 @@ def test_monitors() -> None:
     assert opens_as_expected("  Okay, so the task", "Okay")
     assert opens_as_expected("<think>\nOkay, so", "Okay")
     assert not opens_as_expected("Alright, junk junk", "Okay")
-    from kevin_backend.rl.config import MonitorSettings
+    from kevin_backend.rl.train_config import MonitorSettings
 
     def sample(text: str, ids: tuple[int, ...], score: float, finish: str = "stop", weight: float = 1.0) -> Sample:
         return Sample("t", "0:t", 0, 0, (1,), ids, text, score, score > 0, score - 0.3 if score else None, finish,

@@ -14,7 +14,7 @@ from kevin_backend.generate.engine import Engine, SearchConfig
 from kevin_backend.generate.log import TrajectoryLog
 from kevin_backend.generate.policy import Message, Reply, Sampling
 from kevin_backend.judge.judge import Judge
-from kevin_backend.rl.config import JudgeSettings, RolloutSettings, TaskSettings, TrainConfigError
+from kevin_backend.rl.train_config import JudgeSettings, RolloutSettings, TaskSettings, TrainConfigError
 from kevin_backend.rl.rollout import Rollouts, make_judge, rollout_seed, search_config
 from kevin_backend.rl.samples import sample_from_record, samples_from_log, with_advantages
 from kevin_backend.rl.synthetic import FencedPolicy, TargetStringJudge

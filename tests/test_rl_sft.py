@@ -24,7 +24,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from kevin_backend.rl.config import SFTSettings, TrainConfig, TrainConfigError  # noqa: E402
+from kevin_backend.rl.train_config import SFTSettings, TrainConfig, TrainConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_CONFIG = ROOT / "configs" / "train" / "h200-builtin.yaml"
@@ -85,7 +85,7 @@ def test_demonstrations_are_the_rollouts_conversations(setup: SimpleNamespace, t
     rollout's first turn; its reply is the built-in writer's program, ended with the
     end-of-sequence token; a second-turn demonstration answers a "correct" verdict on the first
     turn's program; identical demonstrations are kept once."""
-    from kevin_backend.generate.builtin.policy import BuiltinPolicy
+    from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
     from kevin_backend.generate.policy import Sampling
     from kevin_backend.generate.prompts import build_messages
     from kevin_backend.rl.sft import builtin_demonstrations
@@ -125,7 +125,7 @@ def test_a_task_the_writer_declines_is_a_clear_error(setup: SimpleNamespace, tmp
         "return torch.relu(x + y)", "return x @ y")
     assert "x @ y" in matmul
     tok = AutoTokenizer.from_pretrained(str(setup.model))
-    from kevin_backend.rl.config import RolloutSettings
+    from kevin_backend.rl.train_config import RolloutSettings
 
     with pytest.raises(TrainConfigError, match="sft.source: the built-in writer declined every training task"):
         builtin_demonstrations([TrainTask("matmul", matmul, "")], tok, SFTSettings(), RolloutSettings())
@@ -359,7 +359,7 @@ def test_the_h200_config_fits_the_writers_replies() -> None:
 def test_whole_line_tokens_keep_programs_short_and_exact(setup: SimpleNamespace) -> None:
     from transformers import AutoConfig, AutoTokenizer
 
-    from kevin_backend.generate.builtin.policy import BuiltinPolicy
+    from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
     from kevin_backend.generate.policy import Sampling
     from kevin_backend.generate.prompts import build_messages
     from kevin_backend.rl.tiny import suite_tasks, train_tokenizer

@@ -112,7 +112,7 @@ def test_kevin_train_raises_the_synthetic_reward(tiny_lm: Path, tmp_path: Path) 
 
 
 def _config(tiny_lm: Path, run_dir: Path, **changes: object):
-    from kevin_backend.rl.config import TrainConfig
+    from kevin_backend.rl.train_config import TrainConfig
 
     overrides = [f"model.path={tiny_lm}", f"run_dir={run_dir}", f"tasks.folders=[{TINY_TASKS}]",
                  "batches=3", "checkpoint_every=1", "keep_checkpoints=5", "monitor.tensorboard=false",

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kevin_backend.rl.config import VLLMSettings
+from kevin_backend.rl.train_config import VLLMSettings
 from kevin_backend.rl.vllm_sync import VLLMRolloutPolicy, VLLMRollouts, trainer_weights
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -24,12 +24,12 @@ from kevin_backend.cli.main import main
 from kevin_backend.generate.engine import Engine, SearchConfig
 from kevin_backend.generate.prompts import feedback_for
 from kevin_backend.generate.replay import ReplayPolicy
-from kevin_backend.judge import roofline as roofline_module
+from kevin_backend.measure import roofline as roofline_module
 from kevin_backend.judge import run_worker
 from kevin_backend.judge.judge import roofline_of
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
-from kevin_backend.judge.roofline import Roofline, copy_bandwidth, record_fraction, spanned_bytes, task_bytes, task_flops
-from kevin_backend.judge.runner import RunOutcome, outcome_of
+from kevin_backend.measure.roofline import Roofline, copy_bandwidth, record_fraction, spanned_bytes, task_bytes, task_flops
+from kevin_backend.judge.sandbox import RunOutcome, outcome_of
 from kevin_backend.types import KernelTask, TensorSpec
 
 F32 = 4

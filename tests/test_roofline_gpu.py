@@ -17,7 +17,7 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 
 @needs_gpu
 def test_the_copy_bandwidth_is_plausible_and_kept(tmp_path: Path) -> None:
-    from kevin_backend.judge import roofline
+    from kevin_backend.measure import roofline
 
     gbps, record = roofline.measure_copy_bandwidth(torch.device("cuda"))
     print(record)
@@ -35,7 +35,7 @@ def test_the_copy_bandwidth_is_plausible_and_kept(tmp_path: Path) -> None:
 def test_an_accepted_elementwise_kernel_carries_its_roofline(tmp_path: Path) -> None:
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.result import JudgeResult
-    from kevin_backend.judge.runner import RunConfig
+    from kevin_backend.judge.sandbox import RunConfig
 
     honest = next(c for c in HONEST if c.name == "gated-elementwise")
     with Judge(tmp_path / "builds", RunConfig(trials=20, warmup=3), workers=1) as judge:

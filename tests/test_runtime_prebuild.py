@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from kevin_backend.backend import runtime
+from kevin_backend.runtime import op as runtime
 from kevin_backend.cache.entry import EntryKind
 from kevin_backend.generate.builtin.graph import plan_task
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, write_program
 from kevin_backend.generate.builtin.suite import SUITE
-from kevin_backend.judge.build import Builder
+from kevin_backend.toolchain.build import Builder
 from test_cache import make_entry
 
 

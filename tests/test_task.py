@@ -13,7 +13,7 @@ from conftest import capture_aot_graphs
 from kevin_backend.backend.partition import partition_graph
 from kevin_backend.backend.support import GeneralOpSupport
 from kevin_backend.backend.task import extract_task
-from kevin_backend.models import EXAMPLES, make_example
+from kevin_backend.example_models import EXAMPLES, make_example
 from kevin_backend.types import TensorSpec
 
 

@@ -8,8 +8,8 @@ import time
 import pytest
 import torch
 
-from kevin_backend.judge.timer import _cycles_per_ms
-from kevin_backend.judge.timer import make_timer as _timer
+from kevin_backend.measure.timer import _cycles_per_ms
+from kevin_backend.measure.timer import make_timer as _timer
 
 pytestmark = pytest.mark.gpu
 
@@ -63,7 +63,7 @@ def test_the_judge_measures_inductor_once_per_task(tmp_path) -> None:  # type: i
     from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, write_program
     from kevin_backend.generate.builtin.suite import SUITE
     from kevin_backend.judge.judge import Judge
-    from kevin_backend.judge.runner import RunConfig
+    from kevin_backend.judge.sandbox import RunConfig
 
     task = next(t for t in SUITE if t.name == "gated-f32")
     plan = plan_task(task.source)

@@ -20,10 +20,11 @@ import torch.fx as fx
 # as `torch.compile(m)` loads Inductor, so the first compile does not pay for these imports.
 from torch._inductor.compile_fx import compile_fx
 
-from kevin_backend.backend import runtime
+from kevin_backend.runtime import op as runtime
 from kevin_backend.backend.graph_check import GraphCheck, graph_key, load_outcome
 from kevin_backend.backend.kevin_pass import INFERENCE_AWARE, KevinPass, PassBase
-from kevin_backend.backend.report import CompileReport, Status, begin_report, counters
+from kevin_backend.backend.report import CompileReport, Status, begin_report
+from kevin_backend.runtime.counters import counters
 from kevin_backend.cache.store import KernelCache
 from kevin_backend.config import Config, Mode, env_value
 

@@ -42,8 +42,9 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 
-from kevin_backend import __version__
-from kevin_backend.backend.report import CompileReport, Status, counters
+from kevin_backend.version import __version__
+from kevin_backend.backend.report import CompileReport, Status
+from kevin_backend.runtime.counters import counters
 
 __all__ = ["GraphOutcome", "GraphCheck", "choose", "graph_key", "load_outcome", "store_outcome"]
 
@@ -177,7 +178,7 @@ def _copies(args: Sequence[Any]) -> list[Any]:
     """The arguments copied with their layouts (`clone_layout`: strides, storage offset, a stride-0
     broadcast stays one row) and requires_grad: what the graph writes into, and the gradients its
     backward accumulates, land in the copies."""
-    from kevin_backend.judge.inputs import clone_layout
+    from kevin_backend.measure.inputs import clone_layout
 
     with torch.no_grad():
         return [clone_layout(a.detach()).requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
@@ -334,7 +335,7 @@ def _gpu_lock(cache: Any, device: torch.device) -> Path | None:
 
 
 def _measure(steps: dict[str, Callable[[], Any]], device: torch.device, lock: Path | None = None) -> dict[str, Sequence[float]]:
-    from kevin_backend.bench.timing import interleaved, timer
+    from kevin_backend.measure.interleave import interleaved, timer
     from kevin_backend.locks import gpu_hold
 
     with gpu_hold(lock, shared=False):  # alone on the GPU while the variants are timed

@@ -32,8 +32,8 @@ import torch.fx as fx
 from torch._guards import detect_fake_mode
 from torch._inductor import custom_graph_pass
 
-from kevin_backend import __version__
-from kevin_backend.backend import runtime
+from kevin_backend.version import __version__
+from kevin_backend.runtime import op as runtime
 from kevin_backend.backend.partition import Partition, partition_graph
 from kevin_backend.backend.report import (
     CompileReport,
@@ -41,15 +41,15 @@ from kevin_backend.backend.report import (
     GraphReport,
     PartitionRecord,
     Status,
-    counters,
 )
 from kevin_backend.backend.support import GeneralOpSupport, OpSupport
 from kevin_backend.backend.task import extract_task
+from kevin_backend.runtime.counters import counters
 from kevin_backend.cache.entry import CacheEntry, EntryKind
 from kevin_backend.cache.key import SCHEMA_VERSION, make_key
 from kevin_backend.config import Config, Mode
 from kevin_backend.generate.policy import PolicyError
-from kevin_backend.judge.roofline import record_fraction
+from kevin_backend.measure.roofline import record_fraction
 
 __all__ = ["KevinPass", "KevinRewriteError"]
 

@@ -1,4 +1,4 @@
-"""What the runs of models (`runner.py`) and of KernelBench tasks (`kernelbench.py`) share: the
+"""What the runs of models (`runs.py`) and of KernelBench tasks (`kernelbench.py`) share: the
 settings, how each compiler gets its model, which compiles first, and the progress line of a row.
 
     settings = BenchSettings(device="cuda", size="tiny")
@@ -16,7 +16,7 @@ import torch
 
 from kevin_backend.bench.models import SIZES
 from kevin_backend.bench.results import COMPILERS
-from kevin_backend.bench.timing import INTERLEAVE, interleaved
+from kevin_backend.measure.interleave import INTERLEAVE, interleaved
 
 __all__ = ["DTYPES", "BenchSettings", "compile_model", "compile_order", "sync", "short_error", "row_summary", "probe_ms",
            "precise_enough"]

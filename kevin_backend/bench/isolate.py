@@ -1,5 +1,5 @@
 """The parent's side of `kevin bench`'s fresh processes: one per model or task, so every compile
-starts cold (the worker's side is `worker.py`).
+starts cold (the worker's side is `child.py`).
 
     outcome = run_isolated({"kind": "task", "path": ..., "settings": ..., "first": "inductor"}, 600.0)
 
@@ -35,7 +35,7 @@ def run_isolated(job: dict[str, Any], timeout_s: float, inductor_cache: str | No
     with tempfile.TemporaryDirectory(prefix="kevin-bench-inductor-") as fresh:
         env = child_env(TORCHINDUCTOR_CACHE_DIR=inductor_cache or fresh, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kevin_backend.bench.worker"],
+            [sys.executable, "-m", "kevin_backend.bench.child"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True, env=env,
         )

@@ -3,7 +3,7 @@
 Each `*.py` file in DIR (not starting with `_`) defines `Model`, `get_inputs()` and
 `get_init_inputs()`. For each task, in a fresh process: the task's `Model` compiled by the kevin
 backend (mode `cache`, the user's kernel cache) and by Inductor; kevin's outputs checked against
-eager's on two seeded input sets with the judge's comparison (`kevin_backend.judge.compare`: shape,
+eager's on two seeded input sets with the judge's comparison (`kevin_backend.measure.compare`: shape,
 dtype, NaN/Inf, eager standing in for the exact reference); Inductor's checked alike, for reference; then eager,
 Inductor and kevin timed, interleaved, under the judge's protocol.
 
@@ -26,8 +26,8 @@ from kevin_backend.bench.common import BenchSettings, compile_model, compile_ord
 from kevin_backend.bench.isolate import WorkerError, run_isolated
 from kevin_backend.bench.progress import Progress
 from kevin_backend.bench.results import FAST_P, KernelBenchResult, KevinStats, TaskResult, Timing, fast_p
-from kevin_backend.judge.compare import Mismatch, compare_outputs, output_list
-from kevin_backend.judge.inputs import clone_layout, to_device
+from kevin_backend.measure.compare import Mismatch, compare_outputs, output_list
+from kevin_backend.measure.inputs import clone_layout, to_device
 
 __all__ = ["FAST_P", "fast_p", "task_files", "measure_task", "run_kernelbench"]
 
@@ -70,7 +70,7 @@ def measure_task(path: str | Path, settings: BenchSettings, first: str = "induct
 
 
 def _measure_task(path: Path, settings: BenchSettings, first: str) -> TaskResult:
-    from kevin_backend.backend.report import counters
+    from kevin_backend.runtime.counters import counters
     from kevin_backend.judge.static_judge import check_problem
     from kevin_backend.types import load_program
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kevin_backend.models import MLP
+from kevin_backend.example_models import MLP
 
 __all__ = ["MODELS", "WORKLOADS", "SIZES", "ModelSpec", "make_model", "describe", "needs_transformers"]
 

@@ -39,7 +39,7 @@ def paired_ratio(mine_ms: Sequence[float], base_ms: Sequence[float],
     logs = [math.log(b / m) for m, b in zip(mine_ms, base_ms) if m > 0 and b > 0]
     if len(logs) < 2:
         return None
-    from kevin_backend.judge.decide import t_quantile
+    from kevin_backend.measure.statistics import t_quantile
 
     mean = statistics.fmean(logs)
     half = t_quantile(0.5 + confidence / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))

@@ -143,8 +143,8 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
 
     from kevin_backend.bench.kernelbench import task_files
     from kevin_backend.bench.models import MODELS, WORKLOADS, needs_transformers
-    from kevin_backend.bench.report import MissingDependency, require_matplotlib
-    from kevin_backend.bench.runner import BenchSettings, kevin_options, run_bench
+    from kevin_backend.bench.render import MissingDependency, require_matplotlib
+    from kevin_backend.bench.runs import BenchSettings, kevin_options, run_bench
 
     if args.merge:
         if args.chart is not None:
@@ -207,7 +207,7 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
 
 
 def _report(report: Any, args: argparse.Namespace) -> int:
-    from kevin_backend.bench.report import markdown, write_chart, write_json
+    from kevin_backend.bench.render import markdown, write_chart, write_json
 
     table = markdown(report)
     print(table, end="")

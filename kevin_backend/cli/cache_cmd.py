@@ -31,7 +31,7 @@ from kevin_backend.cache.store import (
 )
 from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, Handler
 from kevin_backend.config import Config
-from kevin_backend.judge.roofline import record_fraction
+from kevin_backend.measure.roofline import record_fraction
 
 __all__ = ["register", "resolve_prefix"]
 

@@ -32,7 +32,7 @@ from kevin_backend.config import Config, build_root
 from kevin_backend.judge.judge import Judge
 from kevin_backend.bench.progress import Progress
 from kevin_backend.judge.result import JudgeResult, Reason
-from kevin_backend.judge.runner import RunConfig
+from kevin_backend.judge.sandbox import RunConfig
 from kevin_backend.judge.static_judge import ProblemError, check_problem, judge_static
 
 __all__ = ["register"]

@@ -61,7 +61,7 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
     from kevin_backend.generate.generator import SearchGenerator, SearchIncomplete, make_policy
     from kevin_backend.generate.policy import PolicyError, Sampling
     from kevin_backend.judge.judge import Judge
-    from kevin_backend.judge.runner import RunConfig
+    from kevin_backend.judge.sandbox import RunConfig
     from kevin_backend.judge.static_judge import ProblemError, check_problem
     from kevin_backend.types import KernelTask
 

@@ -194,7 +194,7 @@ def _check_generator(spec: str, local: bool) -> None:
 def _measure_models(names: list[str], args: argparse.Namespace, config: Config, gpus: list[int | None]) -> tuple[Any, ...]:
     """The bench models' steps timed as `kevin bench` times them (eager, Inductor, kevin in mode
     cache on this cache; a fresh process each), on the first worker's device."""
-    from kevin_backend.bench.runner import BenchSettings, kevin_options, run_models
+    from kevin_backend.bench.runs import BenchSettings, kevin_options, run_models
 
     device = "cuda" if gpus and gpus[0] is not None else "cpu"
     workloads = ["infer"] if args.no_train else ["infer", "train"]
@@ -207,7 +207,7 @@ def _measure_models(names: list[str], args: argparse.Namespace, config: Config, 
 
 def _end_to_end(before: tuple[Any, ...], after: tuple[Any, ...]) -> str:
     """Markdown: each bench model's step before and after the searches (kevin against Inductor)."""
-    from kevin_backend.bench.report import interval
+    from kevin_backend.bench.render import interval
 
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.4f}"
@@ -297,7 +297,7 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
     config = _check_usage(args, config)
 
     from kevin_backend.cache.store import KernelCache
-    from kevin_backend.prewarm.runner import format_summary, prewarm_local, print_progress
+    from kevin_backend.prewarm.local import format_summary, prewarm_local, print_progress
     from kevin_backend.bench.models import MODELS
     from kevin_backend.prewarm.sources import SourceError, from_bench, from_folder, from_kernelbench, from_model, from_pending
 
@@ -349,7 +349,7 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
           f"cache {config.cache_dir}", file=sys.stderr)
     ranked = None
     if args.ray:
-        from kevin_backend.prewarm.ray_runner import prewarm_ray
+        from kevin_backend.prewarm.ray_cluster import prewarm_ray
 
         summary = prewarm_ray(todo, setup, args.ray, cache, workers=args.workers, progress=print_progress)
     elif args.budget is not None:

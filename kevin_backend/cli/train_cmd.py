@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
 
 
 def _train(args: argparse.Namespace, config: Config) -> int:
-    from kevin_backend.rl.config import TrainConfig, TrainConfigError
+    from kevin_backend.rl.train_config import TrainConfig, TrainConfigError
 
     if args.config is None:
         raise CommandError("kevin train needs --config FILE (see configs/train/), or the action `plot RUN_DIR`",

@@ -76,7 +76,7 @@ class SearchConfig:
     sampling: Sampling = field(default_factory=Sampling)
     judge_workers: int = 8  # candidates judged at once (builds in parallel)
     # A trajectory stops once its best correct kernel moves the task's bytes at this fraction of
-    # the GPU's measured copy bandwidth (`judge/roofline.py`): a memory-bound kernel there has at
+    # the GPU's measured copy bandwidth (`measure/roofline.py`): a memory-bound kernel there has at
     # most 1/fraction left to gain, not worth more turns. None: never (every turn runs); verdicts
     # without a roofline (a CPU judge, no bandwidth measured) never stop a trajectory.
     roofline_stop: float | None = 0.9

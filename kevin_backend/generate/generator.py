@@ -45,7 +45,7 @@ def make_policy(spec: str | Policy, config: Config | None = None) -> Policy:
     spec = resolve_policy_name(spec, config)
     kind, _, arg = spec.partition(":")
     if kind == "builtin":
-        from kevin_backend.generate.builtin.policy import BuiltinPolicy
+        from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
 
         return BuiltinPolicy()
     if kind == "openai":

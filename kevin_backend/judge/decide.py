@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from kevin_backend.judge import runner
+from kevin_backend.judge import sandbox
+from kevin_backend.measure.statistics import t_quantile
 from kevin_backend.locks import gpu_lock_path
 
 __all__ = [
     "MIN_ROUNDS", "RETIME_CANDIDATE_PHASES", "Decision", "RetimeConfig", "RetimeOutcome", "SandboxRetimer", "decide",
-    "interleaved_rounds", "retime_in_sandbox", "t_quantile",
+    "retime_in_sandbox",
 ]
 
 MIN_ROUNDS = 5  # the fewest interleaved rounds a decision is made from
@@ -104,73 +105,7 @@ def decide(kernel_ms: Sequence[float], inductor_ms: Sequence[float], margin: flo
     return Decision(keep, ratio, bound, needed, confidence, n, reason)
 
 
-def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile: the t with P(T <= t) = p for `df` degrees of freedom (p >= 0.5)."""
-    if df < 1:
-        raise ValueError("df must be at least 1")
-    if p == 0.5:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    while _t_cdf(hi, df) < p:
-        hi *= 2.0
-    for _ in range(200):  # bisection to machine precision
-        mid = 0.5 * (lo + hi)
-        if _t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
-
-
-def _t_cdf(t: float, df: int) -> float:
-    """P(T <= t) for t >= 0: 1 - I_x(df/2, 1/2) / 2 with x = df / (df + t^2)."""
-    x = df / (df + t * t)
-    return 1.0 - 0.5 * _betainc(df / 2.0, 0.5, x)
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b) (continued fraction, Lentz's method)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast on this side only
-        return 1.0 - _betainc(b, a, 1.0 - x)
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    f = d
-    for m in range(1, 500):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            f *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return front * f / a
-
-
 # -- the schedule -----------------------------------------------------------------------------
-
-
-def interleaved_rounds(kernel: Callable[[], float], inductor: Callable[[], float],
-                       rounds: int) -> tuple[list[float], list[float]]:
-    """`rounds` rounds of kernel then Inductor (A B A B ...): each call measures one side once
-    (a median of several trials) and returns milliseconds. The two lists are paired by round."""
-    if rounds < 1:
-        raise ValueError("rounds must be at least 1")
-    kernel_ms: list[float] = []
-    inductor_ms: list[float] = []
-    for _ in range(rounds):
-        kernel_ms.append(float(kernel()))
-        inductor_ms.append(float(inductor()))
-    return kernel_ms, inductor_ms
 
 
 # -- the sandboxed re-timing (the parent's side) ------------------------------------------------
@@ -230,7 +165,7 @@ class RetimeOutcome:
 
 def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig = RetimeConfig()) -> RetimeOutcome:
     """Re-time `kernel_source` against Inductor's code for `task_source` in a fresh worker process
-    (`python -m kevin_backend.judge.retime_worker`), as `runner.run_in_sandbox` runs the judge's:
+    (`python -m kevin_backend.judge.retime_worker`), as `sandbox.run_in_sandbox` runs the judge's:
     its own process group killed on timeout, a verdict line prefixed by a token only the worker
     knows (the kernel's prints cannot pose as one), the last phase it announced saying whose a
     crash or hang was."""
@@ -242,7 +177,7 @@ def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig
         "numerics": dict(config.numerics),
     }
     try:
-        end = runner.run_worker_process("kevin_backend.judge.retime_worker", job, config.timeout)
+        end = sandbox.run_worker_process("kevin_backend.judge.retime_worker", job, config.timeout)
     except OSError as exc:
         return RetimeOutcome.judge_failure(f"the re-timing worker did not start: {exc}")
     if end.timed_out:
@@ -263,7 +198,7 @@ def _death(phase: str, err: str, returncode: int | None) -> RetimeOutcome:
     text = err.lower()
     code = returncode if returncode is not None else 0
     how = f"signal {-code}" if code < 0 else f"exit status {code}"
-    tail = runner.tail(err)
+    tail = sandbox.tail(err)
     if any(sign in text for sign in ("illegal memory access", "misaligned address")):
         return RetimeOutcome.kernel_failure(f"the GPU reported a fault during the re-timing ({how}): {tail}", phase)
     if "out of memory" in text:

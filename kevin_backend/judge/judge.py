@@ -8,7 +8,7 @@
 Runs go to a pool of long-lived sandboxed workers (`pool.py`; `workers=0` starts a fresh process
 per run instead). The eager and Inductor references are timed once per task, GPU and software
 versions (`ReferenceTimes`, kept on disk beside the builds), not again for every candidate. An
-accepted candidate's verdict carries its roofline (`roofline.py`): the bytes the task moves, each
+accepted candidate's verdict carries its roofline (`measure/roofline.py`): the bytes the task moves, each
 side's achieved bandwidth and its fraction of the GPU's copy bandwidth (measured once per GPU and
 software, kept beside the builds too).
 """
@@ -30,12 +30,12 @@ from typing import Callable, Sequence
 
 import torch
 
-from kevin_backend.judge.build import Builder, BuildResult, BuildSpec
-from kevin_backend.judge.candidate import Candidate
+from kevin_backend.toolchain.build import Builder, BuildResult, BuildSpec
+from kevin_backend.toolchain.candidate import Candidate
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Mismatch, Reason, Stage
-from kevin_backend.judge.roofline import Roofline
+from kevin_backend.measure.roofline import Roofline
 from kevin_backend.judge.pool import WorkerPool
-from kevin_backend.judge.runner import RunConfig, RunOutcome, run_in_sandbox
+from kevin_backend.judge.sandbox import RunConfig, RunOutcome, run_in_sandbox
 from kevin_backend.judge.static_judge import judge_static
 from kevin_backend.locks import gpu_lock_path
 

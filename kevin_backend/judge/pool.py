@@ -7,7 +7,7 @@ references built and compiled once per worker and task, a worker replaced after 
 
 Each worker is `python -m kevin_backend.judge.run_worker --serve` in a session of its own. A job
 is one JSON line on its stdin; the worker answers with token-prefixed phase lines and one
-verdict line, as a single run does (`runner.py` reads them the same way). A worker is retired,
+verdict line, as a single run does (`sandbox.py` reads them the same way). A worker is retired,
 and a fresh one started at once (its start overlaps the next jobs), when:
 
 - it crashed, hung (killed as a group at the job's time limit) or reported a CUDA fault;
@@ -36,7 +36,7 @@ import threading
 import time
 from typing import Any
 
-from kevin_backend.judge.runner import RunConfig, RunOutcome, job_of, outcome_of, worker_env
+from kevin_backend.judge.sandbox import RunConfig, RunOutcome, job_of, outcome_of, worker_env
 
 __all__ = ["WorkerPool", "CLEAN_REASONS", "describe"]
 

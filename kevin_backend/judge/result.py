@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from kevin_backend.judge.roofline import Roofline
+from kevin_backend.measure.roofline import Roofline
 
 __all__ = ["Stage", "Reason", "RuleViolation", "Mismatch", "JudgeTimings", "JudgeResult", "score"]
 
@@ -146,10 +146,10 @@ class JudgeResult:
     timings: JudgeTimings = field(default_factory=JudgeTimings)
     seeds: tuple[int, ...] = ()  # input-set seeds used for correctness
     build_seconds: float | None = None
-    memory: dict[str, Any] | None = None  # the run's GPU memory (judge/memory.py MemoryReport.as_dict())
+    memory: dict[str, Any] | None = None  # the run's GPU memory (measure/memory.py MemoryReport.as_dict())
     device: str = ""  # the GPU the candidate ran on ("cuda:0")
     exact: str = ""  # the exact reference's dtype, "eager" when there was none
-    # an accepted kernel against the GPU's copy bandwidth (`roofline.py`); None when not
+    # an accepted kernel against the GPU's copy bandwidth (`measure/roofline.py`); None when not
     # accepted, on a CPU, when the bandwidth could not be measured, or in records made before it
     roofline: Roofline | None = None
 

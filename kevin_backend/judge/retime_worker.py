@@ -21,7 +21,7 @@ moving with the host's speed), enough to pass the margin.
   * the kernel: `torch.ops.kevin.launch.default(key, inputs, False)`, the call a graph compiled
     with static shapes makes for a kept kernel: the dispatcher, the runtime's `launch`, its
     `LoadedKernel` (the stride and alignment checks, the output bookkeeping) and the kernel's
-    `ModelNew.forward` with its extension call (`backend/runtime.py`). A task whose inputs are not
+    `ModelNew.forward` with its extension call (`runtime/op.py`). A task whose inputs are not
     all tensors (no partition of a graph) calls `ModelNew` directly;
   * Inductor: the task's reference compiled by `torch.compile` (default mode, static shapes: the
     task's own sizes, as a model's first compile gets them). When Dynamo
@@ -48,9 +48,11 @@ from typing import Any, Callable
 
 import torch
 
-from kevin_backend.judge.decide import RETIME_CANDIDATE_PHASES, interleaved_rounds
-from kevin_backend.judge.inputs import make_input_set, to_device
-from kevin_backend.judge.timer import make_timer
+from kevin_backend.judge.decide import RETIME_CANDIDATE_PHASES
+from kevin_backend.measure.inductor import inductor_call
+from kevin_backend.measure.interleave import interleaved_rounds
+from kevin_backend.measure.inputs import make_input_set, to_device
+from kevin_backend.measure.timer import make_timer
 from kevin_backend.locks import gpu_hold
 from kevin_backend.types import TensorSpec, load_program
 
@@ -59,8 +61,6 @@ PROTOCOL = ("per round: median of {trials} trials after {warmup} warm-up calls; 
 GPU_TIME = "each trial L2-flushed and queued behind GPU work (the GPU's time, the host's part left out)"
 HOST_TIME = "each trial timed on the host (no GPU)"
 
-DIRECT = "the reference's one compiled graph called directly (no Dynamo guards)"
-GUARDED = "torch.compile of the reference called as a whole ({graphs} graphs, guards included)"
 
 _CUDA_FAULTS = ("illegal memory access", "misaligned address", "unspecified launch failure", "an illegal instruction",
                 "device-side assert")
@@ -115,7 +115,7 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
 
 
 def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
-    from kevin_backend.backend import runtime  # defines kevin::launch
+    from kevin_backend.runtime import op as runtime  # defines kevin::launch
     from kevin_backend.cache.key import apply_numerics
 
     if job.get("numerics"):
@@ -128,7 +128,7 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
         torch.cuda.set_device(device)
     stack = contextlib.ExitStack()
     if job.get("build_root"):
-        from kevin_backend.judge.build import Builder, answering_load_inline
+        from kevin_backend.toolchain.build import Builder, answering_load_inline
 
         stack.enter_context(answering_load_inline(Builder(Path(job["build_root"]), jobs=1), job.get("arch")))
     with stack:
@@ -190,114 +190,6 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
                                         inductor=inductor_how,
                                         backend=job.get("compile_backend") or "inductor"),
         }
-
-
-def generated_modules() -> int:
-    """How many Python modules Inductor has generated and loaded in this process so far (a mark
-    for `inductor_code`); 0 where that is not known."""
-    try:
-        from torch._inductor.codecache import PyCodeCache
-
-        return len(PyCodeCache.modules)
-    except Exception:  # noqa: BLE001 - a private interface of torch: no mark, no description
-        return 0
-
-
-def inductor_code(mark: int) -> str:
-    """What Inductor generated since `mark` (`generated_modules()`), for the record: a hash of the
-    generated code and, for each GPU kernel whose first call has chosen among its configurations,
-    the one chosen ("" when nothing is known). Two compiles of one task that time differently can
-    then be told apart: other code, other choices, or the same code timed at another moment."""
-    try:
-        from torch._inductor.codecache import PyCodeCache
-
-        modules = PyCodeCache.modules[mark:]
-        if not modules:
-            return ""
-        digest = hashlib.sha256()
-        chosen = []
-        for module in modules:
-            path = getattr(module, "__file__", None)
-            if path:
-                digest.update(Path(path).read_bytes())
-            for name, value in sorted(vars(module).items(), key=lambda item: item[0]):
-                launchers = getattr(value, "launchers", None)  # a Triton kernel's autotuner, once it has run
-                if not isinstance(launchers, list) or len(launchers) != 1 or not hasattr(value, "triton_meta"):
-                    continue
-                config = getattr(launchers[0], "config", None)
-                if config is not None:
-                    kwargs = ",".join(f"{k}={v}" for k, v in sorted(getattr(config, "kwargs", {}).items()))
-                    tuned = " (benchmarked)" if getattr(value, "autotune_time_taken_ns", None) else ""
-                    chosen.append(f"{name} [{kwargs}] warps {getattr(config, 'num_warps', '?')}{tuned}")
-        return f"code {digest.hexdigest()[:12]}" + (f"; chosen: {'; '.join(chosen)}" if chosen else "")
-    except Exception:  # noqa: BLE001 - a private interface of torch: no description
-        return ""
-
-
-def inductor_call(reference: torch.nn.Module, values: list[Any], backend: str) -> tuple[Callable[[], Any], str]:
-    """Inductor's code for the task, called as a compiled model calls it, and how (for the
-    protocol). The backend is wrapped so that each graph Dynamo captures is seen with the
-    arguments it is called on; after one warm-up call, a reference captured as one graph called
-    once is timed through that graph's compiled function alone, if it returns what the whole
-    does."""
-    import torch._dynamo
-
-    compiler = torch._dynamo.lookup_backend(backend)
-    graphs: list[list[tuple[Any, ...]]] = []  # per graph, the arguments of each call while recording
-    functions: list[Callable[..., Any]] = []
-    recording = [True]  # only the warm-up call: the timed calls must not keep their arguments alive
-
-    def capture(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        function = compiler(gm, example_inputs)
-        calls: list[tuple[Any, ...]] = []
-        graphs.append(calls)
-        functions.append(function)
-
-        def run(*args: Any) -> Any:
-            if recording[0]:
-                calls.append(args)
-            return function(*args)
-
-        return run
-
-    # static shapes, always: a worker judges task after task, each program loaded under the same
-    # file name with its forward on the same line, and Dynamo's automatic dynamic shapes (which
-    # keys what it has seen by file, line and name) took the second task's reference for the first
-    # one's at new sizes and compiled it for any size: on the H200, Inductor's code for a
-    # log-softmax over dim 1 of 64 x 8192 x 128 bf16 then took 0.508 ms instead of 0.178 ms
-    compiled = torch.compile(reference, backend=capture, dynamic=False)
-    with torch.no_grad():
-        whole = compiled(*values)
-    recording[0] = False
-
-    def guarded() -> Any:
-        return compiled(*values)
-
-    if len(graphs) != 1 or len(graphs[0]) != 1:
-        count = len(graphs)
-        graphs.clear()  # the intermediate values between graphs, held by the recorded arguments
-        return guarded, GUARDED.format(graphs=count)
-    args, function = graphs[0][0], functions[0]
-
-    def direct() -> Any:
-        return function(*args)
-
-    with torch.no_grad():
-        alone = direct()
-    if not _same(whole, alone):
-        return guarded, GUARDED.format(graphs=1)
-    return direct, DIRECT
-
-
-def _same(whole: Any, alone: Any) -> bool:
-    """The graph's outputs (a list or tuple) hold the model's output tensors, bit for bit."""
-    wanted = [whole] if isinstance(whole, torch.Tensor) else list(whole) if isinstance(whole, (list, tuple)) else None
-    got = list(alone) if isinstance(alone, (list, tuple)) else [alone]
-    if wanted is None or not all(isinstance(t, torch.Tensor) for t in wanted):
-        return False
-    got_tensors = [t for t in got if isinstance(t, torch.Tensor)]
-    return len(got_tensors) >= len(wanted) and all(
-        any(g.shape == w.shape and g.dtype == w.dtype and torch.equal(g, w) for g in got_tensors) for w in wanted)
 
 
 def _kernel_call(job: dict[str, Any], model: torch.nn.Module, reference: torch.nn.Module, values: list[Any],

@@ -9,30 +9,30 @@ namespace, its outputs are scrubbed, the references' parameters are fingerprinte
 candidate (a change ends the worker) and the parent replaces the worker after any error.
 
 A crash, hang, illegal address or out-of-memory here ends this process, never the judge; the
-parent (`runner.py`) reads the exit status, the output and the last phase this worker announced
+parent (`sandbox.py`) reads the exit status, the output and the last phase this worker announced
 (a failure in the judge's own phases is the judge's, never the candidate's). The protocol:
 
   1. load the task (the reference `Model`) and the candidate (`ModelNew`), both seeded alike and
      moved to the device under test (KernelBench's placement); the candidate's `load_inline`
      calls are answered from the judge's build cache
   2. correctness, for each seeded input set (the problem's own values, then mixed scales; never
-     zeros; true layouts, on the device under test, `inputs.py`):
+     zeros; true layouts, on the device under test, `measure/inputs.py`):
        a. the eager reference, in the task's dtype (a mixed set whose reference overflows is made
           again with a narrower range of scales)
        b. the exact reference: the same model and inputs in float64, when that fits the memory the
           judge may take (`memory.py`)
        c. the candidate, on memory poisoned with NaN, every op it dispatches audited (allocation,
           view and metadata ops only), its inputs fingerprinted before and after
-       d. the comparison (`compare.py`); a candidate wrong on non-contiguous inputs is run once
+       d. the comparison (`measure/compare.py`); a candidate wrong on non-contiguous inputs is run once
           more on contiguous copies, to say whether it ignores their strides
   3. timing, one protocol for the candidate, the eager reference and the Inductor-compiled
-     reference (`timer.py`), under the judge's GPU lock; Inductor's one compiled graph is called
+     reference (`measure/timer.py`), under the judge's GPU lock; Inductor's one compiled graph is called
      directly, without Dynamo's guards, as the backend's re-timing calls it
-     (`retime_worker.inductor_call`)
+     (`measure/inductor.inductor_call`)
   4. replay check: fresh values written into the candidate's input buffers, output checked again
   5. roofline (an accepted candidate): the bytes the task must move, its matmul/convolution FLOPs
      and the GPU's copy bandwidth (measured once per GPU and software, under the timing lock),
-     from which the judge derives each side's fraction of the copy bandwidth (`roofline.py`)
+     from which the judge derives each side's fraction of the copy bandwidth (`measure/roofline.py`)
 """
 
 from __future__ import annotations
@@ -53,13 +53,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kevin_backend.cache.key import apply_numerics, current_numerics
-from kevin_backend.judge.compare import Mismatch, compare_outputs, output_list
-from kevin_backend.judge.inputs import (
+from kevin_backend.measure.compare import Mismatch, compare_outputs, output_list
+from kevin_backend.measure.inputs import (
     MIXED_RANGES, InputSet, clone_layout, copy_values, fingerprint, layout_text, make_input_set, tensor_bytes, to_device,
 )
-from kevin_backend.judge.memory import MemoryLedger, poison, requested_bytes
+from kevin_backend.measure.memory import MemoryLedger, poison, requested_bytes
 from kevin_backend.judge.phases import CANDIDATE_PHASES
-from kevin_backend.judge.timer import flush_bytes, make_timer
+from kevin_backend.measure.timer import flush_bytes, make_timer
 from kevin_backend.locks import gpu_hold
 
 # What a candidate's forward may dispatch: allocation, views, metadata, and the fills that
@@ -526,7 +526,7 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
         # For this worker's whole life: a candidate may call load_inline in __init__ or forward too.
         from pathlib import Path
 
-        from kevin_backend.judge.build import Builder, answering_load_inline
+        from kevin_backend.toolchain.build import Builder, answering_load_inline
 
         _WORKER_LIFETIME.enter_context(answering_load_inline(Builder(Path(job["build_root"]), jobs=1), job.get("arch")))
         _ANSWERING.add((job["build_root"], job.get("arch")))
@@ -612,7 +612,7 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
     with torch.no_grad(), gpu_hold(gpu_lock, shared=False):
         if job.get("inductor", True):  # (asked for once per task and GPU: the judge keeps the references' times)
             run.phase("inductor")
-            from kevin_backend.judge.retime_worker import generated_modules, inductor_call, inductor_code
+            from kevin_backend.measure.inductor import generated_modules, inductor_call, inductor_code
 
             # Inductor's code as a compiled model calls it: the one graph's compiled function without
             # Dynamo's guards (tens of microseconds a call), as the backend's decision times it
@@ -635,9 +635,9 @@ def _timing(run: Run, exact_model: list[torch.nn.Module]) -> dict[str, Any]:
 # Rounds of the candidate and Inductor, interleaved, in the job that times Inductor (once per task
 # and GPU; the judge keeps the time for the task's later candidates): each side's median over
 # rounds does not hang on one moment of the GPU. The notes name Inductor's code and its kernels'
-# chosen configurations (`retime_worker.inductor_code`): they showed that the Inductor times that
+# chosen configurations (`measure/inductor.inductor_code`): they showed that the Inductor times that
 # moved 1.26-3.4x between H200 runs were other code, compiled for any size
-# (`retime_worker.inductor_call` now compiles for the task's own).
+# (`measure/inductor.inductor_call` now compiles for the task's own).
 INDUCTOR_ROUNDS = 5
 
 
@@ -656,7 +656,7 @@ def _candidate_and_inductor(run: Run, measure: Callable[[Callable[[], Any]], flo
         run.phase("timing-reference")
         return measure(compiled)
 
-    from kevin_backend.judge.decide import interleaved_rounds
+    from kevin_backend.measure.interleave import interleaved_rounds
 
     kernel_rounds, inductor_rounds = interleaved_rounds(candidate, inductor, INDUCTOR_ROUNDS)
     kernel_ms, inductor_ms = statistics.median(kernel_rounds), statistics.median(inductor_rounds)
@@ -700,14 +700,14 @@ def _replay(run: Run, inputs: InputSet, exact_model: list[torch.nn.Module], kern
 
 
 def _copy_bandwidth(run: Run) -> float | None:
-    """The GPU's copy bandwidth (`roofline.py`): kept under the build folder, measured by the
+    """The GPU's copy bandwidth (`measure/roofline.py`): kept under the build folder, measured by the
     first worker that needs it. A failure to measure it is never the candidate's: the verdict
     then carries no roofline (a CUDA fault the candidate left behind still surfaces)."""
     if run.device.type != "cuda":
         return None
     from pathlib import Path
 
-    from kevin_backend.judge.roofline import copy_bandwidth
+    from kevin_backend.measure.roofline import copy_bandwidth
 
     run.phase("roofline")
     build_root = run.job.get("build_root")
@@ -730,7 +730,7 @@ def _roofline_facts(run: Run, inputs: Sequence[Any], outputs: Sequence[Any], cop
     without a copy bandwidth, or when counting failed (the verdict stands without a roofline)."""
     if copy_gbps is None:
         return None
-    from kevin_backend.judge.roofline import task_bytes, task_flops
+    from kevin_backend.measure.roofline import task_bytes, task_flops
 
     run.phase("roofline")
     try:

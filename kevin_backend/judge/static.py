@@ -15,8 +15,9 @@ import re
 import torch
 from typing import Callable, Iterator
 
-from kevin_backend.judge.candidate import Candidate, InlineExtension
+from kevin_backend.toolchain.candidate import Candidate, InlineExtension
 from kevin_backend.judge.result import RuleViolation
+from kevin_backend.toolchain.cpp_text import KERNEL_ATTRIBUTES, strip_cpp
 
 __all__ = ["RULES", "check", "strip_cpp"]
 
@@ -94,44 +95,9 @@ _CPP_TIMING = re.compile(r"\b(cudaEventElapsedTime|cudaEventCreate\w*|clock_gett
 _CPP_TRY = re.compile(r"\b(try\s*\{|catch\s*\()")
 _CPP_TORCH_CALL = re.compile(r"\b(?:torch|at|c10)::((?:\w+::)*)(\w+)")
 _CPP_METHOD = re.compile(r"(?:\.|->)\s*(\w+)\s*\(")
-# a kernel's attributes, before or after `void` (launch bounds, a compile-time cluster shape, a register cap)
-KERNEL_ATTRIBUTES = r"(?:(?:__launch_bounds__|__cluster_dims__|__maxnreg__)\s*\([^)]*\)\s*)*"
 _GLOBAL = re.compile(r"__global__\s+" + KERNEL_ATTRIBUTES + r"void\s+" + KERNEL_ATTRIBUTES + r"(\w+)")
 _LAUNCH = re.compile(r"\b(\w+)\s*(?:<[^<>;]*>)?\s*<<<")
 
-
-def strip_cpp(code: str) -> str:
-    """C++ with comments and string/char literal contents blanked: same length, same offsets,
-    so positions found in it hold in the original."""
-    out = list(code)
-    n = len(code)
-
-    def clear(a: int, b: int) -> None:
-        for k in range(a, min(b, n)):
-            if out[k] != "\n":
-                out[k] = " "
-
-    i = 0
-    while i < n:
-        if code.startswith("//", i):
-            j = code.find("\n", i)
-            j = n if j < 0 else j
-            clear(i, j)
-            i = j
-        elif code.startswith("/*", i):
-            j = code.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            clear(i, j)
-            i = j
-        elif code[i] in "\"'":
-            quote, j = code[i], i + 1
-            while j < n and code[j] != quote and code[j] != "\n":
-                j += 2 if code[j] == "\\" else 1
-            clear(i + 1, j)
-            i = j + 1
-        else:
-            i += 1
-    return "".join(out)
 
 
 def _line(text: str, offset: int) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from kevin_backend.judge.candidate import Candidate, CandidateError
+from kevin_backend.toolchain.candidate import Candidate, CandidateError
 from kevin_backend.judge.result import JudgeResult, Reason, Stage
 from kevin_backend.judge.static import check
 

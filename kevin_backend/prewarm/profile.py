@@ -7,7 +7,7 @@
 A partition's share of the model's time is its Inductor time times how often the model runs it
 (`WorkItem.occurrences`: a layer repeated four times runs its partitions four times). How far
 that time is from the roofline is the time a copy of the partition's bytes takes (inputs read once,
-outputs written once; `judge/roofline.py`) against the GPU's copy bandwidth. The expected gain of a
+outputs written once; `measure/roofline.py`) against the GPU's copy bandwidth. The expected gain of a
 partition is the time a kernel at the roofline would save over Inductor's code:
 
     expected gain = occurrences x (Inductor ms - roofline ms)
@@ -61,10 +61,10 @@ def profile_items(items: Sequence[Any], device: torch.device | str, trials: int 
     """Each item's partition timed as Inductor compiles it (its one graph called directly, as the
     judge and the backend's re-timing call it), with its roofline. A partition that fails to
     compile or run is profiled with its error, never the end of the run."""
-    from kevin_backend.judge.inputs import make_input_set
-    from kevin_backend.judge.retime_worker import inductor_call
-    from kevin_backend.judge.roofline import copy_bandwidth, task_bytes
-    from kevin_backend.judge.timer import make_timer
+    from kevin_backend.measure.inputs import make_input_set
+    from kevin_backend.measure.inductor import inductor_call
+    from kevin_backend.measure.roofline import copy_bandwidth, task_bytes
+    from kevin_backend.measure.timer import make_timer
 
     device = torch.device(device)
     gbps = copy_bandwidth(device) if device.type == "cuda" else None

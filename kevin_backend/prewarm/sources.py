@@ -134,7 +134,7 @@ def from_kernelbench(folder: Path, config: Config, cache: KernelCache) -> list[W
 
 
 def _on(value: Any, device: torch.device) -> Any:
-    from kevin_backend.judge.inputs import to_device
+    from kevin_backend.measure.inputs import to_device
 
     return to_device(value, device)  # its layout kept (a broadcast stays a broadcast)
 

@@ -19,6 +19,6 @@ none of the heavy optional dependencies (transformers, accelerate, peft, vllm), 
 need them import them when used.
 """
 
-from kevin_backend.rl.config import TrainConfig, TrainConfigError
+from kevin_backend.rl.train_config import TrainConfig, TrainConfigError
 
 __all__ = ["TrainConfig", "TrainConfigError"]

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from kevin_backend.rl.config import MonitorSettings
+from kevin_backend.rl.train_config import MonitorSettings
 from kevin_backend.rl.samples import Sample
 
 __all__ = ["StepStats", "BatchMetrics", "rollout_stats", "has_repeated_ngram", "opens_as_expected",

@@ -28,7 +28,7 @@ import torch
 from kevin_backend.generate.engine import Engine, Judging, SearchConfig, SearchResult
 from kevin_backend.generate.log import TrajectoryLog
 from kevin_backend.generate.policy import Message, Policy, Reply, Sampling, split_reasoning
-from kevin_backend.rl.config import JudgeSettings, RolloutSettings
+from kevin_backend.rl.train_config import JudgeSettings, RolloutSettings
 from kevin_backend.rl.synthetic import FencedPolicy, TargetStringJudge
 from kevin_backend.rl.tasks import TrainTask
 
@@ -118,7 +118,7 @@ def make_judge(settings: JudgeSettings, run_dir: Path) -> Judging:
     if settings.kind == "synthetic":
         return TargetStringJudge(settings.target, settings.per_hit, settings.max_speedup)
     from kevin_backend.judge.judge import Judge
-    from kevin_backend.judge.runner import RunConfig
+    from kevin_backend.judge.sandbox import RunConfig
 
     build_dir = Path(settings.build_dir) if settings.build_dir else Path(run_dir) / "builds"
     return Judge(build_dir, RunConfig(trials=settings.trials))

@@ -42,7 +42,7 @@ import torch
 from kevin_backend.generate.engine import Engine
 from kevin_backend.generate.policy import Message, Reply, Sampling
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
-from kevin_backend.rl.config import RolloutSettings, SFTSettings, TrainConfigError
+from kevin_backend.rl.train_config import RolloutSettings, SFTSettings, TrainConfigError
 from kevin_backend.rl.loss import kept_logits, sequence_logprobs, token_logprobs
 from kevin_backend.rl.rollout import search_config
 from kevin_backend.rl.samples import Batch, Sample, collate, micro_batches, sample_from_record
@@ -85,7 +85,7 @@ class _Writer:
     name = "builtin"
 
     def __init__(self, tokenizer: Any) -> None:
-        from kevin_backend.generate.builtin.policy import BuiltinPolicy
+        from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
 
         self.writer = BuiltinPolicy()
         self.tokenizer = tokenizer

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 
 from kevin_backend.judge.static_judge import ProblemError, check_problem
-from kevin_backend.rl.config import TaskSettings, TrainConfigError
+from kevin_backend.rl.train_config import TaskSettings, TrainConfigError
 
 __all__ = ["TrainTask", "tasks_from_folder", "tasks_from_pending", "load_tasks", "TaskSampler"]
 

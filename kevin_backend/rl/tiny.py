@@ -174,7 +174,7 @@ def builtin_corpus(sources: Sequence[str], variants: int = 8, gpu: str = "", cap
     """Texts to train a tokenizer on: every prompt template, each task's first-turn conversation
     as the engine builds it, and the built-in writer's first replies to it in its first
     `variants` variants (the writer starts trajectory i at variant i)."""
-    from kevin_backend.generate.builtin.policy import BuiltinPolicy
+    from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
     from kevin_backend.generate.policy import Sampling
     from kevin_backend.generate.prompts import TEMPLATES_DIR, build_messages
 

@@ -38,7 +38,7 @@ import torch
 
 from kevin_backend.generate.engine import Judging
 from kevin_backend.rl.checkpoint import TrainerState, export_model, latest_checkpoint, load_checkpoint, save_checkpoint
-from kevin_backend.rl.config import TrainConfig, TrainConfigError
+from kevin_backend.rl.train_config import TrainConfig, TrainConfigError
 from kevin_backend.rl.loss import LossSettings, LossStats, clipped_loss, sequence_logprobs
 from kevin_backend.rl.metrics import BatchMetrics, MetricsWriter, StepStats, rollout_stats
 from kevin_backend.rl.rollout import LivePolicy, Rollouts, make_judge, search_config

@@ -32,7 +32,7 @@ import torch
 
 from kevin_backend.generate.policy import Reply
 from kevin_backend.generate.vllm_policy import VLLMPolicy  # imports vLLM only when an engine is built
-from kevin_backend.rl.config import VLLMSettings
+from kevin_backend.rl.train_config import VLLMSettings
 
 __all__ = ["VLLMRollouts", "VLLMRolloutPolicy", "trainer_weights"]
 

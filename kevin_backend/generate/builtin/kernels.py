@@ -24,7 +24,7 @@ then join them across the row with the lower position winning ties.
 transpose or permute), 32 x 32 tiles of that plane go through shared memory: read along the
 input's contiguous dimension, written along the output's, both coalesced.
 
-**Split rows** (`split.py`): rows too few to fill the GPU, each cut into chunks of one block, a
+**Split rows** (`split_rows.py`): rows too few to fill the GPU, each cut into chunks of one block, a
 partial and a combine launch per reduction, then the outputs.
 
 Shapes and strides are the task's own, baked in as constants (index math by constants compiles to
@@ -57,7 +57,7 @@ class Variant:
     rows_per_block: int = 1  # rows kernel with a warp per row: rows sharing one block
     cache: bool = False  # rows kernel: keep the row's inputs in registers across passes (one read)
     columns: bool = False  # rows kernel: neighbouring threads take neighbouring rows (a row strided in memory)
-    split: bool = False  # rows plan: each row over several blocks, a launch per reduction (`split.py`)
+    split: bool = False  # rows plan: each row over several blocks, a launch per reduction (`split_rows.py`)
     tiled: bool = False  # pointwise plan: 32 x 32 tiles through shared memory (an input transposed against the output)
     # rows kernel: each row over a thread-block cluster of this many blocks (Hopper and later),
     # the row held in the cluster's registers, partial results combined through distributed shared memory
@@ -108,7 +108,7 @@ VARIANTS_ROWS = (
     Variant(1, rows_per_block=256, columns=True), Variant(4, rows_per_block=64, columns=True),
     Variant(8, rows_per_block=32, columns=True), Variant(16, rows_per_block=32, columns=True),
     Variant(32, rows_per_block=32, columns=True), Variant(8, rows_per_block=32, columns=True, cache=True),
-    # rows too few to fill the GPU: each over several blocks (`split.py`)
+    # rows too few to fill the GPU: each over several blocks (`split_rows.py`)
     Variant(256, split=True), Variant(512, split=True), Variant(1024, split=True),
     # short rows of 16-bit values: 8 threads a row, 8 values an access (a row of 64 is one access each)
     Variant(8, rows_per_block=32, vector=True, cache=True),
@@ -1431,7 +1431,7 @@ def preferred_order(plan: Plan) -> list[int]:
     vector_ok = can_vectorize_rows(plan)
     columns = strided_rows(plan)
 
-    from kevin_backend.generate.builtin.split import split_count
+    from kevin_backend.generate.builtin.split_rows import split_count
 
     splitting = split_count(plan) > 1
 
@@ -1554,7 +1554,7 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
     kernels = []
     launches = None
     if plan.is_rows and variant.split and not plan.picks:
-        from kevin_backend.generate.builtin.split import split_program
+        from kevin_backend.generate.builtin.split_rows import split_program
 
         vectorizable = False
         kernels.append(_row_reducers(Variant(variant.threads), any(r.reduction in INDEXED for r in plan.reductions)))
@@ -1729,7 +1729,7 @@ def _host(plan: Plan, variant: Variant, vectorizable: bool, launches: str | None
 
 
 def _split_helpers() -> "object":
-    from kevin_backend.generate.builtin.split import _Helpers
+    from kevin_backend.generate.builtin.split_rows import _Helpers
 
     return _Helpers(closure=_closure, node_code=_node_code, references=_references, offsets=row_col_offsets,
                     layout=_layout_in_space, contiguous=_contiguous_strides, names=_NAME.findall, rounding=_ROUND,

@@ -1,6 +1,8 @@
-"""Timing for `kevin bench`: the judge's protocol applied to whole steps, interleaved.
+"""Interleaved timing: several things measured round by round under the one timer, so that slow
+drift falls on all of them alike (`kevin bench`'s compilers, the judge's candidate and Inductor,
+the re-timing's kernel and Inductor, the graph check's variants).
 
-One protocol for everything the project times: `kevin_backend.judge.timer.make_timer` (warm-up,
+One protocol for everything the project times: `kevin_backend.measure.timer.make_timer` (warm-up,
 then trials each timed with CUDA events between device-wide synchronizations, the L2 cache
 flushed before each trial, the median counts; on a CPU, `time.perf_counter` around each trial).
 `interleaved` measures several variants round by round, rotating which goes first, so that slow
@@ -16,9 +18,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from kevin_backend.judge.timer import make_timer
+from kevin_backend.measure.timer import make_timer
 
-__all__ = ["Measure", "INTERLEAVE", "timer", "measure_ms", "round_order", "interleaved"]
+__all__ = ["Measure", "INTERLEAVE", "timer", "measure_ms", "round_order", "interleaved", "interleaved_rounds"]
 
 Measure = Callable[[Callable[[], Any]], float]
 
@@ -111,3 +113,17 @@ def _call_by_call(fns: Mapping[str, Callable[[], Any]], order: list[str], trials
         for name in round_order(order, t):
             times[name].append(measure(fns[name]))
     return {n: statistics.median(v) for n, v in times.items()}
+
+
+def interleaved_rounds(kernel: Callable[[], float], inductor: Callable[[], float],
+                       rounds: int) -> tuple[list[float], list[float]]:
+    """`rounds` rounds of kernel then Inductor (A B A B ...): each call measures one side once
+    (a median of several trials) and returns milliseconds. The two lists are paired by round."""
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
+    kernel_ms: list[float] = []
+    inductor_ms: list[float] = []
+    for _ in range(rounds):
+        kernel_ms.append(float(kernel()))
+        inductor_ms.append(float(inductor()))
+    return kernel_ms, inductor_ms

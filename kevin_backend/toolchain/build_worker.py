@@ -1,4 +1,4 @@
-"""Build one extension in this (worker) process: `python -m kevin_backend.judge.build_worker FOLDER`.
+"""Build one extension in this (worker) process: `python -m kevin_backend.toolchain.build_worker FOLDER`.
 
 FOLDER holds spec.json (written by `Builder`); the extension is built into FOLDER/build. The
 compiler's output goes to stdout/stderr for the parent to trim; the exit code says whether the

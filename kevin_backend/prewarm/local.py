@@ -59,7 +59,7 @@ class _Worker:
     def __init__(self, setup: dict[str, Any], gpu: int | None) -> None:
         env = child_env(**({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}))
         self.name = f"gpu{gpu}" if gpu is not None else "cpu"
-        self.proc = subprocess.Popen([sys.executable, "-m", "kevin_backend.prewarm.worker"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "kevin_backend.prewarm.gpu_worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
         self._send(setup)
         ready = self._receive()

@@ -1,6 +1,6 @@
 """The worker's side of `kevin bench`'s fresh processes: one model or task, its outcome printed.
 
-    python -m kevin_backend.bench.worker < job.json     # prints one line: token + JSON outcome
+    python -m kevin_backend.bench.child < job.json     # prints one line: token + JSON outcome
 
 The parent (`isolate.run_isolated`) starts it with its own, empty Inductor cache and a job: a
 model with its workloads (`runner.measure_model`) or a KernelBench task (`kernelbench.measure_task`).
@@ -17,7 +17,7 @@ from typing import Any
 
 from kevin_backend.bench.common import BenchSettings
 from kevin_backend.bench.kernelbench import measure_task
-from kevin_backend.bench.runner import measure_model
+from kevin_backend.bench.runs import measure_model
 
 __all__ = ["main"]
 

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from kevin_backend.cache.store import KernelCache, deserialize_entry, serialize_pending
 from kevin_backend.cache.entry import PendingTask
-from kevin_backend.prewarm.runner import Progress, Summary
+from kevin_backend.prewarm.local import Progress, Summary
 from kevin_backend.prewarm.sources import WorkItem
 
 __all__ = ["prewarm_ray"]
@@ -28,7 +28,7 @@ class _Actor:
     def __init__(self, setup: dict[str, Any]) -> None:
         import tempfile
 
-        from kevin_backend.prewarm.worker import make_generator
+        from kevin_backend.prewarm.gpu_worker import make_generator
 
         # the actor's own scratch cache (builds, trajectory logs); decisions go back to the driver
         local = dict(setup, cache_dir=tempfile.mkdtemp(prefix="kevin-ray-"))
@@ -39,7 +39,7 @@ class _Actor:
         import time as _time
 
         from kevin_backend.cache.store import deserialize_pending, serialize_entry
-        from kevin_backend.prewarm.worker import time_spent
+        from kevin_backend.prewarm.gpu_worker import time_spent
 
         start = _time.perf_counter()
         where = self.where

@@ -1,4 +1,4 @@
-"""One prewarm worker: `python -m kevin_backend.prewarm.worker` (on one GPU, chosen by the
+"""One prewarm worker: `python -m kevin_backend.prewarm.gpu_worker` (on one GPU, chosen by the
 parent through CUDA_VISIBLE_DEVICES).
 
 Reads one JSON request per line on stdin: {"digest": ...}; runs the generator on that pending

@@ -45,10 +45,10 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from kevin_backend.config import child_env
-from kevin_backend.judge.candidate import InlineExtension
-from kevin_backend.judge.errors import SourceFile, trim_compiler_output
-from kevin_backend.judge.fast_build import FAST_BUILD_VERSION, Toolchain, build_fast, ensure_pch, fast_sources
-from kevin_backend.judge.split import SplitError
+from kevin_backend.toolchain.candidate import InlineExtension
+from kevin_backend.toolchain.build_errors import SourceFile, trim_compiler_output
+from kevin_backend.toolchain.fast_build import FAST_BUILD_VERSION, Toolchain, build_fast, ensure_pch, fast_sources
+from kevin_backend.toolchain.host_device import SplitError
 from kevin_backend.locks import file_lock
 
 __all__ = ["BuildSpec", "BuildResult", "Builder", "light_cuda_sources", "load_built", "answering_load_inline",
@@ -333,7 +333,7 @@ def _run_worker(folder: Path, env: dict[str, str], timeout: float) -> tuple[str,
     """Run the build worker in its own process group; on timeout the whole group (ninja, nvcc,
     the compilers it started) is killed. Returns (output, succeeded, timed out)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kevin_backend.judge.build_worker", str(folder)],
+        [sys.executable, "-m", "kevin_backend.toolchain.build_worker", str(folder)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     try:

@@ -1,13 +1,13 @@
 """`kevin bench` on models: eager, Inductor and kevin, for inference and a training step.
 
-For each model, in a fresh process with an empty Inductor cache (`isolate.py`, `worker.py`), for each workload:
+For each model, in a fresh process with an empty Inductor cache (`isolate.py`, `child.py`), for each workload:
 
   1. the model and its inputs (`models.py`), a copy compiled with Inductor and a copy compiled with
      the kevin backend in mode `cache` on the user's kernel cache (which compiles first alternates
      model by model and workload by workload)
   2. the first call of each (compile + one step, wall time); for inference, how far each compiled
      output is from eager's
-  3. the step timed under the judge's protocol (`timing.py`), `repeats` rounds of `trials` calls
+  3. the step timed under the judge's protocol (`measure/interleave.py`), `repeats` rounds of `trials` calls
      (more for a step shorter than `round_ms / trials`: a round lasts at least `round_ms`),
      the three compilers rotating their order round by round; each one's time is the median over
      rounds of the round's median
@@ -88,7 +88,8 @@ def _deviation(got: Any, want: Any) -> float:
 
 
 def _measure_workload(name: str, workload: str, settings: BenchSettings, order: tuple[str, str]) -> ModelResult:
-    from kevin_backend.backend.report import collecting_reports, counters
+    from kevin_backend.backend.report import collecting_reports
+    from kevin_backend.runtime.counters import counters
 
     device = torch.device(settings.device)
     train = workload == "train"
@@ -184,7 +185,7 @@ def run_models(
 
 def environment(settings: BenchSettings, command: str | None = None) -> dict[str, Any]:
     """Where and how the benchmark ran (the report's header)."""
-    from kevin_backend import __version__
+    from kevin_backend.version import __version__
 
     cuda = torch.device(settings.device).type == "cuda" and torch.cuda.is_available()
     return {

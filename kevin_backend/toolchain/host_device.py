@@ -61,7 +61,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from kevin_backend.judge.static import KERNEL_ATTRIBUTES, strip_cpp
+from kevin_backend.toolchain.cpp_text import KERNEL_ATTRIBUTES, strip_cpp
 
 __all__ = ["SplitError", "Split", "split_cuda", "SOURCE_NAME"]
 

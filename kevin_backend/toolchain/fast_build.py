@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Sequence
 
 from kevin_backend.config import child_env, cuda_toolkit_dirs
-from kevin_backend.judge.errors import SourceFile, parse_errors, trim_compiler_output
-from kevin_backend.judge.split import SOURCE_NAME, SplitError, split_cuda
+from kevin_backend.toolchain.build_errors import SourceFile, parse_errors, trim_compiler_output
+from kevin_backend.toolchain.host_device import SOURCE_NAME, SplitError, split_cuda
 from kevin_backend.locks import file_lock
 
 # Part of every fast build's cache key: bump it when what this module produces changes.
@@ -334,5 +334,5 @@ def _run_each(commands: Sequence[Sequence[str]], timeout: float) -> tuple[list[t
     return [(out, proc.returncode if proc.returncode is not None else -1) for out, proc in zip(outputs, procs)], timed_out
 
 
-if __name__ == "__main__":  # pragma: no cover - a manual check: python -m kevin_backend.judge.fast_build ROOT
+if __name__ == "__main__":  # pragma: no cover - a manual check: python -m kevin_backend.toolchain.fast_build ROOT
     print(ensure_pch(Path(sys.argv[1]), Toolchain.detect()))

@@ -26,11 +26,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from kevin_backend.backend.report import counters
+from kevin_backend.runtime.counters import counters
 from kevin_backend.cache.entry import CacheEntry, EntryKind
-from kevin_backend.judge.build import Builder, answering_load_inline
-from kevin_backend.judge.compare import compare_outputs
-from kevin_backend.judge.inputs import clone_layout
+from kevin_backend.toolchain.build import Builder, answering_load_inline
+from kevin_backend.measure.compare import compare_outputs
+from kevin_backend.measure.inputs import clone_layout
 from kevin_backend.types import TensorSpec, load_program
 
 __all__ = ["KernelMismatch", "LoadedKernel", "kernel_calls", "load_entry", "prebuild", "register", "lookup", "use_cache", "launch"]
@@ -245,8 +245,8 @@ def prebuild(entries: Sequence[CacheEntry]) -> int:
     that hits many kernels a fresh machine has not built yet (a seed cache) waits for the
     slowest build instead of their sum. Failures are left for `load_entry` to report. Returns
     the number of builds started."""
-    from kevin_backend.judge.build import BuildSpec
-    from kevin_backend.judge.candidate import Candidate
+    from kevin_backend.toolchain.build import BuildSpec
+    from kevin_backend.toolchain.candidate import Candidate
 
     specs = []
     for entry in entries:

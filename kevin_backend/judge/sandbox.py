@@ -57,7 +57,7 @@ class RunOutcome:
     device: str = ""
     exact: str = ""
     phase: str = ""  # the last phase the worker entered
-    # an accepted candidate's bytes, FLOPs and the GPU's copy bandwidth (`roofline.py`); None
+    # an accepted candidate's bytes, FLOPs and the GPU's copy bandwidth (`measure/roofline.py`); None
     # when the worker had no copy bandwidth (a CPU, a failed measurement) or judged no kernel
     roofline: dict[str, Any] | None = None
 
