@@ -18,7 +18,7 @@ from kevin_backend.generate.builtin.graph import BuiltinSupport, Declined, Kind,
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, input_mode, preferred_order, staged_output, write_program
 from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy, task_from_messages
 from kevin_backend.generate.builtin.suite import SUITE
-from kevin_backend.generate.policy import Sampling
+from kevin_backend.generate.policy import EarlierTurn, Sampling
 from kevin_backend.generate.prompts import Turn, build_messages
 from kevin_backend.toolchain.candidate import Candidate
 from kevin_backend.toolchain.fast_build import fast_sources
@@ -244,7 +244,7 @@ def test_refinement_follows_the_timings_and_keeps_the_best() -> None:
     for _ in range(len(VARIANTS_POINTWISE) + 1):
         messages = build_messages(source, "NVIDIA H200", turns, 100_000)
         assert "torch.sigmoid(x) * y + 1.0" in (task_from_messages(messages) or "")
-        (reply,) = policy.generate([messages], Sampling())
+        (reply,) = policy.generate_after([messages], [[EarlierTurn(s.reply, s.result) for s in turns]], Sampling())
         variant = reply.extra["variant"]
         chosen.append(variant)
         turns.append(Turn.of(reply, _feedback(times[variant])))
@@ -258,8 +258,9 @@ def test_refinement_follows_the_timings_and_keeps_the_best() -> None:
 
 
 def test_a_search_longer_than_the_prompt_budget_still_knows_every_variant_it_measured() -> None:
-    """The prompt keeps only the latest turns; the summaries carry the earlier measurements, so no
-    variant is written twice before all are tried, and the fastest is kept at the end."""
+    """The prompt keeps only the latest turns; the writer reads every earlier turn as data (its
+    variant and the judge's time), so no variant is written twice before all are tried, and the
+    fastest is kept at the end. Its summary lists the measurements for a reader of the log."""
     source = next(t.source for t in SUITE if t.name == "softmax-f16")
     policy = BuiltinPolicy()
     turns: list[Turn] = []
@@ -269,7 +270,7 @@ def test_a_search_longer_than_the_prompt_budget_still_knows_every_variant_it_mea
     for _ in range(len(VARIANTS_ROWS) + 2):
         messages = build_messages(source, "NVIDIA H200", turns, 12_000)
         visible.append(sum(m["role"] == "assistant" for m in messages))
-        (reply,) = policy.generate([messages], Sampling())
+        (reply,) = policy.generate_after([messages], [[EarlierTurn(s.reply, s.result) for s in turns]], Sampling())
         chosen.append(reply.extra["variant"])
         turns.append(Turn.of(reply, _feedback(times[chosen[-1]])))
     assert max(visible) < 5  # the budget really drops turns: at most a few earlier replies are seen
@@ -277,6 +278,27 @@ def test_a_search_longer_than_the_prompt_budget_still_knows_every_variant_it_mea
     fastest = min((ms, v) for v, ms in times.items() if ms is not None)[1]
     assert chosen[-2:] == [fastest, fastest]
     assert " 4:x," in turns[-1].summary and f" {fastest}:{times[fastest]:.6g}" in turns[-1].summary
+
+
+def test_the_writer_follows_the_judges_numbers_not_the_feedback_prose() -> None:
+    """Two turns measured by the judge; the conversation's feedback text says the opposite (a
+    reworded or mistaken template). The third turn keeps to the judge's numbers: the variant
+    after the faster one, and its summary names the faster one with the judge's time."""
+    source = next(t.source for t in SUITE if t.name == "gated-f32")
+    policy = BuiltinPolicy()
+    turns: list[Turn] = []
+    for ms in (0.050, 0.020):
+        (reply,) = policy.generate_after([build_messages(source, "NVIDIA H200", turns, 100_000)],
+                                         [[EarlierTurn(s.reply, s.result) for s in turns]], Sampling())
+        turns.append(Turn.of(reply, _feedback(ms)))
+    first, second = (s.reply.extra["variant"] for s in turns)
+    swapped = [dataclasses.replace(turns[0], feedback=turns[1].feedback), dataclasses.replace(turns[1], feedback=turns[0].feedback)]
+    messages = build_messages(source, "NVIDIA H200", swapped, 100_000)
+    assert "your program: 0.05" in messages[-1]["content"]  # the prose now says the second was slow
+    (reply,) = policy.generate_after([messages], [[EarlierTurn(s.reply, s.result) for s in turns]], Sampling())
+    assert f"best so far variant {second} at 0.02 ms" in reply.text
+    (fresh,) = policy.generate([messages], Sampling())  # no turns given: a first turn, whatever the messages say
+    assert fresh.extra["variant"] == first
 
 
 def test_variants_are_ranked_for_the_shape() -> None:

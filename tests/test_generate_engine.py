@@ -15,7 +15,7 @@ from kevin_backend.cache.key import CacheKey
 from kevin_backend.generate.engine import Engine, SearchConfig, SearchResult, TurnRecord, _Trajectory, select_beam
 from kevin_backend.generate.generator import SearchGenerator, make_policy
 from kevin_backend.generate.log import TrajectoryLog
-from kevin_backend.generate.policy import PolicyError, Reply
+from kevin_backend.generate.policy import EarlierTurn, PolicyError, Reply, TurnReader
 from kevin_backend.generate.prompts import Turn
 from kevin_backend.generate.replay import ReplayPolicy
 from kevin_backend.judge.judge import Judge
@@ -69,6 +69,34 @@ def test_oldest_turns_are_cut_at_the_token_budget(judge: Judge) -> None:
     last = "\n".join(m["content"] for m in policy.received[3][0])
     assert "summary number 2" in last and "summary number 0" not in last
     assert "omitted" in policy.received[3][0][1]["content"].lower()
+
+
+class _TurnReading(ReplayPolicy):
+    """A scripted policy that reads its earlier turns as data (`TurnReader`): what it was given
+    each turn is kept."""
+
+    def __init__(self, replies: list[str]) -> None:
+        super().__init__(replies)
+        self.earlier: list[list[list[EarlierTurn]]] = []
+
+    def generate_after(self, conversations, earlier, sampling):  # type: ignore[no-untyped-def]
+        self.earlier.append([list(e) for e in earlier])
+        return self.generate(conversations, sampling)
+
+
+def test_a_turn_reader_gets_every_earlier_turn_with_the_judges_verdict(judge: Judge) -> None:
+    """The conversation drops the oldest turns at the token budget; the earlier turns handed
+    beside it do not, and each carries the reply as the policy wrote it and the judge's verdict."""
+    policy = _TurnReading([reply(TRY_EXCEPT, "S", f"summary number {i}") for i in range(3)] + [reply(None, "S", "none")])
+    assert isinstance(policy, TurnReader)
+    result = Engine(policy, judge, SearchConfig(trajectories=1, turns=4, max_prompt_tokens=1400)).search(GATED_TASK)
+    assert [len(e[0]) for e in policy.earlier] == [0, 1, 2, 3]
+    last = "\n".join(m["content"] for m in policy.received[3][0])
+    assert "summary number 0" not in last  # dropped from the conversation ...
+    seen = policy.earlier[3][0]
+    assert "summary number 0" in seen[0].reply.text  # ... not from the turns
+    assert [s.result for s in seen] == [r.step.result for r in result.records[:3]]
+    assert all(s.result is not None and s.result.violations[0].rule == "no-try-except" for s in seen)
 
 
 def test_beam_keeps_the_best_and_copies_them() -> None:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Protocol, Sequence
 from kevin_backend.cache.entry import CacheEntry, EntryKind, Retiming, Timings
 from kevin_backend.cache.key import CacheKey
 from kevin_backend.judge.decide import RetimeOutcome, decide
-from kevin_backend.generate.policy import Message, Policy, PolicyError, Reply, Sampling
+from kevin_backend.generate.policy import EarlierTurn, Message, Policy, PolicyError, Reply, Sampling, TurnReader
 from kevin_backend.generate.prompts import Turn, build_messages, extract_code, prompt_version
 from kevin_backend.judge.result import JudgeResult, Reason, Stage
 from kevin_backend.types import KernelTask
@@ -263,7 +263,11 @@ class Engine:
                 cfg.sampling, seed=cfg.sampling.seed + 1000 * turn)
             t0 = time.perf_counter()
             try:
-                replies = self.policy.generate(conversations, sampling)
+                if isinstance(self.policy, TurnReader):  # the earlier turns as data too
+                    earlier = [[EarlierTurn(s.reply, s.result) for s in t.turns] for t in live]
+                    replies = self.policy.generate_after(conversations, earlier, sampling)
+                else:
+                    replies = self.policy.generate(conversations, sampling)
             except PolicyError as exc:
                 stopped = f"policy error: {exc}"
                 incomplete = stopped

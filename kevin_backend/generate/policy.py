@@ -7,7 +7,11 @@ turn with every live trajectory's conversation:
 
     replies = policy.generate([messages_1, messages_2, ...], Sampling(temperature=0.9))
 
-and gets one `Reply` per conversation, in order. Reasoning models put their chain of thought in a
+and gets one `Reply` per conversation, in order. A policy that wants the judge's numbers rather
+than the prose written for a language model (the built-in writer) is a `TurnReader`: the loop
+then calls `generate_after(conversations, earlier, sampling)`, with each trajectory's earlier
+turns as data (`EarlierTurn`: its own reply and the judge's `JudgeResult`), all of them, however
+many the conversation had to drop. Reasoning models put their chain of thought in a
 separate field or inside `<think>...</think>`; a policy returns it apart from the answer
 (`split_reasoning`), so the loop can drop it from later turns' context.
 
@@ -21,7 +25,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
-__all__ = ["Message", "Sampling", "Reply", "Policy", "PolicyError", "split_reasoning"]
+from kevin_backend.judge.result import JudgeResult
+
+__all__ = ["Message", "Sampling", "Reply", "Policy", "PolicyError", "EarlierTurn", "TurnReader", "split_reasoning"]
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
 
@@ -67,6 +73,32 @@ class Policy(Protocol):
 
     def generate(self, conversations: Sequence[Sequence[Message]], sampling: Sampling) -> list[Reply]:
         """One reply per conversation, in order."""
+        ...
+
+
+@dataclass(frozen=True)
+class EarlierTurn:
+    """One earlier turn of a trajectory, as data: the policy's own reply (with what it put into
+    `Reply.extra`) and the judge's verdict on it (None when the reply held no program)."""
+
+    reply: Reply
+    result: JudgeResult | None
+
+
+@runtime_checkable
+class TurnReader(Protocol):
+    """A policy that reads its trajectories' earlier turns as data beside the messages."""
+
+    name: str
+
+    def generate(self, conversations: Sequence[Sequence[Message]], sampling: Sampling) -> list[Reply]:
+        """One reply per conversation, each a first turn."""
+        ...
+
+    def generate_after(self, conversations: Sequence[Sequence[Message]], earlier: Sequence[Sequence[EarlierTurn]],
+                       sampling: Sampling) -> list[Reply]:
+        """One reply per conversation, in order; `earlier[i]` holds every earlier turn of
+        conversation i's trajectory, oldest first."""
         ...
 
 

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from kevin_backend.generate.engine import Engine
-from kevin_backend.generate.policy import Message, Reply, Sampling
+from kevin_backend.generate.policy import EarlierTurn, Message, Reply, Sampling
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
 from kevin_backend.rl.train_config import RolloutSettings, SFTSettings, TrainConfigError
 from kevin_backend.rl.loss import kept_logits, sequence_logprobs, token_logprobs
@@ -95,6 +95,10 @@ class _Writer:
 
     def generate(self, conversations: Sequence[Sequence[Message]], sampling: Sampling) -> list[Reply]:
         return self.writer.generate(conversations, sampling)
+
+    def generate_after(self, conversations: Sequence[Sequence[Message]], earlier: Sequence[Sequence[EarlierTurn]],
+                       sampling: Sampling) -> list[Reply]:
+        return self.writer.generate_after(conversations, earlier, sampling)
 
 
 def builtin_demonstrations(tasks: Sequence[TrainTask], tokenizer: Any, settings: SFTSettings,

@@ -4,13 +4,12 @@ writes a kernel, and refines it from the judge's feedback.
     policy = BuiltinPolicy()
     replies = policy.generate(conversations, Sampling())    # one reply per conversation
 
-Turn 0 of trajectory 0 is the plain kernel (256 threads, scalar loads); other trajectories start
-at other variants, so a batch explores in parallel. Each later turn reads the earlier turns'
-variants (named in their programs' docstrings) and verdicts (the feedback's timings), keeps the
-fastest correct one, and tries the untried variant most like it: the same vector choice first,
-then the nearest thread count. When every variant has been tried it writes the best again. Its
-summary lists every variant measured so far, so a search longer than the prompt's budget (which
-drops the oldest turns) still knows them all.
+Trajectories start at different variants (`preferred_order` ranks them for the task's shape), so
+a batch explores in parallel. Each later turn reads the trajectory's earlier turns as data (a
+`TurnReader`: the variant each reply wrote, in its `Reply.extra`, and the judge's kernel time for
+it), keeps the fastest correct one, and tries the untried variant most like it: the same vector
+choice first, then the nearest thread count. When every variant has been tried it writes the best
+again. Its summary lists every variant measured so far, for whoever reads the conversation.
 
 A task it cannot write (see `graph.plan_task`) gets a reply without code that says why, with
 `finish_reason="declined"`, which ends that trajectory.
@@ -25,17 +24,11 @@ from typing import Sequence
 
 from kevin_backend.generate.builtin.graph import Declined, Plan, plan_task
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, Variant, write_program
-from kevin_backend.generate.policy import Message, Reply, Sampling
+from kevin_backend.generate.policy import EarlierTurn, Message, Reply, Sampling
 
 __all__ = ["BuiltinPolicy", "task_from_messages"]
 
 _BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
-_VARIANT = re.compile(r"Written by kevin's built-in writer: .*?variant (\d+)")
-_TIME = re.compile(r"your program:\s*([0-9.eE+-]+)\s*ms")
-# "Measured so far (variant:ms, x not accepted): 0:0.021, 4:x, 10:0.0243." (compact: a search
-# over every variant keeps its whole list within the summary's length)
-_MEASURED = re.compile(r"Measured so far \(variant:ms, x not accepted\): (.*?)\.(?:\s|$)")
-_MEASURED_ITEM = re.compile(r"(\d+):(?:([0-9.eE+-]+)|x)\b")
 
 
 def task_from_messages(messages: Sequence[Message]) -> str | None:
@@ -58,12 +51,17 @@ class BuiltinPolicy:
     name = "builtin"
 
     def generate(self, conversations: Sequence[Sequence[Message]], sampling: Sampling) -> list[Reply]:
-        return [self._one(list(c), i) for i, c in enumerate(conversations)]
+        """First turns: no earlier turn is read from the messages."""
+        return self.generate_after(conversations, [()] * len(conversations), sampling)
+
+    def generate_after(self, conversations: Sequence[Sequence[Message]], earlier: Sequence[Sequence[EarlierTurn]],
+                       sampling: Sampling) -> list[Reply]:
+        return [self._one(list(c), i, _history(e)) for i, (c, e) in enumerate(zip(conversations, earlier, strict=True))]
 
     def count_tokens(self, text: str) -> int:
         return len(text) // 4
 
-    def _one(self, messages: list[Message], index: int) -> Reply:
+    def _one(self, messages: list[Message], index: int, history: list[tuple[int, float | None]]) -> Reply:
         source = task_from_messages(messages)
         if source is None:
             return Reply("I found no task program (a python block defining Model) in the conversation.",
@@ -72,7 +70,6 @@ class BuiltinPolicy:
         if isinstance(plan, Declined):
             return Reply(f"The built-in writer does not take this task: {plan.reason}.", finish_reason="declined")
         variants = VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE
-        history = _history(messages)
         choice, why = _choose(variants, history, index, preferred_order(plan))
         variant = variants[choice]
         digest = hashlib.sha256(source.encode()).hexdigest()[:10]
@@ -96,23 +93,17 @@ def _format_history(history: list[tuple[int, float | None]]) -> str:
     return ", ".join(f"{v}:{ms:.6g}" if ms is not None else f"{v}:x" for v, ms in best.items())
 
 
-def _history(messages: list[Message]) -> list[tuple[int, float | None]]:
-    """(variant, milliseconds when correct else None) for each earlier turn. A long search's
-    oldest turns drop out of the prompt, so each reply's summary carries the measurements before
-    it ("Measured so far: ..."); the latest such list is the start of the history."""
+def _history(earlier: Sequence[EarlierTurn]) -> list[tuple[int, float | None]]:
+    """(variant, the judge's kernel milliseconds when correct, else None) for each earlier turn
+    that wrote a variant of this writer."""
     out: list[tuple[int, float | None]] = []
-    for i, m in enumerate(messages):
-        if m["role"] != "assistant":
+    for turn in earlier:
+        variant = turn.reply.extra.get("variant")
+        if not isinstance(variant, int):
             continue
-        carried = _MEASURED.search(m["content"])
-        if carried is not None:
-            out = [(int(v), float(ms) if ms else None) for v, ms in _MEASURED_ITEM.findall(carried.group(1))]
-        found = _VARIANT.search(m["content"])
-        if found is None:
-            continue
-        feedback = messages[i + 1]["content"] if i + 1 < len(messages) and messages[i + 1]["role"] == "user" else ""
-        time = _TIME.search(feedback)
-        out.append((int(found.group(1)), float(time.group(1)) if time else None))
+        result = turn.result
+        ms = result.timings.kernel_ms if result is not None and result.correct else None
+        out.append((variant, ms))
     return out
 
 
