@@ -36,7 +36,7 @@ from kevin_backend.runtime import op as runtime  # noqa: E402
 from kevin_backend.backend.partition import partition_graph  # noqa: E402
 from kevin_backend.backend.support import GeneralOpSupport  # noqa: E402
 from kevin_backend.backend.task import extract_task  # noqa: E402
-from kevin_backend.cache.entry import CacheEntry, EntryKind  # noqa: E402
+from kevin_backend.cache.format import CacheEntry, EntryKind  # noqa: E402
 from kevin_backend.cache.key import make_key  # noqa: E402
 from kevin_backend.cache.store import KernelCache  # noqa: E402
 

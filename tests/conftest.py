@@ -111,7 +111,7 @@ class ReferenceGenerator:
         self.fail_on = fail_on
 
     def generate(self, task: Any, key: Any) -> Any:
-        from kevin_backend.cache.entry import CacheEntry, EntryKind, Timings
+        from kevin_backend.cache.format import CacheEntry, EntryKind, Timings
 
         self.tasks.append(task)
         if any(op in task.ops for op in self.fail_on):

@@ -91,7 +91,7 @@ def compile_with_gated_kernel(kevin_dir, x, y, **options):  # type: ignore[no-un
     import torch
 
     from kevin_backend.runtime.counters import counters
-    from kevin_backend.cache.entry import CacheEntry, EntryKind, Timings
+    from kevin_backend.cache.format import CacheEntry, EntryKind, Timings
     from kevin_backend.cache.store import KernelCache
 
     model = gated_model()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kevin_backend.cache.entry import CacheEntry, EntryKind, Retiming, Timings
+from kevin_backend.cache.format import CacheEntry, EntryKind, Retiming, Timings
 from kevin_backend.cache.key import CacheKey
 from kevin_backend.generate.engine import SearchConfig, SearchIncomplete, SearchResult, TurnRecord
 from kevin_backend.generate.generator import SearchGenerator

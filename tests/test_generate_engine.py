@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from judge_cases import GATED_TASK, HONEST, program
-from kevin_backend.cache.entry import EntryKind
+from kevin_backend.cache.format import EntryKind
 from kevin_backend.cache.key import CacheKey
 from kevin_backend.generate.engine import Engine, SearchConfig, SearchResult, TurnRecord, _Trajectory, select_beam
 from kevin_backend.generate.generator import SearchGenerator, make_policy

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 
 
 def test_replayed_search_feeds_back_every_outcome_and_decides_on_the_fast_kernel(tmp_path: Path) -> None:
-    from kevin_backend.cache.entry import EntryKind
+    from kevin_backend.cache.format import EntryKind
     from kevin_backend.cache.key import make_key
     from kevin_backend.config import Config
     from kevin_backend.generate.engine import SearchConfig

@@ -19,7 +19,7 @@ import kevin_backend
 from conftest import ReferenceGenerator, assert_close_tree
 from kevin_backend.backend.report import FallbackReason, Status
 from kevin_backend.runtime.counters import counters
-from kevin_backend.cache.entry import CacheEntry, EntryKind
+from kevin_backend.cache.format import CacheEntry, EntryKind
 from kevin_backend.cache.store import KernelCache
 from kevin_backend.example_models import make_example
 

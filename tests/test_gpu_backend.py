@@ -17,7 +17,7 @@ import kevin_backend
 from gpu_kernels import GATED_KERNEL, GATED_OPS, gated_model
 from kevin_backend.backend.report import Status
 from kevin_backend.runtime.counters import counters
-from kevin_backend.cache.entry import CacheEntry, EntryKind, Timings
+from kevin_backend.cache.format import CacheEntry, EntryKind, Timings
 from kevin_backend.runtime import op as runtime
 from kevin_backend.cache.store import KernelCache
 

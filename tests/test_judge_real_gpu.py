@@ -99,7 +99,7 @@ def get_init_inputs():
 @needs_gpu
 def test_the_runtime_load_check_catches_a_kernel_that_ignores_strides() -> None:
     from kevin_backend.runtime import op as runtime
-    from kevin_backend.cache.entry import CacheEntry, EntryKind
+    from kevin_backend.cache.format import CacheEntry, EntryKind
     from kevin_backend.cache.key import make_key
     from kevin_backend.types import KernelTask
 

@@ -214,7 +214,7 @@ def _decisions(tmp_path: Path, name: str, task_source: str, kernel_source: str, 
 
 
 def test_a_kernel_that_beats_inductor_is_kept_5_of_5(tmp_path: Path) -> None:
-    from kevin_backend.cache.entry import EntryKind
+    from kevin_backend.cache.format import EntryKind
 
     entries = _decisions(tmp_path, "slowed", SLOWED_TASK, SLOWED_KERNEL, flatter=False)
     assert [e.kind for e in entries] == [EntryKind.KERNEL] * REPEATS, [e.reason for e in entries]
@@ -224,7 +224,7 @@ def test_a_kernel_that_beats_inductor_is_kept_5_of_5(tmp_path: Path) -> None:
 
 
 def test_a_kernel_tied_with_inductor_is_not_kept_5_of_5(tmp_path: Path) -> None:
-    from kevin_backend.cache.entry import EntryKind
+    from kevin_backend.cache.format import EntryKind
 
     entries = _decisions(tmp_path, "tied", TIED_TASK, TIED_KERNEL, flatter=True)
     assert [e.kind for e in entries] == [EntryKind.INDUCTOR] * REPEATS, [e.reason for e in entries]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kevin_backend.runtime import op as runtime
-from kevin_backend.cache.entry import EntryKind
+from kevin_backend.cache.format import EntryKind
 from kevin_backend.generate.builtin.graph import plan_task
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, write_program
 from kevin_backend.generate.builtin.suite import SUITE

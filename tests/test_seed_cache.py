@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin_backend.cache.entry import EntryKind
+from kevin_backend.cache.format import EntryKind
 from kevin_backend.cache.store import KernelCache, default_seed_dir
 from kevin_backend.judge.result import Reason
 from kevin_backend.judge.static_judge import judge_static

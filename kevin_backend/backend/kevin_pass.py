@@ -45,7 +45,7 @@ from kevin_backend.backend.report import (
 from kevin_backend.backend.support import GeneralOpSupport, OpSupport
 from kevin_backend.backend.task import extract_task
 from kevin_backend.runtime.counters import counters
-from kevin_backend.cache.entry import CacheEntry, EntryKind
+from kevin_backend.cache.format import CacheEntry, EntryKind
 from kevin_backend.cache.key import SCHEMA_VERSION, make_key
 from kevin_backend.config import Config, Mode
 from kevin_backend.generate.policy import PolicyError

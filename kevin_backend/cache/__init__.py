@@ -1,6 +1,6 @@
 """The kernel cache: keys, entries, and the on-disk store (user cache in front of the seed cache)."""
 
-from kevin_backend.cache.entry import CacheEntry, EntryKind, PendingTask, Timings, now_iso
+from kevin_backend.cache.format import CacheEntry, EntryKind, PendingTask, Timings, now_iso
 from kevin_backend.cache.key import (
     SCHEMA_VERSION,
     CacheKey,

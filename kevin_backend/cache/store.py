@@ -39,7 +39,7 @@ from typing import Any, Callable, Final, Iterator, TypeVar
 import diskcache
 
 from kevin_backend.cache.archive import ImportReport, read_archive, write_archive
-from kevin_backend.cache.entry import CacheEntry, EntryKind, PendingTask, Timings
+from kevin_backend.cache.format import CacheEntry, EntryKind, PendingTask, Timings
 from kevin_backend.cache.errors import ArchiveError, KernelCacheError, ReadOnlyEntryError, UnsafeArchiveError
 from kevin_backend.cache.key import SCHEMA_VERSION, CacheKey, VersionTarget
 from kevin_backend.config import Config

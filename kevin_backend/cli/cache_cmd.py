@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable
 
-from kevin_backend.cache.entry import CacheEntry
+from kevin_backend.cache.format import CacheEntry
 from kevin_backend.cache.key import DeviceInfo, VersionTarget
 from kevin_backend.cache.store import (
     ArchiveError,

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from kevin_backend.cache.entry import CacheEntry, EntryKind, Retiming, Timings
+from kevin_backend.cache.format import CacheEntry, EntryKind, Retiming, Timings
 from kevin_backend.cache.key import CacheKey
 from kevin_backend.judge.decide import RetimeOutcome, decide
 from kevin_backend.generate.policy import EarlierTurn, Message, Policy, PolicyError, Reply, Sampling, TurnReader

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kevin_backend.cache.entry import CacheEntry
+from kevin_backend.cache.format import CacheEntry
 from kevin_backend.cache.key import CacheKey
 from kevin_backend.config import Config, ConfigError, build_root, env_is_set
 from kevin_backend.generate.engine import Engine, Judging, Progress, Retimer, SearchConfig, SearchIncomplete, SearchResult

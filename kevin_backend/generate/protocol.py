@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from kevin_backend.cache.entry import CacheEntry
+from kevin_backend.cache.format import CacheEntry
 from kevin_backend.cache.key import CacheKey
 from kevin_backend.types import KernelTask
 

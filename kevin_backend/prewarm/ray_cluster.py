@@ -15,7 +15,7 @@ import time
 from typing import Any, Sequence
 
 from kevin_backend.cache.store import KernelCache, deserialize_entry, serialize_pending
-from kevin_backend.cache.entry import PendingTask
+from kevin_backend.cache.format import PendingTask
 from kevin_backend.prewarm.local import Progress, Summary
 from kevin_backend.prewarm.sources import WorkItem
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from kevin_backend.runtime.counters import counters
-from kevin_backend.cache.entry import CacheEntry, EntryKind
+from kevin_backend.cache.format import CacheEntry, EntryKind
 from kevin_backend.toolchain.build import Builder, answering_load_inline
 from kevin_backend.measure.compare import compare_outputs
 from kevin_backend.measure.inputs import clone_layout

@@ -1,4 +1,5 @@
-"""What the kernel cache stores for one key."""
+"""The cache's format: what it stores for one key (a decision: a kernel or Inductor, with its
+reason and measurements) and for a task still to decide."""
 
 from __future__ import annotations
 
