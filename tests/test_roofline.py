@@ -1,4 +1,4 @@
-"""The roofline on the CPU (`kevin_backend/judge/roofline.py` and where it is wired): the bytes a
+"""The roofline on the CPU (`kevin_backend/measure/roofline.py` and where it is wired): the bytes a
 task must move for contiguous, broadcast, transposed and multi-output tensors; FLOPs of matmul
 and convolution work (none for elementwise work); the copy bandwidth kept on disk and read back
 without measuring again; `Roofline` and its judge record; the writer's feedback; the search

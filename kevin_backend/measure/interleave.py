@@ -65,6 +65,7 @@ def interleaved(
     until: Callable[[Mapping[str, Sequence[float]]], bool] | None = None,
     max_rounds: int | None = None,
     interleave: str = "round",
+    rotate: bool = True,
 ) -> dict[str, tuple[float, ...]]:
     """Per variant, the median ms of each round, variants alternating, after `warmup_rounds`
     whole rounds whose times are dropped (the first round after compiling runs slow: allocator,
@@ -74,7 +75,8 @@ def interleaved(
     `interleave="round"`: a round is `measure(fn)` of each variant in turn (`measure` defaults to
     the protocol with `trials` and `warmup`). `interleave="call"`: a round warms each variant up
     `warmup` times, then times `trials` calls of each, one call of each variant in turn (the order
-    rotating call by call), and counts each variant's median; `measure` then times one call."""
+    rotating call by call), and counts each variant's median; `measure` then times one call.
+    `rotate=False` keeps the order of `fns` in every round."""
     if rounds < 1 or warmup_rounds < 0 or trials < 1 or warmup < 0:
         raise ValueError(f"need rounds >= 1, warmup_rounds >= 0, trials >= 1, warmup >= 0; got {rounds}, {warmup_rounds}, "
                          f"{trials}, {warmup}")
@@ -89,7 +91,7 @@ def interleaved(
     while r < last:
         if r >= rounds and until(samples):  # type: ignore[misc]  (r >= rounds only with `until`)
             break
-        order = round_order(names, r)
+        order = round_order(names, r) if rotate else names
         if by_call:
             got = _call_by_call(fns, order, trials, warmup, measure)
         else:
@@ -121,9 +123,6 @@ def interleaved_rounds(kernel: Callable[[], float], inductor: Callable[[], float
     (a median of several trials) and returns milliseconds. The two lists are paired by round."""
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
-    kernel_ms: list[float] = []
-    inductor_ms: list[float] = []
-    for _ in range(rounds):
-        kernel_ms.append(float(kernel()))
-        inductor_ms.append(float(inductor()))
-    return kernel_ms, inductor_ms
+    got = interleaved({"kernel": kernel, "inductor": inductor}, "cpu", rounds, measure=lambda side: float(side()),
+                      rotate=False)
+    return list(got["kernel"]), list(got["inductor"])

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from kevin_backend.measure.timer import trial_times
 from kevin_backend.types import TensorSpec
 
 __all__ = ["COPY_BYTES", "Roofline", "record_fraction", "copy_bandwidth", "copy_bandwidth_key", "measure_copy_bandwidth", "read_copy_bandwidth",
@@ -109,7 +110,8 @@ def copy_bandwidth_key(device: torch.device) -> str:
 
 def measure_copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES, repeats: int = _COPY_REPEATS) -> tuple[float, dict[str, Any]]:
     """GB/s of a device-to-device copy of an `nbytes` buffer (read + write counted), the median of
-    `repeats` CUDA-event-timed copies after a warm-up, and what was measured. The buffer shrinks
+    `repeats` copies timed by the project's timer (`timer.trial_times`) after a warm-up, and what
+    was measured. The buffer shrinks
     (halving, never below 8x the L2 cache) when the device has not the memory for two of them."""
     props = torch.cuda.get_device_properties(device)
     l2 = int(getattr(props, "L2_cache_size", 0) or 0) or (64 << 20)
@@ -123,17 +125,7 @@ def measure_copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES, repea
     dst = torch.empty_like(src)
     try:
         with torch.cuda.device(device):
-            for _ in range(_COPY_WARMUP):
-                dst.copy_(src)
-            torch.cuda.synchronize(device)
-            samples = []
-            for _ in range(repeats):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                dst.copy_(src)
-                end.record()
-                torch.cuda.synchronize(device)
-                samples.append(start.elapsed_time(end))
+            samples = trial_times(lambda: dst.copy_(src), device, repeats, _COPY_WARMUP)
     finally:
         del src, dst
     ms = statistics.median(samples)

@@ -1,8 +1,10 @@
-"""The one timing protocol of the project: the judge's candidate, eager and Inductor times, and
-`kevin bench`'s whole steps (`kevin_backend/bench/timing.py`).
+"""The one timing protocol of the project: the judge's candidate, eager and Inductor times,
+`kevin bench`'s whole steps (`measure/interleave.py` takes turns with it), the graph check's
+variants, the prewarm profile and the GPU's copy bandwidth (`measure/roofline.py`).
 
     measure = make_timer(torch.device("cuda"), trials=100, warmup=10, queued=True)
     ms = measure(lambda: model(*inputs))        # median milliseconds
+    samples = trial_times(fn, torch.device("cuda"), trials=10, warmup=2)   # every trial's ms
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["flush_bytes", "make_timer"]
+__all__ = ["flush_bytes", "make_timer", "trial_times"]
 
 _FLUSH_UNKNOWN = 256 << 20  # where the device does not say its L2 size
 
@@ -38,33 +40,49 @@ def make_timer(device: torch.device, trials: int, warmup: int, queued: bool = Fa
     overlaps the GPU's work and is paid per graph rather than per subgraph, is left out for the
     candidate, eager and Inductor alike (what a standalone call of a torch.compile'd function
     spends in guards and wrappers would otherwise dwarf a small kernel)."""
-    flush = torch.empty(flush_bytes(device) // 4, dtype=torch.int32, device=device) if device.type == "cuda" else None
+    flush = _flush_buffer(device)
 
     def measure(fn: Callable[[], Any]) -> float:
         for _ in range(warmup):
             fn()
-        if device.type != "cuda":
-            samples = []
-            for _ in range(trials):
-                start = time.perf_counter()
-                fn()
-                samples.append((time.perf_counter() - start) * 1e3)
-            return statistics.median(samples)
-        if queued:
+        if device.type == "cuda" and queued:
             return _queued(fn, flush, trials)
-        samples = []
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for _ in range(trials):
-            flush.zero_()  # evict the inputs from L2
-            torch.cuda.synchronize()  # device-wide: work on any stream ends before the timer starts
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()  # ... and before it stops
-            samples.append(start.elapsed_time(end))
-        return statistics.median(samples)
+        return statistics.median(_trials(fn, device, trials, flush))
 
     return measure
+
+
+def trial_times(fn: Callable[[], Any], device: torch.device, trials: int, warmup: int) -> list[float]:
+    """Every trial's milliseconds of `fn` under the protocol's unqueued form (L2 flushed, then a
+    device-wide synchronisation, CUDA events around the call, a synchronisation after it; on a
+    CPU, `time.perf_counter`), for a caller that keeps the samples."""
+    for _ in range(warmup):
+        fn()
+    return _trials(fn, device, trials, _flush_buffer(device))
+
+
+def _flush_buffer(device: torch.device) -> torch.Tensor | None:
+    return torch.empty(flush_bytes(device) // 4, dtype=torch.int32, device=device) if device.type == "cuda" else None
+
+
+def _trials(fn: Callable[[], Any], device: torch.device, trials: int, flush: torch.Tensor | None) -> list[float]:
+    samples = []
+    if device.type != "cuda" or flush is None:
+        for _ in range(trials):
+            start = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return samples
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(trials):
+        flush.zero_()  # evict the inputs from L2
+        torch.cuda.synchronize()  # device-wide: work on any stream ends before the timer starts
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()  # ... and before it stops
+        samples.append(start.elapsed_time(end))
+    return samples
 
 
 def _queued(fn: Callable[[], Any], flush: Any, trials: int, attempts: int = 4) -> float:
