@@ -299,7 +299,8 @@ def retiming() -> Retiming:
 
 
 def test_the_decision_record_round_trips_and_old_records_load(tmp_path: Path) -> None:
-    from kevin_backend.cache.store import KernelCache, entry_metadata
+    from kevin_backend.cache.disk_format import entry_metadata
+    from kevin_backend.cache.store import KernelCache
 
     task, key = task_and_key()
     r = retiming()

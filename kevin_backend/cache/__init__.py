@@ -1,5 +1,7 @@
 """The kernel cache: keys, entries, and the on-disk store (user cache in front of the seed cache)."""
 
+from kevin_backend.cache.disk_format import ENTRY_FORMAT, entry_metadata
+from kevin_backend.cache.errors import ArchiveError, KernelCacheError, ReadOnlyEntryError, UnsafeArchiveError
 from kevin_backend.cache.format import CacheEntry, EntryKind, PendingTask, Timings, now_iso
 from kevin_backend.cache.key import (
     SCHEMA_VERSION,
@@ -7,24 +9,12 @@ from kevin_backend.cache.key import (
     DeviceInfo,
     VersionTarget,
     default_numerics,
+    is_digest,
     make_key,
     numerics_settings,
 )
-from kevin_backend.cache.store import (
-    ENTRY_FORMAT,
-    ArchiveError,
-    EntryInfo,
-    ImportReport,
-    KernelCache,
-    KernelCacheError,
-    PruneReport,
-    VersionGroup,
-    ReadOnlyEntryError,
-    UnsafeArchiveError,
-    default_seed_dir,
-    entry_metadata,
-    is_digest,
-)
+from kevin_backend.cache.store import KernelCache, default_seed_dir
+from kevin_backend.cache.store_reports import EntryInfo, ImportReport, PruneReport, VersionGroup
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -2,7 +2,8 @@
 import` reads them back. Nothing is extracted to disk: members are read into memory and checked
 (no absolute paths, `..` or links; only the files an entry has; a size limit), and a file that
 is not such an archive is refused with one line naming it and the problem. What the folders
-hold is validated by the store (`store.py`), exactly as a lookup validates a folder.
+hold is validated by the store (`store.py`, with `disk_format.py`), exactly as a lookup validates
+a folder.
 """
 
 from __future__ import annotations
@@ -14,26 +15,12 @@ import tarfile
 import time
 import uuid
 import zlib
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Collection, Final
 
 from kevin_backend.cache.errors import ArchiveError, KernelCacheError, UnsafeArchiveError
 
-__all__ = ["ImportReport", "check_archive_file", "member_parts", "read_archive", "write_archive"]
-
-
-@dataclass(frozen=True)
-class ImportReport:
-    """What `KernelCache.import_()` did with each entry of an archive."""
-
-    imported: tuple[str, ...] = ()  # digests written
-    skipped: tuple[str, ...] = ()  # digests already present and kept (replace=False)
-    rejected: tuple[tuple[str, str], ...] = ()  # (digest or member name, problem); never imported
-
-    @property
-    def ok(self) -> bool:
-        return not self.rejected
+__all__ = ["check_archive_file", "member_parts", "read_archive", "write_archive"]
 
 
 def member_parts(member: tarfile.TarInfo) -> tuple[str, ...]:

@@ -31,12 +31,16 @@ __all__ = [
     "apply_numerics",
     "NUMERICS_DOC",
     "VersionTarget",
+    "is_digest",
 ]
 
 # Bump when the key's contents or the meaning of an entry change: old entries stop matching.
 # 1: graph, inputs, GPU, capability, torch, CUDA.
 # 2: + "numerics", the TF32 / reduced-precision / cuDNN / determinism settings the task depends on.
 SCHEMA_VERSION = 2
+
+# The shape of `CacheKey.digest`; digests become path components, so nothing else may pass.
+_DIGEST_RE = re.compile(r"[0-9a-f]{32}")
 
 Setting = Union[bool, str]
 
@@ -332,6 +336,11 @@ class CacheKey:
 
     def __str__(self) -> str:
         return json.dumps(self.as_dict(), indent=2, sort_keys=True)
+
+
+def is_digest(text: str) -> bool:
+    """True when `text` has the shape of a CacheKey digest (32 lowercase hex digits)."""
+    return _DIGEST_RE.fullmatch(text) is not None
 
 
 def make_key(

@@ -18,17 +18,10 @@ from typing import Callable, Iterable
 
 from kevin_backend.cache.format import CacheEntry
 from kevin_backend.cache.key import DeviceInfo, VersionTarget
-from kevin_backend.cache.store import (
-    ArchiveError,
-    EntryInfo,
-    KernelCache,
-    KernelCacheError,
-    PruneReport,
-    ReadOnlyEntryError,
-    VersionGroup,
-    default_seed_dir,
-    entry_metadata,
-)
+from kevin_backend.cache.disk_format import entry_metadata
+from kevin_backend.cache.errors import ArchiveError, KernelCacheError, ReadOnlyEntryError
+from kevin_backend.cache.store import KernelCache, default_seed_dir
+from kevin_backend.cache.store_reports import EntryInfo, PruneReport, VersionGroup
 from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, Handler
 from kevin_backend.config import Config
 from kevin_backend.measure.roofline import record_fraction

@@ -4,7 +4,7 @@ its own kernel cache as it arrives, so the cluster fills one cache.
 
     summary = prewarm_ray(items, setup, address="auto", cache=cache, progress=print_progress)
 
-Tasks and entries travel as their cache folders' files (`cache.store.serialize_*`), so actors
+Tasks and entries travel as their cache folders' files (`cache.disk_format.serialize_*`), so actors
 need the package installed but no access to the driver's disk.
 """
 
@@ -14,7 +14,8 @@ import os
 import time
 from typing import Any, Sequence
 
-from kevin_backend.cache.store import KernelCache, deserialize_entry, serialize_pending
+from kevin_backend.cache.disk_format import deserialize_entry, serialize_pending
+from kevin_backend.cache.store import KernelCache
 from kevin_backend.cache.format import PendingTask
 from kevin_backend.prewarm.local import Progress, Summary
 from kevin_backend.prewarm.sources import WorkItem
@@ -38,7 +39,7 @@ class _Actor:
     def generate(self, files: dict[str, bytes], digest: str) -> dict[str, Any]:
         import time as _time
 
-        from kevin_backend.cache.store import deserialize_pending, serialize_entry
+        from kevin_backend.cache.disk_format import deserialize_pending, serialize_entry
         from kevin_backend.prewarm.gpu_worker import time_spent
 
         start = _time.perf_counter()
