@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from kevin_backend.generate.builtin.graph import plan_task
+from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, Variant, write_program
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.judge.judge import Judge

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kevin_backend.generate.builtin.graph import plan_task
+from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, write_program
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.judge.judge import Judge

@@ -141,7 +141,7 @@ def builtin_partitions(fn: Any, *inputs: Any) -> Any:
     import torch._inductor.config as inductor_config
 
     from kevin_backend.backend.partition import partition_graph
-    from kevin_backend.generate.builtin.graph import BuiltinSupport
+    from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
 
     plans = []
 

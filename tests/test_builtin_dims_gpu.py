@@ -28,7 +28,8 @@ TASKS = ["sum-dim0-f32-128x1024x1024", "sum-dim1-f32-128x1024x1024", "mean-dim1-
 
 
 def test_reductions_over_any_dimensions_are_accepted(tmp_path_factory: pytest.TempPathFactory) -> None:
-    from kevin_backend.generate.builtin.graph import Plan, plan_task
+    from kevin_backend.generate.builtin.plan import Plan
+    from kevin_backend.generate.builtin.planner import plan_task
     from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
     from kevin_backend.judge.judge import Judge
@@ -72,7 +73,8 @@ def _judge_first_variants(names: list[str], tmp_path_factory: pytest.TempPathFac
     """Each named roofline task's first variant in the writer's order (or, with `pick`, the first
     cluster variant among the first `pick`, None if there is none), written and judged by the real
     judge: (name, variant, program text, result)."""
-    from kevin_backend.generate.builtin.graph import Plan, plan_task
+    from kevin_backend.generate.builtin.plan import Plan
+    from kevin_backend.generate.builtin.planner import plan_task
     from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
     from kevin_backend.judge.judge import Judge

@@ -15,7 +15,8 @@ import torch
 
 from conftest import builtin_partitions
 from kernel_emulator import emulate, has_cuda_headers
-from kevin_backend.generate.builtin.graph import Plan, plan_task
+from kevin_backend.generate.builtin.plan import Plan
+from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.generate.builtin.kernels import (VARIANTS_POINTWISE, VARIANTS_ROWS, Variant, can_vectorize_rows, preferred_order,
                                                    returned, strided_rows, write_program)
 from kevin_backend.generate.builtin.suite import SuiteTask, _task

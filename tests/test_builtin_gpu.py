@@ -25,7 +25,7 @@ SAMPLE = ["gated-f32", "gated-bf16", "transposed-input-f32", "mask-where-f32", "
 @pytest.mark.parametrize("variant", [0, 1, "ranked"])
 def test_first_kernels_of_a_suite_sample_are_accepted(tmp_path_factory: pytest.TempPathFactory, variant: int | str) -> None:
     # 0: the plain kernel; 1: the second of the list; "ranked": the shape's first bet after the plain one
-    from kevin_backend.generate.builtin.graph import plan_task
+    from kevin_backend.generate.builtin.planner import plan_task
     from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.sandbox import RunConfig

@@ -15,7 +15,8 @@ import pytest
 from conftest import builtin_partitions
 from kevin_backend.backend.partition import LeftOutReason
 from kevin_backend.backend.task import extract_task
-from kevin_backend.generate.builtin.graph import Declined, plan_task
+from kevin_backend.generate.builtin.plan import Declined
+from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.types import load_program
 
 _HEAD = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"

@@ -587,7 +587,7 @@ def test_device_helpers_are_host_and_device_and_prefixed() -> None:
 
 
 def test_only_kernels_with_sixteen_bit_outputs_take_fast_math() -> None:
-    from kevin_backend.generate.builtin.graph import plan_task
+    from kevin_backend.generate.builtin.planner import plan_task
     from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, fast_math, write_program
     from kevin_backend.generate.builtin.suite import _task
 
@@ -648,7 +648,7 @@ def test_fast_math_activation_chains_take_one_multi_function_instruction_a_trans
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc is not installed")
-    from kevin_backend.generate.builtin.graph import plan_task
+    from kevin_backend.generate.builtin.planner import plan_task
     from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, write_program
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
     from kevin_backend.toolchain.candidate import Candidate

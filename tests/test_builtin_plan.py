@@ -8,7 +8,10 @@ import operator
 
 import pytest
 
-from kevin_backend.generate.builtin.graph import Declined, Plan, _op_name, plan_task, trace
+from kevin_backend.generate.builtin.graph_nodes import op_name
+from kevin_backend.generate.builtin.plan import Declined, Plan
+from kevin_backend.generate.builtin.planner import plan_task
+from kevin_backend.generate.builtin.tracing import trace
 from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.generate.policy import Sampling
@@ -70,7 +73,7 @@ def test_the_reply_says_the_op_count(name: str) -> None:
 def test_suite_plans_count_every_aten_call_of_the_graph_once(task) -> None:
     gm, _ = trace(task.source)
     calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
-    assert list(_plan(task.source).ops) == [_op_name(n) for n in calls]
+    assert list(_plan(task.source).ops) == [op_name(n) for n in calls]
 
 
 
@@ -127,7 +130,8 @@ def test_only_cross_entropys_own_gather_is_declared(forward: str) -> None:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from kevin_backend.backend.partition import partition_graph
-    from kevin_backend.generate.builtin.graph import BuiltinSupport, match_decomposed_nll
+    from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
+    from kevin_backend.generate.builtin.cross_entropy import match_decomposed_nll
 
     fn = eval(f"lambda x, y: {forward}", {"torch": torch})  # noqa: S307 (the test's own expression)
     gm = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(torch.randn(64, 128), torch.randint(0, 128, (64,)))

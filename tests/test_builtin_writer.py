@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kevin_backend.generate.builtin.graph import BuiltinSupport, Declined, Kind, Plan, plan_task
+from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
+from kevin_backend.generate.builtin.plan import Declined, Kind, Plan
+from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, input_mode, preferred_order, staged_output, write_program
 from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy, task_from_messages
 from kevin_backend.generate.builtin.suite import SUITE
@@ -64,7 +66,7 @@ def test_per_channel_values_are_read_once_per_vector() -> None:
 
 
 def test_pointwise_kernels_index_in_32_bits_where_every_offset_fits() -> None:
-    from kevin_backend.generate.builtin.graph import Plan
+    from kevin_backend.generate.builtin.plan import Plan
 
     plan = plan_task(next(t for t in SUITE if t.name == "transposed-input-f32").source)
     assert isinstance(plan, Plan)

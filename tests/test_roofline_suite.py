@@ -14,7 +14,8 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-from kevin_backend.generate.builtin.graph import Declined, Plan, plan_task
+from kevin_backend.generate.builtin.plan import Declined, Plan
+from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.generate.builtin.roofline_suite import CATEGORIES, ROOFLINE_SUITE, task_bytes
 from kevin_backend.types import load_program
 

@@ -11,7 +11,7 @@ import pytest
 
 from kevin_backend.runtime import op as runtime
 from kevin_backend.cache.format import EntryKind
-from kevin_backend.generate.builtin.graph import plan_task
+from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, write_program
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.toolchain.build import Builder

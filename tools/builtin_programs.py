@@ -19,7 +19,8 @@ import sys
 
 def _writer():  # type: ignore[no-untyped-def]
     from kevin_backend.generate.builtin import kernels
-    from kevin_backend.generate.builtin.graph import Declined, plan_task
+    from kevin_backend.generate.builtin.plan import Declined
+    from kevin_backend.generate.builtin.planner import plan_task
 
     def programs(source: str) -> dict[str, object]:
         plan = plan_task(source)

@@ -96,7 +96,7 @@ def _support_for(config: Config) -> OpSupport:
 
             writer = "builtin" if resolve_policy_name(config.policy, config) == "builtin" else "general"
     if writer == "builtin":
-        from kevin_backend.generate.builtin.graph import BuiltinSupport
+        from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
 
         return BuiltinSupport()
     return GeneralOpSupport()

@@ -11,7 +11,7 @@ it), keeps the fastest correct one, and tries the untried variant most like it: 
 choice first, then the nearest thread count. When every variant has been tried it writes the best
 again. Its summary lists every variant measured so far, for whoever reads the conversation.
 
-A task it cannot write (see `graph.plan_task`) gets a reply without code that says why, with
+A task it cannot write (see `planner.plan_task`) gets a reply without code that says why, with
 `finish_reason="declined"`, which ends that trajectory.
 """
 
@@ -22,7 +22,8 @@ import re
 from functools import lru_cache
 from typing import Sequence
 
-from kevin_backend.generate.builtin.graph import Declined, Plan, plan_task
+from kevin_backend.generate.builtin.plan import Declined, Plan
+from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, Variant, write_program
 from kevin_backend.generate.policy import EarlierTurn, Message, Reply, Sampling
 

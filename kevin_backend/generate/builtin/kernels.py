@@ -43,7 +43,7 @@ from typing import Sequence
 
 import torch
 
-from kevin_backend.generate.builtin.graph import CENTERED, INDEXED, Kind, Plan, PlanInput, PlanNode, Reduction, online_partner
+from kevin_backend.generate.builtin.plan import CENTERED, INDEXED, Kind, Plan, PlanInput, PlanNode, Reduction, online_partner
 from kevin_backend.generate.builtin.ops import DEVICE_HELPERS
 
 __all__ = ["Variant", "write_program", "input_mode", "VARIANTS_POINTWISE", "VARIANTS_ROWS"]

@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from kevin_backend.generate.builtin.graph import CENTERED, INDEXED, Kind, Plan, PlanNode, Reduction, online_partner
+from kevin_backend.generate.builtin.plan import CENTERED, INDEXED, Kind, Plan, PlanNode, Reduction, online_partner
 
 __all__ = ["split_count", "split_program", "SPLIT_MIN_COLS"]
 

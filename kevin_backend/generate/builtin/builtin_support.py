@@ -1,0 +1,68 @@
+"""What the built-in writer declares to the partitioner (`BuiltinSupport`): the nodes it may take,
+and what a reduction must share with the other reductions of its kernel."""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.fx as fx
+
+from kevin_backend.generate.builtin.cross_entropy import match_decomposed_nll
+from kevin_backend.generate.builtin.graph_nodes import REDUCTIONS, VIEWS, node_value, op_name, reduced_dims
+from kevin_backend.generate.builtin.ops import check as check_pointwise, is_pointwise
+
+__all__ = ["BuiltinSupport"]
+
+aten = torch.ops.aten
+
+
+class BuiltinSupport:
+    """What the built-in writer declares to the partitioner: the pointwise ops of its op table,
+    the reductions above (over any dimensions; a task whose reductions differ in them is
+    declined by its plan) and the views that keep rows in place. Whether a whole
+    partition fits one of its two kernels is decided per task (`plan_task`), with the reason.
+    Cross-entropy's last step as Inductor decomposes it (`DecomposedNll`: int64 targets, a gather,
+    sums over the rows) is declared as a whole: its task folds back to `nll_loss_forward`."""
+
+    name = "builtin"
+
+    def __init__(self) -> None:
+        self._nll: tuple[weakref.ref[fx.Graph], int, frozenset[fx.Node]] | None = None
+
+    def _nll_nodes(self, graph: fx.Graph) -> frozenset[fx.Node]:
+        """The nodes of every `DecomposedNll` in `graph` (found once per graph and size)."""
+        if self._nll is None or self._nll[0]() is not graph or self._nll[1] != len(graph.nodes):
+            found = (match_decomposed_nll(n) for n in graph.nodes if n.target is aten.gather.default)
+            self._nll = (weakref.ref(graph), len(graph.nodes), frozenset().union(*(m.nodes for m in found if m is not None)))
+        return self._nll[2]
+
+    def supports(self, node: fx.Node) -> tuple[bool, str]:
+        target = node.target
+        if node in self._nll_nodes(node.graph):
+            return True, ""
+        if target in REDUCTIONS:
+            val = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+            if not isinstance(val, torch.Tensor) or not val.dim():
+                return False, f"{op_name(node)} of a 0-dimensional value"
+            if val.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+                return False, f"{op_name(node)} of {val.dtype} values"
+            return True, ""
+        if target in VIEWS or target is aten.masked_fill.Scalar:
+            return True, ""
+        if is_pointwise(node):
+            reason = check_pointwise(node)
+            return (True, "") if reason is None else (False, reason)
+        return False, f"{op_name(node)} not declared by writer 'builtin'"
+
+    def reduction_key(self, node: fx.Node) -> tuple[tuple[int | str, ...], tuple[int, ...]] | None:
+        """What a reduction node must share with every other reduction of its kernel (a plan
+        reduces one set of dimensions of one iteration space): the reduced value's shape and the
+        dimensions; None for other nodes. The partitioner keeps reductions of different keys apart."""
+        if node.op != "call_function" or node.target not in REDUCTIONS or node in self._nll_nodes(node.graph):
+            return None  # (a cross-entropy's sums over its rows fold into its nll_loss_forward)
+        val = node_value(node.args[0]) if node.args else None
+        if val is None:
+            return None
+        # (a symbolic size, under dynamic shapes, by its expression: SymInts do not hash)
+        return tuple(d if isinstance(d, int) else str(d) for d in val.shape), reduced_dims(node, val.dim())
