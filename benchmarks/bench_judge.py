@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 
 from kevin_backend.generate.builtin.planner import plan_task
-from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, Variant, write_program
+from kevin_backend.generate.builtin.program import write_program
+from kevin_backend.generate.builtin.variants import VARIANTS_POINTWISE, VARIANTS_ROWS, Variant
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.judge.judge import Judge
 from kevin_backend.judge.pool import describe

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from kevin_backend.generate.builtin.planner import plan_task
-from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, write_program
+from kevin_backend.generate.builtin.program import write_program
+from kevin_backend.generate.builtin.variants import VARIANTS_POINTWISE, VARIANTS_ROWS
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.judge.judge import Judge
 from kevin_backend.judge.sandbox import RunConfig

@@ -30,7 +30,9 @@ TASKS = ["sum-dim0-f32-128x1024x1024", "sum-dim1-f32-128x1024x1024", "mean-dim1-
 def test_reductions_over_any_dimensions_are_accepted(tmp_path_factory: pytest.TempPathFactory) -> None:
     from kevin_backend.generate.builtin.plan import Plan
     from kevin_backend.generate.builtin.planner import plan_task
-    from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
+    from kevin_backend.generate.builtin.program import write_program
+    from kevin_backend.generate.builtin.variant_ranking import preferred_order
+    from kevin_backend.generate.builtin.variants import variant_named
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.sandbox import RunConfig
@@ -42,7 +44,7 @@ def test_reductions_over_any_dimensions_are_accepted(tmp_path_factory: pytest.Te
         plan = plan_task(by_name[name].source)
         if not isinstance(plan, Plan):
             return name, plan, None
-        variant = (VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)[preferred_order(plan)[0]]
+        variant = variant_named(plan, preferred_order(plan)[0])
         return name, variant, judge.judge(by_name[name].source, write_program(plan, variant))
 
     failures = []
@@ -75,7 +77,9 @@ def _judge_first_variants(names: list[str], tmp_path_factory: pytest.TempPathFac
     judge: (name, variant, program text, result)."""
     from kevin_backend.generate.builtin.plan import Plan
     from kevin_backend.generate.builtin.planner import plan_task
-    from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
+    from kevin_backend.generate.builtin.program import write_program
+    from kevin_backend.generate.builtin.variant_ranking import preferred_order
+    from kevin_backend.generate.builtin.variants import variant_named
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.sandbox import RunConfig
@@ -88,11 +92,11 @@ def _judge_first_variants(names: list[str], tmp_path_factory: pytest.TempPathFac
         assert isinstance(plan, Plan), f"{name}: declined: {plan}"
         order = preferred_order(plan)
         if pick is not None:
-            clusters = [i for i in order[:pick] if VARIANTS_ROWS[i].cluster > 1] if plan.is_rows else []
+            clusters = [n for n in order[:pick] if variant_named(plan, n).cluster > 1] if plan.is_rows else []
             if not clusters:
                 return name, None, "", None
             order = clusters
-        variant = (VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)[order[0]]
+        variant = variant_named(plan, order[0])
         program = write_program(plan, variant)
         return name, variant, program, judge.judge(by_name[name].source, program)
 

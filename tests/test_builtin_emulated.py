@@ -17,14 +17,18 @@ from conftest import builtin_partitions
 from kernel_emulator import emulate, has_cuda_headers
 from kevin_backend.generate.builtin.plan import Plan
 from kevin_backend.generate.builtin.planner import plan_task
-from kevin_backend.generate.builtin.kernels import (VARIANTS_POINTWISE, VARIANTS_ROWS, Variant, can_vectorize_rows, preferred_order,
-                                                   returned, strided_rows, write_program)
+from kevin_backend.generate.builtin.host_function import returned
+from kevin_backend.generate.builtin.program import write_program
+from kevin_backend.generate.builtin.variant_fit import can_vectorize_rows, strided_rows
+from kevin_backend.generate.builtin.variant_ranking import preferred_order
+from kevin_backend.generate.builtin.variants import VARIANTS_ROWS, Variant, variant_named
 from kevin_backend.generate.builtin.suite import SuiteTask, _task
 from kevin_backend.measure.compare import FALLBACK_RTOL
 from kevin_backend.types import load_program
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or not has_cuda_headers(), reason="needs g++ and CUDA's headers")
 
+ROWS = {v.name: v for v in VARIANTS_ROWS}  # the variants by name
 R = 5  # rows: not a multiple of the rows a block takes
 CASES: list[SuiteTask] = [
     _task("sum-f32", "reduction", "x.sum(-1)", [(R, 1024)], "f32"),
@@ -154,22 +158,23 @@ CASES: list[SuiteTask] = [
 ]
 
 
-def _variants(task: SuiteTask) -> list[tuple[SuiteTask, int]]:
+def _variants(task: SuiteTask) -> list[tuple[SuiteTask, str]]:
     plan = plan_task(task.source)
     assert isinstance(plan, Plan), (task.name, plan)
     order = preferred_order(plan)
-    if plan.is_rows and not VARIANTS_ROWS[order[0]].split:  # the split variants have cases of their own (and a
-        order = [v for v in order if not VARIANTS_ROWS[v].split]  # 1024-thread block per row is slow to emulate)
+    if plan.is_rows and not ROWS[order[0]].split:  # the split variants have cases of their own (and a
+        order = [v for v in order if not ROWS[v].split]  # 1024-thread block per row is slow to emulate)
     if plan.is_rows:  # so do the cluster variants (test_a_row_over_a_cluster_matches_pytorch)
-        order = [v for v in order if VARIANTS_ROWS[v].cluster == 1]
-    extra = [0] if plan.is_rows else [0, 2, 4]  # the plain kernel; pointwise: several strips per thread, 4-wide or not
+        order = [v for v in order if ROWS[v].cluster == 1]
+    # the plain kernel; pointwise: several strips per thread, 4-wide or not
+    extra = ["t256"] if plan.is_rows else ["t256", "t128-vector-items2", "t256-vector-items4"]
     last = [order[-1]]
     if plan.is_rows and strided_rows(plan):  # rows across a warp: one thread per row, and rows in registers
         # (the cluster-spread ones: test_rows_across_memory_spread_over_a_cluster_match_pytorch)
-        extra = [i for i, v in enumerate(VARIANTS_ROWS) if v.columns and (v.threads == 1 or v.cache) and v.cluster == 1]
+        extra = [v.name for v in VARIANTS_ROWS if v.columns and (v.threads == 1 or v.cache) and v.cluster == 1]
         last = []  # (a 1024-thread block per row, over a few hundred rows, takes a minute to emulate)
     head = order[:2]
-    if plan.is_rows and not strided_rows(plan) and order[0] != 0:  # the ranked first, and the plain kernel in
+    if plan.is_rows and not strided_rows(plan) and order[0] != "t256":  # the ranked first, and the plain kernel in
         head = order[:1]  # `extra`: as many cases as when the plain kernel came first
     return [(task, v) for v in dict.fromkeys([*head, *last, *extra])]
 
@@ -185,10 +190,10 @@ def _reference(task: SuiteTask) -> tuple[Plan, list[torch.Tensor], list[torch.Te
     return plan, inputs, list(want) if isinstance(want, (tuple, list)) else [want]
 
 
-@pytest.mark.parametrize(("task", "variant"), [p for t in CASES for p in _variants(t)], ids=lambda x: x if isinstance(x, int) else x.name)
-def test_kernel_matches_pytorch_on_the_cpu(task: SuiteTask, variant: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("task", "variant"), [p for t in CASES for p in _variants(t)], ids=lambda x: x if isinstance(x, str) else x.name)
+def test_kernel_matches_pytorch_on_the_cpu(task: SuiteTask, variant: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     plan, inputs, want = _reference(task)
-    program = write_program(plan, (VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)[variant])
+    program = write_program(plan, variant_named(plan, variant))
     got = emulate(program, inputs, returned(plan), workdir=tmp_path)
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -201,7 +206,7 @@ def test_kernel_matches_pytorch_on_the_cpu(task: SuiteTask, variant: int, tmp_pa
 
 def test_the_emulation_catches_a_wrong_kernel(tmp_path) -> None:  # type: ignore[no-untyped-def]
     plan, inputs, (want,) = _reference(next(t for t in CASES if t.name == "softmax-f16"))
-    program = write_program(plan, VARIANTS_ROWS[preferred_order(plan)[1]])
+    program = write_program(plan, ROWS[preferred_order(plan)[1]])
     assert "= 1.0f / v4;" in program
     shapes = returned(plan)
     (right,) = emulate(program, inputs, shapes, workdir=tmp_path)
@@ -230,14 +235,14 @@ def test_index_reductions_take_the_first_extreme_and_a_nan_first(forward: str, d
         x = x.transpose(1, 2).contiguous()
     want = load_program(task.source, "index_ties").Model()(x)
     want = list(want) if isinstance(want, (tuple, list)) else [want]
-    vector = [i for i in preferred_order(plan)[:3] if VARIANTS_ROWS[i].vector] if can_vectorize_rows(plan) else []
+    vector = [n for n in preferred_order(plan)[:3] if ROWS[n].vector] if can_vectorize_rows(plan) else []
     assert bool(vector) == last  # rows along memory have a vector path, rows across it do not
-    for index in dict.fromkeys([preferred_order(plan)[0], 0, *vector[:1]]):
-        got = emulate(write_program(plan, VARIANTS_ROWS[index]), [x], returned(plan), workdir=tmp_path)
+    for name in dict.fromkeys([preferred_order(plan)[0], "t256", *vector[:1]]):
+        got = emulate(write_program(plan, ROWS[name]), [x], returned(plan), workdir=tmp_path)
         for g, w in zip(got, want):
             w = w.reshape(g.shape)
             assert g.dtype == w.dtype and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(), w.nan_to_num()), \
-                (VARIANTS_ROWS[index].describe(), g, w)
+                (ROWS[name].describe(), g, w)
 
 
 def test_a_comparison_sees_the_rounded_value_eager_compares(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -252,9 +257,9 @@ def test_a_comparison_sees_the_rounded_value_eager_compares(tmp_path) -> None:  
     y = torch.full((8, 64), 2 ** -13, dtype=torch.float16)
     want = load_program(task.source, "compare_tie").Model()(x, y)
     assert (want >= 1.0).all()  # eager: every comparison true
-    for index in (0, 1):
-        (got,) = emulate(write_program(plan, VARIANTS_POINTWISE[index]), [x, y], returned(plan), workdir=tmp_path)
-        assert torch.equal(got >= 1.0, want >= 1.0), VARIANTS_POINTWISE[index].describe()
+    for name in ("t256", "t256-vector"):
+        (got,) = emulate(write_program(plan, variant_named(plan, name)), [x, y], returned(plan), workdir=tmp_path)
+        assert torch.equal(got >= 1.0, want >= 1.0), name
         assert torch.allclose(got.float(), want.float(), atol=2e-3, rtol=0)
 
 
@@ -270,12 +275,12 @@ def test_long_runs_per_thread_are_summed_with_compensation(tmp_path) -> None:  #
     x = torch.rand(1, 8_000_000)
     exact = x.double().sum(-1).item()
     step = torch.finfo(torch.float32).eps * 2 ** 21  # float32's spacing between 2^21 and 2^22 (the sum is near 4e6)
-    one_thread = next(i for i, v in enumerate(VARIANTS_ROWS) if v.columns and v.threads == 1)
-    for index in (0, one_thread):
-        program = write_program(plan, VARIANTS_ROWS[index])
+    one_thread = next(v for v in VARIANTS_ROWS if v.columns and v.threads == 1)
+    for variant in (ROWS["t256"], one_thread):
+        program = write_program(plan, variant)
         assert "isfinite(t)" in program
         (got,) = emulate(program, [x], [((1,), torch.float32)], workdir=tmp_path)
-        assert abs(got.double().item() - exact) <= step, (VARIANTS_ROWS[index].describe(), got.item(), exact)
+        assert abs(got.double().item() - exact) <= step, (variant.describe(), got.item(), exact)
 
 
 def _assert_matches(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> None:
@@ -309,10 +314,9 @@ def test_a_row_over_a_cluster_matches_pytorch(task: SuiteTask, tmp_path) -> None
     own shared memory): the row read into the cluster's registers, each reduction combined
     across the blocks' shared memory, the outputs written; scalar and vector paths."""
     plan, inputs, want = _reference(task)
-    candidates = [i for i, v in enumerate(VARIANTS_ROWS) if v.cluster == 2 and not v.columns]
+    candidates = [v for v in VARIANTS_ROWS if v.cluster == 2 and not v.columns]
     assert len(candidates) == 2
-    for index in candidates:
-        variant = VARIANTS_ROWS[index]
+    for variant in candidates:
         program = write_program(plan, variant)
         assert "__cluster_dims__(2, 1, 1)" in program and "map_shared_rank" in program
         assert f"float in0_r[{-(-40001 // 2048) if 'layernorm' in task.name else -(-40000 // 2048)}]" in program or variant.vector \
@@ -383,7 +387,7 @@ def test_cross_entropy_as_inductor_decomposes_it_is_one_kernel(reduction: str, d
     plan = plan_task(extract_task(part).source)
     assert isinstance(plan, Plan), plan
     assert (plan.final.op if plan.final else "none") == reduction
-    program = write_program(plan, VARIANTS_ROWS[preferred_order(plan)[0]])
+    program = write_program(plan, variant_named(plan, preferred_order(plan)[0]))
     inputs = [targets if n.meta["val"].dtype is torch.int64 else logits for n in part.inputs]  # (in the partition's order)
     (got,) = emulate(program, inputs, returned(plan), workdir=tmp_path)
     want = loss(logits, targets)
@@ -410,7 +414,7 @@ def test_softplus_as_inductor_decomposes_it_calls_the_writers_own_softplus_helpe
     assert isinstance(plan, Plan), plan
     exprs = [n.expr or "" for n in plan.nodes]
     assert any(e.startswith("kevin_log1p_exp(") for e in exprs) and not any("log1pf(" in e for e in exprs), exprs
-    program = write_program(plan, VARIANTS_POINTWISE[preferred_order(plan)[0]])
+    program = write_program(plan, variant_named(plan, preferred_order(plan)[0]))
     assert "#define KEVIN_FAST_MATH" in program
     (got,) = emulate(program, [x], returned(plan), workdir=tmp_path)
     want = chain(x)
@@ -443,7 +447,7 @@ def test_training_batch_norm_updates_its_running_statistics_in_the_same_kernel(t
     mean_before, var_before = norm.running_mean.clone(), norm.running_var.clone()
     with torch.no_grad():
         want_y = norm(x)
-    got = emulate(write_program(plan, VARIANTS_ROWS[preferred_order(plan)[0]]), inputs, returned(plan), workdir=tmp_path)
+    got = emulate(write_program(plan, variant_named(plan, preferred_order(plan)[0])), inputs, returned(plan), workdir=tmp_path)
     want = {"y": want_y, "mean": norm.running_mean, "var": norm.running_var}
     assert not torch.equal(want["mean"], mean_before) and not torch.equal(want["var"], var_before)
     got_by = {"y": next(g for g in got if g.dim() == 4)}

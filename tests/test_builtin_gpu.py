@@ -22,11 +22,14 @@ SAMPLE = ["gated-f32", "gated-bf16", "transposed-input-f32", "mask-where-f32", "
           "rmsnorm-bf16"]
 
 
-@pytest.mark.parametrize("variant", [0, 1, "ranked"])
-def test_first_kernels_of_a_suite_sample_are_accepted(tmp_path_factory: pytest.TempPathFactory, variant: int | str) -> None:
-    # 0: the plain kernel; 1: the second of the list; "ranked": the shape's first bet after the plain one
+@pytest.mark.parametrize("variant", ["first", "second", "ranked"])
+def test_first_kernels_of_a_suite_sample_are_accepted(tmp_path_factory: pytest.TempPathFactory, variant: str) -> None:
+    # "first": the plain kernel (the first of the list); "second": the second of the list; "ranked": the shape's
+    # first bet after the plain one
     from kevin_backend.generate.builtin.planner import plan_task
-    from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, preferred_order, write_program
+    from kevin_backend.generate.builtin.program import write_program
+    from kevin_backend.generate.builtin.variant_ranking import preferred_order
+    from kevin_backend.generate.builtin.variants import variant_named, variants_for
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.sandbox import RunConfig
 
@@ -38,8 +41,9 @@ def test_first_kernels_of_a_suite_sample_are_accepted(tmp_path_factory: pytest.T
     def one(name: str) -> tuple[str, object]:
         plan = plan_task(by_name[name].source)
         assert plan, (name, plan)
-        index = preferred_order(plan)[1] if variant == "ranked" else int(variant)
-        program = write_program(plan, (VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)[index])
+        chosen = (variant_named(plan, preferred_order(plan)[1]) if variant == "ranked"
+                  else variants_for(plan)[0 if variant == "first" else 1])
+        program = write_program(plan, chosen)
         return name, judge.judge(by_name[name].source, program)
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:

@@ -22,8 +22,8 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from kevin_backend.generate.builtin.codegen import cuda_code
 from kevin_backend.generate.builtin.ops import (
-    DEVICE_HELPERS,
     SUPPORTED_OPS,
     Unsupported,
     check,
@@ -34,6 +34,7 @@ from kevin_backend.generate.builtin.ops import (
 
 A = torch.ops.aten
 P = torch.ops.prims
+DEVICE_HELPERS = cuda_code("device_helpers.cuh")  # the functions the op table's expressions call
 inf, nan = math.inf, math.nan
 N = 320  # inputs per case
 
@@ -588,7 +589,8 @@ def test_device_helpers_are_host_and_device_and_prefixed() -> None:
 
 def test_only_kernels_with_sixteen_bit_outputs_take_fast_math() -> None:
     from kevin_backend.generate.builtin.planner import plan_task
-    from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, fast_math, write_program
+    from kevin_backend.generate.builtin.program import fast_math, write_program
+    from kevin_backend.generate.builtin.variants import VARIANTS_POINTWISE
     from kevin_backend.generate.builtin.suite import _task
 
     for dt, fast in (("bf16", True), ("f16", True), ("f32", False)):
@@ -649,7 +651,8 @@ def test_fast_math_activation_chains_take_one_multi_function_instruction_a_trans
     if nvcc is None:
         pytest.skip("nvcc is not installed")
     from kevin_backend.generate.builtin.planner import plan_task
-    from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, write_program
+    from kevin_backend.generate.builtin.program import write_program
+    from kevin_backend.generate.builtin.variants import VARIANTS_POINTWISE
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
     from kevin_backend.toolchain.candidate import Candidate
     from kevin_backend.toolchain.fast_build import fast_sources

@@ -17,7 +17,11 @@ import torch
 from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
 from kevin_backend.generate.builtin.plan import Declined, Kind, Plan
 from kevin_backend.generate.builtin.planner import plan_task
-from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, VARIANTS_ROWS, input_mode, preferred_order, staged_output, write_program
+from kevin_backend.generate.builtin.index_math import input_mode
+from kevin_backend.generate.builtin.program import write_program
+from kevin_backend.generate.builtin.variant_fit import staged_output
+from kevin_backend.generate.builtin.variant_ranking import preferred_order
+from kevin_backend.generate.builtin.variants import VARIANTS_POINTWISE, VARIANTS_ROWS
 from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy, task_from_messages
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.generate.policy import EarlierTurn, Sampling
@@ -26,6 +30,10 @@ from kevin_backend.toolchain.candidate import Candidate
 from kevin_backend.toolchain.fast_build import fast_sources
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
 from kevin_backend.judge.static_judge import judge_static
+
+
+ROWS = {v.name: v for v in VARIANTS_ROWS}  # the variants by name
+POINTWISE = {v.name: v for v in VARIANTS_POINTWISE}
 
 
 def test_the_suite_has_forty_tasks_across_kinds_and_dtypes() -> None:
@@ -60,7 +68,7 @@ def test_tasks_planned_from_many_threads_at_once_are_all_planned() -> None:
 
 
 def test_per_channel_values_are_read_once_per_vector() -> None:
-    program = write_program(plan_task(next(t for t in SUITE if t.name == "channel-bias-gelu-f16").source), VARIANTS_POINTWISE[1])
+    program = write_program(plan_task(next(t for t in SUITE if t.name == "channel-bias-gelu-f16").source), POINTWISE["t256-vector"])
     assert "kevin_pointwise_vec<<<" in program
     assert "const float one = kevin_ld(p_in1, ((base) / 784 % 128)" in program  # the channel's value, once for 8
 
@@ -70,20 +78,17 @@ def test_pointwise_kernels_index_in_32_bits_where_every_offset_fits() -> None:
 
     plan = plan_task(next(t for t in SUITE if t.name == "transposed-input-f32").source)
     assert isinstance(plan, Plan)
-    small = write_program(plan, VARIANTS_POINTWISE[0])
+    small = write_program(plan, POINTWISE["t256"])
     kernel = small[small.index("__global__"):small.index("kevin_run(")]
     assert "for (int t0 = " in kernel and "long long" not in kernel and "LL" not in kernel
     assert "((base) % 1024) * 4096" in kernel  # the transposed input's offsets, in 32 bits
     huge = dataclasses.replace(plan, shape=(1 << 16, 1 << 15))  # 2^31 elements: 64-bit indices
-    assert "for (long long t0 = " in write_program(huge, VARIANTS_POINTWISE[0])
+    assert "for (long long t0 = " in write_program(huge, POINTWISE["t256"])
 
 
 def test_row_kernels_read_four_wide_only_where_the_row_allows() -> None:
     by_name = {t.name: t for t in SUITE}
-    CLUSTER_VECTOR = next(v for v in VARIANTS_ROWS if v.cluster == 2 and v.vector)  # noqa: N806
-    CLUSTER_SCALAR = next(v for v in VARIANTS_ROWS if v.cluster == 8 and not v.vector)  # noqa: N806
-    CLUSTER_16 = next(v for v in VARIANTS_ROWS if v.cluster == 16 and v.vector)  # noqa: N806
-    four_wide = VARIANTS_ROWS[8]
+    four_wide = ROWS["t128-vector-cache"]
     assert four_wide.vector and four_wide.cache
     program = write_program(plan_task(by_name["layernorm-affine-f16"].source), four_wide)
     assert "kevin_rows_vec<<<" in program and "kevin_ld8(p_in1, c0," in program  # the weight too, along the row
@@ -94,21 +99,18 @@ def test_row_kernels_read_four_wide_only_where_the_row_allows() -> None:
     for name in ("softmax-f32-odd", "long-rows-sum-f32"):  # 1001 columns; 65536 columns (no room in registers)
         assert "kevin_rows_vec" not in write_program(plan_task(by_name[name].source), four_wide), name
     assert "v0_acc_p[k] = v0_acc_p[k] + in0;" in fp32  # one partial sum per position in the access, then pairwise
-    half_warp = write_program(plan_task(by_name["softmax-short-rows-f32"].source), VARIANTS_ROWS[12])
+    half_warp = write_program(plan_task(by_name["softmax-short-rows-f32"].source), ROWS["t16x16-vector-cache"])
     assert "for (int o = 8; o > 0; o >>= 1)" in half_warp  # shuffles stay within a row's 16 lanes
 
 
 def test_row_kernels_compute_each_value_once_and_divide_by_a_row_value_through_its_reciprocal() -> None:
     by_name = {t.name: t for t in SUITE}
-    CLUSTER_VECTOR = next(v for v in VARIANTS_ROWS if v.cluster == 2 and v.vector)  # noqa: N806
-    CLUSTER_SCALAR = next(v for v in VARIANTS_ROWS if v.cluster == 8 and not v.vector)  # noqa: N806
-    CLUSTER_16 = next(v for v in VARIANTS_ROWS if v.cluster == 16 and v.vector)  # noqa: N806
     plan = plan_task(by_name["softmax-f32"].source)
-    cached = write_program(plan, VARIANTS_ROWS[2])  # the row in registers
+    cached = write_program(plan, ROWS["t128-cache"])  # the row in registers
     kernel = cached[cached.index("__global__"):]
     assert kernel.count("expf(") == 1  # exp(x - max): computed by the sum's pass, kept for the output
     assert "const float v3_inv = 1.0f / v3;" in kernel and "v2 * v3_inv" in kernel  # one reciprocal per row
-    plain = write_program(plan, VARIANTS_ROWS[0])  # nothing kept: each pass computes again
+    plain = write_program(plan, ROWS["t256"])  # nothing kept: each pass computes again
     # nothing kept: the max and the sum share one read (online softmax: a step's columns at a time,
     # the running sum rescaled when their max exceeds the running one, each thread's sum rescaled
     # to the row's max), then the output pass computes again
@@ -128,13 +130,13 @@ def test_an_uncached_output_pass_issues_its_loads_before_its_stores() -> None:
                 "def get_init_inputs():\n    return []\n")
 
     plan = plan_task(softmax("float32"))
-    kernel = write_program(plan, VARIANTS_ROWS[5])
+    kernel = write_program(plan, ROWS["t1024-cache"])
     kernel = kernel[kernel.index("__global__"):kernel.index("torch::Tensor kevin_run")]
     assert kernel.count("float in0_a[8];") == 2, kernel
     output_pass = kernel[kernel.rindex("float in0_a[8];"):]
     assert output_pass.index("kevin_ld(p_in0") < output_pass.index("kevin_st(p_out0")
     half = plan_task(softmax("float16"))
-    assert write_program(half, VARIANTS_ROWS[5]).count("float in0_a[16];") == 2
+    assert write_program(half, ROWS["t1024-cache"]).count("float in0_a[16];") == 2
 
 
 def test_rows_not_kept_share_one_read_for_the_max_and_the_sum_in_every_dtype() -> None:
@@ -145,7 +147,7 @@ def test_rows_not_kept_share_one_read_for_the_max_and_the_sum_in_every_dtype() -
     for dtype in (", dtype=torch.bfloat16", ""):
         plan = plan_task(_task("torch.nn.functional.cross_entropy(x, y)",
                                f"torch.randn(64, 5000, device='cuda'{dtype}), torch.randint(0, 5000, (64,), device='cuda')"))
-        kernel = write_program(plan, VARIANTS_ROWS[0])
+        kernel = write_program(plan, ROWS["t256"])
         kernel = kernel[kernel.index("__global__"):]
         assert kernel.count("kevin_online_chunk(") == 1 and "kevin_row_reduce_max(" in kernel, dtype
         assert kernel.count("kevin_row_reduce_add(") == 1, dtype  # (no separate sum pass)
@@ -158,23 +160,23 @@ def test_sixteen_bit_values_stay_in_float_until_stored_unless_a_rounding_decides
     the inputs (their outcome must be eager's)."""
     chain = plan_task(_task("torch.sigmoid(torch.nn.functional.silu(x) + y) * 0.5",
                             "torch.randn(64, 256, device='cuda', dtype=torch.bfloat16), torch.randn(64, 256, device='cuda', dtype=torch.bfloat16)"))
-    kernel = write_program(chain, VARIANTS_POINTWISE[0])
+    kernel = write_program(chain, POINTWISE["t256"])
     kernel = kernel[kernel.index("__global__"):kernel.index("kevin_run(")]
     assert kernel.count("kevin_round_bf16(") == 1, kernel  # silu's own cast back to bf16 (its decomposition's)
     compared = plan_task(_task("((x + y) * 2.0 >= 1.0).to(x.dtype) * torch.exp(x + y)",
                                "torch.randn(64, 256, device='cuda', dtype=torch.float16), torch.randn(64, 256, device='cuda', dtype=torch.float16)"))
-    kernel = write_program(compared, VARIANTS_POINTWISE[0])
+    kernel = write_program(compared, POINTWISE["t256"])
     kernel = kernel[kernel.index("__global__"):kernel.index("kevin_run(")]
     assert "kevin_round_half(in0 + in1)" in kernel and "kevin_round_half(v0 * 2.0f)" in kernel, kernel
     assert "kevin_round_half(expf(" not in kernel  # the exp feeds no comparison
     indexed = plan_task(_task("(x * y).argmax(-1)",
                               "torch.randn(64, 256, device='cuda', dtype=torch.bfloat16), torch.randn(64, 256, device='cuda', dtype=torch.bfloat16)"))
-    kernel = write_program(indexed, VARIANTS_ROWS[0])
+    kernel = write_program(indexed, ROWS["t256"])
     assert "kevin_round_bf16(in0 * in1)" in kernel[kernel.index("__global__"):]
     # a value compared with a reduction of it: what the reduction reads rounds too
     one_hot = plan_task(_task("((x * y) == (x * y).amax(-1, keepdim=True)).to(x.dtype) * x",
                               "torch.randn(64, 256, device='cuda', dtype=torch.bfloat16), torch.randn(64, 256, device='cuda', dtype=torch.bfloat16)"))
-    kernel = write_program(one_hot, VARIANTS_ROWS[0])
+    kernel = write_program(one_hot, ROWS["t256"])
     kernel = kernel[kernel.index("__global__ void"):kernel.index("kevin_run(")]
     assert kernel.count("kevin_round_bf16(in0 * in1)") == 2 and " = in0 * in1;" not in kernel, kernel
 
@@ -190,7 +192,7 @@ def test_per_channel_inputs_are_read_through_their_views() -> None:
         assert inp.shape == (64,) and inp.stride == (1,)  # what the host code checks
         assert inp.read_shape == (64, 1, 1) and inp.read_stride == (1, 0, 0)  # how the kernel indexes it
         assert input_mode(inp, plan.shape) == "general"
-    program = write_program(plan, VARIANTS_POINTWISE[0])
+    program = write_program(plan, POINTWISE["t256"])
     assert "rsqrtf" in program or "rsqrt" in program
     # a view that moves data is still declined, with the reason
     moved = plan_task(_task("x + y.t().reshape(64)[:, None, None]", "torch.randn(2, 64, 4, 4, device='cuda'), torch.randn(8, 8, device='cuda')"))
@@ -199,9 +201,6 @@ def test_per_channel_inputs_are_read_through_their_views() -> None:
 
 def test_plans_read_kinds_and_access_modes() -> None:
     by_name = {t.name: t for t in SUITE}
-    CLUSTER_VECTOR = next(v for v in VARIANTS_ROWS if v.cluster == 2 and v.vector)  # noqa: N806
-    CLUSTER_SCALAR = next(v for v in VARIANTS_ROWS if v.cluster == 8 and not v.vector)  # noqa: N806
-    CLUSTER_16 = next(v for v in VARIANTS_ROWS if v.cluster == 16 and v.vector)  # noqa: N806
     plan = plan_task(by_name["layernorm-affine-f16"].source)
     assert [i.kind for i in plan.inputs] == [Kind.FULL, Kind.FULL, Kind.FULL]
     assert [input_mode(i, plan.shape) for i in plan.inputs] == ["linear", "lastdim", "lastdim"]
@@ -241,7 +240,8 @@ def test_refinement_follows_the_timings_and_keeps_the_best() -> None:
     source = next(t.source for t in SUITE if t.name == "gated-f32")
     policy = BuiltinPolicy()
     turns: list[Turn] = []
-    times = {0: 0.040, 1: 0.030, 4: 0.031, 2: None, 3: 0.032, 5: 0.045, 6: 0.041, 7: 0.046, 8: 0.047}  # variant -> ms (None: wrong)
+    times = {"t256": 0.040, "t256-vector": 0.030, "t256-vector-items4": 0.031, "t128-vector-items2": None, "t512-vector": 0.032,
+             "t1024": 0.045, "t128": 0.041, "t256-tiled": 0.046, "t256-tiled-items2": 0.047}  # variant -> ms (None: wrong)
     chosen = []
     for _ in range(len(VARIANTS_POINTWISE) + 1):
         messages = build_messages(source, "NVIDIA H200", turns, 100_000)
@@ -250,13 +250,14 @@ def test_refinement_follows_the_timings_and_keeps_the_best() -> None:
         variant = reply.extra["variant"]
         chosen.append(variant)
         turns.append(Turn.of(reply, _feedback(times[variant])))
-    assert chosen[0] == 1  # the vector kernel first (the plain one lost to it 19 of 20 times on the H200)
-    assert sorted(chosen[:-1]) == list(range(len(VARIANTS_POINTWISE)))  # every variant once
-    assert chosen[:4] == [1, 4, 2, 0]  # then more vectors in flight per thread, then the plain kernel
+    assert chosen[0] == "t256-vector"  # the vector kernel first (the plain one lost to it 19 of 20 times on the H200)
+    assert sorted(chosen[:-1]) == sorted(POINTWISE)  # every variant once
+    # then more vectors in flight per thread, then the plain kernel
+    assert chosen[:4] == ["t256-vector", "t256-vector-items4", "t128-vector-items2", "t256"]
     later = chosen.index  # scalar variants, measured slower than the best vector one, come last
-    assert max(later(3), later(4)) < min(later(5), later(6))
-    assert chosen[-1] == 1  # all tried: the fastest again
-    assert "keeping the fastest, variant 1" in turns[-1].summary
+    assert max(later("t512-vector"), later("t256-vector-items4")) < min(later("t1024"), later("t128"))
+    assert chosen[-1] == "t256-vector"  # all tried: the fastest again
+    assert "keeping the fastest, variant 1" in turns[-1].summary  # (the texts number the variants)
 
 
 def test_a_search_longer_than_the_prompt_budget_still_knows_every_variant_it_measured() -> None:
@@ -266,8 +267,8 @@ def test_a_search_longer_than_the_prompt_budget_still_knows_every_variant_it_mea
     source = next(t.source for t in SUITE if t.name == "softmax-f16")
     policy = BuiltinPolicy()
     turns: list[Turn] = []
-    times = {v: 0.02 + 0.001 * ((v * 7) % len(VARIANTS_ROWS)) for v in range(len(VARIANTS_ROWS))}
-    times[4] = None  # one variant is wrong
+    times = {v.name: 0.02 + 0.001 * ((i * 7) % len(VARIANTS_ROWS)) for i, v in enumerate(VARIANTS_ROWS)}
+    times["t512-cache"] = None  # one variant (number 4) is wrong
     chosen, visible = [], []
     for _ in range(len(VARIANTS_ROWS) + 2):
         messages = build_messages(source, "NVIDIA H200", turns, 12_000)
@@ -276,10 +277,11 @@ def test_a_search_longer_than_the_prompt_budget_still_knows_every_variant_it_mea
         chosen.append(reply.extra["variant"])
         turns.append(Turn.of(reply, _feedback(times[chosen[-1]])))
     assert max(visible) < 5  # the budget really drops turns: at most a few earlier replies are seen
-    assert sorted(chosen[:len(VARIANTS_ROWS)]) == list(range(len(VARIANTS_ROWS)))  # each variant once
+    assert sorted(chosen[:len(VARIANTS_ROWS)]) == sorted(ROWS)  # each variant once
     fastest = min((ms, v) for v, ms in times.items() if ms is not None)[1]
     assert chosen[-2:] == [fastest, fastest]
-    assert " 4:x," in turns[-1].summary and f" {fastest}:{times[fastest]:.6g}" in turns[-1].summary
+    number = VARIANTS_ROWS.index(ROWS[fastest])
+    assert " 4:x," in turns[-1].summary and f" {number}:{times[fastest]:.6g}" in turns[-1].summary
 
 
 def test_the_writer_follows_the_judges_numbers_not_the_feedback_prose() -> None:
@@ -298,55 +300,57 @@ def test_the_writer_follows_the_judges_numbers_not_the_feedback_prose() -> None:
     messages = build_messages(source, "NVIDIA H200", swapped, 100_000)
     assert "your program: 0.05" in messages[-1]["content"]  # the prose now says the second was slow
     (reply,) = policy.generate_after([messages], [[EarlierTurn(s.reply, s.result) for s in turns]], Sampling())
-    assert f"best so far variant {second} at 0.02 ms" in reply.text
+    assert f"best so far variant {VARIANTS_POINTWISE.index(POINTWISE[second])} at 0.02 ms" in reply.text
     (fresh,) = policy.generate([messages], Sampling())  # no turns given: a first turn, whatever the messages say
     assert fresh.extra["variant"] == first
 
 
 def test_variants_are_ranked_for_the_shape() -> None:
-    from kevin_backend.generate.builtin.kernels import Variant, _cached_values, can_vectorize, preferred_order
+    from kevin_backend.generate.builtin.variant_fit import cached_values, can_vectorize
+    from kevin_backend.generate.builtin.variant_ranking import preferred_order
+    from kevin_backend.generate.builtin.variants import Variant
 
-    def order(name: str) -> list[int]:
+    def order(name: str) -> list[str]:
         plan = plan_task(next(t for t in SUITE if t.name == name).source)
         assert plan
         found = preferred_order(plan)
-        assert sorted(found) == list(range(len(VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)))
+        assert sorted(found) == sorted(ROWS if plan.is_rows else POINTWISE)  # every variant once
         if plan.is_rows:  # the plain kernel first only for a row too long for one block's registers
-            fits = _cached_values(plan, Variant(1024, cache=True), False) > 0  # (rows too few: split first)
-            assert found[0] != 0 if fits else (found[0] == 0 or VARIANTS_ROWS[found[0]].split)
+            fits = cached_values(plan, Variant(1024, cache=True), False) > 0  # (rows too few: split first)
+            assert found[0] != "t256" if fits else (found[0] == "t256" or ROWS[found[0]].split)
         elif can_vectorize(plan):  # a vector path: the vector kernel first (tiles for a transposed input)
-            assert VARIANTS_POINTWISE[found[0]].vector or VARIANTS_POINTWISE[found[0]].tiled
+            assert POINTWISE[found[0]].vector or POINTWISE[found[0]].tiled
         return found
 
-    short = VARIANTS_ROWS[order("softmax-short-rows-f32")[0]]
+    short = ROWS[order("softmax-short-rows-f32")[0]]
     assert short.threads < 32 and short.vector  # 64 columns, 4-wide: half a warp per row
     # 64 rows of 65536: too few rows to fill the GPU, each split over several blocks
-    long_rows = [VARIANTS_ROWS[i] for i in order("long-rows-sum-f32")]
+    long_rows = [ROWS[n] for n in order("long-rows-sum-f32")]
     assert long_rows[0].split and long_rows[1].split and not long_rows[3].split
     assert long_rows[3].threads == 1024 and not long_rows[3].vector  # then the biggest block; too long for registers
-    first = VARIANTS_ROWS[order("softmax-f32")[0]]
+    first = ROWS[order("softmax-f32")[0]]
     assert first.threads == 128 and first.cache and first.vector
     # 16-bit rows of 4096: 128 threads a row, four 8-wide accesses a thread (fastest in run 8 on the H200)
     wide16 = plan_task(_task("torch.softmax(x, -1) * y", "torch.randn(512, 4096, device='cuda', dtype=torch.bfloat16), "
                              "torch.randn(512, 4096, device='cuda', dtype=torch.bfloat16)"))
-    first16 = VARIANTS_ROWS[preferred_order(wide16)[0]]
+    first16 = ROWS[preferred_order(wide16)[0]]
     assert first16.vector and first16.cache and first16.threads == 128, first16
-    odd = VARIANTS_ROWS[order("softmax-f32-odd")[0]]
+    odd = ROWS[order("softmax-f32-odd")[0]]
     assert odd.cache and not odd.vector  # 1001 columns: no 4-wide path, so no 4-wide variant early
-    gated = [VARIANTS_POINTWISE[i] for i in order("gated-f32")]
+    gated = [POINTWISE[n] for n in order("gated-f32")]
     assert gated[0].vector and gated[0].items == 1 and gated[1].vector and gated[1].items == 4  # then more in flight
-    assert VARIANTS_POINTWISE[order("batchnorm-relu-f32")[0]].vector  # per-channel vectors: one value per 4
-    assert VARIANTS_POINTWISE[order("mul-bf16-odd")[0]].vector  # odd length, contiguous inputs: 4-wide and a tail
+    assert POINTWISE[order("batchnorm-relu-f32")[0]].vector  # per-channel vectors: one value per 4
+    assert POINTWISE[order("mul-bf16-odd")[0]].vector  # odd length, contiguous inputs: 4-wide and a tail
     # a row of 393,216 floats (too long for one block): the plain kernel first, as measured on the H200
     from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
 
     huge = plan_task(next(t for t in ROOFLINE_SUITE if t.name == "softmax-last-f32-4096x393216").source)
-    assert huge and huge.is_rows and preferred_order(huge)[0] == 0
-    transposed = [VARIANTS_POINTWISE[i] for i in order("transposed-input-f32")]
+    assert huge and huge.is_rows and preferred_order(huge)[0] == "t256"
+    transposed = [POINTWISE[n] for n in order("transposed-input-f32")]
     # a transposed input: tiles (32 x 32, then 32 x 64), then more items per thread
     assert transposed[0].tiled and transposed[1].tiled and transposed[1].items == 2 and transposed[3].items > 1
     halves = _task("x.t() * y", "torch.randn(64, 96, device='cuda', dtype=torch.float16), torch.randn(96, 64, device='cuda', dtype=torch.float16)")
-    first, second = (VARIANTS_POINTWISE[i] for i in preferred_order(plan_task(halves))[:2])
+    first, second = (POINTWISE[n] for n in preferred_order(plan_task(halves))[:2])
     assert first.tiled and first.items == 1 and second.tiled and second.items == 2  # 16-bit values too (measured)
     program = write_program(plan_task(halves), second)
     assert "__shared__ float tile_in0[64][33];" in program and "for (int s = 0; s < 2; ++s)" in program
@@ -365,23 +369,23 @@ def test_long_rows_across_memory_rank_a_warp_a_row_first_and_blocks_of_neighbour
     would spill: 64 registers a thread)."""
     mid = plan_task(_task("torch.softmax(x, 1) * y", "torch.randn(8, 4096, 64, device='cuda'), torch.randn(8, 4096, 64, device='cuda')"))
     order = preferred_order(mid)
-    first = VARIANTS_ROWS[order[0]]
+    first = ROWS[order[0]]
     assert first.columns and not first.cache and first.threads == 32 and first.rows_per_block == 32, first
-    kept = [i for i, v in enumerate(VARIANTS_ROWS) if v.columns and v.cache and v.threads >= 32]
-    assert kept and all(order.index(i) > order.index(order[0]) for i in kept)
+    kept = [v.name for v in VARIANTS_ROWS if v.columns and v.cache and v.threads >= 32]
+    assert kept and all(order.index(n) > order.index(order[0]) for n in kept)
     block = next(v for v in VARIANTS_ROWS if v.columns and v.cache and v.threads == 128 and v.rows_per_block == 8)
     program = write_program(mid, block)
     assert "for (int o = 16; o >= 8; o >>= 1)" in program  # the row's threads in a warp: offsets 8 and 16
     assert "float in0_r[32];" in program and "_r[32];" not in program.replace("float in0_r[32];", "").replace("float in1_r[32];", "")
     summed = plan_task(_task("x.sum(1) + y.sum(1)", "torch.randn(8, 4096, 64, device='cuda'), torch.randn(8, 4096, 64, device='cuda')"))
-    assert not VARIANTS_ROWS[preferred_order(summed)[0]].cache  # 512 rows: 32 threads a row, nothing kept
+    assert not ROWS[preferred_order(summed)[0]].cache  # 512 rows: 32 threads a row, nothing kept
     rows = plan_task(_task("torch.softmax(x, -1) * y", "torch.randn(512, 4096, device='cuda'), torch.randn(512, 4096, device='cuda')"))
-    kept_rows = write_program(rows, VARIANTS_ROWS[preferred_order(rows)[0]])  # 128 threads a row: registers to spare
+    kept_rows = write_program(rows, ROWS[preferred_order(rows)[0]])  # 128 threads a row: registers to spare
     assert any(f"float v{k}_r[" in kept_rows for k in range(10)), "a 128-thread row keeps exp(x - max)"
 
 
 def test_an_odd_length_takes_the_vector_path_and_finishes_its_tail_one_by_one() -> None:
-    program = write_program(plan_task(next(t for t in SUITE if t.name == "mul-bf16-odd").source), VARIANTS_POINTWISE[1])
+    program = write_program(plan_task(next(t for t in SUITE if t.name == "mul-bf16-odd").source), POINTWISE["t256-vector"])
     assert "kevin_pointwise_vec<<<" in program  # 1001 x 999 = 999999 elements, 8 bf16 values per access
     assert "const int n = 999999 / 8;" in program and "kevin_ld8(p_in0" in program
     assert "if (blockIdx.x == 0 && threadIdx.x < 7) {" in program and "const int base = 999992 + threadIdx.x;" in program
@@ -391,7 +395,7 @@ def test_other_trajectories_start_elsewhere_and_declines_end_the_trajectory() ->
     source = next(t.source for t in SUITE if t.name == "softmax-f32")
     messages = build_messages(source, "NVIDIA H200", [], 100_000)
     replies = BuiltinPolicy().generate([messages] * 3, Sampling())
-    from kevin_backend.generate.builtin.kernels import preferred_order
+    from kevin_backend.generate.builtin.variant_ranking import preferred_order
 
     plan = plan_task(source)
     assert plan
@@ -444,10 +448,10 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
     """The torch-free device part of pointwise, vectorized and row programs (scalar, 4-wide, half a
     warp per row, rows across a warp with an index reduction, rows split over several blocks, tiles
     through shared memory) compiles."""
-    picks = [("gated-bf16", VARIANTS_POINTWISE[1]), ("transposed-input-f32", VARIANTS_POINTWISE[0]),
-             ("layernorm-affine-f16", VARIANTS_ROWS[1]), ("var-mean-f32", VARIANTS_ROWS[3]),
-             ("batchnorm-relu-f32", VARIANTS_POINTWISE[2]), ("layernorm-affine-f16", VARIANTS_ROWS[8]),
-             ("softmax-short-rows-f32", VARIANTS_ROWS[12])]
+    picks = [("gated-bf16", POINTWISE["t256-vector"]), ("transposed-input-f32", POINTWISE["t256"]),
+             ("layernorm-affine-f16", ROWS["t256-cache"]), ("var-mean-f32", ROWS["t32x8-cache"]),
+             ("batchnorm-relu-f32", POINTWISE["t128-vector-items2"]), ("layernorm-affine-f16", ROWS["t128-vector-cache"]),
+             ("softmax-short-rows-f32", ROWS["t16x16-vector-cache"])]
     by_name = {t.name: t for t in SUITE}
     CLUSTER_VECTOR = next(v for v in VARIANTS_ROWS if v.cluster == 2 and v.vector)  # noqa: N806
     CLUSTER_SCALAR = next(v for v in VARIANTS_ROWS if v.cluster == 8 and not v.vector)  # noqa: N806
@@ -479,31 +483,31 @@ def test_kernels_compile_for_hopper(tmp_path: Path) -> None:
         "mse-split-bf16": _task("torch.nn.functional.mse_loss(x, y)",
                                 "torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16), torch.randn(64, 5000, device='cuda', dtype=torch.bfloat16)"),
     }
-    picks += [("argmax-dim1", VARIANTS_ROWS[preferred_order(plan_task(more["argmax-dim1"]))[0]]),
-              ("max-dim0-split", VARIANTS_ROWS[preferred_order(plan_task(more["max-dim0-split"]))[0]]),
-              ("layernorm-split", VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]]),
-              ("cross-entropy-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["cross-entropy-bf16"]))[0]]),
-              ("mse-split-bf16", VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]]),
-              ("softmax-online", VARIANTS_ROWS[0]), ("fast-math-bf16", VARIANTS_POINTWISE[1]),
-              ("l2norm-cluster", CLUSTER_VECTOR), ("argmax-cluster", CLUSTER_SCALAR), ("softmax-bf16-fast", VARIANTS_ROWS[9]),
-              ("softmax-cluster16", CLUSTER_16), ("tiled-f16-wide", VARIANTS_POINTWISE[8]),
-              ("softmax-transposed-staged", next(VARIANTS_ROWS[i] for i in preferred_order(plan_task(more["softmax-transposed-staged"]))
-                                                 if staged_output(plan_task(more["softmax-transposed-staged"]), VARIANTS_ROWS[i]))),
-              ("softmax-mid-kept", VARIANTS_ROWS[preferred_order(plan_task(more["softmax-mid-kept"]))[0]]),
-              ("permute-tiled", VARIANTS_POINTWISE[preferred_order(plan_task(more["permute-tiled"]))[0]])]
+    picks += [("argmax-dim1", ROWS[preferred_order(plan_task(more["argmax-dim1"]))[0]]),
+              ("max-dim0-split", ROWS[preferred_order(plan_task(more["max-dim0-split"]))[0]]),
+              ("layernorm-split", ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]]),
+              ("cross-entropy-bf16", ROWS[preferred_order(plan_task(more["cross-entropy-bf16"]))[0]]),
+              ("mse-split-bf16", ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]]),
+              ("softmax-online", ROWS["t256"]), ("fast-math-bf16", POINTWISE["t256-vector"]),
+              ("l2norm-cluster", CLUSTER_VECTOR), ("argmax-cluster", CLUSTER_SCALAR), ("softmax-bf16-fast", ROWS["t256-vector-cache"]),
+              ("softmax-cluster16", CLUSTER_16), ("tiled-f16-wide", POINTWISE["t256-tiled-items2"]),
+              ("softmax-transposed-staged", next(ROWS[n] for n in preferred_order(plan_task(more["softmax-transposed-staged"]))
+                                                 if staged_output(plan_task(more["softmax-transposed-staged"]), ROWS[n]))),
+              ("softmax-mid-kept", ROWS[preferred_order(plan_task(more["softmax-mid-kept"]))[0]]),
+              ("permute-tiled", POINTWISE[preferred_order(plan_task(more["permute-tiled"]))[0]])]
     assert picks[-1][1].tiled
-    assert VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]].split
-    split = write_program(plan_task(more["layernorm-split"]), VARIANTS_ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]])
+    assert ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]].split
+    split = write_program(plan_task(more["layernorm-split"]), ROWS[preferred_order(plan_task(more["layernorm-split"]))[0]])
     out = split[split.index("kevin_out("):]
     assert "gridDim.x - 1u - blockIdx.x" in out  # the outputs' chunks in reverse: the last ones read are in the L2
     assert "gridDim.x - 1u" not in split[split.index("kevin_part"):split.index("kevin_out(")]
     # no full-size output (a loss): the last combine writes it, no outputs' launch
-    loss = write_program(plan_task(more["mse-split-bf16"]), VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]])
+    loss = write_program(plan_task(more["mse-split-bf16"]), ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]])
     assert "kevin_out" not in loss and "kevin_st(p_out0, row, " in loss[loss.index("kevin_comb0("):loss.index("kevin_run(")]
-    assert VARIANTS_ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]].split
+    assert ROWS[preferred_order(plan_task(more["mse-split-bf16"]))[0]].split
     assert "__shared__ float tile0" in write_program(plan_task(more["softmax-transposed-staged"]), dict(picks)["softmax-transposed-staged"])
-    assert "_acc_row = kevin_row_reduce_max(" in write_program(plan_task(more["softmax-online"]), VARIANTS_ROWS[0])
-    assert "#define KEVIN_FAST_MATH 1" in write_program(plan_task(more["fast-math-bf16"]), VARIANTS_POINTWISE[1])
+    assert "_acc_row = kevin_row_reduce_max(" in write_program(plan_task(more["softmax-online"]), ROWS["t256"])
+    assert "#define KEVIN_FAST_MATH 1" in write_program(plan_task(more["fast-math-bf16"]), POINTWISE["t256-vector"])
     assert "cudaFuncAttributeNonPortableClusterSizeAllowed" in write_program(plan_task(more["softmax-cluster16"]), CLUSTER_16)
     sources = []
     for i, (name, variant) in enumerate(picks):
@@ -526,22 +530,22 @@ def test_rows_too_long_for_a_block_get_a_cluster_second_where_the_gpu_has_them(m
     second, after the plain choice, so a search of two turns measures both; clusters of 16 blocks
     stay last; a row a block holds, and any row on a GPU without clusters, leaves the cluster
     variants last."""
-    import kevin_backend.generate.builtin.kernels as kernels
+    import kevin_backend.generate.builtin.variant_ranking as ranking
 
     long_rows = plan_task(_task("x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)", "torch.randn(64, 65535, device='cuda'), torch.randn(1, device='cuda')"))
     short_rows = plan_task(_task("torch.softmax(x, -1)", "torch.randn(64, 4096, device='cuda'), torch.randn(1, device='cuda')"))
     very_long = plan_task(_task("torch.softmax(x, -1)", "torch.randn(64, 393216, device='cuda'), torch.randn(1, device='cuda')"))
-    monkeypatch.setattr(kernels, "clusters_available", lambda: True)
+    monkeypatch.setattr(ranking, "clusters_available", lambda: True)
     order = preferred_order(long_rows)
-    assert VARIANTS_ROWS[order[0]].cluster == 1
-    second = VARIANTS_ROWS[order[1]]
+    assert ROWS[order[0]].cluster == 1
+    second = ROWS[order[1]]
     assert second.cluster == 2 and second.cache and not second.vector  # 65,535 is not a multiple of 4: the scalar path
-    assert sum(VARIANTS_ROWS[i].cluster > 1 for i in order[:8]) == 1
-    assert sorted(order) == list(range(len(VARIANTS_ROWS)))
-    assert all(VARIANTS_ROWS[i].cluster == 1 for i in preferred_order(short_rows)[:20])
-    assert all(VARIANTS_ROWS[i].cluster == 1 for i in preferred_order(very_long)[:20])  # it needs 16 blocks
+    assert sum(ROWS[n].cluster > 1 for n in order[:8]) == 1
+    assert sorted(order) == sorted(ROWS)
+    assert all(ROWS[n].cluster == 1 for n in preferred_order(short_rows)[:20])
+    assert all(ROWS[n].cluster == 1 for n in preferred_order(very_long)[:20])  # it needs 16 blocks
     many = plan_task(_task("x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)",
                            "torch.randn(32768, 65535, device='cuda'), torch.randn(1, device='cuda')"))  # rows enough to fill the GPU
-    assert VARIANTS_ROWS[preferred_order(many)[1]].cluster == 2
-    monkeypatch.setattr(kernels, "clusters_available", lambda: False)
-    assert all(VARIANTS_ROWS[i].cluster > 1 for i in preferred_order(long_rows)[-6:])
+    assert ROWS[preferred_order(many)[1]].cluster == 2
+    monkeypatch.setattr(ranking, "clusters_available", lambda: False)
+    assert all(ROWS[n].cluster > 1 for n in preferred_order(long_rows)[-6:])

@@ -12,7 +12,8 @@ import pytest
 from kevin_backend.runtime import op as runtime
 from kevin_backend.cache.format import EntryKind
 from kevin_backend.generate.builtin.planner import plan_task
-from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, write_program
+from kevin_backend.generate.builtin.program import write_program
+from kevin_backend.generate.builtin.variants import VARIANTS_POINTWISE
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.toolchain.build import Builder
 from test_cache import make_entry

@@ -60,7 +60,8 @@ def test_queued_timing_holds_when_the_host_slows_down_after_its_estimate() -> No
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_judge_measures_inductor_once_per_task(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from kevin_backend.generate.builtin.planner import plan_task
-    from kevin_backend.generate.builtin.kernels import VARIANTS_POINTWISE, write_program
+    from kevin_backend.generate.builtin.program import write_program
+    from kevin_backend.generate.builtin.variants import VARIANTS_POINTWISE
     from kevin_backend.generate.builtin.suite import SUITE
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.sandbox import RunConfig

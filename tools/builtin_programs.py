@@ -7,7 +7,7 @@ that a change to the writer's code left its output alone.
 The tasks file holds (name, KernelBench source) pairs: the built-in suite, the roofline suite and
 the partitions the backend cuts out of 28 published level-1 KernelBench problems. For each task
 the record is the plan's decline reason or, per variant, a digest of the program the policy would
-write for it, the variant's description, and the ranking `preferred_order` gives.
+write for it, the variant's description, and the ranking `preferred_order` gives (as variant numbers).
 """
 
 from __future__ import annotations
@@ -18,22 +18,24 @@ import sys
 
 
 def _writer():  # type: ignore[no-untyped-def]
-    from kevin_backend.generate.builtin import kernels
     from kevin_backend.generate.builtin.plan import Declined
     from kevin_backend.generate.builtin.planner import plan_task
+    from kevin_backend.generate.builtin.program import write_program
+    from kevin_backend.generate.builtin.variant_ranking import preferred_order
+    from kevin_backend.generate.builtin.variants import variant_number, variants_for
 
     def programs(source: str) -> dict[str, object]:
         plan = plan_task(source)
         if isinstance(plan, Declined):
             return {"declined": plan.reason}
-        variants = kernels.VARIANTS_ROWS if plan.is_rows else kernels.VARIANTS_POINTWISE
+        variants = variants_for(plan)
         digest = hashlib.sha256(source.encode()).hexdigest()[:10]
         kind = "row" if plan.is_rows else "pointwise"
-        out: dict[str, object] = {"order": list(kernels.preferred_order(plan))}
+        out: dict[str, object] = {"order": [variant_number(plan, name) for name in preferred_order(plan)]}
         for i, v in enumerate(variants):
             doc = f"Written by kevin's built-in writer: {kind} kernel, {v.describe()}, variant {i}."
             try:
-                text = kernels.write_program(plan, v, name=f"kevin_builtin_{digest}_{i}", doc=doc)
+                text = write_program(plan, v, name=f"kevin_builtin_{digest}_{i}", doc=doc)
             except Exception as exc:  # a variant the plan cannot take
                 out[str(i)] = f"error: {type(exc).__name__}: {exc}"
                 continue

@@ -1,8 +1,8 @@
 """Rows too few to fill the GPU, each split over several blocks (the built-in writer's third
 kernel family, for rows plans).
 
-    split_count(plan)                       # blocks per row: 1 when the plan is not worth splitting
-    kernels, host = split_program(plan, variant, name_of)
+    split_count(plan)                                   # blocks per row: 1 when the plan is not worth splitting
+    kernels, launches = SplitRowsWriter(plan, threads, width).write()
 
 A rows plan with few long rows (16 rows of 4M elements, a loss summed over a whole tensor) gives
 one block per row: a handful of the GPU's multiprocessors busy, the rest idle. Here every row is
@@ -31,18 +31,17 @@ the host function with the outputs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import re
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
-import torch
-
+from kevin_backend.generate.builtin.codegen import (C_TYPES, COMPENSATE_AFTER, ROUNDING, KernelWriter, RowOffsets, closure,
+                                                    node_code, references, row_values)
+from kevin_backend.generate.builtin.gpu_properties import gpu_properties
 from kevin_backend.generate.builtin.plan import CENTERED, INDEXED, Kind, Plan, PlanNode, Reduction, online_partner
 
-__all__ = ["split_count", "split_program", "SPLIT_MIN_COLS"]
+__all__ = ["split_count", "SplitRowsWriter", "SPLIT_MIN_COLS"]
 
-# Multiprocessors the grid aims to fill (an H100 or H200 has 132; fewer just queue).
-_SMS = 132
 # Rows shorter than this are not split (one block per row reads them fast enough).
 SPLIT_MIN_COLS = 16384
 # Partial per block: a chunk is at least this long.
@@ -51,10 +50,12 @@ _MIN_CHUNK = 4096
 
 def split_count(plan: Plan) -> int:
     """Blocks per row: enough for about four blocks per multiprocessor, chunks of at least
-    `_MIN_CHUNK` elements, at most 1024; 1 when the rows fill the GPU or are short."""
-    if not plan.is_rows or plan.cols < SPLIT_MIN_COLS or plan.rows >= 2 * _SMS:
+    `_MIN_CHUNK` elements, at most 1024; 1 when the rows fill the GPU (its multiprocessors: fewer
+    just queue) or are short."""
+    sms = gpu_properties().multiprocessors
+    if not plan.is_rows or plan.cols < SPLIT_MIN_COLS or plan.rows >= 2 * sms:
         return 1
-    return max(1, min(-(-4 * _SMS // plan.rows), plan.cols // _MIN_CHUNK, 1024))
+    return max(1, min(-(-4 * sms // plan.rows), plan.cols // _MIN_CHUNK, 1024))
 
 
 # Rows a combine block of 256 threads takes, by level kind: a plain sum, max or min a warp per
@@ -89,32 +90,15 @@ def _levels(plan: Plan) -> list[_Level]:
     return levels
 
 
-def split_program(plan: Plan, threads: int, helpers: "_Helpers", width: int = 0) -> tuple[list[str], str]:
-    """(the kernels' code, the host function's launches and workspaces) of `plan` split into
-    `split_count(plan)` blocks per row, `threads` threads per block. `width` > 1: the per-element
-    operands are contiguous along the row, and the kernels read (and write) them `width` at a
-    time when their pointers are 16-byte aligned (a branch in each kernel; else one at a time)."""
-    return _Writer(plan, threads, helpers, width).write()
+class SplitRowsWriter(KernelWriter):
+    """The kernels and launches of `plan` split into `split_count(plan)` blocks per row, `threads`
+    threads per block. `width` > 1: the per-element operands are contiguous along the row, and
+    the kernels read (and write) them `width` at a time when their pointers are 16-byte aligned
+    (a branch in each kernel; else one at a time)."""
 
-
-@dataclass(frozen=True)
-class _Helpers:
-    """What the rows kernels' writer shares (kernels.py passes its own: no import cycle)."""
-    closure: Callable[[Plan, list[str], set[str]], list[PlanNode]]
-    node_code: Callable[[PlanNode], str]
-    references: Callable[..., set[str]]
-    offsets: Callable[..., tuple[str, str]]  # row_col_offsets(strides, plan)
-    layout: Callable[..., tuple[int, ...]]  # an input's strides in the iteration space
-    contiguous: Callable[[tuple[int, ...]], tuple[int, ...]]
-    names: Callable[[str], list[str]]  # the values and inputs a piece of code names
-    rounding: dict[torch.dtype, str]
-    ctype: dict[torch.dtype, str]
-    compensate_after: int
-
-
-class _Writer:
-    def __init__(self, plan: Plan, threads: int, h: _Helpers, width: int = 0) -> None:
-        self.plan, self.threads, self.h = plan, threads, h
+    def __init__(self, plan: Plan, threads: int, width: int = 0) -> None:
+        super().__init__(plan)
+        self.threads = threads
         self.width = width if width > 1 else 0
         self.splits = split_count(plan)
         cols = plan.cols
@@ -126,25 +110,14 @@ class _Writer:
 
     # -- pieces shared by the launches ---------------------------------------------------------
 
-    def _offsets(self) -> dict[str, tuple[str, str]]:
-        plan, h = self.plan, self.h
-        parts = {i.var: h.offsets(h.layout(i, plan.shape), plan) for i in plan.inputs}
-        parts["out"] = h.offsets(h.contiguous(plan.shape), plan)
-        return parts
+    def _offsets(self) -> RowOffsets:
+        return RowOffsets(self.plan, output=True)
 
-    def _at(self, parts: dict[str, tuple[str, str]], var: str) -> str:
-        row_part, col_part = parts[var]
-        if row_part == "0":
-            return col_part
-        return f"{var}_ro + {col_part}" if col_part != "0" else f"{var}_ro"
-
-    def _row_state(self, parts: dict[str, tuple[str, str]], lines: list[str]) -> set[str]:
+    def _row_state(self, parts: RowOffsets, lines: list[str]) -> set[str]:
         """Code that makes the row's known values (kept ones, row-size inputs, row-size pointwise
         values of them) and the row parts of every offset; the names now available."""
         plan, rows = self.plan, self.plan.rows
-        for var, (row_part, _) in parts.items():
-            if row_part != "0":
-                lines.append(f"const long long {var}_ro = {row_part};")
+        lines.extend(parts.declarations())
         available: set[str] = set()
         for var, slot in self.slots.items():
             lines.append(f"const float {var} = p_rv[{slot}LL * {rows}LL + row];")
@@ -154,33 +127,25 @@ class _Writer:
             available.add(var)
         for inp in plan.inputs:
             if inp.kind is Kind.ROW:
-                lines.append(f"const float {inp.var} = kevin_ld(p_{inp.var}, {self._at(parts, inp.var)});")
+                lines.append(f"const float {inp.var} = kevin_ld(p_{inp.var}, {parts.at(inp.var)});")
                 available.add(inp.var)
-        progress = True
-        while progress:
-            progress = False
-            for n in plan.nodes:
-                if n.kind is Kind.ROW and n.reduction is None and n.var not in available:
-                    if all(r in available for r in self.h.names(n.alias_of or n.expr or "")):
-                        lines.append(self.h.node_code(n))
-                        available.add(n.var)
-                        progress = True
+        lines.extend(row_values(plan, available))
         return available
 
-    def _element(self, parts: dict[str, tuple[str, str]], targets: list[str], available: set[str]) -> list[str]:
+    def _element(self, parts: RowOffsets, targets: list[str], available: set[str]) -> list[str]:
         """Per element: the loads and node code that compute `targets`."""
-        needed = self.h.closure(self.plan, targets, available)
-        used = self.h.references(needed, targets)
-        loads = [f"float {i.var} = kevin_ld(p_{i.var}, {self._at(parts, i.var)});"
+        needed = closure(self.plan, targets, available)
+        used = references(needed, targets)
+        loads = [f"float {i.var} = kevin_ld(p_{i.var}, {parts.at(i.var)});"
                  for i in self.plan.inputs if i.kind is Kind.FULL and i.var in used]
-        return [*loads, *(self.h.node_code(n) for n in needed)]
+        return [*loads, *(node_code(n) for n in needed)]
 
-    def _loop(self, parts: dict[str, tuple[str, str]], body: list[str], stores: Sequence[tuple[int, str]] = ()) -> str:
+    def _loop(self, parts: RowOffsets, body: list[str], stores: Sequence[tuple[int, str]] = ()) -> str:
         """The chunk's loop over `body` (an element's loads, node code and step; `stores`: the
         outputs written, (output index, value)). With a vector width, a branch on the pointers'
         alignment: `width` elements per access where they are 16-byte aligned."""
         t = self.threads
-        scalar = [*body, *(f"kevin_st(p_out{k}, {self._at(parts, 'out')}, {v});" for k, v in stores)]
+        scalar = [*body, *(f"kevin_st(p_out{k}, {parts.at('out')}, {v});" for k, v in stores)]
         inner = "\n        ".join(scalar)
         plain = f"#pragma unroll 4\n    for (long long c = c_begin + lane; c < c_end; c += {t}) {{\n        {inner}\n    }}"
         if not self.width:
@@ -191,11 +156,10 @@ class _Writer:
         element = [line for line in body if not any(re.match(rf"float {v} = kevin_ld\(", line) for v in used)]
         pointers = [f"p_{v}" for v in full] + [f"p_out{k}" for k, _ in stores]
         aligned = " | ".join(f"reinterpret_cast<uintptr_t>({p})" for p in pointers) or "0"
-        c0 = lambda var: re.sub(r"\bc\b", "c0", self._at(parts, var))  # noqa: E731
-        head = [*(f"float {v}_v[{w}]; kevin_ld{w}(p_{v}, {c0(v)}, {v}_v);" for v in used),
+        head = [*(f"float {v}_v[{w}]; kevin_ld{w}(p_{v}, {parts.at(v, 'c0')}, {v}_v);" for v in used),
                 *(f"float o{k}_v[{w}];" for k, _ in stores)]
         per = [*(f"const float {v} = {v}_v[k];" for v in used), *element, *(f"o{k}_v[k] = {v};" for k, v in stores)]
-        tail = [f"kevin_st{w}(p_out{k}, {c0('out')}, o{k}_v);" for k, _ in stores]
+        tail = [f"kevin_st{w}(p_out{k}, {parts.at('out', 'c0')}, o{k}_v);" for k, _ in stores]
         vec = (f"for (long long c0 = c_begin + (long long)lane * {w}; c0 < c_end; c0 += {t * w}) {{\n"
                + "".join(f"        {line}\n" for line in head)
                + f"        #pragma unroll\n        for (int k = 0; k < {w}; ++k) {{\n            const long long c = c0 + k;\n"
@@ -220,8 +184,8 @@ class _Writer:
                 f"    const long long c_end = c_begin + {chunk}LL < {cols}LL ? c_begin + {chunk}LL : {cols}LL;\n")
 
     def _pointers(self, outputs: bool) -> list[str]:
-        ins = [f"const {self.h.ctype[i.dtype]}* __restrict__ p_{i.var}" for i in self.plan.inputs]
-        outs = [f"{self.h.ctype[o.dtype]}* __restrict__ p_out{k}" for k, o in enumerate(self.plan.outputs)] if outputs else []
+        ins = [f"const {C_TYPES[i.dtype]}* __restrict__ p_{i.var}" for i in self.plan.inputs]
+        outs = [f"{C_TYPES[o.dtype]}* __restrict__ p_out{k}" for k, o in enumerate(self.plan.outputs)] if outputs else []
         return [*ins, *outs]
 
     def _params(self, outputs: bool) -> str:
@@ -268,7 +232,7 @@ class _Writer:
             op = {Reduction.AMAX: "max", Reduction.AMIN: "min"}.get(red.reduction, "add")
             init = {"max": "-INFINITY", "min": "INFINITY"}.get(op, "0.0f")
             lines.append(f"float acc = {init};")
-            if op == "add" and per_thread > self.h.compensate_after:  # Kahan, as the rows kernels
+            if op == "add" and per_thread > COMPENSATE_AFTER:  # Kahan, as the rows kernels
                 lines.append("float acc_c = 0.0f;")
                 step = (f"{{ const float y = ({value}) - acc_c; const float t = acc + y; "
                         "acc_c = isfinite(t) ? (t - acc) - y : 0.0f; acc = t; }")
@@ -286,7 +250,7 @@ class _Writer:
         `finish` (the last level of a plan without full-size outputs): the row's values and
         outputs too, in place of a launch of `kevin_out`."""
         red, rows, splits, cols = level.red, self.plan.rows, self.splits, self.plan.cols
-        rnd = self.h.rounding.get(red.dtype, "")
+        rnd = ROUNDING.get(red.dtype, "")
         if _COMBINE_ROWS[level.kind] == 8:  # a warp per row (see the plain case below)
             lines = ["const long long row = ((long long)blockIdx.x * 256LL + threadIdx.x) >> 5;",
                      "const int wl = (int)(threadIdx.x & 31u);", f"const bool valid = row < {rows}LL;"]
@@ -309,7 +273,7 @@ class _Writer:
             lines.append(f"for (int s = 0; s < {splits}; ++s) acc += kevin_online_rescale(p_ws[(row * {splits}LL + s) * 3LL + 1], "
                          f"p_ws[(row * {splits}LL + s) * 3LL], m);")
             keep += [(red.var, f"{rnd}(m)", False),
-                     (level.partner.var, f"{self.h.rounding.get(level.partner.dtype, '')}(acc)", False)]
+                     (level.partner.var, f"{ROUNDING.get(level.partner.dtype, '')}(acc)", False)]
         elif level.kind == "moments":  # the chunks' (count, mean, squared deviations) merged in order
             r = red.reduction
             lines.append("float n = 0.0f, mean = 0.0f, acc = 0.0f;")
@@ -373,8 +337,8 @@ class _Writer:
         plan, rows, splits = self.plan, self.plan.rows, self.splits
         kernels, launches = [], []
         first = plan.inputs[0].var
-        ins = [f"reinterpret_cast<const {self.h.ctype[i.dtype]}*>({i.var}.data_ptr())" for i in plan.inputs]
-        outs = [f"reinterpret_cast<{self.h.ctype[o.dtype]}*>(out{k}.data_ptr())" for k, o in enumerate(plan.outputs)]
+        ins = [f"reinterpret_cast<const {C_TYPES[i.dtype]}*>({i.var}.data_ptr())" for i in plan.inputs]
+        outs = [f"reinterpret_cast<{C_TYPES[o.dtype]}*>(out{k}.data_ptr())" for k, o in enumerate(plan.outputs)]
         ws = "reinterpret_cast<float*>(ws.data_ptr())"
         wsi = ["reinterpret_cast<int64_t*>(wsi.data_ptr())"] if self.indexed else []
         state = ["reinterpret_cast<float*>(rv.data_ptr())", "reinterpret_cast<int64_t*>(rvi.data_ptr())"]
