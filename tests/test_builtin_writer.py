@@ -549,3 +549,68 @@ def test_rows_too_long_for_a_block_get_a_cluster_second_where_the_gpu_has_them(m
     assert ROWS[preferred_order(many)[1]].cluster == 2
     monkeypatch.setattr(ranking, "clusters_available", lambda: False)
     assert all(ROWS[n].cluster > 1 for n in preferred_order(long_rows)[-6:])
+
+
+def test_variants_have_unique_names_and_their_numbers_are_their_positions() -> None:
+    """Code picks variants by name; the program text keeps the variant's position ("variant N")."""
+    from kevin_backend.generate.builtin.variants import variant_named, variant_number
+
+    rows_plan = plan_task(next(t for t in SUITE if t.name == "softmax-f32").source)
+    pointwise_plan = plan_task(next(t for t in SUITE if t.name == "gated-f32").source)
+    for plan, variants in ((rows_plan, VARIANTS_ROWS), (pointwise_plan, VARIANTS_POINTWISE)):
+        assert len({v.name for v in variants}) == len(variants)
+        for number, v in enumerate(variants):
+            assert variant_named(plan, v.name) is v and variant_number(plan, v.name) == number
+    assert ROWS["t32x8-vector-cache"] == VARIANTS_ROWS[11] and POINTWISE["t256-tiled-items2"].items == 2
+    with pytest.raises(KeyError):
+        variant_named(pointwise_plan, "t1024-cache-cluster2")  # a rows variant
+
+
+def test_device_code_templates_are_package_data_and_fill_every_hole() -> None:
+    from kevin_backend.generate.builtin import codegen
+    from kevin_backend.generate.builtin.codegen import cuda_code
+
+    folder = Path(codegen.__file__).parent / "cuda"
+    templates = sorted(p.name for p in folder.glob("*.cuh"))
+    assert "row_reduce.cuh" in templates and "device_helpers.cuh" in templates
+    pyproject = (Path(codegen.__file__).parents[3] / "pyproject.toml").read_text()
+    assert '"kevin_backend.generate.builtin" = ["cuda/*.cuh"]' in pyproject  # shipped with the package
+    code = cuda_code("column_reduce_arg.cuh", op="max", threads=4, rpb=64)
+    assert "kevin_row_reduce_argmax(" in code and "//:" not in code and "$" not in code  # (its notes are not code)
+    with pytest.raises(KeyError):
+        cuda_code("column_reduce_arg.cuh", op="max", threads=4)  # a hole left empty
+
+
+def test_the_gpus_multiprocessors_are_read_from_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a GPU the writer writes for an H100's or H200's 132 multiprocessors; with one, for
+    its own (a split plan's blocks per row follow them)."""
+    import types
+
+    from kevin_backend.generate.builtin import gpu_properties as gpu
+    from kevin_backend.generate.builtin.split_rows import split_count
+
+    plan = plan_task(_task("x.sum(-1) + y.sum(-1)", "torch.randn(64, 65536, device='cuda'), torch.randn(64, 65536, device='cuda')"))
+    assert isinstance(plan, Plan)
+    gpu.gpu_properties.cache_clear()
+    try:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        assert gpu.gpu_properties() == gpu.GpuProperties(132, 2048, 65536)
+        assert split_count(plan) == 9  # about four blocks a multiprocessor: 4 * 132 / 64 rows
+        gpu.gpu_properties.cache_clear()
+        props = types.SimpleNamespace(multi_processor_count=16, max_threads_per_multi_processor=1536, regs_per_multiprocessor=65536)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+        assert gpu.gpu_properties() == gpu.GpuProperties(16, 1536, 65536)
+        assert split_count(plan) == 1  # 64 rows fill 16 multiprocessors: no split
+    finally:
+        gpu.gpu_properties.cache_clear()
+
+
+def test_every_ranking_rule_says_why() -> None:
+    from kevin_backend.generate.builtin.variant_ranking import POINTWISE_ORDERS, ROW_GROUPS, ROW_PLACEMENTS
+
+    for rule in (*POINTWISE_ORDERS, *ROW_GROUPS, *ROW_PLACEMENTS):
+        assert len(rule.reason.split()) >= 8, rule
+    for rule in POINTWISE_ORDERS:
+        assert sorted(rule.order) == sorted(POINTWISE), rule.condition  # every variant once, by name
