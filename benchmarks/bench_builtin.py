@@ -56,7 +56,7 @@ def roofline_columns(best_result: object) -> dict[str, object]:
             "inductor_fraction": roofline.inductor_fraction if roofline else None}
 
 
-KEEP_MARGIN = 1.03  # the backend keeps a kernel only this much faster than Inductor (SearchResult.decision's margin)
+KEEP_MARGIN = 1.03  # the backend keeps a kernel only this much faster than Inductor (decision.decide_entry's margin)
 
 
 IMPLAUSIBLE = 20.0

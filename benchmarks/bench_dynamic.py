@@ -52,7 +52,7 @@ def main() -> int:
         return 2
     import kevin_backend
     from kevin_backend.runtime.counters import counters
-    from kevin_backend.runtime.op import kernel_calls
+    from kevin_backend.runtime.registry import kernel_calls
     from kevin_backend.bench.results import paired_ratio
     from kevin_backend.measure.interleave import interleaved, timer
 

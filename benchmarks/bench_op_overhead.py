@@ -8,7 +8,7 @@ rounds):
   bare      the extension function itself
   module    ModelNew.forward (what the cache entry's program exposes)
   op        torch.ops.kevin.launch.default(key, [x, y], False) (what Inductor's code calls: the
-            direct path of `runtime._DirectLaunch` when nothing intercepts the call)
+            direct path of `runtime.op._DirectLaunch` when nothing intercepts the call)
   dispatch  the same op through the dispatcher (`op._op(...)`: the path of calls that a mode or
             a tensor subclass could intercept)
 
@@ -32,13 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gpu_kernels import GATED_KERNEL  # noqa: E402
 
-from kevin_backend.runtime import op as runtime  # noqa: E402
+from kevin_backend.runtime import registry as runtime  # noqa: E402
 from kevin_backend.backend.partition import partition_graph  # noqa: E402
-from kevin_backend.backend.support import GeneralOpSupport  # noqa: E402
+from kevin_backend.generate.op_support import GeneralOpSupport  # noqa: E402
 from kevin_backend.backend.task import extract_task  # noqa: E402
 from kevin_backend.cache.format import CacheEntry, EntryKind  # noqa: E402
 from kevin_backend.cache.key import make_key  # noqa: E402
 from kevin_backend.cache.store import KernelCache  # noqa: E402
+from kevin_backend.config import Config  # noqa: E402
 
 
 def per_call_us(fn, calls: int, rounds: int) -> float:
@@ -76,7 +77,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cache = KernelCache(Path(tmp), None)
         cache.put(CacheEntry(key=key, kind=EntryKind.KERNEL, task=task, kernel_source=GATED_KERNEL, policy="hand-written"))
-        runtime.use_cache(cache)
+        runtime.use_cache(cache, Config(cache_dir=Path(tmp)))
         loaded = runtime.lookup(key.digest)
         ext = loaded.kernel.__func__.__globals__["gated_ext"]
         forward = loaded.kernel

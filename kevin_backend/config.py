@@ -19,8 +19,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-__all__ = ["ENV", "EnvVar", "Mode", "Config", "ConfigError", "POLICY_NAMES", "build_root", "check_policy_name", "child_env",
-           "override", "env_value"]
+__all__ = ["ENV", "EnvVar", "Mode", "Config", "ConfigError", "AUTO_POLICY", "OP_SUPPORTS", "POLICY_FORMS", "POLICY_NAMES", "PolicyForm",
+           "build_root", "cache_dir_of", "check_policy_name", "policy_form", "child_env", "override", "env_value"]
 
 
 class ConfigError(ValueError):
@@ -35,20 +35,61 @@ class Mode(str, Enum):
     OFF = "off"  # pure Inductor: no partitioning at all
 
 
-# The policy names `generate/generator.py`'s make_policy reads (KEVIN_POLICY, option `policy`, --policy).
-POLICY_NAMES: str = "auto, builtin, openai[:MODEL], vllm[:MODEL], hf:PATH or replay:FILE"
+# The grammar of policy names (KEVIN_POLICY, option `policy`, --policy), as data: the writer
+# registry (`generate/writers.py`) makes a policy for each form, and a Config built with a name
+# none of them reads fails at once, without importing, loading or contacting anything.
+AUTO_POLICY: str = "auto"  # a model server when one is configured, else the built-in writer
+
+
+@dataclass(frozen=True)
+class PolicyForm:
+    """One form of a policy name: `kind`, `kind[:ARG]` (the argument optional) or `kind:ARG`."""
+
+    kind: str
+    arg: str = ""  # what follows the colon, as the usage names it (MODEL, PATH, FILE); "" for nothing
+    required: bool = False  # the name must carry its argument
+    names: str = ""  # what a required argument names, for the message when it is missing
+
+    @property
+    def usage(self) -> str:
+        if not self.arg:
+            return self.kind
+        return f"{self.kind}:{self.arg}" if self.required else f"{self.kind}[:{self.arg}]"
+
+
+POLICY_FORMS: tuple[PolicyForm, ...] = (
+    PolicyForm("builtin"),
+    PolicyForm("openai", "MODEL"),
+    PolicyForm("vllm", "MODEL"),
+    PolicyForm("hf", "PATH", required=True, names="model folder"),
+    PolicyForm("replay", "FILE", required=True, names="replies file"),
+)
+_USAGES = (AUTO_POLICY, *(form.usage for form in POLICY_FORMS))
+POLICY_NAMES: str = ", ".join(_USAGES[:-1]) + " or " + _USAGES[-1]
+
+
+# The op declarations the `writer` setting can name (the registry's OP_SUPPORT_FACTORIES makes
+# them); `auto` takes the configured policy's writer's.
+OP_SUPPORTS: tuple[str, ...] = ("general", "builtin")
+
+
+def policy_form(spec: str) -> PolicyForm | None:
+    """The form `spec` is written in (None for `auto` and for a name of no form). Only the name is
+    read: nothing is imported, loaded or contacted."""
+    kind, _, arg = spec.partition(":")
+    form = next((f for f in POLICY_FORMS if f.kind == kind), None)
+    return form if form is not None and (not form.required or arg.strip()) else None
 
 
 def check_policy_name(spec: str) -> str:
-    """`spec` if it names a policy `make_policy` can make, else a ConfigError naming it and the
-    valid names. Only the name is read: nothing is imported, loaded or contacted."""
-    kind, sep, arg = spec.partition(":")
-    if (spec == "auto" or kind in ("builtin", "openai", "vllm")
-            or (kind in ("hf", "replay") and arg.strip())):
+    """`spec` if it names a policy the writer registry can make, else a ConfigError naming it and
+    the valid names."""
+    if spec == AUTO_POLICY or policy_form(spec) is not None:
         return spec
-    if kind in ("hf", "replay"):
-        raise ConfigError(f"policy {spec!r} names no {'model folder' if kind == 'hf' else 'replies file'}: "
-                          f"use {kind}:{'PATH' if kind == 'hf' else 'FILE'}; valid policies: {POLICY_NAMES}")
+    kind = spec.partition(":")[0]
+    form = next((f for f in POLICY_FORMS if f.kind == kind), None)
+    if form is not None:  # a required argument missing
+        raise ConfigError(f"policy {spec!r} names no {form.names}: use {form.usage}; valid policies: {POLICY_NAMES}")
     raise ConfigError(f"unknown policy {spec!r}; valid policies: {POLICY_NAMES}")
 
 
@@ -86,8 +127,8 @@ ENV: dict[str, EnvVar] = {
         EnvVar("KEVIN_LLM_API_KEY", str, None, "API key for that server, sent as a bearer token (optional)"),
         EnvVar("KEVIN_LLM_TIMEOUT", float, 1800.0, "seconds one request to that server may take"),
         EnvVar("KEVIN_LLM_CONCURRENCY", int, 32, "most requests of one batch in flight at once"),
-        EnvVar("KEVIN_POLICY", str, "auto", "kernel writer in generate mode: auto, builtin, openai[:MODEL], vllm[:MODEL], hf:PATH, replay:FILE (auto: openai when KEVIN_LLM_URL or KEVIN_MODEL is set, else builtin)"),
-        EnvVar("KEVIN_WRITER", str, "auto", "which writer's op declarations cut the graph: auto, general, builtin (auto: builtin when the policy is the built-in writer and no generator is given)"),
+        EnvVar("KEVIN_POLICY", str, AUTO_POLICY, f"kernel writer in generate mode: {', '.join(_USAGES)} (auto: openai when KEVIN_LLM_URL or KEVIN_MODEL is set, else builtin)"),
+        EnvVar("KEVIN_WRITER", str, "auto", f"which writer's op declarations cut the graph: auto, {', '.join(OP_SUPPORTS)} (auto: builtin when the policy is the built-in writer and no generator is given)"),
         EnvVar("KEVIN_TRAJECTORIES", int, 16, "parallel trajectories per generated task"),
         EnvVar("KEVIN_TURNS", int, 8, "refinement turns per trajectory"),
         EnvVar("KEVIN_BEAM", int, 0, "keep the best k trajectories after each turn (0: no beam)"),
@@ -153,10 +194,21 @@ def override(**values: Any) -> Iterator[None]:
         _overrides.update(saved)
 
 
+_BUILDS = "builds"
+
+
 def build_root(cache_dir: Path) -> Path:
     """The judge's build folder under a kernel cache folder: its candidates' builds, and the GPU
     lock files every judge and graph check using that cache share (`locks.gpu_lock_path`)."""
-    return Path(cache_dir) / "builds"
+    return Path(cache_dir) / _BUILDS
+
+
+def cache_dir_of(build_folder: Path) -> Path | None:
+    """The kernel cache folder whose build folder (`build_root`) `build_folder` is, None for a
+    build folder laid out otherwise: what a builder made from a build folder alone (a judge, its
+    worker processes) shares with the other builders of that cache (the precompiled header)."""
+    folder = Path(build_folder)
+    return folder.parent if folder.name == _BUILDS else None
 
 
 @dataclass(frozen=True)
@@ -175,7 +227,7 @@ class Config:
     # A KernelGenerator (kevin_backend.generate.protocol); used in mode "generate". When None,
     # a search (generate/generator.py) with `policy`: a name (see KEVIN_POLICY) or a Policy.
     generator: Any = None
-    policy: Any = "auto"
+    policy: Any = AUTO_POLICY
     # Whose op declarations cut graphs into partitions (and so which cache keys exist): runs that
     # should share cache entries need the same writer. "auto": builtin when the policy is the
     # built-in writer and no generator is given, else general.
@@ -250,8 +302,8 @@ class Config:
             raise ConfigError(f"margin must be between -1 and 1 (a fraction of Inductor's speed), got {self.margin}")
         if not 0.0 <= self.roofline_stop:
             raise ConfigError(f"roofline_stop must be a fraction of the copy bandwidth >= 0 (0: never), got {self.roofline_stop}")
-        if self.writer not in ("auto", "general", "builtin"):
-            raise ConfigError(f"writer must be auto, general or builtin, got {self.writer!r}")
+        if self.writer not in ("auto", *OP_SUPPORTS):
+            raise ConfigError(f"writer must be auto, {', '.join(OP_SUPPORTS[:-1])} or {OP_SUPPORTS[-1]}, got {self.writer!r}")
         if isinstance(self.policy, str):
             check_policy_name(self.policy)
         elif not callable(getattr(self.policy, "generate", None)):

@@ -86,7 +86,7 @@ with torch.no_grad():
     compiled = torch.compile(model, backend="kevin", options={"mode": mode, "cache_dir": cache, "policy": "builtin",
                                                               "margin": -0.5})
     got, want = compiled(x, y), model(x, y)
-from kevin_backend.runtime.op import kernel_calls
+from kevin_backend.runtime.registry import kernel_calls
 print(kevin_backend.last_report())
 print(json.dumps({"error": (got - want).abs().max().item(), "statuses": [r.status.value for r in kevin_backend.last_report().records()],
                   "kernel_calls": sum(kernel_calls().values())}))

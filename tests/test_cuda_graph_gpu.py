@@ -11,7 +11,7 @@ import torch
 
 import kevin_backend
 from gpu_kernels import GATED_OPS, compile_with_gated_kernel
-from kevin_backend.runtime import op as runtime
+from kevin_backend.runtime import registry as runtime
 from kevin_backend.backend.report import Status
 
 pytestmark = pytest.mark.gpu

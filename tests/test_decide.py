@@ -21,6 +21,7 @@ import torch
 
 from kevin_backend.cache.format import CacheEntry, EntryKind, Retiming, Timings
 from kevin_backend.cache.key import CacheKey
+from kevin_backend.generate.decision import decide_entry
 from kevin_backend.generate.engine import SearchConfig, SearchIncomplete, SearchResult, TurnRecord
 from kevin_backend.generate.generator import SearchGenerator
 from kevin_backend.generate.log import TrajectoryLog
@@ -129,7 +130,7 @@ def test_the_winner_is_the_lowest_kernel_time_not_the_highest_speedup_over_eager
 def test_the_decision_re_times_the_winner() -> None:
     task, key = task_and_key()
     retimer = Scripted([1.0, 1.01, 0.99, 1.0, 1.0, 1.01, 0.99], [1.2, 1.21, 1.2, 1.19, 1.2, 1.22, 1.2])
-    entry = search(record(0, 1.0, 3.0, 1.5), record(1, 0.9, 2.0, 1.5)).decision(key, task, 0.03, retime=retimer)
+    entry = decide_entry(search(record(0, 1.0, 3.0, 1.5), record(1, 0.9, 2.0, 1.5)), key, task, 0.03, retime=retimer)
     assert retimer.calls == [(TASK_SOURCE, "# kernel 0.1")]  # the lowest kernel time, the task's program
     assert entry.kind is EntryKind.KERNEL and entry.kernel_source == "# kernel 0.1"
     r = entry.retiming
@@ -144,7 +145,7 @@ def test_a_tie_on_re_timing_is_not_kept_and_the_record_says_why() -> None:
     task, key = task_and_key()
     kernel, inductor = noisy_rounds(0.0, 0.01, 7, seed=1)
     # the judge's first pass flattered the kernel (2x); re-timed it is Inductor's equal
-    entry = search(record(0, 0.5, 1.0, 1.0)).decision(key, task, 0.03, retime=Scripted(kernel, inductor))
+    entry = decide_entry(search(record(0, 0.5, 1.0, 1.0)), key, task, 0.03, retime=Scripted(kernel, inductor))
     assert entry.kind is EntryKind.INDUCTOR and entry.kernel_source is None
     assert entry.retiming is not None and not entry.retiming.keep and entry.retiming.rounds == 7
     assert entry.reason.startswith("best kernel not kept: Inductor/kernel") and "lower bound" in entry.reason
@@ -153,16 +154,16 @@ def test_a_tie_on_re_timing_is_not_kept_and_the_record_says_why() -> None:
 def test_no_re_timing_below_the_margin_and_the_old_path_without_a_retimer() -> None:
     task, key = task_and_key()
     retimer = Scripted([1.0] * 7, [2.0] * 7)
-    close = search(record(0, 1.0, 1.2, 1.02)).decision(key, task, 0.03, retime=retimer)
+    close = decide_entry(search(record(0, 1.0, 1.2, 1.02)), key, task, 0.03, retime=retimer)
     assert close.kind is EntryKind.INDUCTOR and "1.020x" in close.reason and retimer.calls == [] and close.retiming is None
-    plain = search(record(0, 0.5, 1.2, 1.05)).decision(key, task, 0.03)
+    plain = decide_entry(search(record(0, 0.5, 1.2, 1.05)), key, task, 0.03)
     assert plain.kind is EntryKind.KERNEL and "not re-timed" in plain.reason and plain.retiming is None
 
 
 def test_a_kernel_that_fails_its_re_timing_is_not_kept() -> None:
     task, key = task_and_key()
     retimer = Scripted(failure="the kernel crashed its re-timing in step 'retime-kernel' (signal 11)")
-    entry = search(record(0, 0.5, 1.0, 1.0)).decision(key, task, 0.03, retime=retimer)
+    entry = decide_entry(search(record(0, 0.5, 1.0, 1.0)), key, task, 0.03, retime=retimer)
     assert entry.kind is EntryKind.INDUCTOR and "failed its re-timing" in entry.reason and "signal 11" in entry.reason
 
 
@@ -175,7 +176,7 @@ def test_a_kernel_that_fails_its_re_timing_is_not_kept() -> None:
 def test_a_judge_side_re_timing_failure_is_no_decision(outcome: RetimeOutcome) -> None:
     task, key = task_and_key()
     with pytest.raises(SearchIncomplete, match="re-timing"):
-        search(record(0, 0.5, 1.0, 1.0)).decision(key, task, 0.03, retime=lambda t, k: outcome)
+        decide_entry(search(record(0, 0.5, 1.0, 1.0)), key, task, 0.03, retime=lambda t, k: outcome)
 
 
 class _AcceptingJudge:
@@ -206,7 +207,7 @@ def test_the_generator_leaves_the_task_pending_when_the_re_timing_fails_on_the_j
     result = generator.results[-1]
     assert "re-timing" in result.incomplete and result.judge_seconds >= 0
     with pytest.raises(ValueError):
-        result.decision(key, task)
+        decide_entry(result, key, task)
     # the same search with a re-timing that confirms the kernel stores a KERNEL with its record
     generator = SearchGenerator(ReplayPolicy(["```python\nclass ModelNew: pass\n```"] * 2), _AcceptingJudge(),
                                 SearchConfig(trajectories=1, turns=2), config, log=TrajectoryLog(tmp_path / "log.jsonl"),

@@ -13,11 +13,13 @@ from judge_cases import GATED_TASK, HONEST, program
 from kevin_backend.cache.format import EntryKind
 from kevin_backend.cache.key import CacheKey
 from kevin_backend.generate.engine import Engine, SearchConfig, SearchResult, TurnRecord, _Trajectory, select_beam
-from kevin_backend.generate.generator import SearchGenerator, make_policy
+from kevin_backend.generate.decision import decide_entry
+from kevin_backend.generate.generator import SearchGenerator
 from kevin_backend.generate.log import TrajectoryLog
 from kevin_backend.generate.policy import EarlierTurn, PolicyError, Reply, TurnReader
 from kevin_backend.generate.prompts import Turn
 from kevin_backend.generate.replay import ReplayPolicy
+from kevin_backend.generate.writers import make_policy
 from kevin_backend.judge.judge import Judge
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
 from kevin_backend.config import ConfigError
@@ -134,7 +136,7 @@ def test_the_cache_decision_needs_the_margin_over_inductor() -> None:
     key = CacheKey("h" * 64, task.inputs, "NVIDIA H200", "9.0", "2.11.0", "13.0")
 
     def decide(*records: TurnRecord) -> object:
-        return SearchResult("t", records, "all turns", 0, 0, 0, "replay").decision(key, task, 0.03)
+        return decide_entry(SearchResult("t", records, "all turns", 0, 0, 0, "replay"), key, task, 0.03)
 
     win = decide(_record(0, Reason.ACCEPTED, 1.0, 1.2, 1.05), _record(1, Reason.ACCEPTED, 0.5, 1.2, 1.05))
     assert win.kind is EntryKind.KERNEL and win.kernel_source == "# kernel 1" and win.timings.kernel_ms == 0.5
@@ -214,7 +216,7 @@ def test_a_search_cut_short_by_the_judges_failure_decides_nothing(tmp_path: Path
     assert judge.calls == 2 and len(result.records) == 1  # judged again once, then the search stopped
     assert result.incomplete and policy.calls == 1
     with pytest.raises(ValueError):
-        result.decision(key, task)
+        decide_entry(result, key, task)
     with KernelCache(config.cache_dir) as cache:
         assert cache.get(key) is None
 

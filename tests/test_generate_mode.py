@@ -21,6 +21,7 @@ from kevin_backend.backend.report import FallbackReason, Status
 from kevin_backend.runtime.counters import counters
 from kevin_backend.cache.format import CacheEntry, EntryKind
 from kevin_backend.cache.store import KernelCache
+from kevin_backend.config import Config
 from kevin_backend.example_models import make_example
 
 
@@ -177,6 +178,46 @@ def test_kernel_that_raises_at_run_time_is_replaced_by_its_reference(kevin_dir: 
     assert counters["runtime_errors"] >= 1
 
 
+def test_a_cache_dir_option_is_where_the_runtime_builds(kevin_dir: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `cache_dir` given as a compile option is where the runtime builds the kernels it loads
+    (the cache's build folder) and keeps the fast build's precompiled header, whatever
+    KEVIN_CACHE_DIR says: when the pass loads a generated kernel, and when compiled code that
+    finds none loaded looks it up in the compile's cache."""
+    from kevin_backend.runtime import registry
+    from kevin_backend.toolchain.build import Builder
+
+    made: list[tuple[Path, Path | None]] = []
+    init = Builder.__init__
+
+    def recording(self: Builder, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append((self.root, self.pch_root))
+
+    monkeypatch.setattr(Builder, "__init__", recording)
+    monkeypatch.setenv("KEVIN_CACHE_DIR", str(tmp_path / "elsewhere"))
+    model, inputs = make_example("mlp")
+    model.eval()
+    compiled = torch.compile(model, backend="kevin", options={"mode": "generate", "generator": ReferenceGenerator(),
+                                                              "cache_dir": str(kevin_dir), "cpu_kernels": True})
+    with torch.no_grad():
+        want = model(*inputs)
+        assert_close_tree(compiled(*inputs), want)
+    assert statuses() and set(statuses()) == {Status.GENERATED}
+    loaded = len(made)
+    assert loaded >= 1 and set(made) == {(kevin_dir / "builds", kevin_dir)}
+    saved = dict(registry.loaded_kernels)
+    registry.loaded_kernels.clear()  # as in a process whose compiled code was loaded from disk
+    try:
+        with torch.no_grad():
+            assert_close_tree(compiled(*inputs), want)
+    finally:
+        registry.loaded_kernels.update(saved)
+    assert counters["runtime_loads"] >= 1 and len(made) > loaded
+    assert set(made) == {(kevin_dir / "builds", kevin_dir)}
+    assert not (tmp_path / "elsewhere").exists()
+
+
 _FRESH = textwrap.dedent(
     """
     import json, sys, torch, kevin_backend
@@ -253,8 +294,8 @@ def test_repeated_partitions_load_their_kernel_once(kevin_dir: Path) -> None:
     keys = [r.key for r in records]
     assert len(records) == 3 and len(set(keys)) < 3
     assert len(gen.tasks) == len(set(keys))  # a repeated key is generated once, then a cache hit
-    from kevin_backend.runtime import op as runtime
+    from kevin_backend.runtime import registry as runtime
 
     repeated = max(set(keys), key=keys.count)
     loaded = runtime.lookup(repeated)
-    assert runtime.load_entry(KernelCache(kevin_dir, None).get_digest(repeated)) is loaded
+    assert runtime.load_entry(KernelCache(kevin_dir, None).get_digest(repeated), Config(cache_dir=kevin_dir)) is loaded

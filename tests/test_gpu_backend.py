@@ -18,7 +18,7 @@ from gpu_kernels import GATED_KERNEL, GATED_OPS, gated_model
 from kevin_backend.backend.report import Status
 from kevin_backend.runtime.counters import counters
 from kevin_backend.cache.format import CacheEntry, EntryKind, Timings
-from kevin_backend.runtime import op as runtime
+from kevin_backend.runtime import registry as runtime
 from kevin_backend.cache.store import KernelCache
 
 pytestmark = pytest.mark.gpu
@@ -39,7 +39,7 @@ _FRESH = textwrap.dedent(
         "statuses": [r.status.value for r in report.records()],
         "graphs": len(report.graphs),
         "counters": kevin_backend.counters.snapshot(),
-        "kernel_calls": sum(__import__("kevin_backend.runtime.op", fromlist=["x"]).kernel_calls().values()),
+        "kernel_calls": sum(__import__("kevin_backend.runtime.registry", fromlist=["x"]).kernel_calls().values()),
     }))
     """
 )

@@ -15,7 +15,7 @@ import torch
 
 import kevin_backend
 from conftest import ReferenceGenerator, assert_close_tree
-from kevin_backend.runtime import op as runtime
+from kevin_backend.runtime import registry as runtime
 from kevin_backend.backend.graph_check import GraphOutcome, choose, load_outcome
 from kevin_backend.backend.report import Status
 from kevin_backend.runtime.counters import counters

@@ -13,7 +13,7 @@ import torch
 
 import kevin_backend
 from gpu_kernels import GATED_OPS, compile_with_gated_kernel
-from kevin_backend.runtime import op as runtime
+from kevin_backend.runtime import registry as runtime
 from kevin_backend.backend.report import Status
 from kevin_backend.runtime.counters import counters
 

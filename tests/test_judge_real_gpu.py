@@ -98,19 +98,21 @@ def get_init_inputs():
 
 @needs_gpu
 def test_the_runtime_load_check_catches_a_kernel_that_ignores_strides() -> None:
-    from kevin_backend.runtime import op as runtime
+    from kevin_backend.runtime import registry as runtime
     from kevin_backend.cache.format import CacheEntry, EntryKind
     from kevin_backend.cache.key import make_key
+    from kevin_backend.config import Config
     from kevin_backend.types import KernelTask
 
     task = KernelTask.from_program("l2norm_t", RUNTIME_TASK)
     assert task.inputs[0].stride == (1, 8192)
     key = make_key(task)
+    config = Config.from_env()  # builds under the environment's cache folder
     wrong = CacheEntry(key, EntryKind.KERNEL, task, CASES["l2norm_transposed__ignores_strides"].candidate_source)
     with pytest.raises(runtime.KernelMismatch):
-        runtime.load_entry(wrong)
+        runtime.load_entry(wrong, config)
     honest = CacheEntry(key, EntryKind.KERNEL, task, CASES["l2norm_transposed__strided_thread_per_row"].candidate_source)
-    kernel = runtime.load_entry(honest)
+    kernel = runtime.load_entry(honest, config)
     x = torch.randn(16384, 8192, device="cuda").t()
     out = kernel([x])[0]
     assert torch.allclose(out, x / torch.norm(x, p=2, dim=1, keepdim=True), rtol=1e-4, atol=1e-6)

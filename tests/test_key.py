@@ -11,7 +11,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kevin_backend.backend.partition import partition_graph
-from kevin_backend.backend.support import GeneralOpSupport
+from kevin_backend.generate.op_support import GeneralOpSupport
 from kevin_backend.backend.task import extract_task
 from kevin_backend.cache.key import CacheKey, DeviceInfo, make_key
 
@@ -43,7 +43,7 @@ _SCRIPT = textwrap.dedent(
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
     from kevin_backend.backend.partition import partition_graph
-    from kevin_backend.backend.support import GeneralOpSupport
+    from kevin_backend.generate.op_support import GeneralOpSupport
     from kevin_backend.backend.task import extract_task
     from kevin_backend.cache.key import DeviceInfo, make_key
     g = make_fx(lambda x, y: torch.relu(x * y + 0.5).sum(dim=-1), tracing_mode="fake")(torch.randn(8, 16), torch.randn(8, 16)).graph

@@ -8,7 +8,7 @@ import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kevin_backend.backend.partition import LeftOutReason, partition_graph
-from kevin_backend.backend.support import GeneralOpSupport, op_name
+from kevin_backend.generate.op_support import GeneralOpSupport, op_name
 
 
 def trace(fn, *inputs: torch.Tensor) -> fx.Graph:

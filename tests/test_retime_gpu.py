@@ -1,7 +1,7 @@
 """The re-timing before a KERNEL decision, on a real GPU (`-m gpu`; skipped without one).
 
 Two hand-written CUDA kernels, each first judged (static rules, build, correctness: ACCEPTED),
-then decided five times over through `SearchResult.decision` with the judge's `SandboxRetimer`:
+then decided five times over through `decision.decide_entry` with the judge's `SandboxRetimer`:
 
   * a kernel that beats Inductor: the task's reference breaks its graph between eight
     elementwise steps (`torch._dynamo.graph_break`), so Inductor's code makes eight passes over a
@@ -172,6 +172,7 @@ class ModelNew(nn.Module):
 
 def _decisions(tmp_path: Path, name: str, task_source: str, kernel_source: str, flatter: bool) -> list:  # type: ignore[type-arg]
     from kevin_backend.cache.key import make_key
+    from kevin_backend.generate.decision import decide_entry
     from kevin_backend.generate.engine import SearchResult, TurnRecord
     from kevin_backend.generate.policy import Reply
     from kevin_backend.generate.prompts import Turn
@@ -198,7 +199,7 @@ def _decisions(tmp_path: Path, name: str, task_source: str, kernel_source: str, 
         retimer = SandboxRetimer(judge)
         entries = []
         for repeat in range(REPEATS):
-            entry = result.decision(key, task, MARGIN, retime=retimer)
+            entry = decide_entry(result, key, task, MARGIN, retime=retimer)
             r = entry.retiming
             assert r is not None, f"{name}, repeat {repeat}: decided without re-timing ({entry.reason})"
             assert len(r.kernel_ms) >= 5 and len(r.inductor_ms) >= 5 and r.rounds >= 5

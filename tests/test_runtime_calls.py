@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from kevin_backend.runtime import op as runtime
+from kevin_backend.runtime import registry as runtime
 from kevin_backend.types import TensorSpec
 
 

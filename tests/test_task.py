@@ -11,7 +11,7 @@ import torch.fx as fx
 
 from conftest import capture_aot_graphs
 from kevin_backend.backend.partition import partition_graph
-from kevin_backend.backend.support import GeneralOpSupport
+from kevin_backend.generate.op_support import GeneralOpSupport
 from kevin_backend.backend.task import extract_task
 from kevin_backend.example_models import EXAMPLES, make_example
 from kevin_backend.types import TensorSpec

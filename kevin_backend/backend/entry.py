@@ -20,7 +20,7 @@ import torch.fx as fx
 # as `torch.compile(m)` loads Inductor, so the first compile does not pay for these imports.
 from torch._inductor.compile_fx import compile_fx
 
-from kevin_backend.runtime import op as runtime
+from kevin_backend.runtime import registry as runtime
 from kevin_backend.backend.graph_check import GraphCheck, graph_key, load_outcome
 from kevin_backend.backend.kevin_pass import INFERENCE_AWARE, KevinPass, PassBase
 from kevin_backend.backend.report import CompileReport, Status, begin_report
@@ -83,7 +83,7 @@ def kevin(
         return compile_fx(gm, example_inputs, config_patches=patches)
 
     cache = KernelCache.from_config(config)
-    runtime.use_cache(cache)
+    runtime.use_cache(cache, config)  # its kernels are built under this compile's cache folder
     if not torch.cuda.is_available() and not config.cpu_kernels:
         _say_once(report.notes, "no CUDA device: generated kernels need CUDA, Inductor compiles everything")
 

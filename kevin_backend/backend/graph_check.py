@@ -44,6 +44,7 @@ import torch.fx as fx
 
 from kevin_backend.version import __version__
 from kevin_backend.backend.report import CompileReport, Status
+from kevin_backend.cache.protocol import KernelStore
 from kevin_backend.runtime.counters import counters
 
 __all__ = ["GraphOutcome", "GraphCheck", "choose", "graph_key", "load_outcome", "store_outcome"]
@@ -206,7 +207,7 @@ class GraphCheck:
     not verified on."""
 
     def __init__(self, compiled: Compiled, compile_variant: Callable[[dict[str, str] | None], Compiled],
-                 report: CompileReport, store: Path | None, key: str, cache: Any, margin: float,
+                 report: CompileReport, store: Path | None, key: str, cache: KernelStore, margin: float,
                  sizes: list[tuple[int, Any]], outcome: GraphOutcome | None = None, other_sizes: Compiled | None = None) -> None:
         self.chosen: Compiled | None = compiled if outcome is not None else None
         self._all = compiled
@@ -312,20 +313,20 @@ def mark_dropped(report: CompileReport, dropped: dict[str, str]) -> None:
                 counters.add("dropped")
 
 
-def _fingerprint(cache: Any) -> str:
+def _fingerprint(cache: KernelStore) -> str:
     try:
         return str(cache.fingerprint())
     except Exception:  # noqa: BLE001
         return ""
 
 
-def _gpu_lock(cache: Any, device: torch.device) -> Path | None:
+def _gpu_lock(cache: KernelStore, device: torch.device) -> Path | None:
     """The GPU lock of the judges that use this kernel cache (under `config.build_root`, where
-    `Generator`'s judge builds): a check holds it while it times, so that no search's correctness
-    run or timing shares the GPU with its rounds. None on a CPU or without a cache folder."""
-    cache_dir = getattr(cache, "cache_dir", None)
-    if device.type != "cuda" or cache_dir is None:
+    `SearchGenerator`'s judge builds): a check holds it while it times, so that no search's
+    correctness run or timing shares the GPU with its rounds. None on a CPU."""
+    if device.type != "cuda":
         return None
+    cache_dir = cache.cache_dir
     from kevin_backend.config import build_root
     from kevin_backend.locks import gpu_lock_path
 

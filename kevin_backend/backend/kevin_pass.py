@@ -5,10 +5,12 @@ and decompositions, before its own pattern passes), and includes `uuid()` in its
 the project's version, settings and cache state decide whether Inductor's cached code is reused.
 
 For each graph:
-  1. partition it into fusible subgraphs the writer supports (partition.py)
+  1. partition it into fusible subgraphs the writer supports (partition.py; the writer's op
+     declaration comes from the writer registry, generate/writers.py)
   2. write each partition as a KernelBench task (task.py) and key it (cache/key.py)
-  3. look the key up: a KERNEL entry is loaded (runtime.py); a miss is recorded as pending
-     (mode cache) or generated (mode generate); an INDUCTOR entry leaves the partition alone
+  3. look the key up: a KERNEL entry is loaded (runtime/registry.py, with the builds under this
+     compile's cache folder); a miss is recorded as pending (mode cache) or generated (mode
+     generate, by the configured `KernelGenerator`); an INDUCTOR entry leaves the partition alone
   4. replace each loaded partition by one `kevin::launch` call; Inductor compiles the rest
 
 Every failure before step 4 leaves that partition to Inductor with a recorded reason.
@@ -25,7 +27,7 @@ import operator
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -33,7 +35,7 @@ from torch._guards import detect_fake_mode
 from torch._inductor import custom_graph_pass
 
 from kevin_backend.version import __version__
-from kevin_backend.runtime import op as runtime
+from kevin_backend.runtime import registry as runtime
 from kevin_backend.backend.partition import Partition, partition_graph
 from kevin_backend.backend.report import (
     CompileReport,
@@ -42,14 +44,18 @@ from kevin_backend.backend.report import (
     PartitionRecord,
     Status,
 )
-from kevin_backend.backend.support import GeneralOpSupport, OpSupport
 from kevin_backend.backend.task import extract_task
 from kevin_backend.runtime.counters import counters
 from kevin_backend.cache.format import CacheEntry, EntryKind
-from kevin_backend.cache.key import SCHEMA_VERSION, make_key
+from kevin_backend.cache.key import SCHEMA_VERSION, CacheKey, make_key
+from kevin_backend.cache.protocol import KernelStore
 from kevin_backend.config import Config, Mode
+from kevin_backend.generate.op_support import OpSupport
 from kevin_backend.generate.policy import PolicyError
+from kevin_backend.generate.protocol import KernelGenerator
+from kevin_backend.generate.writers import op_support_for
 from kevin_backend.measure.roofline import record_fraction
+from kevin_backend.types import KernelTask
 
 __all__ = ["KevinPass", "KevinRewriteError"]
 
@@ -84,44 +90,27 @@ class _Swap:
     out_vals: list[Any]
 
 
-def _support_for(config: Config) -> OpSupport:
-    """The partitions the writer can take (the built-in writer declares fewer ops than a model).
-    Chosen by the `writer` setting, not the mode, so `cache` and `generate` runs with the same
-    writer cut graphs alike and find each other's cache entries."""
-    writer = config.writer
-    if writer == "auto":
-        writer = "general"
-        if config.generator is None and isinstance(config.policy, str):
-            from kevin_backend.generate.generator import resolve_policy_name
-
-            writer = "builtin" if resolve_policy_name(config.policy, config) == "builtin" else "general"
-    if writer == "builtin":
-        from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
-
-        return BuiltinSupport()
-    return GeneralOpSupport()
-
-
 class KevinPass(PassBase):  # type: ignore[misc, valid-type]
     """`dropped` maps kernels' digests to why they stay out of this compile (the graph-level
     check found the graph slower with them): those partitions are Inductor's. A pass with
     `counting` off (the check's variants of a graph) leaves the process's counters alone."""
 
-    def __init__(self, config: Config, cache: Any, report: CompileReport, support: OpSupport | None = None,
+    def __init__(self, config: Config, cache: KernelStore, report: CompileReport, support: OpSupport | None = None,
                  dropped: dict[str, str] | None = None, counting: bool = True) -> None:
         self.config = config
         self.cache = cache
         self.report = report
-        self.support = support or _support_for(config)
+        self.support: OpSupport = support or op_support_for(config)
         self.dropped = dict(dropped or {})
         self._count = counters.add if counting else (lambda name, n=1: None)
-        self._default_generator: Any = None
+        self._default_generator: KernelGenerator | None = None
         self._policy_down: str | None = None
 
-    def _generator(self) -> Any:
+    def _generator(self) -> KernelGenerator:
         """The configured generator, else a search with the configured policy (made once)."""
         if self.config.generator is not None:
-            return self.config.generator
+            # (`Config` checked that it has a generate method; the foundation cannot name the type)
+            return cast(KernelGenerator, self.config.generator)
         if self._default_generator is None:
             from kevin_backend.generate.generator import default_generator
 
@@ -177,7 +166,7 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
         kernels = [f.entry for f in looked if isinstance(f, _Found) and f.entry is not None and f.entry.kind is EntryKind.KERNEL]
         if len(kernels) > 1:
             try:
-                runtime.prebuild(kernels)
+                runtime.prebuild(kernels, self.config)
             except Exception as exc:  # noqa: BLE001
                 log.info("kevin: building the cached kernels at once failed: %s", exc)
         swaps: list[_Swap] = []
@@ -254,7 +243,7 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
 
         # load the kernel and check it against the partition on fake tensors
         try:
-            kernel = runtime.load_entry(entry)
+            kernel = runtime.load_entry(entry, self.config)
         except runtime.KernelMismatch as exc:
             return record(Status.FALLBACK, FallbackReason.KERNEL_MISMATCH, _short(exc), **ids), None
         except Exception as exc:
@@ -270,8 +259,8 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
 
 @dataclass(frozen=True)
 class _Found:
-    task: Any  # KernelTask
-    key: Any  # CacheKey
+    task: KernelTask
+    key: CacheKey
     entry: CacheEntry | None
     ids: dict[str, Any]  # the record's key, key_dict and task name
 

@@ -31,12 +31,11 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Hashable
 
 import torch
 import torch.fx as fx
 
-from kevin_backend.backend.support import MATMUL_OPS, VIEW_OPS, OpSupport, op_name
+from kevin_backend.generate.op_support import MATMUL_OPS, VIEW_OPS, OpSupport, op_name
 
 __all__ = ["LeftOutReason", "LeftOut", "Partition", "PartitionPlan", "partition_graph"]
 
@@ -159,7 +158,7 @@ def partition_graph(
 ) -> PartitionPlan:
     """Split `graph` into fusible partitions of ops `support` declares (see the module docstring)."""
     order = {n: i for i, n in enumerate(graph.nodes)}
-    builder = _Builder(max_nodes, order, getattr(support, "reduction_key", None))
+    builder = _Builder(max_nodes, order, support)
     left_out: dict[fx.Node, LeftOut] = {}
 
     def leave(node: fx.Node, reason: LeftOutReason, detail: str = "") -> None:
@@ -214,11 +213,10 @@ class _Builder:
     the other (or the new node).
     """
 
-    def __init__(self, max_nodes: int, order: dict[fx.Node, int],
-                 reduction_key: Callable[[fx.Node], Hashable | None] | None = None) -> None:
+    def __init__(self, max_nodes: int, order: dict[fx.Node, int], support: OpSupport) -> None:
         self.max_nodes = max_nodes
         self._order = order
-        self._reduction_key = reduction_key
+        self._support = support
         self._part: dict[fx.Node, int] = {}
         self._members: dict[int, list[fx.Node]] = {}
         self._merged: dict[int, int] = {}
@@ -283,10 +281,9 @@ class _Builder:
         # A writer that reduces one set of dimensions per kernel (`reduction_key`: the same key for
         # reductions it can write together) keeps apart the reductions it cannot: a norm's
         # backward reduces rows for the input's gradient and columns for the weight's.
-        if self._reduction_key is not None:
-            keys = {k for n in nodes if (k := self._reduction_key(n)) is not None}
-            if len(keys) > 1:
-                return False
+        keys = {k for n in nodes if (k := self._support.reduction_key(n)) is not None}
+        if len(keys) > 1:
+            return False
         group = set(pids)
         for n in nodes:
             for i in n.all_input_nodes:

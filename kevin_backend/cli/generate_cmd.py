@@ -24,15 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from kevin_backend.cli.main import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, EXIT_USAGE, CommandError
-from kevin_backend.config import Config, ConfigError, build_root, check_policy_name
+from kevin_backend.config import POLICY_NAMES, Config, ConfigError, build_root, check_policy_name
+from kevin_backend.generate.writers import argument_problem, policy_help
 
 __all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser("generate", parents=parents, help="search for a fast kernel for one KernelBench task")
+    p = subparsers.add_parser("generate", parents=parents, help="search for a fast kernel for one KernelBench task",
+                              epilog=policy_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("task", type=Path, help="KernelBench-format task: Model, get_inputs, get_init_inputs")
-    p.add_argument("--policy", help="auto, builtin, openai[:MODEL], vllm[:MODEL], hf:PATH or replay:FILE (default: KEVIN_POLICY, auto)")
+    p.add_argument("--policy", help=f"{POLICY_NAMES} (default: KEVIN_POLICY, auto)")
     p.add_argument("--trajectories", type=int, help="parallel trajectories (default: KEVIN_TRAJECTORIES, 16)")
     p.add_argument("--turns", type=int, help="refinement turns (default: KEVIN_TURNS, 8)")
     p.add_argument("--beam", type=int, help="keep the best K trajectories after each turn (default: KEVIN_BEAM; 0: none)")
@@ -58,7 +60,8 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
     from kevin_backend.cli.eval_cmd import _device
     from kevin_backend.cache.store import KernelCache
     from kevin_backend.generate.engine import SearchConfig
-    from kevin_backend.generate.generator import SearchGenerator, SearchIncomplete, make_policy
+    from kevin_backend.generate.generator import SearchGenerator, SearchIncomplete
+    from kevin_backend.generate.writers import make_policy
     from kevin_backend.generate.policy import PolicyError, Sampling
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.sandbox import RunConfig
@@ -72,8 +75,9 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
             check_policy_name(policy_name)
         except ConfigError as exc:
             raise CommandError(f"--policy: {exc}" if args.policy else str(exc), EXIT_USAGE) from None
-        if policy_name.startswith("replay:") and not Path(policy_name.partition(":")[2]).is_file():
-            raise CommandError(f"policy {policy_name}: no such replies file", EXIT_USAGE)
+        problem = argument_problem(policy_name)
+        if problem:
+            raise CommandError(f"policy {policy_name}: {problem}", EXIT_USAGE)
     try:
         source = args.task.read_text()
     except OSError as exc:

@@ -256,6 +256,7 @@ def _check_usage(args: argparse.Namespace, config: Config) -> Config:
     the config with --policy applied."""
     from kevin_backend.bench.models import MODELS
     from kevin_backend.config import ConfigError, check_policy_name
+    from kevin_backend.generate.writers import argument_problem
 
     _check_numbers(args, config)
     if args.budget is not None:
@@ -272,8 +273,9 @@ def _check_usage(args: argparse.Namespace, config: Config) -> Config:
             check_policy_name(args.policy)
         except ConfigError as exc:
             raise CommandError(f"--policy: {exc}", EXIT_USAGE) from None
-        if args.policy.startswith("replay:") and not Path(args.policy.partition(":")[2]).is_file():
-            raise CommandError(f"--policy {args.policy}: no such replies file", EXIT_USAGE)
+        problem = argument_problem(args.policy)
+        if problem:
+            raise CommandError(f"--policy {args.policy}: {problem}", EXIT_USAGE)
         config = dataclasses.replace(config, policy=args.policy)
     if args.generator is not None:
         _check_generator(args.generator, local=not args.ray)

@@ -2,9 +2,9 @@
 
     engine = Engine(policy, judge, SearchConfig(trajectories=16, turns=8, beam=4))
     result = engine.search(task_source, name="task")     # a SearchResult
-    entry = result.decision(key, task, margin=0.03, retime=SandboxRetimer(judge))
-    # KERNEL if the best (lowest kernel time) beat Inductor by the margin beyond the noise when
-    # re-timed against it, else INDUCTOR; SearchIncomplete if the re-timing itself failed
+    entry = decide_entry(result, key, task, margin=0.03, retime=SandboxRetimer(judge))
+    # (decision.py) KERNEL if the best (lowest kernel time) beat Inductor by the margin beyond
+    # the noise when re-timed against it, else INDUCTOR; SearchIncomplete if the re-timing failed
 
 One search runs N trajectories for up to T turns. Each turn:
 
@@ -30,33 +30,16 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
-from kevin_backend.cache.format import CacheEntry, EntryKind, Retiming, Timings
-from kevin_backend.cache.key import CacheKey
-from kevin_backend.judge.decide import RetimeOutcome, decide
-from kevin_backend.generate.policy import EarlierTurn, Message, Policy, PolicyError, Reply, Sampling, TurnReader
+from kevin_backend.generate.judging import BatchJudging, Judging
+from kevin_backend.generate.policy import EarlierTurn, Message, Policy, PolicyError, Reply, Sampling, TokenCounter, TurnReader
 from kevin_backend.generate.prompts import Turn, build_messages, extract_code, prompt_version
 from kevin_backend.judge.result import JudgeResult, Reason, Stage
-from kevin_backend.types import KernelTask
 
-__all__ = ["Judging", "Retimer", "SearchConfig", "SearchIncomplete", "TurnRecord", "SearchResult", "Engine", "select_beam",
-           "Progress"]
+__all__ = ["SearchConfig", "SearchIncomplete", "TurnRecord", "SearchResult", "Engine", "select_beam", "Progress"]
 
 log = logging.getLogger("kevin_backend.generate")
-
-
-class Judging(Protocol):
-    """What the engine needs of a judge (`kevin_backend.judge.judge.Judge` is one)."""
-
-    def judge(self, task_source: str, candidate_source: str) -> JudgeResult: ...
-
-
-class Retimer(Protocol):
-    """What a decision needs to re-time the winner against Inductor (`judge.decide.SandboxRetimer`
-    is one): per-round paired times, or the failure and whose it was."""
-
-    def __call__(self, task_source: str, kernel_source: str) -> RetimeOutcome: ...
 
 
 class SearchIncomplete(RuntimeError):
@@ -148,58 +131,6 @@ class SearchResult:
     def completion_tokens(self) -> int:
         return sum(r.step.reply.completion_tokens for r in self.records)
 
-    def decision(self, key: CacheKey, task: KernelTask, margin: float = 0.03, retime: Retimer | None = None,
-                 confidence: float = 0.95) -> CacheEntry:
-        """The cache entry this search earns, with its reason:
-
-        * no correct kernel, or the best one (`best`) under 1 + `margin` times Inductor's speed by
-          the judge's timings: INDUCTOR (so the task is not generated again);
-        * otherwise, with `retime`: the best kernel and Inductor's code re-timed, interleaved
-          (`judge/decide.py`); KERNEL when the lower confidence bound of Inductor's time over the
-          kernel's exceeds 1 + margin, else INDUCTOR; the entry carries the rounds, the bound and
-          the reason (`CacheEntry.retiming`). A kernel that crashed, hung or raised while re-timed
-          is not kept. A failure of the judge's own (its worker, memory, a timeout of its steps)
-          decides nothing: SearchIncomplete;
-        * without `retime` (a scripted judge, no GPU): KERNEL on the judge's timings alone, said
-          so in the reason.
-
-        A search cut short by the judge's or the model server's failure earns none (ValueError)."""
-        if self.incomplete:
-            raise ValueError(f"no decision from an incomplete search: {self.incomplete}")
-        best = self.best
-        if best is None or best.result is None:
-            return CacheEntry(key, EntryKind.INDUCTOR, task, None, policy=self.policy,
-                              reason=f"no correct kernel in {len(self.records)} turns ({self.stopped})")
-        t = best.result.timings
-        timings = Timings(eager_ms=t.eager_ms, inductor_ms=t.inductor_ms, kernel_ms=t.kernel_ms)
-        record = best.result.as_dict()
-        vs_inductor = t.speedup_vs_inductor
-        if vs_inductor is None or vs_inductor < 1.0 + margin:
-            shown = "not measured" if vs_inductor is None else f"{vs_inductor:.3f}x"
-            return CacheEntry(key, EntryKind.INDUCTOR, task, None, timings, self.policy, record,
-                              reason=f"best kernel {shown} of Inductor's speed; needs {1 + margin:.2f}x")
-        assert best.step.code is not None
-        if retime is None:
-            return CacheEntry(key, EntryKind.KERNEL, task, best.step.code, timings, self.policy, record,
-                              reason=f"best kernel {vs_inductor:.3f}x of Inductor's speed by the judge's timings (not re-timed)")
-        outcome = retime(task.source, best.step.code)
-        if not outcome.ok and outcome.judge_side:
-            raise SearchIncomplete(f"the re-timing of the best kernel failed on the judge's side: {outcome.failure}")
-        if not outcome.ok:
-            return CacheEntry(key, EntryKind.INDUCTOR, task, None, timings, self.policy, record,
-                              reason=f"best kernel not kept: it failed its re-timing: {outcome.failure}")
-        try:
-            verdict = decide(outcome.kernel_ms, outcome.inductor_ms, margin, confidence)
-        except ValueError as exc:  # rounds missing or a time not positive: the measurement, not the kernel
-            raise SearchIncomplete(f"the re-timing of the best kernel gave no usable rounds: {exc}") from None
-        retiming = Retiming(outcome.kernel_ms, outcome.inductor_ms, verdict.ratio, verdict.bound, margin, confidence,
-                            verdict.keep, verdict.reason, outcome.trials, outcome.device, outcome.protocol)
-        if verdict.keep:
-            return CacheEntry(key, EntryKind.KERNEL, task, best.step.code, timings, self.policy, record,
-                              reason=verdict.reason, retiming=retiming)
-        return CacheEntry(key, EntryKind.INDUCTOR, task, None, timings, self.policy, record,
-                          reason=f"best kernel {verdict.reason}", retiming=retiming)
-
 
 @dataclass
 class _Trajectory:
@@ -237,7 +168,7 @@ class Engine:
         self.gpu = gpu
         self.capability = capability
         self.progress = progress
-        self._count = getattr(policy, "count_tokens", None)
+        self._count = policy.count_tokens if isinstance(policy, TokenCounter) else None
 
     def search(self, task_source: str, name: str = "task") -> SearchResult:
         cfg = self.config
@@ -363,13 +294,12 @@ class Engine:
                 result = JudgeResult(Stage.RUN, Reason.INFRA, feedback=f"the judge failed: {type(exc).__name__}: {exc}")
             return code, result, time.perf_counter() - t0
 
-        many = getattr(self.judge, "evaluate_many", None)
-        if many is not None:  # the judge's own batch: every build at once, then its worker pool
+        if isinstance(self.judge, BatchJudging):  # the judge's own batch: every build at once, then its worker pool
             codes = [extract_code(r.text) if r.ok else None for r in replies]
             todo = [c for c in codes if c is not None]
             t0 = time.perf_counter()
             try:
-                results = iter(many(task_source, todo, workers or self.config.judge_workers))
+                results = iter(self.judge.evaluate_many(task_source, todo, workers or self.config.judge_workers))
             except Exception as exc:  # the judge's own failure: no verdict on any candidate
                 log.exception("the judge failed on a batch of candidates")
                 failed = JudgeResult(Stage.RUN, Reason.INFRA, feedback=f"the judge failed: {type(exc).__name__}: {exc}")

@@ -1,81 +1,33 @@
-"""The search as the backend's `KernelGenerator`, and policies named by a string.
+"""The search as the backend's `KernelGenerator`.
 
     generator = SearchGenerator(make_policy("openai", config), config=config)
     entry = generator.generate(task, key)      # a KERNEL or INDUCTOR CacheEntry
 
-The decision re-times the search's winner against Inductor (`judge/decide.py`) before it keeps a
-kernel; a re-timing the judge itself could not carry out ends the search without one
-(SearchIncomplete), like any other failure of the judge.
-
-`make_policy` reads the names the command line and `KEVIN_POLICY` use:
-
-    auto             openai when a model server is configured, else builtin
-    builtin          the built-in writer (pointwise chains and reductions, no model)
-    openai[:MODEL]   an OpenAI-compatible server at KEVIN_LLM_URL (e.g. `vllm serve cognition-ai/Kevin-32B`)
-    vllm[:MODEL]     an in-process vLLM engine (the `vllm` extra)
-    hf:PATH          transformers `generate` on a local model folder
-    replay:FILE      scripted replies (a JSON list of strings, or a trajectory log .jsonl)
+The decision (`decision.py`) re-times the search's winner against Inductor (`judge/decide.py`)
+before it keeps a kernel; a re-timing the judge itself could not carry out ends the search
+without one (SearchIncomplete), like any other failure of the judge. Policies are made from
+their names by the writer registry (`writers.py`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 from typing import Any
 
 from kevin_backend.cache.format import CacheEntry
 from kevin_backend.cache.key import CacheKey
-from kevin_backend.config import Config, ConfigError, build_root, env_is_set
-from kevin_backend.generate.engine import Engine, Judging, Progress, Retimer, SearchConfig, SearchIncomplete, SearchResult
+from kevin_backend.config import Config, build_root, env_is_set
+from kevin_backend.generate.decision import decide_entry
+from kevin_backend.generate.engine import Engine, Progress, SearchConfig, SearchIncomplete, SearchResult
+from kevin_backend.generate.judging import ConfigurableJudging, Judging, NumericsRetimer, Retimer
 from kevin_backend.generate.log import TrajectoryLog
 from kevin_backend.generate.policy import Policy, PolicyError
+from kevin_backend.generate.protocol import KernelGenerator
+from kevin_backend.generate.writers import make_policy
 from kevin_backend.types import KernelTask
 
-__all__ = ["SearchGenerator", "SearchIncomplete", "make_policy", "default_generator", "POLICY_NAMES"]
-
-POLICY_NAMES = "auto, builtin, openai[:MODEL], vllm[:MODEL], hf:PATH or replay:FILE"
-
-
-def make_policy(spec: str | Policy, config: Config | None = None) -> Policy:
-    """The policy a name stands for (a Policy object is returned as is)."""
-    if not isinstance(spec, str):
-        return spec
-    config = config or Config.from_env()
-    spec = resolve_policy_name(spec, config)
-    kind, _, arg = spec.partition(":")
-    if kind == "builtin":
-        from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
-
-        return BuiltinPolicy()
-    if kind == "openai":
-        from kevin_backend.generate.openai_policy import OpenAIPolicy
-
-        return OpenAIPolicy(config.llm_url, arg or config.model)
-    if kind == "vllm":
-        from kevin_backend.generate.vllm_policy import VLLMPolicy
-
-        return VLLMPolicy(arg or config.model)
-    if kind == "hf" and arg:
-        from kevin_backend.generate.hf_policy import TransformersPolicy
-
-        return TransformersPolicy(arg)
-    if kind == "replay" and arg:
-        from kevin_backend.generate.replay import ReplayPolicy
-
-        return ReplayPolicy.from_file(Path(arg))
-    raise ConfigError(f"unknown policy {spec!r}: expected {POLICY_NAMES}")
-
-
-def resolve_policy_name(spec: str, config: Config) -> str:
-    """`auto` is the model server when one is configured (a model name or server URL given, as
-    an option or in the environment), else the built-in writer."""
-    if spec != "auto":
-        return spec
-    defaults = Config()
-    configured = (env_is_set("KEVIN_LLM_URL") or env_is_set("KEVIN_MODEL")
-                  or config.llm_url != defaults.llm_url or config.model != defaults.model)
-    return "openai" if configured else "builtin"
+__all__ = ["SearchGenerator", "SearchIncomplete", "default_generator"]
 
 
 class SearchGenerator:
@@ -120,7 +72,7 @@ class SearchGenerator:
     def run(self, task: KernelTask, gpu: str = "", capability: str = "",
             numerics: tuple[tuple[str, Any], ...] = ()) -> SearchResult:
         judge = self.judge
-        if numerics and hasattr(judge, "configured"):  # judged under the settings the key names
+        if numerics and isinstance(judge, ConfigurableJudging):  # judged under the settings the key names
             judge = judge.configured(numerics=tuple(numerics))
         engine = Engine(self.policy, judge, self.search, on_record=self.log.write, gpu=gpu,
                         capability=capability, progress=self.progress)
@@ -146,9 +98,9 @@ class SearchGenerator:
         start = time.perf_counter()
         try:
             retime = self.retimer
-            if key.numerics and hasattr(retime, "for_numerics"):  # re-timed under the key's settings too
-                retime = retime.for_numerics(key.numerics)  # type: ignore[union-attr]
-            return result.decision(key, task, self.search.margin, retime=retime)
+            if key.numerics and isinstance(retime, NumericsRetimer):  # re-timed under the key's settings too
+                retime = retime.for_numerics(key.numerics)
+            return decide_entry(result, key, task, self.search.margin, retime=retime)
         except SearchIncomplete as exc:
             self._update(result, incomplete=str(exc), stopped=str(exc))
             raise SearchIncomplete(f"{task.name}: {exc}") from None
@@ -165,7 +117,7 @@ class SearchGenerator:
         return f"SearchGenerator({self.name}, {self.search})"
 
 
-def default_generator(config: Config) -> Any:
+def default_generator(config: Config) -> KernelGenerator:
     """The generator `generate` mode uses when none is given: a search with the configured policy
     (the built-in writer searches its few variants: 4 trajectories x 3 turns unless set)."""
     policy = make_policy(config.policy, config)

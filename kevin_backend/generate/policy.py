@@ -11,7 +11,8 @@ and gets one `Reply` per conversation, in order. A policy that wants the judge's
 than the prose written for a language model (the built-in writer) is a `TurnReader`: the loop
 then calls `generate_after(conversations, earlier, sampling)`, with each trajectory's earlier
 turns as data (`EarlierTurn`: its own reply and the judge's `JudgeResult`), all of them, however
-many the conversation had to drop. Reasoning models put their chain of thought in a
+many the conversation had to drop. A policy that counts its model's tokens is a `TokenCounter`:
+the loop cuts conversations at the token budget by its count. Reasoning models put their chain of thought in a
 separate field or inside `<think>...</think>`; a policy returns it apart from the answer
 (`split_reasoning`), so the loop can drop it from later turns' context.
 
@@ -27,7 +28,8 @@ from typing import Protocol, Sequence, runtime_checkable
 
 from kevin_backend.judge.result import JudgeResult
 
-__all__ = ["Message", "Sampling", "Reply", "Policy", "PolicyError", "EarlierTurn", "TurnReader", "split_reasoning"]
+__all__ = ["Message", "Sampling", "Reply", "Policy", "PolicyError", "EarlierTurn", "TurnReader", "TokenCounter",
+           "split_reasoning"]
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
 
@@ -73,6 +75,16 @@ class Policy(Protocol):
 
     def generate(self, conversations: Sequence[Sequence[Message]], sampling: Sampling) -> list[Reply]:
         """One reply per conversation, in order."""
+        ...
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """A policy's ability to count its model's tokens: the loop cuts conversations at the token
+    budget by its count instead of the approximate one (`prompts.approx_tokens`)."""
+
+    def count_tokens(self, text: str) -> int:
+        """The number of tokens `text` takes in the model's prompt."""
         ...
 
 

@@ -1,9 +1,11 @@
 """The `KernelGenerator` protocol: how the backend asks for a kernel on a cache miss.
 
 The backend's `generate` mode calls `generate(task, key)` for each partition missing from the
-cache. A generator returns a `CacheEntry`: a KERNEL entry (a verified kernel that beat Inductor)
-or an INDUCTOR entry (nothing did); the backend stores it and swaps KERNEL winners in. A
-generator that raises is a fallback to Inductor for that partition, never a failed compile.
+cache (`backend/kevin_pass.py`: the `generator` option's value, else `generator.default_generator`,
+a `SearchGenerator`). A generator returns a `CacheEntry`: a KERNEL entry (a verified kernel that
+beat Inductor) or an INDUCTOR entry (nothing did); the backend stores it and swaps KERNEL winners
+in. A generator that raises is a fallback to Inductor for that partition, never a failed compile;
+one that raises `PolicyError` (its model cannot answer) is not asked again in that compile.
 """
 
 from __future__ import annotations

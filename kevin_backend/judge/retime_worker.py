@@ -21,7 +21,7 @@ moving with the host's speed), enough to pass the margin.
   * the kernel: `torch.ops.kevin.launch.default(key, inputs, False)`, the call a graph compiled
     with static shapes makes for a kept kernel: the dispatcher, the runtime's `launch`, its
     `LoadedKernel` (the stride and alignment checks, the output bookkeeping) and the kernel's
-    `ModelNew.forward` with its extension call (`runtime/op.py`). A task whose inputs are not
+    `ModelNew.forward` with its extension call (`runtime/op.py`, `runtime/registry.py`). A task whose inputs are not
     all tensors (no partition of a graph) calls `ModelNew` directly;
   * Inductor: the task's reference compiled by `torch.compile` (default mode, static shapes: the
     task's own sizes, as a model's first compile gets them). When Dynamo
@@ -115,7 +115,8 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
 
 
 def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
-    from kevin_backend.runtime import op as runtime  # defines kevin::launch
+    from kevin_backend.runtime import op as _op  # noqa: F401  (defines kevin::launch)
+    from kevin_backend.runtime import registry as runtime
     from kevin_backend.cache.key import apply_numerics
 
     if job.get("numerics"):

@@ -24,7 +24,8 @@ def make_generator(setup: dict[str, Any]) -> Any:
     """The generator a setup names: a user factory (`module:function`) or a search with a policy."""
     from kevin_backend.config import Config
     from kevin_backend.generate.engine import SearchConfig
-    from kevin_backend.generate.generator import SearchGenerator, default_generator, make_policy
+    from kevin_backend.generate.generator import SearchGenerator, default_generator
+    from kevin_backend.generate.writers import make_policy
 
     config = Config(cache_dir=Path(setup["cache_dir"]), policy=setup.get("policy") or "auto")
     if setup.get("generator"):

@@ -25,7 +25,8 @@ from typing import Any, Sequence
 
 import torch
 
-from kevin_backend.generate.engine import Engine, Judging, SearchConfig, SearchResult
+from kevin_backend.generate.engine import Engine, SearchConfig, SearchResult
+from kevin_backend.generate.judging import Judging
 from kevin_backend.generate.log import TrajectoryLog
 from kevin_backend.generate.policy import Message, Policy, Reply, Sampling, split_reasoning
 from kevin_backend.rl.train_config import JudgeSettings, RolloutSettings

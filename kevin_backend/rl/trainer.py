@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from kevin_backend.generate.engine import Judging
+from kevin_backend.generate.judging import Judging
 from kevin_backend.rl.checkpoint import TrainerState, export_model, latest_checkpoint, load_checkpoint, save_checkpoint
 from kevin_backend.rl.train_config import TrainConfig, TrainConfigError
 from kevin_backend.rl.loss import LossSettings, LossStats, clipped_loss, sequence_logprobs

@@ -192,9 +192,10 @@ class Builder:
 
     def __init__(self, root: Path, jobs: int | None = None, timeout: float = 600.0, pch_root: Path | None = None) -> None:
         self.root = Path(root)
-        # The fast build's precompiled header is shared by every builder of this user (it is
-        # the same for every candidate): built once per toolchain, not once per build root.
-        self.pch_root = Path(pch_root) if pch_root is not None else None
+        # The fast build's precompiled header is the same for every candidate: built once per
+        # toolchain under `pch_root` and shared by every builder of one kernel cache, by default
+        # the cache folder whose build folder `root` is (`config.build_root`).
+        self.pch_root = Path(pch_root) if pch_root is not None else _default_pch_root(self.root)
         self.jobs = max(1, jobs or (os.cpu_count() or 1))
         self.timeout = timeout
         # at most `jobs` builds at once however many callers build at once (evaluate_many per
@@ -299,7 +300,7 @@ class Builder:
                                fast_fallback=f"the split cannot take it: {exc}")
         assert spec.arch is not None
         toolchain = Toolchain.detect()
-        pch = ensure_pch(self.pch_root or _default_pch_root(), toolchain)
+        pch = ensure_pch(self.pch_root, toolchain)
         work = folder / "build"
         shutil.rmtree(work, ignore_errors=True)
         folder.mkdir(parents=True, exist_ok=True)
@@ -380,10 +381,14 @@ def light_cuda_sources(cuda: str) -> str:
     return _EXTENSION_INCLUDE.sub("#include <torch/types.h>", cuda)
 
 
-def _default_pch_root() -> Path:
-    from kevin_backend.config import Config
+def _default_pch_root(root: Path) -> Path:
+    """Where a builder of the build folder `root` keeps the precompiled header when it is not
+    told: the kernel cache folder `root` belongs to (`config.cache_dir_of`), so that the judges,
+    their workers and the runtime of one cache share it; for a build folder of no kernel cache,
+    the user's default cache folder."""
+    from kevin_backend.config import Config, cache_dir_of
 
-    return Config.from_env().cache_dir
+    return cache_dir_of(root) or Config().cache_dir
 
 
 def _write_status(folder: Path, status: dict[str, object]) -> None:

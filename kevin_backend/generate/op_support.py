@@ -1,14 +1,15 @@
 """What a kernel writer can handle: op support declarations used by the partitioner.
 
 A writer (a model policy or the built-in writer) declares the aten ops it can write kernels for
-through an `OpSupport`. The partitioner checks the structural rules itself (graph inputs,
-mutation, randomness, symbolic sizes); the declaration only answers "can you write this op?",
-always with a reason.
+through an `OpSupport`. The partitioner (`backend/partition.py`) checks the structural rules
+itself (graph inputs, mutation, randomness, symbolic sizes); the declaration only answers "can
+you write this op?", always with a reason, and which reductions may share a kernel. The writer
+registry (`writers.py`) says which declaration each writer makes.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Hashable, Protocol, runtime_checkable
 
 import torch
 import torch.fx as fx
@@ -27,6 +28,7 @@ def op_name(node: fx.Node) -> str:
     return getattr(target, "__name__", str(target))
 
 
+@runtime_checkable
 class OpSupport(Protocol):
     """A writer's declaration of the ops it can write kernels for."""
 
@@ -36,9 +38,12 @@ class OpSupport(Protocol):
         """(True, "") when the writer can handle `node`'s op; (False, why) otherwise."""
         ...
 
-    # Optional: `reduction_key(node) -> Hashable | None`. A writer that takes one kind of
-    # reduction per kernel gives each reduction node a key; the partitioner never puts two
-    # reductions of different keys in one partition (`partition.partition_graph`).
+    def reduction_key(self, node: fx.Node) -> Hashable | None:
+        """What a reduction node must share with every other reduction of its kernel, for a
+        writer that takes one kind of reduction per kernel; None for a node that is no such
+        reduction, and for every node of a writer that does not key its reductions. The
+        partitioner never puts two reductions of different keys in one partition."""
+        ...
 
 
 # Ops that only reinterpret or copy memory: they never count as compute in a partition.
@@ -142,3 +147,7 @@ class GeneralOpSupport:
         if target in MATMUL_OPS:
             return (True, "") if self.matmul else (False, f"{target} (matmul) not declared by '{self.name}'")
         return False, f"{target} not declared by writer '{self.name}'"
+
+    def reduction_key(self, node: fx.Node) -> Hashable | None:
+        """None: a general writer takes any reductions together in one kernel."""
+        return None
