@@ -15,12 +15,16 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kevin_backend.cache.store import KernelCache
+    from kevin_backend.generate.protocol import KernelGenerator
 
 __all__ = ["run_one", "make_generator"]
 
 
-def make_generator(setup: dict[str, Any]) -> Any:
+def make_generator(setup: dict[str, Any]) -> KernelGenerator:
     """The generator a setup names: a user factory (`module:function`) or a search with a policy."""
     from kevin_backend.config import Config
     from kevin_backend.generate.engine import SearchConfig
@@ -37,7 +41,7 @@ def make_generator(setup: dict[str, Any]) -> Any:
     return default_generator(config)
 
 
-def run_one(generator: Any, cache: Any, digest: str, device: str) -> dict[str, Any]:
+def run_one(generator: KernelGenerator, cache: KernelCache, digest: str, device: str) -> dict[str, Any]:
     """Generate for one pending task and store the decision; the outcome as a dict."""
     start = time.perf_counter()
     item = cache.get_pending(digest)
@@ -59,8 +63,9 @@ def run_one(generator: Any, cache: Any, digest: str, device: str) -> dict[str, A
     }
 
 
-def time_spent(generator: Any) -> dict[str, float]:
-    """Seconds the generator's last task spent waiting on the model and on the judge."""
+def time_spent(generator: KernelGenerator) -> dict[str, float]:
+    """Seconds the generator's last task spent waiting on the model and on the judge (a search's
+    `results`; a generator of another kind reports none)."""
     results = getattr(generator, "results", None)
     last = results[-1] if results else None
     return {"model_seconds": getattr(last, "model_seconds", 0.0), "judge_seconds": getattr(last, "judge_seconds", 0.0)}
