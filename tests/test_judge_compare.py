@@ -157,7 +157,7 @@ def test_the_replay_check_tells_a_stale_output_from_rounding() -> None:
     kernel on a set without the exact run: 2 of 134M elements, 1.08x the bound) is rounding; an
     output from the old values fails almost everywhere, or far past the bound."""
     from kevin_backend.measure.compare import Mismatch
-    from kevin_backend.judge.run_worker import stale
+    from kevin_backend.judge.replay_check import stale
 
     n = 32768 * 4096
     assert not stale(Mismatch(0, "MISMATCH", 2, n, (23174, 2425), 2.26562, 2.29688, 0.0289, 0.0312, 0.0138, 1.08))

@@ -13,7 +13,9 @@ import torch
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.measure.inputs import clone_layout, fingerprint, layout_text, make_input_set, to_device
 from kevin_backend.measure.memory import MemoryLedger
-from kevin_backend.judge.run_worker import Run, _reference_set
+from kevin_backend.judge.job import Job
+from kevin_backend.judge.judged_run import Run
+from kevin_backend.judge.reference_sets import make_reference_set
 from kevin_backend.placement import placed_on
 from kevin_backend.types import KernelTask, load_program
 
@@ -107,14 +109,14 @@ def test_a_kernelbench_program_becomes_a_task_on_the_device_under_test() -> None
 def _run(source: str) -> Run:
     task = program(source)
     model = task.Model().eval()
-    return Run({"seeds": [11], "grow": 1}, task, model, model, torch.device("cpu"), MemoryLedger(torch.device("cpu")),
+    return Run(Job(task=source, candidate="", seeds=(11,), trials=1, warmup=0), task, model, model, torch.device("cpu"), MemoryLedger(torch.device("cpu")),
                lambda phase: None)
 
 
 def test_a_mixed_set_whose_reference_overflows_is_made_again_with_narrower_scales() -> None:
     source = ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
               "        return x.exp().sum(-1)\ndef get_inputs():\n    return [torch.randn(256, 1024)]\n")
-    ref = _reference_set(_run(source), seed=12, mixed=True)
+    ref = make_reference_set(_run(source), seed=12, mixed=True)
     assert torch.isfinite(ref.want[0]).all()
     assert 0 < ref.inputs.exponent_range < 6  # 2^6 * 4 overflows exp in float32; a narrower range does not
 
@@ -122,7 +124,7 @@ def test_a_mixed_set_whose_reference_overflows_is_made_again_with_narrower_scale
 def test_a_task_whose_own_values_give_nan_keeps_them() -> None:
     source = ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
               "        return torch.log(x)\ndef get_inputs():\n    return [torch.randn(64, 64)]\n")
-    ref = _reference_set(_run(source), seed=12, mixed=True)
+    ref = make_reference_set(_run(source), seed=12, mixed=True)
     assert ref.inputs.exponent_range == 0 and ref.inputs.shrink == 0 and torch.isnan(ref.want[0]).any()
 
 
@@ -132,7 +134,7 @@ def test_a_task_whose_own_values_give_nan_keeps_them() -> None:
 def test_no_reference_row_is_inf_in_any_input_set_of_the_suite(task) -> None:  # type: ignore[no-untyped-def]
     run = _run(task.source)
     for index, seed in enumerate((11, 12, 13, 14, 15)):
-        ref = _reference_set(run, seed, mixed=index % 2 == 1)
+        ref = make_reference_set(run, seed, mixed=index % 2 == 1)
         for out in ref.want:
             if out.is_floating_point():
                 assert torch.isfinite(out).all(), (task.name, index, ref.inputs.describe())

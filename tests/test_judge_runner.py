@@ -198,8 +198,10 @@ def test_every_run_of_the_candidate_and_the_reference_holds_the_gpu_lock(tmp_pat
     (which benchmarks its kernels' configurations) and the timing under it exclusively: no
     forward of either side runs while another worker could be timing. Goes red if the replay or
     Inductor's compile runs with the lock free."""
-    from kevin_backend.judge.run_worker import INDUCTOR_ROUNDS
+    import dataclasses
+
     from kevin_backend.judge.sandbox import job_of, run_worker_process
+    from kevin_backend.judge.timing_phase import INDUCTOR_ROUNDS
 
     lock, record = tmp_path / "gpu0.lock", tmp_path / "record.txt"
     prelude = f"LOCK = {str(lock)!r}\nRECORD = {str(record)!r}\n" + PROBE
@@ -210,7 +212,8 @@ def test_every_run_of_the_candidate_and_the_reference_holds_the_gpu_lock(tmp_pat
                        "        return torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32))\n")
     source = source.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + prelude, 1)
     config = RunConfig(seeds=(1, 2), trials=3, warmup=1, timeout=120, gpu_lock=str(lock))
-    end = run_worker_process("kevin_backend.judge.run_worker", {**job_of(task, source, config), "compile_backend": "eager"}, 120)
+    job = dataclasses.replace(job_of(task, source, config), compile_backend="eager")
+    end = run_worker_process("kevin_backend.judge.run_worker", job, 120)
     assert end.verdict is not None and end.verdict["reason"] == "ACCEPTED", (end.verdict, end.err[-3000:])
     seen = [line.split() for line in record.read_text().splitlines()]
     assert ["reference", "free"] not in seen and ["candidate", "free"] not in seen, seen
@@ -233,7 +236,7 @@ def test_inductor_is_timed_in_interleaved_rounds_with_the_candidate_and_one_slow
     is measured once (its one slow round would be its time)."""
     from types import SimpleNamespace
 
-    from kevin_backend.judge.run_worker import INDUCTOR_ROUNDS, _candidate_and_inductor
+    from kevin_backend.judge.timing_phase import INDUCTOR_ROUNDS, candidate_and_inductor
 
     phases: list[str] = []
     run = SimpleNamespace(phase=phases.append, ledger=SimpleNamespace(notes=[]), model=lambda *a: "candidate")
@@ -243,11 +246,11 @@ def test_inductor_is_timed_in_interleaved_rounds_with_the_candidate_and_one_slow
     def measure(fn):
         return next(candidate_times) if fn() == "candidate" else next(inductor_times)
 
-    kernel_ms, inductor_ms = _candidate_and_inductor(run, measure, [], lambda: "inductor")
+    kernel_ms, inductor_ms = candidate_and_inductor(run, measure, [], lambda: "inductor")
     assert (kernel_ms, inductor_ms) == (0.8, 1.0)
     assert INDUCTOR_ROUNDS >= 5
     assert phases == ["timing-candidate", "timing-reference"] * INDUCTOR_ROUNDS  # each round's phase: whose a crash is
     assert "5 interleaved rounds" in run.ledger.notes[0] and "Inductor 2.4000 1.0000" in run.ledger.notes[0]
     # a job that does not time Inductor measures the candidate once
     phases.clear()
-    assert _candidate_and_inductor(run, lambda fn: 0.5, [], None) == (0.5, None) and phases == ["timing-candidate"]
+    assert candidate_and_inductor(run, lambda fn: 0.5, [], None) == (0.5, None) and phases == ["timing-candidate"]

@@ -25,7 +25,7 @@ from kevin_backend.generate.engine import Engine, SearchConfig
 from kevin_backend.generate.prompts import feedback_for
 from kevin_backend.generate.replay import ReplayPolicy
 from kevin_backend.measure import roofline as roofline_module
-from kevin_backend.judge import run_worker
+from kevin_backend.judge import roofline_phase
 from kevin_backend.judge.judge import roofline_of
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
 from kevin_backend.measure.roofline import Roofline, copy_bandwidth, record_fraction, spanned_bytes, task_bytes, task_flops
@@ -122,7 +122,7 @@ def test_flops_are_counted_for_a_reference_that_needs_real_values() -> None:
 def test_no_copy_bandwidth_on_a_cpu() -> None:
     assert copy_bandwidth(torch.device("cpu")) is None
     run = types.SimpleNamespace(device=torch.device("cpu"), job={}, ledger=types.SimpleNamespace(notes=[]))
-    assert run_worker._copy_bandwidth(run) is None  # type: ignore[arg-type]
+    assert roofline_phase.measured_copy_bandwidth(run) is None  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -164,9 +164,9 @@ def test_a_failed_measurement_is_a_note_not_the_candidates_failure(monkeypatch: 
 
     monkeypatch.setattr(roofline_module, "copy_bandwidth", fails)
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
-    run = types.SimpleNamespace(device=torch.device("cuda", 0), job={"build_root": None},
+    run = types.SimpleNamespace(device=torch.device("cuda", 0), job=types.SimpleNamespace(build_root=None),
                                 ledger=types.SimpleNamespace(notes=[]), phase=lambda name: None)
-    assert run_worker._copy_bandwidth(run) is None  # type: ignore[arg-type]
+    assert roofline_phase.measured_copy_bandwidth(run) is None  # type: ignore[arg-type]
     assert "no copy bandwidth measured" in run.ledger.notes[0]
 
 
@@ -177,12 +177,12 @@ def test_the_workers_facts_need_a_copy_bandwidth() -> None:
     run = types.SimpleNamespace(reference=task.Model(), ledger=types.SimpleNamespace(notes=[]), phase=lambda name: None,
                                 state=state)
     out = [torch.relu(a @ b)]
-    assert run_worker._roofline_facts(run, [a, b], out, None) is None  # type: ignore[arg-type]
-    facts = run_worker._roofline_facts(run, [a, b], out, 4310.0)  # type: ignore[arg-type]
+    assert roofline_phase.roofline_facts(run, [a, b], out, None) is None  # type: ignore[arg-type]
+    facts = roofline_phase.roofline_facts(run, [a, b], out, 4310.0)  # type: ignore[arg-type]
     assert facts == {"bytes": (64 * 128 + 128 * 32 + 64 * 32) * F32, "flops": 2 * 64 * 128 * 32, "copy_gbps": 4310.0}
     assert state.counts == (facts["bytes"], facts["flops"])
     run.reference = None  # the next candidate of the task: nothing is counted again
-    assert run_worker._roofline_facts(run, [a, b], out, 4310.0) == facts  # type: ignore[arg-type]
+    assert roofline_phase.roofline_facts(run, [a, b], out, 4310.0) == facts  # type: ignore[arg-type]
 
 
 # -- Roofline and the judge's record ------------------------------------------------------------------

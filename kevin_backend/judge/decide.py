@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from kevin_backend.judge import sandbox
+from kevin_backend.judge.job import RetimeJob
 from kevin_backend.measure.statistics import t_quantile
 from kevin_backend.locks import gpu_lock_path
 
@@ -169,13 +170,13 @@ def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig
     its own process group killed on timeout, a verdict line prefixed by a token only the worker
     knows (the kernel's prints cannot pose as one), the last phase it announced saying whose a
     crash or hang was."""
-    job = {
-        "task": task_source, "kernel": kernel_source, "rounds": config.rounds,
-        "trials": config.trials, "warmup": config.warmup, "seed": config.seed, "device": config.device,
-        "build_root": config.build_root, "arch": config.arch, "gpu_lock": config.gpu_lock,
-        "compile_backend": config.compile_backend,
-        "numerics": dict(config.numerics),
-    }
+    job = RetimeJob(
+        task=task_source, kernel=kernel_source, rounds=config.rounds,
+        trials=config.trials, warmup=config.warmup, seed=config.seed, device=config.device,
+        build_root=config.build_root, arch=config.arch, gpu_lock=config.gpu_lock,
+        compile_backend=config.compile_backend,
+        numerics=tuple(config.numerics),
+    )
     try:
         end = sandbox.run_worker_process("kevin_backend.judge.retime_worker", job, config.timeout)
     except OSError as exc:

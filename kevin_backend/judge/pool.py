@@ -6,9 +6,9 @@ references built and compiled once per worker and task, a worker replaced after 
     pool.close()
 
 Each worker is `python -m kevin_backend.judge.run_worker --serve` in a session of its own. A job
-is one JSON line on its stdin; the worker answers with token-prefixed phase lines and one
-verdict line, as a single run does (`sandbox.py` reads them the same way). A worker is retired,
-and a fresh one started at once (its start overlaps the next jobs), when:
+(`job.Job`) is one JSON line on its stdin, with its token; the worker answers with token-prefixed
+phase lines and one verdict line, as a single run does (`sandbox.py` reads them the same way). A
+worker is retired, and a fresh one started at once (its start overlaps the next jobs), when:
 
 - it crashed, hung (killed as a group at the job's time limit) or reported a CUDA fault;
 - the verdict is anything but a clean one (accepted, or wrong values from a run that finished):
@@ -36,6 +36,7 @@ import threading
 import time
 from typing import Any
 
+from kevin_backend.judge.job import Job
 from kevin_backend.judge.sandbox import RunConfig, RunOutcome, job_of, outcome_of, worker_env
 
 __all__ = ["WorkerPool", "CLEAN_REASONS", "describe"]
@@ -73,14 +74,13 @@ class _Worker:
         for line in self.proc.stderr:
             self.errors.append(line.rstrip("\n"))
 
-    def run(self, job: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str, str, bool]:
+    def run(self, job: Job, token: str, timeout: float) -> tuple[dict[str, Any] | None, str, str, bool]:
         """(verdict or None, last phase, stderr since the job began, timed out)."""
-        token = job["token"]
         self.errors.clear()
         self.jobs += 1
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.write(job.to_json(token) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             return None, "start", "\n".join(self.errors), False
@@ -146,10 +146,10 @@ class WorkerPool:
     def run(self, task_source: str, candidate_source: str, config: RunConfig = RunConfig()) -> RunOutcome:
         worker = self._take()
         token = secrets.token_hex(16)
-        job = {**job_of(task_source, candidate_source, config), "token": token}
+        job = job_of(task_source, candidate_source, config)
         keep = False
         try:
-            verdict, phase, err, timed_out = worker.run(job, config.timeout)
+            verdict, phase, err, timed_out = worker.run(job, token, config.timeout)
             outcome = outcome_of(verdict, phase, err, timed_out, config.timeout, worker.proc.returncode)
             keep, why = self._keep(worker, verdict, outcome)
             if not keep:

@@ -3,7 +3,8 @@ same task, interleaved, in this (worker) process.
 
     python -m kevin_backend.judge.retime_worker < job.json     # prints one JSON line: the outcome
 
-The parent is `decide.retime_in_sandbox`. As in the judge's worker (`run_worker.py`), the kernel
+The job is a `job.RetimeJob`, one JSON line with the parent's token beside it; the parent is
+`decide.retime_in_sandbox`. As in the judge's worker (`run_worker.py`), the kernel
 is generated code: it runs only here, a crash or hang ends this process, and the phases this
 worker announces say whose failure it was (`decide.RETIME_CANDIDATE_PHASES` are the kernel's).
 
@@ -48,7 +49,9 @@ from typing import Any, Callable
 
 import torch
 
+from kevin_backend.judge.attribution import CUDA_FAULTS
 from kevin_backend.judge.decide import RETIME_CANDIDATE_PHASES
+from kevin_backend.judge.job import RetimeJob
 from kevin_backend.measure.inductor import inductor_call
 from kevin_backend.measure.interleave import interleaved_rounds
 from kevin_backend.measure.inputs import make_input_set, to_device
@@ -61,9 +64,6 @@ PROTOCOL = ("per round: median of {trials} trials after {warmup} warm-up calls; 
 GPU_TIME = "each trial L2-flushed and queued behind GPU work (the GPU's time, the host's part left out)"
 HOST_TIME = "each trial timed on the host (no GPU)"
 
-
-_CUDA_FAULTS = ("illegal memory access", "misaligned address", "unspecified launch failure", "an illegal instruction",
-                "device-side assert")
 
 _ALIGNMENT = 16  # the runtime runs the reference for an input that does not start 16-byte aligned
 
@@ -95,7 +95,7 @@ class _Phases:
         self.announce(name)
 
 
-def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: None) -> dict[str, Any]:
+def run(job: RetimeJob, announce: Callable[[str], None] = lambda phase: None) -> dict[str, Any]:
     phase = _Phases(announce)
     phase("setup")
     try:
@@ -106,7 +106,7 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
         text = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, torch.OutOfMemoryError):  # the judge held the kernel to its memory bound
             return _judge_failure("RESOURCE", f"no GPU memory in the re-timing's step '{phase.current}': {text}")
-        if phase.kernel_ran and any(f in text.lower() for f in _CUDA_FAULTS):
+        if phase.kernel_ran and any(f in text.lower() for f in CUDA_FAULTS):
             return _kernel_failure(f"the GPU reported a fault after the kernel ran: {text}")
         if phase.current in RETIME_CANDIDATE_PHASES:
             return _kernel_failure(f"the kernel raised in its re-timing (step '{phase.current}'): {text}")
@@ -114,30 +114,30 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda phase: Non
                                        f"{traceback.format_exc(limit=4)}")
 
 
-def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
+def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
     from kevin_backend.runtime import op as _op  # noqa: F401  (defines kevin::launch)
     from kevin_backend.runtime import registry as runtime
     from kevin_backend.cache.key import apply_numerics
 
-    if job.get("numerics"):
-        apply_numerics(job["numerics"])  # the settings the task's cache key names, as when it was judged
-    device = torch.device(job.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if job.numerics:
+        apply_numerics(dict(job.numerics))  # the settings the task's cache key names, as when it was judged
+    device = torch.device(job.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda":
         if not torch.cuda.is_available():
             return _judge_failure("NO_GPU", "no CUDA GPU to re-time on")
         device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
         torch.cuda.set_device(device)
     stack = contextlib.ExitStack()
-    if job.get("build_root"):
+    if job.build_root:
         from kevin_backend.toolchain.build import Builder, answering_load_inline
 
-        stack.enter_context(answering_load_inline(Builder(Path(job["build_root"]), jobs=1), job.get("arch")))
+        stack.enter_context(answering_load_inline(Builder(Path(job.build_root), jobs=1), job.arch))
     with stack:
-        task = load_program(job["task"], "kevin_task")
-        seed = int(job.get("seed", 11))
+        task = load_program(job.task, "kevin_task")
+        seed = job.seed
 
         phase("load")
-        candidate = load_program(job["kernel"], "kevin_candidate")
+        candidate = load_program(job.kernel, "kevin_candidate")
         if not hasattr(candidate, "ModelNew"):
             return _kernel_failure("the program defines no ModelNew")
 
@@ -150,18 +150,18 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
         model = candidate.ModelNew(*init).to(device).eval()
 
         phase("inputs")  # (shared: another worker's timing must not see it fill the GPU's memory)
-        with gpu_hold(job.get("gpu_lock"), shared=True):
+        with gpu_hold(job.gpu_lock, shared=True):
             values = make_input_set(task, seed, device).values
         kernel_call = _kernel_call(job, model, reference, values, runtime)
 
-        trials, warmup, rounds = int(job["trials"]), int(job["warmup"]), int(job["rounds"])
+        trials, warmup, rounds = job.trials, job.warmup, job.rounds
         phase("lock")  # waiting for the GPU: the judge's step, whatever the wait
         # Held from Inductor's first call on: that call compiles and benchmarks the configurations
         # of Inductor's kernels (another worker's run beside it would skew the choice for good),
         # and the kernel's warm-up must not land inside another worker's timing.
-        with gpu_hold(job.get("gpu_lock"), shared=False):
+        with gpu_hold(job.gpu_lock, shared=False):
             phase("inductor")
-            inductor_fn, inductor_how = inductor_call(reference, values, job.get("compile_backend") or "inductor")
+            inductor_fn, inductor_how = inductor_call(reference, values, job.compile_backend)
             _sync(device)
 
             phase("kernel-warmup")
@@ -189,11 +189,11 @@ def _run(job: dict[str, Any], phase: _Phases) -> dict[str, Any]:
             "status": "ok", "kernel_ms": kernel_ms, "inductor_ms": inductor_ms, "trials": trials, "device": str(device),
             "protocol": PROTOCOL.format(trials=trials, warmup=warmup, timing=GPU_TIME if device.type == "cuda" else HOST_TIME,
                                         inductor=inductor_how,
-                                        backend=job.get("compile_backend") or "inductor"),
+                                        backend=job.compile_backend),
         }
 
 
-def _kernel_call(job: dict[str, Any], model: torch.nn.Module, reference: torch.nn.Module, values: list[Any],
+def _kernel_call(job: RetimeJob, model: torch.nn.Module, reference: torch.nn.Module, values: list[Any],
                  runtime: Any) -> Callable[[], Any]:
     """The kernel as the backend calls it: through `kevin::launch` with a `LoadedKernel`
     registered under a key of its own (the partition's inputs are tensors, exactly these)."""
@@ -203,9 +203,9 @@ def _kernel_call(job: dict[str, Any], model: torch.nn.Module, reference: torch.n
 
         direct.loaded = None  # type: ignore[attr-defined]
         return direct
-    key = "retime-" + hashlib.sha256(job["kernel"].encode()).hexdigest()[:32]
+    key = "retime-" + hashlib.sha256(job.kernel.encode()).hexdigest()[:32]
     specs = tuple(TensorSpec.of(v) for v in values)
-    loaded = runtime.LoadedKernel(key, specs, model.forward, reference.forward, job["kernel"])
+    loaded = runtime.LoadedKernel(key, specs, model.forward, reference.forward, job.kernel)
     if not loaded.accepts(values) or any(v.data_ptr() % _ALIGNMENT for v in values):
         raise _Ended(_kernel_failure("the runtime would run the reference, not the kernel, on the task's inputs "
                                      "(an input does not start 16-byte aligned)"))
@@ -237,8 +237,7 @@ def _sync(device: torch.device) -> None:
 
 
 def main() -> int:
-    job = json.loads(sys.stdin.read())
-    token = job.pop("token")
+    job, token = RetimeJob.from_json(sys.stdin.read())
 
     def announce(phase: str) -> None:
         print(f"{token} phase {phase}", flush=True)

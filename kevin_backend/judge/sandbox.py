@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kevin_backend.config import child_env
+from kevin_backend.judge.job import Job, WireJob
 from kevin_backend.judge.phases import CANDIDATE_PHASES
 
 __all__ = ["RunConfig", "RunOutcome", "WorkerExit", "job_of", "outcome_of", "run_in_sandbox", "run_worker_process", "worker_env",
@@ -77,24 +78,24 @@ def worker_env() -> dict[str, str]:
     return env
 
 
-def job_of(task_source: str, candidate_source: str, config: RunConfig) -> dict[str, Any]:
-    """The job a worker runs (without its token)."""
-    return {
-        "task": task_source,
-        "candidate": candidate_source,
-        "seeds": list(config.seeds),
-        "trials": config.trials,
-        "warmup": config.warmup,
-        "inductor": config.inductor,
-        "eager": config.eager,
-        "build_root": config.build_root,
-        "arch": config.arch,
-        "grow": config.grow,
-        "gpu_lock": config.gpu_lock,
-        "device": config.device,
-        "memory_factor": config.memory_factor,
-        "numerics": dict(config.numerics),
-    }
+def job_of(task_source: str, candidate_source: str, config: RunConfig) -> Job:
+    """The job a worker runs (its token is added on the wire)."""
+    return Job(
+        task=task_source,
+        candidate=candidate_source,
+        seeds=tuple(config.seeds),
+        trials=config.trials,
+        warmup=config.warmup,
+        inductor=config.inductor,
+        eager=config.eager,
+        build_root=config.build_root,
+        arch=config.arch,
+        grow=config.grow,
+        gpu_lock=config.gpu_lock,
+        device=config.device,
+        memory_factor=config.memory_factor,
+        numerics=tuple(config.numerics),
+    )
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,8 @@ class WorkerExit:
     returncode: int | None
 
 
-def run_worker_process(module: str, job: dict[str, Any], timeout: float) -> WorkerExit:
-    """Run `python -m module` in a session of its own with `job` (JSON) on its stdin; killed as a
+def run_worker_process(module: str, job: WireJob, timeout: float) -> WorkerExit:
+    """Run `python -m module` in a session of its own with `job` (its JSON line) on its stdin; killed as a
     group at `timeout`. The verdict line carries a token only the worker knows, so text the
     candidate prints cannot pose as a verdict. Raises OSError when the process cannot start."""
     token = secrets.token_hex(16)
@@ -121,7 +122,7 @@ def run_worker_process(module: str, job: dict[str, Any], timeout: float) -> Work
     )
     timed_out = False
     try:
-        out, err = proc.communicate(json.dumps({"token": token, **job}), timeout=timeout)
+        out, err = proc.communicate(job.to_json(token), timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
         try:

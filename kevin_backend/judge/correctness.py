@@ -1,0 +1,102 @@
+"""Correctness on one input set: the references (`reference_sets.py`), the candidate on memory
+poisoned with NaN under the audit (`audit.py`), its inputs fingerprinted before and after, and
+the comparison (`measure/compare.py`); a candidate wrong on non-contiguous inputs is run once
+more on contiguous copies, to say whether it ignores their strides.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from kevin_backend.judge.attribution import Verdict, error
+from kevin_backend.judge.audit import candidate_forward
+from kevin_backend.judge.judged_run import Run, scrub
+from kevin_backend.judge.reference_sets import ReferenceSet, make_reference_set, plan_exact, run_exact
+from kevin_backend.measure.compare import Mismatch, compare_outputs
+from kevin_backend.measure.inputs import InputSet, fingerprint, layout_text, tensor_bytes
+from kevin_backend.measure.memory import poison
+
+__all__ = ["check_input_set"]
+
+
+def check_input_set(run: Run, index: int, seed: int, exact_model: list[torch.nn.Module]) -> dict[str, Any] | None:
+    """Check the candidate on input set `index`: an outcome when it fails, else None."""
+    ref = make_reference_set(run, seed, mixed=index % 2 == 1)
+    if index == 0:
+        _size_the_task(run, ref, exact_model)
+    run.ledger.observe()
+    run.phase("exact")
+    exact = run_exact(run, ref.inputs, exact_model)
+    run.ledger.observe()
+
+    # the candidate, on the inputs as the reference saw them, on poisoned memory
+    run.phase("poison")
+    poison(run.device, run.output_bytes)
+    got = candidate_forward(run, ref.inputs.values)
+    run.ledger.observe()
+    run.phase("compare")
+    for k, (a, b) in enumerate(zip(fingerprint(ref.inputs.values), ref.after)):
+        if a != b:
+            return error("INPUT_MUTATED", "correctness", f"input {k} was changed by the forward")
+    bad = compare_outputs(got, ref.want, exact)
+    if bad is not None:
+        return _mismatch_outcome(run, bad, index, ref.inputs, ref.want, exact)
+    scrub(ref.want)
+    scrub(exact or [])
+    return None
+
+
+def _size_the_task(run: Run, ref: ReferenceSet, exact_model: list[torch.nn.Module]) -> None:
+    """The first set fixes the task's size (its inputs and outputs), hence the judge's memory
+    bound, and whether an exact run fits in it."""
+    output_bytes = [v.numel() * v.element_size() for v in ref.want if isinstance(v, torch.Tensor)]
+    run.output_bytes = tuple(output_bytes)
+    run.ledger.task_bytes = sum(tensor_bytes(v) for v in ref.inputs.tensors) + sum(output_bytes)
+    run.exact_dtype = plan_exact(run, ref.inputs, ref.want, max(0, run.reference_temps))
+    if run.exact_dtype is not None and (not exact_model or getattr(exact_model[0], "kevin_dtype", None) != run.exact_dtype):
+        run.phase("exact")
+        exact_model.clear()
+        model = copy.deepcopy(run.reference).to(run.exact_dtype)
+        model.kevin_dtype = run.exact_dtype  # a worker keeps it for the task's next candidates
+        exact_model.append(model)
+        if run.state is not None:
+            run.state.mark()
+    run.ledger.exact = "eager" if run.exact_dtype is None else str(run.exact_dtype).removeprefix("torch.")
+
+
+def _mismatch_outcome(run: Run, bad: Mismatch, index: int, inputs: InputSet, want: list[Any],
+                      exact: list[Any] | None) -> dict[str, Any]:
+    details = {k: v for k, v in bad.__dict__.items() if k not in ("reason", "message")}
+    details["first_bad_index"] = list(bad.first_bad_index)
+    details["trial"] = index
+    details["exact"] = run.ledger.exact
+    if bad.reason in ("SHAPE_MISMATCH", "DTYPE_MISMATCH") or (bad.reason == "MISMATCH" and bad.message and not bad.total_elements):
+        return {"stage": "correctness", "reason": bad.reason, "feedback": bad.message}
+    feedback = ""
+    strided = [(k, v) for k, v in enumerate(inputs.values)
+               if isinstance(v, torch.Tensor) and (not v.is_contiguous() or v.storage_offset())]
+    if strided:
+        feedback = _layout_diagnosis(run, inputs, strided, want, exact)
+    outcome = {"stage": "correctness", "reason": bad.reason, "mismatch": details, "set": inputs.describe()}
+    if feedback:
+        outcome["feedback"] = feedback
+    return outcome
+
+
+def _layout_diagnosis(run: Run, inputs: InputSet, strided: list[tuple[int, torch.Tensor]], want: list[Any],
+                      exact: list[Any] | None) -> str:
+    """Run the candidate once more on contiguous copies of the inputs: if it is right there, it
+    ignores the task's layouts; say which inputs and their strides."""
+    names = "; ".join(f"input {k}: {layout_text(v)}" for k, v in strided)
+    try:
+        dense = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in inputs.values]
+        again = candidate_forward(run, dense, "candidate")
+    except Verdict:
+        return ""
+    if compare_outputs(again, want, exact) is None:
+        return (f"The kernel is right when every input is contiguous and wrong on the task's own layouts ({names}). "
+                "Read each input through its strides (and storage offset), or make it contiguous first.")
+    return f"Some inputs are not contiguous ({names}); a kernel must address them by their strides."

@@ -1,0 +1,133 @@
+"""The references a candidate is compared with, per input set: the eager reference in the task's
+dtype (a set whose reference is not finite is made again with narrower scales) and the exact
+reference, the same model in float64 (float32 for a half-precision task) when that fits the
+memory the judge may take (`measure/memory.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from kevin_backend.judge.judged_run import Run, scrub, sync
+from kevin_backend.measure.compare import output_list
+from kevin_backend.measure.inputs import MIXED_RANGES, InputSet, clone_layout, fingerprint, make_input_set, tensor_bytes
+
+__all__ = ["ReferenceSet", "make_reference_set", "plan_exact", "run_eager", "run_exact"]
+
+
+def run_eager(run: Run, inputs: InputSet) -> list[Any]:
+    """Eager's outputs; on a GPU it also measures what eager needs beyond its inputs and outputs
+    (the exact run needs as much again, upcast)."""
+    before = 0
+    if run.ledger.cuda:
+        run.ledger.observe()
+        before = torch.cuda.memory_allocated(run.device)
+        torch.cuda.reset_peak_memory_stats(run.device)
+    with torch.no_grad():
+        out = output_list(run.reference(*inputs.values))
+    sync(run.device)
+    if run.ledger.cuda:
+        made = sum(v.numel() * v.element_size() for v in out if isinstance(v, torch.Tensor))
+        run.reference_temps = max(run.reference_temps, torch.cuda.max_memory_allocated(run.device) - before - made)
+        run.ledger.peak = max(run.ledger.peak, torch.cuda.max_memory_allocated(run.device) - run.ledger.baseline)
+    return out
+
+
+def _finite(values: Sequence[Any]) -> bool:
+    return all(bool(torch.isfinite(v).all()) for v in values if isinstance(v, torch.Tensor) and v.is_floating_point())
+
+
+@dataclass
+class ReferenceSet:
+    """One input set and eager's outputs on it."""
+
+    inputs: InputSet  # what the candidate runs on (as the reference first saw it)
+    want: list[Any]  # eager's outputs
+    after: tuple[int, ...]  # the inputs' fingerprints once the reference ran (a task may change its inputs)
+
+
+def make_reference_set(run: Run, seed: int, mixed: bool) -> ReferenceSet:
+    """An input set and eager's outputs on it. A set whose reference is not finite is made again:
+    a mixed set with a narrower range of scales, the problem's own values scaled down; if none is
+    finite, the problem's own values (its non-finite outputs are then part of the task)."""
+    grow = run.job.grow
+    ranges = MIXED_RANGES if mixed else (0,)
+    tries = [(r, 0) for r in ranges] + [(0, s) for s in (1, 2, 4)]
+    chosen: tuple[InputSet, list[Any], tuple[int, ...]] | None = None
+    for exponent_range, shrink in tries:
+        run.phase("inputs")
+        inputs = make_input_set(run.task, seed, run.device, exponent_range, shrink, grow)
+        before = fingerprint(inputs.values)
+        run.phase("reference")
+        want = run_eager(run, inputs)
+        if _finite(want):
+            if chosen is not None:
+                scrub(chosen[1])
+            chosen = (inputs, want, before)
+            break
+        if chosen is None and exponent_range == 0 and shrink == 0:
+            chosen = (inputs, want, before)  # the problem's own values: kept if nothing else is finite
+        else:
+            scrub(want)
+    assert chosen is not None
+    inputs, want, before = chosen
+    run.phase("inputs")
+    after = fingerprint(inputs.values)
+    if after != before:  # the task changes its own inputs: the candidate gets them as they were
+        inputs = make_input_set(run.task, inputs.seed, run.device, inputs.exponent_range, inputs.shrink, grow)
+    return ReferenceSet(inputs, want, after)
+
+
+def _float_inputs_bytes(values: Sequence[Any]) -> int:
+    return sum(tensor_bytes(v) for v in values if isinstance(v, torch.Tensor) and v.is_floating_point())
+
+
+def plan_exact(run: Run, inputs: InputSet, want: Sequence[Any], reference_temps: int) -> torch.dtype | None:
+    """The dtype of the exact reference: float64 when it fits the judge's memory, float32 for a
+    half-precision task otherwise, else none (eager stands in, with KernelBench's tolerances)."""
+    floats = [v for v in want if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    if not floats:
+        return None
+    size = max(v.element_size() for v in floats)
+    params = sum(p.numel() * p.element_size() for p in run.reference.parameters() if p.is_floating_point())
+    data = _float_inputs_bytes(inputs.values) + sum(v.numel() * v.element_size() for v in floats) + reference_temps + params
+    for dtype in (torch.float64, torch.float32):
+        factor = torch.empty((), dtype=dtype).element_size() / size
+        if factor <= 1:
+            continue
+        if run.ledger.fits(int(data * factor)):
+            return dtype
+        run.ledger.notes.append(f"a {dtype} reference needs about {data * factor / 2**30:.2f} GiB more "
+                                f"(held {run.ledger.held() / 2**30:.2f} GiB, task {run.ledger.task_bytes / 2**30:.2f} GiB, "
+                                f"available {run.ledger.available() / 2**30:.2f} GiB): not taken")
+    return None
+
+
+def run_exact(run: Run, inputs: InputSet, exact_model: list[torch.nn.Module]) -> list[Any] | None:
+    """The reference in the exact dtype on upcast copies of the inputs (layouts kept), or None
+    when there is no exact run (an op without a kernel in that dtype falls back, noted)."""
+    if run.exact_dtype is None or not exact_model:
+        return None
+    reference64 = exact_model[0]
+    values = [clone_layout(v, dtype=run.exact_dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+              for v in inputs.values]
+    try:
+        with torch.no_grad():
+            out = output_list(reference64(*values))
+        sync(run.device)
+    except torch.OutOfMemoryError:
+        raise
+    except (RuntimeError, NotImplementedError) as exc:
+        run.ledger.notes.append(f"no {run.exact_dtype} run ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+        run.exact_dtype = None
+        run.ledger.exact = "eager"
+        exact_model.clear()
+        if run.state is not None:
+            run.state.forget_exact()
+        return None
+    finally:
+        del values
+    return out
