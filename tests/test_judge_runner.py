@@ -254,3 +254,33 @@ def test_inductor_is_timed_in_interleaved_rounds_with_the_candidate_and_one_slow
     # a job that does not time Inductor measures the candidate once
     phases.clear()
     assert candidate_and_inductor(run, lambda fn: 0.5, [], None) == (0.5, None) and phases == ["timing-candidate"]
+
+
+def test_a_job_crosses_the_wire_as_one_json_line_and_comes_back_the_same() -> None:
+    """The parent's `Job` and the worker's are one and the same after the wire (seeds a tuple,
+    numerics (name, value) pairs again, the token beside the fields, not among them); a field the
+    worker does not know, or a missing required one, is refused rather than ignored."""
+    import dataclasses
+    import json
+
+    from kevin_backend.judge.job import Job, RetimeJob
+    from kevin_backend.judge.sandbox import job_of
+
+    config = RunConfig(seeds=(3, 4), trials=7, warmup=2, grow=2, memory_factor=2.5, gpu_lock="/locks/gpu0.lock",
+                       numerics=(("float32_matmul_precision", "high"), ("matmul_tf32", True)))
+    job = dataclasses.replace(job_of(TASK, HONEST, config), compile_backend="eager")
+    line = job.to_json("t0ken")
+    assert "\n" not in line
+    wire = json.loads(line)
+    assert wire["token"] == "t0ken" and wire["seeds"] == [3, 4]
+    assert wire["numerics"] == {"float32_matmul_precision": "high", "matmul_tf32": True}
+    assert Job.from_json(line) == (job, "t0ken")
+    retime = RetimeJob(task=TASK, kernel=HONEST, rounds=5, trials=3, warmup=1, numerics=(("matmul_tf32", False),))
+    assert RetimeJob.from_json(retime.to_json("x")) == (retime, "x")
+    # what a parent leaves out takes the job's defaults (a re-timing's seed is the judge's first)
+    assert RetimeJob.from_json(json.dumps({"token": "x", "task": TASK, "kernel": HONEST, "rounds": 5, "trials": 3,
+                                           "warmup": 1}))[0].seed == 11
+    with pytest.raises(TypeError):
+        Job.from_json(json.dumps({**wire, "kernel": HONEST}))
+    with pytest.raises(TypeError):
+        Job.from_json(json.dumps({k: v for k, v in wire.items() if k != "candidate"}))

@@ -9,12 +9,14 @@ raising `Verdict` with one.
 from __future__ import annotations
 
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kevin_backend.judge.judged_run import Run
 from kevin_backend.measure.memory import requested_bytes
+
+if TYPE_CHECKING:  # (the re-timing worker shares the CUDA fault signs without the judged run)
+    from kevin_backend.judge.judged_run import Run
 
 __all__ = ["CUDA_FAULTS", "Verdict", "candidate_failure", "error", "judge_failure"]
 

@@ -4,9 +4,10 @@ same task, interleaved, in this (worker) process.
     python -m kevin_backend.judge.retime_worker < job.json     # prints one JSON line: the outcome
 
 The job is a `job.RetimeJob`, one JSON line with the parent's token beside it; the parent is
-`decide.retime_in_sandbox`. As in the judge's worker (`run_worker.py`), the kernel
-is generated code: it runs only here, a crash or hang ends this process, and the phases this
-worker announces say whose failure it was (`decide.RETIME_CANDIDATE_PHASES` are the kernel's).
+`decide.retime_in_sandbox`. As in the judge's worker (`run_worker.py`), the kernel is generated
+code: it runs only here, a crash or hang ends this process, and the phases this worker announces
+say whose failure it was (`decide.RETIME_CANDIDATE_PHASES` are the kernel's; a CUDA fault's signs
+are the judge's own, `attribution.CUDA_FAULTS`).
 
 What each time includes (one protocol for both sides, the judge's own:
 `timer.make_timer(..., queued=True)`): every trial starts with the L2 cache flushed, and all of a
