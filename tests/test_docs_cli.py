@@ -41,3 +41,14 @@ def test_every_command_is_named_in_its_module_row() -> None:
     for command, module in commands.items():
         row = rows.get(module.replace(".", "/") + ".py", "")
         assert f"`kevin {command}" in row, (command, module)
+
+
+def test_the_architecture_page_is_a_map_of_every_module() -> None:
+    """docs/ARCHITECTURE.md names every module of the package (a newcomer finds each stage from
+    it) and stays a map: under 15 KB, history kept in benchmarks/RESULTS.md."""
+    text = ARCHITECTURE.read_text()
+    missing = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+                     if p.name not in ("__init__.py", "__main__.py") and f"`{p.name}`" not in text
+                     and f"{p.parent.name}/{p.name}" not in text)
+    assert missing == []
+    assert len(text.encode()) < 15 * 1024

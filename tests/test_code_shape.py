@@ -1,0 +1,45 @@
+"""The package's shape: no function over 120 lines and no file over 700 in kevin_backend/ (a
+function counts its nested functions; a file counts every line). Long functions of closures and
+files of several ideas are where the code stopped being readable; this keeps them out."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import kevin_backend
+
+PACKAGE = Path(kevin_backend.__file__).parent
+MAX_FILE_LINES = 700
+MAX_FUNCTION_LINES = 120
+
+
+def too_long(package: Path) -> list[str]:
+    """Every file and function over the limits, with its length."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_text()
+        name = path.relative_to(package.parent).as_posix()
+        if len(text.splitlines()) > MAX_FILE_LINES:
+            found.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    return found
+
+
+def test_no_file_or_function_is_over_the_limits() -> None:
+    assert too_long(PACKAGE) == []
+
+
+def test_the_check_sees_a_long_function_and_a_long_file(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (package / "long_function.py").write_text(f"def outer():\n    def inner():\n        pass\n{body}")
+    (package / "long_file.py").write_text("x = 1\n" * (MAX_FILE_LINES + 1))
+    (package / "fine.py").write_text("def f():\n    return 1\n")
+    assert too_long(package) == [f"pkg/long_file.py: {MAX_FILE_LINES + 1} lines",
+                                 f"pkg/long_function.py:1 outer: {MAX_FUNCTION_LINES + 3} lines"]
