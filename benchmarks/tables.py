@@ -378,6 +378,16 @@ def prewarm_budget(data: dict[str, Any]) -> dict[str, str]:
     return {"ranking": ranking, "end_to_end": end_to_end}
 
 
+def gpu_tests(data: list[dict[str, Any]]) -> dict[str, str]:
+    """A run of GPU test files in groups (pytest's PASSED/FAILED lines and its summary, per group):
+    each group's files, its counts and its time."""
+    rows = [[d["group"], ", ".join(f"`{Path(f).name}`" for f in d["files"]), str(d["passed"]), str(d["failed"]),
+             f"{d['seconds']:.0f}"] for d in data]
+    rows.append(["all", "", str(sum(d["passed"] for d in data)), str(sum(d["failed"] for d in data)),
+                 f"{sum(d['seconds'] for d in data):.0f}"])
+    return {"groups": _table(["group", "files", "passed", "failed", "seconds"], rows)}
+
+
 KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
     "builtin_roofline": builtin_roofline,
     "roofline_backend": roofline_backend,
@@ -389,6 +399,7 @@ KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
     "kevin_bench": kevin_bench,
     "prewarm_budget": prewarm_budget,
     "inductor_forms": inductor_forms,
+    "gpu_tests": gpu_tests,
 }
 
 
