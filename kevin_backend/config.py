@@ -224,7 +224,7 @@ class Config:
     max_partition: int = 64
     record_pending: bool = True
     cpu_kernels: bool = False
-    # A KernelGenerator (kevin_backend.generate.protocol); used in mode "generate". When None,
+    # A KernelGenerator (kevin_backend.generate.kernel_generator); used in mode "generate". When None,
     # a search (generate/generator.py) with `policy`: a name (see KEVIN_POLICY) or a Policy.
     generator: Any = None
     policy: Any = AUTO_POLICY

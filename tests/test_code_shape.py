@@ -43,3 +43,13 @@ def test_the_check_sees_a_long_function_and_a_long_file(tmp_path: Path) -> None:
     (package / "fine.py").write_text("def f():\n    return 1\n")
     assert too_long(package) == [f"pkg/long_file.py: {MAX_FILE_LINES + 1} lines",
                                  f"pkg/long_function.py:1 outer: {MAX_FUNCTION_LINES + 3} lines"]
+
+
+def test_module_file_names_are_unique() -> None:
+    """Two modules of one name in different folders (three runner.py once) make a reader open the
+    wrong one: each name says one thing."""
+    seen: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(path.relative_to(PACKAGE).as_posix())
+    assert {name: places for name, places in seen.items() if len(places) > 1} == {}

@@ -44,7 +44,7 @@ import torch.fx as fx
 
 from kevin_backend.version import __version__
 from kevin_backend.backend.report import CompileReport, Status
-from kevin_backend.cache.protocol import KernelStore
+from kevin_backend.cache.kernel_store import KernelStore
 from kevin_backend.runtime.counters import counters
 
 __all__ = ["GraphOutcome", "GraphCheck", "choose", "graph_key", "load_outcome", "store_outcome"]

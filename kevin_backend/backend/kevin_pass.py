@@ -48,11 +48,11 @@ from kevin_backend.backend.task import extract_task
 from kevin_backend.runtime.counters import counters
 from kevin_backend.cache.format import CacheEntry, EntryKind
 from kevin_backend.cache.key import SCHEMA_VERSION, CacheKey, make_key
-from kevin_backend.cache.protocol import KernelStore
+from kevin_backend.cache.kernel_store import KernelStore
 from kevin_backend.config import Config, Mode
 from kevin_backend.generate.op_support import OpSupport
 from kevin_backend.generate.policy import PolicyError
-from kevin_backend.generate.protocol import KernelGenerator
+from kevin_backend.generate.kernel_generator import KernelGenerator
 from kevin_backend.generate.writers import op_support_for
 from kevin_backend.measure.roofline import record_fraction
 from kevin_backend.types import KernelTask

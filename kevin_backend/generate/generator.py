@@ -23,7 +23,7 @@ from kevin_backend.generate.engine import Engine, Progress, SearchConfig, Search
 from kevin_backend.generate.judging import ConfigurableJudging, Judging, NumericsRetimer, Retimer
 from kevin_backend.generate.log import TrajectoryLog
 from kevin_backend.generate.policy import Policy, PolicyError
-from kevin_backend.generate.protocol import KernelGenerator
+from kevin_backend.generate.kernel_generator import KernelGenerator
 from kevin_backend.generate.writers import make_policy
 from kevin_backend.types import KernelTask
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kevin_backend.cache.store import KernelCache
-    from kevin_backend.generate.protocol import KernelGenerator
+    from kevin_backend.generate.kernel_generator import KernelGenerator
 
 __all__ = ["run_one", "make_generator"]
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from kevin_backend.cache.format import CacheEntry, EntryKind
-from kevin_backend.cache.protocol import KernelStore
+from kevin_backend.cache.kernel_store import KernelStore
 from kevin_backend.config import Config, build_root
 from kevin_backend.measure.compare import compare_outputs
 from kevin_backend.measure.inputs import clone_layout
