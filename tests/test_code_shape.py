@@ -53,3 +53,13 @@ def test_module_file_names_are_unique() -> None:
         if path.name not in ("__init__.py", "__main__.py"):
             seen.setdefault(path.name, []).append(path.relative_to(PACKAGE).as_posix())
     assert {name: places for name, places in seen.items() if len(places) > 1} == {}
+
+
+def test_every_package_folder_is_shipped() -> None:
+    """pyproject.toml lists the packages a wheel holds: a new folder left off the list works in a
+    checkout and is missing from an install."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert folders - listed == set()
