@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import kevin_backend
 
 PACKAGE = Path(kevin_backend.__file__).parent
@@ -58,8 +60,7 @@ def test_module_file_names_are_unique() -> None:
 def test_every_package_folder_is_shipped() -> None:
     """pyproject.toml lists the packages a wheel holds: a new folder left off the list works in a
     checkout and is missing from an install."""
-    import tomllib
-
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
     listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     folders = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")}
     assert folders - listed == set()
