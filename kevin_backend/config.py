@@ -73,12 +73,17 @@ POLICY_NAMES: str = ", ".join(_USAGES[:-1]) + " or " + _USAGES[-1]
 OP_SUPPORTS: tuple[str, ...] = ("general", "builtin")
 
 
+def _form_of_kind(spec: str) -> PolicyForm | None:
+    """The form whose kind `spec` starts with, its argument not looked at."""
+    kind = spec.partition(":")[0]
+    return next((f for f in POLICY_FORMS if f.kind == kind), None)
+
+
 def policy_form(spec: str) -> PolicyForm | None:
     """The form `spec` is written in (None for `auto` and for a name of no form). Only the name is
     read: nothing is imported, loaded or contacted."""
-    kind, _, arg = spec.partition(":")
-    form = next((f for f in POLICY_FORMS if f.kind == kind), None)
-    return form if form is not None and (not form.required or arg.strip()) else None
+    form = _form_of_kind(spec)
+    return form if form is not None and (not form.required or spec.partition(":")[2].strip()) else None
 
 
 def check_policy_name(spec: str) -> str:
@@ -86,8 +91,7 @@ def check_policy_name(spec: str) -> str:
     the valid names."""
     if spec == AUTO_POLICY or policy_form(spec) is not None:
         return spec
-    kind = spec.partition(":")[0]
-    form = next((f for f in POLICY_FORMS if f.kind == kind), None)
+    form = _form_of_kind(spec)
     if form is not None:  # a required argument missing
         raise ConfigError(f"policy {spec!r} names no {form.names}: use {form.usage}; valid policies: {POLICY_NAMES}")
     raise ConfigError(f"unknown policy {spec!r}; valid policies: {POLICY_NAMES}")

@@ -1,12 +1,5 @@
-"""The writer registry: every kernel writer a policy name can choose, with the ops it declares.
-
-    policy           op support  writer
-    auto             (resolved)  openai when a model server is configured, else builtin
-    builtin          builtin     the built-in writer (pointwise chains and reductions, no model)
-    openai[:MODEL]   general     an OpenAI-compatible server at KEVIN_LLM_URL (e.g. `vllm serve cognition-ai/Kevin-32B`)
-    vllm[:MODEL]     general     an in-process vLLM engine (the `vllm` extra)
-    hf:PATH          general     transformers `generate` on a local model folder
-    replay:FILE      general     scripted replies (a JSON list of strings, or a trajectory log .jsonl)
+"""The writer registry: every kernel writer a policy name can choose, with the ops it declares
+(`WRITERS`; `policy_help()` lists them as `kevin generate --help` shows them).
 
 The names' grammar is the foundation's (`config.POLICY_FORMS`: a Config refuses a name of no
 form when it is built, before anything is imported); each form has one `Writer` here, its

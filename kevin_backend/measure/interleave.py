@@ -56,7 +56,7 @@ def round_order(names: list[str], round_index: int) -> list[str]:
 
 def interleaved(
     fns: Mapping[str, Callable[[], Any]],
-    device: str | torch.device,
+    device: str | torch.device | None,
     rounds: int,
     trials: int = 10,
     warmup: int = 3,
@@ -84,7 +84,10 @@ def interleaved(
         raise ValueError(f"interleave must be one of {', '.join(INTERLEAVE)}, got {interleave!r}")
     last = max(rounds, max_rounds or rounds) if until is not None else rounds
     by_call = interleave == "call"
-    measure = measure or (timer(device, 1, 0) if by_call else timer(device, trials, warmup))
+    if measure is None:
+        if device is None:
+            raise ValueError("interleaved needs a device to time on, or a `measure` of its own")
+        measure = timer(device, 1, 0) if by_call else timer(device, trials, warmup)
     names = list(fns)
     samples: dict[str, list[float]] = {n: [] for n in names}
     r = -warmup_rounds
@@ -123,6 +126,6 @@ def interleaved_rounds(kernel: Callable[[], float], inductor: Callable[[], float
     (a median of several trials) and returns milliseconds. The two lists are paired by round."""
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
-    got = interleaved({"kernel": kernel, "inductor": inductor}, "cpu", rounds, measure=lambda side: float(side()),
+    got = interleaved({"kernel": kernel, "inductor": inductor}, None, rounds, measure=lambda side: float(side()),
                       rotate=False)
     return list(got["kernel"]), list(got["inductor"])
