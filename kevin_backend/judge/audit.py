@@ -1,18 +1,21 @@
-"""The candidate's forward under the judge's audit: every aten op it dispatches is recorded, from
-Python or from C++ host code alike, and a forward that ran PyTorch compute (anything but
-allocation, views, metadata and fills) fails: the kernel must compute the task itself.
+"""The dispatch audit: every aten op a forward dispatches is recorded, from Python or from C++ host
+code alike, and a forward that ran PyTorch compute (anything but allocation, views, metadata and
+fills) fails: the kernel must compute the task itself. The audit runs in the candidate's own
+process (`candidate_worker.py`), on every correctness call and on one random call of every timed
+batch; `candidate_forward` is the judge's side of a correctness call.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kevin_backend.judge.attribution import Verdict, candidate_failure, error
-from kevin_backend.judge.judged_run import Run, sync
-from kevin_backend.measure.compare import output_list
+from kevin_backend.judge.attribution import Verdict, error
+
+if TYPE_CHECKING:
+    from kevin_backend.judge.judged_run import Run
 
 __all__ = ["ALLOWED_OPS", "Audit", "candidate_forward"]
 
@@ -54,17 +57,20 @@ def _changes_dtype(args: Any, kwargs: Any) -> bool:
     return dtype is not None and isinstance(args[0], torch.Tensor) and dtype != args[0].dtype
 
 
-def candidate_forward(run: Run, values: Sequence[Any], phase: str = "candidate") -> list[Any]:
-    """The candidate's forward on `values`, audited; raises Verdict on its failures."""
+def candidate_forward(run: Run, values: Sequence[Any], phase: str = "candidate",
+                      after: tuple[int, ...] | None = None) -> list[Any]:
+    """The candidate's forward on `values`, in its own process under the audit, on memory poisoned
+    with NaN; raises Verdict on its failures. `after`: the inputs' fingerprints the reference left
+    (a candidate must change its inputs as the reference does, and no more)."""
+    from kevin_backend.measure.inputs import fingerprint
+
     run.phase(phase)
-    audit = Audit()
     run.candidate_ran = True
-    try:
-        with torch.no_grad(), audit:
-            got = output_list(run.model(*values))
-        sync(run.device)
-    except Exception as exc:  # noqa: BLE001 - the candidate's failure, whatever it is
-        raise Verdict(candidate_failure(run, "forward", exc)) from None
-    if audit.computed:
-        raise Verdict(error("PYTORCH_COMPUTE", "run", "forward ran PyTorch compute ops: " + ", ".join(audit.computed[:10])))
+    got, inputs_after, computed = run.model.call(values, audit=True, poison=run.output_bytes)
+    if computed:
+        raise Verdict(error("PYTORCH_COMPUTE", "run", "forward ran PyTorch compute ops: " + ", ".join(computed[:10])))
+    if after is not None:
+        for k, (a, b) in enumerate(zip(fingerprint(inputs_after), after)):
+            if a != b:
+                raise Verdict(error("INPUT_MUTATED", "correctness", f"input {k} was changed by the forward"))
     return got

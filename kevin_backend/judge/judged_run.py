@@ -27,7 +27,7 @@ class Run:
     job: Job
     task: types.ModuleType
     reference: torch.nn.Module
-    model: torch.nn.Module
+    model: Any  # the candidate in its own process (`candidate_process.RemoteModel`)
     device: torch.device
     ledger: MemoryLedger
     announce: Callable[[str], None]
@@ -37,6 +37,8 @@ class Run:
     reference_temps: int = 0  # the most eager allocated beyond its outputs, in bytes
     current: str = "setup"  # the phase now running
     state: TaskState | None = None  # what the worker keeps of the task between candidates
+    # starts the references' own process (eager and Inductor timed as the candidate is: `timing_phase.py`)
+    start_reference: Callable[[], Any] | None = None
 
     def phase(self, name: str) -> None:
         self.current = name

@@ -41,88 +41,97 @@ The protocol, this module running its steps in order:
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import sys
+import time
 from typing import Any, Callable
 
 import torch
 
 from kevin_backend.cache.key import apply_numerics, current_numerics
-from kevin_backend.judge.attribution import Verdict, candidate_failure, error, judge_failure
+from kevin_backend.judge.attribution import Verdict, error, judge_failure
+from kevin_backend.judge.candidate_process import Launcher, RemoteModel, shared_folder
 from kevin_backend.judge.correctness import check_input_set
+from kevin_backend.judge.fork_server import make_undumpable
 from kevin_backend.judge.job import Job
 from kevin_backend.judge.judged_run import Run
-from kevin_backend.judge.phases import CANDIDATE_PHASES
-from kevin_backend.judge.replay_check import check_replay
+from kevin_backend.judge.replay_check import accepted
 from kevin_backend.judge.task_state import TaskState, TaskStates, device_of, task_state_of
 from kevin_backend.judge.timing_phase import time_candidate
 from kevin_backend.locks import gpu_hold
 from kevin_backend.measure.memory import MemoryLedger
 from kevin_backend.measure.timer import flush_bytes
-from kevin_backend.types import load_program
 
 __all__ = ["main", "run", "serve"]
 
-_WORKER_LIFETIME = contextlib.ExitStack()
-_ANSWERING: set[tuple[str, str | None]] = set()
-
+_LAUNCHERS: dict[str, Launcher] = {}  # per device: this worker's fork server and spare process
 # Verdicts that a write into the reference's memory could have made: they do not stand then.
 _CHECKED_AFTER = frozenset({"ACCEPTED", "MISMATCH", "NAN_INF", "SHAPE_MISMATCH", "DTYPE_MISMATCH", "REPLAYED_OUTPUT"})
+_NO_DEADLINE = 24 * 3600.0  # the parent kills this worker at the job's time limit; the candidate's process dies with it
 
 
-def _answer_load_inline(job: Job) -> None:
-    """The candidate's `load_inline` answered from the judge's build cache, for this worker's
-    whole life: a candidate may call load_inline in __init__ or forward too."""
-    if job.build_root is None or (job.build_root, job.arch) in _ANSWERING:
-        return
-    from pathlib import Path
+def launcher_for(device: torch.device) -> Launcher:
+    """This worker's fork server for `device` (started on first use; the processes it forks share
+    memory with this worker through a folder of its own)."""
+    key = str(device)
+    if key not in _LAUNCHERS:
+        _LAUNCHERS[key] = Launcher(device, shared_folder())
+    return _LAUNCHERS[key]
 
-    from kevin_backend.toolchain.build import Builder, answering_load_inline
 
-    _WORKER_LIFETIME.enter_context(answering_load_inline(Builder(Path(job.build_root), jobs=1), job.arch))
-    _ANSWERING.add((job.build_root, job.arch))
+def _close_launchers() -> None:
+    import shutil
+
+    for launcher in _LAUNCHERS.values():
+        launcher.close()
+        shutil.rmtree(launcher.folder, ignore_errors=True)
+    _LAUNCHERS.clear()
 
 
 def run(job: Job, announce: Callable[[str], None] = lambda phase: None,
         states: TaskStates | None = None) -> dict[str, Any]:
     """One job from setup to its outcome (the worker's answer: stage, reason, feedback, details,
-    the memory report and the device)."""
+    the memory report and the device). The candidate runs in a process of its own, started for it
+    and killed after it (`candidate_process.py`); nothing of it runs here."""
     announce("setup")
     device = device_of(job)
     if job.numerics:
         apply_numerics(dict(job.numerics))  # the numerics the task's cache key names
-    _answer_load_inline(job)
     task_state = task_state_of(job, device, states)
-    announce("load")
-    try:
-        candidate = load_program(job.candidate, "kevin_candidate")
-    except Exception as exc:  # noqa: BLE001 - the candidate's program failed to load
-        return error("RUNTIME_ERROR", "run", f"loading the candidate failed: {type(exc).__name__}: {exc}")
-    if not hasattr(candidate, "ModelNew"):
-        return error("NO_MODELNEW", "run", "the program defines no ModelNew")
-    announce("setup")
     reference = task_state.reference
     ledger = MemoryLedger(device, job.memory_factor, fixed=flush_bytes(device))
     # until the inputs are known, the bound for the candidate's own parameters is the reference's
     ledger.task_bytes = sum(p.numel() * p.element_size() for p in reference.parameters()) + (1 << 30)
-    announce("init")
-    torch.manual_seed(job.seeds[0])
-    state = Run(job, task_state.task, reference, reference, device, ledger, announce, current="init", state=task_state)
+    launcher = launcher_for(device)
+    deadline = time.monotonic() + _NO_DEADLINE
+    announce("load")
+    remote = RemoteModel(launcher.take(), device, launcher.folder, deadline, ledger=ledger)
+
+    def start_reference() -> RemoteModel:
+        process = RemoteModel(launcher.take(), device, launcher.folder, deadline, trusted=True, ledger=ledger)
+        process.load({"mode": "reference", "task": job.task, "seed": job.seeds[0], "numerics": dict(job.numerics),
+                      "compile_backend": job.compile_backend})
+        return process
+
+    state = Run(job, task_state.task, reference, remote, device, ledger, announce, current="load", state=task_state,
+                start_reference=start_reference)
     try:
-        state.model = candidate.ModelNew(*task_state.init).to(device).eval()
-    except Exception as exc:  # noqa: BLE001
-        return {**candidate_failure(state, "ModelNew(...)", exc), "device": str(device)}
-    ledger.task_bytes = 0
-    ledger.start()
-    try:
-        outcome = _judge(state)
-    except Verdict as v:
-        outcome = v.outcome
-    except Exception as exc:  # noqa: BLE001 - whose failure it is depends on whose code was running
-        outcome = (candidate_failure(state, "forward", exc) if state.current in CANDIDATE_PHASES
-                   else judge_failure(state, f"in its step '{state.current}'", exc))
+        try:
+            remote.load({"mode": "candidate", "candidate": job.candidate, "task": job.task, "seed": job.seeds[0],
+                         "build_root": job.build_root, "arch": job.arch, "numerics": dict(job.numerics)})
+        except Verdict as v:
+            return {**v.outcome, "device": str(device)}
+        ledger.task_bytes = 0
+        ledger.start()
+        try:
+            outcome = _judge(state)
+        except Verdict as v:
+            outcome = v.outcome
+        except Exception as exc:  # noqa: BLE001 - nothing of the candidate runs here: the judge's own failure
+            outcome = judge_failure(state, f"in its step '{state.current}'", exc)
+    finally:
+        remote.close()
     if state.candidate_ran and outcome.get("reason") in _CHECKED_AFTER and not _intact(task_state):
         outcome = error("INPUT_MUTATED", "run", "the forward wrote into memory it does not own: the reference "
                         "model's parameters changed while the candidate ran")
@@ -150,9 +159,8 @@ def _judge(run: Run) -> dict[str, Any]:
             if bad is not None:
                 return bad
     times = time_candidate(run)
-    # shared, as correctness: the replay's work must not land inside another worker's timing
     with gpu_hold(gpu_lock, shared=True):
-        return check_replay(run, times, exact_model)
+        return accepted(run, times)
 
 
 def serve() -> int:
@@ -161,6 +169,7 @@ def serve() -> int:
     cache is released and the kept references are fingerprinted: a reference that changed (a
     candidate wrote out of bounds into it) ends the worker, as does a CUDA error; the parent
     replaces it."""
+    make_undumpable()
     if torch.cuda.is_available():
         torch.cuda.init()
     states = TaskStates()
@@ -192,13 +201,15 @@ def serve() -> int:
         outcome["worker_healthy"] = healthy
         print(f"{token} {json.dumps(outcome, default=float)}", flush=True)
         if not healthy:
-            return 0
+            break
+    _close_launchers()
     return 0
 
 
 def main() -> int:
     if "--serve" in sys.argv[1:]:
         return serve()
+    make_undumpable()
     job, token = Job.from_json(sys.stdin.read())
 
     def announce(phase: str) -> None:
@@ -210,6 +221,8 @@ def main() -> int:
         outcome = judge_failure(None, "setting up the run", exc)
         print(f"{token} {json.dumps(outcome)}", flush=True)
         return 3
+    finally:
+        _close_launchers()
     print(f"{token} {json.dumps(outcome, default=float)}", flush=True)
     return 0
 

@@ -1,108 +1,221 @@
-"""The timing phase of a judged run: one protocol for the candidate, the eager reference and the
-Inductor-compiled reference (`measure/timer.py`), under the judge's GPU lock. Inductor's one
-compiled graph is called directly, without Dynamo's guards, as the backend's re-timing calls it
-(`measure/inductor.inductor_call`); in the job that times Inductor, the candidate and Inductor are
-timed in interleaved rounds (`INDUCTOR_ROUNDS`). The GPU's copy bandwidth is measured here too,
-while the GPU is still this worker's alone (`roofline_phase.py`).
+"""The timing phase of a judged run, kept by the judge's clock, with the candidate in its own
+process and the references in another process of the judge's (so both sides are called the same
+way: a message, the calls back to back, the device synchronised, the reply).
+
+What a time is: the wall-clock time of a batch of calls, one per input slot, divided by the
+calls. The slots are input sets in memory the judge owns (`shared_values.Arena`), refilled with
+fresh values from the task's own generator before every round (`fill`), so no call sees values it
+has seen before: a result cached by pointer or by a few elements is never right. Enough slots
+rotate that together they are twice the GPU's L2 cache where memory allows (`plan_slots`), so the
+calls read from memory, not from the cache; then a time faster than copying the task's own bytes
+at 1.1x the GPU's copy bandwidth is impossible, and rejected.
+
+Every round, one call of the candidate's batch, chosen by the judge after the reply, is read back
+at once and compared with the reference on its inputs, and read again later: an output that is
+wrong, or not yet written when the batch said it was done, or still changing after, fails the
+candidate (work left running on any stream counts: the reply must come after it). The slots are
+fingerprinted before and after the candidate's batch (an input changed fails it), and one random
+call per batch runs under the dispatch audit.
 """
 
 from __future__ import annotations
 
+import math
+import secrets
 import statistics
-from dataclasses import dataclass
-from typing import Any, Callable
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from kevin_backend.judge.attribution import Verdict, error
 from kevin_backend.judge.judged_run import Run
 from kevin_backend.judge.roofline_phase import measured_copy_bandwidth
+from kevin_backend.judge.shared_values import Arena, arena_bytes, place
 from kevin_backend.locks import gpu_hold
-from kevin_backend.measure.inputs import InputSet, make_input_set
-from kevin_backend.measure.timer import make_timer
+from kevin_backend.measure.compare import compare_outputs
+from kevin_backend.measure.inputs import InputSet, fingerprint, make_input_set
 
-__all__ = ["INDUCTOR_ROUNDS", "CandidateTimes", "candidate_and_inductor", "time_candidate"]
+__all__ = ["IMPOSSIBLE_FACTOR", "MAX_SLOTS", "CandidateTimes", "Slots", "plan_slots", "time_candidate"]
 
-# Rounds of the candidate and Inductor, interleaved, in the job that times Inductor (once per task
-# and GPU; the judge keeps the time for the task's later candidates): each side's median over
-# rounds does not hang on one moment of the GPU. The notes name Inductor's code and its kernels'
-# chosen configurations (`measure/inductor.inductor_code`): they showed that the Inductor times that
-# moved 1.26-3.4x between H200 runs were other code, compiled for any size
-# (`measure/inductor.inductor_call` now compiles for the task's own).
-INDUCTOR_ROUNDS = 5
+MAX_SLOTS = 32
+MIN_ROUNDS = 5
+IMPOSSIBLE_FACTOR = 1.1  # a kernel above this multiple of the copy bandwidth of its own bytes
 
 
 @dataclass(frozen=True)
 class CandidateTimes:
-    """What the timing phase measured, and on which inputs (the replay check reuses their buffers)."""
+    """What the timing phase measured."""
 
-    inputs: InputSet  # the timing set: the task's own values under the job's first seed
+    inputs: InputSet  # a set of the task's own values (the roofline's bytes are counted on it)
     kernel_ms: float
     eager_ms: float | None  # None when this job does not time the references (the judge keeps their times)
     inductor_ms: float | None
     copy_gbps: float | None  # the GPU's copy bandwidth; None on a CPU or when measuring it failed
+    cold: bool = False  # the slots were twice the L2 cache: times are from memory
+
+
+@dataclass
+class Slots:
+    """The rotating input sets of the timing, in one arena of the judge's."""
+
+    arena: Arena
+    count: int
+    stride: int  # bytes between slots
+    cold: bool
+    descs: list[list[dict[str, Any]]] = field(default_factory=list)
+    views: list[list[Any]] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+
+
+def plan_slots(set_bytes: int, l2_bytes: int, memory_ok: Any) -> tuple[int, bool]:
+    """(how many slots, whether they are cold): enough for twice the L2 cache, between 2 and
+    MAX_SLOTS, as many as `memory_ok(total_bytes)` allows (at least 2)."""
+    want = math.ceil(2 * l2_bytes / max(1, set_bytes)) if l2_bytes else 2
+    count = max(2, min(MAX_SLOTS, want))
+    while count > 2 and not memory_ok(count * set_bytes):
+        count -= 1
+    return count, bool(l2_bytes) and count * set_bytes >= 2 * l2_bytes
+
+
+def _make_slots(run: Run, sample: InputSet) -> Slots:
+    stride = arena_bytes(sample.values)
+    l2 = int(getattr(torch.cuda.get_device_properties(run.device), "L2_cache_size", 0) or 0) if run.device.type == "cuda" else 0
+    count, cold = plan_slots(stride, l2, run.ledger.fits)
+    arena = Arena(count * stride, run.device, run.model.folder)
+    return Slots(arena, count, stride, cold)
+
+
+def fill(run: Run, slots: Slots, round_index: int) -> None:
+    """Fresh values from the task's own generator into every slot (new seeds every round)."""
+    slots.descs, slots.views, slots.seeds = [], [], []
+    for i in range(slots.count):
+        seed = run.job.seeds[0] + 7919 * (round_index + 1) + i
+        values = make_input_set(run.task, seed, run.device).values
+        descs, views = place(values, slots.arena, i * slots.stride)
+        slots.descs.append(descs)
+        slots.views.append(views)
+        slots.seeds.append(seed)
+    _sync(run.device)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _batch(run: Run, remote: Any, slots: Slots, entry: str, audit: list[int]) -> tuple[float, dict[str, Any]]:
+    """One batch on `remote`: (milliseconds per call by the judge's clock, the reply)."""
+    _sync(run.device)
+    start = time.perf_counter()
+    reply = remote.request({"op": "batch", "calls": slots.descs, "audit": audit, "entry": entry}, "the timed calls")
+    ms = (time.perf_counter() - start) * 1000.0 / slots.count
+    return ms, reply
+
+
+def _check_round(run: Run, slots: Slots, reply: dict[str, Any], before: tuple[int, ...]) -> None:
+    """A random call's output read at once and compared with the reference, read again after; the
+    inputs unchanged; the audited call computed nothing with PyTorch."""
+    outputs = reply.get("outputs")
+    if not isinstance(outputs, list) or len(outputs) != slots.count:
+        raise Verdict(error("RUNTIME_ERROR", "timing", "the timed calls did not report one output per call"))
+    j = secrets.randbelow(slots.count)
+    got = run.model.read(outputs[j], "a timed call")
+    if fingerprint([v for views in slots.views for v in views]) != before:
+        raise Verdict(error("INPUT_MUTATED", "timing", "a timed call changed its inputs"))
+    computed = reply.get("computed") or []
+    if computed:
+        raise Verdict(error("PYTORCH_COMPUTE", "run", "forward ran PyTorch compute ops: " + ", ".join(map(str, computed[:10]))))
+    from kevin_backend.judge.reference_sets import run_eager, run_exact
+    from kevin_backend.judge.replay_check import mismatch_text, stale
+
+    run.phase("reference")
+    inputs = InputSet(slots.views[j], slots.seeds[j], 0)
+    want = run_eager(run, inputs)
+    exact = run_exact(run, inputs, run.state.exact_model if run.state is not None else [])
+    run.phase("compare")
+    bad = compare_outputs(got, want, exact)
+    if bad is not None and stale(bad):
+        raise Verdict(error("REPLAYED_OUTPUT", "timing", f"timed call {j} of a batch returned a wrong output (its inputs "
+                            f"were fresh values): it does not compute every call ({mismatch_text(bad)})"))
+    again = run.model.read(outputs[j], "a timed call")
+    if not all(_same_bits(a, b) for a, b in zip(got, again)):
+        raise Verdict(error("REPLAYED_OUTPUT", "timing", f"timed call {j}'s output changed after the batch reported it "
+                            "done: work was still running when the calls returned"))
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        return torch.equal(a.reshape(-1).contiguous().view(torch.uint8), b.reshape(-1).contiguous().view(torch.uint8))
+    return bool(a == b)
 
 
 def time_candidate(run: Run) -> CandidateTimes:
-    """Candidate, eager and Inductor timed under one protocol (in the job that times Inductor, the
-    candidate and Inductor in interleaved rounds, `INDUCTOR_ROUNDS`).
-
-    Every step on the GPU holds its lock: the timing and Inductor's first call exclusively (that
-    call compiles and benchmarks the configurations of Inductor's kernels, which another worker's
-    run beside it would skew for good), the inputs shared (their work must not land inside
-    another worker's timing). The timer's flush buffer and the compiled reference are dropped on
-    return: their memory goes to the replay check."""
+    """The candidate's time and, when this job times them, the references' (eager, Inductor),
+    in interleaved rounds on the same fresh slots; see the module's docstring."""
     job = run.job
-    gpu_lock = job.gpu_lock
-
-    with gpu_hold(gpu_lock, shared=True):
+    with gpu_hold(job.gpu_lock, shared=True):
         run.phase("inputs")
-        inputs = make_input_set(run.task, job.seeds[0], run.device)
-    values = inputs.values
-    measure = make_timer(run.device, job.trials, job.warmup, queued=True)
-    compiled: Callable[[], Any] | None = None
+        sample = make_input_set(run.task, job.seeds[0], run.device)
+        slots = _make_slots(run, sample)
+        run.model.share(slots.arena)
+    sides: list[tuple[str, Any, str]] = [("kernel", run.model, "model")]
+    reference = None
+    if job.inductor or job.eager:
+        run.phase("reference-process")
+        reference = run.start_reference()
+        reference.share(slots.arena)
+        if job.inductor:
+            sides.append(("inductor", reference, "inductor"))
+        if job.eager:
+            sides.append(("eager", reference, "eager"))
+    times: dict[str, list[float]] = {name: [] for name, _, _ in sides}
+    rounds = max(MIN_ROUNDS, math.ceil(job.trials / slots.count))
     run.phase("lock")  # waiting for the GPU alone: the judge's step, whatever the wait
-    with torch.no_grad(), gpu_hold(gpu_lock, shared=False):
-        if job.inductor:  # (asked for once per task and GPU: the judge keeps the references' times)
-            run.phase("inductor")
-            from kevin_backend.measure.inductor import generated_modules, inductor_call, inductor_code
-
-            # Inductor's code as a compiled model calls it: the one graph's compiled function without
-            # Dynamo's guards (tens of microseconds a call), as the backend's decision times it
-            mark = generated_modules()
-            compiled, how = inductor_call(run.reference, values, job.compile_backend)
-            code = inductor_code(mark)
-            run.ledger.notes.append(f"Inductor timed as {how}" + (f"; Inductor's {code}" if code else ""))
-        kernel_ms, inductor_ms = candidate_and_inductor(run, measure, values, compiled)
-        run.phase("timing-reference")
-        # the references' times are measured once per task and GPU (the judge keeps them)
-        eager_ms = measure(lambda: run.reference(*values)) if job.eager else None
-        run.ledger.observe()
-        copy_gbps = measured_copy_bandwidth(run)  # while the GPU is still this worker's alone
-    run.ledger.observe()
-    return CandidateTimes(inputs, kernel_ms, eager_ms, inductor_ms, copy_gbps)
-
-
-def candidate_and_inductor(run: Run, measure: Callable[[Callable[[], Any]], float], values: list[Any],
-                           compiled: Callable[[], Any] | None) -> tuple[float, float | None]:
-    """The candidate's time and, when this job times Inductor, Inductor's: then both as the median
-    of `INDUCTOR_ROUNDS` interleaved rounds (candidate, Inductor, candidate, ...), the rounds noted."""
-    def candidate() -> float:
-        run.phase("timing-candidate")
-        return measure(lambda: run.model(*values))
-
-    if compiled is None:
-        return candidate(), None
-
-    def inductor() -> float:
-        run.phase("timing-reference")
-        return measure(compiled)
-
-    from kevin_backend.measure.interleave import interleaved_rounds
-
-    kernel_rounds, inductor_rounds = interleaved_rounds(candidate, inductor, INDUCTOR_ROUNDS)
-    kernel_ms, inductor_ms = statistics.median(kernel_rounds), statistics.median(inductor_rounds)
+    try:
+        with torch.no_grad(), gpu_hold(job.gpu_lock, shared=False):
+            for index in range(rounds + 1):  # round 0 warms up (and compiles Inductor in its process)
+                run.phase("inputs")
+                fill(run, slots, index)
+                before = fingerprint([v for views in slots.views for v in views])
+                order = sides[index % len(sides):] + sides[:index % len(sides)]
+                for name, remote, entry in order:
+                    run.phase("timing-candidate" if name == "kernel" else "timing-reference")
+                    audit = [secrets.randbelow(slots.count)] if name == "kernel" else []
+                    ms, reply = _batch(run, remote, slots, entry, audit)
+                    if name == "kernel":
+                        run.candidate_ran = True
+                        _check_round(run, slots, reply, before)
+                    elif "how" in reply:
+                        run.ledger.notes.append(f"Inductor timed as {reply['how']}")
+                    if index:
+                        times[name].append(ms)
+            copy_gbps = measured_copy_bandwidth(run)  # while the GPU is still this worker's alone
+    finally:
+        if reference is not None:
+            reference.close()
+    medians = {name: statistics.median(values) for name, values in times.items()}
     run.ledger.notes.append(
-        f"candidate and Inductor timed in {INDUCTOR_ROUNDS} interleaved rounds, medians {kernel_ms:.4f} and "
-        f"{inductor_ms:.4f} ms; rounds: candidate {' '.join(f'{v:.4f}' for v in kernel_rounds)}, "
-        f"Inductor {' '.join(f'{v:.4f}' for v in inductor_rounds)}")
-    return kernel_ms, inductor_ms
+        f"timed in {rounds} interleaved rounds of {slots.count} calls on fresh input slots"
+        f" ({'cold: twice the L2 cache' if slots.cold else 'within the L2 cache'}); per-call ms by round: "
+        + "; ".join(f"{name} {' '.join(f'{v:.4f}' for v in values)}" for name, values in times.items()))
+    _impossible(run, sample, medians["kernel"], copy_gbps, slots.cold)
+    return CandidateTimes(sample, medians["kernel"], medians.get("eager"), medians.get("inductor"), copy_gbps, slots.cold)
+
+
+def _impossible(run: Run, sample: InputSet, kernel_ms: float, copy_gbps: float | None, cold: bool) -> None:
+    """Faster than copying the task's own bytes at IMPOSSIBLE_FACTOR x the copy bandwidth, from
+    memory: not a kernel computing the task."""
+    if not cold or not copy_gbps or kernel_ms <= 0:
+        return
+    from kevin_backend.measure.roofline import task_bytes
+
+    nbytes = task_bytes(sample.values, []) + sum(run.output_bytes)
+    floor_ms = nbytes / (IMPOSSIBLE_FACTOR * copy_gbps * 1e6)
+    if kernel_ms < floor_ms:
+        raise Verdict(error("SUSPICIOUS_SPEEDUP", "timing", f"{kernel_ms:.4f} ms is faster than copying the task's "
+                            f"{nbytes / 1e6:.1f} MB at {IMPOSSIBLE_FACTOR}x the GPU's copy bandwidth ({copy_gbps:.0f} GB/s: "
+                            f"{floor_ms:.4f} ms): it cannot have read its inputs and written its outputs"))

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["DIRECT", "GUARDED", "generated_modules", "inductor_code", "inductor_call"]
+__all__ = ["DIRECT", "GUARDED", "generated_modules", "inductor_code", "inductor_call", "inductor_function"]
 
 DIRECT = "the reference's one compiled graph called directly (no Dynamo guards)"
 GUARDED = "torch.compile of the reference called as a whole ({graphs} graphs, guards included)"
@@ -68,6 +68,42 @@ def inductor_call(reference: torch.nn.Module, values: list[Any], backend: str) -
     arguments it is called on; after one warm-up call, a reference captured as one graph called
     once is timed through that graph's compiled function alone, if it returns what the whole
     does."""
+    compiled, function, args = _compiled_parts(reference, values, backend)
+    if function is None:
+        def guarded() -> Any:
+            return compiled(*values)
+
+        return guarded, args
+
+    def direct() -> Any:
+        return function(*args)
+
+    return direct, DIRECT
+
+
+def inductor_function(reference: torch.nn.Module, values: list[Any], backend: str) -> tuple[Callable[..., Any], str]:
+    """As `inductor_call`, but a function of the inputs: called on other values of the same sizes,
+    strides and dtypes (the judge's rotated input sets), it runs the same compiled code. The one
+    graph's arguments that are the inputs are taken from each call; the rest (the parameters
+    Dynamo lifted) stay as they were."""
+    compiled, function, args = _compiled_parts(reference, values, backend)
+    if function is None or any(a is v for a in args for v in values if not isinstance(v, torch.Tensor)):
+        def guarded(*new: Any) -> Any:
+            return compiled(*new)
+
+        return guarded, args if function is None else GUARDED.format(graphs=1)
+    where = [next((k for k, v in enumerate(values) if a is v), None) for a in args]
+
+    def direct(*new: Any) -> Any:
+        return function(*[new[k] if k is not None else a for k, a in zip(where, args)])
+
+    return direct, DIRECT
+
+
+def _compiled_parts(reference: torch.nn.Module, values: list[Any], backend: str) -> tuple[Callable[..., Any], Any, Any]:
+    """(the compiled reference, the one graph's compiled function, its arguments), or (the
+    compiled reference, None, how it must be called) when it is not one graph called once that
+    returns what the whole does."""
     import torch._dynamo
 
     compiler = torch._dynamo.lookup_backend(backend)
@@ -97,24 +133,16 @@ def inductor_call(reference: torch.nn.Module, values: list[Any], backend: str) -
     with torch.no_grad():
         whole = compiled(*values)
     recording[0] = False
-
-    def guarded() -> Any:
-        return compiled(*values)
-
     if len(graphs) != 1 or len(graphs[0]) != 1:
         count = len(graphs)
         graphs.clear()  # the intermediate values between graphs, held by the recorded arguments
-        return guarded, GUARDED.format(graphs=count)
+        return compiled, None, GUARDED.format(graphs=count)
     args, function = graphs[0][0], functions[0]
-
-    def direct() -> Any:
-        return function(*args)
-
     with torch.no_grad():
-        alone = direct()
+        alone = function(*args)
     if not _same(whole, alone):
-        return guarded, GUARDED.format(graphs=1)
-    return direct, DIRECT
+        return compiled, None, GUARDED.format(graphs=1)
+    return compiled, function, args
 
 
 def _same(whole: Any, alone: Any) -> bool:
@@ -126,3 +154,4 @@ def _same(whole: Any, alone: Any) -> bool:
     got_tensors = [t for t in got if isinstance(t, torch.Tensor)]
     return len(got_tensors) >= len(wanted) and all(
         any(g.shape == w.shape and g.dtype == w.dtype and torch.equal(g, w) for g in got_tensors) for w in wanted)
+
