@@ -167,7 +167,8 @@ class _Worker:
         except Exception as exc:  # noqa: BLE001
             return _error("forward", exc)
         self.kept = kept
-        return {"ok": True, "outputs": [self._export(outputs) for outputs in kept], "computed": audit.computed}
+        return {"ok": True, "outputs": [self._export(outputs) for outputs in kept], "computed": audit.computed,
+                **self._notes()}
 
     # -- helpers ---------------------------------------------------------------------------
     def _notes(self) -> dict[str, Any]:

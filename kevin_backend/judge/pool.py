@@ -11,8 +11,8 @@ phase lines and one verdict line, as a single run does (`sandbox.py` reads them 
 worker is retired, and a fresh one started at once (its start overlaps the next jobs), when:
 
 - it crashed, hung (killed as a group at the job's time limit) or reported a CUDA fault;
-- the verdict is anything but a clean one (accepted, or wrong values from a run that finished):
-  a candidate that raised may have left the process in any state;
+- the verdict is one of the judge's own failures (INFRA, RESOURCE, NO_GPU); a verdict on the
+  candidate leaves it in order, since the candidate ran in a process of its own;
 - the worker found the kept references' parameters changed after a candidate (an out-of-bounds
   write), or could not clean up;
 - it has judged `max_jobs` candidates.
@@ -44,6 +44,10 @@ __all__ = ["WorkerPool", "CLEAN_REASONS", "describe"]
 # Verdicts after which the worker is known to be in order: the candidate's code ran to the end.
 CLEAN_REASONS = frozenset({"ACCEPTED", "MISMATCH", "NAN_INF", "SHAPE_MISMATCH", "DTYPE_MISMATCH", "INPUT_MUTATED",
                            "REPLAYED_OUTPUT", "NO_MODELNEW"})
+
+# Candidates run in processes of their own (`candidate_process.py`), so a worker is in order after
+# any verdict on a candidate; after one of the judge's own failures it is replaced.
+_JUDGE_REASONS = frozenset({"INFRA", "RESOURCE", "NO_GPU"})
 
 _EOF = object()
 
@@ -163,7 +167,7 @@ class WorkerPool:
             return False, f"{outcome.reason} in phase {outcome.phase}"
         if not verdict.get("worker_healthy", False):
             return False, "the kept references changed or the worker could not clean up"
-        if outcome.reason not in CLEAN_REASONS:
+        if outcome.reason in _JUDGE_REASONS:
             return False, f"verdict {outcome.reason}"
         if worker.jobs >= self.max_jobs:
             return False, f"{worker.jobs} jobs"

@@ -1,72 +1,52 @@
-"""The sandboxed side of the re-timing: a search's winning kernel against Inductor's code for the
-same task, interleaved, in this (worker) process.
+"""The re-timing: a search's winning kernel against Inductor's code for the same task, in
+interleaved rounds, orchestrated by this process, which never runs the kernel.
 
     python -m kevin_backend.judge.retime_worker < job.json     # prints one JSON line: the outcome
 
 The job is a `job.RetimeJob`, one JSON line with the parent's token beside it; the parent is
-`decide.retime_in_sandbox`. As in the judge's worker (`run_worker.py`), the kernel is generated
-code: it runs only here, a crash or hang ends this process, and the phases this worker announces
-say whose failure it was (`decide.RETIME_CANDIDATE_PHASES` are the kernel's; a CUDA fault's signs
-are the judge's own, `attribution.CUDA_FAULTS`).
+`decide.retime_in_sandbox`. The kernel runs in a process of its own (`candidate_process.py`,
+mode "launch": `torch.ops.kevin.launch.default(key, inputs, False)`, the call a graph compiled
+with static shapes makes for a kept kernel, through the runtime's `LoadedKernel`), and Inductor's
+code for the task in another process of the judge's (mode "reference", the task's reference
+compiled by `torch.compile`, static shapes, called as `measure/inductor.inductor_function` says),
+so both are called the same way and neither can reach this process or the other. The phases this
+process announces say whose failure a death was (`decide.RETIME_CANDIDATE_PHASES` are the
+kernel's).
 
-What each time includes (one protocol for both sides, the judge's own:
-`timer.make_timer(..., queued=True)`): every trial starts with the L2 cache flushed, and all of a
-round's trials are queued behind GPU work, so that each trial's CUDA events measure the GPU's time
-for the call, not the host's. The host's part is left out on purpose: in a compiled model,
-Inductor's wrappers are paid once per graph and a kernel's launch overlaps the GPU's work, so what
-a partition's call costs on the host says nothing about the model; the graph-level check
-(`backend/graph_check.py`) times whole graphs with and without the kernels, host included, and
-drops a kernel whose host cost loses there. Timed with the host included, a kernel tied with
-Inductor on a 0.5 ms task came out 2-6% faster from one H200 run to the next (the wrappers' cost
-moving with the host's speed), enough to pass the margin.
-
-  * the kernel: `torch.ops.kevin.launch.default(key, inputs, False)`, the call a graph compiled
-    with static shapes makes for a kept kernel: the dispatcher, the runtime's `launch`, its
-    `LoadedKernel` (the stride and alignment checks, the output bookkeeping) and the kernel's
-    `ModelNew.forward` with its extension call (`runtime/op.py`, `runtime/registry.py`). A task whose inputs are not
-    all tensors (no partition of a graph) calls `ModelNew` directly;
-  * Inductor: the task's reference compiled by `torch.compile` (default mode, static shapes: the
-    task's own sizes, as a model's first compile gets them). When Dynamo
-    captures it as one graph, that graph's compiled code is called directly on the arguments
-    Dynamo gave it (AOTAutograd's wrapper, Inductor's wrapper code and its kernels), without
-    Dynamo's frame and guard check. A reference that Dynamo splits into several graphs (a graph
-    break) is called through `torch.compile` as a whole, guards included.
-
-Inputs: the judge's timing set (the task's own values under the judge's first seed, true
-layouts). The whole interleaved measurement holds the judge's GPU lock exclusively, so no other
-worker's correctness run or timing shares the GPU with it. The kernel's build comes from the
-judge's build cache (it was built when the kernel was judged).
+What a time is (`timing_phase.timed_batch`): the wall-clock time, by this process's clock, from
+asking a side for one call per input slot, back to back, to its reply after the device is
+synchronised, divided by the calls. Every round refills the slots with fresh values from the
+task's own generator; the slots together are twice the L2 cache where memory allows. Each round
+one of the kernel's calls, chosen after its reply, is compared with Inductor's output on the same
+inputs and read again: a kernel that skips calls, answers before its work is done, or raised and
+left the runtime running its reference, fails. The whole measurement holds the judge's GPU lock
+exclusively. The kernel's build comes from the judge's build cache.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
+import secrets
+import shutil
 import sys
+import time
 import traceback
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from kevin_backend.judge.attribution import CUDA_FAULTS
+from kevin_backend.judge.attribution import CUDA_FAULTS, Verdict
+from kevin_backend.judge.candidate_process import Launcher, RemoteModel, shared_folder
 from kevin_backend.judge.decide import RETIME_CANDIDATE_PHASES
 from kevin_backend.judge.job import RetimeJob
-from kevin_backend.measure.inductor import inductor_call
-from kevin_backend.measure.interleave import interleaved_rounds
-from kevin_backend.measure.inputs import make_input_set, to_device
-from kevin_backend.measure.timer import make_timer
+from kevin_backend.judge.timing_phase import fill, make_slots, same_bits, timed_batch
+from kevin_backend.measure.inputs import make_input_set
 from kevin_backend.locks import gpu_hold
-from kevin_backend.types import TensorSpec, load_program
+from kevin_backend.types import load_program
 
-PROTOCOL = ("per round: median of {trials} trials after {warmup} warm-up calls; {timing}; kernel through kevin::launch "
-            "(check_sizes=False), Inductor: {inductor} ({backend})")
-GPU_TIME = "each trial L2-flushed and queued behind GPU work (the GPU's time, the host's part left out)"
-HOST_TIME = "each trial timed on the host (no GPU)"
-
-
-_ALIGNMENT = 16  # the runtime runs the reference for an input that does not start 16-byte aligned
+PROTOCOL = ("{rounds} rounds after a warm-up round; per round, {trials} calls back to back on fresh input slots ({cold}), "
+            "each side in a process of its own, timed by the judge's clock from the request to the reply; kernel through "
+            "kevin::launch (check_sizes=False), Inductor: {inductor} ({backend})")
 
 
 class _Ended(Exception):
@@ -116,8 +96,6 @@ def run(job: RetimeJob, announce: Callable[[str], None] = lambda phase: None) ->
 
 
 def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
-    from kevin_backend.runtime import op as _op  # noqa: F401  (defines kevin::launch)
-    from kevin_backend.runtime import registry as runtime
     from kevin_backend.cache.key import apply_numerics
 
     if job.numerics:
@@ -128,108 +106,87 @@ def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
             return _judge_failure("NO_GPU", "no CUDA GPU to re-time on")
         device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
         torch.cuda.set_device(device)
-    stack = contextlib.ExitStack()
-    if job.build_root:
-        from kevin_backend.toolchain.build import Builder, answering_load_inline
-
-        stack.enter_context(answering_load_inline(Builder(Path(job.build_root), jobs=1), job.arch))
-    with stack:
-        task = load_program(job.task, "kevin_task")
-        seed = job.seed
-
+    task = load_program(job.task, "kevin_task")
+    launcher = Launcher(device, shared_folder())
+    kernel = reference = None
+    try:
+        deadline = time.monotonic() + 24 * 3600.0  # the parent kills this process at the job's time limit
         phase("load")
-        candidate = load_program(job.kernel, "kevin_candidate")
-        if not hasattr(candidate, "ModelNew"):
-            return _kernel_failure("the program defines no ModelNew")
-
-        phase("setup")  # both models seeded alike, as the judge builds them
-        init = [to_device(v, device) for v in task.get_init_inputs()]
-        torch.manual_seed(seed)
-        reference = task.Model(*init).to(device).eval()
-        phase("init")
-        torch.manual_seed(seed)
-        model = candidate.ModelNew(*init).to(device).eval()
-
+        kernel = RemoteModel(launcher.take(), device, launcher.folder, deadline)
+        kernel.load({"mode": "launch", "candidate": job.kernel, "task": job.task, "seed": job.seed,
+                     "build_root": job.build_root, "arch": job.arch, "numerics": dict(job.numerics)})
+        phase("setup")
+        reference = RemoteModel(launcher.take(), device, launcher.folder, deadline, trusted=True)
+        reference.load({"mode": "reference", "task": job.task, "seed": job.seed, "numerics": dict(job.numerics),
+                        "compile_backend": job.compile_backend})
         phase("inputs")  # (shared: another worker's timing must not see it fill the GPU's memory)
         with gpu_hold(job.gpu_lock, shared=True):
-            values = make_input_set(task, seed, device).values
-        kernel_call = _kernel_call(job, model, reference, values, runtime)
-
-        trials, warmup, rounds = job.trials, job.warmup, job.rounds
-        phase("lock")  # waiting for the GPU: the judge's step, whatever the wait
-        # Held from Inductor's first call on: that call compiles and benchmarks the configurations
-        # of Inductor's kernels (another worker's run beside it would skew the choice for good),
-        # and the kernel's warm-up must not land inside another worker's timing.
-        with gpu_hold(job.gpu_lock, shared=False):
-            phase("inductor")
-            inductor_fn, inductor_how = inductor_call(reference, values, job.compile_backend)
-            _sync(device)
-
-            phase("kernel-warmup")
-            with torch.no_grad():
-                kernel_call()
-            _sync(device)
-            _check_kernel_used(kernel_call)
-
-            phase("timer")
-            measure = make_timer(device, trials, warmup, queued=True)
-
-            def kernel_round() -> float:
-                phase("retime-kernel")
-                return measure(kernel_call)
-
-            def inductor_round() -> float:
-                phase("retime-inductor")
-                return measure(inductor_fn)
-
-            with torch.no_grad():
-                kernel_ms, inductor_ms = interleaved_rounds(kernel_round, inductor_round, rounds)
-        phase("check")
-        _check_kernel_used(kernel_call)
-        return {
-            "status": "ok", "kernel_ms": kernel_ms, "inductor_ms": inductor_ms, "trials": trials, "device": str(device),
-            "protocol": PROTOCOL.format(trials=trials, warmup=warmup, timing=GPU_TIME if device.type == "cuda" else HOST_TIME,
-                                        inductor=inductor_how,
-                                        backend=job.compile_backend),
-        }
+            sample = make_input_set(task, job.seed, device)
+            slots = make_slots(sample, device, launcher.folder, lambda n: True)
+            kernel.share(slots.arena)
+            reference.share(slots.arena)
+        return _rounds(job, phase, device, task, kernel, reference, slots)
+    except Verdict as v:
+        reason = v.outcome.get("reason", "")
+        if reason in ("INFRA", "RESOURCE"):
+            raise _Ended(_judge_failure(reason, v.outcome.get("feedback", ""))) from None
+        raise _Ended(_kernel_failure(f"{reason}: {v.outcome.get('feedback', '')}")) from None
+    finally:
+        for process in (kernel, reference):
+            if process is not None:
+                process.close()
+        launcher.close()
+        shutil.rmtree(launcher.folder, ignore_errors=True)
 
 
-def _kernel_call(job: RetimeJob, model: torch.nn.Module, reference: torch.nn.Module, values: list[Any],
-                 runtime: Any) -> Callable[[], Any]:
-    """The kernel as the backend calls it: through `kevin::launch` with a `LoadedKernel`
-    registered under a key of its own (the partition's inputs are tensors, exactly these)."""
-    if not all(isinstance(v, torch.Tensor) for v in values):
-        def direct() -> Any:
-            return model(*values)
+def _rounds(job: RetimeJob, phase: _Phases, device: torch.device, task: Any, kernel: RemoteModel,
+            reference: RemoteModel, slots: Any) -> dict[str, Any]:
+    """Round 0 warms both up (Inductor compiles in its process); then `job.rounds` rounds, each on
+    fresh values in every slot, the kernel and Inductor in alternating order; each round one of
+    the kernel's calls, chosen after its reply, is compared with Inductor's on the same inputs."""
+    kernel_ms: list[float] = []
+    inductor_ms: list[float] = []
+    how = ""
+    phase("lock")  # waiting for the GPU: the judge's step, whatever the wait
+    with torch.no_grad(), gpu_hold(job.gpu_lock, shared=False):
+        for index in range(job.rounds + 1):
+            phase("inputs")
+            fill(task, job.seed, device, slots, index)
+            sides = [("kernel", kernel, "launch"), ("inductor", reference, "inductor")]
+            replies: dict[str, dict[str, Any]] = {}
+            for name, remote, entry in (sides if index % 2 == 0 else sides[::-1]):
+                phase("retime-kernel" if name == "kernel" else "retime-inductor")
+                ms, replies[name] = timed_batch(device, remote, slots, entry, [])
+                if index:
+                    (kernel_ms if name == "kernel" else inductor_ms).append(ms)
+            how = str(replies["inductor"].get("how", how))
+            phase("check")
+            _check(kernel, reference, replies, slots)
+    return {
+        "status": "ok", "kernel_ms": kernel_ms, "inductor_ms": inductor_ms, "trials": slots.count, "device": str(device),
+        "protocol": PROTOCOL.format(trials=slots.count, rounds=job.rounds, cold="cold" if slots.cold else "within L2",
+                                    inductor=how, backend=job.compile_backend),
+    }
 
-        direct.loaded = None  # type: ignore[attr-defined]
-        return direct
-    key = "retime-" + hashlib.sha256(job.kernel.encode()).hexdigest()[:32]
-    specs = tuple(TensorSpec.of(v) for v in values)
-    loaded = runtime.LoadedKernel(key, specs, model.forward, reference.forward, job.kernel)
-    if not loaded.accepts(values) or any(v.data_ptr() % _ALIGNMENT for v in values):
-        raise _Ended(_kernel_failure("the runtime would run the reference, not the kernel, on the task's inputs "
-                                     "(an input does not start 16-byte aligned)"))
-    runtime.register(loaded)
-    launch = torch.ops.kevin.launch.default
 
-    def through_runtime() -> Any:
-        return launch(key, values, False)
+def _check(kernel: RemoteModel, reference: RemoteModel, replies: dict[str, dict[str, Any]], slots: Any) -> None:
+    """One random call of the kernel's batch against Inductor's on the same inputs, and the
+    kernel still in use (a kernel that raised inside the runtime is disabled: its reference ran)."""
+    from kevin_backend.judge.replay_check import mismatch_text, stale
+    from kevin_backend.measure.compare import compare_outputs
 
-    through_runtime.loaded = loaded  # type: ignore[attr-defined]
-    return through_runtime
-
-
-def _check_kernel_used(kernel_call: Callable[[], Any]) -> None:
-    """A kernel that raised inside the runtime is disabled and its reference runs instead: then
-    the times measured were the reference's, and the kernel failed."""
-    loaded = getattr(kernel_call, "loaded", None)
-    if loaded is None or loaded.disabled is None:
-        return
-    if "OutOfMemoryError" in loaded.disabled or "out of memory" in loaded.disabled.lower():
-        # the judge held the kernel to its memory bound: the GPU was short, not the kernel wrong
-        raise _Ended(_judge_failure("RESOURCE", f"no GPU memory for the kernel in its re-timing: {loaded.disabled}"))
-    raise _Ended(_kernel_failure(f"the kernel raised in its re-timing and the runtime ran its reference: {loaded.disabled}"))
+    disabled = replies["kernel"].get("disabled")
+    if disabled:
+        raise _Ended(_kernel_failure(f"the kernel raised in its re-timing and the runtime ran its reference: {disabled}"))
+    j = secrets.randbelow(slots.count)
+    got = kernel.read(replies["kernel"]["outputs"][j], "a timed call")
+    want = reference.read(replies["inductor"]["outputs"][j], "Inductor's call")
+    bad = compare_outputs(got, want, None)
+    if bad is not None and stale(bad):
+        raise _Ended(_kernel_failure(f"timed call {j} returned a wrong output on fresh inputs ({mismatch_text(bad)})"))
+    again = kernel.read(replies["kernel"]["outputs"][j], "a timed call")
+    if not all(same_bits(a, b) for a, b in zip(got, again)):
+        raise _Ended(_kernel_failure(f"timed call {j}'s output changed after the batch reported it done"))
 
 
 def _sync(device: torch.device) -> None:
@@ -238,6 +195,9 @@ def _sync(device: torch.device) -> None:
 
 
 def main() -> int:
+    from kevin_backend.judge.fork_server import make_undumpable
+
+    make_undumpable()
     job, token = RetimeJob.from_json(sys.stdin.read())
 
     def announce(phase: str) -> None:

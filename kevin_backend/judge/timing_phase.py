@@ -37,7 +37,8 @@ from kevin_backend.locks import gpu_hold
 from kevin_backend.measure.compare import compare_outputs
 from kevin_backend.measure.inputs import InputSet, fingerprint, make_input_set
 
-__all__ = ["IMPOSSIBLE_FACTOR", "MAX_SLOTS", "CandidateTimes", "Slots", "plan_slots", "time_candidate"]
+__all__ = ["IMPOSSIBLE_FACTOR", "MAX_SLOTS", "MIN_ROUNDS", "CandidateTimes", "Slots", "fill", "make_slots", "plan_slots",
+           "same_bits", "time_candidate", "timed_batch"]
 
 MAX_SLOTS = 32
 MIN_ROUNDS = 5
@@ -79,25 +80,26 @@ def plan_slots(set_bytes: int, l2_bytes: int, memory_ok: Any) -> tuple[int, bool
     return count, bool(l2_bytes) and count * set_bytes >= 2 * l2_bytes
 
 
-def _make_slots(run: Run, sample: InputSet) -> Slots:
+def make_slots(sample: InputSet, device: torch.device, folder: Any, memory_ok: Any) -> Slots:
+    """An arena of the judge's for as many slots as `plan_slots` says, each laid out like `sample`."""
     stride = arena_bytes(sample.values)
-    l2 = int(getattr(torch.cuda.get_device_properties(run.device), "L2_cache_size", 0) or 0) if run.device.type == "cuda" else 0
-    count, cold = plan_slots(stride, l2, run.ledger.fits)
-    arena = Arena(count * stride, run.device, run.model.folder)
+    l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0) if device.type == "cuda" else 0
+    count, cold = plan_slots(stride, l2, memory_ok)
+    arena = Arena(count * stride, device, folder)
     return Slots(arena, count, stride, cold)
 
 
-def fill(run: Run, slots: Slots, round_index: int) -> None:
+def fill(task: Any, base_seed: int, device: torch.device, slots: Slots, round_index: int) -> None:
     """Fresh values from the task's own generator into every slot (new seeds every round)."""
     slots.descs, slots.views, slots.seeds = [], [], []
     for i in range(slots.count):
-        seed = run.job.seeds[0] + 7919 * (round_index + 1) + i
-        values = make_input_set(run.task, seed, run.device).values
+        seed = base_seed + 7919 * (round_index + 1) + i
+        values = make_input_set(task, seed, device).values
         descs, views = place(values, slots.arena, i * slots.stride)
         slots.descs.append(descs)
         slots.views.append(views)
         slots.seeds.append(seed)
-    _sync(run.device)
+    _sync(device)
 
 
 def _sync(device: torch.device) -> None:
@@ -105,9 +107,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _batch(run: Run, remote: Any, slots: Slots, entry: str, audit: list[int]) -> tuple[float, dict[str, Any]]:
+def timed_batch(device: torch.device, remote: Any, slots: Slots, entry: str, audit: list[int]) -> tuple[float, dict[str, Any]]:
     """One batch on `remote`: (milliseconds per call by the judge's clock, the reply)."""
-    _sync(run.device)
+    _sync(device)
     start = time.perf_counter()
     reply = remote.request({"op": "batch", "calls": slots.descs, "audit": audit, "entry": entry}, "the timed calls")
     ms = (time.perf_counter() - start) * 1000.0 / slots.count
@@ -140,12 +142,12 @@ def _check_round(run: Run, slots: Slots, reply: dict[str, Any], before: tuple[in
         raise Verdict(error("REPLAYED_OUTPUT", "timing", f"timed call {j} of a batch returned a wrong output (its inputs "
                             f"were fresh values): it does not compute every call ({mismatch_text(bad)})"))
     again = run.model.read(outputs[j], "a timed call")
-    if not all(_same_bits(a, b) for a, b in zip(got, again)):
+    if not all(same_bits(a, b) for a, b in zip(got, again)):
         raise Verdict(error("REPLAYED_OUTPUT", "timing", f"timed call {j}'s output changed after the batch reported it "
                             "done: work was still running when the calls returned"))
 
 
-def _same_bits(a: Any, b: Any) -> bool:
+def same_bits(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
@@ -160,7 +162,7 @@ def time_candidate(run: Run) -> CandidateTimes:
     with gpu_hold(job.gpu_lock, shared=True):
         run.phase("inputs")
         sample = make_input_set(run.task, job.seeds[0], run.device)
-        slots = _make_slots(run, sample)
+        slots = make_slots(sample, run.device, run.model.folder, run.ledger.fits)
         run.model.share(slots.arena)
     sides: list[tuple[str, Any, str]] = [("kernel", run.model, "model")]
     reference = None
@@ -179,13 +181,13 @@ def time_candidate(run: Run) -> CandidateTimes:
         with torch.no_grad(), gpu_hold(job.gpu_lock, shared=False):
             for index in range(rounds + 1):  # round 0 warms up (and compiles Inductor in its process)
                 run.phase("inputs")
-                fill(run, slots, index)
+                fill(run.task, job.seeds[0], run.device, slots, index)
                 before = fingerprint([v for views in slots.views for v in views])
                 order = sides[index % len(sides):] + sides[:index % len(sides)]
                 for name, remote, entry in order:
                     run.phase("timing-candidate" if name == "kernel" else "timing-reference")
                     audit = [secrets.randbelow(slots.count)] if name == "kernel" else []
-                    ms, reply = _batch(run, remote, slots, entry, audit)
+                    ms, reply = timed_batch(run.device, remote, slots, entry, audit)
                     if name == "kernel":
                         run.candidate_ran = True
                         _check_round(run, slots, reply, before)
