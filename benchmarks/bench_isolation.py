@@ -1,0 +1,75 @@
+"""The judge with every candidate in a process of its own: warm evaluation latency and candidates
+per minute on one GPU, after the references of each task are timed once.
+
+Judges the built-in writer's programs (every variant) for suite tasks through one `Judge` with a
+warm build cache and a pool of workers, first one at a time (latency: median and worst seconds
+per candidate), then all at once (candidates per minute). Prints and stores (--json) the numbers.
+
+Usage: python benchmarks/bench_isolation.py [--tasks 6] [--workers 4] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kevin_backend.generate.builtin.planner import plan_task
+from kevin_backend.generate.builtin.program import write_program
+from kevin_backend.generate.builtin.suite import SUITE
+from kevin_backend.generate.builtin.variants import VARIANTS_POINTWISE, VARIANTS_ROWS
+from kevin_backend.judge.judge import Judge
+from kevin_backend.judge.sandbox import RunConfig
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=6)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    tasks = [t for t in SUITE if plan_task(t.source)][: args.tasks]
+    programs = []
+    for t in tasks:
+        plan = plan_task(t.source)
+        for variant in (VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)[:4]:
+            programs.append((t, write_program(plan, variant)))
+    rows: dict[str, object] = {"tasks": len(tasks), "candidates": len(programs), "workers": args.workers}
+    with tempfile.TemporaryDirectory() as tmp:
+        judge = Judge(Path(tmp) / "builds", RunConfig(trials=100, warmup=5), jobs=args.workers)
+        t0 = time.perf_counter()
+        first = [judge.judge(t.source, p) for t, p in programs[:: 4]]  # builds, references timed once per task
+        rows["first pass (builds, references) s"] = time.perf_counter() - t0
+        print("first pass", [r.reason.name for r in first], f"{rows['first pass (builds, references) s']:.1f} s", flush=True)
+        latencies, reasons = [], []
+        for t, p in programs:
+            t0 = time.perf_counter()
+            result = judge.judge(t.source, p)
+            latencies.append(time.perf_counter() - t0)
+            reasons.append(result.reason.name)
+        rows["one at a time: median s"] = statistics.median(latencies)
+        rows["one at a time: worst s"] = max(latencies)
+        rows["one at a time: reasons"] = {r: reasons.count(r) for r in set(reasons)}
+        print(f"warm, one at a time: median {statistics.median(latencies):.3f} s, worst {max(latencies):.3f} s", reasons, flush=True)
+        t0 = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
+            results = list(pool.map(lambda tp: judge.judge(tp[0].source, tp[1]), programs))
+        seconds = time.perf_counter() - t0
+        rows["all at once: s"] = seconds
+        rows["all at once: candidates per minute"] = 60 * len(programs) / seconds
+        rows["all at once: reasons"] = {r.reason.name: sum(x.reason == r.reason for x in results) for r in results}
+        print(f"warm, {args.workers} at once: {len(programs)} in {seconds:.1f} s = {60 * len(programs) / seconds:.0f} per minute",
+              flush=True)
+        judge.close()
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
