@@ -41,7 +41,7 @@ def main() -> int:
             programs.append((t, write_program(plan, variant)))
     rows: dict[str, object] = {"tasks": len(tasks), "candidates": len(programs), "workers": args.workers}
     with tempfile.TemporaryDirectory() as tmp:
-        judge = Judge(Path(tmp) / "builds", RunConfig(trials=100, warmup=5), jobs=args.workers)
+        judge = Judge(Path(tmp) / "builds", RunConfig(trials=100, warmup=5), workers=args.workers)
         t0 = time.perf_counter()
         first = [judge.judge(t.source, p) for t, p in programs[:: 4]]  # builds, references timed once per task
         rows["first pass (builds, references) s"] = time.perf_counter() - t0
