@@ -73,6 +73,13 @@ class CandidateProcess:
         send(self.sock, message)
         return receive(self.sock, deadline)
 
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
     def stderr(self, lines: int = 12) -> str:
         """The last lines of its stderr, after the fatal signal's name when it died of one."""
         text = list(self.errors)
@@ -102,6 +109,12 @@ class Launcher:
     def __init__(self, device: torch.device, folder: Path) -> None:
         self.device = device
         self.folder = folder
+        self.spare: CandidateProcess | None = None
+        self.lock = threading.Lock()
+        self.restarts = 0
+        self._start()
+
+    def _start(self) -> None:
         ours, theirs = socket.socketpair()
         from kevin_backend.judge.sandbox import worker_env
 
@@ -113,8 +126,6 @@ class Launcher:
         ready = ours.recv(1)
         if ready != b"R":
             raise RuntimeError("the judge's fork server did not start")
-        self.spare: CandidateProcess | None = None
-        self.lock = threading.Lock()
 
     def _spawn(self) -> CandidateProcess:
         mine, theirs = socket.socketpair()
@@ -138,7 +149,12 @@ class Launcher:
     def take(self) -> CandidateProcess:
         """A fresh process (the spare, already starting CUDA), and the next spare started."""
         with self.lock:
-            process = self.spare if self.spare is not None else self._spawn()
+            if self.server.poll() is not None:  # a candidate killed it (its parent): a new one, no spare of the old
+                self.restarts += 1
+                self.control.close()
+                self.spare = None
+                self._start()
+            process = self.spare if self.spare is not None and self.spare.alive() else self._spawn()
             self.spare = self._spawn()
             return process
 

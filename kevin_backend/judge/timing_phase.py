@@ -10,7 +10,7 @@ rotate that together they are twice the GPU's L2 cache where memory allows (`pla
 calls read from memory, not from the cache; then a time faster than copying the task's own bytes
 at 1.1x the GPU's copy bandwidth is impossible, and rejected.
 
-Every round, one call of the candidate's batch, chosen by the judge after the reply, is read back
+Every round, two calls of the candidate's batch, chosen by the judge after the reply, are read back
 at once and compared with the reference on its inputs, and read again later: an output that is
 wrong, or not yet written when the batch said it was done, or still changing after, fails the
 candidate (work left running on any stream counts: the reply must come after it). The slots are
@@ -43,6 +43,7 @@ __all__ = ["IMPOSSIBLE_FACTOR", "MAX_SLOTS", "MIN_ROUNDS", "CandidateTimes", "Sl
 MAX_SLOTS = 32
 MIN_ROUNDS = 5
 IMPOSSIBLE_FACTOR = 1.1  # a kernel above this multiple of the copy bandwidth of its own bytes
+CHECKED_CALLS = 2  # calls of each timed batch checked: at least one is not the audited one
 
 
 @dataclass(frozen=True)
@@ -117,13 +118,13 @@ def timed_batch(device: torch.device, remote: Any, slots: Slots, entry: str, aud
 
 
 def _check_round(run: Run, slots: Slots, reply: dict[str, Any], before: tuple[int, ...]) -> None:
-    """A random call's output read at once and compared with the reference, read again after; the
-    inputs unchanged; the audited call computed nothing with PyTorch."""
+    """Two random calls' outputs (one of them not the audited call) read at once and compared with
+    the reference, read again after; the inputs unchanged; the audited call computed nothing."""
     outputs = reply.get("outputs")
     if not isinstance(outputs, list) or len(outputs) != slots.count:
         raise Verdict(error("RUNTIME_ERROR", "timing", "the timed calls did not report one output per call"))
-    j = secrets.randbelow(slots.count)
-    got = run.model.read(outputs[j], "a timed call")
+    chosen = _choose(slots.count, CHECKED_CALLS)
+    got = {j: run.model.read(outputs[j], "a timed call") for j in chosen}
     if fingerprint([v for views in slots.views for v in views]) != before:
         raise Verdict(error("INPUT_MUTATED", "timing", "a timed call changed its inputs"))
     computed = reply.get("computed") or []
@@ -132,19 +133,26 @@ def _check_round(run: Run, slots: Slots, reply: dict[str, Any], before: tuple[in
     from kevin_backend.judge.reference_sets import run_eager, run_exact
     from kevin_backend.judge.replay_check import mismatch_text, stale
 
-    run.phase("reference")
-    inputs = InputSet(slots.views[j], slots.seeds[j], 0)
-    want = run_eager(run, inputs)
-    exact = run_exact(run, inputs, run.state.exact_model if run.state is not None else [])
-    run.phase("compare")
-    bad = compare_outputs(got, want, exact)
-    if bad is not None and stale(bad):
-        raise Verdict(error("REPLAYED_OUTPUT", "timing", f"timed call {j} of a batch returned a wrong output (its inputs "
-                            f"were fresh values): it does not compute every call ({mismatch_text(bad)})"))
-    again = run.model.read(outputs[j], "a timed call")
-    if not all(same_bits(a, b) for a, b in zip(got, again)):
-        raise Verdict(error("REPLAYED_OUTPUT", "timing", f"timed call {j}'s output changed after the batch reported it "
-                            "done: work was still running when the calls returned"))
+    for j in chosen:
+        run.phase("reference")
+        inputs = InputSet(slots.views[j], slots.seeds[j], 0)
+        want = run_eager(run, inputs)
+        exact = run_exact(run, inputs, run.state.exact_model if run.state is not None else [])
+        run.phase("compare")
+        bad = compare_outputs(got[j], want, exact)
+        if bad is not None and stale(bad):
+            raise Verdict(error("REPLAYED_OUTPUT", "timing", f"timed call {j} of a batch returned a wrong output (its inputs "
+                                f"were fresh values): it does not compute every call ({mismatch_text(bad)})"))
+        again = run.model.read(outputs[j], "a timed call")
+        if not all(same_bits(a, b) for a, b in zip(got[j], again)):
+            raise Verdict(error("REPLAYED_OUTPUT", "timing", f"timed call {j}'s output changed after the batch reported it "
+                                "done: work was still running when the calls returned"))
+
+
+def _choose(count: int, k: int) -> list[int]:
+    """`k` distinct calls (all when there are fewer), chosen by the judge after the reply."""
+    pool = list(range(count))
+    return [pool.pop(secrets.randbelow(len(pool))) for _ in range(min(k, count))]
 
 
 def same_bits(a: Any, b: Any) -> bool:

@@ -1,0 +1,120 @@
+"""The judge out of the candidate's reach, on the CPU: candidates that attack the judge from
+inside their own process (patching the comparison, the timer, the reference or torch through any
+alias, poisoning the next candidate, forging a verdict, detecting the audit, raising a fake
+out-of-memory error, killing their parent). Each runs without the static rules (they are the
+first line; this is the second), and each is judged honestly: the candidate's code runs in a
+process of its own, and nothing that decides its verdict lives there.
+
+Before the candidate had a process of its own, the cases marked "was ACCEPTED" were accepted
+(the judge's worker ran the candidate's module-level code beside its comparison and timer).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kevin_backend.judge.pool import WorkerPool
+from kevin_backend.judge.sandbox import RunConfig, run_in_sandbox
+
+from test_judge_runner import FAST, HONEST, NUMPY, TASK, candidate
+
+WRONG = NUMPY + "        return torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 2.0).astype(np.float32))\n"
+
+# every module in the process that has one, whatever name it is reached by: the comparison always agrees
+PATCH_COMPARE = (
+    "_s = __import__('sy' + 's')\n"
+    "for _m in list(_s.modules.values()):\n"
+    "    for _name in ('compare_outputs', 'stale'):\n"
+    "        if hasattr(_m, _name):\n"
+    "            setattr(_m, _name, (lambda *a, **k: None) if _name == 'compare_outputs' else (lambda *a, **k: False))\n"
+)
+
+
+def with_prelude(prelude: str, body: str, init: str = "") -> str:
+    return candidate(body, init).replace("import torch.nn as nn\n", "import torch.nn as nn\n" + prelude, 1)
+
+
+def test_a_wrong_kernel_that_patches_the_comparison_through_an_alias_is_a_mismatch() -> None:
+    # was ACCEPTED: computes +2 for +1 and replaced the worker's comparison
+    out = run_in_sandbox(TASK, with_prelude(PATCH_COMPARE, WRONG), FAST)
+    assert out.reason == "MISMATCH", (out.reason, out.feedback)
+
+
+def test_a_patch_does_not_outlive_its_candidate() -> None:
+    # was ACCEPTED: a clean verdict kept the worker, and the next wrong candidate found the patch
+    with WorkerPool(size=1) as pool:
+        honest = NUMPY + "        return torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32))\n"
+        first = pool.run(TASK, with_prelude(PATCH_COMPARE, honest), FAST)
+        second = pool.run(TASK, candidate(WRONG), FAST)
+        assert first.reason == "ACCEPTED" and pool.started == 1, (first.reason, first.feedback)
+        assert second.reason == "MISMATCH", (second.reason, second.feedback)
+
+
+def test_patching_the_timer_and_the_clock_does_not_change_the_time() -> None:
+    # was 0.0 ms: the forward sleeps 30 ms and patched every timer it could find
+    prelude = PATCH_COMPARE.split("for _m")[0] + (
+        "_t = __import__('time')\n"
+        "_t.perf_counter = lambda: 0.0\n"
+        "_t.monotonic = lambda: 0.0\n"
+        "for _m in list(_s.modules.values()):\n"
+        "    for _name in ('make_timer', 'trial_times', 'timed_batch', 'interleaved_rounds'):\n"
+        "        if hasattr(_m, _name):\n"
+        "            setattr(_m, _name, lambda *a, **k: (lambda *b, **c: 0.001))\n"
+    )
+    body = "        __import__('time').sleep(0.03)\n" + NUMPY + \
+        "        return torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32))\n"
+    out = run_in_sandbox(TASK, with_prelude(prelude, body), FAST)
+    assert out.reason == "ACCEPTED", (out.reason, out.feedback)
+    assert out.kernel_ms is not None and out.kernel_ms >= 25.0, out.kernel_ms
+
+
+def test_patching_torch_under_the_reference_does_not_change_the_reference() -> None:
+    # was ACCEPTED: torch.sigmoid patched to the identity in the worker, so the reference computed
+    # what the wrong kernel computes
+    prelude = "_ns = __import__('torch')\n_ns.sigmoid = lambda t: t\n"
+    body = "        a, b = x.numpy(), w.numpy()\n        return torch.from_numpy((a * b + 1.0).astype(np.float32))\n"
+    out = run_in_sandbox(TASK, with_prelude(prelude, body), FAST)
+    assert out.reason == "MISMATCH", (out.reason, out.feedback)
+
+
+def test_a_kernel_that_computes_only_when_audited_is_caught_in_the_timed_calls() -> None:
+    # was ACCEPTED at a fake speed: honest under the audit (correctness), its previous output otherwise
+    body = (
+        "        from torch.utils._python_dispatch import _get_current_dispatch_mode\n"
+        "        if _get_current_dispatch_mode() is None and self.last is not None:\n"
+        "            return self.last.clone()\n" + NUMPY +
+        "        self.last = torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32))\n"
+        "        return self.last.clone()\n")
+    out = run_in_sandbox(TASK, candidate(body, init="        self.last = None\n"), FAST)
+    assert out.reason == "REPLAYED_OUTPUT", (out.reason, out.feedback)
+
+
+def test_an_out_of_memory_error_the_candidate_raises_is_its_own_failure() -> None:
+    # was RESOURCE: the search stopped with no decision and the task stayed pending for good
+    body = "        raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 MiB')\n"
+    out = run_in_sandbox(TASK, candidate(body), FAST)
+    assert out.reason == "OUT_OF_MEMORY", (out.reason, out.feedback)
+
+
+def test_a_verdict_forged_from_the_judges_frames_is_not_read() -> None:
+    # was ACCEPTED in a pool: the forward found the job's token in the worker's frames and printed
+    # an accepted verdict before its real (wrong) one
+    body = (
+        "        _f = __import__('sys')._getframe()\n"
+        "        while _f is not None:\n"
+        "            if 'token' in _f.f_locals:\n"
+        "                print(_f.f_locals['token'] + ' ' + '{\"stage\": \"timing\", \"reason\": \"ACCEPTED\", \"kernel_ms\": 0.001,'\n"
+        "                      ' \"worker_healthy\": true}', flush=True)\n"
+        "            _f = _f.f_back\n" + WRONG)
+    with WorkerPool(size=1) as pool:
+        out = pool.run(TASK, candidate(body), FAST)
+    assert out.reason == "MISMATCH", (out.reason, out.feedback)
+
+
+def test_a_candidate_that_kills_its_parent_leaves_the_next_candidate_judged() -> None:
+    body = "        import os, signal\n        os.kill(os.getppid(), signal.SIGKILL)\n" + WRONG
+    with WorkerPool(size=1) as pool:
+        first = pool.run(TASK, candidate(body), FAST)
+        second = pool.run(TASK, HONEST, FAST)
+    assert first.reason in ("CRASH", "MISMATCH") and not first.reason == "ACCEPTED", (first.reason, first.feedback)
+    assert second.reason == "ACCEPTED", (second.reason, second.feedback)
