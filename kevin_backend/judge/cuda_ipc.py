@@ -98,7 +98,7 @@ class DeviceBuffer:
         self.tensor = tensor_at(self.pointer, self.nbytes, device)
         handle = _Handle()
         _check(_driver().cuIpcGetMemHandle(ctypes.byref(handle), self.pointer), "sharing a buffer")
-        self.handle = bytes(handle.reserved)
+        self.handle = ctypes.string_at(ctypes.addressof(handle), 64)
 
     def free(self) -> None:
         if self.pointer:
@@ -120,7 +120,7 @@ def export_handle(pointer: int) -> tuple[bytes, int]:
     base, _ = address_range(pointer)
     handle = _Handle()
     _check(_driver().cuIpcGetMemHandle(ctypes.byref(handle), base), "sharing an output")
-    return bytes(handle.reserved), pointer - base
+    return ctypes.string_at(ctypes.addressof(handle), 64), pointer - base
 
 
 def open_handle(handle: bytes, device: torch.device) -> tuple[int, int]:
@@ -129,7 +129,7 @@ def open_handle(handle: bytes, device: torch.device) -> tuple[int, int]:
         raise IpcError(f"a memory handle is 64 bytes, not {len(handle)}")
     _current(device)
     raw = _Handle()
-    ctypes.memmove(raw.reserved, handle, 64)
+    ctypes.memmove(ctypes.addressof(raw), handle, 64)
     pointer = ctypes.c_uint64()
     _check(_driver().cuIpcOpenMemHandle_v2(ctypes.byref(pointer), raw, 1), "opening a shared buffer")
     _, size = address_range(pointer.value)

@@ -170,11 +170,17 @@ def export_outputs(outputs: Sequence[Any], device: torch.device, folder: Path, t
         desc: dict[str, Any] = {"kind": "tensor", "dtype": str(out.dtype).removeprefix("torch."), "size": list(out.shape),
                                 "stride": list(out.stride())}
         if out.device.type == "cuda" and out.numel():
-            from kevin_backend.judge.cuda_ipc import address_range, export_handle
+            from kevin_backend.judge.cuda_ipc import IpcError, address_range, export_handle
 
             base, size = address_range(out.data_ptr())
             if base not in handles or handles[base][1] != size:
-                handles[base] = (export_handle(base)[0], size)
+                try:
+                    handles[base] = (export_handle(base)[0], size)
+                except IpcError:  # memory this process did not allocate (an input it returns): a copy of its own
+                    out = torch.as_strided(out, out.shape, out.stride()).clone(memory_format=torch.preserve_format)
+                    base, size = address_range(out.data_ptr())
+                    handles[base] = (export_handle(base)[0], size)
+                    desc["stride"] = list(out.stride())
             desc.update(handle=handles[base][0].hex(), offset=out.data_ptr() - base)
         elif out.numel():
             extent = _extent(out.shape, out.stride())
