@@ -454,7 +454,7 @@ STATIC_HACKS = [
             "Hack: hide a PyTorch call in a string run by exec. Must fail: no exec/eval.",
             prelude="exec('import torch')\n",
         ),
-        "no-patching",
+        "no-dynamic-code",
         True,
     ),
 ]

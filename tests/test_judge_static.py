@@ -9,7 +9,7 @@ import pytest
 
 from judge_cases import HONEST, RUNTIME_HACKS, STATIC_HACKS, Case
 from kevin_backend.toolchain.candidate import Candidate, CandidateError
-from kevin_backend.judge.static import check
+from kevin_backend.toolchain.static_rules import check
 from kevin_backend.toolchain.cpp_text import strip_cpp
 from kevin_backend.judge.static_judge import judge_static
 from kevin_backend.judge.result import Reason

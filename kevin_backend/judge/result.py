@@ -7,6 +7,7 @@ from enum import Enum
 from typing import Any
 
 from kevin_backend.measure.roofline import Roofline
+from kevin_backend.toolchain.rule_violation import RuleViolation
 
 __all__ = ["Stage", "Reason", "RuleViolation", "Mismatch", "JudgeTimings", "JudgeResult", "score"]
 
@@ -55,22 +56,6 @@ class Reason(str, Enum):
 
 
 _JUDGE_SIDE = frozenset({Reason.RESOURCE, Reason.INFRA, Reason.NO_GPU})
-
-
-@dataclass(frozen=True)
-class RuleViolation:
-    """One static rule broken, where, and why the rule exists."""
-
-    rule: str  # short id, e.g. "no-try-except"
-    where: str  # "python:12" or "cuda:30" (source and line) or "" when global
-    message: str
-
-    def __str__(self) -> str:
-        at = f" ({self.where})" if self.where else ""
-        return f"[{self.rule}]{at} {self.message}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "where": self.where, "message": self.message}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import ast
 
 from kevin_backend.toolchain.candidate import Candidate, CandidateError
 from kevin_backend.judge.result import JudgeResult, Reason, Stage
-from kevin_backend.judge.static import check
+from kevin_backend.toolchain.static_rules import check
 
 __all__ = ["ProblemError", "check_problem", "judge_static"]
 

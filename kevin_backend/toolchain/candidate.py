@@ -41,6 +41,7 @@ class InlineExtension:
     bound_to: str | None  # the name the module is assigned to (`ext` in `ext = load_inline(...)`)
     extra_cuda_cflags: tuple[str, ...] = ()
     extra_cflags: tuple[str, ...] = ()
+    extra_ldflags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,4 +156,5 @@ def _extension(call: ast.Call, bound_to: str | None, constants: dict[str, ast.ex
         bound_to=bound_to,
         extra_cuda_cflags=_strings(kwargs.get("extra_cuda_cflags"), constants, "extra_cuda_cflags"),
         extra_cflags=_strings(kwargs.get("extra_cflags"), constants, "extra_cflags"),
+        extra_ldflags=_strings(kwargs.get("extra_ldflags"), constants, "extra_ldflags"),
     )
