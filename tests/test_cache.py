@@ -44,12 +44,34 @@ def get_init_inputs():
     return []
 '''
 
+# A kernel program that passes the static rules (`kevin cache import` and the runtime check them);
+# `{variant}` makes programs that differ.
 KERNEL_SOURCE = '''import torch
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = """
+#include <torch/extension.h>
+
+__global__ void add_relu_kernel(const float* x, const float* y, float* out, int n) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = fmaxf(x[i] + y[i], 0.0f);
+}}
+
+torch::Tensor add_relu(torch::Tensor x, torch::Tensor y) {{
+    auto out = torch::empty_like(x);
+    int n = x.numel();
+    add_relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(), n);
+    return out;
+}}
+"""
+
+ext = load_inline(name="add_relu", cpp_sources="torch::Tensor add_relu(torch::Tensor x, torch::Tensor y);",
+                  cuda_sources=cuda_source, functions=["add_relu"])
 
 
 class ModelNew(torch.nn.Module):
     def forward(self, x, y):
-        return (x + y).clamp_min(0)  # variant {variant}
+        return ext.add_relu(x, y)  # variant {variant}
 '''
 
 

@@ -246,6 +246,8 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
             kernel = runtime.load_entry(entry, self.config)
         except runtime.KernelMismatch as exc:
             return record(Status.FALLBACK, FallbackReason.KERNEL_MISMATCH, _short(exc), **ids), None
+        except runtime.RejectedProgram as exc:
+            return record(Status.FALLBACK, FallbackReason.REJECTED_PROGRAM, _short(exc), **ids), None
         except Exception as exc:
             return record(Status.FALLBACK, FallbackReason.LOAD_ERROR, _short(exc), **ids), None
         runtime.register(kernel)

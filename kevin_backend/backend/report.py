@@ -37,6 +37,7 @@ class FallbackReason(str, Enum):
     EXTRACTION_ERROR = "could not write the partition as a task"
     LOOKUP_ERROR = "cache lookup failed"
     LOAD_ERROR = "could not load the cached kernel"
+    REJECTED_PROGRAM = "the cached kernel program breaks the static rules"
     KERNEL_MISMATCH = "cached kernel's outputs do not match the partition"
     GENERATOR_ERROR = "the generator failed"
     POLICY_ERROR = "the kernel writer could not answer"

@@ -454,32 +454,42 @@ class KernelCache:
         return len(entries)
 
     def import_(self, path: Path, replace: bool = False) -> ImportReport:
-        """Add the entries of an archive made by `export` to the user cache.
+        """Add the entries of an archive made by `export` to the user cache (`read_archive` then
+        `add_entries`; a caller that vets the programs first calls the two itself)."""
+        entries, rejected = self.read_archive(path)
+        return self.add_entries(entries, rejected, replace)
+
+    def read_archive(self, path: Path) -> tuple[dict[str, CacheEntry], list[tuple[str, str]]]:
+        """The entries of an archive made by `export`, and (name, problem) for what is not one.
 
         Nothing is extracted to disk: members are read into memory, every entry is validated
-        exactly like a lookup validates a folder, and sound ones go through `put`. Bad entries
-        are reported and never imported. An archive with an unsafe member (absolute path, `..`,
-        link) is refused as a whole with UnsafeArchiveError: it was not made by `export`. A file
-        that is missing, not an archive, damaged, or an archive holding no entry folder at all
-        raises ArchiveError naming the file and the problem; nothing is imported then.
+        exactly like a lookup validates a folder. An archive with an unsafe member (absolute
+        path, `..`, link) is refused as a whole with UnsafeArchiveError: it was not made by
+        `export`. A file that is missing, not an archive, damaged, or an archive holding no entry
+        folder at all raises ArchiveError naming the file and the problem.
         """
         path = Path(path)
         try:
             groups, problems = read_archive(path, is_digest, ENTRY_FILES, _MAX_MEMBER_BYTES)
         except UnsafeArchiveError as exc:
             raise UnsafeArchiveError(f"refusing {path}: {exc}") from None
-
-        imported: list[str] = []
-        skipped: list[str] = []
+        entries: dict[str, CacheEntry] = {}
         rejected = [(name, problem) for name, problem in problems.items() if name not in groups]
         for digest, files in groups.items():
             if digest in problems:
                 rejected.append((digest, problems[digest]))
                 continue
             try:
-                entry = parse_entry(files, digest)
+                entries[digest] = parse_entry(files, digest)
             except CorruptFolderError as exc:
                 rejected.append((digest, str(exc)))
-                continue
+        return entries, rejected
+
+    def add_entries(self, entries: dict[str, CacheEntry], rejected: list[tuple[str, str]] | None = None,
+                    replace: bool = False) -> ImportReport:
+        """Put sound entries read by `read_archive` (those `rejected` are reported, never put)."""
+        imported: list[str] = []
+        skipped: list[str] = []
+        for digest, entry in entries.items():
             (imported if self.put(entry, replace=replace) else skipped).append(digest)
-        return ImportReport(tuple(imported), tuple(skipped), tuple(rejected))
+        return ImportReport(tuple(imported), tuple(skipped), tuple(rejected or ()))

@@ -445,7 +445,17 @@ def _export(args: argparse.Namespace, cache: KernelCache) -> int:
 
 @_cache_errors
 def _import(args: argparse.Namespace, cache: KernelCache) -> int:
-    report = cache.import_(args.file, replace=args.replace)
+    """An archive is code from elsewhere: an entry whose programs break the static rules is
+    refused (named, with its rules), the others are imported."""
+    from kevin_backend.runtime.registry import entry_violations
+
+    entries, rejected = cache.read_archive(args.file)
+    for digest, entry in list(entries.items()):
+        broken = entry_violations(entry)
+        if broken:
+            del entries[digest]
+            rejected.append((digest, "its programs break the static rules: " + "; ".join(broken)))
+    report = cache.add_entries(entries, rejected, replace=args.replace)
     print(f"imported {len(report.imported)} entries into {cache.cache_dir}")
     for digest in report.imported:
         print(f"  imported {digest}")

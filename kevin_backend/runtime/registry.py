@@ -33,9 +33,10 @@ from kevin_backend.measure.compare import compare_outputs
 from kevin_backend.measure.inputs import clone_layout
 from kevin_backend.runtime.counters import counters
 from kevin_backend.toolchain.build import Builder, answering_load_inline
+from kevin_backend.toolchain.static_rules import check_program, check_task_program
 from kevin_backend.types import TensorSpec, load_program
 
-__all__ = ["KernelMismatch", "LoadedKernel", "as_output_list", "kernel_calls", "load_entry", "loaded_kernels", "prebuild",
+__all__ = ["KernelMismatch", "LoadedKernel", "RejectedProgram", "check_entry", "entry_violations", "as_output_list", "kernel_calls", "load_entry", "loaded_kernels", "prebuild",
            "register", "lookup", "use_cache"]
 
 log = logging.getLogger("kevin_backend")
@@ -224,7 +225,9 @@ def use_cache(cache: KernelStore, config: Config) -> None:
 
 def load_entry(entry: CacheEntry, config: Config) -> LoadedKernel:
     """Build a runnable kernel from a KERNEL cache entry (executes its program: may compile CUDA,
-    under `config`'s cache folder).
+    under `config`'s cache folder). The kernel program and the task program pass the static rules
+    first (RejectedProgram otherwise, and neither is executed); of the kernel program only
+    `ModelNew` is taken.
 
     A kernel already loaded in this process from the same program is reused: a model whose
     layers repeat one partition loads its kernel once.
@@ -234,6 +237,9 @@ def load_entry(entry: CacheEntry, config: Config) -> LoadedKernel:
     known = loaded_kernels.get(entry.digest)
     if known is not None and known.source == entry.kernel_source and known.disabled is None:
         return known
+    # a cache (a seed cache, an imported archive) is code from elsewhere: nothing of it runs
+    # unless it passes the rules a candidate passes
+    check_entry(entry)
     task_module = load_program(entry.task.source, f"kevin_task_{entry.digest}")
     # importable by its name: Dynamo looks a module up there when it compiles the reference's
     # forward for the sizes the kernel does not take (`LoadedKernel._otherwise`)
@@ -253,6 +259,28 @@ def load_entry(entry: CacheEntry, config: Config) -> LoadedKernel:
     return kernel
 
 
+class RejectedProgram(ValueError):
+    """A cached entry's kernel or task program breaks the static rules: it is never executed."""
+
+
+def entry_violations(entry: CacheEntry) -> list[str]:
+    """The static rules a KERNEL entry's programs break: its kernel program, the rules a
+    candidate passes; its task program, the rules for tasks. Empty for any other entry (nothing
+    of it is executed)."""
+    if entry.kind is not EntryKind.KERNEL:
+        return []
+    broken = [f"kernel program: {v}" for v in check_program(entry.kernel_source or "")]
+    return broken + [f"task program: {v}" for v in check_task_program(entry.task.source)]
+
+
+def check_entry(entry: CacheEntry) -> None:
+    """Raise RejectedProgram, naming the entry and the rules, when `entry_violations` finds any."""
+    broken = entry_violations(entry)
+    if broken:
+        log.warning("kevin: cached entry %s breaks the static rules and is not loaded: %s", entry.digest, "; ".join(broken))
+        raise RejectedProgram(f"entry {entry.digest} breaks the static rules: " + "; ".join(broken[:3]))
+
+
 def prebuild(entries: Sequence[CacheEntry], config: Config) -> int:
     """Build the kernels of several entries at once (under `config`'s cache folder), before they
     are loaded one by one: a compile that hits many kernels a fresh machine has not built yet (a
@@ -268,6 +296,7 @@ def prebuild(entries: Sequence[CacheEntry], config: Config) -> int:
             continue
         device = entry.task.inputs[0].device if entry.task.inputs else "cpu"
         try:
+            check_entry(entry)  # nothing is built of a program the rules refuse
             specs += [BuildSpec.of(ext, _arch(device)) for ext in Candidate.parse(entry.kernel_source).extensions]
         except Exception:  # noqa: BLE001 - load_entry reports what is wrong with the entry
             continue

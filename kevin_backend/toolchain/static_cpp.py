@@ -45,6 +45,7 @@ ALLOWED_CPP_TORCH = frozenset(
         "nullopt", "TensorAccessor", "PackedTensorAccessor32", "PackedTensorAccessor64", "RestrictPtrTraits",
         "DefaultPtrTraits", "elementSize", "toString", "string_view", "ArrayRef", "SymInt", "c10",
         "getCurrentDeviceProperties", "DeviceGuard", "OptionalDeviceGuard", "acc_type", "opmath_type",
+        "CppTypeToScalarType",
     }
 )
 
@@ -56,6 +57,7 @@ ALLOWED_NAMESPACES = frozenset({
 # Namespaces whose names are not checked one by one when a `using namespace` or an alias opens
 # them (torch's and ATen's are checked by name: ALLOWED_CPP_TORCH).
 _CLOSED_NAMESPACES = frozenset({"at", "c10", "torch", "pybind11", "py"})
+_PYTHON_NAMESPACES = frozenset({"pybind11", "py"})  # rule_no_python_api's
 # std:: is for containers, math, algorithms, strings and type traits; nothing of files,
 # threads, time, processes or the environment.
 STD_NAMES = frozenset("""
@@ -328,7 +330,7 @@ def rule_allowed_namespaces(c: Candidate) -> Iterator[RuleViolation]:
                 continue
             prev = host[k - 1].text if k else ""
             nxt = host[k + 1].text if k + 1 < len(host) else ""
-            if nxt == "::" and prev != "::" and t.text not in ALLOWED_NAMESPACES and t.text not in own:
+            if nxt == "::" and prev != "::" and t.text not in ALLOWED_NAMESPACES | own | _PYTHON_NAMESPACES:
                 yield RuleViolation("allowed-namespaces", _at(src, t), f"uses the namespace {t.text}")
             if t.text == "std" and nxt == "::" and k + 2 < len(host) and host[k + 2].kind == "name":
                 member = host[k + 2].text
