@@ -16,9 +16,13 @@ keep the process, the files and the Python interpreter out of reach apply there.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
+import signal
 import subprocess
+import tempfile
+import threading
 from dataclasses import dataclass
 
 from kevin_backend.toolchain.cpp_text import strip_cpp
@@ -51,7 +55,7 @@ ALLOWED_HEADERS = frozenset({
 
 _COMPILERS = ("g++", "cpp", "clang++")
 _TIMEOUT_S = 20
-_MAX_OUTPUT = 16 * 2**20  # bytes: a macro bomb fails the check instead of filling memory
+_MAX_OUTPUT = 4 * 2**20  # bytes: a macro bomb fails the check instead of filling memory (sources: KBs)
 
 
 @dataclass(frozen=True)
@@ -148,19 +152,60 @@ def preprocess(kind: str, code: str, extension: str = "extension") -> CppSource:
             "-DTORCH_API_INCLUDE_EXTENSION_H", "-"]
     if compiler.endswith("cpp"):
         argv.remove("-E")
-    try:
-        done = subprocess.run(argv, input=text.encode(), capture_output=True, timeout=_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return CppSource(kind, (), tuple(refused), tuple(redefined), f"the preprocessor took over {_TIMEOUT_S} s")
-    except OSError as exc:
-        return CppSource(kind, (), tuple(refused), tuple(redefined), f"the preprocessor could not run: {exc}")
-    if done.returncode != 0:
-        err = done.stderr.decode(errors="replace")
+    out, err, problem = _run(argv, text.encode())
+    if problem is not None:
+        return CppSource(kind, (), tuple(refused), tuple(redefined), problem)
+    if err is not None:
         first = next((line for line in err.splitlines() if "error" in line), err.strip()[:200])
         return CppSource(kind, (), tuple(refused), tuple(redefined),
                          "the preprocessor failed: " + re.sub(r"^<stdin>:(\d+):(\d+:)?", rf"{kind}:\1:", first.strip()))
-    if len(done.stdout) > _MAX_OUTPUT:
-        return CppSource(kind, (), tuple(refused), tuple(redefined), "the preprocessed source is over 16 MB")
+    tokens = _mark_device(_tokens(out))
+    return CppSource(kind, tokens, tuple(refused), tuple(redefined))
+
+
+def _run(argv: list[str], text: bytes) -> tuple[str, str | None, str | None]:
+    """(output, the errors when it failed, a problem that stopped it): the preprocessor under a
+    time limit, its output read up to the size limit (a macro bomb is stopped, not stored)."""
+    with tempfile.TemporaryFile() as errors:
+        try:
+            # its own process group: the compiler driver's child (cc1plus) is stopped with it
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+                                    start_new_session=True)
+        except OSError as exc:
+            return "", None, f"the preprocessor could not run: {exc}"
+
+        def stop() -> None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        timer = threading.Timer(_TIMEOUT_S, stop)
+        timer.start()
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(text)
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            out = proc.stdout.read(_MAX_OUTPUT + 1)
+            if len(out) > _MAX_OUTPUT:
+                stop()
+                proc.wait()
+                return "", None, "the preprocessed source is over 4 MB"
+            proc.wait()
+        finally:
+            timer.cancel()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if proc.returncode < 0:
+            return "", None, f"the preprocessor took over {_TIMEOUT_S} s"
+        if proc.returncode != 0:
+            errors.seek(0)
+            return "", errors.read().decode(errors="replace"), None
+    return out.decode(errors="replace"), None, None
+
     tokens = _mark_device(_tokens(done.stdout.decode(errors="replace")))
     return CppSource(kind, tokens, tuple(refused), tuple(redefined))
 

@@ -19,6 +19,7 @@ import torch
 
 from kevin_backend.toolchain.candidate import Candidate, InlineExtension
 from kevin_backend.toolchain.cpp_preprocess import CppSource, Token, preprocess
+from kevin_backend.toolchain.posix_names import POSIX_NAMES
 from kevin_backend.toolchain.rule_violation import RuleViolation
 from kevin_backend.toolchain.static_python import ALLOWED_TENSOR_METHODS
 
@@ -223,22 +224,59 @@ def _called(tokens: Sequence[Token], k: int) -> bool:
     return k + 1 < len(tokens) and tokens[k + 1].text == "(" and (k == 0 or tokens[k - 1].text not in (".", "->"))
 
 
+_NOT_TYPES = frozenset("return case goto throw sizeof alignof new delete co_return co_yield else do operator".split())
+
+
+def _program_names(tokens: Sequence[Token]) -> set[str]:
+    """Variables the program declares (`float time = 0`, a parameter `int link`) and functions it
+    defines (`void sleep_cycles(...) { ... }`): such a name is the program's own, not libc's."""
+    names: set[str] = set()
+    for k in range(1, len(tokens) - 1):
+        t, prev, nxt = tokens[k], tokens[k - 1], tokens[k + 1]
+        if t.kind != "name":
+            continue
+        if nxt.text in ("=", ";", ",", "[", "{", ")") and (
+            (prev.kind == "name" and prev.text not in _NOT_TYPES) or prev.text in ("*", "&", "&&", ">")
+        ):
+            names.add(t.text)
+        elif nxt.text == "(" and prev.kind == "name" and prev.text not in _NOT_TYPES:
+            depth, j = 0, k + 1
+            while j < len(tokens):
+                depth += {"(": 1, ")": -1}.get(tokens[j].text, 0)
+                if depth == 0:
+                    break
+                j += 1
+            j += 1
+            while j < len(tokens) and tokens[j].kind == "name" and tokens[j].text in ("const", "noexcept", "override", "final"):
+                j += 1
+            if j < len(tokens) and tokens[j].text in ("{", ":"):
+                names.add(t.text)
+    return names
+
+
 def rule_no_system(c: Candidate) -> Iterator[RuleViolation]:
     """No file, process, signal, environment, dynamic-loading or device-management names in host
     code (`system`, `popen`, `fork`, `exec*`, `fopen`, `open`, `ofstream`, `kill`, `raise`,
     `signal`, `ptrace`, `mmap`, `syscall`, `dlopen`, `dlsym`, `getenv`, `setenv`,
     `cudaDeviceReset`, `cudaSetDevice`, `cudaDeviceSetLimit`, `nvml*`, `cuCtx*`, `cudaIpc*`...),
-    no calls on file descriptors (`read`, `write`, `close`, `dup2`...).
+    no calls on file descriptors (`read`, `write`, `close`, `dup2`...), and none of the C library's
+    functions of unistd.h, pthread.h, time.h, stdio.h's files, stdlib.h's environment
+    (posix_names.py) unless the program declares that name itself.
 
     Why: a candidate must not read stored answers, write the judge's pipes or files, start
     processes, load code, or change the GPU's state for the judge or anyone after it."""
     for src in _sources(c):
         host = _host(src)
+        own = _program_names(src.tokens)
         for k, t in enumerate(host):
-            if t.kind != "name":
+            if t.kind != "name" or (k and host[k - 1].text in (".", "->")):
                 continue
             if t.text in _SYSTEM_NAMES or _SYSTEM_PATTERN.match(t.text) or (t.text in _FD_CALLS and _called(host, k)):
                 yield RuleViolation("no-system-access", _at(src, t), f"uses {t.text}")
+            elif t.text in POSIX_NAMES and t.text not in own and not (
+                    k > 1 and host[k - 1].text == "::" and host[k - 2].kind == "name" and host[k - 2].text != "std"):
+                yield RuleViolation("no-system-access", _at(src, t), f"uses {t.text} (the C library's process, file, "
+                                    "thread or time functions are out of a kernel's reach)")
 
 
 def rule_no_streams(c: Candidate) -> Iterator[RuleViolation]:
