@@ -6,15 +6,12 @@ candidate that returns stored results fails there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kevin_backend.judge.judged_run import Run
 from kevin_backend.judge.reference_sets import run_eager
 from kevin_backend.judge.roofline_phase import roofline_facts
 from kevin_backend.measure.compare import Mismatch
-
-if TYPE_CHECKING:  # (the timing phase uses `stale`; its result type is only named here)
-    from kevin_backend.judge.timing_phase import CandidateTimes
 
 __all__ = ["STALE_FRACTION", "STALE_RATIO", "accepted", "mismatch_text", "stale"]
 
@@ -43,7 +40,8 @@ def mismatch_text(bad: Mismatch) -> str:
             f"{bad.eager_error:.3g}")
 
 
-def accepted(run: Run, times: CandidateTimes) -> dict[str, Any]:
+def accepted(run: Run, times: Any) -> dict[str, Any]:
+    # (times: a timing_phase.CandidateTimes; the timing phase uses `stale`, so it is not imported here)
     """The accepted verdict with its times and roofline facts (eager's outputs on the timing's
     sample set give the bytes the task writes)."""
     run.phase("reference")
