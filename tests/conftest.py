@@ -35,8 +35,12 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 STAND_IN_POLICIES = ("test-reference", "broken")
 
 
+STAND_IN_SITE = Path(__file__).resolve().parent / "stand_in_site"
+
+
 @pytest.fixture(autouse=True)
 def _stand_in_kernels_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process and in every Python process a test starts (stand_in_site/sitecustomize.py)."""
     from kevin_backend.runtime import registry
 
     real = registry.entry_violations
@@ -45,6 +49,7 @@ def _stand_in_kernels_load(monkeypatch: pytest.MonkeyPatch) -> None:
         return [] if entry.policy in STAND_IN_POLICIES else real(entry)
 
     monkeypatch.setattr(registry, "entry_violations", violations)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(STAND_IN_SITE), os.environ.get("PYTHONPATH")) if p))
 
 
 @pytest.fixture(scope="session")

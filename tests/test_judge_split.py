@@ -49,7 +49,7 @@ def test_launch_configuration_and_arguments_are_kept() -> None:
 def test_kernels_with_a_cluster_shape_or_register_cap_are_found() -> None:
     """Hopper kernels declare their cluster at compile time (`__cluster_dims__`), before or after
     `void`, beside `__launch_bounds__`; the split and the static rules still see the kernel."""
-    from kevin_backend.toolchain.static_python import _GLOBAL
+    from kevin_backend.toolchain.static_forward import _GLOBAL
 
     cuda = (
         "#include <torch/extension.h>\n#include <cooperative_groups.h>\n"

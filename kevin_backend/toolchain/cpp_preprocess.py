@@ -24,10 +24,11 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
+from typing import Iterator
 
 from kevin_backend.toolchain.cpp_text import strip_cpp
 
-__all__ = ["ALLOWED_HEADERS", "CppSource", "Token", "header_allowed", "preprocess"]
+__all__ = ["ALLOWED_HEADERS", "CppSource", "Token", "header_allowed", "header_macros", "preprocess"]
 
 # Headers a kernel program may include: exact names, and folders (ending in "/") whose headers
 # all are allowed. Files, processes, threads, signals, time, dynamic loading and the Python C API
@@ -77,6 +78,7 @@ class CppSource:
     tokens: tuple[Token, ...] = ()
     headers: tuple[tuple[int, str], ...] = ()  # (line, header) refused
     redefined: tuple[tuple[int, str], ...] = ()  # (line, CUDA keyword) given a #define / #undef
+    conditions: tuple[tuple[int, str], ...] = ()  # (line, problem) of #if/#ifdef the rules cannot follow
     error: str | None = None
 
 
@@ -84,7 +86,7 @@ def header_allowed(header: str) -> bool:
     return header in ALLOWED_HEADERS or any(header.startswith(p) for p in ALLOWED_HEADERS if p.endswith("/"))
 
 
-_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(\w+)(.*)$")
+_DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(\w+)(.*)$")
 _HEADER = re.compile(r"^\s*(<([^<>]+)>|\"([^\"]+)\")\s*$")
 # CUDA's execution-space keywords decide what is host code: a program may not redefine them
 _CUDA_KEYWORDS = frozenset({"__global__", "__device__", "__host__", "__forceinline__", "__noinline__"})
@@ -103,13 +105,15 @@ def _logical_lines(code: str) -> list[tuple[int, int]]:
     return out
 
 
-def _directives(code: str) -> tuple[str, list[tuple[int, str]], list[tuple[int, str]]]:
-    """The source with every #include line blanked (same line count), the refused headers, and
-    the CUDA keywords the source redefines."""
+def _directives(code: str) -> tuple[str, list[tuple[int, str]], list[tuple[int, str]], list[tuple[int, str]]]:
+    """The source with every #include line blanked (same line count), the refused headers, the
+    CUDA keywords the source redefines, and the conditions (line, text) of its #if-like
+    directives."""
     lines = code.split("\n")
     blank = strip_cpp(code).split("\n")
     refused: list[tuple[int, str]] = []
     redefined: list[tuple[int, str]] = []
+    conditions: list[tuple[int, str]] = []
     for first, last in _logical_lines(code):
         logical_blank = " ".join(b.rstrip("\\") for b in blank[first:last + 1])
         m = _DIRECTIVE.match(logical_blank)
@@ -118,7 +122,7 @@ def _directives(code: str) -> tuple[str, list[tuple[int, str]], list[tuple[int, 
         name = m.group(1)
         if name in ("include", "include_next", "import", "embed"):
             original = " ".join(s.rstrip("\\") for s in lines[first:last + 1])
-            om = re.match(r"^[ \t]*#[ \t]*\w+(.*)$", original)
+            om = re.match(r"^[ \t]*(?:#|%:)[ \t]*\w+(.*)$", original)
             rest = re.sub(r"//.*$|/\*.*?\*/", " ", om.group(1) if om else "")
             h = _HEADER.match(rest)
             if h is None:
@@ -131,39 +135,88 @@ def _directives(code: str) -> tuple[str, list[tuple[int, str]], list[tuple[int, 
             word = m.group(2).split("(")[0].split()
             if word and word[0] in _CUDA_KEYWORDS:
                 redefined.append((first + 1, word[0]))
-    return "\n".join(lines), refused, redefined
+        elif name in ("if", "ifdef", "ifndef", "elif", "elifdef", "elifndef"):
+            conditions.append((first + 1, m.group(2)))
+        elif name == "line":
+            refused.append((first + 1, "#line (the rules name the candidate's own lines)"))
+    return "\n".join(lines), refused, redefined, conditions
 
 
 def _compiler() -> str | None:
     return next((c for c in map(shutil.which, _COMPILERS) if c), None)
 
 
+# Macros the build defines as the preprocessor here does: the CUDA compiler's (for cuda_sources:
+# nvcc's own and torch's COMMON_NVCC_FLAGS) and load_inline's.
+_CUDA_DEFINES = ("-D__CUDACC__", "-D__NVCC__", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                 "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__")
+# Names a condition may test whose value is the same here and in the build: the platform's, and
+# those no build here defines (`__CUDA_ARCH__` guards device code, which host code never runs).
+_STABLE_MACROS = frozenset({
+    "__CUDA_ARCH__", "__CUDACC__", "__NVCC__", "__CUDACC_RTC__", "__HIPCC__", "USE_ROCM", "__HIP_PLATFORM_AMD__",
+    "__HIP_PLATFORM_HCC__", "__HIP_DEVICE_COMPILE__", "_WIN32", "_WIN64", "_MSC_VER", "__APPLE__", "__clang__",
+    "__GNUC__", "__linux__", "__x86_64__", "__aarch64__", "TORCH_EXTENSION_NAME", "TORCH_API_INCLUDE_EXTENSION_H",
+})
+
+
 @functools.lru_cache(maxsize=4096)
-def preprocess(kind: str, code: str, extension: str = "extension") -> CppSource:
-    """`code` (an extension's cpp_sources or cuda_sources) through the preprocessor, as the host
-    compiler sees it (nvcc's host pass: `__CUDACC__` defined, `__CUDA_ARCH__` not)."""
-    text, refused, redefined = _directives(code)
+def preprocess(kind: str, code: str, extension: str = "extension", flags: tuple[str, ...] = ()) -> CppSource:
+    """`code` (an extension's cpp_sources or cuda_sources) through the preprocessor, as the build
+    sees it: cuda_sources as nvcc's host pass (`__CUDACC__` defined, `__CUDA_ARCH__` not),
+    cpp_sources as the host compiler; `flags` are the program's own `-D`/`-U` compiler flags.
+
+    A condition (`#if`, `#ifdef`...) may test only the program's own macros and names whose value
+    here is the build's: a macro of a header the rules do not read (`TORCH_VERSION_MAJOR`,
+    `CUDART_VERSION`, `INFINITY`) would send the preprocessor here down another branch than the
+    compiler's, hiding what the build compiles."""
+    text, refused, redefined, conditions = _directives(code)
+    defines = [*(_CUDA_DEFINES if kind == "cuda" else ()), f"-DTORCH_EXTENSION_NAME={_ident(extension)}",
+               "-DTORCH_API_INCLUDE_EXTENSION_H", *(f for f in flags if f.startswith(("-D", "-U")))]
+    unknown = tuple(_unfollowable(conditions, {d[2:].split("=")[0] for d in defines}))
+
+    def failed(problem: str) -> CppSource:
+        return CppSource(kind, (), tuple(refused), tuple(redefined), unknown, problem)
+
     compiler = _compiler()
     if compiler is None:
-        return CppSource(kind, (), tuple(refused), tuple(redefined),
-                         "no C++ preprocessor (g++, cpp or clang++) on this machine: the C++ rules cannot be checked")
-    argv = [compiler, "-E", "-x", "c++", "-std=c++17", "-nostdinc", "-D__CUDACC__", "-D__NVCC__",
-            "-D__CUDACC_VER_MAJOR__=12", "-D__CUDACC_VER_MINOR__=8", f"-DTORCH_EXTENSION_NAME={_ident(extension)}",
-            "-DTORCH_API_INCLUDE_EXTENSION_H", "-"]
+        return failed("no C++ preprocessor (g++, cpp or clang++) on this machine: the C++ rules cannot be checked")
+    argv = [compiler, "-E", "-x", "c++", "-std=c++17", "-nostdinc", *defines, "-"]
     if compiler.endswith("cpp"):
         argv.remove("-E")
     out, err, problem = _run(argv, text.encode())
     if problem is not None:
-        return CppSource(kind, (), tuple(refused), tuple(redefined), problem)
+        return failed(problem)
     if err is not None:
         first = next((line for line in err.splitlines() if "error" in line), err.strip()[:200])
-        return CppSource(kind, (), tuple(refused), tuple(redefined),
-                         "the preprocessor failed: " + re.sub(r"^<stdin>:(\d+):(\d+:)?", rf"{kind}:\1:", first.strip()))
-    tokens = _mark_device(_tokens(out))
-    return CppSource(kind, tokens, tuple(refused), tuple(redefined))
+        return failed("the preprocessor failed: " + re.sub(r"^<stdin>:(\d+):(\d+:)?", rf"{kind}:\1:", first.strip()))
+    return CppSource(kind, _mark_device(_tokens(out)), tuple(refused), tuple(redefined), unknown)
 
 
-def _run(argv: list[str], text: bytes) -> tuple[str, str | None, str | None]:
+# Prefixes of the macros of torch, CUDA, pybind11, Python, the C++ library and the compiler,
+# whether or not their headers are on this machine
+_LIBRARY_MACRO = re.compile(r"^(?:CUDA|CUDART|CUB_|THRUST_|TORCH_|AT_|C10_|CAFFE2_|PYBIND11|Py|__CUDA|__CUDACC|"
+                            r"_GLIBCXX|__GLIBC|__cpp_|__cplusplus|__STDC|__NV|NV_|__HIP)")
+
+
+def _unfollowable(conditions: list[tuple[int, str]], flags: set[str]) -> Iterator[tuple[int, str]]:
+    """(line, problem) for each condition that tests a name whose value here may not be the
+    build's: a macro of a header the rules do not read or of the compiler, unless it is a stable
+    one or the program's own flags define it. (A name no header defines is undefined in both, or
+    defined by the program in both.)"""
+    for line, condition in conditions:
+        text = re.sub(r"//.*$|/\*.*?\*/", " ", condition)
+        if "__has_include" in text:
+            yield line, "#if __has_include(...) tests a header the rules do not read"
+            continue
+        for name in re.findall(r"[A-Za-z_]\w*", re.sub(r"'(?:\\.|[^'])*'", " ", text)):
+            if name == "defined" or name in _STABLE_MACROS or name in flags:
+                continue
+            if _LIBRARY_MACRO.match(name) or name in header_macros():  # the headers are read only when needed
+                yield line, f"a condition on {name}, a macro of a header or of the compiler the rules do not read"
+                break
+
+
+def _run(argv: list[str], text: bytes, timeout: float | None = None) -> tuple[str, str | None, str | None]:
     """(output, the errors when it failed, a problem that stopped it): the preprocessor under a
     time limit, its output read up to the size limit (a macro bomb is stopped, not stored)."""
     with tempfile.TemporaryFile() as errors:
@@ -180,7 +233,7 @@ def _run(argv: list[str], text: bytes) -> tuple[str, str | None, str | None]:
             except ProcessLookupError:
                 pass
 
-        timer = threading.Timer(_TIMEOUT_S, stop)
+        timer = threading.Timer(timeout or _TIMEOUT_S, stop)
         timer.start()
         try:
             assert proc.stdin is not None and proc.stdout is not None
@@ -200,14 +253,39 @@ def _run(argv: list[str], text: bytes) -> tuple[str, str | None, str | None]:
             if proc.stdout is not None:
                 proc.stdout.close()
         if proc.returncode < 0:
-            return "", None, f"the preprocessor took over {_TIMEOUT_S} s"
+            return "", None, f"the preprocessor took over {timeout or _TIMEOUT_S} s"
         if proc.returncode != 0:
             errors.seek(0)
-            return "", errors.read().decode(errors="replace"), None
+            return out.decode(errors="replace"), errors.read().decode(errors="replace"), None
     return out.decode(errors="replace"), None, None
 
     tokens = _mark_device(_tokens(done.stdout.decode(errors="replace")))
     return CppSource(kind, tokens, tuple(refused), tuple(redefined))
+
+
+@functools.lru_cache(maxsize=1)
+def header_macros() -> frozenset[str]:
+    """Every macro the allowed headers on this machine define (torch's extension header, the CUDA
+    runtime's and the C/C++ headers of ALLOWED_HEADERS that are here): read once a process."""
+    compiler = _compiler()
+    if compiler is None:
+        return frozenset()
+    import sysconfig
+
+    includes = [f"-I{sysconfig.get_paths()['include']}"]
+    try:
+        from torch.utils.cpp_extension import CUDA_HOME, include_paths
+
+        includes += [f"-I{p}" for p in include_paths()] + ([f"-I{CUDA_HOME}/include"] if CUDA_HOME else [])
+    except Exception:  # noqa: BLE001 - without torch's headers, the C/C++ ones still count
+        pass
+    headers = ["torch/extension.h", *sorted(h for h in ALLOWED_HEADERS if not h.endswith("/"))]
+    names: set[str] = set()
+    for chunk in (headers[:1], headers[1:]):  # torch's alone: a header it cannot find leaves the rest
+        text = "".join(f"#if __has_include(<{h}>)\n#include <{h}>\n#endif\n" for h in chunk)
+        out, _, _ = _run([compiler, "-dM", "-E", "-x", "c++", "-std=c++17", *includes, "-"], text.encode(), timeout=120)
+        names.update(re.findall(r"^#define (\w+)", out, re.MULTILINE))
+    return frozenset(names)
 
 
 def _ident(name: str) -> str:

@@ -21,7 +21,7 @@ from kevin_backend.toolchain.candidate import Candidate, InlineExtension
 from kevin_backend.toolchain.cpp_preprocess import CppSource, Token, preprocess
 from kevin_backend.toolchain.posix_names import POSIX_NAMES
 from kevin_backend.toolchain.rule_violation import RuleViolation
-from kevin_backend.toolchain.static_python import ALLOWED_TENSOR_METHODS
+from kevin_backend.toolchain.static_forward import ALLOWED_TENSOR_METHODS
 
 __all__ = ["ALLOWED_CPP_TORCH", "ALLOWED_NAMESPACES", "COMPUTE_METHODS", "CPP_RULES",
            "preprocessed"]
@@ -106,23 +106,27 @@ _FD_CALLS = frozenset("read write pread pwrite readv writev close dup dup2 dup3 
 _STREAM_NAMES = frozenset("""
 thread jthread async this_thread getStreamFromPool getStreamFromExternal setCurrentCUDAStream CUDAStreamGuard
 OptionalCUDAStreamGuard CUDAMultiStreamGuard cudaStreamDestroy cudaLaunchHostFunc cudaStreamAddCallback
-cudaStreamBeginCapture cudaStreamEndCapture
+cudaStreamBeginCapture cudaStreamEndCapture CUDAGraph
 """.split())
 _STREAM_PATTERN = re.compile(r"^(?:cudaStreamCreate\w*|cuStreamCreate\w*|cudaGraph\w+|cuGraph\w+)$")
 _TIMER_NAMES = frozenset("""
 cudaEventElapsedTime clock_gettime gettimeofday chrono steady_clock high_resolution_clock system_clock __rdtsc rdtsc
+CUDAEvent
 """.split())
 _TIMER_PATTERN = re.compile(r"^(?:cudaEventCreate\w*|cuEventCreate\w*)$")
 # attributes that run code at load time or bind a name to another symbol
 _SYMBOL_ATTRIBUTES = frozenset("constructor destructor alias weakref ifunc symver init_priority section".split())
+# torch's and c10's macros that register operators, kernels or flags when the library loads
+_REGISTRATION = re.compile(r"^(?:TORCH_LIBRARY\w*|C10_REGISTER\w*|REGISTER_\w+|C10_DEFINE_\w+|C10_DECLARE_\w+|"
+                           r"TORCH_DECLARE_\w+|STATIC_INITIALIZER\w*|RegisterOperators|Library|Dispatcher)$")
 
 
 def preprocessed(ext: InlineExtension) -> Iterator[CppSource]:
     """The extension's sources after the preprocessor (cached: every rule reads the same)."""
     if ext.cuda_sources:
-        yield preprocess("cuda", ext.cuda_sources, ext.name)
+        yield preprocess("cuda", ext.cuda_sources, ext.name, tuple(f.strip() for f in ext.extra_cuda_cflags))
     if ext.cpp_sources:
-        yield preprocess("cpp", ext.cpp_sources, ext.name)
+        yield preprocess("cpp", ext.cpp_sources, ext.name, tuple(f.strip() for f in ext.extra_cflags))
 
 
 def _sources(c: Candidate) -> Iterator[CppSource]:
@@ -136,13 +140,17 @@ def _at(src: CppSource, t: Token) -> str:
 
 def rule_cpp_readable(c: Candidate) -> Iterator[RuleViolation]:
     """Every C++/CUDA source goes through the preprocessor; a source that cannot (no
-    preprocessor on the machine, a preprocessor error, a macro that expands without end) fails.
+    preprocessor on the machine, a preprocessor error, a macro that expands without end) fails,
+    and so does a condition (`#if`, `#ifdef`) on a macro of a header the rules do not read.
 
-    Why: the other C++ rules read what the preprocessor produces; a source they cannot read is
-    refused rather than let through unread (fail closed)."""
+    Why: the other C++ rules read what the preprocessor produces; a source they cannot read, or
+    a branch the build may take and the preprocessor here did not, is refused rather than let
+    through unread (fail closed)."""
     for src in _sources(c):
         if src.error is not None:
             yield RuleViolation("cpp-preprocessed", src.kind, src.error)
+        for line, problem in src.conditions:
+            yield RuleViolation("cpp-preprocessed", f"{src.kind}:{line}", problem)
 
 
 def rule_allowed_headers(c: Candidate) -> Iterator[RuleViolation]:
@@ -195,10 +203,18 @@ def _binding_span(tokens: Sequence[Token]) -> tuple[int, int] | None | str:
     return (i, k + 1)
 
 
+def _defined_functions(c: Candidate) -> set[str]:
+    names: set[str] = set()
+    for src in _sources(c):
+        names |= _program_names(src.tokens)
+    return names
+
+
 def rule_no_python_api(c: Candidate) -> Iterator[RuleViolation]:
     """No Python C API (`Py*`, `_Py*`, torch's `THP*`) and no pybind11 (`pybind11::`, `py::`,
     `PYBIND11_*`) beyond the binding `load_inline` writes or the usual
-    `PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("name", &fn, ...); }`.
+    `PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("name", &fn, ...); }`; the functions
+    `load_inline(functions=[...])` binds are the program's own (not `system` or `PyRun_*`).
 
     Why: an extension runs inside the judge's Python process; through the interpreter it can
     import anything, rewrite the judge's functions or the kept reference, whatever the Python
@@ -218,6 +234,12 @@ def rule_no_python_api(c: Candidate) -> Iterator[RuleViolation]:
             if _PY_NAME.match(t.text) or (t.text == "py" and nxt == "::"):
                 yield RuleViolation("no-python-api", _at(src, t), f"uses {t.text}: the Python C API and pybind11 are "
                                     "out of a kernel's reach")
+    defined = _defined_functions(c)
+    for ext in c.extensions:
+        for name in ext.functions:
+            if name not in defined and not any(src.error for src in preprocessed(ext)):
+                yield RuleViolation("no-python-api", f"python:{ext.line}",
+                                    f"functions= binds {name}, which the program's C++ does not define")
 
 
 def _called(tokens: Sequence[Token], k: int) -> bool:
@@ -239,7 +261,7 @@ def _program_names(tokens: Sequence[Token]) -> set[str]:
             (prev.kind == "name" and prev.text not in _NOT_TYPES) or prev.text in ("*", "&", "&&", ">")
         ):
             names.add(t.text)
-        elif nxt.text == "(" and prev.kind == "name" and prev.text not in _NOT_TYPES:
+        elif nxt.text == "(" and ((prev.kind == "name" and prev.text not in _NOT_TYPES) or prev.text in ("*", "&", ">")):
             depth, j = 0, k + 1
             while j < len(tokens):
                 depth += {"(": 1, ")": -1}.get(tokens[j].text, 0)
@@ -313,15 +335,20 @@ def rule_no_host_asm(c: Candidate) -> Iterator[RuleViolation]:
 
 def rule_no_symbol_tricks(c: Candidate) -> Iterator[RuleViolation]:
     """No attributes that run code at load time or rename symbols (`constructor`, `destructor`,
-    `alias`, `weakref`, `ifunc`, `section`...), and no `#define`/`#undef` of CUDA's
-    execution-space keywords (`__global__`, `__device__`, `__host__`).
+    `alias`, `weakref`, `ifunc`, `section`...), no registration with torch (`TORCH_LIBRARY*`,
+    `C10_REGISTER*`, `REGISTER_*`), and no `#define`/`#undef` of CUDA's execution-space keywords
+    (`__global__`, `__device__`, `__host__`).
 
-    Why: a constructor runs when the extension is loaded, before any rule of the judge's; an
-    alias calls a forbidden function by another name; a redefined `__device__` would make host
-    code look like device code to these rules."""
+    Why: a constructor runs when the extension is loaded, before any rule of the judge's; a
+    registered kernel replaces one of torch's operators for the whole process (the reference's
+    included); an alias calls a forbidden function by another name; a redefined `__device__`
+    would make host code look like device code to these rules."""
     for src in _sources(c):
         for line, word in src.redefined:
             yield RuleViolation("no-symbol-tricks", f"{src.kind}:{line}", f"redefines {word}")
+        for t in src.tokens:
+            if t.kind == "name" and _REGISTRATION.match(t.text):
+                yield RuleViolation("no-symbol-tricks", _at(src, t), f"uses {t.text}, which registers code with torch at load")
         tokens = src.tokens
         depth = 0
         for k, t in enumerate(tokens):

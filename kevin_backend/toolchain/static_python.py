@@ -15,67 +15,20 @@ import ast
 import re
 from typing import Iterator
 
-from kevin_backend.toolchain.candidate import Candidate, InlineExtension
-from kevin_backend.toolchain.cpp_text import KERNEL_ATTRIBUTES, strip_cpp
+from kevin_backend.toolchain.candidate import Candidate
 from kevin_backend.toolchain.rule_violation import RuleViolation
+from kevin_backend.toolchain.static_forward import (
+    dotted_name, root_name, rule_has_model_new, rule_launches_kernel, rule_no_host_sync, rule_no_pass_bodies,
+    rule_no_reference, rule_no_torch_compute,
+)
 
-__all__ = ["ALLOWED_IMPORTS", "ALLOWED_TENSOR_METHODS", "ALLOWED_TORCH_CALLS", "PYTHON_RULES", "TASK_RULES"]
+__all__ = ["ALLOWED_IMPORTS", "FORBIDDEN_ATTRIBUTES", "FORBIDDEN_NAMES", "PYTHON_RULES", "TASK_RULES"]
 
 # Modules a candidate may import. Files, network, processes, threads, timers and code loading all
 # arrive through imports; a KernelBench candidate needs none of them.
 ALLOWED_IMPORTS = frozenset(
     {"torch", "torch.nn", "torch.nn.functional", "torch.utils.cpp_extension", "math", "typing", "__future__"}
 )
-
-# Calls on `torch.` allowed in forward: allocation, shape and metadata, nothing that computes.
-ALLOWED_TORCH_CALLS = frozenset(
-    {
-        "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
-        "full_like", "tensor", "as_strided", "device", "Size", "is_tensor", "numel", "finfo", "iinfo",
-        "is_floating_point", "is_complex", "get_default_dtype", "no_grad", "inference_mode",
-    }
-)
-
-# Tensor methods the forward may call: metadata, views, layout, pointers, allocation and fills.
-# Anything else a forward calls on a tensor is PyTorch computing for the candidate.
-ALLOWED_TENSOR_METHODS = frozenset(
-    {
-        "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "element_size", "data_ptr",
-        "const_data_ptr", "is_contiguous", "is_floating_point", "is_complex", "is_same_size", "get_device",
-        "contiguous", "clone", "view", "view_as", "reshape", "reshape_as", "as_strided", "permute", "transpose", "t",
-        "unsqueeze", "squeeze", "flatten", "unflatten", "expand", "expand_as", "broadcast_to", "narrow", "select",
-        "unbind", "split", "chunk", "movedim", "moveaxis", "diagonal", "new_empty", "new_empty_strided", "new_zeros",
-        "new_ones", "new_full", "zero_", "fill_", "cuda", "detach", "requires_grad_", "item", "tolist", "__len__",
-    }
-)
-# Methods of Python's own containers and strings (never tensor methods).
-_PYTHON_METHODS = frozenset(
-    {"append", "extend", "insert", "pop", "items", "keys", "values", "get", "update", "setdefault", "format", "join",
-     "startswith", "endswith", "copy", "index", "count", "lower", "upper", "strip", "replace"}
-)
-_PYTHON_BUILTINS = frozenset(
-    {"int", "float", "bool", "len", "range", "min", "max", "tuple", "list", "dict", "set", "isinstance", "print",
-     "enumerate", "zip", "str", "hasattr", "getattr", "type", "super", "divmod", "sorted", "reversed", "any", "all",
-     "iter", "next", "map", "load_inline"}
-)
-_GLOBAL = re.compile(r"__global__\s+" + KERNEL_ATTRIBUTES + r"void\s+" + KERNEL_ATTRIBUTES + r"(\w+)")
-_LAUNCH = re.compile(r"\b(\w+)\s*(?:<[^<>;]*>)?\s*<<<")
-
-
-
-def _line(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
-
-
-def _sources(ext: InlineExtension) -> Iterator[tuple[str, str]]:
-    if ext.cuda_sources:
-        yield "cuda", strip_cpp(ext.cuda_sources)
-    if ext.cpp_sources:
-        yield "cpp", strip_cpp(ext.cpp_sources)
-
-
-# -- Python rules --------------------------------------------------------------------------
-
 
 def rule_imports(c: Candidate) -> Iterator[RuleViolation]:
     """Only torch, torch.nn, torch.utils.cpp_extension, math and typing may be imported.
@@ -103,44 +56,6 @@ def rule_no_try(c: Candidate) -> Iterator[RuleViolation]:
             yield RuleViolation("no-try-except", f"python:{node.lineno}", "try/except is not allowed")
 
 
-def rule_no_reference(c: Candidate) -> Iterator[RuleViolation]:
-    """No use of the reference `Model`, by name, by subclassing or by import.
-
-    Why: calling or inheriting the reference returns correct outputs without a kernel."""
-    for node in ast.walk(c.tree):
-        if isinstance(node, ast.Name) and node.id == "Model":
-            yield RuleViolation("no-reference-model", f"python:{node.lineno}", "uses the reference class Model")
-        if isinstance(node, ast.Attribute) and node.attr == "Model":
-            yield RuleViolation("no-reference-model", f"python:{node.lineno}", "uses an attribute named Model")
-
-
-def rule_no_pass_bodies(c: Candidate) -> Iterator[RuleViolation]:
-    """No function or class whose body does nothing (only `pass`, `...` or a docstring).
-
-    Why: an empty forward that inherits behaviour, or a stub that returns None, is not a kernel."""
-    for node in ast.walk(c.tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-            if all(isinstance(s, ast.Pass) for s in body):
-                yield RuleViolation("no-empty-bodies", f"python:{node.lineno}", f"{node.name} has an empty body")
-
-
-def _root(node: ast.expr) -> str | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _dotted(node: ast.expr) -> str:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
 # Attribute names that lead out of the program's reach, whatever object they are read from: the
 # interpreter (sys, builtins, importlib), the machine (os, subprocess), torch's internals and
 # hooks (_C, ops, library, _dynamo, _inductor, overrides, hub, load), frames and code objects,
@@ -154,7 +69,11 @@ modules ops library _dynamo _inductor overrides hub load load_library from_file 
 classes CUDAPluggableAllocator change_current_allocator manual_seed manual_seed_all seed seed_all set_rng_state
 set_rng_state_all default_generator use_deterministic_algorithms register_module_forward_hook
 register_module_forward_pre_hook register_module_full_backward_hook register_module_backward_hook
+compile distributed DataLoader profiler benchmark reset_peak_memory_stats reset_accumulated_memory_stats
 """.split())
+# torch's process-wide switches (`torch.set_default_dtype`, `torch.cuda.set_device`,
+# `torch.set_flush_denormal`...): a program changes nothing for the judge or the next program
+_SETTER = re.compile(r"^set_\w+$")
 # Names that run code from data, reach the interpreter's namespaces, files or the debugger.
 FORBIDDEN_NAMES = frozenset("""
 eval exec compile globals locals vars open __import__ breakpoint __builtins__ __build_class__ input
@@ -206,9 +125,11 @@ def _reach(tree: ast.Module, allowed: frozenset[str] = frozenset()) -> Iterator[
         where = f"python:{getattr(node, 'lineno', 0)}"
         if isinstance(node, ast.Attribute):
             if node.attr in FORBIDDEN_ATTRIBUTES - allowed:
-                yield RuleViolation("no-runtime-reach", where, f"reads the attribute {node.attr!r} ({_dotted(node)})")
-            elif node.attr.startswith("_") and not node.attr.startswith("__") and _root(node) in imported:
-                yield RuleViolation("no-runtime-reach", where, f"reads the private attribute {_dotted(node)}")
+                yield RuleViolation("no-runtime-reach", where, f"reads the attribute {node.attr!r} ({dotted_name(node)})")
+            elif _SETTER.match(node.attr) and root_name(node) in imported:
+                yield RuleViolation("no-runtime-reach", where, f"changes process-wide state ({dotted_name(node)})")
+            elif node.attr.startswith("_") and not node.attr.startswith("__") and root_name(node) in imported:
+                yield RuleViolation("no-runtime-reach", where, f"reads the private attribute {dotted_name(node)}")
         elif isinstance(node, ast.ImportFrom):
             for a in node.names:
                 if a.name in FORBIDDEN_ATTRIBUTES - allowed or (a.name.startswith("_") and node.module != "__future__"):
@@ -222,8 +143,9 @@ def rule_no_runtime_reach(c: Candidate) -> Iterator[RuleViolation]:
     `f_back`, `f_globals`, `gi_frame`, `tb_frame`, `__globals__`, `__builtins__`, `__dict__`,
     `__class__`, `__subclasses__`, `__bases__`, `__mro__`, `__code__`, `__getattribute__`,
     `__import__`, `__loader__`, `__spec__`, `modules`, `ops`, `library`, `_dynamo`, `_inductor`
-    (and torch's hooks, seeds and loaders: `overrides`, `hub`, `load`, `manual_seed`...), read from
-    anything, nor a private attribute of an imported module; nothing of the kind imported by name.
+    (and torch's hooks, seeds, loaders, compilers and switches: `overrides`, `hub`, `load`,
+    `manual_seed`, `compile`, `set_*`...), read from anything, nor a private attribute of an
+    imported module; nothing of the kind imported by name.
 
     Why: allowed modules lead everywhere (`torch.os.system`, `torch.sys._getframe`,
     `torch.utils.cpp_extension.subprocess.run`, `x.__class__.__subclasses__()`), and an alias
@@ -281,9 +203,9 @@ def rule_no_patching(c: Candidate) -> Iterator[RuleViolation]:
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
             on_self = isinstance(node.value, ast.Name) and node.value.id == "self" and id(node) in methods
             if not on_self:
-                yield RuleViolation("no-patching", where, f"assigns to {_dotted(node)}")
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) and _root(node) in imported:
-            yield RuleViolation("no-patching", where, f"assigns into {_dotted(node.value)}")
+                yield RuleViolation("no-patching", where, f"assigns to {dotted_name(node)}")
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) and root_name(node) in imported:
+            yield RuleViolation("no-patching", where, f"assigns into {dotted_name(node.value)}")
         elif isinstance(node, ast.Name) and node.id in ("setattr", "delattr"):
             yield RuleViolation("no-patching", where, f"uses {node.id}")
         elif isinstance(node, ast.Name) and node.id == "self" and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -293,8 +215,8 @@ def rule_no_patching(c: Candidate) -> Iterator[RuleViolation]:
         ):
             yield RuleViolation("no-patching", where, "names a parameter self outside a method's first place")
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr in classes.get(node.value.id, ()):
-            yield RuleViolation("no-patching", where, f"calls the method {_dotted(node)} through its class")
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) and _dotted(node.value.func) == "type":
+            yield RuleViolation("no-patching", where, f"calls the method {dotted_name(node)} through its class")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) and dotted_name(node.value.func) == "type":
             yield RuleViolation("no-patching", where, f"reads .{node.attr} of type(...)")
 
 
@@ -306,7 +228,7 @@ def rule_no_streams(c: Candidate) -> Iterator[RuleViolation]:
     (the C++ half of the rule is in static_cpp.py)."""
     for node in ast.walk(c.tree):
         if isinstance(node, ast.Attribute) and node.attr in STREAM_ATTRIBUTES:
-            yield RuleViolation("no-streams-threads", f"python:{node.lineno}", f"uses {_dotted(node)}")
+            yield RuleViolation("no-streams-threads", f"python:{node.lineno}", f"uses {dotted_name(node)}")
         elif isinstance(node, ast.ImportFrom):
             for a in node.names:
                 if a.name in STREAM_ATTRIBUTES:
@@ -345,7 +267,7 @@ def _inert(node: ast.expr | None) -> bool:
 
 
 def _is_load_inline(node: ast.expr | None) -> bool:
-    return isinstance(node, ast.Call) and _dotted(node.func).split(".")[-1] == "load_inline" and all(
+    return isinstance(node, ast.Call) and dotted_name(node.func).split(".")[-1] == "load_inline" and all(
         _inert(a) for a in node.args) and all(_inert(k.value) for k in node.keywords)
 
 
@@ -375,6 +297,14 @@ def _definition_problems(node: ast.FunctionDef | ast.ClassDef) -> Iterator[str]:
             yield f"class {node.name}'s body runs code (line {stmt.lineno})"
 
 
+def _main_guard(stmt: ast.stmt) -> bool:
+    """`if __name__ == "__main__":`, which never runs when the program is loaded as a module."""
+    return (isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Compare) and isinstance(stmt.test.left, ast.Name)
+            and stmt.test.left.id == "__name__" and len(stmt.test.ops) == 1 and isinstance(stmt.test.ops[0], ast.Eq)
+            and isinstance(stmt.test.comparators[0], ast.Constant) and stmt.test.comparators[0].value == "__main__"
+            and not stmt.orelse)
+
+
 def _inert_statement(stmt: ast.stmt) -> bool:
     if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
         return True
@@ -390,7 +320,8 @@ def _inert_statement(stmt: ast.stmt) -> bool:
 
 def rule_inert_top_level(c: Candidate) -> Iterator[RuleViolation]:
     """The top level only defines: imports, functions, classes, names bound to constants,
-    strings, tuples or to a `load_inline(...)` call; class bodies likewise; decorators, defaults
+    strings, tuples or to a `load_inline(...)` call (and an `if __name__ == "__main__":` block,
+    which a loaded module never runs); class bodies likewise; decorators, defaults
     and base classes run nothing; no special method that runs unbidden (`__del__`,
     `__init_subclass__`, `__torch_function__`...).
 
@@ -398,6 +329,8 @@ def rule_inert_top_level(c: Candidate) -> Iterator[RuleViolation]:
     process that loads it (the judge's worker, the compiled model's process for a cached kernel);
     a kernel program needs nothing to run then but the build of its extension."""
     for stmt in c.tree.body:
+        if _main_guard(stmt):
+            continue
         if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
             for problem in _definition_problems(stmt):
                 yield RuleViolation("inert-top-level", f"python:{stmt.lineno}", problem)
@@ -413,204 +346,23 @@ def rule_allowed_build_flags(c: Candidate) -> Iterator[RuleViolation]:
     ptxas options, `__CUDA_NO_*` macros).
 
     Why: a flag can force-include a header (`-include unistd.h`), define a macro the C++ rules
-    never saw (`-Dk=system`), or point the build at other files."""
+    never saw (`-Dk=system`), or point the build at other files; the extension's name becomes a
+    module name and a macro (an identifier, nothing else)."""
     for node in ast.walk(c.tree):
-        if not (isinstance(node, ast.Call) and _dotted(node.func).split(".")[-1] == "load_inline"):
+        if not (isinstance(node, ast.Call) and dotted_name(node.func).split(".")[-1] == "load_inline"):
             continue
         for k in node.keywords:
             if k.arg not in _LOAD_INLINE_KEYWORDS:
                 yield RuleViolation("allowed-build-flags", f"python:{node.lineno}", f"load_inline takes {k.arg}=")
     for ext in c.extensions:
+        if not re.match(r"^[A-Za-z_]\w{0,99}$", ext.name):
+            yield RuleViolation("allowed-build-flags", f"python:{ext.line}", f"extension name {ext.name!r} is not an identifier")
         for flag in (*ext.extra_cflags, *ext.extra_cuda_cflags):
             if not _FLAG.match(flag.strip()):
                 yield RuleViolation("allowed-build-flags", f"python:{ext.line}", f"compiler flag {flag!r} is not allowed")
         for flag in ext.extra_ldflags:
             if not _LDFLAG.match(flag.strip()):
                 yield RuleViolation("allowed-build-flags", f"python:{ext.line}", f"linker flag {flag!r} is not allowed")
-
-
-def rule_no_host_sync(c: Candidate) -> Iterator[RuleViolation]:
-    """The forward path calls no `.item()`, `.tolist()`, `.cpu()`, `.numpy()` or `.to("cpu")`.
-
-    Why: a copy to the host synchronizes with the GPU and breaks CUDA-graph capture of the model
-    the kernel is kept for (the C++ half of the rule is in static_cpp.py)."""
-    for call in _forward_calls(c):
-        if not isinstance(call.func, ast.Attribute):
-            continue
-        method = call.func.attr
-        to_cpu = method == "to" and any(
-            (isinstance(a, ast.Constant) and a.value == "cpu") or (isinstance(a, ast.Call) and a.args and
-                                                                  isinstance(a.args[0], ast.Constant) and a.args[0].value == "cpu")
-            for a in [*call.args, *(k.value for k in call.keywords)])
-        if method in ("item", "tolist", "cpu", "numpy") or to_cpu:
-            yield RuleViolation("no-host-sync", f"python:{call.lineno}", f"calls .{method}(), a copy to the host in forward")
-
-def _forward_functions(c: Candidate) -> list[ast.FunctionDef]:
-    """forward, and what it reaches: ModelNew methods called as `self.name(...)` and module-level
-    functions called by name, followed through each other."""
-    cls = c.model_class()
-    methods = {n.name: n for n in (cls.body if cls else []) if isinstance(n, ast.FunctionDef)}
-    functions = {n.name: n for n in c.tree.body if isinstance(n, ast.FunctionDef)}
-    start = methods.get("forward")
-    if start is None:
-        return []
-    seen: dict[int, ast.FunctionDef] = {}
-    todo = [start]
-    while todo:
-        fn = todo.pop()
-        if id(fn) in seen:
-            continue
-        seen[id(fn)] = fn
-        for node in ast.walk(fn):
-            if not isinstance(node, ast.Call):
-                continue
-            f = node.func
-            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self" and f.attr in methods:
-                todo.append(methods[f.attr])
-            elif isinstance(f, ast.Name) and f.id in functions:
-                todo.append(functions[f.id])
-    return list(seen.values())
-
-
-def _forward_calls(c: Candidate) -> Iterator[ast.Call]:
-    for fn in _forward_functions(c):
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Call):
-                yield node
-
-
-def _torch_modules_in_init(c: Candidate) -> set[str]:
-    """Attributes set in __init__ to torch.nn modules (self.linear = nn.Linear(...))."""
-    names: set[str] = set()
-    init = c.method("__init__")
-    if init is None:
-        return names
-    for node in ast.walk(init):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            callee = _dotted(node.value.func)
-            if callee.split(".")[0] in ("nn", "torch") and not callee.endswith(("Parameter", "ParameterList", "ParameterDict")):
-                for t in node.targets:
-                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                        names.add(t.attr)
-    return names
-
-
-def _torch_imports(c: Candidate) -> dict[str, str]:
-    """Names bound by `from torch... import name [as alias]`: alias -> the torch call it is."""
-    names: dict[str, str] = {}
-    for node in ast.walk(c.tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
-            for a in node.names:
-                if node.module != "torch.utils.cpp_extension":
-                    names[a.asname or a.name] = f"{node.module}.{a.name}"
-    return names
-
-
-def _moves_device_only(call: ast.Call) -> bool:
-    """`t.to(device)`, `t.to(x.device)`, `t.to("cuda")`, `t.to(device=...)`: a move, no dtype."""
-    if any(k.arg in ("dtype", "memory_format") for k in call.keywords):
-        return False
-    for a in call.args:
-        dotted = _dotted(a) if isinstance(a, (ast.Attribute, ast.Name)) else ""
-        if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.split(":")[0] in ("cuda", "cpu"):
-            continue
-        if dotted.endswith("device") or (isinstance(a, ast.Call) and _dotted(a.func) in ("torch.device",)):
-            continue
-        return False
-    return True
-
-
-def rule_no_torch_compute(c: Candidate) -> Iterator[RuleViolation]:
-    """The forward path (forward, the ModelNew methods and module functions it calls) may call
-    only the extension's functions, allocation (`torch.empty`, `x.new_zeros`...), and view and
-    metadata methods (an allowlist: `size`, `stride`, `data_ptr`, `contiguous`, `view`, ...);
-    any other tensor method, any torch.*/F.* compute function, torch.ops and torch.nn modules are
-    PyTorch compute (the C++ half of the rule is in static_cpp.py).
-
-    Why: a kernel program that hands part of the work to PyTorch measures PyTorch, not the
-    kernel; a list of forbidden calls always misses one (`clamp_min`, `expm1`, `sign`...). The
-    judge also audits the ops the forward really dispatches at run time."""
-    modules = _torch_modules_in_init(c)
-    functions = {f for e in c.extensions for f in e.functions}
-    imported = _torch_imports(c)
-    cls = c.model_class()
-    methods = {n.name for n in (cls.body if cls else []) if isinstance(n, ast.FunctionDef)}
-    for call in _forward_calls(c):
-        name = _dotted(call.func)
-        parts = name.split(".")
-        where = f"python:{call.lineno}"
-        if isinstance(call.func, ast.Name):
-            target = imported.get(call.func.id)
-            if target is not None and target.split(".")[-1] not in ALLOWED_TORCH_CALLS:
-                yield RuleViolation("no-pytorch-compute", where, f"calls {call.func.id} ({target})")
-            continue  # builtins, module functions (followed), names bound to extension functions
-        if not isinstance(call.func, ast.Attribute):
-            continue
-        method = call.func.attr
-        if method in functions:
-            continue  # an extension function, under whatever name the extension is kept
-        if parts[0] in ("torch", "F", "nn") and len(parts) >= 2:
-            if parts[1] == "ops" or parts[0] in ("F", "nn") or parts[1] in ("nn", "special", "linalg", "fft"):
-                yield RuleViolation("no-pytorch-compute", where, f"calls {name}")
-            elif parts[-1] not in ALLOWED_TORCH_CALLS and not (len(parts) == 3 and parts[1] == "cuda"):
-                yield RuleViolation("no-pytorch-compute", where, f"calls {name}")
-            continue
-        if parts[0] == "math":
-            continue  # Python arithmetic on numbers
-        if parts[0] == "self" and len(parts) == 2:
-            if parts[1] in modules:
-                yield RuleViolation("no-pytorch-compute", where, f"calls the torch.nn module self.{parts[1]}")
-            elif parts[1] in methods:
-                continue
-            continue
-        if method in ALLOWED_TENSOR_METHODS or method in _PYTHON_METHODS:
-            continue
-        if method == "to" and _moves_device_only(call):
-            continue
-        if method == "type" and not call.args and not call.keywords:
-            continue
-        yield RuleViolation("no-pytorch-compute", where,
-                            f"calls .{method}(): the forward may call only the extension's functions, allocation, "
-                            "and view or metadata methods (PyTorch compute otherwise)")
-
-
-def rule_launches_kernel(c: Candidate) -> Iterator[RuleViolation]:
-    """At least one `__global__` kernel, launched by host code, in an extension whose function the
-    forward calls.
-
-    Why: without a kernel the forward path can only be PyTorch or a copy of an input."""
-    kernels: set[str] = set()
-    launched: set[str] = set()
-    for ext in c.extensions:
-        for _, code in _sources(ext):
-            kernels.update(_GLOBAL.findall(code))
-            launched.update(_LAUNCH.findall(code))
-            launched.update(re.findall(r"cudaLaunch(?:Cooperative)?Kernel\w*\s*\(\s*\(?\s*(?:void\s*\*\s*\)?\s*)?&?\s*(\w+)", code))
-    if not kernels:
-        yield RuleViolation("launches-a-kernel", "", "defines no __global__ kernel")
-        return
-    if not kernels & launched:
-        yield RuleViolation("launches-a-kernel", "", f"never launches its kernels ({', '.join(sorted(kernels))})")
-    functions = {f for e in c.extensions for f in e.functions}
-    if c.method("forward") is None:
-        yield RuleViolation("launches-a-kernel", "", "ModelNew has no forward")
-        return
-    # `ext.fn(...)`, `self.ext.fn(...)`, `self.op.fn(...)`: the extension is often kept under
-    # another name, so any attribute call of a declared extension function counts (in forward or
-    # in the methods and module functions it calls).
-    calls = [_dotted(call.func).split(".") for call in _forward_calls(c)]
-    if not any(len(p) >= 2 and p[-1] in functions for p in calls):
-        yield RuleViolation(
-            "launches-a-kernel", "", f"forward never calls an extension function ({', '.join(sorted(functions)) or 'none declared'})"
-        )
-
-
-def rule_has_model_new(c: Candidate) -> Iterator[RuleViolation]:
-    """The program defines `class ModelNew`.
-
-    Why: it is what the judge instantiates and runs in place of the reference."""
-    if c.model_class() is None:
-        yield RuleViolation("defines-modelnew", "", "no class ModelNew")
 
 
 # The rules on a candidate's Python, in the order their violations are reported.
