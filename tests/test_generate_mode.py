@@ -154,6 +154,44 @@ def test_broken_kernels_fall_back(kevin_dir: Path, source: str, reason: Fallback
     assert set(statuses()) == {Status.FALLBACK} and reasons() == {reason}
 
 
+class _ImportedGenerator(_BrokenGenerator):
+    """Entries as an imported archive or a seed cache might hold them: checked by the runtime."""
+
+    def generate(self, task: Any, key: Any) -> CacheEntry:
+        entry = super().generate(task, key)
+        return CacheEntry(key=key, kind=EntryKind.KERNEL, task=task, kernel_source=entry.kernel_source, policy="imported")
+
+
+_RUNS_AT_LOAD = (
+    "\nimport torch\ntorch.os.environ.setdefault('KEVIN_PROGRAM_RAN', '1')\n"
+    "class ModelNew(torch.nn.Module):\n    def forward(self, *xs):\n        return xs[0]\n"
+)
+
+
+def test_a_cached_program_that_breaks_the_rules_is_never_run(kevin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The partition stays Inductor's, the report names the rules, and the program's top level
+    never ran; compiled code that names the kernel later (a warm Inductor cache) runs the
+    partition's reference through Inductor's code instead."""
+    from kevin_backend.runtime import registry
+
+    monkeypatch.delenv("KEVIN_PROGRAM_RAN", raising=False)
+    gen = _ImportedGenerator(_RUNS_AT_LOAD)
+    got, want = compile_and_run({"mode": "generate", "generator": gen, "cache_dir": str(kevin_dir), "cpu_kernels": True})
+    assert_close_tree(got, want)
+    records = kevin_backend.last_report().records()
+    assert {r.status for r in records} == {Status.FALLBACK} and reasons() == {FallbackReason.REJECTED_PROGRAM}
+    assert all("inert-top-level" in r.detail and "no-runtime-reach" in r.detail for r in records)
+    assert "KEVIN_PROGRAM_RAN" not in os.environ
+
+    digest = records[0].key
+    registry.loaded_kernels.pop(digest, None)
+    kernel = registry.lookup(digest)  # as compiled code calling kevin::launch would
+    assert kernel.disabled is not None and "inert-top-level" in kernel.disabled
+    entry = KernelCache(kevin_dir, None).get_digest(digest)
+    assert entry is not None and "KEVIN_PROGRAM_RAN" not in os.environ
+    registry.loaded_kernels.pop(digest, None)
+
+
 def test_inductor_winner_is_remembered(kevin_dir: Path) -> None:
     class InductorWins(ReferenceGenerator):
         def generate(self, task: Any, key: Any) -> CacheEntry:

@@ -24,10 +24,12 @@ PROBLEMS = problem_names()
 MIN_BYTES = 256 * 2**20  # 256 MB (fp32 4096 x 16384)
 MAX_BYTES = 3 * 2**29  # 1.5 GB
 
-# Static rule ids a candidate may be expected to break (kevin_backend/judge/static.py).
+# Static rule ids a candidate may be expected to break (kevin_backend/toolchain/static_*.py).
 RULE_IDS = frozenset({
     "defines-modelnew", "allowed-imports", "no-try-except", "no-reference-model", "no-empty-bodies", "no-patching",
     "no-streams-threads", "no-system-access", "no-timers", "no-pytorch-compute", "launches-a-kernel",
+    "inert-top-level", "no-runtime-reach", "no-dynamic-code", "allowed-build-flags", "no-host-sync", "cpp-preprocessed",
+    "allowed-headers", "no-python-api", "no-host-asm", "no-symbol-tricks", "allowed-namespaces",
 })
 
 

@@ -240,12 +240,7 @@ def load_entry(entry: CacheEntry, config: Config) -> LoadedKernel:
     # a cache (a seed cache, an imported archive) is code from elsewhere: nothing of it runs
     # unless it passes the rules a candidate passes
     check_entry(entry)
-    task_module = load_program(entry.task.source, f"kevin_task_{entry.digest}")
-    # importable by its name: Dynamo looks a module up there when it compiles the reference's
-    # forward for the sizes the kernel does not take (`LoadedKernel._otherwise`)
-    sys.modules.setdefault(task_module.__name__, task_module)
-    init_inputs = list(task_module.get_init_inputs())
-    device = entry.task.inputs[0].device if entry.task.inputs else "cpu"
+    task_module, init_inputs, device = _load_task(entry)
     # The kernel's load_inline goes through the judge's builder: its fast path, and a build
     # shared with the judge's when it built the same source.
     with answering_load_inline(_builder(config), _arch(device)):
@@ -257,6 +252,32 @@ def load_entry(entry: CacheEntry, config: Config) -> LoadedKernel:
     kernel = LoadedKernel(entry.digest, entry.key.inputs, model.forward, reference.forward, entry.kernel_source)
     _smoke_test(kernel, task_module)
     return kernel
+
+
+def _load_task(entry: CacheEntry) -> tuple[Any, list[Any], str]:
+    """The entry's task program as a module (checked by the caller), its init inputs, its device."""
+    task_module = load_program(entry.task.source, f"kevin_task_{entry.digest}")
+    # importable by its name: Dynamo looks a module up there when it compiles the reference's
+    # forward for the sizes the kernel does not take (`LoadedKernel._otherwise`)
+    sys.modules.setdefault(task_module.__name__, task_module)
+    device = entry.task.inputs[0].device if entry.task.inputs else "cpu"
+    return task_module, list(task_module.get_init_inputs()), device
+
+
+def _refused_kernel(entry: CacheEntry, reason: str) -> LoadedKernel:
+    """For compiled code that names a kernel whose program the rules refuse (a warm Inductor
+    cache, a cache changed since): the partition's reference alone, through Inductor's code, the
+    kernel program never executed. A task program the rules refuse is not run either."""
+    if check_task_program(entry.task.source):
+        raise RejectedProgram(reason)
+    task_module, init_inputs, device = _load_task(entry)
+    reference = task_module.Model(*init_inputs).to(device).eval()
+
+    def refused(*_: Any) -> Any:
+        raise RejectedProgram(reason)
+
+    return LoadedKernel(entry.digest, entry.key.inputs, refused, reference.forward, entry.kernel_source or "",
+                        disabled=reason)
 
 
 class RejectedProgram(ValueError):
@@ -362,7 +383,10 @@ def lookup(digest: str) -> LoadedKernel:
     for source in sources:
         entry = source.cache.get_digest(digest)
         if entry is not None and entry.kind is EntryKind.KERNEL:
-            kernel = load_entry(entry, source.config)
+            try:
+                kernel = load_entry(entry, source.config)
+            except RejectedProgram as exc:
+                kernel = _refused_kernel(entry, str(exc))
             counters.add("runtime_loads")
             register(kernel)
             return kernel
