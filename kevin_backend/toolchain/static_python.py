@@ -106,6 +106,8 @@ _LDFLAG = re.compile(r"^(?:|-lcuda|-lcudart|-lcublas|-lcublasLt)$")
 # Python builtins a top-level statement may call with inert arguments
 _INERT_CALLS = frozenset({"int", "float", "str", "tuple", "len", "min", "max", "range", "bool", "list", "dict", "dedent"})
 _STRING_METHODS = frozenset({"format", "replace", "join", "strip", "lstrip", "rstrip", "lower", "upper"})
+# Decorators a definition may call (with no arguments) when it runs
+_DECORATOR_CALLS = frozenset({"no_grad", "inference_mode", "enable_grad"})
 
 
 def _imported_names(tree: ast.Module) -> set[str]:
@@ -216,6 +218,10 @@ def rule_no_patching(c: Candidate) -> Iterator[RuleViolation]:
             yield RuleViolation("no-patching", where, "names a parameter self outside a method's first place")
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr in classes.get(node.value.id, ()):
             yield RuleViolation("no-patching", where, f"calls the method {dotted_name(node)} through its class")
+        elif (isinstance(node, ast.Call) and dotted_name(node.func) == "getattr" and len(node.args) >= 2
+              and isinstance(node.args[0], ast.Name) and isinstance(node.args[1], ast.Constant)
+              and node.args[1].value in classes.get(node.args[0].id, ())):
+            yield RuleViolation("no-patching", where, f"takes the method {node.args[1].value} through its class")
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) and dotted_name(node.value.func) == "type":
             yield RuleViolation("no-patching", where, f"reads .{node.attr} of type(...)")
 
@@ -275,13 +281,17 @@ def _definition_problems(node: ast.FunctionDef | ast.ClassDef) -> Iterator[str]:
     """What runs when a `def` or `class` statement runs: decorators, defaults, annotations,
     base classes, class keywords, the class body."""
     for d in node.decorator_list:
-        if not _inert(d) and not (isinstance(d, ast.Call) and _inert(d.func) and not d.args and not d.keywords):
+        called = isinstance(d, ast.Call) and dotted_name(d.func).split(".")[-1] in _DECORATOR_CALLS
+        if not _inert(d) and not (called and not d.args and not d.keywords):  # type: ignore[union-attr]
             yield f"decorator of {node.name} runs code"
     if isinstance(node, ast.FunctionDef):
         args = node.args
         for default in [*args.defaults, *args.kw_defaults]:
             if not _inert(default):
                 yield f"a default of {node.name} runs code"
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs, *(a for a in (args.vararg, args.kwarg) if a)]
+        if not all(_inert(a.annotation) for a in every) or not _inert(node.returns):
+            yield f"an annotation of {node.name} runs code"
         if node.name in FORBIDDEN_METHODS:
             yield f"defines {node.name}, which runs at moments the program does not call"
         return
@@ -314,7 +324,8 @@ def _inert_statement(stmt: ast.stmt) -> bool:
         return all(isinstance(t, (ast.Name, ast.Tuple)) for t in stmt.targets) and (
             _inert(stmt.value) or _is_load_inline(stmt.value))
     if isinstance(stmt, ast.AnnAssign):
-        return isinstance(stmt.target, ast.Name) and (_inert(stmt.value) or _is_load_inline(stmt.value))
+        return isinstance(stmt.target, ast.Name) and _inert(stmt.annotation) and (
+            _inert(stmt.value) or _is_load_inline(stmt.value))
     return False
 
 
