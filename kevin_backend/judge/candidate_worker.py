@@ -60,6 +60,7 @@ class _Worker:
         self.calls = 0
         self.stack = contextlib.ExitStack()
         self.launch: dict[str, Any] = {}
+        self.slot_values: dict[str, list[Any]] = {}
 
     # -- messages --------------------------------------------------------------------------
     def load(self, m: dict[str, Any]) -> dict[str, Any]:
@@ -150,7 +151,7 @@ class _Worker:
         from kevin_backend.measure.compare import output_list
 
         self.kept = []
-        calls = [wrap(inputs, self.arenas) for inputs in m["calls"]]
+        calls = [self._wrapped(inputs) for inputs in m["calls"]]
         audited = set(m.get("audit", ()))
         audit = Audit()
         kept: list[list[Any]] = []
@@ -171,6 +172,16 @@ class _Worker:
                 **self._notes()}
 
     # -- helpers ---------------------------------------------------------------------------
+    def _wrapped(self, descs: list[dict[str, Any]]) -> list[Any]:
+        """The values of a slot, wrapped once per layout and place (the timing's slots keep theirs
+        from round to round; only the values in them change)."""
+        key = repr(descs)
+        if key not in self.slot_values:
+            if len(self.slot_values) > 256:
+                self.slot_values.clear()
+            self.slot_values[key] = wrap(descs, self.arenas)
+        return self.slot_values[key]
+
     def _notes(self) -> dict[str, Any]:
         loaded = self.launch.get("loaded")
         notes: dict[str, Any] = {}

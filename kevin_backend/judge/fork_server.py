@@ -59,15 +59,33 @@ def _child(conversation: int, errors: int, control: socket.socket, device: str, 
     return serve(socket.socket(fileno=conversation), device, folder)
 
 
+def _warm() -> None:
+    """What every candidate's process needs, imported and first used once here, before any fork
+    (the dispatch audit's first use alone imports for about two seconds). No CUDA."""
+    import torch
+
+    import kevin_backend.cache.key  # noqa: F401
+    import kevin_backend.judge.candidate_worker  # noqa: F401
+    import kevin_backend.judge.shared_values  # noqa: F401
+    import kevin_backend.measure.compare  # noqa: F401
+    import kevin_backend.measure.inputs  # noqa: F401
+    import kevin_backend.measure.memory  # noqa: F401
+    import kevin_backend.runtime.op  # noqa: F401
+    import kevin_backend.toolchain.build  # noqa: F401
+    import kevin_backend.types  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    from kevin_backend.judge.audit import Audit
+
+    with torch.no_grad(), Audit():
+        torch.empty(4).fill_(1.0).view(2, 2)
+
+
 def main() -> int:
     control = socket.socket(fileno=int(sys.argv[1]))
     make_undumpable()
     import torch  # noqa: F401  (imported once, here, before any fork)
 
-    import kevin_backend.judge.candidate_worker  # noqa: F401
-    import kevin_backend.judge.audit  # noqa: F401
-    import kevin_backend.measure.compare  # noqa: F401
-    import kevin_backend.toolchain.build  # noqa: F401
+    _warm()
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     control.sendall(b"R")

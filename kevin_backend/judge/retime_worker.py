@@ -39,7 +39,7 @@ from kevin_backend.judge.attribution import CUDA_FAULTS, Verdict
 from kevin_backend.judge.candidate_process import Launcher, RemoteModel, shared_folder
 from kevin_backend.judge.decide import RETIME_CANDIDATE_PHASES
 from kevin_backend.judge.job import RetimeJob
-from kevin_backend.judge.timing_phase import fill, make_slots, same_bits, timed_batch
+from kevin_backend.judge.timing_phase import fill, make_slots, same_bits, slot_memory, timed_batch
 from kevin_backend.measure.inputs import make_input_set
 from kevin_backend.locks import gpu_hold
 from kevin_backend.types import load_program
@@ -122,7 +122,7 @@ def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
         phase("inputs")  # (shared: another worker's timing must not see it fill the GPU's memory)
         with gpu_hold(job.gpu_lock, shared=True):
             sample = make_input_set(task, job.seed, device)
-            slots = make_slots(sample, device, launcher.folder, lambda n: True)
+            slots = make_slots(sample, device, launcher.folder, lambda n: n <= slot_memory(device))
             kernel.share(slots.arena)
             reference.share(slots.arena)
         return _rounds(job, phase, device, task, kernel, reference, slots)

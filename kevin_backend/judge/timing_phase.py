@@ -38,7 +38,7 @@ from kevin_backend.measure.compare import compare_outputs
 from kevin_backend.measure.inputs import InputSet, fingerprint, make_input_set
 
 __all__ = ["IMPOSSIBLE_FACTOR", "MAX_SLOTS", "MIN_ROUNDS", "CandidateTimes", "Slots", "fill", "make_slots", "plan_slots",
-           "same_bits", "time_candidate", "timed_batch"]
+           "same_bits", "slot_memory", "time_candidate", "timed_batch"]
 
 MAX_SLOTS = 32
 MIN_ROUNDS = 5
@@ -79,6 +79,16 @@ def plan_slots(set_bytes: int, l2_bytes: int, memory_ok: Any) -> tuple[int, bool
     while count > 2 and not memory_ok(count * set_bytes):
         count -= 1
     return count, bool(l2_bytes) and count * set_bytes >= 2 * l2_bytes
+
+
+def slot_memory(device: torch.device) -> int:
+    """Memory the timing's slots may take beyond the judge's bound: enough calls per batch that
+    the message's round trip is a small share of each call's time, within an eighth of what the
+    device has free and 4 GiB."""
+    if device.type != "cuda":
+        return 0
+    free, _ = torch.cuda.mem_get_info(device)
+    return min(free // 8, 4 << 30)
 
 
 def make_slots(sample: InputSet, device: torch.device, folder: Any, memory_ok: Any) -> Slots:
@@ -170,7 +180,7 @@ def time_candidate(run: Run) -> CandidateTimes:
     with gpu_hold(job.gpu_lock, shared=True):
         run.phase("inputs")
         sample = make_input_set(run.task, job.seeds[0], run.device)
-        slots = make_slots(sample, run.device, run.model.folder, run.ledger.fits)
+        slots = make_slots(sample, run.device, run.model.folder, lambda n: run.ledger.fits(n) or n <= slot_memory(run.device))
         run.model.share(slots.arena)
     sides: list[tuple[str, Any, str]] = [("kernel", run.model, "model")]
     reference = None
