@@ -28,6 +28,7 @@ import contextlib
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -150,11 +151,13 @@ class _Worker:
         from kevin_backend.judge.audit import Audit
         from kevin_backend.measure.compare import output_list
 
+        marks = [("start", time.perf_counter())]  # where the time goes, for `profile` (information only)
         self.kept = []
         calls = [self._wrapped(inputs) for inputs in m["calls"]]
         audited = set(m.get("audit", ()))
         audit = Audit()
         kept: list[list[Any]] = []
+        marks.append(("wrap", time.perf_counter()))
         try:
             fn = self._entry(m.get("entry", "model"), calls[0])
             with torch.no_grad():
@@ -164,12 +167,18 @@ class _Worker:
                             kept.append(output_list(fn(*values)))
                     else:
                         kept.append(output_list(fn(*values)))
+            marks.append(("calls queued", time.perf_counter()))
             self._sync()
+            marks.append(("synchronised", time.perf_counter()))
         except Exception as exc:  # noqa: BLE001
             return _error("forward", exc)
         self.kept = kept
-        return {"ok": True, "outputs": [self._export(outputs) for outputs in kept], "computed": audit.computed,
-                **self._notes()}
+        outputs = [self._export(outputs) for outputs in kept]
+        marks.append(("outputs described", time.perf_counter()))
+        reply = {"ok": True, "outputs": outputs, "computed": audit.computed, **self._notes()}
+        if m.get("profile"):
+            reply["profile"] = {name: (t - marks[k][1]) * 1e3 for k, (name, t) in enumerate(marks[1:])}
+        return reply
 
     # -- helpers ---------------------------------------------------------------------------
     def _wrapped(self, descs: list[dict[str, Any]]) -> list[Any]:
