@@ -257,16 +257,16 @@ def test_the_candidate_and_the_references_are_timed_in_interleaved_rounds_on_fre
     assert out.inductor_ms is not None and out.inductor_ms > 0
 
 
-def test_slots_fill_twice_the_l2_cache_within_the_judges_memory() -> None:
-    """Enough slots that the timed calls read from memory (cold), at least two, at most MAX_SLOTS,
-    fewer when the judge's memory bound says so; never cold when the slots do not cover 2 x L2."""
+def test_slots_are_many_and_cold_where_memory_allows() -> None:
+    """MAX_SLOTS slots (a batch's fixed cost spread over many calls), fewer when the judge's memory
+    says so, at least two; cold (read from memory) only when they cover twice the L2 cache."""
     mb = 1 << 20
-    assert plan_slots(4 * mb, 50 * mb, lambda n: True) == (25, True)
-    assert plan_slots(64 * mb, 50 * mb, lambda n: True) == (2, True)
+    assert plan_slots(4 * mb, 50 * mb, lambda n: True) == (MAX_SLOTS, True)
     assert plan_slots(1 * mb, 50 * mb, lambda n: True) == (MAX_SLOTS, False)
+    assert plan_slots(64 * mb, 50 * mb, lambda n: n <= 256 * mb) == (4, True)
     assert plan_slots(4 * mb, 50 * mb, lambda n: n <= 40 * mb) == (10, False)
     assert plan_slots(4 * mb, 50 * mb, lambda n: False) == (2, False)
-    assert plan_slots(4 * mb, 0, lambda n: True) == (2, False)  # a CPU
+    assert plan_slots(4 * mb, 0, lambda n: True) == (2, False)  # a CPU: no cache to count, two slots
 
 
 def test_a_job_crosses_the_wire_as_one_json_line_and_comes_back_the_same() -> None:
