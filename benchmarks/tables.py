@@ -388,6 +388,17 @@ def gpu_tests(data: list[dict[str, Any]]) -> dict[str, str]:
     return {"groups": _table(["group", "files", "passed", "failed", "seconds"], rows)}
 
 
+def isolation_verdicts(data: list[dict[str, Any]]) -> dict[str, str]:
+    """The judge's GPU cases with each candidate in its own process: each run's verdict per case and,
+    for accepted ones, the per-call times of the candidate, Inductor and eager under one protocol."""
+    def ms(value: Any) -> str:
+        return "-" if value is None else f"{value:.4f}"
+
+    rows = [[d["case"], d["run"], d["verdict"], ms(d.get("kernel_ms")), ms(d.get("inductor_ms")), ms(d.get("eager_ms"))]
+            for d in data]
+    return {"cases": _table(["case", "run", "verdict", "kernel ms/call", "Inductor ms/call", "eager ms/call"], rows)}
+
+
 KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
     "builtin_roofline": builtin_roofline,
     "roofline_backend": roofline_backend,
@@ -400,6 +411,7 @@ KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
     "prewarm_budget": prewarm_budget,
     "inductor_forms": inductor_forms,
     "gpu_tests": gpu_tests,
+    "isolation_verdicts": isolation_verdicts,
 }
 
 
