@@ -111,10 +111,29 @@ def test_a_verdict_forged_from_the_judges_frames_is_not_read() -> None:
     assert out.reason == "MISMATCH", (out.reason, out.feedback)
 
 
-def test_a_candidate_that_kills_its_parent_leaves_the_next_candidate_judged() -> None:
+HONEST_BODY = NUMPY + "        return torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32))\n"
+
+
+@pytest.mark.parametrize("escape", [
+    "import os\n        if os.fork() == 0:\n            os._exit(0)\n",
+    "import subprocess\n        subprocess.run(['true'], check=True)\n",
+    "import os, signal\n        os.kill(os.getppid(), signal.SIGKILL)\n",
+    "import os, signal\n        os.kill(1, 0)\n",
+    "import ctypes, os\n        libc = ctypes.CDLL(None, use_errno=True)\n"
+    "        if libc.ptrace(16, os.getppid(), 0, 0) != 0:\n            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))\n",
+], ids=["fork", "start-a-program", "kill-the-parent", "signal-another-process", "ptrace-the-parent"])
+def test_the_kernel_refuses_a_candidates_escapes(escape: str) -> None:
+    """The candidate's process asks the kernel for a new process, a program, a signal to another
+    process or a trace of one: refused (seccomp, `syscall_filter.py`), whichever language asks.
+    Each candidate would be ACCEPTED if its escape worked (its output is honest)."""
+    out = run_in_sandbox(TASK, candidate("        " + escape + HONEST_BODY), FAST)
+    assert out.reason == "RUNTIME_ERROR" and "Operation not permitted" in out.feedback, (out.reason, out.feedback)
+
+
+def test_after_a_refused_escape_the_next_candidate_is_judged() -> None:
     body = "        import os, signal\n        os.kill(os.getppid(), signal.SIGKILL)\n" + WRONG
     with WorkerPool(size=1) as pool:
         first = pool.run(TASK, candidate(body), FAST)
         second = pool.run(TASK, HONEST, FAST)
-    assert first.reason in ("CRASH", "MISMATCH") and not first.reason == "ACCEPTED", (first.reason, first.feedback)
+    assert first.reason == "RUNTIME_ERROR", (first.reason, first.feedback)
     assert second.reason == "ACCEPTED", (second.reason, second.feedback)

@@ -62,6 +62,7 @@ class _Worker:
         self.stack = contextlib.ExitStack()
         self.launch: dict[str, Any] = {}
         self.slot_values: dict[str, list[Any]] = {}
+        self.filtered = False  # the syscall filter installed (`syscall_filter.py`)
 
     # -- messages --------------------------------------------------------------------------
     def load(self, m: dict[str, Any]) -> dict[str, Any]:
@@ -84,6 +85,10 @@ class _Worker:
         except Exception as exc:  # noqa: BLE001 - the task is the judge's: its failure
             return _error("task", exc)
         mode = m["mode"]
+        if mode != "reference":  # (the references' process compiles with Inductor: it starts compilers)
+            from kevin_backend.judge.syscall_filter import forbid_escapes
+
+            self.filtered = forbid_escapes()
         if mode == "reference":
             torch.manual_seed(int(m["seed"]))
             reference = task.Model(*init).to(self.device).eval()
