@@ -93,22 +93,25 @@ def test_output_cached_by_input_pointer_is_caught() -> None:
 
 
 def test_pointer_cache_with_a_spot_check_computes_every_timed_call() -> None:
-    # the audit's exploit of issue 33: cache by pointer, check one element; fresh values in every
-    # slot make the check fail each time, so the kernel computes: timed honestly, accepted
+    # the audit's exploit of issue 33: cache by pointer, check one element. Computing takes 10 ms
+    # here, a cache hit nothing; fresh values in every slot make the check fail each time, so every
+    # timed call computes: accepted at its honest time (before, the timed calls reused one set of
+    # buffers and values and it was timed at the cache's speed)
     source = candidate(
         "        key = (x.data_ptr(), w.data_ptr())\n"
         "        hit = self.seen.get(key)\n"
         "        if hit is not None and float(x[0, 0]) == hit[0]:\n"
-        "            self.hits += 1\n"
         "            return hit[1].clone()\n"
+        "        __import__('time').sleep(0.01)\n"
         "        a, b = x.numpy(), w.numpy()\n"
         "        out = torch.from_numpy((1.0 / (1.0 + np.exp(-a)) * b + 1.0).astype(np.float32))\n"
         "        self.seen[key] = (float(x[0, 0]), out)\n"
         "        return out.clone()\n",
-        init="        self.seen, self.hits = {}, 0\n",
+        init="        self.seen = {}\n",
     )
     out = judge(source)
     assert out.reason == "ACCEPTED", (out.reason, out.feedback)
+    assert out.kernel_ms is not None and out.kernel_ms >= 9.0, out.kernel_ms
 
 
 def test_crash_and_hang_are_verdicts_not_errors() -> None:
