@@ -71,19 +71,19 @@ def test_one_worker_judges_candidate_after_candidate(pool: WorkerPool) -> None:
     assert pool.started == 1 and pool.retired == []
 
 
-@pytest.mark.parametrize("bad, reason", [(CRASH, "CRASH"), (RAISES, "RUNTIME_ERROR"), (CORRUPT, "INPUT_MUTATED")])
-def test_a_worker_is_replaced_after_a_bad_candidate_and_the_next_verdict_is_unaffected(pool: WorkerPool, bad: str,
-                                                                                      reason: str | None) -> None:
+@pytest.mark.parametrize("bad, reason", [(CRASH, "CRASH"), (RAISES, "RUNTIME_ERROR"), (CORRUPT, "ACCEPTED")])
+def test_a_bad_candidate_leaves_the_judges_worker_in_order_and_the_next_verdict_unaffected(
+        pool: WorkerPool, bad: str, reason: str) -> None:
+    """The candidate runs in a process of its own: its crash, its exception or its writes into
+    whatever it finds in memory end with that process. The judge's worker, which keeps the
+    references, is not replaced; the corrupting candidate finds no reference to write into (it
+    lives in the judge's worker) and is judged on its own outputs, which are right."""
     assert pool.run(TASK, HONEST, FAST).reason == "ACCEPTED"
     out = pool.run(TASK, bad, FAST)
-    if reason is not None:
-        assert out.reason == reason, out.feedback
-    assert len(pool.retired) == 1, pool.retired
-    if bad is CORRUPT:  # the candidate itself looked right on the first set; the worker knew
-        assert "references changed" in pool.retired[0]
+    assert out.reason == reason, out.feedback
     again = pool.run(TASK, HONEST, FAST)
     assert again.reason == "ACCEPTED", again.feedback
-    assert pool.started == 2
+    assert pool.started == 1 and pool.retired == [], pool.retired
 
 
 def test_a_hang_is_killed_and_the_worker_replaced(pool: WorkerPool) -> None:
