@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kevin_backend.measure.memory import requested_bytes
 
 if TYPE_CHECKING:  # (the re-timing worker shares the CUDA fault signs without the judged run)
     from kevin_backend.judge.judged_run import Run
 
-__all__ = ["CUDA_FAULTS", "Verdict", "candidate_failure", "error", "judge_failure"]
+__all__ = ["CUDA_FAULTS", "Verdict", "error", "judge_failure"]
 
 # What a CUDA fault says: one the candidate left behind surfaces wherever the GPU is next touched.
 CUDA_FAULTS = ("illegal memory access", "misaligned address", "unspecified launch failure", "an illegal instruction",
@@ -46,17 +45,3 @@ def judge_failure(run: Run | None, what: str, exc: BaseException) -> dict[str, A
     if isinstance(exc, torch.OutOfMemoryError):
         return error("RESOURCE", "run", f"the judge could not get GPU memory while {what}: {text}")
     return error("INFRA", "run", f"the judge failed while {what}: {text}\n{traceback.format_exc(limit=4)}")
-
-
-def candidate_failure(run: Run, what: str, exc: BaseException) -> dict[str, Any]:
-    """An exception in the candidate's code: its failure, except an out-of-memory error while it
-    asked for no more than the judge's bound (then the GPU was short: RESOURCE)."""
-    text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, torch.OutOfMemoryError):
-        asked = requested_bytes(str(exc))
-        if run.ledger.candidate_within_bound(asked):
-            return error("RESOURCE", "run", f"the GPU had no memory for the candidate's {what}: {text}")
-        return error("OUT_OF_MEMORY", "run", f"{what} ran out of memory: {text}")
-    if any(f in text.lower() for f in CUDA_FAULTS):
-        return error("ILLEGAL_ADDRESS", "run", f"{what} raised {text}")
-    return error("RUNTIME_ERROR", "run", f"{what} raised {text}")

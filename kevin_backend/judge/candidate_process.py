@@ -33,14 +33,12 @@ from typing import Any, Sequence
 
 import torch
 
-from kevin_backend.judge.attribution import Verdict, error
+from kevin_backend.judge.attribution import CUDA_FAULTS, Verdict, error
 from kevin_backend.judge.shared_values import Arena, OutputReader, SharedValueError, arena_bytes, place
 from kevin_backend.judge.wire import WireClosed, WireError, WireGarbage, WireTimeout, receive, send
 
 __all__ = ["CandidateProcess", "Launcher", "RemoteModel", "shared_folder"]
 
-_FAULTS = ("illegal memory access", "misaligned address", "unspecified launch failure", "an illegal instruction",
-           "device-side assert")
 
 
 def shared_folder() -> Path:
@@ -211,7 +209,7 @@ class RemoteModel:
     def _died(self, what: str) -> dict[str, Any]:
         time.sleep(0.05)  # its last words on stderr
         err = self.process.stderr()
-        if any(f in err.lower() for f in _FAULTS):
+        if any(f in err.lower() for f in CUDA_FAULTS):
             return self._ended("ILLEGAL_ADDRESS", f"the process died in {what}: {err}")
         if "out of memory" in err.lower():
             return self._memory(f"the process died out of memory in {what}: {err}")
@@ -228,7 +226,7 @@ class RemoteModel:
             return error("NO_MODELNEW", "run", text)
         if where == "load":
             return error("RUNTIME_ERROR", "run", f"loading the candidate failed: {text}")
-        if e.get("fault") is True or any(f in text.lower() for f in _FAULTS):
+        if e.get("fault") is True or any(f in text.lower() for f in CUDA_FAULTS):
             return error("ILLEGAL_ADDRESS", "run", f"{what} raised {text}")
         if e.get("oom") is True or "out of memory" in text.lower():
             return self._memory(f"{what} raised {text}")

@@ -34,20 +34,19 @@ from typing import Any, Callable
 
 import torch
 
+from kevin_backend.judge.attribution import CUDA_FAULTS
 from kevin_backend.judge.shared_values import export_outputs, open_arena, wrap
 from kevin_backend.judge.wire import WireError, receive, send
 
 __all__ = ["serve"]
 
-_CUDA_FAULTS = ("illegal memory access", "misaligned address", "unspecified launch failure", "an illegal instruction",
-                "device-side assert")
 
 
 def _error(where: str, exc: BaseException) -> dict[str, Any]:
     text = f"{type(exc).__name__}: {exc}"
     return {"error": {"where": where, "type": type(exc).__name__, "text": text[:4000],
                       "oom": isinstance(exc, torch.OutOfMemoryError),
-                      "fault": any(f in text.lower() for f in _CUDA_FAULTS)}}
+                      "fault": any(f in text.lower() for f in CUDA_FAULTS)}}
 
 
 class _Worker:

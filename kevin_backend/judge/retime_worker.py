@@ -39,7 +39,7 @@ from kevin_backend.judge.attribution import CUDA_FAULTS, Verdict
 from kevin_backend.judge.candidate_process import Launcher, RemoteModel, shared_folder
 from kevin_backend.judge.decide import RETIME_CANDIDATE_PHASES
 from kevin_backend.judge.job import RetimeJob
-from kevin_backend.judge.timing_phase import fill, make_slots, same_bits, slot_memory, timed_batch
+from kevin_backend.judge.timing_phase import fill, make_slots, slot_memory, timed_batch, timed_output_wrong
 from kevin_backend.measure.inputs import make_input_set
 from kevin_backend.locks import gpu_hold
 from kevin_backend.types import load_program
@@ -172,21 +172,15 @@ def _rounds(job: RetimeJob, phase: _Phases, device: torch.device, task: Any, ker
 def _check(kernel: RemoteModel, reference: RemoteModel, replies: dict[str, dict[str, Any]], slots: Any) -> None:
     """One random call of the kernel's batch against Inductor's on the same inputs, and the
     kernel still in use (a kernel that raised inside the runtime is disabled: its reference ran)."""
-    from kevin_backend.judge.replay_check import mismatch_text, stale
-    from kevin_backend.measure.compare import compare_outputs
-
     disabled = replies["kernel"].get("disabled")
     if disabled:
         raise _Ended(_kernel_failure(f"the kernel raised in its re-timing and the runtime ran its reference: {disabled}"))
     j = secrets.randbelow(slots.count)
     got = kernel.read(replies["kernel"]["outputs"][j], "a timed call")
     want = reference.read(replies["inductor"]["outputs"][j], "Inductor's call")
-    bad = compare_outputs(got, want, None)
-    if bad is not None and stale(bad):
-        raise _Ended(_kernel_failure(f"timed call {j} returned a wrong output on fresh inputs ({mismatch_text(bad)})"))
-    again = kernel.read(replies["kernel"]["outputs"][j], "a timed call")
-    if not all(same_bits(a, b) for a, b in zip(got, again)):
-        raise _Ended(_kernel_failure(f"timed call {j}'s output changed after the batch reported it done"))
+    wrong = timed_output_wrong(kernel, replies["kernel"]["outputs"][j], got, want, None, j)
+    if wrong:
+        raise _Ended(_kernel_failure(wrong))
 
 
 def _sync(device: torch.device) -> None:

@@ -39,7 +39,7 @@ from kevin_backend.measure.compare import compare_outputs
 from kevin_backend.measure.inputs import InputSet, fingerprint, make_input_set
 
 __all__ = ["IMPOSSIBLE_FACTOR", "MAX_SLOTS", "MIN_ROUNDS", "CandidateTimes", "Slots", "fill", "make_slots", "plan_slots",
-           "same_bits", "slot_memory", "time_candidate", "timed_batch"]
+           "same_bits", "slot_memory", "time_candidate", "timed_batch", "timed_output_wrong"]
 
 MAX_SLOTS = 32
 MIN_ROUNDS = 5
@@ -145,7 +145,6 @@ def _check_round(run: Run, slots: Slots, reply: dict[str, Any], before: tuple[in
     if computed:
         raise Verdict(error("PYTORCH_COMPUTE", "run", "forward ran PyTorch compute ops: " + ", ".join(map(str, computed[:10]))))
     from kevin_backend.judge.reference_sets import run_eager, run_exact
-    from kevin_backend.judge.replay_check import mismatch_text, stale
 
     for j in chosen:
         run.phase("reference")
@@ -153,14 +152,25 @@ def _check_round(run: Run, slots: Slots, reply: dict[str, Any], before: tuple[in
         want = run_eager(run, inputs)
         exact = run_exact(run, inputs, run.state.exact_model if run.state is not None else [])
         run.phase("compare")
-        bad = compare_outputs(got[j], want, exact)
-        if bad is not None and stale(bad):
-            raise Verdict(error("REPLAYED_OUTPUT", "timing", f"timed call {j} of a batch returned a wrong output (its inputs "
-                                f"were fresh values): it does not compute every call ({mismatch_text(bad)})"))
-        again = run.model.read(outputs[j], "a timed call")
-        if not all(same_bits(a, b) for a, b in zip(got[j], again)):
-            raise Verdict(error("REPLAYED_OUTPUT", "timing", f"timed call {j}'s output changed after the batch reported it "
-                                "done: work was still running when the calls returned"))
+        wrong = timed_output_wrong(run.model, outputs[j], got[j], want, exact, j)
+        if wrong:
+            raise Verdict(error("REPLAYED_OUTPUT", "timing", wrong))
+
+
+def timed_output_wrong(remote: Any, desc: Any, got: list[Any], want: list[Any], exact: list[Any] | None,
+                       j: int) -> str:
+    """Why timed call `j`'s output (`got`, read at once after the reply) fails, or "": wrong
+    beyond rounding on its fresh inputs, or changed when read again (work still running)."""
+    from kevin_backend.judge.replay_check import mismatch_text, stale
+
+    bad = compare_outputs(got, want, exact)
+    if bad is not None and stale(bad):
+        return (f"timed call {j} of a batch returned a wrong output (its inputs were fresh values): it does not "
+                f"compute every call ({mismatch_text(bad)})")
+    again = remote.read(desc, "a timed call")
+    if not all(same_bits(a, b) for a, b in zip(got, again)):
+        return f"timed call {j}'s output changed after the batch reported it done: work was still running when the calls returned"
+    return ""
 
 
 def _choose(count: int, k: int) -> list[int]:

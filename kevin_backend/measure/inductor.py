@@ -87,11 +87,11 @@ def inductor_function(reference: torch.nn.Module, values: list[Any], backend: st
     graph's arguments that are the inputs are taken from each call; the rest (the parameters
     Dynamo lifted) stay as they were."""
     compiled, function, args = _compiled_parts(reference, values, backend)
-    if function is None or any(a is v for a in args for v in values if not isinstance(v, torch.Tensor)):
+    if function is None:
         def guarded(*new: Any) -> Any:
             return compiled(*new)
 
-        return guarded, args if function is None else GUARDED.format(graphs=1)
+        return guarded, args
     where = [next((k for k, v in enumerate(values) if a is v), None) for a in args]
 
     def direct(*new: Any) -> Any:

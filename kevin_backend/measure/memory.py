@@ -12,19 +12,19 @@ it takes memory in proportion to the task, not to the GPU:
 `MemoryLedger` measures the peak from the caching allocator's statistics and says whether a
 planned allocation fits both that bound and the memory the device has free. An out-of-memory
 error is the judge's (RESOURCE: not the candidate's failure, not a decision) when the judge was
-allocating, or when the candidate was asking for no more than the same bound; it is the
-candidate's (OUT_OF_MEMORY) when the candidate asked for more.
+allocating; a candidate's, in its own process, is its own (OUT_OF_MEMORY) unless the judge's
+reading of free memory after that process is gone says the GPU was short
+(`judge/candidate_process.py`).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 
-__all__ = ["MEMORY_FACTOR", "MemoryLedger", "MemoryReport", "poison", "requested_bytes"]
+__all__ = ["MEMORY_FACTOR", "MemoryLedger", "MemoryReport", "poison"]
 
 MEMORY_FACTOR = 3.0  # the judge's extra memory, at most this many times the task's inputs + outputs
 _POISON_SLACK = 64 << 20  # besides blocks of the outputs' sizes, this much of the allocator's free cache is poisoned
@@ -95,25 +95,9 @@ class MemoryLedger:
         within = self.held() + extra <= self.task_bytes + self.budget
         return within and extra <= 0.9 * self.available()
 
-    def candidate_within_bound(self, requested: int | None) -> bool:
-        """An out-of-memory error in the candidate's forward: True when what it held plus what it
-        asked for stays within the bound (then the GPU, not the candidate, was short)."""
-        if requested is None:
-            return True
-        return self.held() + requested <= self.task_bytes + self.budget
-
     def report(self) -> MemoryReport:
         self.observe()
         return MemoryReport(self.task_bytes, self.peak, self.peak - self.task_bytes, self.budget, self.exact, self.fixed)
-
-
-_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
-
-
-def requested_bytes(message: str) -> int | None:
-    """The size an out-of-memory error says was asked for ("Tried to allocate 2.00 GiB")."""
-    m = re.search(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)", message)
-    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
 
 
 def poison(device: torch.device, output_bytes: Sequence[int]) -> None:
