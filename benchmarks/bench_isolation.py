@@ -46,12 +46,17 @@ def main() -> int:
         first = [judge.judge(t.source, p) for t, p in programs[:: 4]]  # builds, references timed once per task
         rows["first pass (builds, references) s"] = time.perf_counter() - t0
         print("first pass", [r.reason.name for r in first], f"{rows['first pass (builds, references) s']:.1f} s", flush=True)
-        latencies, reasons = [], []
+        latencies, reasons, phases = [], [], []
         for t, p in programs:
             t0 = time.perf_counter()
             result = judge.judge(t.source, p)
             latencies.append(time.perf_counter() - t0)
             reasons.append(result.reason.name)
+            phases.append(result.phase_seconds or {})
+        names = sorted({name for p in phases for name in p}, key=lambda n: -statistics.median(p.get(n, 0.0) for p in phases))
+        rows["one at a time: median s per phase"] = {n: statistics.median(p.get(n, 0.0) for p in phases) for n in names}
+        print("median s per phase: " + ", ".join(f"{n} {v:.3f}" for n, v in rows["one at a time: median s per phase"].items()),
+              flush=True)
         rows["one at a time: median s"] = statistics.median(latencies)
         rows["one at a time: worst s"] = max(latencies)
         rows["one at a time: reasons"] = {r: reasons.count(r) for r in set(reasons)}

@@ -40,13 +40,19 @@ def main() -> int:
         judge = Judge(Path(tmp) / "builds", RunConfig(trials=20, warmup=2), workers=1)
         result = judge.judge(case.task, case.source)
         rows["verdict"] = result.reason.name
+        for _ in range(3):  # warm: where a judged candidate's time goes, phase by phase
+            again = judge.judge(case.task, case.source)
+            print("phases (s):", ", ".join(f"{k} {v:.3f}" for k, v in sorted((again.phase_seconds or {}).items(),
+                                                                              key=lambda kv: -kv[1])), flush=True)
+            rows.setdefault("phase_seconds", []).append(again.phase_seconds)
         judge.close()
         task = load_program(case.task, "kevin_task")
         launcher = Launcher(device, shared_folder())
         deadline = time.monotonic() + 600
         kernel = RemoteModel(launcher.take(), device, launcher.folder, deadline)
+        major, minor = torch.cuda.get_device_capability(device)
         kernel.load({"mode": "candidate", "candidate": case.source, "task": case.task, "seed": 11,
-                     "build_root": str(judge.builder.root), "arch": None, "numerics": {}})
+                     "build_root": str(judge.builder.root), "arch": f"{major}.{minor}", "numerics": {}})
         reference = RemoteModel(launcher.take(), device, launcher.folder, deadline, trusted=True)
         reference.load({"mode": "reference", "task": case.task, "seed": 11, "numerics": {}, "compile_backend": "inductor"})
         sample = make_input_set(task, 11, device)

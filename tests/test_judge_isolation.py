@@ -137,3 +137,34 @@ def test_after_a_refused_escape_the_next_candidate_is_judged() -> None:
         second = pool.run(TASK, HONEST, FAST)
     assert first.reason == "RUNTIME_ERROR", (first.reason, first.feedback)
     assert second.reason == "ACCEPTED", (second.reason, second.feedback)
+
+
+_WORKER_PID = ("import os\n        _ppid = os.getppid()\n"  # the fork server; its parent is the judge's worker
+               "        _worker = int([l.split()[1] for l in open(f'/proc/{_ppid}/status') if l.startswith('PPid:')][0])\n")
+
+
+@pytest.mark.parametrize("escape, abi", [
+    ("open(PATH, 'w').write('poison')\n", 1),
+    (_WORKER_PID + "        open(f'/proc/{_worker}/mem', 'rb').close()\n", 0),
+    (_WORKER_PID + "        open(f'/proc/{_worker}/mem', 'r+b').close()\n", 0),
+    ("import socket\n        socket.create_connection(('127.0.0.1', PORT), timeout=5).close()\n", 4),
+], ids=["write-a-file-of-the-judges", "read-the-judges-memory", "write-the-judges-memory", "connect-over-tcp"])
+def test_the_candidates_process_cannot_write_files_read_memory_or_connect(escape: str, abi: int, tmp_path) -> None:
+    """Files outside the shared folder (the build cache, the kernel cache, the judge's code), the
+    memory of the judge's processes (`/proc/<pid>/mem`, open to root through CAP_SYS_PTRACE) and
+    TCP (the model server) are out of the candidate's reach (`confine.py`: capabilities dropped,
+    Landlock). Each candidate would be ACCEPTED if its escape worked."""
+    import socket
+
+    from kevin_backend.judge.confine import landlock_abi
+
+    if landlock_abi() < max(abi, 1):
+        pytest.skip(f"this kernel's Landlock ABI is {landlock_abi()}, the case needs {max(abi, 1)}")
+    target = tmp_path / "cache-entry"
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        code = escape.replace("PATH", repr(str(target))).replace("PORT", str(server.getsockname()[1]))
+        out = run_in_sandbox(TASK, candidate("        " + code + HONEST_BODY), FAST)
+    assert out.reason == "RUNTIME_ERROR" and "Permission denied" in out.feedback, (out.reason, out.feedback)
+    assert not target.exists()

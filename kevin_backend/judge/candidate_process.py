@@ -252,8 +252,9 @@ class RemoteModel:
         return int(self.ledger.factor * self.ledger.task_bytes) + self.ledger.fixed + (1 << 30)
 
     # -- what the judge asks -----------------------------------------------------------------
-    def load(self, message: dict[str, Any]) -> None:
-        self.request({"op": "load", **message}, "loading the program")
+    def load(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The program loaded in the process; the reply says how the process is confined."""
+        return self.request({"op": "load", **message}, "loading the program")
 
     def share(self, arena: Arena) -> None:
         self.arenas.append(arena)

@@ -84,9 +84,12 @@ class _Worker:
         except Exception as exc:  # noqa: BLE001 - the task is the judge's: its failure
             return _error("task", exc)
         mode = m["mode"]
+        confinement = ""
         if mode != "reference":  # (the references' process compiles with Inductor: it starts compilers)
+            from kevin_backend.judge.confine import confine
             from kevin_backend.judge.syscall_filter import forbid_escapes
 
+            confinement = confine(writable=self.folder).describe()
             self.filtered = forbid_escapes()
         if mode == "reference":
             torch.manual_seed(int(m["seed"]))
@@ -109,7 +112,7 @@ class _Worker:
         if mode == "launch":
             torch.manual_seed(int(m["seed"]))
             self.launch = {"reference": task.Model(*init).to(self.device).eval(), "kernel": m["candidate"], "model": model}
-        return {"ok": True}
+        return {"ok": True, "confinement": confinement}
 
     def arena(self, m: dict[str, Any]) -> dict[str, Any]:
         desc = m["desc"]

@@ -274,6 +274,7 @@ class Judge:
             device=outcome.device or str(config.device or ""),
             exact=outcome.exact,
             roofline=roofline_of(outcome, timings),
+            phase_seconds=outcome.phase_seconds,
         )
 
 

@@ -137,6 +137,9 @@ class JudgeResult:
     # an accepted kernel against the GPU's copy bandwidth (`measure/roofline.py`); None when not
     # accepted, on a CPU, when the bandwidth could not be measured, or in records made before it
     roofline: Roofline | None = None
+    # where the sandboxed run's time went: wall-clock seconds per phase of the judge's worker
+    # (load, reference, candidate, timing-candidate, ...); None when no worker ran
+    phase_seconds: dict[str, float] | None = None
 
     @property
     def judge_side(self) -> bool:
@@ -175,6 +178,7 @@ class JudgeResult:
             "device": self.device,
             "exact": self.exact,
             "roofline": None if self.roofline is None else self.roofline.as_dict(),
+            "phase_seconds": self.phase_seconds,
         }
 
     @classmethod
@@ -194,4 +198,5 @@ class JudgeResult:
             device=str(data.get("device", "")),
             exact=str(data.get("exact", "")),
             roofline=Roofline.from_dict(data["roofline"]) if isinstance(data.get("roofline"), dict) else None,
+            phase_seconds=data.get("phase_seconds") if isinstance(data.get("phase_seconds"), dict) else None,
         )

@@ -92,8 +92,42 @@ def _close_launchers() -> None:
 def run(job: Job, announce: Callable[[str], None] = lambda phase: None,
         states: TaskStates | None = None) -> dict[str, Any]:
     """One job from setup to its outcome (the worker's answer: stage, reason, feedback, details,
-    the memory report and the device). The candidate runs in a process of its own, started for it
-    and killed after it (`candidate_process.py`); nothing of it runs here."""
+    the memory report, the device and the seconds spent in each phase). The candidate runs in a
+    process of its own, started for it and killed after it (`candidate_process.py`); nothing of it
+    runs here."""
+    clock = _PhaseClock(announce)
+    outcome = _run(job, clock, states)
+    outcome["phase_seconds"] = clock.seconds()
+    return outcome
+
+
+class _PhaseClock:
+    """Announces each phase and keeps the wall-clock seconds spent in each (where a judged run's
+    time goes: `JudgeResult.phase_seconds`)."""
+
+    def __init__(self, announce: Callable[[str], None]) -> None:
+        self.announce = announce
+        self.spent: dict[str, float] = {}
+        self.current = ""
+        self.since = time.perf_counter()
+
+    def __call__(self, phase: str) -> None:
+        self._stop()
+        self.current = phase
+        self.announce(phase)
+
+    def _stop(self) -> None:
+        now = time.perf_counter()
+        if self.current:
+            self.spent[self.current] = self.spent.get(self.current, 0.0) + now - self.since
+        self.since = now
+
+    def seconds(self) -> dict[str, float]:
+        self._stop()
+        return {name: round(value, 4) for name, value in self.spent.items()}
+
+
+def _run(job: Job, announce: Callable[[str], None], states: TaskStates | None) -> dict[str, Any]:
     announce("setup")
     device = device_of(job)
     if job.numerics:
@@ -118,11 +152,13 @@ def run(job: Job, announce: Callable[[str], None] = lambda phase: None,
                 start_reference=start_reference)
     try:
         try:
-            remote.load({"mode": "candidate", "candidate": job.candidate, "task": job.task, "seed": job.seeds[0],
-                         "build_root": job.build_root, "arch": job.arch, "numerics": dict(job.numerics)})
+            loaded = remote.load({"mode": "candidate", "candidate": job.candidate, "task": job.task, "seed": job.seeds[0],
+                                  "build_root": job.build_root, "arch": job.arch, "numerics": dict(job.numerics)})
         except Verdict as v:
             return {**v.outcome, "device": str(device)}
         ledger.task_bytes = 0
+        if loaded.get("confinement"):
+            ledger.notes.append(f"the candidate's process: {loaded['confinement']}")
         ledger.start()
         try:
             outcome = _judge(state)

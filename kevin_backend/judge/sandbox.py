@@ -61,6 +61,7 @@ class RunOutcome:
     # an accepted candidate's bytes, FLOPs and the GPU's copy bandwidth (`measure/roofline.py`); None
     # when the worker had no copy bandwidth (a CPU, a failed measurement) or judged no kernel
     roofline: dict[str, Any] | None = None
+    phase_seconds: dict[str, float] | None = None  # the worker's wall-clock seconds per phase
 
 
 _SIGNS = (
@@ -171,6 +172,7 @@ def outcome_of(verdict: dict[str, Any] | None, phase: str, err: str, timed_out: 
         exact=str((verdict.get("memory") or {}).get("exact", "")),
         phase=phase,
         roofline=verdict.get("roofline") if isinstance(verdict.get("roofline"), dict) else None,
+        phase_seconds=verdict.get("phase_seconds") if isinstance(verdict.get("phase_seconds"), dict) else None,
     )
 
 
