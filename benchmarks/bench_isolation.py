@@ -19,12 +19,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.generate.builtin.program import write_program
 from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.generate.builtin.variants import VARIANTS_POINTWISE, VARIANTS_ROWS
 from kevin_backend.judge.judge import Judge
 from kevin_backend.judge.sandbox import RunConfig
+from kevin_backend.toolchain.build import BuildSpec
+from kevin_backend.toolchain.candidate import Candidate
 
 
 def main() -> int:
@@ -43,7 +47,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         judge = Judge(Path(tmp) / "builds", RunConfig(trials=100, warmup=5), workers=args.workers)
         t0 = time.perf_counter()
-        first = [judge.judge(t.source, p) for t, p in programs[:: 4]]  # builds, references timed once per task
+        major, minor = torch.cuda.get_device_capability()
+        specs = [BuildSpec.of(ext, f"{major}.{minor}") for _, p in programs for ext in Candidate.parse(p).extensions]
+        built = judge.builder.build_many(specs)  # every program built first: a warm evaluation builds nothing
+        rows["builds"] = {"count": len(specs), "failed": sum(not b.ok for b in built), "s": time.perf_counter() - t0}
+        first = [judge.judge(t.source, p) for t, p in programs[:: 4]]  # the references timed once per task
         rows["first pass (builds, references) s"] = time.perf_counter() - t0
         print("first pass", [r.reason.name for r in first], f"{rows['first pass (builds, references) s']:.1f} s", flush=True)
         latencies, reasons, phases = [], [], []
@@ -52,7 +60,8 @@ def main() -> int:
             result = judge.judge(t.source, p)
             latencies.append(time.perf_counter() - t0)
             reasons.append(result.reason.name)
-            phases.append(result.phase_seconds or {})
+            phases.append({**(result.phase_seconds or {}),
+                           "outside the worker's phases": latencies[-1] - sum((result.phase_seconds or {}).values())})
         names = sorted({name for p in phases for name in p}, key=lambda n: -statistics.median(p.get(n, 0.0) for p in phases))
         rows["one at a time: median s per phase"] = {n: statistics.median(p.get(n, 0.0) for p in phases) for n in names}
         print("median s per phase: " + ", ".join(f"{n} {v:.3f}" for n, v in rows["one at a time: median s per phase"].items()),

@@ -195,7 +195,7 @@ import fcntl
 def lock_state(path):
     """'alone' (an exclusive holder), 'shared' (shared holders only) or 'free', as another
     worker would find the GPU lock now."""
-    with open(path, "a") as f:
+    with open(path, "rb") as f:  # (read-only: the candidate's process writes no files)
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.flock(f, fcntl.LOCK_UN)
@@ -211,8 +211,11 @@ def lock_state(path):
 
 
 def note(who):
-    with open(RECORD, "a") as f:
-        f.write(who + " " + lock_state(LOCK) + "\\n")
+    """Tells the test, over its datagram socket, who ran and how the lock was held."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.sendto((who + " " + lock_state(LOCK)).encode(), RECORD)
 '''
 
 
@@ -225,7 +228,26 @@ def test_every_run_of_the_candidate_and_the_reference_holds_the_gpu_lock(tmp_pat
 
     from kevin_backend.judge.sandbox import job_of, run_worker_process
 
-    lock, record = tmp_path / "gpu0.lock", tmp_path / "record.txt"
+    import socket
+
+    lock, record = tmp_path / "gpu0.lock", tmp_path / "record.sock"
+    import threading
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(record))
+    listener.settimeout(0.5)
+    seen: list[list[str]] = []
+    done = threading.Event()
+
+    def drain() -> None:  # (a full queue would block the sender)
+        while not done.is_set():
+            try:
+                seen.append(listener.recv(256).decode().split())
+            except TimeoutError:
+                pass
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
     prelude = f"LOCK = {str(lock)!r}\nRECORD = {str(record)!r}\n" + PROBE
     task = TASK.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + prelude, 1).replace(
         "    def forward(self, x, w):\n",
@@ -237,7 +259,15 @@ def test_every_run_of_the_candidate_and_the_reference_holds_the_gpu_lock(tmp_pat
     job = dataclasses.replace(job_of(task, source, config), compile_backend="eager")
     end = run_worker_process("kevin_backend.judge.run_worker", job, 120)
     assert end.verdict is not None and end.verdict["reason"] == "ACCEPTED", (end.verdict, end.err[-3000:])
-    seen = [line.split() for line in record.read_text().splitlines()]
+    done.set()
+    reader.join()
+    listener.setblocking(False)
+    while True:  # what is still queued
+        try:
+            seen.append(listener.recv(256).decode().split())
+        except BlockingIOError:
+            break
+    listener.close()
     assert ["reference", "free"] not in seen and ["candidate", "free"] not in seen, seen
     candidate_states = [state for who, state in seen if who == "candidate"]
     # correctness (shared), then every timed batch alone: (warm-up + MIN_ROUNDS) rounds of 2 slots on a CPU

@@ -5,7 +5,7 @@ in any other phase is the judge's own (INFRA, or RESOURCE when memory ran out) a
 verdict on the candidate.
 
     setup, load*, init*, inputs, reference, exact, poison, candidate*, compare,
-    inductor, timing-candidate*, timing-reference, roofline, replay*, compare, roofline
+    inductor, fingerprint, timing-candidate*, timed-read, timing-reference, roofline, replay*, compare, roofline
     (* the candidate's)
 """
 

@@ -131,6 +131,12 @@ def timed_batch(device: torch.device, remote: Any, slots: Slots, entry: str, aud
     return ms, reply
 
 
+def _slot_memory(slots: Slots) -> list[torch.Tensor]:
+    """Every slot's bytes as one region (its padding too: a write there is a write out of bounds),
+    hashed in one pass."""
+    return [slots.arena.tensor[:slots.count * slots.stride].view(torch.int64)]
+
+
 def _check_round(run: Run, slots: Slots, reply: dict[str, Any], before: tuple[int, ...]) -> None:
     """Two random calls' outputs (one of them not the audited call) read at once and compared with
     the reference, read again after; the inputs unchanged; the audited call computed nothing."""
@@ -138,8 +144,10 @@ def _check_round(run: Run, slots: Slots, reply: dict[str, Any], before: tuple[in
     if not isinstance(outputs, list) or len(outputs) != slots.count:
         raise Verdict(error("RUNTIME_ERROR", "timing", "the timed calls did not report one output per call"))
     chosen = _choose(slots.count, CHECKED_CALLS)
+    run.phase("timed-read")
     got = {j: run.model.read(outputs[j], "a timed call") for j in chosen}
-    if fingerprint([v for views in slots.views for v in views]) != before:
+    run.phase("fingerprint")
+    if fingerprint(_slot_memory(slots)) != before:
         raise Verdict(error("INPUT_MUTATED", "timing", "a timed call changed its inputs"))
     computed = reply.get("computed") or []
     if computed:
@@ -214,7 +222,8 @@ def time_candidate(run: Run) -> CandidateTimes:
             for index in range(rounds + 1):  # round 0 warms up (and compiles Inductor in its process)
                 run.phase("inputs")
                 fill(run.task, job.seeds[0], run.device, slots, index)
-                before = fingerprint([v for views in slots.views for v in views])
+                run.phase("fingerprint")
+                before = fingerprint(_slot_memory(slots))
                 order = sides[index % len(sides):] + sides[:index % len(sides)]
                 for name, remote, entry in order:
                     run.phase("timing-candidate" if name == "kernel" else "timing-reference")

@@ -111,23 +111,29 @@ def work_chunk(elements: int) -> int:
 
 def fingerprint(values: Sequence[Any]) -> tuple[int, ...]:
     """One 64-bit hash per tensor of the bits of the memory it spans, in chunks (no copy of the
-    inputs is kept to see whether a candidate changed them)."""
-    out = []
+    inputs is kept to see whether a candidate changed them). The hashes are kept on the tensors'
+    device until the end: one synchronisation per call, however many tensors and chunks."""
+    out: list[Any] = []
     for v in values:
         if not isinstance(v, torch.Tensor):
             out.append(hash(repr(v)) & 0xFFFFFFFFFFFFFFFF)
             continue
         region = _region(v.detach())
         bits = _as_int(region)
-        total = 0
+        mixed = torch.zeros((), dtype=torch.int64, device=bits.device)
+        folded = torch.zeros((), dtype=torch.int64, device=bits.device)
         chunk = work_chunk(bits.numel())
         for start in range(0, bits.numel(), chunk):
             part = bits[start:start + chunk].to(torch.int64)
             weights = torch.arange(start, start + part.numel(), device=part.device, dtype=torch.int64)
-            weights = weights * _MIX_SIGNED + 1
-            total = (total * 1_000_003 + int((part * weights).sum().item())) & 0xFFFFFFFFFFFFFFFF
-            total ^= int((part ^ (weights >> 7)).sum().item()) & 0xFFFFFFFFFFFFFFFF
-        out.append(total)
+            weights = weights * _MIX_SIGNED + 1  # (int64 arithmetic wraps: a hash modulo 2^64)
+            mixed = mixed * 1_000_003 + (part * weights).sum()
+            folded = folded ^ (part ^ (weights >> 7)).sum()
+        out.append(torch.stack([mixed, folded]))
+    for k, h in enumerate(out):
+        if isinstance(h, torch.Tensor):  # (the first read waits for all the work queued above)
+            m, f = h.tolist()
+            out[k] = ((m & 0xFFFFFFFFFFFFFFFF) * 0x100000001B3 ^ (f & 0xFFFFFFFFFFFFFFFF)) & 0xFFFFFFFFFFFFFFFF
     return tuple(out)
 
 
