@@ -399,6 +399,19 @@ def isolation_verdicts(data: list[dict[str, Any]]) -> dict[str, str]:
     return {"cases": _table(["case", "run", "verdict", "kernel ms/call", "Inductor ms/call", "eager ms/call"], rows)}
 
 
+def isolation_speed(data: list[dict[str, Any]]) -> dict[str, str]:
+    """Runs of `bench_isolation.py`: per run, the warm evaluation's median and worst seconds one at a
+    time and the candidates per minute with several workers; then each run's median seconds per
+    phase of the judge's worker (and outside it), largest first in the last run."""
+    runs = [[d["run"], str(d["candidates"]), f"{d['one at a time: median s']:.3f}", f"{d['one at a time: worst s']:.3f}",
+             f"{d['all at once: candidates per minute']:.1f} ({d['workers']} workers)"] for d in data]
+    last = data[-1]["one at a time: median s per phase"]
+    names = sorted({n for d in data for n in d["one at a time: median s per phase"]}, key=lambda n: (-last.get(n, 0.0), n))
+    phases = [[n] + [f"{d['one at a time: median s per phase'].get(n, 0.0):.3f}" for d in data] for n in names]
+    return {"runs": _table(["run", "candidates", "median s", "worst s", "candidates per minute"], runs),
+            "phases": _table(["phase"] + [d["run"].split(":")[0] for d in data], phases)}
+
+
 KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
     "builtin_roofline": builtin_roofline,
     "roofline_backend": roofline_backend,
@@ -412,6 +425,7 @@ KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
     "inductor_forms": inductor_forms,
     "gpu_tests": gpu_tests,
     "isolation_verdicts": isolation_verdicts,
+    "isolation_speed": isolation_speed,
 }
 
 

@@ -342,11 +342,15 @@ def cpu_config(**changes: object) -> RetimeConfig:
 
 
 def test_the_worker_times_the_kernel_through_the_runtime_interleaved_under_the_lock(tmp_path: Path) -> None:
+    from datagram_probe import Messages
+
     lock = tmp_path / "gpu0.lock"
-    # the stand-in notes, on each call, whether a correctness run could take the GPU lock now
-    probe = tmp_path / "probe.txt"
+    lock.touch()
+    # the stand-in tells the test, on each call, whether a correctness run could take the GPU lock
+    # now (over a datagram socket: the kernel's process writes no files)
+    probe = tmp_path / "probe.sock"
     source = stand_in(
-        "f = open(LOCK)\n"
+        "f = open(LOCK, 'rb')\n"
         "try:\n"
         "    fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
         "    held = 'free'\n"
@@ -354,16 +358,18 @@ def test_the_worker_times_the_kernel_through_the_runtime_interleaved_under_the_l
         "except BlockingIOError:\n"
         "    held = 'held'\n"
         "f.close()\n"
-        "open(PROBE, 'a').write(held + '\\n')\n"
+        "with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:\n"
+        "    s.sendto(held.encode(), PROBE)\n"
         "caller = sys._getframe(1).f_code.co_filename\n"
         "assert '/kevin_backend/runtime/' in caller, caller\n"
         "return torch.relu(x) * y",
-        prelude=f"import fcntl\nLOCK = {str(lock)!r}\nPROBE = {str(probe)!r}\nopen(LOCK, 'a').close()")
-    token = "t0ken"
-    job = {"token": token, "task": TASK_SOURCE, "kernel": source, "rounds": 5, "trials": 3, "warmup": 1, "seed": 11,
-           "device": "cpu", "build_root": None, "arch": None, "gpu_lock": str(lock), "compile_backend": "eager"}
-    done = subprocess.run([sys.executable, "-m", "kevin_backend.judge.retime_worker"], input=json.dumps(job),
-                          capture_output=True, text=True, timeout=120)
+        prelude=f"import fcntl\nimport socket\nLOCK = {str(lock)!r}\nPROBE = {str(probe)!r}")
+    with Messages(probe) as messages:
+        token = "t0ken"
+        job = {"token": token, "task": TASK_SOURCE, "kernel": source, "rounds": 5, "trials": 3, "warmup": 1, "seed": 11,
+               "device": "cpu", "build_root": None, "arch": None, "gpu_lock": str(lock), "compile_backend": "eager"}
+        done = subprocess.run([sys.executable, "-m", "kevin_backend.judge.retime_worker"], input=json.dumps(job),
+                              capture_output=True, text=True, timeout=120)
     lines = [line.removeprefix(token + " ") for line in done.stdout.splitlines() if line.startswith(token + " ")]
     phases = [line.removeprefix("phase ") for line in lines if line.startswith("phase ")]
     verdict = json.loads(lines[-1])
@@ -373,7 +379,7 @@ def test_the_worker_times_the_kernel_through_the_runtime_interleaved_under_the_l
     round_phases = [["inputs", "retime-kernel", "retime-inductor", "check"],
                     ["inputs", "retime-inductor", "retime-kernel", "check"]]
     assert held_phases == [p for index in range(6) for p in round_phases[index % 2]]  # a warm-up round, then 5
-    calls = probe.read_text().split()
+    calls = messages.received
     # every call of the kernel (a warm-up round and 5 timed rounds of 2 slots on a CPU) ran in
     # the kernel's own process with the GPU lock held exclusively
     assert calls == ["held"] * 12

@@ -1,7 +1,9 @@
-"""The judge's worker pool on a GPU: a worker that ran a candidate with an illegal address, an
-out-of-bounds write, or a write into the reference the worker keeps is replaced, and the next
-candidate's verdict is unaffected. Runs go straight to the pool (the static rules, which would
-refuse the `gc` lookup below, are not what is tested here)."""
+"""The judge's worker pool on a GPU: a candidate with an illegal address, an out-of-bounds write,
+or a search for the reference the worker keeps (to write into it) does its damage in its own
+process only: the worker stays (no candidate's verdict retires it), the references it keeps are
+intact, and the next candidate's verdict is unaffected. Runs go straight to the pool (the static
+rules, which would refuse the `gc` lookup below, are not what is tested here); the extension is
+built first, as the judge builds it (a candidate's process cannot start a compiler)."""
 
 from __future__ import annotations
 
@@ -100,14 +102,20 @@ INTO_REFERENCE = _candidate(
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> RunConfig:
+    from kevin_backend.toolchain.build import Builder, BuildSpec
+    from kevin_backend.toolchain.candidate import Candidate
+
     major, minor = torch.cuda.get_device_capability()
-    root = Path(tmp_path_factory.mktemp("builds"))
-    return RunConfig(seeds=(11, 12, 13), trials=10, warmup=2, timeout=240, inductor=False, build_root=str(root),
-                     arch=f"{major}.{minor}")
+    arch = f"{major}.{minor}"
+    builder = Builder(Path(tmp_path_factory.mktemp("builds")))
+    for result in builder.build_many([BuildSpec.of(ext, arch) for ext in Candidate.parse(HONEST).extensions]):
+        assert result.ok, result.error
+    return RunConfig(seeds=(11, 12, 13), trials=10, warmup=2, timeout=240, inductor=False, build_root=str(builder.root),
+                     arch=arch)
 
 
 @pytest.mark.parametrize("bad", ["ILLEGAL", "OUT_OF_BOUNDS", "INTO_REFERENCE"])
-def test_a_worker_is_replaced_after_a_corrupting_candidate_and_the_next_verdict_stands(config: RunConfig, bad: str) -> None:
+def test_a_corrupting_candidate_leaves_the_worker_and_the_next_verdict_stands(config: RunConfig, bad: str) -> None:
     source = {"ILLEGAL": ILLEGAL, "OUT_OF_BOUNDS": OUT_OF_BOUNDS, "INTO_REFERENCE": INTO_REFERENCE}[bad]
     with WorkerPool(size=1) as pool:
         first = pool.run(TASK, HONEST, config)
@@ -115,15 +123,12 @@ def test_a_worker_is_replaced_after_a_corrupting_candidate_and_the_next_verdict_
         out = pool.run(TASK, source, config)
         print(bad, out.reason, out.feedback[:200], pool.retired)
         if bad == "ILLEGAL":
-            assert out.reason == "ILLEGAL_ADDRESS"
-        if bad == "INTO_REFERENCE":
-            assert out.reason == "INPUT_MUTATED", out.feedback
-        # replaced unless the candidate was accepted with nothing the worker keeps touched
-        assert pool.retired or out.reason == "ACCEPTED"
-        retired = len(pool.retired)
+            assert out.reason == "ILLEGAL_ADDRESS", out.feedback
+        if bad == "INTO_REFERENCE":  # its process holds no reference: there is nothing to write into
+            assert out.reason == "ACCEPTED", out.feedback
         again = pool.run(TASK, HONEST, config)
         assert again.reason == "ACCEPTED", again.feedback
-        assert pool.started == 1 + retired
+        assert pool.started == 1 and pool.retired == [], (pool.started, pool.retired)
 
 
 def test_one_worker_serves_many_candidates_and_keeps_its_references(config: RunConfig) -> None:

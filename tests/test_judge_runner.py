@@ -228,26 +228,9 @@ def test_every_run_of_the_candidate_and_the_reference_holds_the_gpu_lock(tmp_pat
 
     from kevin_backend.judge.sandbox import job_of, run_worker_process
 
-    import socket
+    from datagram_probe import Messages
 
     lock, record = tmp_path / "gpu0.lock", tmp_path / "record.sock"
-    import threading
-
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    listener.bind(str(record))
-    listener.settimeout(0.5)
-    seen: list[list[str]] = []
-    done = threading.Event()
-
-    def drain() -> None:  # (a full queue would block the sender)
-        while not done.is_set():
-            try:
-                seen.append(listener.recv(256).decode().split())
-            except TimeoutError:
-                pass
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
     prelude = f"LOCK = {str(lock)!r}\nRECORD = {str(record)!r}\n" + PROBE
     task = TASK.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + prelude, 1).replace(
         "    def forward(self, x, w):\n",
@@ -257,17 +240,10 @@ def test_every_run_of_the_candidate_and_the_reference_holds_the_gpu_lock(tmp_pat
     source = source.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + prelude, 1)
     config = RunConfig(seeds=(1, 2), trials=3, warmup=1, timeout=120, gpu_lock=str(lock))
     job = dataclasses.replace(job_of(task, source, config), compile_backend="eager")
-    end = run_worker_process("kevin_backend.judge.run_worker", job, 120)
+    with Messages(record) as messages:
+        end = run_worker_process("kevin_backend.judge.run_worker", job, 120)
     assert end.verdict is not None and end.verdict["reason"] == "ACCEPTED", (end.verdict, end.err[-3000:])
-    done.set()
-    reader.join()
-    listener.setblocking(False)
-    while True:  # what is still queued
-        try:
-            seen.append(listener.recv(256).decode().split())
-        except BlockingIOError:
-            break
-    listener.close()
+    seen = [message.split() for message in messages.received]
     assert ["reference", "free"] not in seen and ["candidate", "free"] not in seen, seen
     candidate_states = [state for who, state in seen if who == "candidate"]
     # correctness (shared), then every timed batch alone: (warm-up + MIN_ROUNDS) rounds of 2 slots on a CPU

@@ -161,54 +161,65 @@ def _float_mismatch(i: int, g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | 
     scale, eager_q = _statistics(w, e)
     check.stats = {"scale": scale, "eager_error_q99": eager_q}
     rho = bound.rho if e is not None else FALLBACK_RTOL.get(dtype, 1e-4)
-    count = 0
-    nonfinite = 0
-    first: Mismatch | None = None
-    max_abs = max_rel = worst = 0.0
-    for index in _blocks(w.shape, _limit(w.numel())):
-        gc, wc = g[index].double(), w[index].double()
-        ec = e[index].double() if e is not None else wc
-        # where the exact run is not finite but eager is, eager is the reference
-        ref = torch.where(torch.isfinite(ec) | ~torch.isfinite(wc), ec, wc)
-        err = (gc - ref).abs()
-        allowed = rho * (ref.abs() + scale)
-        if e is not None:
-            eager_part = bound.k * ((wc - ref).abs().nan_to_num(0.0, 0.0, 0.0) + eager_q)
-            allowed = allowed + torch.minimum(eager_part, bound.cap * (ref.abs() + scale))
-        finite_ref = torch.isfinite(ref)
-        # non-finite references: the same value (NaN where NaN, the same infinity); where eager
-        # overflowed or made NaN and exact did not, eager's value is accepted too
-        same_ref = (gc == ref) | (torch.isnan(gc) & torch.isnan(ref))
-        same_eager = (gc == wc) | (torch.isnan(gc) & torch.isnan(wc))
-        bad = ~((finite_ref & (err <= allowed)) | (~finite_ref & same_ref) | (~torch.isfinite(wc) & same_eager))
-        n = int(bad.sum())
+    # the totals stay on the device until every block is queued: one synchronisation per output
+    zero = torch.zeros((), dtype=torch.float64, device=w.device)
+    count, nonfinite, max_abs, max_rel, worst = zero, zero, zero, zero, zero
+    blocks = list(_blocks(w.shape, _limit(w.numel())))
+    for index in blocks:
+        gc, wc, ref, err, allowed, finite_ref, bad = _judged_block(g, w, e, index, rho, scale, eager_q, bound)
+        count = count + bad.sum()
+        nonfinite = nonfinite + (bad & ~torch.isfinite(gc) & finite_ref).sum()
         finite_err = torch.where(finite_ref & torch.isfinite(err), err, torch.zeros_like(err))
         if finite_err.numel():
-            max_abs = max(max_abs, float(finite_err.max()))
-            max_rel = max(max_rel, float((finite_err / ref.abs().clamp_min(1e-30)).max()))
+            max_abs = torch.maximum(max_abs, finite_err.max())
+            max_rel = torch.maximum(max_rel, (finite_err / ref.abs().clamp_min(1e-30)).max())
             ratio = torch.where(finite_ref, err / allowed.clamp_min(1e-300), torch.zeros_like(err)).nan_to_num(math.inf)
-            worst = max(worst, float(ratio.max()))
-        if n:
-            nonfinite += int((bad & ~torch.isfinite(gc) & finite_ref).sum())
-            if first is None:
-                local = tuple(int(x) for x in bad.nonzero()[0].tolist())
-                at = _global_index(index, local)
-                first = Mismatch(
-                    i, "MISMATCH", 0, w.numel(), at, float(ref[local]), float(gc[local]), float(allowed[local]),
-                    eager_error=float((wc[local] - ref[local]).abs()) if e is not None else math.nan)
-            count += n
-    check.worst_ratio = worst
-    if first is None:
+            worst = torch.maximum(worst, ratio.max())
+    n, n_nonfinite, max_abs_v, max_rel_v, worst_v = torch.stack([count, nonfinite, max_abs, max_rel, worst]).tolist()
+    check.worst_ratio = worst_v
+    if not n:
         return None
-    reason = "NAN_INF" if nonfinite else "MISMATCH"
-    return Mismatch(i, reason, count, w.numel(), first.first_bad_index, first.expected, first.got, first.allowed,
-                    max_abs, max_rel, worst, first.eager_error)
+    first = None
+    for index in blocks:  # the first bad element, block by block (only for a failed comparison)
+        gc, wc, ref, err, allowed, finite_ref, bad = _judged_block(g, w, e, index, rho, scale, eager_q, bound)
+        if bool(bad.any()):
+            local = tuple(int(x) for x in bad.nonzero()[0].tolist())
+            first = Mismatch(
+                i, "MISMATCH", 0, w.numel(), _global_index(index, local), float(ref[local]), float(gc[local]),
+                float(allowed[local]), eager_error=float((wc[local] - ref[local]).abs()) if e is not None else math.nan)
+            break
+    assert first is not None
+    reason = "NAN_INF" if n_nonfinite else "MISMATCH"
+    return Mismatch(i, reason, int(n), w.numel(), first.first_bad_index, first.expected, first.got, first.allowed,
+                    max_abs_v, max_rel_v, worst_v, first.eager_error)
+
+
+def _judged_block(g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, index: tuple[slice, ...], rho: float,
+                  scale: float, eager_q: float, bound: Any) -> tuple[torch.Tensor, ...]:
+    """One block of the comparison: (got, eager, reference, |error|, allowed error, reference
+    finite, bad), all float64 but the masks."""
+    gc, wc = g[index].double(), w[index].double()
+    ec = e[index].double() if e is not None else wc
+    # where the exact run is not finite but eager is, eager is the reference
+    ref = torch.where(torch.isfinite(ec) | ~torch.isfinite(wc), ec, wc)
+    err = (gc - ref).abs()
+    allowed = rho * (ref.abs() + scale)
+    if e is not None:
+        eager_part = bound.k * ((wc - ref).abs().nan_to_num(0.0, 0.0, 0.0) + eager_q)
+        allowed = allowed + torch.minimum(eager_part, bound.cap * (ref.abs() + scale))
+    finite_ref = torch.isfinite(ref)
+    # non-finite references: the same value (NaN where NaN, the same infinity); where eager
+    # overflowed or made NaN and exact did not, eager's value is accepted too
+    same_ref = (gc == ref) | (torch.isnan(gc) & torch.isnan(ref))
+    same_eager = (gc == wc) | (torch.isnan(gc) & torch.isnan(wc))
+    bad = ~((finite_ref & (err <= allowed)) | (~finite_ref & same_ref) | (~torch.isfinite(wc) & same_eager))
+    return gc, wc, ref, err, allowed, finite_ref, bad
 
 
 def _statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int = 1 << 20) -> tuple[float, float]:
     """(mean |E| over finite elements, 99th percentile of |W - E| over a sample of elements)."""
-    total = 0.0
-    count = 0
+    total = torch.zeros((), dtype=torch.float64, device=w.device)
+    count = torch.zeros((), dtype=torch.float64, device=w.device)
     picked: list[torch.Tensor] = []
     n = w.numel()
     step = max(1, n // samples)
@@ -216,15 +227,16 @@ def _statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int = 1 << 20)
         wc = w[index].double()
         ec = e[index].double() if e is not None else wc
         finite = torch.isfinite(ec)
-        total += float(ec.abs()[finite].sum())
-        count += int(finite.sum())
+        total = total + torch.where(finite, ec.abs(), torch.zeros_like(ec)).sum()
+        count = count + finite.sum()
         if e is not None:
-            diff = (wc - ec).abs().reshape(-1)[::step]
-            picked.append(diff[torch.isfinite(diff)])
-    scale = total / count if count else 0.0
+            picked.append((wc - ec).abs().reshape(-1)[::step])
+    total_v, count_v = torch.stack([total, count]).tolist()
+    scale = total_v / count_v if count_v else 0.0
     if not picked:
         return scale, 0.0
     values = torch.cat(picked)
+    values = values[torch.isfinite(values)]
     if values.numel() == 0:
         return scale, 0.0
     k = max(1, math.ceil(0.99 * values.numel()))
