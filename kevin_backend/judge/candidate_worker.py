@@ -69,6 +69,7 @@ class _Worker:
         from kevin_backend.measure.inputs import to_device
         from kevin_backend.types import load_program
 
+        marks = [("start", time.perf_counter())]  # where a load's time goes (information only)
         if m.get("numerics"):
             apply_numerics(dict(m["numerics"]))
         if m.get("memory_bytes") and self.device.type == "cuda":
@@ -83,6 +84,7 @@ class _Worker:
             init = [to_device(v, self.device) for v in task.get_init_inputs()]
         except Exception as exc:  # noqa: BLE001 - the task is the judge's: its failure
             return _error("task", exc)
+        marks.append(("task", time.perf_counter()))
         mode = m["mode"]
         confinement = ""
         if mode != "reference":  # (the references' process compiles with Inductor: it starts compilers)
@@ -91,6 +93,7 @@ class _Worker:
 
             confinement = confine(writable=self.folder).describe()
             self.filtered = forbid_escapes()
+            marks.append(("confine", time.perf_counter()))
         if mode == "reference":
             torch.manual_seed(int(m["seed"]))
             reference = task.Model(*init).to(self.device).eval()
@@ -101,6 +104,7 @@ class _Worker:
             program = load_program(m["candidate"], "kevin_candidate")
         except Exception as exc:  # noqa: BLE001
             return _error("load", exc)
+        marks.append(("program", time.perf_counter()))
         if not hasattr(program, "ModelNew"):
             return {"error": {"where": "load", "type": "NO_MODELNEW", "text": "the program defines no ModelNew"}}
         try:
@@ -108,11 +112,13 @@ class _Worker:
             model = program.ModelNew(*init).to(self.device).eval()
         except Exception as exc:  # noqa: BLE001
             return _error("init", exc)
+        marks.append(("model", time.perf_counter()))
         self.entries["model"] = model
         if mode == "launch":
             torch.manual_seed(int(m["seed"]))
             self.launch = {"reference": task.Model(*init).to(self.device).eval(), "kernel": m["candidate"], "model": model}
-        return {"ok": True, "confinement": confinement}
+        seconds = {name: round(t - marks[k][1], 4) for k, (name, t) in enumerate(marks[1:])}
+        return {"ok": True, "confinement": confinement, "seconds": seconds}
 
     def arena(self, m: dict[str, Any]) -> dict[str, Any]:
         desc = m["desc"]

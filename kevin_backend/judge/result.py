@@ -138,7 +138,8 @@ class JudgeResult:
     # accepted, on a CPU, when the bandwidth could not be measured, or in records made before it
     roofline: Roofline | None = None
     # where the sandboxed run's time went: wall-clock seconds per phase of the judge's worker
-    # (load, reference, candidate, timing-candidate, ...); None when no worker ran
+    # (load, reference, candidate, timing-candidate, ..., cleanup) and parts of a phase as the
+    # candidate's process reported them ("load: program"); None when no worker ran
     phase_seconds: dict[str, float] | None = None
 
     @property

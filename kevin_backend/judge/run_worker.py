@@ -108,6 +108,7 @@ class _PhaseClock:
     def __init__(self, announce: Callable[[str], None]) -> None:
         self.announce = announce
         self.spent: dict[str, float] = {}
+        self.steps: dict[str, float] = {}  # parts of a phase, as another process reported them
         self.current = ""
         self.since = time.perf_counter()
 
@@ -122,12 +123,15 @@ class _PhaseClock:
             self.spent[self.current] = self.spent.get(self.current, 0.0) + now - self.since
         self.since = now
 
+    def note(self, step: str, seconds: float) -> None:
+        self.steps[step] = self.steps.get(step, 0.0) + seconds
+
     def seconds(self) -> dict[str, float]:
         self._stop()
-        return {name: round(value, 4) for name, value in self.spent.items()}
+        return {name: round(value, 4) for name, value in {**self.spent, **self.steps}.items()}
 
 
-def _run(job: Job, announce: Callable[[str], None], states: TaskStates | None) -> dict[str, Any]:
+def _run(job: Job, announce: _PhaseClock, states: TaskStates | None) -> dict[str, Any]:
     announce("setup")
     device = device_of(job)
     if job.numerics:
@@ -159,6 +163,10 @@ def _run(job: Job, announce: Callable[[str], None], states: TaskStates | None) -
         ledger.task_bytes = 0
         if loaded.get("confinement"):
             ledger.notes.append(f"the candidate's process: {loaded['confinement']}")
+        if isinstance(loaded.get("seconds"), dict):  # the load's steps in the candidate's process, as it says
+            for step, seconds in loaded["seconds"].items():
+                if isinstance(seconds, (int, float)):
+                    announce.note(f"load: {step}", float(seconds))
         ledger.start()
         try:
             outcome = _judge(state)
@@ -211,6 +219,7 @@ def serve() -> int:
     states = TaskStates()
     own = current_numerics()  # restored before every job: no job's settings reach the next
     print("ready", flush=True)
+    frozen = False
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -224,6 +233,7 @@ def serve() -> int:
             outcome = run(job, announce, states)
         except Exception as exc:  # noqa: BLE001 - before the run began: the judge's own failure
             outcome = judge_failure(None, "setting up the run", exc)
+        cleanup = time.perf_counter()
         gc.collect()
         healthy = True
         try:
@@ -235,6 +245,11 @@ def serve() -> int:
         except Exception:  # noqa: BLE001 - a CUDA error left behind: this worker is done
             healthy = False
         outcome["worker_healthy"] = healthy
+        if not frozen:  # torch and every module the first job imported: never scanned again (a
+            gc.freeze()  # full collection then takes milliseconds, not a tenth of a second)
+            frozen = True
+        if isinstance(outcome.get("phase_seconds"), dict):
+            outcome["phase_seconds"]["cleanup"] = round(time.perf_counter() - cleanup, 4)
         print(f"{token} {json.dumps(outcome, default=float)}", flush=True)
         if not healthy:
             break

@@ -17,6 +17,10 @@ wrong, or not yet written when the batch said it was done, or still changing aft
 candidate (work left running on any stream counts: the reply must come after it). The slots are
 fingerprinted before and after the candidate's batch (an input changed fails it), and one random
 call per batch runs under the dispatch audit.
+
+Only the batches hold the GPU alone (the judge's GPU lock, exclusive): filling the slots and
+checking a round share it with other workers' correctness runs, so several workers judging at
+once queue for the GPU only for the milliseconds their batches take.
 """
 
 from __future__ import annotations
@@ -137,15 +141,20 @@ def _slot_memory(slots: Slots) -> list[torch.Tensor]:
     return [slots.arena.tensor[:slots.count * slots.stride].view(torch.int64)]
 
 
-def _check_round(run: Run, slots: Slots, reply: dict[str, Any], before: tuple[int, ...]) -> None:
-    """Two random calls' outputs (one of them not the audited call) read at once and compared with
-    the reference, read again after; the inputs unchanged; the audited call computed nothing."""
+def _read_round(run: Run, slots: Slots, reply: dict[str, Any]) -> dict[int, list[Any]]:
+    """Two random calls' outputs (chosen by the judge after the reply, one of them not the audited
+    call), read at once: {call: outputs}."""
     outputs = reply.get("outputs")
     if not isinstance(outputs, list) or len(outputs) != slots.count:
         raise Verdict(error("RUNTIME_ERROR", "timing", "the timed calls did not report one output per call"))
-    chosen = _choose(slots.count, CHECKED_CALLS)
     run.phase("timed-read")
-    got = {j: run.model.read(outputs[j], "a timed call") for j in chosen}
+    return {j: run.model.read(outputs[j], "a timed call") for j in _choose(slots.count, CHECKED_CALLS)}
+
+
+def _check_round(run: Run, slots: Slots, reply: dict[str, Any], got: dict[int, list[Any]], before: tuple[int, ...]) -> None:
+    """The outputs read at once compared with the reference on their inputs, and read again; the
+    inputs unchanged; the audited call computed nothing."""
+    outputs = reply["outputs"]
     run.phase("fingerprint")
     if fingerprint(_slot_memory(slots)) != before:
         raise Verdict(error("INPUT_MUTATED", "timing", "a timed call changed its inputs"))
@@ -154,7 +163,7 @@ def _check_round(run: Run, slots: Slots, reply: dict[str, Any], before: tuple[in
         raise Verdict(error("PYTORCH_COMPUTE", "run", "forward ran PyTorch compute ops: " + ", ".join(map(str, computed[:10]))))
     from kevin_backend.judge.reference_sets import run_eager, run_exact
 
-    for j in chosen:
+    for j in got:
         run.phase("reference")
         inputs = InputSet(slots.views[j], slots.seeds[j], 0)
         want = run_eager(run, inputs)
@@ -216,27 +225,13 @@ def time_candidate(run: Run) -> CandidateTimes:
             sides.append(("eager", reference, "eager"))
     times: dict[str, list[float]] = {name: [] for name, _, _ in sides}
     rounds = max(MIN_ROUNDS, math.ceil(job.trials / slots.count))
-    run.phase("lock")  # waiting for the GPU alone: the judge's step, whatever the wait
     try:
-        with torch.no_grad(), gpu_hold(job.gpu_lock, shared=False):
+        with torch.no_grad():
             for index in range(rounds + 1):  # round 0 warms up (and compiles Inductor in its process)
-                run.phase("inputs")
-                fill(run.task, job.seeds[0], run.device, slots, index)
-                run.phase("fingerprint")
-                before = fingerprint(_slot_memory(slots))
-                order = sides[index % len(sides):] + sides[:index % len(sides)]
-                for name, remote, entry in order:
-                    run.phase("timing-candidate" if name == "kernel" else "timing-reference")
-                    audit = [secrets.randbelow(slots.count)] if name == "kernel" else []
-                    ms, reply = timed_batch(run.device, remote, slots, entry, audit)
-                    if name == "kernel":
-                        run.candidate_ran = True
-                        _check_round(run, slots, reply, before)
-                    elif "how" in reply and not index:
-                        run.ledger.notes.append(f"Inductor timed as {reply['how']}")
-                    if index:
-                        times[name].append(ms)
-            copy_gbps = measured_copy_bandwidth(run)  # while the GPU is still this worker's alone
+                _timed_round(run, slots, sides, index, times)
+            run.phase("lock")
+            with gpu_hold(job.gpu_lock, shared=False):  # a measurement of the GPU: alone
+                copy_gbps = measured_copy_bandwidth(run)
     finally:
         if reference is not None:
             reference.close()
@@ -247,6 +242,35 @@ def time_candidate(run: Run) -> CandidateTimes:
         + "; ".join(f"{name} {' '.join(f'{v:.4f}' for v in values)}" for name, values in times.items()))
     _impossible(run, sample, medians["kernel"], copy_gbps, slots.cold)
     return CandidateTimes(sample, medians["kernel"], medians.get("eager"), medians.get("inductor"), copy_gbps, slots.cold)
+
+
+def _timed_round(run: Run, slots: Slots, sides: list[tuple[str, Any, str]], index: int,
+                 times: dict[str, list[float]]) -> None:
+    """One round: fresh values in every slot; each side's batch with the GPU held alone (the
+    judge's GPU lock, exclusive), the kernel's outputs read at once; then, with the GPU shared
+    again (other workers' correctness runs may use it), the kernel's round checked."""
+    job = run.job
+    with gpu_hold(job.gpu_lock, shared=True):
+        run.phase("inputs")
+        fill(run.task, job.seeds[0], run.device, slots, index)
+        run.phase("fingerprint")
+        before = fingerprint(_slot_memory(slots))
+    order = sides[index % len(sides):] + sides[:index % len(sides)]
+    run.phase("lock")  # waiting for the GPU alone: the judge's step, whatever the wait
+    with gpu_hold(job.gpu_lock, shared=False):
+        for name, remote, entry in order:
+            run.phase("timing-candidate" if name == "kernel" else "timing-reference")
+            audit = [secrets.randbelow(slots.count)] if name == "kernel" else []
+            ms, reply = timed_batch(run.device, remote, slots, entry, audit)
+            if name == "kernel":
+                run.candidate_ran = True
+                kernel_reply, got = reply, _read_round(run, slots, reply)
+            elif "how" in reply and not index:
+                run.ledger.notes.append(f"Inductor timed as {reply['how']}")
+            if index:
+                times[name].append(ms)
+    with gpu_hold(job.gpu_lock, shared=True):
+        _check_round(run, slots, kernel_reply, got, before)
 
 
 def _impossible(run: Run, sample: InputSet, kernel_ms: float, copy_gbps: float | None, cold: bool) -> None:
