@@ -168,3 +168,12 @@ def test_the_candidates_process_cannot_write_files_read_memory_or_connect(escape
         out = run_in_sandbox(TASK, candidate("        " + code + HONEST_BODY), FAST)
     assert out.reason == "RUNTIME_ERROR" and "Permission denied" in out.feedback, (out.reason, out.feedback)
     assert not target.exists()
+
+
+def test_the_candidates_process_is_the_first_the_out_of_memory_killer_picks() -> None:
+    """A candidate that eats the host's memory must be what the kernel kills, not the judge's
+    worker (`confine.py`). Would be ACCEPTED otherwise (its output is honest then)."""
+    check = ("        if open('/proc/self/oom_score_adj').read().strip() != '1000':\n"
+             "            return x\n")
+    out = run_in_sandbox(TASK, candidate(check + HONEST_BODY), FAST)
+    assert out.reason == "ACCEPTED", (out.reason, out.feedback)

@@ -1,5 +1,5 @@
 """A candidate's process confined beyond the syscall filter (`syscall_filter.py`): no privileges,
-and no writes outside the folder the judge shares with it.
+no writes outside the folder the judge shares with it, first in line for the out-of-memory killer.
 
     confinement = confine(writable=folder)   # in the candidate's process, before its program loads
 
@@ -13,7 +13,10 @@ and no writes outside the folder the judge shares with it.
    or listening port (the model server is out of reach), from ABI 6 no signal or abstract socket
    outside the process.
 
-Both are irreversible and inherited by every thread. Where the kernel has no Landlock (or the
+3. The kernel's out-of-memory killer picks it first (oom_score_adj 1000): a candidate that eats
+   the host's memory is the process that dies, not the judge's.
+
+All are irreversible and inherited by every thread. Where the kernel has no Landlock (or the
 platform is not Linux) the files stay as the user's permissions leave them and `Confinement`
 says so; the judge notes it in the run's report.
 """
@@ -135,9 +138,18 @@ def _allow(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
         os.close(fd)
 
 
+def _first_to_die() -> None:
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:  # (raising it needs no privilege)
+            f.write("1000")
+    except OSError:
+        pass  # not Linux, or no /proc: nothing to prefer
+
+
 def confine(writable: Path) -> Confinement:
     """Confine this process for good (module docstring): capabilities dropped, then Landlock where
     the kernel has it. Raises OSError when a step the kernel offers fails (the judge's failure)."""
+    _first_to_die()
     abi = landlock_abi()
     network = _landlock(abi, writable) if abi else False
     dropped = _drop_capabilities()
