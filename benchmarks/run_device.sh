@@ -25,6 +25,11 @@ for step in $steps; do
       tests=${JUDGE_GPU_TESTS:-tests/test_judge_pool_gpu.py tests/test_retime_gpu.py tests/test_judge_gpu.py tests/test_fast_build_styles.py tests/test_gpu_backend.py tests/test_generate_gpu.py tests/test_builtin_gpu.py}
       export KEVIN_CACHE_DIR=${KEVIN_CACHE_DIR:-$(mktemp -d)}
       timeout "${JUDGE_GPU_LIMIT:-570}" python3 -m pytest -q -s -rA --durations=0 --junitxml "$OUT/judge_gpu.xml" $tests 2>&1 | tee "$OUT/judge_gpu.log" | tail -60 ;;
+    isolation)  # the candidate in its own process: the warm path's speed, then the GPU tests of its isolation
+      python3 benchmarks/bench_isolation.py --tasks ${TASKS:-4} --workers 4 --json "$OUT/isolation_speed.json" 2>&1 \
+        | tee "$OUT/isolation_speed.log" | tail -8
+      timeout "${ISOLATION_LIMIT:-400}" python3 -m pytest -q -s -rA --junitxml "$OUT/isolation_gpu.xml" tests/test_judge_side_stream_gpu.py \
+        tests/test_judge_pool_gpu.py tests/test_retime_gpu.py 2>&1 | tee "$OUT/isolation_gpu.log" | tail -20 ;;
     judge) python3 benchmarks/bench_judge.py --json "$OUT/judge_speed.json" 2>&1 | tee "$OUT/judge_speed.log" | tail -30 ;;
     e2e) python3 benchmarks/bench_e2e.py --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30 ;;
     generate)  # the generator's loop with the replay policy: GPU test, then the command

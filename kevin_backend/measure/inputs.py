@@ -190,7 +190,7 @@ def make_input_set(task: Any, seed: int, device: torch.device | str, exponent_ra
     for region, dtype in _shared_regions(values):
         if not dtype.is_floating_point:
             continue
-        chunk = work_chunk(region.numel())
+        chunk = 1 << 22  # (a mask of a byte per element: a quarter of a float32 tensor at most)
         for start in range(0, region.numel(), chunk):
             part = region[start:start + chunk]
             part.masked_fill_(part == 0, 0.5)  # never zeros: they hide unwritten outputs and wrong indexing
