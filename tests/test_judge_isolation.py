@@ -177,3 +177,29 @@ def test_the_candidates_process_is_the_first_the_out_of_memory_killer_picks() ->
              "            return x\n")
     out = run_in_sandbox(TASK, candidate(check + HONEST_BODY), FAST)
     assert out.reason == "ACCEPTED", (out.reason, out.feedback)
+
+
+def test_the_references_of_a_timed_check_run_on_the_judges_own_copy_of_the_inputs(tmp_path) -> None:
+    """The candidate's process can write into the shared slots whenever it likes (after its reply,
+    from a thread of its own). The references that check a timed call must run on the inputs as the
+    judge filled them: copies in the judge's own memory, taken before the batch, which a write
+    into the slots does not reach (were they views of the slots, a wrong output could be made to
+    look right by rewriting its inputs after the reply)."""
+    import torch
+
+    from kevin_backend.judge.timing_phase import _private_inputs, fill, make_slots
+    from kevin_backend.measure.inputs import make_input_set
+    from kevin_backend.types import load_program
+
+    task = load_program(TASK, "kevin_task")
+    device = torch.device("cpu")
+    slots = make_slots(make_input_set(task, 1, device), device, tmp_path, lambda n: True)
+    try:
+        fill(task, 1, device, slots, 0)
+        kept = _private_inputs(slots, 1)
+        filled = [v.clone() for v in slots.views[1]]
+        assert all(torch.equal(a, b) for a, b in zip(kept.values, filled))
+        slots.arena.tensor.fill_(0)  # what a candidate's thread could do to the shared slots
+        assert all(torch.equal(a, b) for a, b in zip(kept.values, filled))
+    finally:
+        slots.arena.close()

@@ -39,9 +39,9 @@ from kevin_backend.judge.attribution import CUDA_FAULTS, Verdict
 from kevin_backend.judge.candidate_process import Launcher, RemoteModel, shared_folder
 from kevin_backend.judge.decide import RETIME_CANDIDATE_PHASES
 from kevin_backend.judge.job import RetimeJob
-from kevin_backend.judge.timing_phase import fill, make_slots, slot_memory, timed_batch, timed_output_wrong
-from kevin_backend.measure.inputs import make_input_set
+from kevin_backend.judge.timing_phase import fill, make_slots, slot_bytes, slot_memory, timed_batch, timed_output_wrong
 from kevin_backend.locks import gpu_hold
+from kevin_backend.measure.inputs import fingerprint, make_input_set
 from kevin_backend.types import load_program
 
 PROTOCOL = ("{rounds} rounds after a warm-up round; per round, {trials} calls back to back on fresh input slots ({cold}), "
@@ -152,6 +152,7 @@ def _rounds(job: RetimeJob, phase: _Phases, device: torch.device, task: Any, ker
         for index in range(job.rounds + 1):
             phase("inputs")
             fill(task, job.seed, device, slots, index)
+            before = fingerprint(slot_bytes(slots))
             sides = [("kernel", kernel, "launch"), ("inductor", reference, "inductor")]
             replies: dict[str, dict[str, Any]] = {}
             for name, remote, entry in (sides if index % 2 == 0 else sides[::-1]):
@@ -161,6 +162,8 @@ def _rounds(job: RetimeJob, phase: _Phases, device: torch.device, task: Any, ker
                     (kernel_ms if name == "kernel" else inductor_ms).append(ms)
             how = str(replies["inductor"].get("how", how))
             phase("check")
+            if fingerprint(slot_bytes(slots)) != before:  # (a process that rewrites them could steer Inductor)
+                raise _Ended(_kernel_failure("the kernel's process changed the timing's inputs"))
             _check(kernel, reference, replies, slots)
     return {
         "status": "ok", "kernel_ms": kernel_ms, "inductor_ms": inductor_ms, "trials": slots.count, "device": str(device),

@@ -27,7 +27,8 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["Arena", "OutputReader", "SharedValueError", "arena_bytes", "export_outputs", "open_arena", "place", "wrap"]
+__all__ = ["Arena", "OutputReader", "SharedValueError", "arena_bytes", "export_outputs", "open_arena", "place", "views_at",
+           "wrap"]
 
 _ALIGN = 256
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
@@ -135,6 +136,12 @@ def _view(memory: torch.Tensor, desc: dict[str, Any]) -> torch.Tensor:
     if start % size or memory.numel() % size:
         raise SharedValueError("a shared tensor is not aligned to its element size")
     return torch.as_strided(memory.view(dtype), desc["size"], desc["stride"], start // size + desc["storage_offset"])
+
+
+def views_at(descs: Sequence[dict[str, Any]], memory: torch.Tensor, base: int) -> list[Any]:
+    """The values `place` described from byte `base` of an arena, over `memory` instead (a copy of
+    the arena's bytes from `base` on: the judge's own, out of the candidate's reach)."""
+    return [d["value"] if d["kind"] == "value" else _view(memory, {**d, "offset": d["offset"] - base}) for d in descs]
 
 
 def open_arena(desc: dict[str, Any], device: torch.device, folder: Path) -> torch.Tensor:

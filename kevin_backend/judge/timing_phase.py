@@ -11,10 +11,13 @@ task above 4 MB, the slots are twice the GPU's L2 cache: the calls read from mem
 faster than copying the task's own bytes at 1.1x the GPU's copy bandwidth is impossible, and
 rejected.
 
-Every round, two calls of the candidate's batch, chosen by the judge after the reply, are read back
-at once and compared with the reference on its inputs, and read again later: an output that is
+Every round, two calls of the candidate's batch, chosen by the judge in secret, are read back at
+once and compared with the reference on their inputs, and read again later: an output that is
 wrong, or not yet written when the batch said it was done, or still changing after, fails the
-candidate (work left running on any stream counts: the reply must come after it). The slots are
+candidate (work left running on any stream counts: the reply must come after it). The inputs of
+the chosen calls are copied into the judge's own memory before the batch, and the references run
+on those copies: values the candidate's process writes into the shared slots after its reply
+(to make a wrong output look right) never reach a reference. The slots are
 fingerprinted before and after the candidate's batch (an input changed fails it), and one random
 call per batch runs under the dispatch audit.
 
@@ -37,13 +40,13 @@ import torch
 from kevin_backend.judge.attribution import Verdict, error
 from kevin_backend.judge.judged_run import Run
 from kevin_backend.judge.roofline_phase import measured_copy_bandwidth
-from kevin_backend.judge.shared_values import Arena, arena_bytes, place
+from kevin_backend.judge.shared_values import Arena, arena_bytes, place, views_at
 from kevin_backend.locks import gpu_hold
 from kevin_backend.measure.compare import compare_outputs
 from kevin_backend.measure.inputs import InputSet, fingerprint, make_input_set
 
 __all__ = ["IMPOSSIBLE_FACTOR", "MAX_SLOTS", "MIN_ROUNDS", "CandidateTimes", "Slots", "fill", "make_slots", "plan_slots",
-           "same_bits", "slot_memory", "time_candidate", "timed_batch", "timed_output_wrong"]
+           "same_bits", "slot_bytes", "slot_memory", "time_candidate", "timed_batch", "timed_output_wrong"]
 
 MAX_SLOTS = 32
 MIN_ROUNDS = 5
@@ -135,28 +138,35 @@ def timed_batch(device: torch.device, remote: Any, slots: Slots, entry: str, aud
     return ms, reply
 
 
-def _slot_memory(slots: Slots) -> list[torch.Tensor]:
+def slot_bytes(slots: Slots) -> list[torch.Tensor]:
     """Every slot's bytes as one region (its padding too: a write there is a write out of bounds),
     hashed in one pass."""
     return [slots.arena.tensor[:slots.count * slots.stride].view(torch.int64)]
 
 
-def _read_round(run: Run, slots: Slots, reply: dict[str, Any]) -> dict[int, list[Any]]:
-    """Two random calls' outputs (chosen by the judge after the reply, one of them not the audited
-    call), read at once: {call: outputs}."""
+def _private_inputs(slots: Slots, j: int) -> InputSet:
+    """Slot `j`'s inputs copied into memory of the judge's own (the candidate's process can write
+    into the shared slots at any time; it cannot reach this copy)."""
+    memory = slots.arena.tensor[j * slots.stride:(j + 1) * slots.stride].clone()
+    return InputSet(views_at(slots.descs[j], memory, j * slots.stride), slots.seeds[j], 0)
+
+
+def _read_round(run: Run, slots: Slots, reply: dict[str, Any], chosen: Any) -> dict[int, list[Any]]:
+    """The chosen calls' outputs, read at once: {call: outputs}."""
     outputs = reply.get("outputs")
     if not isinstance(outputs, list) or len(outputs) != slots.count:
         raise Verdict(error("RUNTIME_ERROR", "timing", "the timed calls did not report one output per call"))
     run.phase("timed-read")
-    return {j: run.model.read(outputs[j], "a timed call") for j in _choose(slots.count, CHECKED_CALLS)}
+    return {j: run.model.read(outputs[j], "a timed call") for j in chosen}
 
 
-def _check_round(run: Run, slots: Slots, reply: dict[str, Any], got: dict[int, list[Any]], before: tuple[int, ...]) -> None:
-    """The outputs read at once compared with the reference on their inputs, and read again; the
-    inputs unchanged; the audited call computed nothing."""
+def _check_round(run: Run, slots: Slots, reply: dict[str, Any], got: dict[int, list[Any]], kept: dict[int, InputSet],
+                 before: tuple[int, ...]) -> None:
+    """The outputs read at once compared with the reference on their inputs (the judge's copies),
+    and read again; the inputs unchanged; the audited call computed nothing."""
     outputs = reply["outputs"]
     run.phase("fingerprint")
-    if fingerprint(_slot_memory(slots)) != before:
+    if fingerprint(slot_bytes(slots)) != before:
         raise Verdict(error("INPUT_MUTATED", "timing", "a timed call changed its inputs"))
     computed = reply.get("computed") or []
     if computed:
@@ -165,9 +175,8 @@ def _check_round(run: Run, slots: Slots, reply: dict[str, Any], got: dict[int, l
 
     for j in got:
         run.phase("reference")
-        inputs = InputSet(slots.views[j], slots.seeds[j], 0)
-        want = run_eager(run, inputs)
-        exact = run_exact(run, inputs, run.state.exact_model if run.state is not None else [])
+        want = run_eager(run, kept[j])
+        exact = run_exact(run, kept[j], run.state.exact_model if run.state is not None else [])
         run.phase("compare")
         wrong = timed_output_wrong(run.model, outputs[j], got[j], want, exact, j)
         if wrong:
@@ -191,7 +200,7 @@ def timed_output_wrong(remote: Any, desc: Any, got: list[Any], want: list[Any], 
 
 
 def _choose(count: int, k: int) -> list[int]:
-    """`k` distinct calls (all when there are fewer), chosen by the judge after the reply."""
+    """`k` distinct calls (all when there are fewer), chosen by the judge (secrets: unpredictable)."""
     pool = list(range(count))
     return [pool.pop(secrets.randbelow(len(pool))) for _ in range(min(k, count))]
 
@@ -254,7 +263,9 @@ def _timed_round(run: Run, slots: Slots, sides: list[tuple[str, Any, str]], inde
         run.phase("inputs")
         fill(run.task, job.seeds[0], run.device, slots, index)
         run.phase("fingerprint")
-        before = fingerprint(_slot_memory(slots))
+        before = fingerprint(slot_bytes(slots))
+        chosen = _choose(slots.count, CHECKED_CALLS)  # (in secret: nothing of it reaches the candidate)
+        kept = {j: _private_inputs(slots, j) for j in chosen}
     order = sides[index % len(sides):] + sides[:index % len(sides)]
     run.phase("lock")  # waiting for the GPU alone: the judge's step, whatever the wait
     with gpu_hold(job.gpu_lock, shared=False):
@@ -264,13 +275,13 @@ def _timed_round(run: Run, slots: Slots, sides: list[tuple[str, Any, str]], inde
             ms, reply = timed_batch(run.device, remote, slots, entry, audit)
             if name == "kernel":
                 run.candidate_ran = True
-                kernel_reply, got = reply, _read_round(run, slots, reply)
+                kernel_reply, got = reply, _read_round(run, slots, reply, chosen)
             elif "how" in reply and not index:
                 run.ledger.notes.append(f"Inductor timed as {reply['how']}")
             if index:
                 times[name].append(ms)
     with gpu_hold(job.gpu_lock, shared=True):
-        _check_round(run, slots, kernel_reply, got, before)
+        _check_round(run, slots, kernel_reply, got, kept, before)
 
 
 def _impossible(run: Run, sample: InputSet, kernel_ms: float, copy_gbps: float | None, cold: bool) -> None:
