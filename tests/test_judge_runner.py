@@ -307,3 +307,12 @@ def test_a_job_crosses_the_wire_as_one_json_line_and_comes_back_the_same() -> No
         Job.from_json(json.dumps({**wire, "kernel": HONEST}))
     with pytest.raises(TypeError):
         Job.from_json(json.dumps({k: v for k, v in wire.items() if k != "candidate"}))
+
+
+def test_an_error_only_the_float64_reference_sees_is_a_mismatch() -> None:
+    """Every output 8e-5 too large, relatively: beyond the bound against the float64 run (about
+    2e-5 |E| + 3e-5 s on this task) for most elements, within KernelBench's tolerance against eager
+    (1e-4 (|E| + s)). Only the exact comparison catches it: red when the judge compares with eager."""
+    body = NUMPY + "        return torch.from_numpy(((1.0 / (1.0 + np.exp(-a)) * b + 1.0) * (1.0 + 8e-5)).astype(np.float32))\n"
+    out = judge(candidate(body))
+    assert out.reason == "MISMATCH" and out.exact == "float64", (out.reason, out.exact, out.feedback)
