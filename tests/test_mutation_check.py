@@ -1,0 +1,35 @@
+"""The mutation check (`tools/mutation_check.py`) in CI: every defect it puts back into a copy of
+the project turns one of its tests red, and the unchanged copy passes them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_mutation_is_killed_by_its_tests() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "mutation_check.py")], capture_output=True, text=True,
+                          timeout=1800, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "[control] no mutation: passed" in done.stdout
+    killed = [line for line in done.stdout.splitlines() if ": killed (" in line]
+    assert len(killed) >= 5, done.stdout
+
+
+def test_a_mutation_that_no_longer_applies_is_an_error(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import mutation_check
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    (tmp_path / "m.py").write_text("x = 1\n")
+    stale = mutation_check.Mutation("stale", "m.py", "x = 2\n", "x = 3\n", (), "")
+    try:
+        mutation_check.apply(stale, tmp_path)
+    except ValueError as exc:
+        assert "occurs 0 times" in str(exc)
+    else:
+        raise AssertionError("a mutation whose text is gone applied")

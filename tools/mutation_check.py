@@ -1,0 +1,142 @@
+"""The mutation check: each defect the judge guards against, put back into a copy of the project,
+must turn at least one of the tests that name it red. A mutation whose tests stay green shows tests
+that cannot fail for what they claim.
+
+    python tools/mutation_check.py             every mutation; exit 1 when one survives or no longer applies,
+                                               2 when the unchanged copy fails its tests
+    python tools/mutation_check.py --list      the mutations and their tests
+    python tools/mutation_check.py NAME ...    some of them
+
+Each mutation replaces one exact piece of a module's text (it must occur exactly once: a mutation
+that no longer applies is an error, so the list keeps up with the code) and runs its tests on the
+copy with pytest; "killed" means pytest reported failed tests (exit status 1), not that the copy
+failed to import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # relative to the project's root
+    find: str
+    replace: str
+    tests: tuple[str, ...]  # pytest node ids or files (with -k expressions after "::-k ")
+    why: str
+
+
+MUTATIONS = (
+    Mutation("float64-comparison-removed", "kevin_backend/judge/reference_sets.py",
+             "    if run.exact_dtype is None or not exact_model:\n        return None\n", "    return None\n",
+             ("tests/test_judge_runner.py::test_an_error_only_the_float64_reference_sees_is_a_mismatch",),
+             "outputs compared with eager at KernelBench's tolerances only"),
+    Mutation("timed-outputs-unchecked", "kevin_backend/judge/timing_phase.py",
+             "        wrong = timed_output_wrong(run.model, outputs[j], got[j], want, exact, j)\n",
+             "        wrong = ''\n",
+             ("tests/test_judge_isolation.py::test_a_kernel_that_computes_only_when_audited_is_caught_in_the_timed_calls",
+              "tests/test_judge_runner.py::test_output_cached_by_input_pointer_is_caught"),
+             "the timed calls' outputs never compared"),
+    Mutation("checks-on-shared-slots", "kevin_backend/judge/timing_phase.py",
+             "    memory = slots.arena.tensor[j * slots.stride:(j + 1) * slots.stride].clone()\n",
+             "    memory = slots.arena.tensor[j * slots.stride:(j + 1) * slots.stride]\n",
+             ("tests/test_judge_isolation.py::test_the_references_of_a_timed_check_run_on_the_judges_own_copy_of_the_inputs",),
+             "the references of a timed check read the slots the candidate can write"),
+    Mutation("syscall-filter-off", "kevin_backend/judge/candidate_worker.py",
+             "            self.filtered = forbid_escapes()\n", "            self.filtered = False\n",
+             ("tests/test_judge_isolation.py::test_the_kernel_refuses_a_candidates_escapes",),
+             "the candidate's process may fork, run programs and signal others"),
+    Mutation("not-confined", "kevin_backend/judge/candidate_worker.py",
+             "            confinement = confine(writable=self.folder).describe()\n", "            confinement = ''\n",
+             ("tests/test_judge_isolation.py::test_the_candidates_process_cannot_write_files_read_memory_or_connect",
+              "tests/test_judge_isolation.py::test_the_candidates_process_is_the_first_the_out_of_memory_killer_picks"),
+             "the candidate's process keeps root's capabilities, writes anywhere, connects over TCP"),
+)
+
+
+def _copy(into: Path) -> Path:
+    """The project's code and tests in `into` (no git data, builds or caches)."""
+    ignore = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", "build", ".whl", ".dev", ".out")
+    for name in ("kevin_backend", "tests", "pyproject.toml"):
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, into / name, ignore=ignore)
+        elif source.exists():
+            shutil.copy2(source, into / name)
+    return into
+
+
+def apply(mutation: Mutation, copy: Path) -> None:
+    target = copy / mutation.path
+    text = target.read_text()
+    count = text.count(mutation.find)
+    if count != 1:
+        raise ValueError(f"{mutation.name}: the text to replace occurs {count} times in {mutation.path} (it must occur once)")
+    target.write_text(text.replace(mutation.find, mutation.replace))
+
+
+def run_one(mutation: Mutation | None, tests: tuple[str, ...] = ()) -> tuple[str, float, str]:
+    """('killed' | 'survived' | 'error', seconds, pytest's last lines); None: the copy unchanged
+    (the control: its tests must pass, or a kill would mean nothing)."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kevin-mutation-") as tmp:
+        copy = _copy(Path(tmp))
+        try:
+            if mutation is not None:
+                apply(mutation, copy)
+        except ValueError as exc:
+            return "error", time.perf_counter() - start, str(exc)
+        tests = mutation.tests if mutation is not None else tests
+        env = {**os.environ, "PYTHONPATH": str(copy) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                              cwd=copy, env=env, capture_output=True, text=True, timeout=900)
+    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-3:])
+    state = {0: "survived", 1: "killed"}.get(done.returncode, "error")
+    return state, time.perf_counter() - start, tail
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args(argv)
+    if args.list:
+        for m in MUTATIONS:
+            print(f"{m.name}: {m.why}\n    {m.path}; tests: {', '.join(m.tests)}")
+        return 0
+    known = {m.name: m for m in MUTATIONS}
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        parser.error(f"no mutation named {', '.join(unknown)} (see --list)")
+    chosen = [known[n] for n in args.names] if args.names else list(MUTATIONS)
+    every_test = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+    state, seconds, tail = run_one(None, every_test)
+    print(f"[control] no mutation: {'passed' if state == 'survived' else 'FAILED'} ({seconds:.0f} s)", flush=True)
+    if state != "survived":
+        print("    " + tail.replace("\n", "\n    "), flush=True)
+        return 2
+    failures = 0
+    for k, mutation in enumerate(chosen, 1):
+        state, seconds, tail = run_one(mutation)
+        print(f"[{k}/{len(chosen)}] {mutation.name}: {state} ({seconds:.0f} s)", flush=True)
+        if state != "killed":
+            failures += 1
+            print("    " + tail.replace("\n", "\n    "), flush=True)
+    print(f"{len(chosen) - failures} of {len(chosen)} mutations killed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
