@@ -203,3 +203,18 @@ def test_the_references_of_a_timed_check_run_on_the_judges_own_copy_of_the_input
         assert all(torch.equal(a, b) for a, b in zip(kept.values, filled))
     finally:
         slots.arena.close()
+
+
+@pytest.mark.parametrize("available_gib, reason", [(0.5, "RESOURCE"), (20.0, "OUT_OF_MEMORY")])
+def test_a_process_the_out_of_memory_killer_ended_is_judged_by_the_hosts_memory_after(
+        monkeypatch: pytest.MonkeyPatch, available_gib: float, reason: str) -> None:
+    """The candidate's process is the killer's first pick, so it also dies when something else
+    takes the host's memory: with the host still short once it is gone, no verdict (RESOURCE);
+    with memory back, the process took it (OUT_OF_MEMORY). No kill counted: not a memory death."""
+    from kevin_backend.judge import candidate_process
+
+    monkeypatch.setattr(candidate_process, "host_oom_kills", lambda: 8)
+    monkeypatch.setattr(candidate_process, "host_memory", lambda: (int(available_gib * 2**30), 24 << 30))
+    assert candidate_process._killed_for_host_memory(7, "the forward")["reason"] == reason
+    assert candidate_process._killed_for_host_memory(8, "the forward") is None
+    assert candidate_process._killed_for_host_memory(None, "the forward") is None

@@ -36,6 +36,7 @@ import torch
 from kevin_backend.judge.attribution import CUDA_FAULTS, Verdict, error
 from kevin_backend.judge.shared_values import Arena, OutputReader, SharedValueError, arena_bytes, place
 from kevin_backend.judge.wire import WireClosed, WireError, WireGarbage, WireTimeout, receive, send
+from kevin_backend.measure.memory import host_memory, host_oom_kills, host_short
 
 __all__ = ["CandidateProcess", "Launcher", "RemoteModel", "shared_folder"]
 
@@ -167,6 +168,25 @@ class Launcher:
             self.server.kill()
 
 
+def _killed_for_host_memory(kills_before: int | None, what: str) -> dict[str, Any] | None:
+    """A process that died while the kernel's out-of-memory killer killed (candidates' processes
+    are its first pick, `confine.py`): the host's memory, read now that the process is gone,
+    decides whose failure it was. Still short: something else holds it (RESOURCE, no verdict);
+    plenty: the process itself took it (OUT_OF_MEMORY). None when no kill was counted."""
+    kills = host_oom_kills()
+    if kills_before is None or kills is None or kills <= kills_before:
+        return None
+    memory = host_memory()
+    if memory is None:
+        return None
+    available, total = memory
+    text = (f"the kernel's out-of-memory killer ended the process in {what}; the host now has "
+            f"{available / 2**30:.1f} of {total / 2**30:.1f} GiB available")
+    if host_short(available, total):
+        return error("RESOURCE", "run", text + ": the host is short of memory without it")
+    return error("OUT_OF_MEMORY", "run", text + ": the process had taken it")
+
+
 class RemoteModel:
     """A model that lives in another process: the candidate's (untrusted) or the references' (the
     judge's own, never entered by a candidate). Called like a model, on the judge's values."""
@@ -183,6 +203,7 @@ class RemoteModel:
         self.scratch: Arena | None = None
         self.ledger = ledger  # the judge's memory ledger: the bound the candidate is held to
         self.closed = False
+        self.oom_kills = host_oom_kills()  # the kernel's count when this candidate began
 
     # -- the conversation ------------------------------------------------------------------
     def request(self, message: dict[str, Any], what: str) -> dict[str, Any]:
@@ -211,6 +232,9 @@ class RemoteModel:
         err = self.process.stderr()
         if any(f in err.lower() for f in CUDA_FAULTS):
             return self._ended("ILLEGAL_ADDRESS", f"the process died in {what}: {err}")
+        killed = _killed_for_host_memory(self.oom_kills, what)
+        if killed is not None:
+            return killed if killed["reason"] == "RESOURCE" else self._ended(killed["reason"], killed["feedback"])
         if "out of memory" in err.lower():
             return self._memory(f"the process died out of memory in {what}: {err}")
         return self._ended("CRASH", f"the process died in {what}: {err}")

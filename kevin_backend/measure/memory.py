@@ -119,3 +119,31 @@ def poison(device: torch.device, output_bytes: Sequence[int]) -> None:
     except torch.OutOfMemoryError:
         pass
     del blobs
+
+
+def host_oom_kills() -> int | None:
+    """How many processes the kernel's out-of-memory killer has killed since boot (/proc/vmstat),
+    or None where that is not readable."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def host_memory() -> tuple[int, int] | None:
+    """(available, total) bytes of the host's memory (/proc/meminfo), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()[1:2]}
+        return fields["MemAvailable"], fields["MemTotal"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
+def host_short(available: int, total: int) -> bool:
+    """Whether the host is short of memory: less than 2 GiB or a twentieth of it available."""
+    return available < max(2 << 30, total // 20)
