@@ -316,3 +316,46 @@ def test_an_error_only_the_float64_reference_sees_is_a_mismatch() -> None:
     body = NUMPY + "        return torch.from_numpy(((1.0 / (1.0 + np.exp(-a)) * b + 1.0) * (1.0 + 8e-5)).astype(np.float32))\n"
     out = judge(candidate(body))
     assert out.reason == "MISMATCH" and out.exact == "float64", (out.reason, out.exact, out.feedback)
+
+
+# A candidate that knows the judge's seeds: at load it makes every input set the judge would make
+# (the correctness sets and the timing's slots) with the judge's own generator, computes their
+# outputs, and at run time answers from that table, keyed by the inputs' bytes; anything it has
+# not seen gets zeros.
+MEMORIZER = '''
+import numpy as np
+import torch
+import torch.nn as nn
+from kevin_backend.measure.inputs import make_input_set
+
+
+class _Task:
+    @staticmethod
+    def get_inputs():
+        return [torch.randn(64, 32), torch.randn(64, 32)]
+
+
+_TABLE = {}
+_seeds = [1, 2, 3] + [1 + 7919 * (r + 1) + i for r in range(8) for i in range(2)]
+for _seed in _seeds:
+    for _r in (0, 6, 3, 1):
+        _x, _w = make_input_set(_Task, _seed, "cpu", exponent_range=_r).values
+        _TABLE[_x.numpy().tobytes() + _w.numpy().tobytes()] = (
+            1.0 / (1.0 + np.exp(-_x.numpy())) * _w.numpy() + 1.0).astype(np.float32)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, w):
+        hit = _TABLE.get(x.numpy().tobytes() + w.numpy().tobytes())
+        return torch.from_numpy(hit.copy() if hit is not None else np.zeros((64, 32), np.float32))
+'''
+
+
+def test_a_candidate_that_knows_the_seeds_is_caught_when_the_inputs_are_salted() -> None:
+    """With the seeds as they are (salt 0), the memorizer is ACCEPTED: every input it is shown it
+    made itself. Salted (the judge draws a fresh salt per evaluation), it has seen none of them."""
+    known = run_in_sandbox(TASK, MEMORIZER, FAST)
+    salted = run_in_sandbox(TASK, MEMORIZER, RunConfig(seeds=(1, 2, 3), trials=5, warmup=1, timeout=120, inductor=False,
+                                                       salt=123_457))
+    assert known.reason == "ACCEPTED", (known.reason, known.feedback)
+    assert salted.reason == "MISMATCH", (salted.reason, salted.feedback)

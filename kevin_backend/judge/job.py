@@ -41,6 +41,7 @@ _FROM_WIRE: dict[str, Callable[[Any], Any]] = {
     "rounds": int,
     "seed": int,
     "grow": int,
+    "salt": int,
     "memory_factor": float,
 }
 
@@ -94,6 +95,16 @@ class Job(WireJob):
     # empty: the worker's own (torch's defaults)
     numerics: tuple[tuple[str, Any], ...] = ()
     compile_backend: str = "inductor"  # what compiles the reference for its timing (tests on a CPU use "eager")
+    # fresh per evaluation (the judge draws it, the verdict records it): every input set's seed is
+    # made from its seed and this, so no candidate can know its inputs ahead (0: the seeds as they are)
+    salt: int = 0
+
+    def input_seed(self, seed: int) -> int:
+        """The seed an input set is made from: `seed` salted with this evaluation's salt (the
+        models are always seeded with the unsalted first seed: the references stay the same)."""
+        if not self.salt:
+            return seed
+        return (seed * 1_000_003 + self.salt * 7_919) % (1 << 31)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 import weakref
@@ -212,7 +213,9 @@ class Judge:
         # correctness overlap, but the timing of one candidate holds the GPU alone (a file lock
         # shared by every judge using this build root).
         config = dataclasses.replace(self.config, build_root=str(self.builder.root), arch=arch, device=str(device),
-                                     gpu_lock=str(gpu_lock_path(self.builder.root, device.index)))
+                                     gpu_lock=str(gpu_lock_path(self.builder.root, device.index)),
+                                     # fresh inputs every evaluation (recorded in the verdict): none known ahead
+                                     salt=self.config.salt or secrets.randbelow((1 << 31) - 1) + 1)
         key = ReferenceTimes.key(task_source, config, arch)
         known = self.references.get(key) if self.reuse_references else None
         run_config = config if known is None else dataclasses.replace(config, eager=False, inductor=False)
@@ -269,6 +272,7 @@ class Judge:
             mismatch=mismatch,
             timings=timings,
             seeds=config.seeds,
+            salt=config.salt,
             build_seconds=build_seconds,
             memory=outcome.memory,
             device=outcome.device or str(config.device or ""),

@@ -130,6 +130,7 @@ class JudgeResult:
     mismatch: Mismatch | None = None
     timings: JudgeTimings = field(default_factory=JudgeTimings)
     seeds: tuple[int, ...] = ()  # input-set seeds used for correctness
+    salt: int = 0  # this evaluation's salt of those seeds (`Job.salt`): with the seeds, its inputs exactly
     build_seconds: float | None = None
     memory: dict[str, Any] | None = None  # the run's GPU memory (measure/memory.py MemoryReport.as_dict())
     device: str = ""  # the GPU the candidate ran on ("cuda:0")
@@ -174,6 +175,7 @@ class JudgeResult:
                 "speedup_vs_inductor": self.timings.speedup_vs_inductor,
             },
             "seeds": list(self.seeds),
+            "salt": self.salt,
             "build_seconds": self.build_seconds,
             "memory": self.memory,
             "device": self.device,
@@ -194,6 +196,7 @@ class JudgeResult:
             mismatch=None if mismatch is None else Mismatch.from_dict(mismatch),
             timings=JudgeTimings(t.get("kernel_ms"), t.get("eager_ms"), t.get("inductor_ms"), int(t.get("trials", 0))),
             seeds=tuple(data.get("seeds", ())),
+            salt=int(data.get("salt", 0) or 0),
             build_seconds=data.get("build_seconds"),
             memory=data.get("memory"),
             device=str(data.get("device", "")),

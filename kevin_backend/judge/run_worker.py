@@ -199,7 +199,7 @@ def _judge(run: Run) -> dict[str, Any]:
     gpu_lock = run.job.gpu_lock
     with gpu_hold(gpu_lock, shared=True):
         for index, seed in enumerate(run.job.seeds):
-            bad = check_input_set(run, index, seed, exact_model)
+            bad = check_input_set(run, index, run.job.input_seed(seed), exact_model)
             if bad is not None:
                 return bad
     times = time_candidate(run)

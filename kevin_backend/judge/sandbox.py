@@ -29,6 +29,7 @@ __all__ = ["RunConfig", "RunOutcome", "WorkerExit", "job_of", "outcome_of", "run
 @dataclass(frozen=True)
 class RunConfig:
     seeds: tuple[int, ...] = (11, 12, 13, 14, 15)  # input sets for correctness (recorded in results)
+    salt: int = 0  # salts every input set's seed (`Job.salt`); 0 in a Judge's config: a fresh one per evaluation
     trials: int = 100
     warmup: int = 10
     timeout: float = 300.0  # seconds for the whole run
@@ -85,6 +86,7 @@ def job_of(task_source: str, candidate_source: str, config: RunConfig) -> Job:
         task=task_source,
         candidate=candidate_source,
         seeds=tuple(config.seeds),
+        salt=config.salt,
         trials=config.trials,
         warmup=config.warmup,
         inductor=config.inductor,

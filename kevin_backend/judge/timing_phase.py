@@ -219,7 +219,7 @@ def time_candidate(run: Run) -> CandidateTimes:
     job = run.job
     with gpu_hold(job.gpu_lock, shared=True):
         run.phase("inputs")
-        sample = make_input_set(run.task, job.seeds[0], run.device)
+        sample = make_input_set(run.task, job.input_seed(job.seeds[0]), run.device)
         slots = make_slots(sample, run.device, run.model.folder, lambda n: run.ledger.fits(n) or n <= slot_memory(run.device))
         run.model.share(slots.arena)
     sides: list[tuple[str, Any, str]] = [("kernel", run.model, "model")]
@@ -261,7 +261,7 @@ def _timed_round(run: Run, slots: Slots, sides: list[tuple[str, Any, str]], inde
     job = run.job
     with gpu_hold(job.gpu_lock, shared=True):
         run.phase("inputs")
-        fill(run.task, job.seeds[0], run.device, slots, index)
+        fill(run.task, job.input_seed(job.seeds[0]), run.device, slots, index)
         run.phase("fingerprint")
         before = fingerprint(slot_bytes(slots))
         chosen = _choose(slots.count, CHECKED_CALLS)  # (in secret: nothing of it reaches the candidate)
