@@ -165,6 +165,7 @@ def test_generate_unknown_policy_names_the_valid_ones(task: Path, cache_dir: Pat
 @pytest.mark.parametrize(("argv", "message"), [
     (["--trials", "0"], "--trials must be at least 1"),
     (["--workers", "0"], "--workers must be at least 1"),
+    (["--salt", "-1"], "--salt must be between 0 and 2^31 - 1"),
 ])
 def test_eval_counts(argv: list[str], message: str, task: Path, capfd: pytest.CaptureFixture[str]) -> None:
     assert message in _usage_error(capfd, ["eval", str(task), str(task), "--static-only", *argv])

@@ -47,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--static-only", action="store_true", help="stop after the static rules")
     p.add_argument("--device", default=None, help="the GPU under test, e.g. cuda:1 (default: the current device)")
     p.add_argument("--workers", type=int, default=4, help="sandboxed judge workers at once, for a folder (default 4)")
+    p.add_argument("--salt", type=int, default=0,
+                   help="the input sets' salt, to judge on the inputs of an earlier verdict (its JSON's \"salt\"); "
+                        "default: fresh inputs every time")
     p.set_defaults(handler=_eval)
 
 
@@ -67,6 +70,8 @@ def _eval(args: argparse.Namespace, config: Config) -> int:
         raise CommandError("--trials must be at least 1", EXIT_USAGE)
     if args.workers < 1:
         raise CommandError("--workers must be at least 1", EXIT_USAGE)
+    if not 0 <= args.salt < (1 << 31):
+        raise CommandError("--salt must be between 0 and 2^31 - 1", EXIT_USAGE)
     if args.candidate.is_dir():
         return _eval_folder(args, config, problem)
     candidate = _read(args.candidate, "candidate")
@@ -75,7 +80,8 @@ def _eval(args: argparse.Namespace, config: Config) -> int:
         if not torch.cuda.is_available():
             raise CommandError("judging a kernel needs a CUDA GPU (use --static-only for the rules alone)", EXIT_USAGE)
         device = _device(args.device)
-        with Judge(build_root(config.cache_dir), RunConfig(trials=args.trials, device=device), workers=0) as judge:
+        run_config = RunConfig(trials=args.trials, device=device, salt=args.salt)
+        with Judge(build_root(config.cache_dir), run_config, workers=0) as judge:
             result = judge.judge(problem, candidate)
     if args.json:
         print(json.dumps(_verdict(result), indent=2))
@@ -140,7 +146,8 @@ def _eval_folder(args: argparse.Namespace, config: Config, problem: str) -> int:
         print(f"judging {len(paths)} candidates from {args.candidate} on {device} with {args.workers} workers",
               file=sys.stderr, flush=True)
         began = time.perf_counter()
-        with Judge(build_root(config.cache_dir), RunConfig(trials=args.trials, device=device), workers=args.workers) as judge:
+        run_config = RunConfig(trials=args.trials, device=device, salt=args.salt)
+        with Judge(build_root(config.cache_dir), run_config, workers=args.workers) as judge:
             results = judge.evaluate_many(problem, sources, at_once=args.workers, done=done)
         seconds = time.perf_counter() - began
         print(f"{len(paths)} candidates in {seconds:.1f} s ({len(paths) / seconds * 60:.1f} per minute)",
