@@ -106,7 +106,8 @@ def make_slots(sample: InputSet, device: torch.device, folder: Any, memory_ok: A
     """An arena of the judge's for as many slots as `plan_slots` says, each laid out like `sample`."""
     stride = arena_bytes(sample.values)
     l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0) if device.type == "cuda" else 0
-    count, cold = plan_slots(stride, l2, memory_ok)
+    # (the judge's private copies of the checked calls' inputs come out of the same memory)
+    count, cold = plan_slots(stride, l2, lambda n: memory_ok(n + CHECKED_CALLS * stride))
     arena = Arena(count * stride, device, folder)
     return Slots(arena, count, stride, cold)
 
