@@ -6,26 +6,28 @@ faster than Inductor's code for its partition can still make the graph slower. S
 times each compiled graph as the model runs it, with and without its kernels, and keeps only
 the kernels that make it faster:
 
-    variants     all kernels (what the kevin pass made) against none (Inductor alone); when all
-                 do not win and there are several kernels, each kernel alone against none, then
-                 the winners together
+    variants     with several kernels, each alone against none (Inductor alone); then, from the
+                 best one alone, the others added while the graph gets faster, and each kept one
+                 dropped when the graph is as fast without it (`choose`); one kernel, more than
+                 MAX_ALONE, or dynamic shapes: all kernels against none
     when         on the graph's first call, outside Dynamo's compile (a training graph's backward
                  is compiled by its first backward, and its kernels are known only then)
     inputs       copies of the first call's arguments (the graph may write into its inputs: the
                  model's own tensors are never touched), with the same requires_grad
     one step     the compiled graph called, then backward through its outputs that need
                  gradients: a training graph's forward and backward both count
-    timing       interleaved rounds (`bench.timing.interleaved`), decided on the paired rounds by
-                 `judge.decide.decide`: a variant wins when the lower confidence bound of
-                 Inductor's time over its own exceeds 1 + min(margin, 0)
+    timing       interleaved rounds (`measure.interleave.interleaved`), decided on the paired
+                 rounds by `judge.decide.decide`: a variant beats another when the lower
+                 confidence bound of the other's time over its own exceeds 1 + min(margin, 0),
+                 the confidence corrected for the number of comparisons (Holm, Bonferroni)
     stored       <cache_dir>/graph_checks/<key>.json, keyed by the graph's code, its inputs'
                  layouts, the GPU and the versions; reused while the kernel cache is unchanged,
                  so the next compile does not measure again
 
-A failure of the check itself (memory, an exception) keeps the per-partition decisions, is
-noted in the report, and is never stored. Under dynamic shapes the kernels serve the sizes they
-were verified for: a call with other sizes runs Inductor's code for the whole graph, compiled
-once (`_Dispatch`).
+A failure of the check itself (memory, an exception) keeps none of the kernels: Inductor's code
+runs the graph, the report and the log say why, and the failure is never stored. Under dynamic
+shapes the kernels serve the sizes they were verified for: a call with other sizes runs
+Inductor's code for the whole graph, compiled once (`GraphCheck`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
+import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -54,6 +58,7 @@ log = logging.getLogger("kevin_backend")
 ROUNDS = 7  # interleaved rounds per comparison
 TRIALS = 10  # timed steps per round (the median counts)
 MAX_ALONE = 12  # beyond this many kernels, only all or none
+CONFIDENCE = 0.95  # per step of the choice: no kernel kept by noise in 95% of checks (`choose`)
 
 Compiled = Callable[..., Any]
 
@@ -88,50 +93,139 @@ class GraphOutcome:
 def choose(digests: Sequence[str], variant: Callable[[frozenset[str]], Callable[[], Any]],
            measure: Callable[[dict[str, Callable[[], Any]]], dict[str, Sequence[float]]], margin: float,
            alone: bool = True) -> GraphOutcome:
-    """Which of `digests` the graph keeps.
+    """Which of `digests` the graph keeps: the set that makes it fastest, found greedily.
 
-    `variant(kept)` is one step of the graph compiled with only the kernels in `kept`;
-    `measure(steps)` times named steps in interleaved rounds (per name, each round's ms). A
-    variant beats Inductor alone (`variant(frozenset())`) when `decide` keeps it with the margin
-    min(`margin`, 0): a gain within the noise is no gain, and a negative margin (pipeline tests)
-    keeps slower kernels here as it does for partitions. With `alone` off, only all or none."""
+    `variant(kept)` is one step of the graph compiled with only the kernels in `kept` (asked
+    once per set); `measure(steps)` times named steps in interleaved rounds (per name, each
+    round's ms). One set beats another when `decide` keeps it with the margin min(`margin`, 0):
+    a gain within the noise is no gain, and a negative margin (pipeline tests) keeps slower
+    kernels here as it does for partitions.
+
+        screen   each kernel alone against none; Holm's correction over these comparisons
+        add      from the best winner alone, each other winner (best first) joins when the
+                 graph with it beats the graph without it; Bonferroni over these comparisons
+        drop     each kept kernel but the last added leaves when the graph with it no longer
+                 beats the graph without it; Bonferroni over these comparisons
+
+    Each step's comparisons are a family whose chance of keeping a kernel by noise is at most
+    1 - CONFIDENCE. With one kernel, more than MAX_ALONE, or `alone` off: all against none."""
+    every = frozenset(digests)
+    pairs = _Pairs(variant, measure, min(margin, 0.0))
+    if len(every) == 1 or len(every) > MAX_ALONE or not alone:
+        whole = pairs.decide(every, frozenset(), CONFIDENCE)
+        if whole.keep:
+            return GraphOutcome(sorted(every), {}, f"all {len(every)} kept: the graph with them, {_words(whole)}", pairs.rounds)
+        why = f"the graph with {'it' if len(every) == 1 else 'them'}: {_words(whole)}"
+        return GraphOutcome([], {d: why for d in every}, f"{len(every)} dropped: {why}", pairs.rounds)
+    dropped: dict[str, str] = {}
+    winners = _screen(pairs, sorted(every), dropped)
+    kept = _add(pairs, winners, dropped)
+    kept = _drop(pairs, kept, dropped)
+    how = (f"{pairs.count} paired comparisons, {CONFIDENCE:.0%} per step with Holm's or Bonferroni's correction; "
+           f"the best alone: {_words(winners[0][1])}" if winners else f"{pairs.count} paired comparisons")
+    summary = (f"all {len(every)} kept ({how})" if len(kept) == len(every) else
+               f"{len(kept)} of {len(every)} kept ({how})" if kept else
+               f"all {len(every)} dropped: none makes the graph faster alone ({how})")
+    return GraphOutcome(sorted(kept), dropped, summary, pairs.rounds)
+
+
+def _screen(pairs: "_Pairs", digests: list[str], dropped: dict[str, str]) -> list[tuple[str, Any]]:
+    """Each kernel alone against none, with Holm's step-down correction: the comparisons taken
+    from the strongest evidence down, the i-th (from 0) of m at 1 - (1 - CONFIDENCE) / (m - i),
+    stopping at the first that fails. The winners with their decisions, best first."""
     from kevin_backend.judge.decide import decide
 
-    margin = min(margin, 0.0)
-    every = frozenset(digests)
-    none = variant(frozenset())
-    rounds: dict[str, list[float]] = {}
+    timed = {d: pairs.times(frozenset([d]), frozenset()) for d in digests}
+    order = sorted(digests, key=lambda d: -_evidence(*timed[d], pairs.margin))
+    winners: list[tuple[str, Any]] = []
+    for i, d in enumerate(order):
+        verdict = decide(*timed[d], margin=pairs.margin, confidence=1 - (1 - CONFIDENCE) / (len(order) - i))
+        if verdict.keep and len(winners) == i:
+            winners.append((d, verdict))
+        else:
+            after = "" if not verdict.keep else " (a kernel with stronger evidence was not kept: Holm's correction stops there)"
+            dropped[d] = f"the graph with it alone: {_words(verdict)}{after}"
+    return sorted(winners, key=lambda w: -w[1].ratio)
 
-    def versus(name: str, kept: frozenset[str]) -> Any:
-        times = measure({name: variant(kept), "inductor": none})
-        rounds[name] = list(times[name])
-        rounds.setdefault("inductor", list(times["inductor"]))
-        return decide(times[name], times["inductor"], margin=margin)
 
-    whole = versus("all", every)
-    if whole.keep:
-        return GraphOutcome(sorted(every), {}, f"all {len(every)} kept: the graph with them, {_words(whole)}", rounds)
-    if len(every) == 1 or len(every) > MAX_ALONE or not alone:
-        why = f"the graph with {'it' if len(every) == 1 else 'them'}: {_words(whole)}"
-        return GraphOutcome([], {d: why for d in every}, f"{len(every)} dropped: {why}", rounds)
-    alone = {d: versus(f"only {d[:12]}", frozenset([d])) for d in sorted(every)}
-    winners = frozenset(d for d, v in alone.items() if v.keep)
-    dropped = {d: f"the graph with it alone: {_words(v)}" for d, v in alone.items() if not v.keep}
-    if len(winners) > 1:
-        together = versus("winners", winners)
-        if not together.keep:  # each wins alone, not together: the best one stays
-            best = max(winners, key=lambda d: alone[d].bound)
-            dropped.update({d: f"wins alone, but the graph with the winners together: {_words(together)}"
-                            for d in winners - {best}})
-            winners = frozenset([best])
-    summary = (f"{len(winners)} of {len(every)} kept (the graph with all: {_words(whole)})" if winners
-               else f"all {len(every)} dropped (the graph with all: {_words(whole)})")
-    return GraphOutcome(sorted(winners), dropped, summary, rounds)
+def _add(pairs: "_Pairs", winners: list[tuple[str, Any]], dropped: dict[str, str]) -> list[str]:
+    """From the best winner alone, each other winner joins when the graph with it beats the
+    graph without it. The kept kernels in the order they joined."""
+    if not winners:
+        return []
+    kept = [winners[0][0]]
+    confidence = 1 - (1 - CONFIDENCE) / max(1, len(winners) - 1)
+    for d, _ in winners[1:]:
+        verdict = pairs.decide(frozenset(kept + [d]), frozenset(kept), confidence)
+        if verdict.keep:
+            kept.append(d)
+        else:
+            dropped[d] = f"wins alone, but not together with {_label(kept)}: the graph with it {_words(verdict)}"
+    return kept
+
+
+def _drop(pairs: "_Pairs", kept: list[str], dropped: dict[str, str]) -> list[str]:
+    """Each kept kernel but the last to join (its joining was this very comparison) leaves when
+    the graph with it no longer beats the graph without it, the others kept as they stand."""
+    tried = kept[:-1] if len(kept) > 1 else []
+    confidence = 1 - (1 - CONFIDENCE) / max(1, len(tried))
+    for d in tried:
+        others = [k for k in kept if k != d]
+        verdict = pairs.decide(frozenset(kept), frozenset(others), confidence)
+        if not verdict.keep:
+            kept = others
+            dropped[d] = f"the graph with {_label(others)} is as fast without it: with it {_words(verdict)}"
+    return kept
+
+
+class _Pairs:
+    """Paired comparisons of variants: each set's step asked for once, each comparison's rounds
+    kept (for the stored outcome) and counted."""
+
+    def __init__(self, variant: Callable[[frozenset[str]], Callable[[], Any]],
+                 measure: Callable[[dict[str, Callable[[], Any]]], dict[str, Sequence[float]]], margin: float) -> None:
+        self._variant, self._measure, self.margin = variant, measure, margin
+        self._steps: dict[frozenset[str], Callable[[], Any]] = {}
+        self.rounds: dict[str, list[float]] = {}  # "<comparison>. <set>" -> per-round median ms
+        self.count = 0
+
+    def _step(self, kept: frozenset[str]) -> Callable[[], Any]:
+        if kept not in self._steps:
+            self._steps[kept] = self._variant(kept)
+        return self._steps[kept]
+
+    def times(self, faster: frozenset[str], slower: frozenset[str]) -> tuple[list[float], list[float]]:
+        """Rounds of the graph with the kernels in `faster` and with those in `slower` (the
+        claim is the first's): per round, each one's ms."""
+        first, second = self._step(faster), self._step(slower)
+        got = self._measure({"with": first, "without": second})
+        self.count += 1
+        self.rounds[f"{self.count}. {_label(faster)}"] = list(got["with"])
+        self.rounds[f"{self.count}. {_label(slower)}"] = list(got["without"])
+        return list(got["with"]), list(got["without"])
+
+    def decide(self, faster: frozenset[str], slower: frozenset[str], confidence: float) -> Any:
+        from kevin_backend.judge.decide import decide
+
+        return decide(*self.times(faster, slower), margin=self.margin, confidence=confidence)
+
+
+def _evidence(faster_ms: Sequence[float], slower_ms: Sequence[float], margin: float) -> float:
+    """The paired t statistic of log(slower / faster) against log(1 + margin): the order of the
+    comparisons' p-values (they share their number of rounds) for Holm's correction."""
+    logs = [math.log(s / f) for f, s in zip(faster_ms, slower_ms)]
+    gain = statistics.fmean(logs) - math.log1p(margin)
+    spread = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
+    return gain / spread if spread > 0 else math.copysign(math.inf, gain) if gain else 0.0
+
+
+def _label(kept: Sequence[str] | frozenset[str]) -> str:
+    return "{" + ", ".join(d[:12] for d in sorted(kept)) + "}" if kept else "none"
 
 
 def _words(decision: Any) -> str:
     return (f"Inductor/kevin {decision.ratio:.3f}x over {decision.rounds} interleaved rounds, "
-            f"{decision.confidence:.0%} lower bound {decision.bound:.3f}x (needs > {decision.needed:.3f}x)")
+            f"{decision.confidence * 100:.4g}% lower bound {decision.bound:.3f}x (needs > {decision.needed:.3f}x)")
 
 
 # -- stored outcomes -------------------------------------------------------------------------
@@ -260,16 +354,17 @@ class GraphCheck:
         counters.add("graph_checks")
         compile_variant = self._compile_variant
         assert compile_variant is not None
+        compiled: dict[frozenset[str], Compiled] = {}  # the variants compiled so far, by their kept kernels
+        if self._other_sizes is not None:
+            # symbolic sizes: variants compiled now, from real arguments, would lose them;
+            # so all kernels or none (Inductor's code compiled with the graph)
+            compiled[frozenset()] = self._other_sizes
         try:
             inputs = _copies(args)
             first = _step(self._all, inputs)
             first()  # compiles the backward (if no backward ran yet), whose kernels count too
             digests = self._kernels()
-            compiled: dict[frozenset[str], Compiled] = {frozenset(digests): self._all}
-            if self._other_sizes is not None:
-                # symbolic sizes: variants compiled now, from real arguments, would lose them;
-                # so all kernels or none (Inductor's code compiled with the graph)
-                compiled[frozenset()] = self._other_sizes
+            compiled[frozenset(digests)] = self._all
             device = next((a.device for a in inputs if isinstance(a, torch.Tensor)), torch.device("cpu"))
 
             def variant(kept: frozenset[str]) -> Callable[[], Any]:
@@ -282,11 +377,8 @@ class GraphCheck:
             lock = _gpu_lock(self._cache, device)
             outcome = choose(digests, variant, lambda steps: _measure(steps, device, lock), self._margin,
                              alone=self._other_sizes is None)
-        except Exception as exc:  # noqa: BLE001 - the check's failure: the partitions' decisions stand
-            text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-            self._report.notes.append(f"graph check failed ({text}); the kernels stay as the partitions' decisions put them")
-            log.warning("kevin: the graph check failed (%s); keeping the kernels", text)
-            return self._all
+        except Exception as exc:  # noqa: BLE001 - the check's failure: nothing says the kernels help
+            return self._failed(exc, compiled, compile_variant)
         outcome.cache_fingerprint = _fingerprint(self._cache)
         self.outcome = outcome
         self._note(outcome, time.perf_counter() - started)
@@ -299,9 +391,34 @@ class GraphCheck:
             return self._all
         return compiled.get(frozenset(outcome.kept)) or compile_variant(outcome.dropped)
 
+    def _failed(self, exc: Exception, compiled: dict[frozenset[str], Compiled],
+                compile_variant: Callable[[dict[str, str] | None], Compiled]) -> Compiled:
+        """The check failed (memory, an exception): no kernel has shown that it makes the graph
+        faster, so Inductor's code runs the graph; the report and the log say why. Not stored:
+        the next compile checks again. Only when Inductor's code cannot be compiled either do
+        the kernels stay (the one compiled graph there is)."""
+        text = _why(exc)
+        try:
+            inductor = compiled.get(frozenset()) or compile_variant(None)
+        except Exception as again:  # noqa: BLE001 - nothing else to run: the graph as compiled
+            self._report.notes.append(f"graph check failed ({text}), and Inductor's code for the graph did not compile "
+                                      f"({_why(again)}); the kernels stay as the partitions' decisions put them")
+            log.warning("kevin: the graph check failed (%s) and Inductor's code did not compile (%s); keeping the kernels",
+                        text, _why(again))
+            return self._all
+        mark_dropped(self._report, {d: f"the graph check failed ({text}): Inductor's code runs the graph"
+                                    for d in self._kernels()})
+        self._report.notes.append(f"graph check failed ({text}); none of its kernels run: Inductor's code runs the graph")
+        log.warning("kevin: the graph check failed (%s); the graph runs Inductor's code, without its kernels", text)
+        return inductor
+
     def _note(self, outcome: GraphOutcome, seconds: float) -> None:
         mark_dropped(self._report, outcome.dropped)
         self._report.notes.append(f"graph check ({seconds:.1f} s): {outcome.summary}")
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
 
 def mark_dropped(report: CompileReport, dropped: dict[str, str]) -> None:
