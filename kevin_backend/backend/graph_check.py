@@ -160,7 +160,7 @@ def _add(pairs: "_Pairs", winners: list[tuple[str, Any]], dropped: dict[str, str
         if verdict.keep:
             kept.append(d)
         else:
-            dropped[d] = f"wins alone, but not together with {_label(kept)}: the graph with it {_words(verdict)}"
+            dropped[d] = f"wins alone, but not together with {_label(kept)}: {_words(verdict, _JOINED)}"
     return kept
 
 
@@ -174,7 +174,7 @@ def _drop(pairs: "_Pairs", kept: list[str], dropped: dict[str, str]) -> list[str
         verdict = pairs.decide(frozenset(kept), frozenset(others), confidence)
         if not verdict.keep:
             kept = others
-            dropped[d] = f"the graph with {_label(others)} is as fast without it: with it {_words(verdict)}"
+            dropped[d] = f"the graph with {_label(others)} is as fast without it: {_words(verdict, _JOINED)}"
     return kept
 
 
@@ -223,8 +223,11 @@ def _label(kept: Sequence[str] | frozenset[str]) -> str:
     return "{" + ", ".join(d[:12] for d in sorted(kept)) + "}" if kept else "none"
 
 
-def _words(decision: Any) -> str:
-    return (f"Inductor/kevin {decision.ratio:.3f}x over {decision.rounds} interleaved rounds, "
+_JOINED = "the graph's time without it over with it"  # the ratio of an add or drop comparison
+
+
+def _words(decision: Any, ratio: str = "Inductor/kevin") -> str:
+    return (f"{ratio} {decision.ratio:.3f}x over {decision.rounds} interleaved rounds, "
             f"{decision.confidence * 100:.4g}% lower bound {decision.bound:.3f}x (needs > {decision.needed:.3f}x)")
 
 
