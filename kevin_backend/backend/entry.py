@@ -25,6 +25,7 @@ from kevin_backend.backend.graph_check import GraphCheck, graph_key, load_outcom
 from kevin_backend.backend.kevin_pass import INFERENCE_AWARE, KevinPass, PassBase
 from kevin_backend.backend.report import CompileReport, Status, begin_report
 from kevin_backend.runtime.counters import counters
+from kevin_backend.cache.key import current_numerics, inductor_config
 from kevin_backend.cache.store import KernelCache
 from kevin_backend.config import Config, Mode, env_value
 
@@ -119,7 +120,8 @@ def _compile(gm: fx.GraphModule, backup: fx.GraphModule, example_inputs: Sequenc
     if not checking:
         return compile_fx(gm, example_inputs, config_patches={**patches, "post_grad_custom_pre_pass": _kevin_pass(config, cache, report, {})})
     store = Path(config.cache_dir) / "graph_checks"
-    key = graph_key(backup, example_inputs, {"config": config.fingerprint(), "patches": repr(sorted(patches.items()))})
+    key = graph_key(backup, example_inputs, {"config": config.fingerprint(), "numerics": current_numerics(),
+                                             "inductor": inductor_config(patches)})
     stored = load_outcome(store, key)
     if stored is not None and stored.cache_fingerprint != cache.fingerprint():
         stored = None  # the cache changed since: other kernels may be found, measure again

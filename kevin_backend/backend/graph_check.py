@@ -49,6 +49,7 @@ import torch.fx as fx
 from kevin_backend.version import __version__
 from kevin_backend.backend.report import CompileReport, Status
 from kevin_backend.cache.kernel_store import KernelStore
+from kevin_backend.cache.key import DeviceInfo, tensors_device
 from kevin_backend.runtime.counters import counters
 
 __all__ = ["GraphOutcome", "GraphCheck", "choose", "graph_key", "load_outcome", "store_outcome"]
@@ -244,7 +245,8 @@ def graph_key(gm: fx.GraphModule, example_inputs: Sequence[Any], settings: dict[
                           bool(value.requires_grad)])
         else:
             specs.append(repr(value))
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    device = tensors_device(example_inputs)
+    gpu = DeviceInfo.detect(device.type, device.index).name if device is not None and device.type == "cuda" else "cpu"
     text = json.dumps({"code": gm.code, "inputs": specs, "grad": torch.is_grad_enabled(), "gpu": gpu,
                        "torch": torch.__version__, "kevin": __version__, "settings": settings}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]

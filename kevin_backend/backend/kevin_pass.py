@@ -47,7 +47,7 @@ from kevin_backend.backend.report import (
 from kevin_backend.backend.task import extract_task
 from kevin_backend.runtime.counters import counters
 from kevin_backend.cache.format import CacheEntry, EntryKind
-from kevin_backend.cache.key import SCHEMA_VERSION, CacheKey, make_key
+from kevin_backend.cache.key import SCHEMA_VERSION, CacheKey, make_key, tensors_device
 from kevin_backend.cache.kernel_store import KernelStore
 from kevin_backend.config import Config, Mode
 from kevin_backend.generate.op_support import OpSupport
@@ -184,7 +184,7 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
         why it stops here."""
         try:
             task = extract_task(partition, graph_kind=kind)
-            key = make_key(task)
+            key = make_key(task, tensors_device(n.meta.get("val") for n in partition.inputs + partition.outputs))
         except Exception as exc:
             return _record(partition, kind, Status.FALLBACK, FallbackReason.EXTRACTION_ERROR, _short(exc))
         ids = {"key": key.digest, "key_dict": key.as_dict(), "task": task.name}

@@ -3,12 +3,21 @@
 A key covers the task's computation (`KernelTask.graph_hash`: ops and constants, not names), the
 exact input specs (shapes, strides, dtypes: a kernel is used only on what it was verified on), the
 GPU (name and compute capability), the torch and CUDA versions, the numerics settings that bear on
-the task (see `numerics_settings`), and the key schema version. It is an explicit dict, printable,
-and its digest names the cache entry.
+the task (see `numerics_settings`: torch's numerics switches and Inductor's mode and config
+patches), and the key schema version. It is an explicit dict, printable, and its digest names the
+cache entry. The GPU is the one the task's tensors are on (`make_key`'s device), never read from
+the current device.
+
+Entries made before a setting entered the key stay readable: their key is read back as it was
+written, and a key made now for the same task under the new rules simply has another digest, so
+the old entry misses (it is never misread or fatal). Settings at their default that entered later
+(`cudnn_benchmark` off, Inductor's config unpatched) are left out of the key where that keeps the
+keys of the tasks they bear on unchanged, and schema 2 stays: the seed cache keeps hitting.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -22,6 +31,8 @@ from kevin_backend.types import KernelTask, TensorSpec
 
 __all__ = [
     "SCHEMA_VERSION",
+    "inductor_config",
+    "tensors_device",
     "DeviceInfo",
     "CacheKey",
     "make_key",
@@ -36,7 +47,10 @@ __all__ = [
 
 # Bump when the key's contents or the meaning of an entry change: old entries stop matching.
 # 1: graph, inputs, GPU, capability, torch, CUDA.
-# 2: + "numerics", the TF32 / reduced-precision / cuDNN / determinism settings the task depends on.
+# 2: + "numerics", the TF32 / reduced-precision / cuDNN / determinism settings the task depends on;
+#    later within 2, without a bump (the keys made before miss, see the module docstring):
+#    cudnn_benchmark for cuDNN tasks, every setting for a task whose ops are unknown (a program),
+#    and inductor_config wherever Inductor's config is not its default.
 SCHEMA_VERSION = 2
 
 # The shape of `CacheKey.digest`; digests become path components, so nothing else may pass.
@@ -85,17 +99,25 @@ NUMERICS_DOC: dict[str, str] = {
         "torch.backends.cudnn.deterministic: only deterministic cuDNN algorithms, another summation "
         "order and speed for eager and Inductor's extern convolutions. Tasks with cuDNN ops only."
     ),
+    "cudnn_benchmark": (
+        "torch.backends.cudnn.benchmark: eager and Inductor's extern convolutions time cuDNN's "
+        "algorithms and run the fastest, so the baseline a kernel beat is another (faster) one. "
+        "Tasks with cuDNN ops only."
+    ),
     "deterministic_algorithms": (
         "torch.are_deterministic_algorithms_enabled(): the user asked for reproducible results; "
         "Inductor generates other code under it (its own cache key includes it), and a kernel "
         "chosen without it (atomics, split reductions) need not be deterministic. Every task."
     ),
+    "inductor_config": (
+        "torch._inductor.config where it differs from Inductor's defaults (`inductor_config`): "
+        "torch.compile's mode (max-autotune's autotuning, reduce-overhead's CUDA graphs) and any "
+        "config patch change the code Inductor makes, the baseline a kernel must beat. Every task, "
+        "recorded only when some entry is not its default."
+    ),
 }
-# Left out on purpose: torch.backends.cudnn.benchmark (it picks, at run time, among the
-# algorithms the settings above allow: the same precision, neither Inductor's code nor the
-# task's numerics class changes; keying on it would split the cache on a speed switch), and
-# allow_fp16_bf16_reduction_math_sdp, fill_uninitialized_memory and the like (no op a writer
-# declares reaches them).
+# Left out on purpose: allow_fp16_bf16_reduction_math_sdp, fill_uninitialized_memory and the like
+# (no op a writer declares reaches them).
 
 _MATMUL_SETTINGS = (
     "matmul_tf32",
@@ -103,7 +125,7 @@ _MATMUL_SETTINGS = (
     "fp16_reduced_precision_reduction",
     "bf16_reduced_precision_reduction",
 )
-_CUDNN_SETTINGS = ("cudnn_enabled", "cudnn_tf32", "cudnn_deterministic")
+_CUDNN_SETTINGS = ("cudnn_enabled", "cudnn_tf32", "cudnn_deterministic", "cudnn_benchmark")
 
 # Ops (their aten name without namespace and overload) that reach cuBLAS matmuls / cuDNN.
 _MATMUL_OP = re.compile(
@@ -169,6 +191,78 @@ def _cudnn_tf32() -> bool:
         return True if value is None else value == "tf32"
 
 
+# Inductor's config entries that are no setting of the code it makes: the ones its own cache key
+# leaves out (custom passes, which are objects, caches, paths, tracing), and ours.
+_INDUCTOR_IGNORED = ("post_grad_custom_pre_pass", "post_grad_custom_post_pass", "trace.", "compile_threads")
+
+
+def _inductor_entries() -> tuple[Any, dict[str, Any], tuple[str, ...]]:
+    """(Inductor's config module, its entries by name, the prefixes left out of keys)."""
+    from torch._inductor import config
+
+    ignored = tuple(getattr(config, "_cache_config_ignore_prefix", ())) + _INDUCTOR_IGNORED
+    return config, dict(getattr(config, "_config", {})), ignored
+
+
+def _plain_default(entry: Any) -> tuple[bool, Any]:
+    """(True, the default) when `entry` declares a plain default; (False, None) for one computed
+    at run time (torch marks those with a sentinel object)."""
+    default = getattr(entry, "default", None)
+    if type(default) is object:
+        return False, None
+    return True, default
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if callable(value):  # a function's address is no setting: its name is
+        return f"<{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', type(value).__name__)}>"
+    return repr(value)
+
+
+def inductor_config(patches: Mapping[str, Any] | None = None) -> str:
+    """Inductor's config entries that differ from their defaults, with `patches` (a compile's
+    `config_patches`, e.g. its mode's options) applied over the live config: canonical JSON, "{}"
+    for default Inductor. Inside an Inductor compile (the kevin pass) the live config already
+    holds the compile's patches. Entries Inductor's own cache key leaves out (custom passes,
+    caches, paths, tracing) are left out here too."""
+    config, entries, ignored = _inductor_entries()
+    context = config.patch(dict(patches)) if patches else contextlib.nullcontext()
+    with context:
+        current = config.get_config_copy() if hasattr(config, "get_config_copy") else {}
+    changed: dict[str, Any] = {}
+    for name, entry in entries.items():
+        if name.startswith(ignored) or name not in current:
+            continue
+        plain, default = _plain_default(entry)
+        if plain and current[name] != default:
+            changed[name] = _jsonable(current[name])
+    return json.dumps(changed, sort_keys=True)
+
+
+def _apply_inductor_config(text: str) -> None:
+    """Inductor's config as `inductor_config` wrote it: the named entries set, every other entry
+    that is not its default set back to it. Entries this torch lacks are skipped."""
+    config, entries, ignored = _inductor_entries()
+    wanted = json.loads(text)
+    current = config.get_config_copy() if hasattr(config, "get_config_copy") else {}
+    for name, entry in entries.items():
+        if name.startswith(ignored) or name in wanted:
+            continue
+        plain, default = _plain_default(entry)
+        if plain and name in current and current[name] != default:
+            setattr(config, name, default)
+    for name, value in wanted.items():
+        if name in entries and not name.startswith(ignored):
+            plain, default = _plain_default(entries[name])
+            setattr(config, name, tuple(value) if isinstance(default, tuple) and isinstance(value, list) else value)
+
+
 def _all_settings() -> dict[str, Setting]:
     """Every setting of NUMERICS_DOC as this process has it now."""
     tf32 = _matmul_tf32()
@@ -182,17 +276,23 @@ def _all_settings() -> dict[str, Setting]:
         "cudnn_enabled": bool(cudnn.enabled),
         "cudnn_tf32": _cudnn_tf32(),
         "cudnn_deterministic": bool(cudnn.deterministic),
+        "cudnn_benchmark": bool(cudnn.benchmark),
         "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
+        "inductor_config": inductor_config(),
     }
 
 
 def _relevant(ops: Iterable[str], settings: Mapping[str, Setting]) -> dict[str, Setting]:
+    """The settings of `settings` a task with `ops` depends on. No ops (a task made from a
+    KernelBench program, whose ops are not known): every switch, since any may bear on it."""
     ops = tuple(ops)
     names = ["deterministic_algorithms"]
-    if _uses_matmul(ops):
+    if not ops or _uses_matmul(ops):
         names += _MATMUL_SETTINGS
-    if _uses_cudnn(ops):
+    if not ops or _uses_cudnn(ops):
         names += _CUDNN_SETTINGS
+    if settings.get("inductor_config", "{}") != "{}":
+        names.append("inductor_config")
     return {name: settings[name] for name in sorted(names)}
 
 
@@ -213,7 +313,9 @@ _DEFAULTS: dict[str, Setting] = {
     "cudnn_enabled": True,
     "cudnn_tf32": True,
     "cudnn_deterministic": False,
+    "cudnn_benchmark": False,
     "deterministic_algorithms": False,
+    "inductor_config": "{}",
 }
 
 
@@ -241,8 +343,12 @@ def apply_numerics(settings: Mapping[str, Setting]) -> None:
         cudnn.allow_tf32 = bool(settings["cudnn_tf32"])
     if "cudnn_deterministic" in settings:
         cudnn.deterministic = bool(settings["cudnn_deterministic"])
+    if "cudnn_benchmark" in settings:
+        cudnn.benchmark = bool(settings["cudnn_benchmark"])
     if "deterministic_algorithms" in settings:
         torch.use_deterministic_algorithms(bool(settings["deterministic_algorithms"]))
+    if "inductor_config" in settings:  # the baseline compiled under the config the key names
+        _apply_inductor_config(str(settings["inductor_config"]))
 
 
 def default_numerics(ops: Iterable[str]) -> dict[str, Setting]:
@@ -260,15 +366,36 @@ class DeviceInfo:
     cuda_version: str  # "" when torch has no CUDA
 
     @staticmethod
-    @functools.lru_cache(maxsize=None)
     def detect(device_type: str = "cuda", index: int | None = None) -> "DeviceInfo":
-        torch_version = torch.__version__.split("+")[0]
-        cuda_version = torch.version.cuda or ""
-        if device_type == "cuda" and torch.cuda.is_available():
-            idx = torch.cuda.current_device() if index is None else index
-            major, minor = torch.cuda.get_device_capability(idx)
-            return DeviceInfo(torch.cuda.get_device_name(idx), f"{major}.{minor}", torch_version, cuda_version)
-        return DeviceInfo(device_type, "", torch_version, cuda_version)
+        """The device `device_type`:`index`. A CUDA device named without an index is the current
+        one (where torch puts a tensor made on "cuda"), read at each call; a device named with
+        its index never reads the current device."""
+        if device_type == "cuda" and index is None and torch.cuda.is_available():
+            index = torch.cuda.current_device()
+        return _detect(device_type, index)
+
+
+@functools.lru_cache(maxsize=None)
+def _detect(device_type: str, index: int | None) -> DeviceInfo:
+    torch_version = torch.__version__.split("+")[0]
+    cuda_version = torch.version.cuda or ""
+    if device_type == "cuda" and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(index)
+        return DeviceInfo(torch.cuda.get_device_name(index), f"{major}.{minor}", torch_version, cuda_version)
+    return DeviceInfo(device_type, "", torch_version, cuda_version)
+
+
+# `DeviceInfo.detect.cache_clear()`: forget the devices seen (tests that fake a machine's GPUs)
+DeviceInfo.detect.cache_clear = _detect.cache_clear  # type: ignore[attr-defined]
+
+
+def tensors_device(values: Iterable[Any]) -> torch.device | None:
+    """The device of the first tensor among `values` (real or fake: a fake tensor reports the
+    device it stands for), None when there is none: what a key names as its GPU."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return None
 
 
 def _check_settings(data: Any) -> tuple[tuple[str, Setting], ...]:
@@ -344,13 +471,22 @@ def is_digest(text: str) -> bool:
 
 
 def make_key(
-    task: KernelTask, device: DeviceInfo | None = None, numerics: Mapping[str, Setting] | None = None
+    task: KernelTask,
+    device: DeviceInfo | torch.device | str | None = None,
+    numerics: Mapping[str, Setting] | None = None,
 ) -> CacheKey:
-    """The cache key of `task` on `device` (detected from the task's inputs when omitted), under
-    `numerics` (this process's current settings for the task's ops when omitted)."""
-    if device is None:
-        device_type = task.inputs[0].device if task.inputs else "cpu"
-        device = DeviceInfo.detect(device_type)
+    """The cache key of `task` on `device`, under `numerics` (this process's current settings
+    for the task's ops when omitted).
+
+    `device` is the device the task's tensors are on (the one the judge times on): a torch
+    device ("cuda:1") is detected as that GPU, whatever the current device is. When omitted,
+    the device type of the task's inputs (their specs carry no index), a CUDA one being the
+    current device, where a program task's tensors are placed."""
+    if not isinstance(device, DeviceInfo):
+        if device is None:
+            device = torch.device(task.inputs[0].device if task.inputs else "cpu")
+        device = torch.device(device)
+        device = DeviceInfo.detect(device.type, device.index)
     if numerics is None:
         numerics = numerics_settings(task.ops)
     return CacheKey(

@@ -19,7 +19,7 @@ import torch
 from kevin_backend.cache.key import CacheKey, make_key
 from kevin_backend.cache.store import KernelCache
 from kevin_backend.config import Config
-from kevin_backend.types import KernelTask
+from kevin_backend.types import KernelTask, placement_device
 
 __all__ = ["WorkItem", "SourceError", "from_pending", "from_model", "from_bench", "from_kernelbench", "from_folder"]
 
@@ -58,7 +58,7 @@ def from_folder(folder: Path, cache: KernelCache) -> list[WorkItem]:
             task = KernelTask.from_program(path.stem, source)
         except Exception as exc:
             raise SourceError(f"{path}: running the task failed: {type(exc).__name__}: {exc}") from exc
-        key = make_key(task)
+        key = make_key(task, placement_device())  # where from_program placed its tensors
         cache.record_pending(key, task)
         items.append(WorkItem(key, task, f"folder:{path.name}"))
     if not items:
