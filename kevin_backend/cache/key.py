@@ -201,7 +201,9 @@ def _inductor_entries() -> tuple[Any, dict[str, Any], tuple[str, ...]]:
     from torch._inductor import config
 
     ignored = tuple(getattr(config, "_cache_config_ignore_prefix", ())) + _INDUCTOR_IGNORED
-    return config, dict(getattr(config, "_config", {})), ignored
+    not_compiled = set(getattr(config, "_compile_ignored_keys", ()))  # what Inductor's hash leaves out too
+    entries = {name: entry for name, entry in getattr(config, "_config", {}).items() if name not in not_compiled}
+    return config, entries, ignored
 
 
 def _plain_default(entry: Any) -> tuple[bool, Any]:
@@ -231,17 +233,31 @@ def inductor_config(patches: Mapping[str, Any] | None = None) -> str:
     for default Inductor. Inside an Inductor compile (the kevin pass) the live config already
     holds the compile's patches. Entries Inductor's own cache key leaves out (custom passes,
     caches, paths, tracing) are left out here too."""
+    from torch._inductor import config
+
+    with config.patch(dict(patches)) if patches else contextlib.nullcontext():
+        return _changed_entries()
+
+
+def _changed_entries() -> str:
+    """`inductor_config` of the live config."""
     config, entries, ignored = _inductor_entries()
-    context = config.patch(dict(patches)) if patches else contextlib.nullcontext()
-    with context:
-        current = config.get_config_copy() if hasattr(config, "get_config_copy") else {}
+    try:  # the entries set by hand, from the config module's own cached export (microseconds)
+        values = config._get_dict(ignored_prefixes=list(ignored), skip_default=True, readonly_values=True)
+    except (AttributeError, TypeError):  # a torch without it: every entry read (milliseconds)
+        values = {}
+        for name in entries:
+            try:
+                values[name] = getattr(config, name)
+            except AttributeError:
+                continue
     changed: dict[str, Any] = {}
-    for name, entry in entries.items():
-        if name.startswith(ignored) or name not in current:
+    for name, value in values.items():
+        if name not in entries or name.startswith(ignored):
             continue
-        plain, default = _plain_default(entry)
-        if plain and current[name] != default:
-            changed[name] = _jsonable(current[name])
+        plain, default = _plain_default(entries[name])
+        if plain and value != default:
+            changed[name] = _jsonable(value)
     return json.dumps(changed, sort_keys=True)
 
 
@@ -250,13 +266,9 @@ def _apply_inductor_config(text: str) -> None:
     that is not its default set back to it. Entries this torch lacks are skipped."""
     config, entries, ignored = _inductor_entries()
     wanted = json.loads(text)
-    current = config.get_config_copy() if hasattr(config, "get_config_copy") else {}
-    for name, entry in entries.items():
-        if name.startswith(ignored) or name in wanted:
-            continue
-        plain, default = _plain_default(entry)
-        if plain and name in current and current[name] != default:
-            setattr(config, name, default)
+    for name in json.loads(_changed_entries()):
+        if name not in wanted:
+            setattr(config, name, _plain_default(entries[name])[1])
     for name, value in wanted.items():
         if name in entries and not name.startswith(ignored):
             plain, default = _plain_default(entries[name])
