@@ -231,3 +231,25 @@ def test_the_graph_key_names_the_device_its_tensors_are_on(two_gpus) -> None:
     two_gpus[1] = "GPU uno"  # another GPU at index 1: another key
     DeviceInfo.detect.cache_clear()
     assert graph_key(gm, on_one, {}) != first
+
+
+def _partition_keys(mode: str | None) -> list[dict[str, Any]]:
+    """The keys the kevin pass made for a compile with `mode` (cache mode on the CPU)."""
+    import kevin_backend
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, y: torch.relu(x * y + 0.5).sum(dim=-1), backend="kevin", mode=mode)
+    with torch.no_grad():
+        fn(torch.randn(8, 16), torch.randn(8, 16))
+    report = kevin_backend.last_report()
+    torch._dynamo.reset()
+    return [r.key_dict for r in report.records() if r.key_dict]
+
+
+def test_the_kevin_pass_keys_a_partition_with_the_compiles_mode(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("KEVIN_CACHE_DIR", str(tmp_path))  # torch.compile takes a mode or options, not both
+    default = _partition_keys(None)
+    tuned = _partition_keys("max-autotune-no-cudagraphs")
+    assert default and tuned and len(default) == len(tuned)
+    assert all("inductor_config" not in k["numerics"] for k in default)
+    assert all('"max_autotune": true' in k["numerics"]["inductor_config"] for k in tuned)

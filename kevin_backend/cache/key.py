@@ -263,16 +263,23 @@ def _changed_entries() -> str:
 
 def _apply_inductor_config(text: str) -> None:
     """Inductor's config as `inductor_config` wrote it: the named entries set, every other entry
-    that is not its default set back to it. Entries this torch lacks are skipped."""
+    that is not its default set back to it. Entries this torch lacks, and values JSON cannot
+    carry back (objects, written as their name), are skipped."""
     config, entries, ignored = _inductor_entries()
     wanted = json.loads(text)
     for name in json.loads(_changed_entries()):
         if name not in wanted:
             setattr(config, name, _plain_default(entries[name])[1])
     for name, value in wanted.items():
-        if name in entries and not name.startswith(ignored):
-            plain, default = _plain_default(entries[name])
-            setattr(config, name, tuple(value) if isinstance(default, tuple) and isinstance(value, list) else value)
+        if name not in entries or name.startswith(ignored):
+            continue
+        default = _plain_default(entries[name])[1]
+        if isinstance(default, tuple) and isinstance(value, list):
+            value = tuple(value)
+        if value is None or default is None or isinstance(value, type(default)) or (
+                isinstance(default, float) and isinstance(value, int)):
+            if not (isinstance(value, str) and value.startswith("<") and not isinstance(default, str)):
+                setattr(config, name, value)
 
 
 def _all_settings() -> dict[str, Setting]:
