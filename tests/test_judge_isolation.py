@@ -218,3 +218,15 @@ def test_a_process_the_out_of_memory_killer_ended_is_judged_by_the_hosts_memory_
     assert candidate_process._killed_for_host_memory(7, "the forward")["reason"] == reason
     assert candidate_process._killed_for_host_memory(8, "the forward") is None
     assert candidate_process._killed_for_host_memory(None, "the forward") is None
+
+
+def test_a_process_that_could_not_be_confined_is_the_judges_failure() -> None:
+    """Confinement fails before any candidate code runs (a kernel that refuses Landlock's last
+    step, say): no verdict on the candidate (INFRA), never a RUNTIME_ERROR of its own."""
+    from kevin_backend.judge.candidate_process import RemoteModel
+
+    remote = RemoteModel.__new__(RemoteModel)
+    remote.trusted = False
+    failure = remote._failure({"where": "confine", "type": "PermissionError", "text": "landlock_restrict_self failed"},
+                              "loading the program")
+    assert failure["reason"] == "INFRA" and "confined" in failure["feedback"], failure

@@ -244,6 +244,8 @@ class RemoteModel:
             return self._ended("RUNTIME_ERROR", f"{what} failed")
         text = str(e.get("text", ""))[:4000]
         where = e.get("where")
+        if where == "confine":
+            return error("INFRA", "run", f"the candidate's process could not be confined: {text}")
         if where == "task" or self.trusted:
             return error("INFRA", "run", f"the judge's task failed in the candidate's process: {text}")
         if e.get("type") == "NO_MODELNEW":

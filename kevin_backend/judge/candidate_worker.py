@@ -91,8 +91,11 @@ class _Worker:
             from kevin_backend.judge.confine import confine
             from kevin_backend.judge.syscall_filter import forbid_escapes
 
-            confinement = confine(writable=self.folder).describe()
-            self.filtered = forbid_escapes()
+            try:
+                confinement = confine(writable=self.folder).describe()
+                self.filtered = forbid_escapes()
+            except OSError as exc:  # the judge's machinery failed, before any candidate code ran
+                return _error("confine", exc)
             marks.append(("confine", time.perf_counter()))
         if mode == "reference":
             torch.manual_seed(int(m["seed"]))
