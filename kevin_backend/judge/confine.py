@@ -64,10 +64,12 @@ class Confinement:
     capabilities_dropped: bool
     landlock_abi: int  # 0: no Landlock (files as the user's permissions leave them)
     network: bool  # TCP refused (Landlock ABI 4+)
+    refused: str = ""  # why Landlock was not applied where the kernel has it (the machine refused it)
 
     def describe(self) -> str:
         files = (f"writes only to the shared folder (Landlock ABI {self.landlock_abi}"
-                 + (", no TCP" if self.network else "") + ")") if self.landlock_abi else "files not confined (no Landlock)"
+                 + (", no TCP" if self.network else "") + ")") if self.landlock_abi else \
+            f"files not confined ({self.refused or 'no Landlock'})"
         return ("capabilities dropped" if self.capabilities_dropped else "capabilities kept") + "; " + files
 
 
@@ -108,7 +110,7 @@ def _landlock(abi: int, writable: Path) -> bool:
     attr = struct.pack("<QQQ", fs, net, scoped)[: 8 if abi < 4 else 16 if abi < 6 else 24]
     ruleset = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     if ruleset < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+        _raise("landlock_create_ruleset")
     try:
         _allow(libc, ruleset, str(writable), _SHARED_FOLDER & fs)
         for pattern in _DEVICES:
@@ -118,10 +120,22 @@ def _landlock(abi: int, writable: Path) -> bool:
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
         if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
-            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+            _raise("landlock_restrict_self")
     finally:
         os.close(ruleset)
     return bool(net)
+
+
+class _Refused(OSError):
+    """Landlock refused as a whole (a container's own policy, a kernel built without it): nothing
+    of it applied."""
+
+
+def _raise(step: str) -> None:
+    errno = ctypes.get_errno()
+    if errno in (1, 38, 95):  # EPERM, ENOSYS, EOPNOTSUPP: the machine's policy, not a failure of ours
+        raise _Refused(errno, f"{step} refused ({os.strerror(errno)})")
+    raise OSError(errno, f"{step} failed")
 
 
 def _allow(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
@@ -148,9 +162,14 @@ def _first_to_die() -> None:
 
 def confine(writable: Path) -> Confinement:
     """Confine this process for good (module docstring): capabilities dropped, then Landlock where
-    the kernel has it. Raises OSError when a step the kernel offers fails (the judge's failure)."""
+    the kernel has it. Landlock refused as a whole by the machine's policy leaves the files as the
+    user's permissions leave them (the report says so); any other failure raises OSError (the
+    judge's failure: no verdict)."""
     _first_to_die()
-    abi = landlock_abi()
-    network = _landlock(abi, writable) if abi else False
+    abi, refused = landlock_abi(), ""
+    try:
+        network = _landlock(abi, writable) if abi else False
+    except _Refused as exc:
+        abi, network, refused = 0, False, str(exc)
     dropped = _drop_capabilities()
-    return Confinement(dropped, abi, network)
+    return Confinement(dropped, abi, network, refused)
