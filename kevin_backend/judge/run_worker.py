@@ -68,6 +68,7 @@ __all__ = ["main", "run", "serve"]
 _LAUNCHERS: dict[str, Launcher] = {}  # per device: this worker's fork server and spare process
 # Verdicts that a write into the reference's memory could have made: they do not stand then.
 _CHECKED_AFTER = frozenset({"ACCEPTED", "MISMATCH", "NAN_INF", "SHAPE_MISMATCH", "DTYPE_MISMATCH", "REPLAYED_OUTPUT"})
+_LOAD_STEPS = ("task", "confine", "program", "model")  # the load's steps the candidate's process times
 _NO_DEADLINE = 24 * 3600.0  # the parent kills this worker at the job's time limit; the candidate's process dies with it
 
 
@@ -161,12 +162,14 @@ def _run(job: Job, announce: _PhaseClock, states: TaskStates | None) -> dict[str
         except Verdict as v:
             return {**v.outcome, "device": str(device)}
         ledger.task_bytes = 0
-        if loaded.get("confinement"):
-            ledger.notes.append(f"the candidate's process: {loaded['confinement']}")
-        if isinstance(loaded.get("seconds"), dict):  # the load's steps in the candidate's process, as it says
-            for step, seconds in loaded["seconds"].items():
-                if isinstance(seconds, (int, float)):
-                    announce.note(f"load: {step}", float(seconds))
+        # what the candidate's process says of itself (its program had loaded when it said it):
+        # information for the report, never part of the verdict, and only in the shapes expected
+        if isinstance(loaded.get("confinement"), str) and loaded["confinement"]:
+            ledger.notes.append(f"the candidate's process reports: {loaded['confinement'][:300]}")
+        seconds = loaded.get("seconds") if isinstance(loaded.get("seconds"), dict) else {}
+        for step in _LOAD_STEPS:
+            if isinstance(seconds.get(step), (int, float)):
+                announce.note(f"load: {step}", float(seconds[step]))
         ledger.start()
         try:
             outcome = _judge(state)
