@@ -196,12 +196,13 @@ def test_the_references_of_a_timed_check_run_on_the_judges_own_copy_of_the_input
     slots = make_slots(make_input_set(task, 1, device), device, tmp_path, lambda n: True)
     try:
         fill(task, 1, device, slots, 0)
-        kept = _private_inputs(slots, 1)
+        kept = _private_inputs(slots, 0, 1)
         filled = [v.clone() for v in slots.views[1]]
         assert all(torch.equal(a, b) for a, b in zip(kept.values, filled))
         slots.arena.tensor.fill_(0)  # what a candidate's thread could do to the shared slots
         assert all(torch.equal(a, b) for a, b in zip(kept.values, filled))
     finally:
+        slots.close()
         slots.arena.close()
 
 

@@ -55,7 +55,7 @@ MUTATIONS = (
               "tests/test_judge_runner.py::test_output_cached_by_input_pointer_is_caught"),
              "the timed calls' outputs never compared"),
     Mutation("checks-on-shared-slots", "kevin_backend/judge/timing_phase.py",
-             "    memory = slots.arena.tensor[j * slots.stride:(j + 1) * slots.stride].clone()\n",
+             "    memory = slots.private[k]\n",
              "    memory = slots.arena.tensor[j * slots.stride:(j + 1) * slots.stride]\n",
              ("tests/test_judge_isolation.py::test_the_references_of_a_timed_check_run_on_the_judges_own_copy_of_the_inputs",),
              "the references of a timed check read the slots the candidate can write"),

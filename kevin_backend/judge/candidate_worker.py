@@ -56,6 +56,7 @@ class _Worker:
         self.arenas: dict[int, torch.Tensor] = {}
         self.entries: dict[str, Callable[..., Any]] = {}
         self.kept: list[Any] = []
+        self.copies: list[Any] = []  # copies of outputs in memory it did not allocate, kept like `kept`
         self.handles: dict[int, tuple[bytes, int]] = {}
         self.calls = 0
         self.stack = contextlib.ExitStack()
@@ -148,7 +149,7 @@ class _Worker:
         from kevin_backend.measure.compare import output_list
         from kevin_backend.measure.memory import poison
 
-        self.kept = []
+        self.kept, self.copies = [], []
         values = wrap(m["inputs"], self.arenas)
         if m.get("poison"):
             poison(self.device, [int(b) for b in m["poison"]])
@@ -168,7 +169,7 @@ class _Worker:
         from kevin_backend.measure.compare import output_list
 
         marks = [("start", time.perf_counter())]  # where the time goes, for `profile` (information only)
-        self.kept = []
+        self.kept, self.copies = [], []
         calls = [self._wrapped(inputs) for inputs in m["calls"]]
         audited = set(m.get("audit", ()))
         audit = Audit()
@@ -218,7 +219,7 @@ class _Worker:
 
     def _export(self, outputs: list[Any]) -> list[dict[str, Any]]:
         self.calls += 1
-        return export_outputs(outputs, self.device, self.folder, f"{os.getpid()}-{self.calls}", self.handles)
+        return export_outputs(outputs, self.device, self.folder, f"{os.getpid()}-{self.calls}", self.handles, self.copies)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

@@ -86,9 +86,10 @@ def tensor_at(pointer: int, nbytes: int, device: torch.device) -> torch.Tensor:
 
 
 class DeviceBuffer:
-    """An allocation of the judge's own, shareable with another process; freed by `free()`."""
+    """An allocation of the judge's own, outside torch's caching allocator, shareable with another
+    process (`share`: its IPC handle made) or not; freed by `free()`."""
 
-    def __init__(self, nbytes: int, device: torch.device) -> None:
+    def __init__(self, nbytes: int, device: torch.device, share: bool = True) -> None:
         _current(device)
         self.device = device
         self.nbytes = max(int(nbytes), 256)
@@ -96,6 +97,9 @@ class DeviceBuffer:
         _check(_driver().cuMemAlloc_v2(ctypes.byref(pointer), self.nbytes), f"allocating {self.nbytes} bytes")
         self.pointer = pointer.value
         self.tensor = tensor_at(self.pointer, self.nbytes, device)
+        self.handle = b""
+        if not share:
+            return
         handle = _Handle()
         _check(_driver().cuIpcGetMemHandle(ctypes.byref(handle), self.pointer), "sharing a buffer")
         self.handle = ctypes.string_at(ctypes.addressof(handle), 64)

@@ -122,7 +122,7 @@ def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
         phase("inputs")  # (shared: another worker's timing must not see it fill the GPU's memory)
         with gpu_hold(job.gpu_lock, shared=True):
             sample = make_input_set(task, job.seed, device)
-            slots = make_slots(sample, device, launcher.folder, lambda n: n <= slot_memory(device))
+            slots = make_slots(sample, device, launcher.folder, lambda n: n <= slot_memory(device), private=False)
             kernel.share(slots.arena)
             reference.share(slots.arena)
         return _rounds(job, phase, device, task, kernel, reference, slots)

@@ -166,10 +166,13 @@ def _extent(size: Sequence[int], stride: Sequence[int]) -> int:
 
 
 def export_outputs(outputs: Sequence[Any], device: torch.device, folder: Path, tag: str,
-                   handles: dict[int, tuple[bytes, int]]) -> list[dict[str, Any]]:
+                   handles: dict[int, tuple[bytes, int]], copies: list[Any]) -> list[dict[str, Any]]:
     """(The candidate's process) where each output is: on a GPU its allocation's IPC handle (cached
-    per allocation in `handles`) and offset, on a CPU a file of its bytes in `folder`."""
+    per allocation in `handles`) and offset, on a CPU a file of its bytes in `folder`. An output in
+    memory the process did not allocate (an input it returns) is copied first: the copies go into
+    `copies`, to be kept until the judge has read them, and are finished before this returns."""
     descs = []
+    copied = False
     for k, out in enumerate(outputs):
         if not isinstance(out, torch.Tensor):
             descs.append({"kind": "value", "value": out if isinstance(out, (int, float, bool, str, type(None))) else repr(out)})
@@ -185,6 +188,8 @@ def export_outputs(outputs: Sequence[Any], device: torch.device, folder: Path, t
                     handles[base] = (export_handle(base)[0], size)
                 except IpcError:  # memory this process did not allocate (an input it returns): a copy of its own
                     out = torch.as_strided(out, out.shape, out.stride()).clone(memory_format=torch.preserve_format)
+                    copies.append(out)
+                    copied = True
                     base, size = address_range(out.data_ptr())
                     handles[base] = (export_handle(base)[0], size)
                     desc["stride"] = list(out.stride())
@@ -199,6 +204,8 @@ def export_outputs(outputs: Sequence[Any], device: torch.device, folder: Path, t
         else:
             desc.update(device=str(out.device))
         descs.append(desc)
+    if copied:  # (the judge reads as soon as the reply comes: a copy still queued would show what its block held before)
+        torch.cuda.synchronize(device)
     return descs
 
 

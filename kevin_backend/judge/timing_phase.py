@@ -77,6 +77,18 @@ class Slots:
     descs: list[list[dict[str, Any]]] = field(default_factory=list)
     views: list[list[Any]] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
+    # the judge's copies of the checked calls' inputs: CHECKED_CALLS regions of `stride` bytes, each
+    # a tensor of its own storage, never shared (on a GPU outside torch's caching allocator, so the
+    # judge's memory bound counts them with the slots, not with the judge's own extra)
+    private: list[torch.Tensor] = field(default_factory=list)
+    private_buffer: Any = None
+
+    def close(self) -> None:
+        """Frees the private copies' memory (the arena belongs to the processes it was shared with)."""
+        self.private = []
+        if self.private_buffer is not None:
+            self.private_buffer.free()
+            self.private_buffer = None
 
 
 def plan_slots(set_bytes: int, l2_bytes: int, memory_ok: Any) -> tuple[int, bool]:
@@ -102,14 +114,27 @@ def slot_memory(device: torch.device) -> int:
     return min(free // 8, 4 << 30)
 
 
-def make_slots(sample: InputSet, device: torch.device, folder: Any, memory_ok: Any) -> Slots:
-    """An arena of the judge's for as many slots as `plan_slots` says, each laid out like `sample`."""
+def make_slots(sample: InputSet, device: torch.device, folder: Any, memory_ok: Any, private: bool = True) -> Slots:
+    """An arena of the judge's for as many slots as `plan_slots` says, each laid out like `sample`,
+    and (`private`) the judge's regions for the checked calls' inputs."""
     stride = arena_bytes(sample.values)
     l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0) if device.type == "cuda" else 0
     # (the judge's private copies of the checked calls' inputs come out of the same memory)
-    count, cold = plan_slots(stride, l2, lambda n: memory_ok(n + CHECKED_CALLS * stride))
+    reserve = CHECKED_CALLS * stride if private else 0
+    count, cold = plan_slots(stride, l2, lambda n: memory_ok(n + reserve))
     arena = Arena(count * stride, device, folder)
-    return Slots(arena, count, stride, cold)
+    slots = Slots(arena, count, stride, cold)
+    if not private:
+        return slots
+    if device.type == "cuda":
+        from kevin_backend.judge.cuda_ipc import DeviceBuffer, tensor_at
+
+        region = max(stride, 256)
+        slots.private_buffer = DeviceBuffer(CHECKED_CALLS * region, device, share=False)
+        slots.private = [tensor_at(slots.private_buffer.pointer + k * region, stride, device) for k in range(CHECKED_CALLS)]
+    else:
+        slots.private = [torch.empty(stride, dtype=torch.uint8) for _ in range(CHECKED_CALLS)]
+    return slots
 
 
 def fill(task: Any, base_seed: int, device: torch.device, slots: Slots, round_index: int) -> None:
@@ -145,10 +170,11 @@ def slot_bytes(slots: Slots) -> list[torch.Tensor]:
     return [slots.arena.tensor[:slots.count * slots.stride].view(torch.int64)]
 
 
-def _private_inputs(slots: Slots, j: int) -> InputSet:
-    """Slot `j`'s inputs copied into memory of the judge's own (the candidate's process can write
-    into the shared slots at any time; it cannot reach this copy)."""
-    memory = slots.arena.tensor[j * slots.stride:(j + 1) * slots.stride].clone()
+def _private_inputs(slots: Slots, k: int, j: int) -> InputSet:
+    """Slot `j`'s inputs copied into the judge's private region `k` (the candidate's process can
+    write into the shared slots at any time; it cannot reach this copy)."""
+    memory = slots.private[k]
+    memory.copy_(slots.arena.tensor[j * slots.stride:(j + 1) * slots.stride])
     return InputSet(views_at(slots.descs[j], memory, j * slots.stride), slots.seeds[j], 0)
 
 
@@ -222,20 +248,25 @@ def time_candidate(run: Run) -> CandidateTimes:
         run.phase("inputs")
         sample = make_input_set(run.task, job.input_seed(job.seeds[0]), run.device)
         slots = make_slots(sample, run.device, run.model.folder, lambda n: run.ledger.fits(n) or n <= slot_memory(run.device))
-        run.model.share(slots.arena)
+        try:
+            run.model.share(slots.arena)
+        except BaseException:
+            slots.close()
+            raise
     sides: list[tuple[str, Any, str]] = [("kernel", run.model, "model")]
     reference = None
-    if job.inductor or job.eager:
-        run.phase("reference-process")
-        reference = run.start_reference()
-        reference.share(slots.arena)
-        if job.inductor:
-            sides.append(("inductor", reference, "inductor"))
-        if job.eager:
-            sides.append(("eager", reference, "eager"))
-    times: dict[str, list[float]] = {name: [] for name, _, _ in sides}
+    times: dict[str, list[float]] = {}
     rounds = max(MIN_ROUNDS, math.ceil(job.trials / slots.count))
     try:
+        if job.inductor or job.eager:
+            run.phase("reference-process")
+            reference = run.start_reference()
+            reference.share(slots.arena)
+            if job.inductor:
+                sides.append(("inductor", reference, "inductor"))
+            if job.eager:
+                sides.append(("eager", reference, "eager"))
+        times.update({name: [] for name, _, _ in sides})
         with torch.no_grad():
             for index in range(rounds + 1):  # round 0 warms up (and compiles Inductor in its process)
                 _timed_round(run, slots, sides, index, times)
@@ -245,6 +276,7 @@ def time_candidate(run: Run) -> CandidateTimes:
     finally:
         if reference is not None:
             reference.close()
+        slots.close()
     medians = {name: statistics.median(values) for name, values in times.items()}
     run.ledger.notes.append(
         f"timed in {rounds} interleaved rounds of {slots.count} calls on fresh input slots"
@@ -266,7 +298,7 @@ def _timed_round(run: Run, slots: Slots, sides: list[tuple[str, Any, str]], inde
         run.phase("fingerprint")
         before = fingerprint(slot_bytes(slots))
         chosen = _choose(slots.count, CHECKED_CALLS)  # (in secret: nothing of it reaches the candidate)
-        kept = {j: _private_inputs(slots, j) for j in chosen}
+        kept = {j: _private_inputs(slots, k, j) for k, j in enumerate(chosen)}
     order = sides[index % len(sides):] + sides[:index % len(sides)]
     run.phase("lock")  # waiting for the GPU alone: the judge's step, whatever the wait
     with gpu_hold(job.gpu_lock, shared=False):
