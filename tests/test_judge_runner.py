@@ -269,13 +269,14 @@ def test_the_candidate_and_the_references_are_timed_in_interleaved_rounds_on_fre
 
 def test_slots_are_many_and_cold_where_memory_allows() -> None:
     """MAX_SLOTS slots (a batch's fixed cost spread over many calls), fewer when the judge's memory
-    says so, at least two; cold (read from memory) only when they cover twice the L2 cache."""
+    says so, one only where two do not fit; cold (read from memory) only when they cover twice the L2 cache."""
     mb = 1 << 20
     assert plan_slots(4 * mb, 50 * mb, lambda n: True) == (MAX_SLOTS, True)
     assert plan_slots(1 * mb, 50 * mb, lambda n: True) == (MAX_SLOTS, False)
-    assert plan_slots(64 * mb, 50 * mb, lambda n: n <= 256 * mb) == (4, True)
-    assert plan_slots(4 * mb, 50 * mb, lambda n: n <= 40 * mb) == (10, False)
-    assert plan_slots(4 * mb, 50 * mb, lambda n: False) == (2, False)
+    assert plan_slots(64 * mb, 50 * mb, lambda n: n * 64 * mb <= 256 * mb) == (4, True)
+    assert plan_slots(4 * mb, 50 * mb, lambda n: n * 4 * mb <= 40 * mb) == (10, False)
+    assert plan_slots(4 * mb, 50 * mb, lambda n: n < 2) == (1, False)  # a set too big for two slots: one
+    assert plan_slots(4 * mb, 50 * mb, lambda n: False) == (1, False)  # (its allocation then says RESOURCE)
     assert plan_slots(4 * mb, 0, lambda n: True) == (2, False)  # a CPU: no cache to count, two slots
 
 

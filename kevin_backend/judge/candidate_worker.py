@@ -73,6 +73,7 @@ class _Worker:
         marks = [("start", time.perf_counter())]  # where a load's time goes (information only)
         if m.get("numerics"):
             apply_numerics(dict(m["numerics"]))
+        marks.append(("numerics", time.perf_counter()))
         if m.get("memory_bytes") and self.device.type == "cuda":
             total = torch.cuda.get_device_properties(self.device).total_memory
             torch.cuda.set_per_process_memory_fraction(min(1.0, float(m["memory_bytes"]) / total), self.device)
@@ -80,6 +81,7 @@ class _Worker:
             from kevin_backend.toolchain.build import Builder, answering_load_inline
 
             self.stack.enter_context(answering_load_inline(Builder(Path(m["build_root"]), jobs=1), m.get("arch")))
+        marks.append(("builder", time.perf_counter()))
         try:
             task = load_program(m["task"], "kevin_task")
             init = [to_device(v, self.device) for v in task.get_init_inputs()]

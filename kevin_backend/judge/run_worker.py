@@ -68,7 +68,7 @@ __all__ = ["main", "run", "serve"]
 _LAUNCHERS: dict[str, Launcher] = {}  # per device: this worker's fork server and spare process
 # Verdicts that a write into the reference's memory could have made: they do not stand then.
 _CHECKED_AFTER = frozenset({"ACCEPTED", "MISMATCH", "NAN_INF", "SHAPE_MISMATCH", "DTYPE_MISMATCH", "REPLAYED_OUTPUT"})
-_LOAD_STEPS = ("task", "confine", "program", "model")  # the load's steps the candidate's process times
+_LOAD_STEPS = ("numerics", "builder", "task", "confine", "program", "model")  # the load's steps the candidate's process times
 _NO_DEADLINE = 24 * 3600.0  # the parent kills this worker at the job's time limit; the candidate's process dies with it
 
 
@@ -178,7 +178,9 @@ def _run(job: Job, announce: _PhaseClock, states: TaskStates | None) -> dict[str
         except Exception as exc:  # noqa: BLE001 - nothing of the candidate runs here: the judge's own failure
             outcome = judge_failure(state, f"in its step '{state.current}'", exc)
     finally:
+        announce("close")  # the candidate's process killed and gone (its GPU context released)
         remote.close()
+    announce("after")  # the references checked intact, the report
     if state.candidate_ran and outcome.get("reason") in _CHECKED_AFTER and not _intact(task_state):
         outcome = error("INPUT_MUTATED", "run", "the forward wrote into memory it does not own: the reference "
                         "model's parameters changed while the candidate ran")

@@ -94,12 +94,14 @@ class Slots:
 def plan_slots(set_bytes: int, l2_bytes: int, memory_ok: Any) -> tuple[int, bool]:
     """(how many slots, whether they are cold): MAX_SLOTS, so that a batch's fixed cost (the
     message's round trip, the device's synchronisation) is spread over many calls, fewer when
-    `memory_ok(total_bytes)` says so (at least 2); cold when together they are at least twice the
-    L2 cache. A CPU has no cache to count: two slots, never cold."""
+    `memory_ok(count)` says so; one only when two do not fit (a set of a sizeable part of the GPU,
+    whose every call is long beside a batch's fixed cost, and fresh in every round); cold when
+    together they are at least twice the L2 cache. A CPU has no cache to count: two slots, never
+    cold."""
     if not l2_bytes:
         return 2, False  # a CPU (the tests' form of the judge): two slots rotate
     count = MAX_SLOTS
-    while count > 2 and not memory_ok(count * set_bytes):
+    while count > 1 and not memory_ok(count):
         count -= 1
     return count, bool(l2_bytes) and count * set_bytes >= 2 * l2_bytes
 
@@ -120,20 +122,22 @@ def make_slots(sample: InputSet, device: torch.device, folder: Any, memory_ok: A
     stride = arena_bytes(sample.values)
     l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0) if device.type == "cuda" else 0
     # (the judge's private copies of the checked calls' inputs come out of the same memory)
-    reserve = CHECKED_CALLS * stride if private else 0
-    count, cold = plan_slots(stride, l2, lambda n: memory_ok(n + reserve))
+    copies = (lambda count: min(CHECKED_CALLS, count)) if private else (lambda count: 0)
+    count, cold = plan_slots(stride, l2, lambda count: memory_ok((count + copies(count)) * stride))
     arena = Arena(count * stride, device, folder)
     slots = Slots(arena, count, stride, cold)
-    if not private:
-        return slots
-    if device.type == "cuda":
-        from kevin_backend.judge.cuda_ipc import DeviceBuffer, tensor_at
+    try:
+        if device.type == "cuda" and copies(count):
+            from kevin_backend.judge.cuda_ipc import DeviceBuffer, tensor_at
 
-        region = max(stride, 256)
-        slots.private_buffer = DeviceBuffer(CHECKED_CALLS * region, device, share=False)
-        slots.private = [tensor_at(slots.private_buffer.pointer + k * region, stride, device) for k in range(CHECKED_CALLS)]
-    else:
-        slots.private = [torch.empty(stride, dtype=torch.uint8) for _ in range(CHECKED_CALLS)]
+            region = max(stride, 256)
+            slots.private_buffer = DeviceBuffer(copies(count) * region, device, share=False)
+            slots.private = [tensor_at(slots.private_buffer.pointer + k * region, stride, device) for k in range(copies(count))]
+        else:
+            slots.private = [torch.empty(stride, dtype=torch.uint8) for _ in range(copies(count))]
+    except BaseException:
+        arena.close()
+        raise
     return slots
 
 

@@ -31,7 +31,8 @@ Where the float64 run is not possible (an op without a float64 kernel, or memory
 take), the comparison falls back to eager with KernelBench's tolerances (1e-4 in float32, 1e-2 in
 fp16/bf16) on |E_i| + s, and the verdict says so. Integer and boolean outputs must equal eager's.
 
-Outputs are compared in chunks (`CHUNK` elements at a time), never upcast whole.
+Outputs are compared in chunks (`CHUNK` elements at a time), never upcast whole; on a GPU with
+Triton, contiguous outputs take two fused passes of the same rule instead (`compare_fused.py`).
 """
 
 from __future__ import annotations
@@ -42,9 +43,12 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from kevin_backend.measure import compare_fused
+
 __all__ = ["Bound", "BOUNDS", "FALLBACK_RTOL", "OutputCheck", "Mismatch", "compare_outputs", "output_list", "CHUNK"]
 
 CHUNK = 1 << 22  # the most elements compared at a time (a sixteenth of the output at most: `_limit`)
+SAMPLES = 1 << 20  # about this many elements sampled for eager's error percentile
 
 
 @dataclass(frozen=True)
@@ -158,29 +162,19 @@ def _exact_mismatch(i: int, g: torch.Tensor, w: torch.Tensor) -> Mismatch | None
 def _float_mismatch(i: int, g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, check: OutputCheck) -> Mismatch | None:
     dtype = w.dtype
     bound = _bound(dtype)
-    scale, eager_q = _statistics(w, e)
+    fused = compare_fused.available(g, w, e)
+    scale, eager_q = compare_fused.statistics(w, e, SAMPLES) if fused else _statistics(w, e)
     check.stats = {"scale": scale, "eager_error_q99": eager_q}
     rho = bound.rho if e is not None else FALLBACK_RTOL.get(dtype, 1e-4)
-    # the totals stay on the device until every block is queued: one synchronisation per output
-    zero = torch.zeros((), dtype=torch.float64, device=w.device)
-    count, nonfinite, max_abs, max_rel, worst = zero, zero, zero, zero, zero
-    blocks = list(_blocks(w.shape, _limit(w.numel())))
-    for index in blocks:
-        gc, wc, ref, err, allowed, finite_ref, bad = _judged_block(g, w, e, index, rho, scale, eager_q, bound)
-        count = count + bad.sum()
-        nonfinite = nonfinite + (bad & ~torch.isfinite(gc) & finite_ref).sum()
-        finite_err = torch.where(finite_ref & torch.isfinite(err), err, torch.zeros_like(err))
-        if finite_err.numel():
-            max_abs = torch.maximum(max_abs, finite_err.max())
-            max_rel = torch.maximum(max_rel, (finite_err / ref.abs().clamp_min(1e-30)).max())
-            ratio = torch.where(finite_ref, err / allowed.clamp_min(1e-300), torch.zeros_like(err)).nan_to_num(math.inf)
-            worst = torch.maximum(worst, ratio.max())
-    n, n_nonfinite, max_abs_v, max_rel_v, worst_v = torch.stack([count, nonfinite, max_abs, max_rel, worst]).tolist()
+    if fused:  # one kernel over the output (compare_fused.py)
+        n, n_nonfinite, max_abs_v, max_rel_v, worst_v = compare_fused.totals(g, w, e, rho, bound.k, bound.cap, scale, eager_q)
+    else:
+        n, n_nonfinite, max_abs_v, max_rel_v, worst_v = _totals(g, w, e, rho, scale, eager_q, bound)
     check.worst_ratio = worst_v
     if not n:
         return None
     first = None
-    for index in blocks:  # the first bad element, block by block (only for a failed comparison)
+    for index in _blocks(w.shape, _limit(w.numel())):  # the first bad element, block by block (only for a failed comparison)
         gc, wc, ref, err, allowed, finite_ref, bad = _judged_block(g, w, e, index, rho, scale, eager_q, bound)
         if bool(bad.any()):
             local = tuple(int(x) for x in bad.nonzero()[0].tolist())
@@ -192,6 +186,28 @@ def _float_mismatch(i: int, g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | 
     reason = "NAN_INF" if n_nonfinite else "MISMATCH"
     return Mismatch(i, reason, int(n), w.numel(), first.first_bad_index, first.expected, first.got, first.allowed,
                     max_abs_v, max_rel_v, worst_v, first.eager_error)
+
+
+def _totals(g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, rho: float, scale: float, eager_q: float,
+            bound: Bound) -> tuple[int, int, float, float, float]:
+    """(bad elements, non-finite bad elements, largest finite error, largest relative error,
+    largest error/bound), block by block; the totals stay on the device until every block is
+    queued: one synchronisation per output."""
+    zero = torch.zeros((), dtype=torch.float64, device=w.device)
+    count, nonfinite, max_abs, max_rel, worst = zero, zero, zero, zero, zero
+    for index in _blocks(w.shape, _limit(w.numel())):
+        gc, wc, ref, err, allowed, finite_ref, bad = _judged_block(g, w, e, index, rho, scale, eager_q, bound)
+        count = count + bad.sum()
+        nonfinite = nonfinite + (bad & ~torch.isfinite(gc) & finite_ref).sum()
+        finite_err = torch.where(finite_ref & torch.isfinite(err), err, torch.zeros_like(err))
+        if finite_err.numel():
+            max_abs = torch.maximum(max_abs, finite_err.max())
+            rel = torch.where(finite_ref, finite_err / ref.abs().clamp_min(1e-30), torch.zeros_like(err))
+            max_rel = torch.maximum(max_rel, rel.max())
+            ratio = torch.where(finite_ref, err / allowed.clamp_min(1e-300), torch.zeros_like(err)).nan_to_num(math.inf)
+            worst = torch.maximum(worst, ratio.max())
+    n, n_nonfinite, max_abs_v, max_rel_v, worst_v = torch.stack([count, nonfinite, max_abs, max_rel, worst]).tolist()
+    return int(n), int(n_nonfinite), max_abs_v, max_rel_v, worst_v
 
 
 def _judged_block(g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, index: tuple[slice, ...], rho: float,
@@ -216,13 +232,15 @@ def _judged_block(g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, inde
     return gc, wc, ref, err, allowed, finite_ref, bad
 
 
-def _statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int = 1 << 20) -> tuple[float, float]:
-    """(mean |E| over finite elements, 99th percentile of |W - E| over a sample of elements)."""
+def _statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int = SAMPLES) -> tuple[float, float]:
+    """(mean |E| over finite elements, 99th percentile of |W - E| over every `step`-th element in
+    row-major order, step = max(1, n // samples))."""
     total = torch.zeros((), dtype=torch.float64, device=w.device)
     count = torch.zeros((), dtype=torch.float64, device=w.device)
     picked: list[torch.Tensor] = []
     n = w.numel()
     step = max(1, n // samples)
+    start = 0  # the block's first element in row-major order (blocks cover the output in order)
     for index in _blocks(w.shape, _limit(n)):
         wc = w[index].double()
         ec = e[index].double() if e is not None else wc
@@ -230,17 +248,16 @@ def _statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int = 1 << 20)
         total = total + torch.where(finite, ec.abs(), torch.zeros_like(ec)).sum()
         count = count + finite.sum()
         if e is not None:
-            picked.append((wc - ec).abs().reshape(-1)[::step])
+            picked.append((wc - ec).abs().reshape(-1)[(-start) % step::step])
+        start += wc.numel()
     total_v, count_v = torch.stack([total, count]).tolist()
     scale = total_v / count_v if count_v else 0.0
     if not picked:
         return scale, 0.0
     values = torch.cat(picked)
     values = values[torch.isfinite(values)]
-    if values.numel() == 0:
-        return scale, 0.0
-    k = max(1, math.ceil(0.99 * values.numel()))
-    return scale, float(values.kthvalue(k).values)
+    k = compare_fused.percentile_rank(values.numel())
+    return scale, float(values.kthvalue(k).values) if k else 0.0
 
 
 def _limit(elements: int) -> int:
