@@ -201,12 +201,13 @@ def _judge(run: Run) -> dict[str, Any]:
     exact_model: list[torch.nn.Module] = run.state.exact_model if run.state is not None else []
     # Correctness runs share the GPU with each other, never with a timing (which holds the lock
     # alone: another worker's correctness run would slow what it measures).
+    # Held one input set at a time: a timing waiting for the GPU alone waits for one set, not all.
     gpu_lock = run.job.gpu_lock
-    with gpu_hold(gpu_lock, shared=True):
-        for index, seed in enumerate(run.job.seeds):
+    for index, seed in enumerate(run.job.seeds):
+        with gpu_hold(gpu_lock, shared=True):
             bad = check_input_set(run, index, run.job.input_seed(seed), exact_model)
-            if bad is not None:
-                return bad
+        if bad is not None:
+            return bad
     times = time_candidate(run)
     with gpu_hold(gpu_lock, shared=True):
         return accepted(run, times)
