@@ -74,7 +74,6 @@ def _warm() -> None:
     import kevin_backend.toolchain.build  # noqa: F401
     import kevin_backend.types  # noqa: F401
     import torch._dynamo  # noqa: F401
-    import torch.utils.cpp_extension  # noqa: F401  (the program's load_inline; with CUDA, 0.4 s to import)
     from kevin_backend.judge.audit import Audit
 
     with torch.no_grad(), Audit():
