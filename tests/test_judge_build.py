@@ -129,3 +129,36 @@ def test_fast_build_takes_the_honest_candidates_and_falls_back_for_the_rest(tmp_
     assert whole.ok and whole.how == "fast", (whole.how, whole.error)
     x, b = torch.randn(8, 16, device="cuda"), torch.randn(16, device="cuda")
     torch.testing.assert_close(load_built(whole).scale_add_cuda(x, b), x * 2 + b)
+
+
+_LAZY = r'''
+import sys, torch
+from pathlib import Path
+from kevin_backend.toolchain.build import Builder, answering_load_inline
+
+assert "torch.utils.cpp_extension" not in sys.modules
+with answering_load_inline(Builder(Path(sys.argv[1])), None):
+    ns = {}
+    exec("from torch.utils.cpp_extension import load_inline\nimport torch.utils.cpp_extension as ce\n", ns)
+    ours = ns["load_inline"]
+    assert ours.__module__ == "kevin_backend.toolchain.build" and ns["ce"].load_inline is ours
+    assert "torch.utils.cpp_extension" not in sys.modules or type(sys.modules["torch.utils.cpp_extension"]).__name__ != "module"
+    ns["ce"].include_paths  # another name: torch's module imported now, its load_inline still ours
+    import torch.utils.cpp_extension as real
+    assert type(real).__name__ == "module" and real.load_inline is ours
+import torch.utils.cpp_extension as after
+assert after.load_inline is not ours and after.load_inline.__module__ == "torch.utils.cpp_extension"
+assert torch.utils.cpp_extension is after
+print("ok")
+'''
+
+
+def test_a_program_that_only_calls_load_inline_does_not_import_torchs_extension_module(tmp_path: Path) -> None:
+    """Importing torch.utils.cpp_extension takes about 0.4 s with CUDA, in every candidate's process:
+    while the builder answers `load_inline`, a program gets a stand-in that imports torch's module
+    only for another name; after the block, torch's module is whole again."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _LAZY, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

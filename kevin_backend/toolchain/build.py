@@ -156,12 +156,40 @@ def load_built(result: BuildResult) -> ModuleType:
     return module
 
 
+_CPP_EXTENSION = "torch.utils.cpp_extension"
+
+
+class _LazyCppExtension(ModuleType):
+    """`torch.utils.cpp_extension` as a program sees it while `answering_load_inline` is active and
+    the real module was not imported: `load_inline` is the builder's, and any other name imports the
+    real module (with CUDA about 0.4 s, which a program that only calls `load_inline` never pays)
+    and is read from it, its `load_inline` the builder's too until the block ends."""
+
+    def __init__(self, load_inline: Any) -> None:
+        super().__init__(_CPP_EXTENSION)
+        self.load_inline = load_inline
+        self._real: Any = None
+        self._saved: Any = None
+
+    def __getattr__(self, name: str) -> Any:  # (only names the stub lacks)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if self._real is None:
+            if sys.modules.get(_CPP_EXTENSION) is self:
+                del sys.modules[_CPP_EXTENSION]
+            real = importlib.import_module(_CPP_EXTENSION)
+            self._saved, real.load_inline = real.load_inline, self.load_inline
+            self._real = real
+        return getattr(self._real, name)
+
+
 @contextlib.contextmanager
 def answering_load_inline(builder: "Builder", arch: str | None) -> Iterator[None]:
     """While active, `torch.utils.cpp_extension.load_inline` builds through `builder` (for `arch`)
     and returns the loaded build; a failed build raises RuntimeError with the trimmed error. A
-    program executed inside the block binds this `load_inline` when it imports it."""
-    import torch.utils.cpp_extension as cpp_extension
+    program executed inside the block binds this `load_inline` when it imports it. Where torch's
+    module is not imported yet, the program gets a stand-in (`_LazyCppExtension`) that imports it
+    only for a name besides `load_inline`."""
 
     def load_inline(name: str, cpp_sources: Any = "", cuda_sources: Any = None, functions: Any = None,
                     extra_cflags: Any = None, extra_cuda_cflags: Any = None, **_: Any) -> Any:
@@ -179,12 +207,31 @@ def answering_load_inline(builder: "Builder", arch: str | None) -> Iterator[None
         return load_built(result)
 
     with _PATCH_LOCK:
-        saved = cpp_extension.load_inline
-        cpp_extension.load_inline = load_inline
+        real = sys.modules.get(_CPP_EXTENSION)
+        if real is not None and not isinstance(real, _LazyCppExtension):
+            saved = real.load_inline
+            real.load_inline = load_inline
+            try:
+                yield
+            finally:
+                real.load_inline = saved
+            return
+        stub = _LazyCppExtension(load_inline)
+        had = torch.utils.__dict__.get("cpp_extension")
+        sys.modules[_CPP_EXTENSION] = stub
+        torch.utils.cpp_extension = stub  # type: ignore[attr-defined]  (`import torch.utils.cpp_extension as x` reads it)
         try:
             yield
         finally:
-            cpp_extension.load_inline = saved
+            if sys.modules.get(_CPP_EXTENSION) is stub:
+                del sys.modules[_CPP_EXTENSION]
+            if stub._real is not None:
+                stub._real.load_inline = stub._saved
+                torch.utils.cpp_extension = stub._real  # type: ignore[attr-defined]
+            elif had is not None:
+                torch.utils.cpp_extension = had  # type: ignore[attr-defined]
+            else:
+                torch.utils.__dict__.pop("cpp_extension", None)
 
 
 class Builder:
