@@ -48,6 +48,11 @@ MUTATIONS = (
              "    pairs = _Pairs(variant, measure, min(margin, 0.03))\n",
              ("tests/test_graph_check.py::test_the_graph_must_be_faster_than_inductors_no_more_no_less",),
              "the graph check asks 3% more of the kernels than being faster"),
+    Mutation("between-run-spread-ignored", "kevin_backend/judge/decide.py",
+             "    between = between_sd ** 2\n", "    between = 0.0\n",
+             ("tests/test_decide_runs.py::test_a_kernel_tied_at_the_margin_is_kept_in_at_most_5_percent_of_1000_decisions",
+              "tests/test_decide_runs.py::test_a_cache_decision_counts_the_spread_between_runs"),
+             "a re-timing's bound counts its rounds' noise only, not the runs' spread"),
     Mutation("timed-outputs-unchecked", "kevin_backend/judge/timing_phase.py",
              "        wrong = timed_output_wrong(run.model, outputs[j], got[j], want, exact, j)\n",
              "        wrong = ''\n",
@@ -72,13 +77,15 @@ MUTATIONS = (
 
 
 def _copy(into: Path) -> Path:
-    """The project's code and tests in `into` (no git data, builds or caches)."""
+    """The project's code and tests in `into` (no git data, builds or caches), with the stored
+    measurements tests read (the re-timing's noise model)."""
     ignore = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", "build", ".whl", ".dev", ".out")
-    for name in ("kevin_backend", "tests", "pyproject.toml"):
+    for name in ("kevin_backend", "tests", "pyproject.toml", "benchmarks/results/gpu_tests/retime_gpu_h200_run6.log"):
         source = ROOT / name
         if source.is_dir():
             shutil.copytree(source, into / name, ignore=ignore)
         elif source.exists():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, into / name)
     return into
 

@@ -77,6 +77,7 @@ class Retiming:
     trials: int = 0
     device: str = ""
     protocol: str = ""
+    runs: tuple[int, ...] = ()  # rounds of each run (fresh workers), in order; empty: one run
 
     @property
     def rounds(self) -> int:
@@ -87,6 +88,7 @@ class Retiming:
             "kernel_ms": list(self.kernel_ms), "inductor_ms": list(self.inductor_ms), "ratio": self.ratio,
             "bound": self.bound, "margin": self.margin, "confidence": self.confidence, "keep": self.keep,
             "reason": self.reason, "trials": self.trials, "device": self.device, "protocol": self.protocol,
+            "runs": list(self.runs),
         }
 
     @classmethod
@@ -101,6 +103,7 @@ class Retiming:
             ratio=num("ratio"), bound=num("bound"), margin=num("margin"), confidence=num("confidence"),
             keep=bool(data.get("keep", False)), reason=str(data.get("reason", "")), trials=int(data.get("trials") or 0),
             device=str(data.get("device", "")), protocol=str(data.get("protocol", "")),
+            runs=tuple(int(v) for v in data.get("runs") or ()),
         )
 
 

@@ -14,7 +14,7 @@ from kevin_backend.cache.format import CacheEntry, EntryKind, Retiming, Timings
 from kevin_backend.cache.key import CacheKey
 from kevin_backend.generate.engine import SearchIncomplete, SearchResult
 from kevin_backend.generate.judging import Retimer
-from kevin_backend.judge.decide import decide
+from kevin_backend.judge.decide import BETWEEN_RUN_SD, decide
 from kevin_backend.types import KernelTask
 
 __all__ = ["decide_entry"]
@@ -61,11 +61,12 @@ def decide_entry(result: SearchResult, key: CacheKey, task: KernelTask, margin: 
         return CacheEntry(key, EntryKind.INDUCTOR, task, None, timings, result.policy, record,
                           reason=f"best kernel not kept: it failed its re-timing: {outcome.failure}")
     try:
-        verdict = decide(outcome.kernel_ms, outcome.inductor_ms, margin, confidence)
+        verdict = decide(outcome.kernel_ms, outcome.inductor_ms, margin, confidence, runs=outcome.runs or None,
+                         between_sd=BETWEEN_RUN_SD)
     except ValueError as exc:  # rounds missing or a time not positive: the measurement, not the kernel
         raise SearchIncomplete(f"the re-timing of the best kernel gave no usable rounds: {exc}") from None
     retiming = Retiming(outcome.kernel_ms, outcome.inductor_ms, verdict.ratio, verdict.bound, margin, confidence,
-                        verdict.keep, verdict.reason, outcome.trials, outcome.device, outcome.protocol)
+                        verdict.keep, verdict.reason, outcome.trials, outcome.device, outcome.protocol, outcome.runs)
     if verdict.keep:
         return CacheEntry(key, EntryKind.KERNEL, task, best.step.code, timings, result.policy, record,
                           reason=verdict.reason, retiming=retiming)

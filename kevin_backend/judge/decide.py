@@ -36,11 +36,17 @@ from kevin_backend.measure.statistics import t_quantile
 from kevin_backend.locks import gpu_lock_path
 
 __all__ = [
-    "MIN_ROUNDS", "RETIME_CANDIDATE_PHASES", "Decision", "RetimeConfig", "RetimeOutcome", "SandboxRetimer", "decide",
+    "BETWEEN_RUN_SD", "MIN_ROUNDS", "RETIME_CANDIDATE_PHASES", "Decision", "RetimeConfig", "RetimeOutcome", "SandboxRetimer", "decide",
     "retime_in_sandbox",
 ]
 
 MIN_ROUNDS = 5  # the fewest interleaved rounds a decision is made from
+# The spread of a re-timing's mean log ratio from one run (a fresh worker, a fresh compile) to the
+# next, beyond its rounds' own noise: the standard deviation of the five repeats' log ratios of the
+# tied kernel in the stored H200 re-timing (benchmarks/results/gpu_tests/retime_gpu_h200_run6.log:
+# ratios 1.059, 1.036, 1.033, 1.041, 1.054, each tight within its run). Every re-timing decision
+# counts at least this much noise per run (`decide`'s `between_sd`).
+BETWEEN_RUN_SD = 0.011
 
 # The re-timing worker's phases in which the candidate's code runs: a crash or hang there is the
 # kernel's (no KERNEL decision for it); anywhere else it is the judge's (no decision at all).
@@ -64,25 +70,36 @@ class Decision:
 
 
 def decide(kernel_ms: Sequence[float], inductor_ms: Sequence[float], margin: float = 0.03,
-           confidence: float = 0.95, min_rounds: int = MIN_ROUNDS) -> Decision:
+           confidence: float = 0.95, min_rounds: int = MIN_ROUNDS, runs: Sequence[int] | None = None,
+           between_sd: float = 0.0) -> Decision:
     """Keep the kernel when it beats Inductor by `margin` beyond the noise.
 
     `kernel_ms[i]` and `inductor_ms[i]` are round i of an interleaved measurement. Each round
-    gives a paired ratio r_i = inductor_i / kernel_i; on their logarithms (a ratio's noise is
-    multiplicative, and log(a/b) = -log(b/a) keeps the two sides symmetric) the mean m, the
-    standard error se = sd / sqrt(n) and Student's t quantile for n - 1 degrees of freedom give
-    the lower bound exp(m - t * se), true with probability `confidence` when the rounds are
-    independent. Pairing removes what both sides of a round share (a clock that drifted for
-    both). The kernel is kept when that bound exceeds 1 + margin: a 2% gain under 3% noise per
-    round is not, a 10% gain under 1% noise is.
+    gives a paired ratio r_i = inductor_i / kernel_i, taken in logarithms (a ratio's noise is
+    multiplicative, and log(a/b) = -log(b/a) keeps the two sides symmetric). Pairing removes what
+    both sides of a round share (a clock that drifted for both).
 
-    Raises ValueError for fewer than `min_rounds` rounds, unequal lengths, or a time that is not
-    a positive finite number (a measurement that went wrong must not look like a verdict)."""
+    The rounds may come from several runs (`runs`: how many rounds each, in order; one run by
+    default): fresh worker processes, fresh compiles. Rounds inside one run share what the run
+    drew (its compile, its memory layout, the GPU's state): they scatter less than runs do, so the
+    run, not the round, is the unit of independence. Each run's mean log ratio m_j counts once;
+    the estimate is their mean m, its variance (1/k^2) * sum_j (s_w^2 / n_j + s_b^2) with s_w the
+    rounds' pooled spread inside runs and s_b the spread between runs: the larger of
+    `between_sd` (what earlier repeats showed: BETWEEN_RUN_SD for the re-timing) and what these
+    runs show. The lower bound exp(m - t * se) (Student's t, n - k degrees of freedom) must
+    exceed 1 + margin: a gain within the spread between runs is a tie.
+
+    Raises ValueError for fewer than `min_rounds` rounds, unequal lengths, runs of fewer than two
+    rounds or that do not add up, or a time that is not a positive finite number (a measurement
+    that went wrong must not look like a verdict)."""
     if len(kernel_ms) != len(inductor_ms):
         raise ValueError(f"unpaired rounds: {len(kernel_ms)} kernel, {len(inductor_ms)} Inductor")
     n = len(kernel_ms)
     if n < max(2, min_rounds):
         raise ValueError(f"{n} rounds; a decision needs at least {max(2, min_rounds)}")
+    runs = tuple(runs) if runs else (n,)
+    if sum(runs) != n or min(runs) < 2:
+        raise ValueError(f"runs of {list(runs)} rounds for {n} rounds (each run needs at least 2)")
     for name, values in (("kernel", kernel_ms), ("Inductor", inductor_ms)):
         bad = [v for v in values if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0)]
         if bad:
@@ -90,13 +107,24 @@ def decide(kernel_ms: Sequence[float], inductor_ms: Sequence[float], margin: flo
     if not 0.5 <= confidence < 1:
         raise ValueError(f"confidence must be in [0.5, 1), got {confidence}")
     logs = [math.log(i / k) for k, i in zip(kernel_ms, inductor_ms)]
-    mean = statistics.fmean(logs)
-    stderr = statistics.stdev(logs) / math.sqrt(n)
+    groups, start = [], 0
+    for size in runs:
+        groups.append(logs[start:start + size])
+        start += size
+    means = [statistics.fmean(g) for g in groups]
+    k = len(groups)
+    within = sum((v - m) ** 2 for g, m in zip(groups, means) for v in g) / (n - k)  # pooled, n - k degrees of freedom
+    between = between_sd ** 2
+    if k >= 2:  # what these runs show beyond their rounds' own noise
+        between = max(between, statistics.variance(means) - statistics.fmean(within / len(g) for g in groups))
+    stderr = math.sqrt(sum(within / len(g) + between for g in groups)) / k
+    mean = statistics.fmean(means)
     ratio = math.exp(mean)
-    bound = math.exp(mean - t_quantile(confidence, n - 1) * stderr)
+    bound = math.exp(mean - t_quantile(confidence, n - k) * stderr)
     needed = 1.0 + margin
     keep = bound > needed
-    spread = f"Inductor/kernel {ratio:.3f}x over {n} interleaved rounds, {confidence:.0%} lower bound {bound:.3f}x"
+    how = f"{n} interleaved rounds" + (f" in {k} runs" if k > 1 else "")
+    spread = f"Inductor/kernel {ratio:.3f}x over {how}, {confidence:.0%} lower bound {bound:.3f}x"
     if keep:
         reason = f"kept: {spread} > {needed:.3f}x"
     elif ratio > needed:
@@ -114,7 +142,8 @@ def decide(kernel_ms: Sequence[float], inductor_ms: Sequence[float], margin: flo
 
 @dataclass(frozen=True)
 class RetimeConfig:
-    rounds: int = 7  # interleaved rounds (at least MIN_ROUNDS)
+    rounds: int = 6  # interleaved rounds of each run (at least MIN_ROUNDS; even: as many AB as BA)
+    runs: int = 2  # runs, each in a fresh worker process with a fresh compile of Inductor's side
     trials: int = 25  # trials per side per round; a round's time is their median
     warmup: int = 3  # untimed calls before each side's trials in every round
     timeout: float = 600.0  # seconds for the whole worker, waiting for the GPU lock included
@@ -129,6 +158,8 @@ class RetimeConfig:
     def __post_init__(self) -> None:
         if self.rounds < MIN_ROUNDS:
             raise ValueError(f"rounds must be at least {MIN_ROUNDS}, got {self.rounds}")
+        if self.runs < 1:
+            raise ValueError(f"runs must be at least 1, got {self.runs}")
         if self.trials < 1 or self.warmup < 0:
             raise ValueError("trials must be at least 1 and warmup at least 0")
 
@@ -144,6 +175,7 @@ class RetimeOutcome:
 
     kernel_ms: tuple[float, ...] = ()
     inductor_ms: tuple[float, ...] = ()
+    runs: tuple[int, ...] = ()  # rounds of each run, in order (empty: one run of every round)
     failure: str = ""
     judge_side: bool = False
     trials: int = 0
@@ -192,6 +224,24 @@ def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig
     return _outcome(end.verdict, end.phase, config)
 
 
+def retime_runs(task_source: str, kernel_source: str, config: RetimeConfig) -> RetimeOutcome:
+    """`config.runs` re-timings one after another, each in a fresh worker (a fresh compile of
+    Inductor's side, a fresh load of the kernel), their rounds joined in order with the runs'
+    sizes; the first failure is the outcome."""
+    joined: list[RetimeOutcome] = []
+    for _ in range(config.runs):
+        outcome = retime_in_sandbox(task_source, kernel_source, config)
+        if not outcome.ok:
+            return outcome
+        joined.append(outcome)
+    if len(joined) == 1:
+        return joined[0]
+    last = joined[-1]
+    return RetimeOutcome(tuple(v for o in joined for v in o.kernel_ms), tuple(v for o in joined for v in o.inductor_ms),
+                         tuple(len(o.kernel_ms) for o in joined), trials=last.trials, device=last.device,
+                         protocol=f"{len(joined)} runs, each in a fresh worker: {last.protocol}", phase=last.phase)
+
+
 def _death(phase: str, err: str, returncode: int | None) -> RetimeOutcome:
     """The worker died without a verdict: an illegal address is the kernel's wherever it
     surfaced, lack of memory is the machine's (the judge held the kernel to its memory bound),
@@ -224,7 +274,7 @@ def _outcome(verdict: dict[str, Any], phase: str, config: RetimeConfig) -> Retim
             or not all(math.isfinite(v) and v > 0 for v in kernel_ms + inductor_ms):
         return RetimeOutcome.judge_failure(f"the re-timing worker returned {len(kernel_ms)} kernel and {len(inductor_ms)} "
                                            f"Inductor rounds of {config.rounds}, or a time that is not positive", phase)
-    return RetimeOutcome(kernel_ms, inductor_ms, trials=int(verdict.get("trials", config.trials)),
+    return RetimeOutcome(kernel_ms, inductor_ms, (len(kernel_ms),), trials=int(verdict.get("trials", config.trials)),
                          device=str(verdict.get("device", "")), protocol=str(verdict.get("protocol", "")), phase=phase)
 
 
@@ -268,7 +318,7 @@ class SandboxRetimer:
             config = self.resolved()
         except Exception as exc:  # noqa: BLE001 - the judge's own failure: no decision
             return RetimeOutcome.judge_failure(f"the re-timing could not be set up: {type(exc).__name__}: {exc}")
-        return retime_in_sandbox(task_source, kernel_source, config)
+        return retime_runs(task_source, kernel_source, config)
 
     @classmethod
     def for_judge(cls, judge: Any, config: RetimeConfig | None = None) -> "SandboxRetimer | None":
