@@ -151,11 +151,17 @@ def test_a_tie_on_re_timing_is_not_kept_and_the_record_says_why() -> None:
     assert entry.reason.startswith("best kernel not kept: Inductor/kernel") and "lower bound" in entry.reason
 
 
-def test_no_re_timing_below_the_margin_and_the_old_path_without_a_retimer() -> None:
+def test_no_re_timing_far_below_the_bar_and_the_old_path_without_a_retimer() -> None:
     task, key = task_and_key()
     retimer = Scripted([1.0] * 7, [2.0] * 7)
+    slow = decide_entry(search(record(0, 1.0, 1.2, 0.85)), key, task, 0.03, retime=retimer)
+    assert slow.kind is EntryKind.INDUCTOR and "0.850x" in slow.reason and "not re-timed" in slow.reason
+    assert retimer.calls == [] and slow.retiming is None
+    # near the bar, under it by the judge's (possibly unpaired) timings: the paired re-timing decides
     close = decide_entry(search(record(0, 1.0, 1.2, 1.02)), key, task, 0.03, retime=retimer)
-    assert close.kind is EntryKind.INDUCTOR and "1.020x" in close.reason and retimer.calls == [] and close.retiming is None
+    assert close.kind is EntryKind.KERNEL and len(retimer.calls) == 1 and close.retiming is not None
+    without = decide_entry(search(record(0, 1.0, 1.2, 1.02)), key, task, 0.03)
+    assert without.kind is EntryKind.INDUCTOR and "1.020x" in without.reason and without.retiming is None
     plain = decide_entry(search(record(0, 0.5, 1.2, 1.05)), key, task, 0.03)
     assert plain.kind is EntryKind.KERNEL and "not re-timed" in plain.reason and plain.retiming is None
 

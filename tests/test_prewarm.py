@@ -244,3 +244,40 @@ def test_a_budgeted_prewarm_of_a_bench_model_times_it_end_to_end_before_and_afte
     assert all(r["timings"][c]["median_ms"] > 0 for r in (before, after) for c in ("inductor", "kevin"))
     assert "| model | workload | Inductor ms | kevin ms before | kevin ms after |" in out.out
     assert "timing mlp end to end" in out.err
+
+
+def test_revisit_decides_old_inductor_decisions_again(tmp_path: Path, plugin_env: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`kevin prewarm --revisit --revisit-before DATE`: the "Inductor wins" decisions for this
+    machine made before DATE are searched again and replaced; newer ones and kernels stay."""
+    import dataclasses
+
+    from kevin_backend.cache.format import EntryKind
+    from kevin_backend.cli.main import main
+
+    cache_dir = tmp_path / "cache"
+    base = ["--cache-dir", str(cache_dir), "prewarm", "--generator", "prewarm_helpers:reference", "--workers", "1"]
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main(base + ["--model", f"{TESTS}/prewarm_helpers.py:mlp"]) == 0
+    cache = KernelCache(cache_dir, None)
+    digests = sorted(e.digest for e in cache.entries())
+    assert len(digests) >= 3
+    old, new = digests[:2], digests[2:]
+    for digest in digests:  # every decision made "Inductor wins": two of them in January
+        entry = cache.get_digest(digest)
+        created = "2026-01-15T00:00:00+00:00" if digest in old else "2026-12-01T00:00:00+00:00"
+        cache.put(dataclasses.replace(entry, kind=EntryKind.INDUCTOR, kernel_source=None, created=created,
+                                      reason="best kernel 1.010x of Inductor's speed; needs 1.03x"), replace=True)
+    plugin_env.unlink()
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main(base + ["--revisit", "--revisit-before", "2026-06-01"]) == 0
+    assert sorted(_lines(plugin_env)) == old  # only the old decisions searched again
+    assert "2 task(s), 0 finished before, 2 to do" in capsys.readouterr().err
+    kinds = {d: KernelCache(cache_dir, None).get_digest(d).kind for d in digests}
+    assert all(kinds[d] is EntryKind.KERNEL for d in old) and all(kinds[d] is EntryKind.INDUCTOR for d in new)
+    with override(KEVIN_CPU_KERNELS=True):  # kernels now: nothing older to revisit
+        assert main(base + ["--revisit", "--revisit-before", "2026-06-01"]) == 0
+    assert "0 task(s)" in capsys.readouterr().err
+    assert main(base + ["--revisit-before", "2026-06-01"]) == 2  # without --revisit: a usage error
+    assert main(base + ["--revisit", "--revisit-before", "June"]) == 2
+    assert "not a date" in capsys.readouterr().err

@@ -9,6 +9,9 @@ Sources (any together; the recorded pending tasks when none is given):
   --kernelbench DIR    a folder of KernelBench-format tasks as `kevin bench --kernelbench` runs
                        them: each task's Model compiled, its partitions the work
   --tasks DIR          a folder of KernelBench-format tasks, each task whole
+  --revisit            the "Inductor wins" decisions for this machine's GPU, made again (with
+                       --revisit-before DATE: those made before it); the new decision replaces
+                       the old one, and a search the judge could not finish leaves it in place
 
 The generator runs on every task, `--per-gpu` workers per local GPU (or `--workers` without
 GPUs; builds overlap, timings take turns on each GPU), or on a Ray cluster (`--ray ADDRESS`). Each decision is stored as its task finishes; a task with an
@@ -63,6 +66,10 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--workers", type=int, default=1, help="workers on a machine without GPUs (default 1)")
     p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster (e.g. auto, or ray://host:10001)")
     p.add_argument("--force", action="store_true", help="generate again for tasks that already have an entry")
+    p.add_argument("--revisit", action="store_true",
+                   help="decide again every \"Inductor wins\" entry (user cache and seed) for this machine's GPU")
+    p.add_argument("--revisit-before", metavar="YYYY-MM-DD",
+                   help="with --revisit: only decisions made before this date")
     p.add_argument("--budget", metavar="DURATION",
                    help="profile-guided: time each partition's Inductor code once, search the partitions in order of "
                         "expected gain (share of the model's time x distance from the roofline) until DURATION "
@@ -286,6 +293,15 @@ def _check_usage(args: argparse.Namespace, config: Config) -> Config:
         if unknown or not spec:
             raise CommandError(f"unknown bench model {', '.join(map(repr, unknown or [spec]))}; valid models: "
                                f"{', '.join(MODELS)} or all", EXIT_USAGE)
+    if args.revisit_before is not None:
+        import datetime
+
+        if not args.revisit:
+            raise CommandError("--revisit-before needs --revisit", EXIT_USAGE)
+        try:
+            datetime.date.fromisoformat(args.revisit_before)
+        except ValueError:
+            raise CommandError(f"--revisit-before: not a date (YYYY-MM-DD): {args.revisit_before!r}", EXIT_USAGE) from None
     for flag, folders in (("--kernelbench", args.kernelbench), ("--tasks", args.tasks)):
         for folder in folders:
             if not folder.is_dir():
@@ -301,7 +317,8 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
     from kevin_backend.cache.store import KernelCache
     from kevin_backend.prewarm.local import format_summary, prewarm_local, print_progress
     from kevin_backend.bench.models import MODELS
-    from kevin_backend.prewarm.sources import SourceError, from_bench, from_folder, from_kernelbench, from_model, from_pending
+    from kevin_backend.prewarm.sources import (SourceError, from_bench, from_folder, from_kernelbench, from_model, from_pending,
+                                               from_revisit, machine_devices)
 
     gpus: list[int | None] = [] if args.ray else _gpus(args.gpus)
     cache = KernelCache.from_config(config)
@@ -316,18 +333,22 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
             items += from_kernelbench(folder, config, cache)
         for folder in args.tasks:
             items += from_folder(folder, cache)
-        if args.pending or not (args.model or args.bench_model or args.kernelbench or args.tasks):
+        revisit = from_revisit(cache, machine_devices(), args.revisit_before) if args.revisit else []
+        items += revisit
+        if args.pending or not (args.model or args.bench_model or args.kernelbench or args.tasks or args.revisit):
             items += from_pending(cache)
     except SourceError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
     unique: dict[str, Any] = {}
     for item in items:  # a partition several sources meet: its runs per step add up
         known = unique.get(item.digest)
-        unique[item.digest] = item if known is None else dataclasses.replace(known, occurrences=known.occurrences + item.occurrences)
+        unique[item.digest] = item if known is None else dataclasses.replace(
+            known, occurrences=known.occurrences + item.occurrences,
+            origin="revisit" if "revisit" in (known.origin, item.origin) else known.origin)
     todo = []
     finished = 0
     for item in unique.values():
-        if cache.get(item.key) is not None and not args.force:
+        if cache.get(item.key) is not None and not args.force and item.origin != "revisit":
             finished += 1
             cache.remove_pending(item.digest)
             continue

@@ -21,7 +21,8 @@ from kevin_backend.cache.store import KernelCache
 from kevin_backend.config import Config
 from kevin_backend.types import KernelTask, placement_device
 
-__all__ = ["WorkItem", "SourceError", "from_pending", "from_model", "from_bench", "from_kernelbench", "from_folder"]
+__all__ = ["WorkItem", "SourceError", "from_pending", "from_model", "from_bench", "from_kernelbench", "from_folder",
+           "from_revisit", "machine_devices"]
 
 
 class SourceError(ValueError):
@@ -32,7 +33,7 @@ class SourceError(ValueError):
 class WorkItem:
     key: CacheKey
     task: KernelTask
-    origin: str  # "pending", "model:FILE:FACTORY", "bench:NAME:WORKLOAD", "kernelbench:FILE", "folder:FILE"
+    origin: str  # "pending", "model:FILE:FACTORY", "bench:NAME:WORKLOAD", "kernelbench:FILE", "folder:FILE", "revisit"
     occurrences: int = 1  # how often the model's steps run this partition (a repeated layer: once per layer)
 
     @property
@@ -42,6 +43,42 @@ class WorkItem:
 
 def from_pending(cache: KernelCache) -> list[WorkItem]:
     return [WorkItem(p.key, p.task, "pending") for p in cache.pending()]
+
+
+def machine_devices() -> list[Any]:
+    """This machine's devices as keys name them (`DeviceInfo`): its CPU and every GPU."""
+    from kevin_backend.cache.key import DeviceInfo
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return [DeviceInfo.detect("cpu")] + [DeviceInfo.detect("cuda", i) for i in range(gpus)]
+
+
+def from_revisit(cache: KernelCache, devices: Sequence[Any], before: str | None = None) -> list[WorkItem]:
+    """"Inductor wins" decisions to make again (`kevin prewarm --revisit`): every entry, of the
+    user cache or the seed, whose effective decision (the user's where both have one) says
+    Inductor's code is the best known, made for one of `devices` (`DeviceInfo`s: the device and
+    versions this machine can measure, `machine_devices()`) before the ISO date or time `before`
+    when given, oldest first. A kernel writer, Inductor and the GPU's software all change over
+    months; a decision that Inductor wins is a measurement, not a law."""
+    from kevin_backend.cache.format import EntryKind
+
+    items: list[WorkItem] = []
+    seen: set[str] = set()
+    for info in sorted(cache.entries(), key=lambda i: (i.created, i.digest)):
+        if not info.ok or info.digest in seen:
+            continue
+        seen.add(info.digest)
+        entry = cache.get_digest(info.digest)  # (the user's entry where both have one)
+        if entry is None or entry.kind is not EntryKind.INDUCTOR:
+            continue
+        key = entry.key
+        if not any((key.gpu, key.capability, key.torch_version, key.cuda_version)
+                   == (d.name, d.capability, d.torch_version, d.cuda_version) for d in devices):
+            continue
+        if before is not None and entry.created >= before:
+            continue
+        items.append(WorkItem(key, entry.task, "revisit"))
+    return items
 
 
 def from_folder(folder: Path, cache: KernelCache) -> list[WorkItem]:
