@@ -153,3 +153,23 @@ def test_a_cache_decision_counts_the_spread_between_runs() -> None:
     entry = decide_entry(search(record(0, 0.5, 1.0, 1.0)), key, task, MARGIN, retime=Scripted(*rounds))
     assert entry.kind is EntryKind.INDUCTOR and entry.retiming is not None and not entry.retiming.keep
     assert entry.retiming.bound < 1.0 + MARGIN < entry.retiming.ratio
+
+
+@pytest.mark.parametrize("kills, judge_side", [((3, 4), True), ((3, 3), False), ((None, None), False)])
+def test_a_worker_the_hosts_out_of_memory_killer_ended_decides_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                                       kills: tuple, judge_side: bool) -> None:
+    """The re-timing worker SIGKILLed in a kernel phase: the kernel's failure (not kept) unless the
+    host's out-of-memory killer killed meanwhile; then the machine's (no decision, nothing cached).
+    The kernel runs in a process of its own: the worker's own death is not the kernel's doing."""
+    from types import SimpleNamespace
+
+    from kevin_backend.judge import sandbox
+    from kevin_backend.measure import memory
+
+    counts = iter(kills)
+    monkeypatch.setattr(memory, "host_oom_kills", lambda: next(counts))
+    monkeypatch.setattr(sandbox, "run_worker_process", lambda *a, **k: SimpleNamespace(
+        timed_out=False, verdict=None, phase="retime-kernel", err="", returncode=-9))
+    outcome = decide_module.retime_in_sandbox("task", "kernel", RetimeConfig())
+    assert not outcome.ok and outcome.judge_side is judge_side
+    assert ("out-of-memory killer" in outcome.failure) is judge_side

@@ -209,6 +209,9 @@ def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig
         compile_backend=config.compile_backend,
         numerics=tuple(config.numerics),
     )
+    from kevin_backend.measure.memory import host_oom_kills
+
+    kills = host_oom_kills()
     try:
         end = sandbox.run_worker_process("kevin_backend.judge.retime_worker", job, config.timeout)
     except OSError as exc:
@@ -220,7 +223,8 @@ def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig
         return RetimeOutcome.judge_failure(f"the re-timing's step '{end.phase}' did not finish in {config.timeout:.0f} s",
                                            end.phase)
     if end.verdict is None:
-        return _death(end.phase, end.err, end.returncode)
+        after = host_oom_kills()
+        return _death(end.phase, end.err, end.returncode, kills is not None and after is not None and after > kills)
     return _outcome(end.verdict, end.phase, config)
 
 
@@ -242,14 +246,19 @@ def retime_runs(task_source: str, kernel_source: str, config: RetimeConfig) -> R
                          protocol=f"{len(joined)} runs, each in a fresh worker: {last.protocol}", phase=last.phase)
 
 
-def _death(phase: str, err: str, returncode: int | None) -> RetimeOutcome:
+def _death(phase: str, err: str, returncode: int | None, host_oom_kill: bool = False) -> RetimeOutcome:
     """The worker died without a verdict: an illegal address is the kernel's wherever it
-    surfaced, lack of memory is the machine's (the judge held the kernel to its memory bound),
+    surfaced, lack of memory is the machine's (the judge held the kernel to its memory bound), a
+    SIGKILL while the host's out-of-memory killer killed is the machine's too (the kernel runs in
+    a process of its own, whose death the worker reports; the worker's own is not the kernel's),
     anything else is the kernel's in its phases and the judge's in the judge's."""
     text = err.lower()
     code = returncode if returncode is not None else 0
     how = f"signal {-code}" if code < 0 else f"exit status {code}"
     tail = sandbox.tail(err)
+    if code == -9 and host_oom_kill:
+        return RetimeOutcome.judge_failure(f"the host's out-of-memory killer ended the re-timing worker in its step "
+                                           f"'{phase}' ({how}): no decision", phase)
     if any(sign in text for sign in ("illegal memory access", "misaligned address")):
         return RetimeOutcome.kernel_failure(f"the GPU reported a fault during the re-timing ({how}): {tail}", phase)
     if "out of memory" in text:
