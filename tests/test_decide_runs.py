@@ -164,10 +164,9 @@ def test_a_worker_the_hosts_out_of_memory_killer_ended_decides_nothing(monkeypat
     from types import SimpleNamespace
 
     from kevin_backend.judge import sandbox
-    from kevin_backend.measure import memory
 
     counts = iter(kills)
-    monkeypatch.setattr(memory, "host_oom_kills", lambda: next(counts))
+    monkeypatch.setattr(decide_module, "host_oom_kills", lambda: next(counts))
     monkeypatch.setattr(sandbox, "run_worker_process", lambda *a, **k: SimpleNamespace(
         timed_out=False, verdict=None, phase="retime-kernel", err="", returncode=-9))
     outcome = decide_module.retime_in_sandbox("task", "kernel", RetimeConfig())

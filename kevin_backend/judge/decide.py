@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 from kevin_backend.judge import sandbox
 from kevin_backend.judge.job import RetimeJob
+from kevin_backend.measure.memory import host_oom_kills
 from kevin_backend.measure.statistics import t_quantile
 from kevin_backend.locks import gpu_lock_path
 
@@ -209,8 +210,6 @@ def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig
         compile_backend=config.compile_backend,
         numerics=tuple(config.numerics),
     )
-    from kevin_backend.measure.memory import host_oom_kills
-
     kills = host_oom_kills()
     try:
         end = sandbox.run_worker_process("kevin_backend.judge.retime_worker", job, config.timeout)

@@ -62,14 +62,14 @@ def from_revisit(cache: KernelCache, devices: Sequence[Any], before: str | None 
     months; a decision that Inductor wins is a measurement, not a law."""
     from kevin_backend.cache.format import EntryKind
 
-    items: list[WorkItem] = []
+    items: list[tuple[str, WorkItem]] = []
     seen: set[str] = set()
-    for info in sorted(cache.entries(), key=lambda i: (i.created, i.digest)):
-        if not info.ok or info.digest in seen:
+    for info in cache.entries():  # (user entries first: where both have one, the user's is the decision)
+        if not info.ok or info.digest in seen or info.entry is None:
             continue
         seen.add(info.digest)
-        entry = cache.get_digest(info.digest)  # (the user's entry where both have one)
-        if entry is None or entry.kind is not EntryKind.INDUCTOR:
+        entry = info.entry
+        if entry.kind is not EntryKind.INDUCTOR:
             continue
         key = entry.key
         if not any((key.gpu, key.capability, key.torch_version, key.cuda_version)
@@ -77,8 +77,8 @@ def from_revisit(cache: KernelCache, devices: Sequence[Any], before: str | None 
             continue
         if before is not None and entry.created >= before:
             continue
-        items.append(WorkItem(key, entry.task, "revisit"))
-    return items
+        items.append((entry.created, WorkItem(key, entry.task, "revisit")))
+    return [item for _, item in sorted(items, key=lambda pair: (pair[0], pair[1].digest))]
 
 
 def from_folder(folder: Path, cache: KernelCache) -> list[WorkItem]:
