@@ -78,6 +78,11 @@ def main() -> int:
         rows["all at once: s"] = seconds
         rows["all at once: candidates per minute"] = 60 * len(programs) / seconds
         rows["all at once: reasons"] = {r.reason.name: sum(x.reason == r.reason for x in results) for r in results}
+        together = [r.phase_seconds or {} for r in results]  # where the time goes with workers side by side ("lock": waiting)
+        rows["all at once: median s per phase"] = {n: statistics.median(p.get(n, 0.0) for p in together)
+                                                   for n in sorted({n for p in together for n in p})}
+        print("all at once, median s per phase: " + ", ".join(
+            f"{n} {v:.3f}" for n, v in sorted(rows["all at once: median s per phase"].items(), key=lambda kv: -kv[1])), flush=True)
         print(f"warm, {args.workers} at once: {len(programs)} in {seconds:.1f} s = {60 * len(programs) / seconds:.0f} per minute",
               flush=True)
         judge.close()
