@@ -401,14 +401,20 @@ def isolation_verdicts(data: list[dict[str, Any]]) -> dict[str, str]:
 
 def isolation_speed(data: list[dict[str, Any]]) -> dict[str, str]:
     """Runs of `bench_isolation.py`: per run, the warm evaluation's median and worst seconds one at a
-    time and the candidates per minute with several workers; then each run's median seconds per
+    time and the candidates per minute with several workers (first pass, and the second where the
+    workers had seen the tasks); then each run's median seconds per
     phase of the judge's worker (and outside it), largest first in the last run."""
+    def again(d: dict[str, Any]) -> str:  # the second pass (workers warm for the tasks), where the run made one
+        value = d.get("all at once, again: candidates per minute")
+        return "-" if value is None else f"{value:.1f}"
+
     runs = [[d["run"], str(d["candidates"]), f"{d['one at a time: median s']:.3f}", f"{d['one at a time: worst s']:.3f}",
-             f"{d['all at once: candidates per minute']:.1f} ({d['workers']} workers)"] for d in data]
+             f"{d['all at once: candidates per minute']:.1f} ({d['workers']} workers)", again(d)] for d in data]
     last = data[-1]["one at a time: median s per phase"]
     names = sorted({n for d in data for n in d["one at a time: median s per phase"]}, key=lambda n: (-last.get(n, 0.0), n))
     phases = [[n] + [f"{d['one at a time: median s per phase'].get(n, 0.0):.3f}" for d in data] for n in names]
-    return {"runs": _table(["run", "candidates", "median s", "worst s", "candidates per minute"], runs),
+    return {"runs": _table(["run", "candidates", "median s", "worst s", "candidates per minute",
+                            "per minute, workers warm"], runs),
             "phases": _table(["phase"] + [d["run"].split(":")[0] for d in data], phases)}
 
 

@@ -277,6 +277,20 @@ class RemoteModel:
             return 0
         return int(self.ledger.factor * self.ledger.task_bytes) + self.ledger.fixed + (1 << 30)
 
+    def give_back_cache(self) -> bool:
+        """Before the candidate runs: when the GPU has less free than the candidate may use, the
+        blocks this (the judge's) process's allocator keeps cached but unused are handed back to
+        the device (the temporaries of making inputs and references), so the candidate is not
+        short of memory the judge holds for nothing. True when it released any."""
+        bound = self.memory_bound()
+        if not bound or torch.cuda.memory_reserved(self.device) <= torch.cuda.memory_allocated(self.device):
+            return False
+        free, _ = torch.cuda.mem_get_info(self.device)
+        if free >= bound:
+            return False
+        torch.cuda.empty_cache()
+        return True
+
     # -- what the judge asks -----------------------------------------------------------------
     def load(self, message: dict[str, Any]) -> dict[str, Any]:
         """The program loaded in the process; the reply says how the process is confined."""
@@ -303,6 +317,7 @@ class RemoteModel:
         descs, views = place(values, self.scratch)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+            self.give_back_cache()
         reply = self.request({"op": "call", "inputs": descs, "audit": audit, "poison": list(poison), "entry": entry},
                              "the forward")
         outputs = self.read(reply.get("outputs"), "the forward")

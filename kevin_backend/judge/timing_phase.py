@@ -254,6 +254,8 @@ def time_candidate(run: Run) -> CandidateTimes:
         slots = make_slots(sample, run.device, run.model.folder, lambda n: run.ledger.fits(n) or n <= slot_memory(run.device))
         try:
             run.model.share(slots.arena)
+            if run.device.type == "cuda":
+                run.model.give_back_cache()  # the slots made: what the references' sets left cached
         except BaseException:
             slots.close()
             raise
