@@ -11,6 +11,18 @@ task's dtype, would suggest is rounding:
     bound_i = rho * (|E_i| + s) + min(K * (|W_i - E_i| + q), cap * (|E_i| + s))
     pass when |G_i - E_i| <= bound_i for every element
 
+16-bit outputs (float16, bfloat16) hold each element to its own precision instead:
+
+    s_i = mean |E| of element i's group (GROUP consecutive elements in row-major order)
+    q = 99th percentile of |W - round(E)|   eager's error beyond rounding to the dtype
+    bound_i = rho * |E_i| + f * s_i + t + min(K * (|W_i - E_i| + q), cap * (|E_i| + s_i) + K * t)
+
+with f = 2^-14 (float32 arithmetic's error at the group's scale, well under a 16-bit ulp) and t
+the dtype's subnormal spacing. With rho * s, a bfloat16 output could be zeroed wherever
+|E_i| < s / 128 and pass (and q, on a set of mixed scales, is eager's rounding of its largest
+elements): now an element is wrong at any scale once it is off by more than about two of its
+own ulps, beyond what float32 arithmetic explains at its neighbours' scale.
+
 Why these terms:
 - `rho * |E_i|`, a floor for ops eager computes exactly (relu, max, copies): a few hundred float32
   ulps (fast-math intrinsics such as `__expf` are that far off), two half-precision ulps.
@@ -53,17 +65,23 @@ SAMPLES = 1 << 20  # about this many elements sampled for eager's error percenti
 
 @dataclass(frozen=True)
 class Bound:
-    rho: float  # relative floor, on |E_i| + scale
+    rho: float  # relative floor, on |E_i|
     k: float  # multiple of eager's own error
     cap: float  # the eager-derived part at most cap * (|E_i| + scale)
+    # 16-bit types: the absolute floor is `floor` x the mean |E| of the element's group of
+    # GROUP elements (not rho x the whole output's mean), plus `tiny`, the dtype's subnormal
+    # spacing; eager's percentile counts only its error beyond rounding to the dtype.
+    floor: float | None = None  # None: rho x the whole output's mean |E|
+    tiny: float = 0.0
 
 
 BOUNDS: dict[torch.dtype, Bound] = {
     torch.float64: Bound(1e-12, 200.0, 1e-9),
     torch.float32: Bound(1e-5, 200.0, 2e-3),
-    torch.float16: Bound(2.0 ** -10, 2.0, 2.0 ** -8),
-    torch.bfloat16: Bound(2.0 ** -7, 2.0, 2.0 ** -5),
+    torch.float16: Bound(2.0 ** -10, 2.0, 2.0 ** -8, floor=2.0 ** -14, tiny=2.0 ** -24),
+    torch.bfloat16: Bound(2.0 ** -7, 2.0, 2.0 ** -5, floor=2.0 ** -14, tiny=2.0 ** -133),
 }
+GROUP = compare_fused.GROUP  # elements (consecutive in row-major order) sharing one local scale
 # Without a float64 run: KernelBench's tolerances, relative to |E_i| + scale.
 FALLBACK_RTOL: dict[torch.dtype, float] = {torch.float64: 1e-8, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 
@@ -159,28 +177,60 @@ def _exact_mismatch(i: int, g: torch.Tensor, w: torch.Tensor) -> Mismatch | None
                     message=f"output {i}: {count} of {w.numel()} elements differ (exact equality is required for {w.dtype})")
 
 
+@dataclass(frozen=True)
+class Rule:
+    """The bound's numbers for one output: allowed_i = rho |E_i| + floor S_i + tiny
+    + min(k (|W_i - E_i| + q), cap (|E_i| + S_i) + k tiny), with S_i the whole output's mean |E| (`scale`)
+    or, where `groups` is given, the mean |E| of element i's group of GROUP elements."""
+
+    rho: float
+    floor: float
+    tiny: float
+    k: float
+    cap: float
+    scale: float
+    q: float
+    exact: bool  # an exact run: the eager-derived term applies
+    groups: torch.Tensor | None = None  # float64 mean |E| per group (local scales), or None
+
+    @property
+    def params(self) -> list[float]:
+        return [self.rho, self.floor, self.tiny, self.k, self.cap, self.scale, self.q]
+
+
+def _rule(dtype: torch.dtype, e: torch.Tensor | None, scale: float, q: float, groups: torch.Tensor | None) -> Rule:
+    bound = _bound(dtype)
+    if e is None:  # KernelBench's tolerances on |E_i| + the output's mean |E|
+        rho = FALLBACK_RTOL.get(dtype, 1e-4)
+        return Rule(rho, rho, 0.0, 0.0, 0.0, scale, q, False)
+    if bound.floor is None:
+        return Rule(bound.rho, bound.rho, 0.0, bound.k, bound.cap, scale, q, True)
+    return Rule(bound.rho, bound.floor, bound.tiny, bound.k, bound.cap, scale, q, True, groups)
+
+
 def _float_mismatch(i: int, g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, check: OutputCheck) -> Mismatch | None:
     dtype = w.dtype
-    bound = _bound(dtype)
+    local = e is not None and _bound(dtype).floor is not None
     fused = compare_fused.available(g, w, e)
-    scale, eager_q = compare_fused.statistics(w, e, SAMPLES) if fused else _statistics(w, e)
+    stats = compare_fused.statistics if fused else _statistics
+    scale, eager_q, groups = stats(w, e, SAMPLES, local)
     check.stats = {"scale": scale, "eager_error_q99": eager_q}
-    rho = bound.rho if e is not None else FALLBACK_RTOL.get(dtype, 1e-4)
+    rule = _rule(dtype, e, scale, eager_q, groups)
     if fused:  # one kernel over the output (compare_fused.py)
-        n, n_nonfinite, max_abs_v, max_rel_v, worst_v = compare_fused.totals(g, w, e, rho, bound.k, bound.cap, scale, eager_q)
+        n, n_nonfinite, max_abs_v, max_rel_v, worst_v = compare_fused.totals(g, w, e, rule.params, rule.groups)
     else:
-        n, n_nonfinite, max_abs_v, max_rel_v, worst_v = _totals(g, w, e, rho, scale, eager_q, bound)
+        n, n_nonfinite, max_abs_v, max_rel_v, worst_v = _totals(g, w, e, rule)
     check.worst_ratio = worst_v
     if not n:
         return None
     first = None
-    for index in _blocks(w.shape, _limit(w.numel())):  # the first bad element, block by block (only for a failed comparison)
-        gc, wc, ref, err, allowed, finite_ref, bad = _judged_block(g, w, e, index, rho, scale, eager_q, bound)
+    for start, index in _placed_blocks(w.shape, _limit(w.numel())):  # the first bad element (only for a failed comparison)
+        gc, wc, ref, err, allowed, finite_ref, bad = _judged_block(g, w, e, index, start, rule)
         if bool(bad.any()):
-            local = tuple(int(x) for x in bad.nonzero()[0].tolist())
+            at = tuple(int(x) for x in bad.nonzero()[0].tolist())
             first = Mismatch(
-                i, "MISMATCH", 0, w.numel(), _global_index(index, local), float(ref[local]), float(gc[local]),
-                float(allowed[local]), eager_error=float((wc[local] - ref[local]).abs()) if e is not None else math.nan)
+                i, "MISMATCH", 0, w.numel(), _global_index(index, at), float(ref[at]), float(gc[at]),
+                float(allowed[at]), eager_error=float((wc[at] - ref[at]).abs()) if e is not None else math.nan)
             break
     assert first is not None
     reason = "NAN_INF" if n_nonfinite else "MISMATCH"
@@ -188,15 +238,14 @@ def _float_mismatch(i: int, g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | 
                     max_abs_v, max_rel_v, worst_v, first.eager_error)
 
 
-def _totals(g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, rho: float, scale: float, eager_q: float,
-            bound: Bound) -> tuple[int, int, float, float, float]:
+def _totals(g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, rule: Rule) -> tuple[int, int, float, float, float]:
     """(bad elements, non-finite bad elements, largest finite error, largest relative error,
     largest error/bound), block by block; the totals stay on the device until every block is
     queued: one synchronisation per output."""
     zero = torch.zeros((), dtype=torch.float64, device=w.device)
     count, nonfinite, max_abs, max_rel, worst = zero, zero, zero, zero, zero
-    for index in _blocks(w.shape, _limit(w.numel())):
-        gc, wc, ref, err, allowed, finite_ref, bad = _judged_block(g, w, e, index, rho, scale, eager_q, bound)
+    for start, index in _placed_blocks(w.shape, _limit(w.numel())):
+        gc, wc, ref, err, allowed, finite_ref, bad = _judged_block(g, w, e, index, start, rule)
         count = count + bad.sum()
         nonfinite = nonfinite + (bad & ~torch.isfinite(gc) & finite_ref).sum()
         finite_err = torch.where(finite_ref & torch.isfinite(err), err, torch.zeros_like(err))
@@ -210,19 +259,23 @@ def _totals(g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, rho: float
     return int(n), int(n_nonfinite), max_abs_v, max_rel_v, worst_v
 
 
-def _judged_block(g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, index: tuple[slice, ...], rho: float,
-                  scale: float, eager_q: float, bound: Any) -> tuple[torch.Tensor, ...]:
-    """One block of the comparison: (got, eager, reference, |error|, allowed error, reference
-    finite, bad), all float64 but the masks."""
+def _judged_block(g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, index: tuple[slice, ...], start: int,
+                  rule: Rule) -> tuple[torch.Tensor, ...]:
+    """One block of the comparison (its first element `start`-th in row-major order): (got,
+    eager, reference, |error|, allowed error, reference finite, bad), all float64 but the masks."""
     gc, wc = g[index].double(), w[index].double()
     ec = e[index].double() if e is not None else wc
     # where the exact run is not finite but eager is, eager is the reference
     ref = torch.where(torch.isfinite(ec) | ~torch.isfinite(wc), ec, wc)
     err = (gc - ref).abs()
-    allowed = rho * (ref.abs() + scale)
-    if e is not None:
-        eager_part = bound.k * ((wc - ref).abs().nan_to_num(0.0, 0.0, 0.0) + eager_q)
-        allowed = allowed + torch.minimum(eager_part, bound.cap * (ref.abs() + scale))
+    scale: Any = rule.scale
+    if rule.groups is not None:  # each element's group's mean |E|
+        at = torch.arange(start, start + gc.numel(), device=gc.device) // GROUP
+        scale = rule.groups[at].reshape(gc.shape)
+    allowed = rule.rho * ref.abs() + rule.floor * scale + rule.tiny
+    if rule.exact:
+        eager_part = rule.k * ((wc - ref).abs().nan_to_num(0.0, 0.0, 0.0) + rule.q)
+        allowed = allowed + torch.minimum(eager_part, rule.cap * (ref.abs() + scale) + rule.k * rule.tiny)
     finite_ref = torch.isfinite(ref)
     # non-finite references: the same value (NaN where NaN, the same infinity); where eager
     # overflowed or made NaN and exact did not, eager's value is accepted too
@@ -232,32 +285,43 @@ def _judged_block(g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, inde
     return gc, wc, ref, err, allowed, finite_ref, bad
 
 
-def _statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int = SAMPLES) -> tuple[float, float]:
-    """(mean |E| over finite elements, 99th percentile of |W - E| over every `step`-th element in
-    row-major order, step = max(1, n // samples))."""
+def _statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int = SAMPLES,
+                local: bool = False) -> tuple[float, float, torch.Tensor | None]:
+    """(mean |E| over finite elements; 99th percentile of eager's error over every `step`-th
+    element in row-major order, step = max(1, n // samples); with `local`, the mean |E| of every
+    group of GROUP elements, else None). Eager's error is |W - E|, or with `local` (16-bit
+    outputs) its error beyond rounding E to W's dtype."""
     total = torch.zeros((), dtype=torch.float64, device=w.device)
     count = torch.zeros((), dtype=torch.float64, device=w.device)
     picked: list[torch.Tensor] = []
     n = w.numel()
     step = max(1, n // samples)
-    start = 0  # the block's first element in row-major order (blocks cover the output in order)
-    for index in _blocks(w.shape, _limit(n)):
+    groups = -(-n // GROUP)
+    sums = torch.zeros(groups, dtype=torch.float64, device=w.device) if local else None
+    counts = torch.zeros(groups, dtype=torch.float64, device=w.device) if local else None
+    for start, index in _placed_blocks(w.shape, _limit(n)):  # blocks cover the output in row-major order
         wc = w[index].double()
         ec = e[index].double() if e is not None else wc
         finite = torch.isfinite(ec)
-        total = total + torch.where(finite, ec.abs(), torch.zeros_like(ec)).sum()
+        magnitude = torch.where(finite, ec.abs(), torch.zeros_like(ec))
+        total = total + magnitude.sum()
         count = count + finite.sum()
+        if sums is not None and counts is not None:
+            at = torch.arange(start, start + wc.numel(), device=w.device) // GROUP
+            sums.index_add_(0, at, magnitude.reshape(-1))
+            counts.index_add_(0, at, finite.reshape(-1).double())
         if e is not None:
-            picked.append((wc - ec).abs().reshape(-1)[(-start) % step::step])
-        start += wc.numel()
+            near = e[index].to(w.dtype).double() if local else ec  # (E rounded to the output's dtype)
+            picked.append((wc - near).abs().reshape(-1)[(-start) % step::step])
     total_v, count_v = torch.stack([total, count]).tolist()
     scale = total_v / count_v if count_v else 0.0
+    local_scales = None if sums is None or counts is None else torch.where(counts > 0, sums / counts.clamp_min(1.0), 0.0)
     if not picked:
-        return scale, 0.0
+        return scale, 0.0, local_scales
     values = torch.cat(picked)
     values = values[torch.isfinite(values)]
     k = compare_fused.percentile_rank(values.numel())
-    return scale, float(values.kthvalue(k).values) if k else 0.0
+    return scale, float(values.kthvalue(k).values) if k else 0.0, local_scales
 
 
 def _limit(elements: int) -> int:
@@ -282,6 +346,15 @@ def _blocks(shape: Sequence[int], limit: int = CHUNK) -> Iterator[tuple[slice, .
     for row in range(shape[0]):
         for rest in _blocks(shape[1:], limit):
             yield (slice(row, row + 1), *rest)
+
+
+def _placed_blocks(shape: Sequence[int], limit: int) -> Iterator[tuple[int, tuple[slice, ...]]]:
+    """`_blocks` with each block's first element's position in row-major order (a block is a
+    run of consecutive positions)."""
+    start = 0
+    for index in _blocks(shape, limit):
+        yield start, index
+        start += math.prod(s.stop - s.start for s in index) * math.prod(shape[len(index):])
 
 
 def _global_index(index: tuple[slice, ...], local: tuple[int, ...]) -> tuple[int, ...]:

@@ -6,6 +6,7 @@ launching, not comparing. Here each pass is one kernel over the whole output, co
 float64 in registers (nothing of the output's size is allocated):
 
     statistics:  per program, the sum of |E| over finite elements and their count  -> the scale
+                 (and, for 16-bit outputs, each program's block's own mean |E|: its local scale)
     judge:       per program, the bad elements, the non-finite ones among them, the largest
                  finite error, relative error and error/bound                     -> the totals
 
@@ -26,9 +27,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["available", "statistics", "totals", "percentile_rank"]
+__all__ = ["available", "statistics", "totals", "percentile_rank", "GROUP"]
 
-_BLOCK = 2048  # elements per program
+GROUP = 2048  # elements per program; also the group sharing one local scale (`compare.Bound.floor`)
+_BLOCK = GROUP
 _BIG = 1.7976931348623157e308  # the largest finite float64: |x| <= _BIG is "finite" (NaN compares false)
 
 
@@ -52,16 +54,21 @@ def _kernels() -> tuple[Any, Any] | None:
         tl.store(counts_ptr + pid, tl.sum(finite.to(tl.int64), axis=0))
 
     @triton.jit
-    def judge_kernel(g_ptr, w_ptr, e_ptr, params_ptr, n, out_ptr, HAS_E: tl.constexpr, BLOCK: tl.constexpr):
+    def judge_kernel(g_ptr, w_ptr, e_ptr, params_ptr, n, out_ptr, scales_ptr, HAS_E: tl.constexpr,
+                     LOCAL: tl.constexpr, BLOCK: tl.constexpr):
         pid = tl.program_id(0)
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         rho = tl.load(params_ptr + 0)
-        k = tl.load(params_ptr + 1)
-        cap = tl.load(params_ptr + 2)
-        scale = tl.load(params_ptr + 3)
-        q = tl.load(params_ptr + 4)
-        tiny = tl.load(params_ptr + 5)
+        floor = tl.load(params_ptr + 1)
+        tiny_spacing = tl.load(params_ptr + 2)
+        k = tl.load(params_ptr + 3)
+        cap = tl.load(params_ptr + 4)
+        scale = tl.load(params_ptr + 5)
+        q = tl.load(params_ptr + 6)
+        tiny = tl.load(params_ptr + 7)
+        if LOCAL:  # this program's block is the group: its mean |E|, from the statistics pass
+            scale = tl.load(scales_ptr + pid)
         big = 1.7976931348623157e308
         g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float64)
         w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float64)
@@ -76,11 +83,11 @@ def _kernels() -> tuple[Any, Any] | None:
         ref = tl.where(finite_e | (~finite_w), e, w)
         finite_ref = tl.abs(ref) <= big
         err = tl.abs(g - ref)
-        allowed = rho * (tl.abs(ref) + scale)
+        allowed = rho * tl.abs(ref) + floor * scale + tiny_spacing
         if HAS_E:
             eager_error = tl.abs(w - ref)
             eager_error = tl.where(eager_error <= big, eager_error, 0.0)  # (NaN and infinities count as 0)
-            allowed = allowed + tl.minimum(k * (eager_error + q), cap * (tl.abs(ref) + scale))
+            allowed = allowed + tl.minimum(k * (eager_error + q), cap * (tl.abs(ref) + scale) + k * tiny_spacing)
         g_nan = g != g
         same_ref = (g == ref) | (g_nan & (ref != ref))
         same_eager = (g == w) | (g_nan & (w != w))
@@ -119,9 +126,11 @@ def _grid(n: int) -> tuple[int]:
     return ((n + _BLOCK - 1) // _BLOCK,)
 
 
-def statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int) -> tuple[float, float]:
-    """(mean |E| over finite elements, 99th percentile of |W - E| over every `step`-th element,
-    step = max(1, n // samples)), as `compare._statistics` computes them."""
+def statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int,
+               local: bool = False) -> tuple[float, float, torch.Tensor | None]:
+    """As `compare._statistics`: (mean |E| over finite elements; 99th percentile of eager's error
+    over every `step`-th element, step = max(1, n // samples), beyond rounding E to W's dtype with
+    `local`; with `local`, the mean |E| of every group of GROUP elements, else None)."""
     stats_kernel, _ = _kernels()  # type: ignore[misc]
     n = w.numel()
     ref = (e if e is not None else w).reshape(-1)
@@ -130,30 +139,35 @@ def statistics(w: torch.Tensor, e: torch.Tensor | None, samples: int) -> tuple[f
     counts = torch.empty(grid[0], dtype=torch.int64, device=w.device)
     stats_kernel[grid](ref, n, sums, counts, BLOCK=_BLOCK)
     parts = [sums.sum(), counts.sum().double()]
-    picked = None
     if e is not None:
         step = max(1, n // samples)
-        picked = (w.reshape(-1)[::step].double() - e.reshape(-1)[::step].double()).abs()
+        near = e.reshape(-1)[::step]
+        near = near.to(w.dtype).double() if local else near.double()
+        picked = (w.reshape(-1)[::step].double() - near).abs()
         picked = picked[torch.isfinite(picked)]
         k = percentile_rank(picked.numel())
         parts.append(picked.kthvalue(k).values.double() if k else torch.zeros((), dtype=torch.float64, device=w.device))
     values = torch.stack(parts).tolist()
     scale = values[0] / values[1] if values[1] else 0.0
-    return scale, (values[2] if e is not None else 0.0)
+    groups = torch.where(counts > 0, sums / counts.clamp_min(1).double(), 0.0) if local else None
+    return scale, (values[2] if e is not None else 0.0), groups
 
 
-def totals(g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, rho: float, k: float, cap: float, scale: float,
-           eager_q: float) -> tuple[int, int, float, float, float]:
+def totals(g: torch.Tensor, w: torch.Tensor, e: torch.Tensor | None, params: list[float],
+           groups: torch.Tensor | None) -> tuple[int, int, float, float, float]:
     """(bad elements, non-finite bad elements, largest finite error, largest relative error,
-    largest error/bound) of `g` against the reference, by `compare._judged_block`'s rule."""
+    largest error/bound) of `g` against the reference, by `compare._judged_block`'s rule;
+    `params`: `compare.Rule.params`; `groups`: the local scales `statistics` made, or None."""
     _, judge_kernel = _kernels()  # type: ignore[misc]
     n = w.numel()
     grid = _grid(n)
-    params = torch.tensor([rho, k, cap, scale, eager_q, 1e-30], dtype=torch.float64, device=w.device)
+    values = torch.tensor(params + [1e-30], dtype=torch.float64, device=w.device)
     out = torch.empty((grid[0], 5), dtype=torch.float64, device=w.device)
     flat_e = e.reshape(-1) if e is not None else w.reshape(-1)
-    judge_kernel[grid](g.reshape(-1), w.reshape(-1), flat_e, params, n, out, HAS_E=e is not None, BLOCK=_BLOCK)
-    sums = out[:, :2].sum(dim=0)
+    scales = groups if groups is not None else values  # (not read without LOCAL)
+    judge_kernel[grid](g.reshape(-1), w.reshape(-1), flat_e, values, n, out, scales,
+                       HAS_E=e is not None, LOCAL=groups is not None, BLOCK=_BLOCK)
+    sums_out = out[:, :2].sum(dim=0)
     maxima = out[:, 2:].amax(dim=0)
-    bad, nonfinite, max_abs, max_rel, worst = torch.cat([sums, maxima]).tolist()
+    bad, nonfinite, max_abs, max_rel, worst = torch.cat([sums_out, maxima]).tolist()
     return int(bad), int(nonfinite), max_abs, max_rel, worst
