@@ -121,3 +121,28 @@ def test_a_mismatch_record_is_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     fused, plain, _, _ = _both(monkeypatch, [got], [want], [exact])
     assert dataclasses.asdict(fused).keys() == dataclasses.asdict(plain).keys()
     assert fused.bad_elements == 4096 and fused.max_abs_error == pytest.approx(1.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_groups_their_own_scale_the_same_on_both_paths(monkeypatch: pytest.MonkeyPatch, dtype) -> None:
+    """The 16-bit rule's local scales (a group of 2048 elements each, the last one short): a
+    mixed-scale product zeroed where small, and rows of a thousandth of the others' size off
+    by a thousandth, get the same verdicts, counts and first index on both paths."""
+    g = torch.Generator(device="cuda").manual_seed(2)
+    shape = (333, 1001)
+    exps = torch.randint(-6, 7, shape, device="cuda", generator=g).double()
+    exact = torch.randn(shape, device="cuda", dtype=torch.float64, generator=g) * torch.exp2(exps)
+    want = exact.to(dtype)
+    _same(*_both(monkeypatch, [want], [want], [exact]))
+    zeroed = torch.where(exact.abs() < 0.01 * exact.abs().mean(), torch.zeros_like(want), want)
+    fused = _both(monkeypatch, [zeroed], [want], [exact])
+    assert fused[0] is not None and fused[0].bad_elements > 0.3 * exact.numel()
+    _same(*fused)
+    exact = torch.randn(shape, device="cuda", dtype=torch.float64, generator=g)
+    exact[200:] *= 1e-3
+    want = exact.to(dtype)
+    off = want.clone()
+    off[250] = (exact[250] + 1e-3 * torch.sign(exact[250])).to(dtype)
+    fused = _both(monkeypatch, [off], [want], [exact])
+    assert fused[0] is not None and fused[0].first_bad_index[0] == 250
+    _same(*fused)
