@@ -303,6 +303,13 @@ class RemoteModel:
     def read(self, descs: Any, what: str) -> list[Any]:
         try:
             return self.reader.read(descs)
+        except torch.OutOfMemoryError as exc:  # the judge's own copy of the outputs did not fit
+            claimed = self.reader.claimed_bytes(descs)
+            if self.ledger is not None and claimed <= self.ledger.task_bytes:
+                raise Verdict(error("RESOURCE", "run", f"{what}: the judge's copy of the outputs ({claimed / 2**30:.2f} GiB) "
+                                    f"did not fit on the GPU: {str(exc).splitlines()[0][:300]}")) from None
+            raise Verdict(self._ended("OUT_OF_MEMORY", f"{what}: its process reported {claimed / 2**30:.2f} GiB of outputs, "
+                                      "more than the task's inputs and outputs together")) from None
         except (SharedValueError, RuntimeError, KeyError, TypeError) as exc:
             raise Verdict(self._ended("RUNTIME_ERROR", f"{what}: its process reported outputs the judge cannot "
                                       f"read ({type(exc).__name__}: {exc})")) from None

@@ -223,6 +223,16 @@ class OutputReader:
             raise SharedValueError("the outputs' description is not a list")
         return [self._one(d) for d in descs]
 
+    def claimed_bytes(self, descs: Any) -> int:
+        """The bytes the tensors in `descs` span, as described (malformed descriptions count 0)."""
+        total = 0
+        for d in descs if isinstance(descs, list) else []:
+            dtype = _DTYPES.get(d.get("dtype")) if isinstance(d, dict) else None  # type: ignore[arg-type]
+            size, stride = (d.get("size"), d.get("stride")) if isinstance(d, dict) else (None, None)
+            if dtype is not None and _ints(size) and _ints(stride) and len(size) == len(stride):
+                total += _extent(size, stride) * dtype.itemsize
+        return total
+
     def _one(self, d: Any) -> Any:
         if not isinstance(d, dict) or d.get("kind") not in ("tensor", "value"):
             raise SharedValueError(f"an output description is not understood: {str(d)[:200]}")
