@@ -320,9 +320,9 @@ def test_an_error_only_the_float64_reference_sees_is_a_mismatch() -> None:
 
 
 # A candidate that knows the judge's seeds: at load it makes every input set the judge would make
-# (the correctness sets and the timing's slots) with the judge's own generator, computes their
-# outputs, and at run time answers from that table, keyed by the inputs' bytes; anything it has
-# not seen gets zeros.
+# (the correctness sets, the special one among them, and the timing's slots) with the judge's
+# own generator, computes their outputs, and at run time answers from that table, keyed by the
+# inputs' bytes; anything it has not seen gets zeros.
 MEMORIZER = '''
 import numpy as np
 import torch
@@ -339,8 +339,8 @@ class _Task:
 _TABLE = {}
 _seeds = [1, 2, 3] + [1 + 7919 * (r + 1) + i for r in range(8) for i in range(2)]
 for _seed in _seeds:
-    for _r in (0, 6, 3, 1):
-        _x, _w = make_input_set(_Task, _seed, "cpu", exponent_range=_r).values
+    for _r, _special in ((0, False), (6, False), (3, False), (1, False), (0, True)):
+        _x, _w = make_input_set(_Task, _seed, "cpu", exponent_range=_r, special=_special).values
         _TABLE[_x.numpy().tobytes() + _w.numpy().tobytes()] = (
             1.0 / (1.0 + np.exp(-_x.numpy())) * _w.numpy() + 1.0).astype(np.float32)
 

@@ -19,12 +19,18 @@ from kevin_backend.judge.reference_sets import ReferenceSet, make_reference_set,
 from kevin_backend.measure.compare import Mismatch, compare_outputs
 from kevin_backend.measure.inputs import InputSet, layout_text, tensor_bytes
 
-__all__ = ["check_input_set"]
+__all__ = ["SPECIAL_SET", "check_input_set"]
+
+# The input set with zeros, -0 and subnormals: the third, after the problem's own values and a
+# mixed-scale set, so that a candidate wrong everywhere is told so on plain values first (the
+# judge's default has five sets; a job of fewer than three has none).
+SPECIAL_SET = 2
 
 
 def check_input_set(run: Run, index: int, seed: int, exact_model: list[torch.nn.Module]) -> dict[str, Any] | None:
-    """Check the candidate on input set `index`: an outcome when it fails, else None."""
-    ref = make_reference_set(run, seed, mixed=index % 2 == 1)
+    """Check the candidate on input set `index`: an outcome when it fails, else None. Odd sets
+    have mixed scales; the third (index 2) has zeros, -0 and subnormals among its inputs."""
+    ref = make_reference_set(run, seed, mixed=index % 2 == 1, special=index == SPECIAL_SET)
     if index == 0:
         _size_the_task(run, ref, exact_model)
     run.ledger.observe()
@@ -75,10 +81,16 @@ def _mismatch_outcome(run: Run, bad: Mismatch, index: int, inputs: InputSet, wan
                if isinstance(v, torch.Tensor) and (not v.is_contiguous() or v.storage_offset())]
     if strided:
         feedback = _layout_diagnosis(run, inputs, strided, want, exact)
+    if inputs.special:
+        feedback = "\n".join(filter(None, [_SPECIALS_TEXT.format(index=index), feedback]))
     outcome = {"stage": "correctness", "reason": bad.reason, "mismatch": details, "set": inputs.describe()}
     if feedback:
         outcome["feedback"] = feedback
     return outcome
+
+
+_SPECIALS_TEXT = ("Input set {index} has zeros, negative zeros and subnormals among its values (one element in 64): "
+                  "check comparisons at zero (`x > 0` against `x >= 0`), the sign of zero, and subnormals flushed to zero.")
 
 
 def _layout_diagnosis(run: Run, inputs: InputSet, strided: list[tuple[int, torch.Tensor]], want: list[Any],

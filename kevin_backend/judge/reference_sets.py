@@ -1,7 +1,7 @@
 """The references a candidate is compared with, per input set: the eager reference in the task's
-dtype (a set whose reference is not finite is made again with narrower scales) and the exact
-reference, the same model in float64 (float32 for a half-precision task) when that fits the
-memory the judge may take (`measure/memory.py`).
+dtype (a set whose reference is not finite is made again without its zeros, -0 and subnormals,
+or with narrower scales) and the exact reference, the same model in float64 (float32 for a
+half-precision task) when that fits the memory the judge may take (`measure/memory.py`).
 """
 
 from __future__ import annotations
@@ -49,17 +49,20 @@ class ReferenceSet:
     after: tuple[int, ...]  # the inputs' fingerprints once the reference ran (a task may change its inputs)
 
 
-def make_reference_set(run: Run, seed: int, mixed: bool) -> ReferenceSet:
+def make_reference_set(run: Run, seed: int, mixed: bool, special: bool = False) -> ReferenceSet:
     """An input set and eager's outputs on it. A set whose reference is not finite is made again:
-    a mixed set with a narrower range of scales, the problem's own values scaled down; if none is
-    finite, the problem's own values (its non-finite outputs are then part of the task)."""
+    a special set (zeros, -0 and subnormals among its inputs) without them (a task that divides by
+    its inputs or takes their log; noted), a mixed set with a narrower range of scales, the
+    problem's own values scaled down (with the specials, then without); if none is finite, the
+    problem's own values (its non-finite outputs are then part of the task)."""
     grow = run.job.grow
     ranges = MIXED_RANGES if mixed else (0,)
-    tries = [(r, 0) for r in ranges] + [(0, s) for s in (1, 2, 4)]
+    with_or_without = (True, False) if special else (False,)  # (a set with specials, then the same without)
+    tries = [(r, 0, w) for w in with_or_without for r in ranges] + [(0, s, w) for s in (1, 2, 4) for w in with_or_without]
     chosen: tuple[InputSet, list[Any], tuple[int, ...]] | None = None
-    for exponent_range, shrink in tries:
+    for exponent_range, shrink, with_specials in tries:
         run.phase("inputs")
-        inputs = make_input_set(run.task, seed, run.device, exponent_range, shrink, grow)
+        inputs = make_input_set(run.task, seed, run.device, exponent_range, shrink, grow, special=with_specials)
         before = fingerprint(inputs.values)
         run.phase("reference")
         want = run_eager(run, inputs)
@@ -68,16 +71,20 @@ def make_reference_set(run: Run, seed: int, mixed: bool) -> ReferenceSet:
                 scrub(chosen[1])
             chosen = (inputs, want, before)
             break
-        if chosen is None and exponent_range == 0 and shrink == 0:
+        if chosen is None and exponent_range == 0 and shrink == 0 and not with_specials:
             chosen = (inputs, want, before)  # the problem's own values: kept if nothing else is finite
         else:
             scrub(want)
     assert chosen is not None
     inputs, want, before = chosen
+    if special and not inputs.special:
+        run.ledger.notes.append(f"the input set with zeros, -0 and subnormals (seed {seed}) is checked without them: "
+                                "its reference is not finite with them")
     run.phase("inputs")
     after = fingerprint(inputs.values)
     if after != before:  # the task changes its own inputs: the candidate gets them as they were
-        inputs = make_input_set(run.task, inputs.seed, run.device, inputs.exponent_range, inputs.shrink, grow)
+        inputs = make_input_set(run.task, inputs.seed, run.device, inputs.exponent_range, inputs.shrink, grow,
+                                special=inputs.special)
     return ReferenceSet(inputs, want, after)
 
 

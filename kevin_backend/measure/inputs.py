@@ -16,12 +16,17 @@ Memory before a tensor's offset is filled with NaN, so a kernel that ignores the
 
 An input set (`make_input_set`) also changes values the way the judge needs them: no zeros (they
 hide unwritten outputs and wrong indexing), and on "mixed" sets a random power of two per element
-(2^-R .. 2^R), so that values span orders of magnitude. Inputs that share memory (one tensor and
-a view of it) are changed once, through their shared storage.
+(2^-R .. 2^R), so that values span orders of magnitude. A "special" set then puts back a few
+zeros on purpose, one element in 64 spread over every floating input: +0.0, -0.0 and subnormals of
+the input's dtype, a third each, so that a kernel that branches wrongly at zero (`x > 0` for
+`x >= 0`), loses the sign of zero or flushes subnormals where the result depends on them is seen.
+Inputs that share memory (one tensor and a view of it) are changed once, through their shared
+storage.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -31,7 +36,7 @@ from kevin_backend.placement import placed_on
 
 __all__ = [
     "to_device", "span", "same_layout_empty", "clone_layout", "copy_values", "fingerprint",
-    "layout_text", "make_input_set", "InputSet", "MIXED_RANGES", "tensor_bytes", "work_chunk",
+    "layout_text", "make_input_set", "InputSet", "MIXED_RANGES", "SPECIAL_DTYPES", "tensor_bytes", "work_chunk",
 ]
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -162,6 +167,7 @@ class InputSet:
     seed: int
     exponent_range: int  # 0: the problem's own distribution; R: values times 2^U(-R, R)
     shrink: int = 0  # values also divided by 2^shrink (a plain set whose reference overflows)
+    special: bool = False  # one element in 64 of every floating input: +0.0, -0.0 or a subnormal
 
     @property
     def tensors(self) -> list[torch.Tensor]:
@@ -169,15 +175,18 @@ class InputSet:
 
     def describe(self) -> str:
         how = "the problem's own values" if not self.exponent_range else f"values scaled by 2^-{self.exponent_range}..2^{self.exponent_range}"
-        return how + (f", divided by 2^{self.shrink}" if self.shrink else "")
+        how += f", divided by 2^{self.shrink}" if self.shrink else ""
+        return how + (", with zeros, -0 and subnormals" if self.special else "")
 
 
 def make_input_set(task: Any, seed: int, device: torch.device | str, exponent_range: int = 0, shrink: int = 0,
-                   grow: int = 1) -> InputSet:
+                   grow: int = 1, special: bool = False) -> InputSet:
     """The task's `get_inputs()` under `seed`, on `device` with true layouts, no zeros, and with
     values scaled per element by 2^U(-R, R) (R = `exponent_range`) and by 2^-`shrink`.
     `grow` > 1 makes inputs that many times larger along the batch dimension all tensor inputs
-    share (a re-check on larger inputs), when they share one."""
+    share (a re-check on larger inputs), when they share one. `special`: then one element in 64
+    of every floating input becomes +0.0, -0.0 or a subnormal (`_put_specials`); the other
+    elements are those of the same set without them."""
     device = torch.device(device)
     torch.manual_seed(seed)
     with placed_on(device):
@@ -199,7 +208,44 @@ def make_input_set(task: Any, seed: int, device: torch.device | str, exponent_ra
                 part.mul_(torch.exp2(exps.to(torch.float32)).to(dtype))
             if shrink:
                 part.mul_(2.0 ** -shrink)
-    return InputSet(values, seed, exponent_range, shrink)
+    if special:  # (after every region's scales are drawn: the other values stay the plain set's)
+        for region, dtype in _shared_regions(values):
+            if dtype in SPECIAL_DTYPES:
+                _put_specials(region, dtype, generator)
+    return InputSet(values, seed, exponent_range, shrink, special)
+
+
+# The dtypes a special set puts zeros, -0 and subnormals into (IEEE formats with both; the
+# float8 formats have few ops to run a task with).
+SPECIAL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_SPECIAL_SPACING = 64  # one element in this many
+
+
+def _put_specials(region: torch.Tensor, dtype: torch.dtype, generator: torch.Generator) -> None:
+    """Set one element in each run of 64 of `region` (at a random place in it; in a last, shorter
+    run with the matching chance) to +0.0, -0.0 or a subnormal of `dtype` of either sign, a third
+    each. A subnormal is m times the smallest one, m drawn log-uniform in [1, 2^p) (p the mantissa's
+    bits), so it is exact in `dtype` and below its smallest normal. One place per run: spread over
+    the whole region and never twice the same element (the values do not depend on which of two
+    writes to one element wins)."""
+    finfo = torch.finfo(dtype)
+    smallest = finfo.tiny * finfo.eps  # the smallest subnormal: 2^-149 in float32, 2^-24 in float16
+    bits = round(-math.log2(finfo.eps))  # mantissa bits
+    chunk = 1 << 22  # (a multiple of the spacing: the runs are the same whatever the chunking)
+    for start in range(0, region.numel(), chunk):
+        part = region[start:start + chunk]
+        runs = -(-part.numel() // _SPECIAL_SPACING)
+        places = torch.randint(0, _SPECIAL_SPACING, (runs,), device=part.device, generator=generator)
+        kinds = torch.randint(0, 3, (runs,), device=part.device, generator=generator)  # 0: +0, 1: -0, 2: subnormal
+        signs = torch.randint(0, 2, (runs,), device=part.device, generator=generator)
+        scales = torch.rand(runs, device=part.device, generator=generator, dtype=torch.float64)
+        places += torch.arange(0, runs * _SPECIAL_SPACING, _SPECIAL_SPACING, device=part.device)
+        mantissas = torch.exp2(scales * bits).floor().clamp_(1, 2 ** bits - 1)
+        magnitudes = torch.where(kinds == 2, mantissas * smallest, 0.0)
+        negative = (kinds == 1) | ((kinds == 2) & (signs == 1))
+        specials = torch.copysign(magnitudes, torch.where(negative, -1.0, 1.0).to(torch.float64))
+        kept = places < part.numel()  # (the last run may be shorter than the spacing)
+        part[places[kept]] = specials[kept].to(dtype)
 
 
 def _shared_regions(values: Sequence[Any]) -> Iterator[tuple[torch.Tensor, torch.dtype]]:
