@@ -244,8 +244,11 @@ def _put_specials(region: torch.Tensor, dtype: torch.dtype, generator: torch.Gen
         magnitudes = torch.where(kinds == 2, mantissas * smallest, 0.0)
         negative = (kinds == 1) | ((kinds == 2) & (signs == 1))
         specials = torch.copysign(magnitudes, torch.where(negative, -1.0, 1.0).to(torch.float64))
-        kept = places < part.numel()  # (the last run may be shorter than the spacing)
-        part[places[kept]] = specials[kept].to(dtype)
+        # the last run may be shorter than the spacing: a place past its end rewrites the run's
+        # last element with its own value (no mask to count on the host, no synchronisation)
+        kept = places < part.numel()
+        places.clamp_(max=part.numel() - 1)
+        part[places] = torch.where(kept, specials.to(dtype), part[places])
 
 
 def _shared_regions(values: Sequence[Any]) -> Iterator[tuple[torch.Tensor, torch.dtype]]:
