@@ -101,13 +101,18 @@ def plan_exact(run: Run, inputs: InputSet, want: Sequence[Any], reference_temps:
     size = max(v.element_size() for v in floats)
     params = sum(p.numel() * p.element_size() for p in run.reference.parameters() if p.is_floating_point())
     data = _float_inputs_bytes(inputs.values) + sum(v.numel() * v.element_size() for v in floats) + reference_temps + params
+    # Beside the exact run's outputs, kept for the comparison: the candidate's copy of the inputs,
+    # its outputs and the judge's copy of them (from the second set on, its previous outputs).
+    outputs = sum(v.numel() * v.element_size() for v in want if isinstance(v, torch.Tensor))
+    beside = sum(tensor_bytes(v) for v in inputs.tensors) + 2 * outputs
     for dtype in (torch.float64, torch.float32):
         factor = torch.empty((), dtype=dtype).element_size() / size
         if factor <= 1:
             continue
-        if run.ledger.fits(int(data * factor)):
+        if run.ledger.fits(int(data * factor), beside):
             return dtype
-        run.ledger.notes.append(f"a {dtype} reference needs about {data * factor / 2**30:.2f} GiB more "
+        run.ledger.notes.append(f"a {dtype} reference needs about {data * factor / 2**30:.2f} GiB more, the candidate "
+                                f"{beside / 2**30:.2f} GiB beside it "
                                 f"(held {run.ledger.held() / 2**30:.2f} GiB, task {run.ledger.task_bytes / 2**30:.2f} GiB, "
                                 f"available {run.ledger.available() / 2**30:.2f} GiB): not taken")
     return None

@@ -87,13 +87,14 @@ class MemoryLedger:
         cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
         return free + cached
 
-    def fits(self, extra: int) -> bool:
-        """Whether `extra` more bytes stay within the judge's bound and the device's free memory
+    def fits(self, extra: int, beside: int = 0) -> bool:
+        """Whether `extra` more bytes stay within the judge's bound and, with `beside` more that
+        others will hold at the same time (the candidate's process), the device's free memory
         (with a tenth kept back for fragmentation)."""
         if not self.cuda:
             return True
         within = self.held() + extra <= self.task_bytes + self.budget
-        return within and extra <= 0.9 * self.available()
+        return within and extra + beside <= 0.9 * self.available()
 
     def report(self) -> MemoryReport:
         self.observe()
