@@ -53,16 +53,14 @@ def test_replayed_search_feeds_back_every_outcome_and_decides_on_the_fast_kernel
     fast = result.records[5].step.result.timings
     assert fast.kernel_ms < slow.kernel_ms
     assert result.best is result.records[5]
-    # the fast kernel is kept only where it beats Inductor by the margin (a scripted kernel need not)
-    if fast.speedup_vs_inductor is not None and fast.speedup_vs_inductor >= 1.03:
-        # then re-timed against Inductor, interleaved, and kept only if that holds beyond the noise
-        assert entry.retiming is not None and entry.retiming.rounds >= 5, entry.reason
-        assert (entry.kind is EntryKind.KERNEL) == entry.retiming.keep, entry.reason
-        if entry.kind is EntryKind.KERNEL:
-            assert entry.kernel_source == result.records[5].step.code
-    else:
-        assert entry.kind is EntryKind.INDUCTOR and entry.kernel_source is None
-        assert entry.reason == f"best kernel {fast.speedup_vs_inductor:.3f}x of Inductor's speed; needs 1.03x"
+    # The scripted fast kernel is slower than Inductor's code: 0.027 ms against 0.018 ms on an H200
+    # (0.66x), far below where a re-timing could change the decision: Inductor, not re-timed.
+    from kevin_backend.generate.decision import RETIME_FROM
+
+    assert fast.speedup_vs_inductor is not None and fast.speedup_vs_inductor < RETIME_FROM, fast
+    assert entry.kind is EntryKind.INDUCTOR and entry.kernel_source is None and entry.retiming is None
+    assert entry.reason == (f"best kernel {fast.speedup_vs_inductor:.3f}x of Inductor's speed; needs 1.03x, "
+                            f"below {RETIME_FROM:.2f}x: beyond any drift between runs, not re-timed"), entry.reason
     assert entry.timings.kernel_ms == fast.kernel_ms
     lines = [json.loads(l) for l in generator.log.path.read_text().splitlines()]
     assert [l["reason"] for l in lines] == reasons and lines[5]["correct"]

@@ -45,8 +45,13 @@ def test_an_accepted_elementwise_kernel_carries_its_roofline(tmp_path: Path) -> 
     assert result.correct, result.feedback
     r = result.roofline
     assert r is not None and r.bytes == 3 * 4096 * 1024 * 4 and r.flops == 0
-    assert r.kernel_fraction is not None and 0 < r.kernel_fraction < 1.5
-    assert r.inductor_fraction is not None and 0 < r.inductor_fraction < 1.5
+    # no faster than copying its own bytes, within the judge's slack for the copy's own noise (a
+    # kernel above it is rejected as impossible: timing_phase.IMPOSSIBLE_FACTOR); on an H200 the
+    # kernel ran at 0.47 of copy, Inductor's code at 0.69
+    from kevin_backend.judge.timing_phase import IMPOSSIBLE_FACTOR
+
+    assert r.kernel_fraction is not None and 0.05 < r.kernel_fraction <= IMPOSSIBLE_FACTOR
+    assert r.inductor_fraction is not None and 0.05 < r.inductor_fraction <= IMPOSSIBLE_FACTOR
     assert r.copy_gbps is not None and r.copy_gbps > 100
     assert "copy bandwidth" in result.feedback
     assert JudgeResult.from_dict(json.loads(json.dumps(result.as_dict()))).roofline == r
