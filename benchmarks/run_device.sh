@@ -32,6 +32,9 @@ for step in $steps; do
         tests/test_compare_fused_gpu.py tests/test_judge_pool_gpu.py tests/test_retime_gpu.py 2>&1 | tee "$OUT/isolation_gpu.log" | tail -20
       # a task of a twentieth of the GPU beside a process holding half: alone on the GPU (other tests' memory would make it RESOURCE)
       timeout 200 python3 -m pytest -q -s -rA tests/test_judge_real_gpu.py -k twentieth 2>&1 | tee "$OUT/isolation_tenth.log" | tail -8 ;;
+    retime)  # the re-timing's decisions (RETIME_K: a -k expression, e.g. "faster" or "tied": each about 330 s alone)
+      timeout "${RETIME_LIMIT:-570}" python3 -m pytest -q -s -rA tests/test_retime_gpu.py ${RETIME_K:+-k "$RETIME_K"} 2>&1 \
+        | tee "$OUT/retime_gpu.log" | tail -20 ;;
     judge) python3 benchmarks/bench_judge.py --json "$OUT/judge_speed.json" 2>&1 | tee "$OUT/judge_speed.log" | tail -30 ;;
     e2e) python3 benchmarks/bench_e2e.py --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30 ;;
     generate)  # the generator's loop with the replay policy: GPU test, then the command
