@@ -214,6 +214,20 @@ def test_kernelbench_task_that_fails(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "| broken | error |" in captured.out
 
 
+def test_kernelbench_task_with_cuda_inputs_runs_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A task that makes its inputs with `device="cuda"` (as examples/kernelbench does) runs with
+    `--device cpu`: its inputs are made where the bench runs, as the judge makes them. A run of
+    tasks alone is one run, whatever --size and --dtype list (the tasks keep their own)."""
+    on_cuda = TASKS["a_chain"].replace("torch.randn(16, 32)", 'torch.randn(16, 32, device="cuda")')
+    folder = _task_dir(tmp_path, {"on_cuda": on_cuda})
+    code = main(["--cache-dir", str(tmp_path / "kevin"), "--no-seed", "bench", "--device", "cpu", "--kernelbench",
+                 str(folder), *FAST, "--in-process"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "| on_cuda | yes | yes |" in captured.out
+    assert "no models" not in captured.err and captured.err.count("task on_cuda ...") == 1
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

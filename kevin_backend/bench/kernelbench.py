@@ -9,8 +9,11 @@ Inductor and kevin timed, interleaved, under the judge's protocol.
 
 KernelBench's metric: fast_p is the fraction of all tasks whose kevin outputs are correct and that
 run more than p times faster than eager (fast_0: the fraction correct); reported for p in 0, 1,
-1.5 and 2, against eager and against Inductor. Inputs and init inputs are moved to the bench's
-device (tasks written with CPU or CUDA tensors both work); their dtypes are the task's own.
+1.5 and 2, against eager and against Inductor. Inputs are placed as the judge places them
+(`measure/inputs.py`): `get_inputs()` runs under `placed_on(device)`, so its tensors are made on the
+bench's device whatever device the task names, and anything made elsewhere is moved; init inputs
+are moved. Tasks written with CPU or CUDA tensors both run, on a GPU or with `--device cpu`; their
+dtypes are the task's own.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from kevin_backend.bench.progress import Progress
 from kevin_backend.bench.results import FAST_P, KernelBenchResult, KevinStats, TaskResult, Timing, fast_p
 from kevin_backend.measure.compare import Mismatch, compare_outputs, output_list
 from kevin_backend.measure.inputs import clone_layout, to_device
+from kevin_backend.placement import placed_on
 
 __all__ = ["FAST_P", "fast_p", "task_files", "measure_task", "run_kernelbench"]
 
@@ -85,7 +89,9 @@ def _measure_task(path: Path, settings: BenchSettings, first: str) -> TaskResult
     input_sets = []
     for seed in SEEDS:
         torch.manual_seed(seed)
-        input_sets.append([to_device(v, device) for v in task.get_inputs()])  # layouts kept
+        with placed_on(device):  # made where they run, as the judge makes them (`make_input_set`)
+            values = list(task.get_inputs())
+        input_sets.append([to_device(v, device) for v in values])  # layouts kept
 
     order = compile_order(first, 0)
     before = counters.snapshot()

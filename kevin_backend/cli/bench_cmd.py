@@ -190,17 +190,19 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
         except MissingDependency as exc:
             raise CommandError(str(exc), EXIT_USAGE) from exc
 
-    # one run per size and dtype (the KernelBench tasks, which keep their own, with the first)
+    # one run per size and dtype (the KernelBench tasks, which keep their own, with the first);
+    # without models, the tasks alone: one run
+    runs = [(size, dtype) for size in args.sizes for dtype in args.dtypes][: None if models else 1]
     reports = []
-    for n, (size, dtype) in enumerate((size, dtype) for size in args.sizes for dtype in args.dtypes):
+    for n, (size, dtype) in enumerate(runs):
         settings = BenchSettings(
             device=args.device, dtype=dtype, size=size, repeats=args.repeats, trials=args.trials,
             warmup=args.warmup, warmup_rounds=args.warmup_rounds, precision=args.precision,
             max_repeats=args.max_repeats, round_ms=args.round_ms, interleave=args.interleave, kevin_options=kevin_options(config), isolate=not args.in_process,
             timeout_s=args.timeout, inductor_cache=args.inductor_cache,
         )
-        if len(args.sizes) * len(args.dtypes) > 1:
-            print(f"kevin bench: {', '.join(models) or 'no models'} at size {size}, {dtype}", file=sys.stderr, flush=True)
+        if len(runs) > 1:
+            print(f"kevin bench: {', '.join(models)} at size {size}, {dtype}", file=sys.stderr, flush=True)
         reports.append(run_bench(models, workloads, args.kernelbench if n == 0 else None, settings, progress=True,
                                  command=_command(args, models, workloads)))
     return _report(reports[0] if len(reports) == 1 else _combined(reports), args)
