@@ -119,6 +119,20 @@ def test_prewarm_policy_from_the_environment(cache_dir: Path, capfd: pytest.Capt
     assert "KEVIN_POLICY" in line and "'nosuch'" in line
 
 
+def test_prewarm_search_without_a_gpu_is_refused_before_any_compile(cache_dir: Path, capfd: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search judges on a GPU: without one (and without --ray or --generator) prewarm says so in
+    one line, exit 2, instead of compiling the model and finding nothing to do."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    capfd.readouterr()
+    code = main(_prewarm(cache_dir, "--policy", "builtin"))
+    err = capfd.readouterr().err
+    assert code == EXIT_USAGE, err
+    assert err.strip().splitlines() == ["kevin: error: prewarming with the kernel search needs a CUDA GPU to judge "
+                                        "kernels on (--ray ADDRESS for a cluster's GPUs, or --generator for your own generator)"]
+    assert not cache_dir.exists()  # nothing compiled, nothing recorded
+
+
 def test_prewarm_usage_error_in_a_fresh_process(cache_dir: Path) -> None:
     """The installed command as a user runs it: one line on stderr, exit 2, no traceback."""
     proc = subprocess.run([sys.executable, "-m", "kevin_backend", *_prewarm(cache_dir, "--policy", "nosuch")],

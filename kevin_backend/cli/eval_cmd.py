@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from kevin_backend.cli.main import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, EXIT_USAGE, CommandError
+from kevin_backend.cli.main import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, EXIT_USAGE, CommandError, require_cuda
 from kevin_backend.config import Config, build_root
 
 from kevin_backend.judge.judge import Judge
@@ -77,8 +77,7 @@ def _eval(args: argparse.Namespace, config: Config) -> int:
     candidate = _read(args.candidate, "candidate")
     result = judge_static(candidate)
     if result.reason is Reason.STATIC_OK and not args.static_only:
-        if not torch.cuda.is_available():
-            raise CommandError("judging a kernel needs a CUDA GPU (use --static-only for the rules alone)", EXIT_USAGE)
+        require_cuda("judging a kernel needs a CUDA GPU (use --static-only for the rules alone)")
         device = _device(args.device)
         run_config = RunConfig(trials=args.trials, device=device, salt=args.salt)
         with Judge(build_root(config.cache_dir), run_config, workers=0) as judge:
@@ -133,8 +132,7 @@ def _eval_folder(args: argparse.Namespace, config: Config, problem: str) -> int:
     if args.static_only:
         results = [judge_static(s) for s in sources]
     else:
-        if not torch.cuda.is_available():
-            raise CommandError("judging kernels needs a CUDA GPU (use --static-only for the rules alone)", EXIT_USAGE)
+        require_cuda("judging kernels needs a CUDA GPU (use --static-only for the rules alone)")
         device = _device(args.device)
         progress = Progress(len(paths), enabled=not args.json)
         lock = threading.Lock()

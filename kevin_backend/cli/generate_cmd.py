@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kevin_backend.cli.main import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, EXIT_USAGE, CommandError
+from kevin_backend.cli.main import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, EXIT_USAGE, CommandError, require_cuda
 from kevin_backend.config import POLICY_NAMES, Config, ConfigError, build_root, check_policy_name
 from kevin_backend.generate.writers import argument_problem, policy_help
 
@@ -99,8 +99,7 @@ def _generate(args: argparse.Namespace, config: Config) -> int:
         )
     except ValueError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
-    if not torch.cuda.is_available():
-        raise CommandError("generating kernels needs a CUDA GPU to judge them on", EXIT_USAGE)
+    require_cuda("generating kernels needs a CUDA GPU to judge them on")
     try:
         policy = make_policy(policy_name, config)
     except (ValueError, ConfigError, PolicyError) as exc:

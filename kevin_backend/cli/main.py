@@ -10,7 +10,8 @@ Exit codes: 0 ok, 1 the operation failed, 2 usage error (bad arguments, unknown 
 digest prefix, missing confirmation).
 
 A usage error is one line on stderr, `kevin: error: ...`, printed before anything slow starts (a
-compile, a GPU check, a worker, a download); commands check their arguments first.
+compile, a GPU check, a worker, a download); commands check their arguments first. A command
+whose main job needs a CUDA GPU says so the same way where there is none (`require_cuda`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "build_parser",
     "config_from_args",
     "main",
+    "require_cuda",
     "usage_error",
 ]
 
@@ -66,6 +68,17 @@ def usage_error(message: str) -> int:
     """Print `kevin: error: MESSAGE` as one line on stderr; the usage-error exit code."""
     print(f"kevin: error: {_one_line(message)}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def require_cuda(message: str) -> None:
+    """Stop with a usage error (`message`, one line, exit 2) where torch sees no CUDA GPU: the
+    check a command whose main job needs a GPU makes once its arguments are checked, before
+    anything slow starts. `message` says what needs the GPU and, where there is one, what runs
+    without it."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise CommandError(message, EXIT_USAGE)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -24,6 +24,8 @@ pending, and a table gives each partition's expected and measured gain and the m
 
 Every argument is checked first (the policy's name, the generator's module and factory, the
 files and folders, the counts), so a usage error is one line and nothing has been compiled yet.
+The search judges on a GPU: without `--ray` or `--generator`, a machine without CUDA is refused
+the same way. On a machine without GPUs, `--workers` run a `--generator` that needs none.
 
 Exit codes: 0 every task decided, 1 some failed, 2 usage error.
 """
@@ -37,7 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
+from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, require_cuda
 from kevin_backend.config import Config
 
 __all__ = ["register"]
@@ -63,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     p.add_argument("--gpus", default="all", help="GPU indices to use, e.g. 0,1 (default: all)")
     p.add_argument("--per-gpu", type=int, default=4, metavar="N",
                    help="tasks in flight per GPU: their builds overlap, their timings take turns (default 4)")
-    p.add_argument("--workers", type=int, default=1, help="workers on a machine without GPUs (default 1)")
+    p.add_argument("--workers", type=int, default=1, help="workers on a machine without GPUs, for a --generator that needs none (default 1)")
     p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster (e.g. auto, or ray://host:10001)")
     p.add_argument("--force", action="store_true", help="generate again for tasks that already have an entry")
     p.add_argument("--revisit", action="store_true",
@@ -308,6 +310,9 @@ def _check_usage(args: argparse.Namespace, config: Config) -> Config:
                 raise CommandError(f"{flag}: no such folder: {folder}", EXIT_USAGE)
     if not args.ray:
         _gpu_indices(args.gpus)
+        if args.generator is None:  # the search judges every kernel it writes on a GPU
+            require_cuda("prewarming with the kernel search needs a CUDA GPU to judge kernels on "
+                         "(--ray ADDRESS for a cluster's GPUs, or --generator for your own generator)")
     return config
 
 
