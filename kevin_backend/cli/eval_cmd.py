@@ -114,6 +114,8 @@ def _line(path: Path, result: JudgeResult) -> str:
         verdict = f"no verdict: {result.reason.value}"
     else:
         verdict = f"rejected: {result.reason.value}"
+        if result.violations:  # the rules broken, by id (the feedback has the details)
+            verdict += f" [{', '.join(dict.fromkeys(v.rule for v in result.violations))}]"
     where = f", {result.device}" if result.device else ""
     return f"{path}: {verdict} (stage {result.stage.value}{where})"
 
@@ -155,9 +157,11 @@ def _eval_folder(args: argparse.Namespace, config: Config, problem: str) -> int:
     else:
         for path, result in zip(paths, results):
             print(_line(path, result))
-        counts = {"accepted": sum(r.reason in (Reason.ACCEPTED, Reason.STATIC_OK) for r in results),
+        # with --static-only nothing ran: a pass is a pass of the rules, not an acceptance
+        passed = "passed the static rules" if args.static_only else "accepted"
+        counts = {passed: sum(r.reason in (Reason.ACCEPTED, Reason.STATIC_OK) for r in results),
                   "no verdict": sum(r.judge_side for r in results)}
-        counts["rejected"] = len(results) - counts["accepted"] - counts["no verdict"]
+        counts["rejected"] = len(results) - counts[passed] - counts["no verdict"]
         print(", ".join(f"{v} {k}" for k, v in counts.items()))
     return _exit_code(results)
 
