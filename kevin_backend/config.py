@@ -34,6 +34,11 @@ class Mode(str, Enum):
     GENERATE = "generate"  # on a miss, run the kernel generator before compiling
     OFF = "off"  # pure Inductor: no partitioning at all
 
+    @classmethod
+    def _missing_(cls, value: object) -> "Mode":
+        # Enum's own error ("'fast' is not a valid Mode") leaves the valid names out
+        raise ValueError(f"{value!r} is not a valid mode; valid modes: {', '.join(m.value for m in cls)}")
+
 
 # The grammar of policy names (KEVIN_POLICY, option `policy`, --policy), as data: the writer
 # registry (`generate/writers.py`) makes a policy for each form, and a Config built with a name

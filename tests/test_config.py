@@ -65,6 +65,18 @@ def test_compile_with_a_bad_option_fails_clearly() -> None:
     torch._dynamo.reset()
 
 
+def test_a_bad_mode_names_the_valid_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`options={"mode": "fast"}` (and KEVIN_MODE=fast) say which modes there are."""
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: x.sin() + 1, backend="kevin", options={"mode": "fast"})
+    with pytest.raises(Exception, match=r"mode='fast' is invalid: 'fast' is not a valid mode; valid modes: cache, generate, off"):
+        fn(torch.randn(4))
+    torch._dynamo.reset()
+    monkeypatch.setenv("KEVIN_MODE", "fast")
+    with pytest.raises(ConfigError, match="KEVIN_MODE='fast'.*valid modes: cache, generate, off"):
+        Config.from_env()
+
+
 def test_no_environment_reads_outside_config() -> None:
     offenders = []
     for path in PACKAGE.rglob("*.py"):
