@@ -654,9 +654,13 @@ def test_cli_rm(capsys: pytest.CaptureFixture[str], cli_cache: tuple[KernelCache
     assert code == 0 and f"removed {kernel.digest}" in out and f"removed {inductor.digest}" in out
     assert cache.get(kernel.key) is None and cache.get(inductor.key) is None
 
-    code, _, err = run_cli(capsys, "cache", "rm", seed.digest[:8], *opts)
-    assert code == 1 and "read-only seed cache" in err
-    assert cache.get(seed.key) == seed
+    # a seed entry cannot be removed: a usage error (exit 2, as the README says of `kevin: error:`
+    # lines), said before anything is removed
+    remaining = make_entry(2)
+    cache.put(remaining)
+    code, _, err = run_cli(capsys, "cache", "rm", remaining.digest[:8], seed.digest[:8], *opts)
+    assert code == 2 and err.count("\n") == 1 and "read-only seed cache" in err and "--no-seed" in err
+    assert cache.get(seed.key) == seed and cache.get(remaining.key) == remaining
 
 
 def test_cli_clear(capsys: pytest.CaptureFixture[str], cli_cache: tuple[KernelCache, list[str]]) -> None:

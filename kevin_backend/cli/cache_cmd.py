@@ -1,7 +1,8 @@
 """`kevin cache ls|info|show|rm|clear|prune|export|import`: inspect and manage the kernel cache.
 
 Entries are named by digest prefix, matched against the user and the seed entries; a prefix that
-matches nothing or more than one digest is a usage error (exit 2) and nothing is changed. Every
+matches nothing or more than one digest, or `rm` of a read-only seed entry, is a usage error (exit
+2) and nothing is changed. Every
 usage error (a missing action, a bad prefix, no --yes, an archive path that cannot be used) is one
 `kevin: error: ...` line and exit 2; a cache operation that fails is exit 1. Nothing to clear or
 to prune is not an error.
@@ -349,13 +350,19 @@ def _show(args: argparse.Namespace, cache: KernelCache) -> int:
 def _rm(args: argparse.Namespace, cache: KernelCache) -> int:
     infos = cache.entries()
     digests = list(dict.fromkeys(resolve_prefix(infos, prefix) for prefix in args.prefixes))
+    user = {info.digest for info in infos if info.source == "user"}
+    seed_only = [digest for digest in digests if digest not in user]
+    if seed_only:  # a usage error like a bad prefix: said before anything is removed
+        raise CommandError(f"{'entry' if len(seed_only) == 1 else 'entries'} {', '.join(seed_only)} "
+                           f"{'is' if len(seed_only) == 1 else 'are'} in the read-only seed cache ({cache.seed_dir}) "
+                           "and cannot be removed; --no-seed (or KEVIN_SEED_CACHE=0) ignores the seed cache", EXIT_USAGE)
     status = EXIT_OK
     for digest in digests:
         try:
             removed = cache.remove(digest)
-        except ReadOnlyEntryError as exc:
+        except ReadOnlyEntryError as exc:  # its user entry removed by someone else since we listed
             print(f"kevin: error: {exc}", file=sys.stderr)
-            status = EXIT_FAILED
+            status = EXIT_USAGE
             continue
         if removed:
             print(f"removed {digest}")
