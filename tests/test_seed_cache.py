@@ -1,8 +1,10 @@
 """The seed cache shipped in kernels_cache/: every entry loads, and its metadata agrees with
-itself (key and folder, timings and judge record, a kernel that passes the judge's rules)."""
+itself (key and folder, timings and judge record, a kernel that passes the judge's rules); the
+README's `kevin cache show` example names one of its entries."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,21 @@ ENTRIES = [p for p in sorted(SEED.iterdir()) if p.is_dir() and not p.name.starts
 
 def test_the_seed_cache_is_found() -> None:
     assert SEED is not None and (SEED / "README.md").exists()
+
+
+def test_the_readme_cache_show_example_shows_a_seed_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's `kevin cache show PREFIX` runs as written on a fresh install: the prefix names
+    one entry of the shipped seed cache."""
+    from kevin_backend.cli.main import main
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    prefixes = re.findall(r"^kevin cache show (\S+)", readme, re.M)
+    assert prefixes
+    for prefix in prefixes:
+        code = main(["--cache-dir", str(tmp_path / "user"), "cache", "show", prefix, "--seed-dir", str(SEED)])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert out.startswith("entry " + prefix) and "(seed cache: " in out.splitlines()[0]
 
 
 @pytest.mark.parametrize("folder", ENTRIES, ids=lambda p: p.name[:12])
