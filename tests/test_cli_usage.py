@@ -133,6 +133,16 @@ def test_prewarm_search_without_a_gpu_is_refused_before_any_compile(cache_dir: P
     assert not cache_dir.exists()  # nothing compiled, nothing recorded
 
 
+def test_prewarm_help_describes_the_command(capfd: pytest.CaptureFixture[str]) -> None:
+    """`kevin prewarm --help` says what the command does between its usage and its options, as
+    bench, cache and train do."""
+    capfd.readouterr()
+    assert main(["prewarm", "--help"]) == 0
+    out = capfd.readouterr().out
+    description = out.split("\n\n")[1]
+    assert description.startswith("Fill the kernel cache offline") and "options:" not in description
+
+
 def test_prewarm_usage_error_in_a_fresh_process(cache_dir: Path) -> None:
     """The installed command as a user runs it: one line on stderr, exit 2, no traceback."""
     proc = subprocess.run([sys.executable, "-m", "kevin_backend", *_prewarm(cache_dir, "--policy", "nosuch")],

@@ -46,7 +46,13 @@ __all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser("prewarm", parents=parents, help="fill the kernel cache offline (all local GPUs or a Ray cluster)")
+    p = subparsers.add_parser(
+        "prewarm", parents=parents, help="fill the kernel cache offline (all local GPUs or a Ray cluster)",
+        description="Fill the kernel cache offline, so no training job waits for kernels: search for a kernel for "
+                    "each task the sources give (the misses cache-mode runs recorded, the partitions of a model or a "
+                    "bench model, KernelBench folders, decisions to revisit) on this machine's GPUs or a Ray cluster, each decision stored "
+                    "as its task finishes (a killed run resumes where it stopped).",
+    )
     p.add_argument("--pending", action="store_true", help="the pending tasks recorded by cache-mode runs (default when no source)")
     p.add_argument("--model", action="append", default=[], metavar="FILE.py:FACTORY", help="a model factory (repeatable)")
     p.add_argument("--bench-model", action="append", default=[], metavar="NAME",
