@@ -128,20 +128,22 @@ def test_python_m_cli_main_reports_a_command_error_as_one_line() -> None:
 
 
 def test_the_package_import_stays_usable_without_torch_first() -> None:
-    """`import kevin_backend` before torch: the public names still resolve, the backend still
-    compiles through the entry point, and its op `kevin::launch` is defined by the time a compile
-    with it has run."""
+    """`import kevin_backend` before torch imports no torch; the backend then compiles through the
+    entry point, which defines `kevin::launch` before any compiled code can call it, and the names
+    that need torch resolve on first use."""
     script = (
         "import sys\n"
         "import kevin_backend\n"
-        "from kevin_backend import Config, Mode, KernelTask, TensorSpec, __version__\n"
+        "from kevin_backend import Config, Mode, __version__, counters\n"
         "assert 'torch' not in sys.modules\n"
         "import torch\n"
+        "assert 'kevin_backend.runtime.op' not in sys.modules\n"
         "f = torch.compile(lambda x: torch.relu(x) * 2 + 1, backend='kevin', options={'mode': 'off'})\n"
         "x = torch.randn(8)\n"
         "assert torch.allclose(f(x), torch.relu(x) * 2 + 1)\n"
         "assert hasattr(torch.ops.kevin, 'launch')\n"
-        "from kevin_backend import CompileReport, counters, last_report\n"
+        "from kevin_backend import CompileReport, KernelTask, TensorSpec, last_report\n"
+        "assert KernelTask.__module__ == TensorSpec.__module__ == 'kevin_backend.types'\n"
         "assert isinstance(last_report(), CompileReport) and counters is kevin_backend.counters\n"
         "print('ok')\n"
     )

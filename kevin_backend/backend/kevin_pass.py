@@ -35,6 +35,7 @@ from torch._guards import detect_fake_mode
 from torch._inductor import custom_graph_pass
 
 from kevin_backend.version import __version__
+from kevin_backend.runtime import op as _launch_op  # noqa: F401  (defines kevin::launch, which the pass calls)
 from kevin_backend.runtime import registry as runtime
 from kevin_backend.backend.partition import Partition, partition_graph
 from kevin_backend.backend.report import (

@@ -15,17 +15,16 @@ import functools
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from kevin_backend.cache.format import CacheEntry
-from kevin_backend.cache.key import DeviceInfo, VersionTarget
-from kevin_backend.cache.disk_format import entry_metadata
-from kevin_backend.cache.errors import ArchiveError, KernelCacheError, ReadOnlyEntryError
-from kevin_backend.cache.store import KernelCache, default_seed_dir
-from kevin_backend.cache.store_reports import EntryInfo, PruneReport, VersionGroup
 from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, Handler
 from kevin_backend.config import Config
-from kevin_backend.measure.roofline import record_fraction
+
+if TYPE_CHECKING:  # the cache's modules import torch: imported when an action runs, not to parse its arguments
+    from kevin_backend.cache.format import CacheEntry
+    from kevin_backend.cache.key import VersionTarget
+    from kevin_backend.cache.store import KernelCache
+    from kevin_backend.cache.store_reports import EntryInfo, PruneReport, VersionGroup
 
 __all__ = ["register", "resolve_prefix"]
 
@@ -148,6 +147,9 @@ def _cache_errors(handler: Callable[[argparse.Namespace, KernelCache], int]) -> 
 
     @functools.wraps(handler)
     def wrapped(args: argparse.Namespace, config: Config) -> int:
+        from kevin_backend.cache.errors import ArchiveError, KernelCacheError
+        from kevin_backend.cache.store import KernelCache, default_seed_dir
+
         seed_dir = getattr(args, "seed_dir", None)
         if seed_dir is not None:
             cache = KernelCache(config.cache_dir, Path(seed_dir).expanduser())
@@ -213,6 +215,8 @@ def _table(rows: list[list[str]]) -> str:
 
 def _this_machine() -> str:
     """This machine's GPU, torch and CUDA in words."""
+    from kevin_backend.cache.key import DeviceInfo
+
     device = DeviceInfo.detect("cuda")
     gpu = f"{device.name} ({device.capability})" if device.capability else "no GPU visible"
     cuda = f"CUDA {device.cuda_version}" if device.cuda_version else "torch built without CUDA"
@@ -248,6 +252,9 @@ def _seed_lines(cache: KernelCache, groups: list[VersionGroup], target: VersionT
 
 @_cache_errors
 def _ls(args: argparse.Namespace, cache: KernelCache) -> int:
+    from kevin_backend.cache.key import VersionTarget
+    from kevin_backend.measure.roofline import record_fraction
+
     infos = cache.entries()
     if args.json:
         print(json.dumps([{**info.as_dict(), "roofline_fraction": record_fraction(info.entry.judge_record)
@@ -275,6 +282,8 @@ def _ls(args: argparse.Namespace, cache: KernelCache) -> int:
 
 @_cache_errors
 def _info(args: argparse.Namespace, cache: KernelCache) -> int:
+    from kevin_backend.cache.key import DeviceInfo, VersionTarget
+
     target = VersionTarget.this_machine()
     groups = cache.versions()
     user_entries = sum(g.entries for g in groups if g.source == "user")
@@ -313,6 +322,8 @@ def _info(args: argparse.Namespace, cache: KernelCache) -> int:
 
 
 def _print_entry(entry: CacheEntry, info: EntryInfo) -> None:
+    from kevin_backend.cache.disk_format import entry_metadata
+
     meta = entry_metadata(entry)
     key = meta.pop("key")
     print(f"entry {entry.digest} ({info.source} cache: {info.path})")
@@ -348,6 +359,8 @@ def _show(args: argparse.Namespace, cache: KernelCache) -> int:
 
 @_cache_errors
 def _rm(args: argparse.Namespace, cache: KernelCache) -> int:
+    from kevin_backend.cache.errors import ReadOnlyEntryError
+
     infos = cache.entries()
     digests = list(dict.fromkeys(resolve_prefix(infos, prefix) for prefix in args.prefixes))
     user = {info.digest for info in infos if info.source == "user"}
@@ -404,6 +417,8 @@ def _reason_counts(report: PruneReport, items: tuple[tuple[str, str, str], ...])
 
 @_cache_errors
 def _prune(args: argparse.Namespace, cache: KernelCache) -> int:
+    from kevin_backend.cache.key import VersionTarget
+
     target = VersionTarget.this_machine(gpu=args.gpu, torch_version=args.torch, cuda_version=args.cuda)
     report = cache.prune(target, dry_run=args.dry_run)
     gpu_note = ""

@@ -23,17 +23,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from kevin_backend.cli.main import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, EXIT_USAGE, CommandError, require_cuda
 from kevin_backend.config import Config, build_root
 
-from kevin_backend.judge.judge import Judge
-from kevin_backend.bench.progress import Progress
-from kevin_backend.judge.result import JudgeResult, Reason
-from kevin_backend.judge.sandbox import RunConfig
-from kevin_backend.judge.static_judge import ProblemError, check_problem, judge_static
+if TYPE_CHECKING:  # torch and the judge are imported when the command runs, not to parse its arguments
+    from kevin_backend.judge.result import JudgeResult
 
 __all__ = ["register"]
 
@@ -61,6 +57,11 @@ def _read(path: Path, what: str) -> str:
 
 
 def _eval(args: argparse.Namespace, config: Config) -> int:
+    from kevin_backend.judge.judge import Judge
+    from kevin_backend.judge.result import Reason
+    from kevin_backend.judge.sandbox import RunConfig
+    from kevin_backend.judge.static_judge import ProblemError, check_problem, judge_static
+
     problem = _read(args.problem, "problem")
     try:
         check_problem(problem)
@@ -95,6 +96,8 @@ def _verdict(result: JudgeResult) -> dict:
     """The verdict as JSON. `correct` is the judge's correctness verdict (outputs compared with the
     reference): true or false where the candidate ran or was rejected, null where it was not run
     (a static pass, `--static-only`: the rules say nothing about its outputs); `score` likewise."""
+    from kevin_backend.judge.result import Reason
+
     data = result.as_dict()
     if result.reason is Reason.STATIC_OK:
         data["correct"] = None
@@ -103,6 +106,8 @@ def _verdict(result: JudgeResult) -> dict:
 
 
 def _line(path: Path, result: JudgeResult) -> str:
+    from kevin_backend.judge.result import Reason
+
     if result.reason is Reason.ACCEPTED:
         t = result.timings
         verdict = (f"accepted: {t.kernel_ms:.4f} ms, {t.speedup_vs_eager:.2f}x vs eager"
@@ -121,12 +126,20 @@ def _line(path: Path, result: JudgeResult) -> str:
 
 
 def _exit_code(results: list[JudgeResult]) -> int:
+    from kevin_backend.judge.result import Reason
+
     if any(r.judge_side for r in results):
         return EXIT_NO_VERDICT
     return EXIT_OK if all(r.reason in (Reason.ACCEPTED, Reason.STATIC_OK) for r in results) else EXIT_FAILED
 
 
 def _eval_folder(args: argparse.Namespace, config: Config, problem: str) -> int:
+    from kevin_backend.bench.progress import Progress
+    from kevin_backend.judge.judge import Judge
+    from kevin_backend.judge.result import Reason
+    from kevin_backend.judge.sandbox import RunConfig
+    from kevin_backend.judge.static_judge import judge_static
+
     paths = sorted(p for p in args.candidate.glob("*.py") if p.is_file())
     if not paths:
         raise CommandError(f"{args.candidate}: no candidate programs (*.py) in this folder", EXIT_USAGE)
@@ -168,6 +181,8 @@ def _eval_folder(args: argparse.Namespace, config: Config, problem: str) -> int:
 
 def _device(name: str | None) -> str:
     """`cuda:N` checked against the GPUs there are (a usage error names the problem)."""
+    import torch
+
     if name is None:
         return f"cuda:{torch.cuda.current_device()}"
     try:

@@ -12,6 +12,11 @@ digest prefix, missing confirmation).
 A usage error is one line on stderr, `kevin: error: ...`, printed before anything slow starts (a
 compile, a GPU check, a worker, a download); commands check their arguments first. A command
 whose main job needs a CUDA GPU says so the same way where there is none (`require_cuda`).
+
+Parsing imports no torch (most of a command's start-up time): the command modules import torch,
+and the modules that need it, inside the functions that run a command, so `kevin --help`, every
+`kevin COMMAND --help` and argparse's usage errors finish in a fraction of a second
+(tests/test_cli_imports.py checks it, benchmarks/bench_cli.py times it).
 """
 
 from __future__ import annotations
@@ -169,4 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as `python -m kevin_backend.cli.main`, this file is `__main__`, a module apart from the
+    # `kevin_backend.cli.main` the commands import: run that one, whose CommandError they raise.
+    from kevin_backend.cli.main import main as _main
+
+    sys.exit(_main())

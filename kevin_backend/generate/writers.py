@@ -5,7 +5,8 @@ The names' grammar is the foundation's (`config.POLICY_FORMS`: a Config refuses 
 form when it is built, before anything is imported); each form has one `Writer` here, its
 policy factory, its op support and its description. The kevin pass cuts graphs by the op support
 (`op_support_for`), the search asks the policy (`make_policy`), and the command line's help and
-checks read both.
+checks read both. The module imports no torch: the command line builds its help from it, and
+each writer's policy and op support are imported when one is made.
 
 The `writer` setting names the op support directly (`general` or `builtin`); `auto` takes the
 op support of the configured policy's writer, so that `cache` and `generate` runs with the same
@@ -16,12 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from kevin_backend.config import AUTO_POLICY, OP_SUPPORTS, POLICY_FORMS, POLICY_NAMES, Config, ConfigError, PolicyForm, \
     env_is_set, policy_form
-from kevin_backend.generate.op_support import GeneralOpSupport, OpSupport
-from kevin_backend.generate.policy import Policy
+
+if TYPE_CHECKING:  # imported where used: the command line reads this module's names without torch
+    from kevin_backend.generate.op_support import OpSupport
+    from kevin_backend.generate.policy import Policy
 
 __all__ = ["Writer", "WRITERS", "OP_SUPPORT_FACTORIES", "AUTO_DESCRIPTION", "writer_of", "make_policy", "resolve_policy_name",
            "argument_problem", "op_support_for", "policy_help"]
@@ -80,6 +83,12 @@ def _replies_file_problem(arg: str) -> str:
     return "" if Path(arg).is_file() else "no such replies file"
 
 
+def _general_support() -> OpSupport:
+    from kevin_backend.generate.op_support import GeneralOpSupport
+
+    return GeneralOpSupport()
+
+
 def _builtin_support() -> OpSupport:
     from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
 
@@ -87,7 +96,7 @@ def _builtin_support() -> OpSupport:
 
 
 # The op declarations the `writer` setting names (`config.OP_SUPPORTS`), each made fresh per pass.
-OP_SUPPORT_FACTORIES: dict[str, Callable[[], OpSupport]] = {"general": GeneralOpSupport, "builtin": _builtin_support}
+OP_SUPPORT_FACTORIES: dict[str, Callable[[], OpSupport]] = {"general": _general_support, "builtin": _builtin_support}
 
 _FORMS = {form.kind: form for form in POLICY_FORMS}
 WRITERS: dict[str, Writer] = {w.name: w for w in (
