@@ -466,6 +466,29 @@ def test_kevin_over_inductor_is_paired_round_by_round_with_its_interval() -> Non
     assert tie.as_dict()["kevin_vs_inductor_paired"][1] < 1.0
 
 
+def test_a_noisy_ratio_with_no_kevin_kernel_run_is_a_tie() -> None:
+    """Where no kevin kernel ran, kevin ran Inductor's code: a ratio whose interval holds 1.00 is
+    noise and the tables show a tie; a row whose kernels ran keeps its ratio and interval."""
+    from kevin_backend.bench.render import markdown
+    from kevin_backend.bench.results import BenchReport, KernelBenchResult, ModelResult, TaskResult, Timing
+
+    noisy = (Timing("eager", (3.0, 3.1, 2.9, 3.0)), Timing("inductor", (2.0, 2.6, 1.5, 2.4)),
+             Timing("kevin", (1.7, 2.0, 2.0, 1.8)))
+    none_ran = KevinStats(graphs=1, partitions=2, skipped=2)
+    skipped = ModelResult(model="mlp", workload="infer", timings=noisy, kevin=none_ran)
+    ran = ModelResult(model="mlp", workload="train", timings=noisy, kevin=KevinStats(graphs=1, partitions=2, hits=1),
+                      kernels=("forward abc 3 ops [mul, add]",))
+    task = TaskResult(task="t", correct=True, inductor_correct=True, timings=noisy, kevin=none_ran)
+    ratio, low, high = skipped.paired()
+    assert low < 1.0 < high and skipped.speedup("kevin", "inductor") > 1.05  # a "win" that is noise
+    text = markdown(BenchReport({"device": "cpu"}, (skipped, ran), KernelBenchResult("kb", (task,))))
+    rows = {line.split(" | ")[3] if line.startswith("| mlp") else line.split(" | ")[0]: line for line in text.splitlines()
+            if line.startswith(("| mlp", "| t |"))}
+    assert "| tie (no kevin kernel ran) |" in rows["infer"]
+    assert f"| {ran.speedup('kevin', 'inductor'):.2f}x [{low:.2f}-{high:.2f}] |" in rows["train"]
+    assert "| tie (no kevin kernel ran) |" in rows["| t"]
+
+
 def test_a_short_step_gets_rounds_of_round_ms_on_a_gpu() -> None:
     """Small batches are host-bound: ten 1-ms calls per round let one hiccup of the host decide a
     round, so a round of a short step takes as many calls as fill `round_ms`."""

@@ -64,11 +64,28 @@ def interval(r: ModelResult | TaskResult | None) -> str:
     return "" if paired is None else f" [{paired[1]:.2f}-{paired[2]:.2f}]"
 
 
+_TIE = "tie (no kevin kernel ran)"
+
+
+def _ran_no_kevin_kernel(r: ModelResult | TaskResult) -> bool:
+    """Known to have run no kevin kernel: the kevin pass saw the graphs (not a compile Inductor's
+    own cache served) and replaced no partition, so kevin ran Inductor's code."""
+    stats = r.kevin
+    return stats is not None and stats.graphs > 0 and stats.hits == 0 and not getattr(r, "kernels", ())
+
+
+def _is_tie(r: ModelResult | TaskResult) -> bool:
+    """kevin and Inductor ran the same code (no kevin kernel ran) and the paired interval of kevin
+    over Inductor holds 1.00: a ratio away from 1 there is noise, shown as a tie."""
+    paired = r.paired("kevin", "inductor")
+    return paired is not None and paired[1] <= 1.0 <= paired[2] and _ran_no_kevin_kernel(r)
+
+
 def _models_table(rows: Sequence[ModelResult]) -> list[str]:
     lines = [
         "Models: ms per step (median over rounds, compilers interleaved); speedups over eager and kevin over Inductor "
         "(in brackets: the 95% interval of kevin over Inductor from the rounds paired; one that holds 1.00 is a tie "
-        "within the noise)",
+        f"within the noise; `{_TIE}` where it holds 1.00 and kevin ran Inductor's code alone)",
         "",
         "| model | size | dtype | workload | eager ms | inductor ms | kevin ms | inductor x eager | kevin x eager | kevin x inductor "
         "| kevin partitions | first call s (eager / inductor / kevin) |",
@@ -78,7 +95,8 @@ def _models_table(rows: Sequence[ModelResult]) -> list[str]:
         kevin = r.kevin.short() if r.kevin else "-"
         lines.append(
             f"| {r.model} | {r.size or '-'} | {r.dtype or '-'} | {r.workload} | {_ms(r.ms('eager'))} | {_ms(r.ms('inductor'))} | {_ms(r.ms('kevin'))} | "
-            f"{_x(r.speedup('inductor'))} | {_x(r.speedup('kevin'))} | {_x(r.speedup('kevin', 'inductor'))}{interval(r)} | "
+            f"{_x(r.speedup('inductor'))} | {_x(r.speedup('kevin'))} | "
+            f"{_TIE if _is_tie(r) else _x(r.speedup('kevin', 'inductor')) + interval(r)} | "
             f"{kevin} | {_first_calls(r)} |"
         )
     notes = [f"- {_label(r)} {r.workload}: {r.error}" for r in rows if r.error]
@@ -108,7 +126,8 @@ def _kernelbench_table(kb: KernelBenchResult) -> list[str]:
         ind = "-" if t.error or t.inductor_correct is None else ("yes" if t.inductor_correct else "no")
         lines.append(
             f"| {t.task} | {ok} | {ind} | {_ms(t.ms('eager'))} | {_ms(t.ms('inductor'))} | {_ms(t.ms('kevin'))} | "
-            f"{_x(t.speedup('kevin'))} | {_x(t.speedup('kevin', 'inductor'))} | {t.kevin.short() if t.kevin else '-'} |"
+            f"{_x(t.speedup('kevin'))} | {_TIE if _is_tie(t) else _x(t.speedup('kevin', 'inductor'))} | "
+            f"{t.kevin.short() if t.kevin else '-'} |"
         )
     table = kb.fast_p_table()
     lines += [
