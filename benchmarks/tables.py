@@ -58,7 +58,7 @@ def load(path: Path) -> tuple[dict[str, Any], Any]:
     if not isinstance(stored, dict) or set(stored) != {"meta", "data"}:
         raise ResultsError(f"{path.name}: expected an object with exactly `meta` and `data`")
     meta = stored["meta"]
-    missing = [name for name in REQUIRED_META if not meta.get(name)]
+    missing = [name for name in REQUIRED_META if meta.get(name) in (None, "") or (name != "gpu_count" and not meta[name])]
     if missing:
         raise ResultsError(f"{path.name}: meta lacks {', '.join(missing)}")
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(meta["date"])):
@@ -418,7 +418,22 @@ def isolation_speed(data: list[dict[str, Any]]) -> dict[str, str]:
             "phases": _table(["phase"] + [d["run"].split(":")[0] for d in data], phases)}
 
 
+def cli_startup(data: list[dict[str, Any]]) -> dict[str, str]:
+    """Runs of `bench_cli.py`: per command, each run's median seconds (min-max) and whether torch
+    was imported."""
+    commands = [r["command"] for r in data[0]["results"]]
+    rows = []
+    for command in commands:
+        row = [f"`{command}`"]
+        for d in data:
+            r = next(x for x in d["results"] if x["command"] == command)
+            row.append(f"{r['median_s']:.3f} ({r['min_s']:.3f}-{r['max_s']:.3f}), torch {'yes' if r['imports_torch'] else 'no'}")
+        rows.append(row)
+    return {"commands": _table(["command"] + [d["run"] for d in data], rows)}
+
+
 KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
+    "cli_startup": cli_startup,
     "builtin_roofline": builtin_roofline,
     "roofline_backend": roofline_backend,
     "builtin_verdicts": builtin_verdicts,

@@ -34,7 +34,7 @@ def test_the_results_folder_holds_the_stored_runs() -> None:
         "builtin_dims_h200.json", "builtin_roofline_h200.json", "builtin_roofline_h200_run10.json",
         "builtin_roofline_h200_run11.json", "builtin_roofline_h200_run13_crossentropy_bf16.json", "builtin_roofline_h200_run4.json", "builtin_roofline_h200_run5_clusters_first.json",
         "builtin_roofline_h200_run6.json", "builtin_roofline_h200_run7.json", "builtin_roofline_h200_run8.json",
-        "builtin_roofline_h200_run9.json", "gpu_tests_16bit_h200.json", "inductor_forms_h200.json", "isolation_gpu_tests_h200.json", "isolation_judge_cases_h200.json", "isolation_speed_h200.json",
+        "builtin_roofline_h200_run9.json", "cli_startup_2cpu.json", "gpu_tests_16bit_h200.json", "inductor_forms_h200.json", "isolation_gpu_tests_h200.json", "isolation_judge_cases_h200.json", "isolation_speed_h200.json",
         "isolation_speed_h200_run2.json", "isolation_speed_h200_run3.json", "judge_corpus_h200.json",
         "judge_speed_h200.json", "kevin_bench_models_h200.json", "layers_gpu_tests_h200.json", "op_overhead_direct_h200.json",
         "op_overhead_h200.json", "prewarm_budget_gpt2_h200.json", "rl_h200.json", "roofline_backend_h200.json",
@@ -50,10 +50,13 @@ def test_every_stored_result_has_its_metadata(path: Path) -> None:
     stored = json.loads(path.read_text())
     assert set(stored) == {"meta", "data"}
     meta = stored["meta"]
-    for field in ("date", "gpu", "torch", "cuda", "command", "kind", "gpu_count"):
+    for field in ("date", "gpu", "torch", "cuda", "command", "kind"):
         assert meta.get(field), f"{path.name}: meta.{field} missing"
+    assert isinstance(meta.get("gpu_count"), int), f"{path.name}: meta.gpu_count missing"
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", meta["date"])
-    assert re.fullmatch(r"\d+\.\d+", meta["cuda"]) and meta["torch"].startswith("2.")
+    cpu_only = meta["gpu_count"] == 0 and meta["cuda"] == "none"  # a run on a machine without a GPU, said so
+    assert (cpu_only or re.fullmatch(r"\d+\.\d+", meta["cuda"])) and meta["torch"].startswith("2.")
+    assert cpu_only or meta["gpu_count"] >= 1
     assert meta["kind"] in tables.KINDS and stored["data"]
     blocks = tables.blocks_of(path)
     assert blocks and all(text.strip() for text in blocks.values())
