@@ -24,6 +24,7 @@ from judge_cases import HONEST  # noqa: E402
 from kevin_backend.judge.candidate_process import Launcher, RemoteModel, shared_folder  # noqa: E402
 from kevin_backend.judge.judge import Judge  # noqa: E402
 from kevin_backend.judge.sandbox import RunConfig  # noqa: E402
+from kevin_backend.judge.shared_values import arena_bytes  # noqa: E402
 from kevin_backend.judge.timing_phase import fill, make_slots, timed_batch  # noqa: E402
 from kevin_backend.measure.inputs import make_input_set  # noqa: E402
 from kevin_backend.types import load_program  # noqa: E402
@@ -57,7 +58,7 @@ def main() -> int:
         reference.load({"mode": "reference", "task": case.task, "seed": 11, "numerics": {}, "compile_backend": "inductor"})
         sample = make_input_set(task, 11, device)
         for count_limit in (2, 8, 32):
-            slots = make_slots(sample, device, launcher.folder, lambda n, c=count_limit: n <= c * 50_400_000)
+            slots = make_slots(arena_bytes(sample.values), device, launcher.folder, lambda count, n, c=count_limit: count <= c)
             kernel.share(slots.arena)
             reference.share(slots.arena)
             for index in range(4):

@@ -11,6 +11,9 @@ Before the candidate had a process of its own, the cases marked "was ACCEPTED" w
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from kevin_backend.judge.pool import WorkerPool
@@ -187,13 +190,14 @@ def test_the_references_of_a_timed_check_run_on_the_judges_own_copy_of_the_input
     look right by rewriting its inputs after the reply)."""
     import torch
 
+    from kevin_backend.judge.shared_values import arena_bytes
     from kevin_backend.judge.timing_phase import _private_inputs, fill, make_slots
     from kevin_backend.measure.inputs import make_input_set
     from kevin_backend.types import load_program
 
     task = load_program(TASK, "kevin_task")
     device = torch.device("cpu")
-    slots = make_slots(make_input_set(task, 1, device), device, tmp_path, lambda n: True)
+    slots = make_slots(arena_bytes(make_input_set(task, 1, device).values), device, tmp_path, lambda count, n: True)
     try:
         fill(task, 1, device, slots, 0)
         kept = _private_inputs(slots, 0, 1)
@@ -202,8 +206,9 @@ def test_the_references_of_a_timed_check_run_on_the_judges_own_copy_of_the_input
         slots.arena.tensor.fill_(0)  # what a candidate's thread could do to the shared slots
         assert all(torch.equal(a, b) for a, b in zip(kept.values, filled))
     finally:
-        slots.close()
-        slots.arena.close()
+        arena = slots.arena
+        slots.close()  # (its maker's hold was the only one: the arena is gone)
+        assert slots.arena is None and arena.tensor is None
 
 
 @pytest.mark.parametrize("available_gib, reason", [(0.5, "RESOURCE"), (20.0, "OUT_OF_MEMORY")])
@@ -231,3 +236,89 @@ def test_a_process_that_could_not_be_confined_is_the_judges_failure() -> None:
     failure = remote._failure({"where": "confine", "type": "PermissionError", "text": "landlock_restrict_self failed"},
                               "loading the program")
     assert failure["reason"] == "INFRA" and "confined" in failure["feedback"], failure
+
+
+class _HeldProcess:
+    """A candidate's process as `judge_short` sees it: a pid, alive until killed, answering the
+    request to give back its cache (the driver's count of what it holds is patched in)."""
+
+    def __init__(self) -> None:
+        self.pid, self.killed, self.asked = 4242, False, []
+
+    def alive(self) -> bool:
+        return not self.killed
+
+    def kill(self, wait: float = 10.0) -> None:
+        self.killed = True
+
+    def request(self, message: dict, deadline: float) -> dict:  # type: ignore[type-arg]
+        self.asked.append(message["op"])
+        return {"ok": True}
+
+
+@pytest.mark.parametrize("held_gib, free_gib, trusted, reason", [
+    (9.0, 0.5, False, "OUT_OF_MEMORY"),  # 5 GiB beyond what it may hold: the 4 GiB the judge lacked
+    (3.5, 0.5, False, "RESOURCE"),  # within what it may hold: the GPU was short
+    (4.5, 0.5, False, "RESOURCE"),  # 0.5 GiB beyond it, but the judge lacked 4: short without it too
+    (9.0, 0.5, True, "RESOURCE"),  # the references' process is the judge's own
+    (None, 0.5, False, "RESOURCE"),  # no driver count: the judge keeps to what it can see
+])
+def test_the_judges_allocation_failing_beside_a_process_holding_memory_is_decided_by_the_drivers_count(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, held_gib: float | None, free_gib: float, trusted: bool,
+        reason: str) -> None:
+    """What it may hold: a GiB of context, the reference's parameters, its outputs, a workspace
+    (a quarter of the task, here 2 of 8 GiB). The judge asked for 4 GiB."""
+    import torch
+
+    from kevin_backend.judge import candidate_process
+    from kevin_backend.judge.candidate_process import RemoteModel
+    from kevin_backend.measure.memory import MemoryLedger
+
+    gib = 1 << 30
+    monkeypatch.setattr(candidate_process, "process_gpu_bytes", lambda pid, device: None if held_gib is None else int(held_gib * gib))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(free_gib * gib), 140 * gib))
+    ledger = MemoryLedger(torch.device("cuda", 0), task_bytes=8 * gib)
+    process = _HeldProcess()
+    remote = RemoteModel(process, torch.device("cuda", 0), tmp_path, time.monotonic() + 60, trusted=trusted, ledger=ledger)
+    assert remote.allowed_hold() == 3 * gib
+    exc = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has ...")
+    outcome = remote.judge_short(exc, "in its step 'reference'")
+    print(outcome)
+    assert outcome["reason"] == reason
+    assert process.killed == (reason == "OUT_OF_MEMORY")
+    if not trusted:
+        assert process.asked == ["release"]  # its cache given back before it is measured
+    if reason == "RESOURCE" and not trusted:
+        assert "could not get GPU memory" in outcome["feedback"]
+
+
+def test_the_size_an_out_of_memory_error_asked_for_is_read_from_its_words() -> None:
+    from kevin_backend.judge.candidate_process import _requested_bytes
+
+    assert _requested_bytes("CUDA out of memory. Tried to allocate 6.99 GiB. GPU 0 has") == int(6.99 * 2**30)
+    assert _requested_bytes("Tried to allocate 20.00 MiB") == 20 << 20
+    assert _requested_bytes("allocating 1.50 GiB of shared GPU memory: out of memory") == 3 << 29
+    assert _requested_bytes("out of memory") is None
+
+
+def test_an_arena_shared_with_two_processes_lives_until_the_last_lets_go(tmp_path: Path) -> None:
+    """The timing's slots are shared with the candidate's process and the references': the
+    references' closing first must not free memory the candidate's process still maps."""
+    import torch
+
+    from kevin_backend.judge.shared_values import Arena
+    from kevin_backend.judge.timing_phase import make_slots
+
+    arena = Arena(4096, torch.device("cpu"), tmp_path)
+    path = tmp_path / arena.desc["name"]
+    arena.hold()  # the candidate's process
+    slots = make_slots(1024, torch.device("cpu"), tmp_path, lambda count, n: n == 0, reuse=arena)
+    assert slots.arena is arena and slots.count == 2  # two slots fit in the shared arena: no new memory
+    arena.hold()  # the references' process
+    slots.close()  # the slots' hold
+    arena.release()  # the references' process closed
+    assert path.exists() and arena.tensor is not None
+    arena.release()  # the arena's maker
+    assert path.exists()
+    arena.release()  # the candidate's process closed: the last
+    assert not path.exists() and arena.tensor is None

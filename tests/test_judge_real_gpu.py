@@ -183,6 +183,7 @@ def other_process() -> Iterator:  # type: ignore[type-arg]
         p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
         procs.append(p)
         assert p.stdout is not None and p.stdout.readline().strip() == "held"
+        return p
 
     yield hold
     for p in procs:
@@ -244,3 +245,54 @@ def test_with_memory_withheld_the_outcome_is_resource_and_nothing_is_decided(jud
     turn = Turn.of(generator.results[-1].records[0].step.reply, generator.results[-1].records[0].step.result)
     text = "\n".join(m["content"] for m in build_messages(task_source, "GPU", [turn], 100_000))
     assert "a grid-stride kernel" not in text and "could not get" not in text
+
+
+@needs_gpu
+def test_the_driver_count_of_another_process_gpu_memory_is_read(other_process) -> None:  # type: ignore[no-untyped-def]
+    from kevin_backend.measure.gpu_processes import process_gpu_bytes
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    holder = other_process(1 << 30)
+    held = process_gpu_bytes(holder.pid, device)
+    print("held by the other process:", held)
+    assert held is not None and (1 << 30) <= held <= (3 << 30)  # the GiB and its context
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert process_gpu_bytes(idle.pid, device) == 0  # no CUDA context: nothing on the device
+    finally:
+        idle.kill()
+        idle.wait()
+
+
+HOLDING_KERNEL = ELEMENTWISE_KERNEL.replace('''class ModelNew(nn.Module):
+    def forward(self, x):''', '''class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        # memory held for nothing, within the judge's bound for the task (3x its inputs and outputs)
+        self.held = torch.empty({hold}, dtype=torch.uint8, device="cuda")
+
+    def forward(self, x):''')
+
+
+@needs_gpu
+@pytest.mark.parametrize("judge_lacks", ["reference", "copy"])
+def test_a_candidate_that_holds_memory_to_starve_the_judge_fails_and_vetoes_nothing(judge, other_process, judge_lacks: str) -> None:  # type: ignore[no-untyped-def]
+    """A candidate's process that holds twice the task's output beside a process holding the rest
+    of the GPU: the judge's next allocation (eager's outputs, or its copy of the candidate's) does
+    not fit. The driver's count of what the process held, beyond its context, outputs and
+    workspace, is what the judge lacked: the candidate's failure (OUT_OF_MEMORY), not a RESOURCE
+    that would leave its task undecided and its failure unrecorded."""
+    n = 1 << 30  # 4 GiB in, 4 GiB out
+    out = 4 * n
+    kernel = HOLDING_KERNEL.replace("{hold}", str(2 * out))
+    assert "{hold}" not in kernel and "self.held" in kernel
+    free, _ = torch.cuda.mem_get_info()
+    # left beside the hog: what the candidate holds, a GiB of contexts, and room for 1.5 (the
+    # reference's outputs do not fit) or 4.5 (the judge's copy of the candidate's does not) outputs
+    left = 2 * out + (1 << 30) + int((1.5 if judge_lacks == "reference" else 4.5) * out)
+    other_process(free - left)
+    result = judge.judge(ELEMENTWISE.format(n=n), kernel)
+    print(judge_lacks, result.reason.name, result.feedback[:600])
+    assert result.reason.name == "OUT_OF_MEMORY" and not result.judge_side, result.feedback
+    if judge_lacks == "reference":
+        assert "the candidate's process held" in result.feedback

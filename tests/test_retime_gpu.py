@@ -6,8 +6,8 @@ decided over and over through `decision.decide_entry` with the judge's `SandboxR
   * a kernel that beats Inductor: the task's reference breaks its graph between eight
     elementwise steps (`torch._dynamo.graph_break`), so Inductor's code makes eight passes over a
     1 GiB tensor where the kernel makes one: kept, 3 of 3;
-  * a kernel about a tenth faster: `x * 2 + 1` and the sum of its first quarter of rows, which
-    Inductor compiles apart (a graph break: 2.25 passes of memory) and the kernel does in one
+  * a kernel about a tenth faster: `x * 2 + 1` and the sum of its first third of rows, which
+    Inductor compiles apart (a graph break: 2.33 passes of memory) and the kernel does in one
     (2 passes): kept, 10 of 10;
   * a kernel tied with Inductor: `x * 2 + 1` over a 1 GiB tensor, one pass each with vector loads,
     both bound by memory bandwidth (a scalar-load kernel is not a tie: it ran at 0.69x on an H200);
@@ -186,11 +186,11 @@ class Model(nn.Module):
         super().__init__()
 
     def forward(self, x):
-        # Inductor compiles the two steps apart (a graph break): y written, then a quarter of it
-        # read again for the sum; one pass does both, reading a quarter of a pass less of memory
+        # Inductor compiles the two steps apart (a graph break): y written, then a third of it
+        # read again for the sum; one pass does both, reading a third of a pass less of memory
         y = x * 2.0 + 1.0
         torch._dynamo.graph_break()
-        return y, y[: x.shape[0] // 4].sum()
+        return y, y[: x.shape[0] // 3].sum()
 
 
 def get_inputs():
@@ -201,7 +201,7 @@ def get_init_inputs():
     return []
 '''
 
-FASTER_KERNEL = '''"""x * 2 + 1 and the sum of its first quarter of rows in one pass: vector loads and stores, a
+FASTER_KERNEL = '''"""x * 2 + 1 and the sum of its first third of rows in one pass: vector loads and stores, a
 float partial sum per thread, a block reduction and one double-precision atomic per block."""
 import torch
 import torch.nn as nn
@@ -262,7 +262,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         x = x.contiguous()
-        y, s = ext.affine_sum(x, x.shape[0] // 4)
+        y, s = ext.affine_sum(x, x.shape[0] // 3)
         return y, s
 '''
 
@@ -332,7 +332,8 @@ def test_a_kernel_about_10_percent_faster_is_kept_10_of_10(tmp_path: Path) -> No
     assert [e.kind for e in entries] == [EntryKind.KERNEL] * DECISIONS, [e.reason for e in entries]
     for e in entries:
         assert e.retiming.keep and e.retiming.bound > 1 + MARGIN and e.kernel_source == FASTER_KERNEL
-        assert 1.04 < e.retiming.ratio < 1.3  # about a tenth faster: 2.25 passes of memory against 2
+        # about a tenth faster: 2.33 passes of memory against 2 (a quarter's 2.25 measured 1.02-1.09x on an H200)
+        assert 1.04 < e.retiming.ratio < 1.3
 
 
 def test_a_kernel_tied_with_inductor_is_not_kept_10_of_10(tmp_path: Path) -> None:

@@ -14,12 +14,20 @@ running the candidate, its death, its silence past the deadline, or a reply the 
 read are the candidate's. An out-of-memory error is the candidate's unless the judge's own
 accounting says the GPU was short: after the process is gone, the device has less free memory
 than the candidate was allowed (then RESOURCE). The process's own words never make a RESOURCE.
+
+The judge's own allocation failing while the process lives (copying its outputs, making the next
+inputs) is the judge's (RESOURCE) unless the process held the difference: the driver's count of
+what it holds (NVML, read from outside; after it was asked to give back its allocator's cache),
+beyond its context, parameters, the outputs it returned and a workspace, is what the judge
+lacked (then OUT_OF_MEMORY: memory held to make the judge fail is the candidate's failure, not a
+veto of its task).
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import socket
 import struct
@@ -36,6 +44,7 @@ import torch
 from kevin_backend.judge.attribution import CUDA_FAULTS, Verdict, error
 from kevin_backend.judge.shared_values import Arena, OutputReader, SharedValueError, arena_bytes, place
 from kevin_backend.judge.wire import WireClosed, WireError, WireGarbage, WireTimeout, receive, send
+from kevin_backend.measure.gpu_processes import process_gpu_bytes
 from kevin_backend.measure.memory import host_memory, host_oom_kills, host_short
 
 __all__ = ["CandidateProcess", "Launcher", "RemoteModel", "shared_folder"]
@@ -202,6 +211,7 @@ class RemoteModel:
         self.arenas: list[Arena] = []
         self.scratch: Arena | None = None
         self.ledger = ledger  # the judge's memory ledger: the bound the candidate is held to
+        self.outputs_held = 0  # bytes of the outputs its last reply described (kept until the next request)
         self.closed = False
         self.oom_kills = host_oom_kills()  # the kernel's count when this candidate began
 
@@ -220,6 +230,10 @@ class RemoteModel:
             raise Verdict(self._failure(reply["error"], what))
         if not reply.get("ok"):
             raise Verdict(self._ended("RUNTIME_ERROR", f"the candidate's process did not answer {what}"))
+        outputs = reply.get("outputs")
+        if isinstance(outputs, list):  # a call's outputs, or a batch's (one list per call)
+            groups = outputs if message.get("op") == "batch" else [outputs]
+            self.outputs_held = sum(self.reader.claimed_bytes(g) for g in groups)
         return reply
 
     def _ended(self, reason: str, text: str) -> dict[str, Any]:
@@ -282,14 +296,60 @@ class RemoteModel:
         blocks this (the judge's) process's allocator keeps cached but unused are handed back to
         the device (the temporaries of making inputs and references), so the candidate is not
         short of memory the judge holds for nothing. True when it released any."""
-        bound = self.memory_bound()
-        if not bound or torch.cuda.memory_reserved(self.device) <= torch.cuda.memory_allocated(self.device):
-            return False
-        free, _ = torch.cuda.mem_get_info(self.device)
-        if free >= bound:
+        if torch.cuda.memory_reserved(self.device) <= torch.cuda.memory_allocated(self.device) or not self.short_of_memory():
             return False
         torch.cuda.empty_cache()
         return True
+
+    def short_of_memory(self) -> bool:
+        """Whether the device has less free than the candidate may use (then the judge gives back
+        its allocator's cache before a call, and asks the process to give back its own after)."""
+        bound = self.memory_bound()
+        if not bound or self.device.type != "cuda":
+            return False
+        free, _ = torch.cuda.mem_get_info(self.device)
+        return free < bound
+
+    def allowed_hold(self) -> int:
+        """What the process may hold while the judge works: a GiB for its context, the reference's
+        parameters (its own take as much), the outputs it last returned, and a workspace (a
+        quarter of the task's inputs and outputs, at least 512 MiB)."""
+        task = self.ledger.task_bytes if self.ledger is not None else 0
+        params = self.ledger.params if self.ledger is not None else 0
+        return (1 << 30) + params + self.outputs_held + max(512 << 20, task // 4)
+
+    def release_cache(self) -> None:
+        """Asks the process to give its allocator's cached blocks back to the device (an honest
+        one does; what it keeps is then counted as held). A process that does not answer in ten
+        seconds is measured as it is."""
+        try:
+            self.process.request({"op": "release"}, min(self.deadline, time.monotonic() + 10.0))
+        except WireError:
+            pass
+
+    def judge_short(self, exc: BaseException, what: str, needed: int | None = None) -> dict[str, Any]:
+        """The judge's own allocation of `needed` bytes (else the size the error names) failed
+        while this process lived: whose failure it is (see the module's docstring)."""
+        text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        resource = error("RESOURCE", "run", f"the judge could not get GPU memory while {what}: {text}")
+        if self.trusted or self.device.type != "cuda" or self.closed or not self.process.alive():
+            return resource
+        self.release_cache()
+        held = process_gpu_bytes(self.process.pid, self.device)
+        if not held:  # no count (no NVML, or the process is not in the driver's list): the judge's
+            resource["feedback"] += " (the candidate's process's own GPU memory could not be read)"
+            return resource
+        needed = needed if needed is not None else _requested_bytes(str(exc))
+        excess = held - self.allowed_hold()
+        free, _ = torch.cuda.mem_get_info(self.device)
+        if excess > 0 and free + excess >= (needed or 1):
+            self.process.kill()
+            return error("OUT_OF_MEMORY", "run", f"the candidate's process held {held / 2**30:.2f} GiB of GPU memory, "
+                         f"{excess / 2**30:.2f} GiB more than its context, parameters, outputs and workspace, when the "
+                         f"judge needed {(needed or 0) / 2**30:.2f} GiB {what} (the device had {free / 2**30:.2f} GiB free)")
+        resource["feedback"] += (f" (the candidate's process held {held / 2**30:.2f} GiB, within the "
+                                 f"{self.allowed_hold() / 2**30:.2f} GiB it may)")
+        return resource
 
     # -- what the judge asks -----------------------------------------------------------------
     def load(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -297,22 +357,34 @@ class RemoteModel:
         return self.request({"op": "load", **message}, "loading the program")
 
     def share(self, arena: Arena) -> None:
+        """`arena` mapped in the process (once; the arena is kept until this process is closed)."""
+        if arena in self.arenas:
+            return
+        arena.hold()
         self.arenas.append(arena)
         self.request({"op": "arena", "desc": arena.desc}, "opening the judge's memory")
 
-    def read(self, descs: Any, what: str) -> list[Any]:
+    def read(self, descs: Any, what: str, copy: bool = True) -> list[Any]:
+        """The outputs `descs` describes, copied into the judge's memory (`copy`), or (not `copy`)
+        as views of the process's memory, valid until the next request."""
         try:
-            return self.reader.read(descs)
+            return self.reader.read(descs, copy)
         except torch.OutOfMemoryError as exc:  # the judge's own copy of the outputs did not fit
             claimed = self.reader.claimed_bytes(descs)
-            if self.ledger is not None and claimed <= self.ledger.task_bytes:
-                raise Verdict(error("RESOURCE", "run", f"{what}: the judge's copy of the outputs ({claimed / 2**30:.2f} GiB) "
-                                    f"did not fit on the GPU: {str(exc).splitlines()[0][:300]}")) from None
-            raise Verdict(self._ended("OUT_OF_MEMORY", f"{what}: its process reported {claimed / 2**30:.2f} GiB of outputs, "
-                                      "more than the task's inputs and outputs together")) from None
+            if self.ledger is not None and claimed > self.ledger.task_bytes and not self.trusted:
+                raise Verdict(self._ended("OUT_OF_MEMORY", f"{what}: its process reported {claimed / 2**30:.2f} GiB of "
+                                          "outputs, more than the task's inputs and outputs together")) from None
+            first = exc
         except (SharedValueError, RuntimeError, KeyError, TypeError) as exc:
             raise Verdict(self._ended("RUNTIME_ERROR", f"{what}: its process reported outputs the judge cannot "
                                       f"read ({type(exc).__name__}: {exc})")) from None
+        # once more, with the judge's cache and the process's given back to the device
+        torch.cuda.empty_cache()
+        self.release_cache()
+        try:
+            return self.reader.read(descs, copy)
+        except torch.OutOfMemoryError as exc:
+            raise Verdict(self.judge_short(exc, f"copying the outputs of {what}", needed=self.reader.claimed_bytes(descs))) from first
 
     def call(self, values: Sequence[Any], audit: bool = False, poison: Sequence[int] = (),
              entry: str = "model") -> tuple[list[Any], list[Any], list[str]]:
@@ -320,13 +392,16 @@ class RemoteModel:
         needed = arena_bytes(values)
         if self.scratch is None or self.scratch.nbytes < needed:
             self.scratch = Arena(max(needed, 1 << 20), self.device, self.folder)
-            self.share(self.scratch)
+            try:
+                self.share(self.scratch)
+            finally:
+                self.scratch.release()  # (its maker's hold: the process's keeps it)
         descs, views = place(values, self.scratch)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             self.give_back_cache()
-        reply = self.request({"op": "call", "inputs": descs, "audit": audit, "poison": list(poison), "entry": entry},
-                             "the forward")
+        reply = self.request({"op": "call", "inputs": descs, "audit": audit, "poison": list(poison), "entry": entry,
+                              "release": self.short_of_memory()}, "the forward")
         outputs = self.read(reply.get("outputs"), "the forward")
         computed = [str(c) for c in reply.get("computed", [])][:20] if isinstance(reply.get("computed"), list) else []
         return outputs, views, computed
@@ -342,5 +417,14 @@ class RemoteModel:
         self.process.kill()
         self.reader.close()
         for arena in self.arenas:
-            arena.close()
+            arena.release()
         self.arenas.clear()
+
+
+def _requested_bytes(text: str) -> int | None:
+    """The size an out-of-memory error says was asked for (torch's words, or the judge's own)."""
+    found = re.search(r"(?:Tried to allocate|allocating) (\d+(?:\.\d+)?) ?(GiB|MiB|KiB|bytes|B)\b", text)
+    if not found:
+        return None
+    scale = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10}.get(found.group(2), 1)
+    return int(float(found.group(1)) * scale)

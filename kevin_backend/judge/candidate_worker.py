@@ -9,10 +9,11 @@ The conversation, one reply per message:
     -> {"op": "load", mode, programs, seed, ...}
                                              <- {"ok": true} | {"error": {...}}
     -> {"op": "arena", "desc": ...}          <- {"ok": true}             (memory the judge shares)
-    -> {"op": "call", "inputs": [...], "audit": bool, "poison": [...]}
+    -> {"op": "call", "inputs": [...], "audit": bool, "poison": [...], "release": bool}
                                              <- {"ok": true, "outputs": [...], "computed": [...]}
     -> {"op": "batch", "calls": [[...], ...], "audit": [index, ...]}
                                              <- {"ok": true, "outputs": [[...], ...], "computed": [...]}
+    -> {"op": "release"}                     <- {"ok": true}   (the allocator's cache given back)
     -> {"op": "exit"}
 
 Modes: "candidate" (a candidate's `ModelNew`, as the judge runs it), "launch" (a kept kernel
@@ -164,7 +165,16 @@ class _Worker:
         except Exception as exc:  # noqa: BLE001 - the program's failure
             return _error("forward", exc)
         self.kept = [outputs]
-        return {"ok": True, "outputs": self._export(outputs), "computed": audit.computed, **self._notes()}
+        described = self._export(outputs)
+        if m.get("release"):  # the GPU is short: the forward's cached temporaries go back to it
+            self.release({})
+        return {"ok": True, "outputs": described, "computed": audit.computed, **self._notes()}
+
+    def release(self, m: dict[str, Any]) -> dict[str, Any]:
+        """The allocator's cached blocks given back to the device (the outputs stay)."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return {"ok": True}
 
     def batch(self, m: dict[str, Any]) -> dict[str, Any]:
         from kevin_backend.judge.audit import Audit
@@ -263,7 +273,8 @@ def serve(sock: socket.socket, device_name: str, folder: str) -> int:
         torch.cuda.set_device(device)
         torch.empty(1, device=device)  # the context, before the judge waits on it
     worker = _Worker(device, Path(folder))
-    handlers = {"load": worker.load, "arena": worker.arena, "call": worker.call, "batch": worker.batch}
+    handlers = {"load": worker.load, "arena": worker.arena, "call": worker.call, "batch": worker.batch,
+                "release": worker.release}
     try:
         send(sock, {"ready": True, "pid": os.getpid()})
         while True:

@@ -12,6 +12,7 @@ from kevin_backend.judge.judged_run import Run
 from kevin_backend.judge.reference_sets import run_eager
 from kevin_backend.judge.roofline_phase import roofline_facts
 from kevin_backend.measure.compare import Mismatch
+from kevin_backend.measure.inputs import make_input_set
 
 __all__ = ["STALE_FRACTION", "STALE_RATIO", "accepted", "mismatch_text", "stale"]
 
@@ -44,11 +45,13 @@ def accepted(run: Run, times: Any) -> dict[str, Any]:
     # (times: a timing_phase.CandidateTimes; the timing phase uses `stale`, so it is not imported here)
     """The accepted verdict with its times and roofline facts (eager's outputs on the timing's
     sample set give the bytes the task writes)."""
+    run.phase("inputs")
+    inputs = make_input_set(run.task, times.seed, run.device)  # (the timing's sample, made again)
     run.phase("reference")
-    want = run_eager(run, times.inputs)
+    want = run_eager(run, inputs)
     outcome = {"stage": "timing", "reason": "ACCEPTED", "kernel_ms": times.kernel_ms, "eager_ms": times.eager_ms,
                "inductor_ms": times.inductor_ms}
-    facts = roofline_facts(run, times.inputs.values, want, times.copy_gbps)
+    facts = roofline_facts(run, inputs.values, want, times.copy_gbps)
     if facts is not None:
         outcome["roofline"] = facts
     return outcome

@@ -40,6 +40,7 @@ from kevin_backend.judge.candidate_process import Launcher, RemoteModel, shared_
 from kevin_backend.judge.decide import RETIME_CANDIDATE_PHASES
 from kevin_backend.judge.job import RetimeJob
 from kevin_backend.judge.timing_phase import fill, make_slots, slot_bytes, slot_memory, timed_batch, timed_output_wrong
+from kevin_backend.judge.shared_values import arena_bytes
 from kevin_backend.locks import gpu_hold
 from kevin_backend.measure.inputs import fingerprint, make_input_set
 from kevin_backend.types import load_program
@@ -108,7 +109,7 @@ def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
         torch.cuda.set_device(device)
     task = load_program(job.task, "kevin_task")
     launcher = Launcher(device, shared_folder())
-    kernel = reference = None
+    kernel = reference = slots = None
     try:
         deadline = time.monotonic() + 24 * 3600.0  # the parent kills this process at the job's time limit
         phase("load")
@@ -121,8 +122,8 @@ def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
                         "compile_backend": job.compile_backend})
         phase("inputs")  # (shared: another worker's timing must not see it fill the GPU's memory)
         with gpu_hold(job.gpu_lock, shared=True):
-            sample = make_input_set(task, job.seed, device)
-            slots = make_slots(sample, device, launcher.folder, lambda n: n <= slot_memory(device), private=False)
+            stride = arena_bytes(make_input_set(task, job.seed, device).values)
+            slots = make_slots(stride, device, launcher.folder, lambda count, n: n <= slot_memory(device), private=False)
             kernel.share(slots.arena)
             reference.share(slots.arena)
         return _rounds(job, phase, device, task, kernel, reference, slots)
@@ -132,6 +133,8 @@ def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
             raise _Ended(_judge_failure(reason, v.outcome.get("feedback", ""))) from None
         raise _Ended(_kernel_failure(f"{reason}: {v.outcome.get('feedback', '')}")) from None
     finally:
+        if slots is not None:
+            slots.close()  # (the arena is freed once both processes are gone too)
         for process in (kernel, reference):
             if process is not None:
                 process.close()

@@ -141,7 +141,8 @@ def _run(job: Job, announce: _PhaseClock, states: TaskStates | None) -> dict[str
     reference = task_state.reference
     ledger = MemoryLedger(device, job.memory_factor, fixed=flush_bytes(device))
     # until the inputs are known, the bound for the candidate's own parameters is the reference's
-    ledger.task_bytes = sum(p.numel() * p.element_size() for p in reference.parameters()) + (1 << 30)
+    ledger.params = sum(p.numel() * p.element_size() for p in reference.parameters())
+    ledger.task_bytes = ledger.params + (1 << 30)
     launcher = launcher_for(device)
     deadline = time.monotonic() + _NO_DEADLINE
     announce("load")
@@ -175,6 +176,10 @@ def _run(job: Job, announce: _PhaseClock, states: TaskStates | None) -> dict[str
             outcome = _judge(state)
         except Verdict as v:
             outcome = v.outcome
+        except torch.OutOfMemoryError as exc:  # the judge's own allocation, beside the candidate's live process
+            outcome = judge_failure(state, f"in its step '{state.current}'", exc)
+            if outcome["reason"] == "RESOURCE":
+                outcome = remote.judge_short(exc, f"in its step '{state.current}'")
         except Exception as exc:  # noqa: BLE001 - nothing of the candidate runs here: the judge's own failure
             outcome = judge_failure(state, f"in its step '{state.current}'", exc)
     finally:

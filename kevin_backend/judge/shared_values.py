@@ -64,12 +64,17 @@ def arena_bytes(values: Sequence[Any]) -> int:
 
 class Arena:
     """Memory of the judge's own that a candidate's process may map: a `cuda_ipc.DeviceBuffer` on a
-    GPU, a file in `folder` on a CPU. Holds nothing but what is placed in it."""
+    GPU, a file in `folder` on a CPU. Holds nothing but what is placed in it.
+
+    Freed only when its maker and every process it was shared with are done with it (`hold` for
+    each, `release` by each): a process that still maps it, alive, never sees its memory handed to
+    anything else of the judge's."""
 
     def __init__(self, nbytes: int, device: torch.device, folder: Path) -> None:
         self.id = next(_IDS)
         self.device = device
         self.nbytes = max(_ALIGN, _aligned(nbytes))
+        self.holders = 1  # its maker
         self._buffer: Any = None
         if device.type == "cuda":
             from kevin_backend.judge.cuda_ipc import DeviceBuffer
@@ -85,6 +90,15 @@ class Arena:
             self.tensor = torch.from_file(str(path), shared=True, size=self.nbytes, dtype=torch.uint8)
             self.desc = {"id": self.id, "kind": "file", "name": name, "nbytes": self.nbytes}
             self._path = path
+
+    def hold(self) -> None:
+        self.holders += 1
+
+    def release(self) -> None:
+        """One holder done with it; the last one frees it."""
+        self.holders -= 1
+        if self.holders <= 0:
+            self.close()
 
     def close(self) -> None:
         self.tensor = None  # type: ignore[assignment]
@@ -218,10 +232,12 @@ class OutputReader:
         self.folder = folder
         self.opened: dict[bytes, tuple[int, int]] = {}
 
-    def read(self, descs: Any) -> list[Any]:
+    def read(self, descs: Any, copy: bool = True) -> list[Any]:
+        """The described outputs: copies of the judge's own, or (not `copy`; a GPU's outputs only)
+        views of the process's memory, valid while it is mapped and for reading at once."""
         if not isinstance(descs, list):
             raise SharedValueError("the outputs' description is not a list")
-        return [self._one(d) for d in descs]
+        return [self._one(d, copy) for d in descs]
 
     def claimed_bytes(self, descs: Any) -> int:
         """The bytes the tensors in `descs` span, as described (malformed descriptions count 0)."""
@@ -233,7 +249,7 @@ class OutputReader:
                 total += _extent(size, stride) * dtype.itemsize
         return total
 
-    def _one(self, d: Any) -> Any:
+    def _one(self, d: Any, copy: bool = True) -> Any:
         if not isinstance(d, dict) or d.get("kind") not in ("tensor", "value"):
             raise SharedValueError(f"an output description is not understood: {str(d)[:200]}")
         if d["kind"] == "value":
@@ -247,12 +263,13 @@ class OutputReader:
         if count == 0:
             return torch.empty(size, dtype=dtype, device=self.device)
         if "handle" in d and self.device.type == "cuda":
-            return self._from_gpu(d, dtype, size, stride, nbytes)
+            return self._from_gpu(d, dtype, size, stride, nbytes, copy)
         if "file" in d:
             return self._from_file(d, dtype, size, stride, nbytes)
         raise SharedValueError("an output names no memory the judge can read")
 
-    def _from_gpu(self, d: dict[str, Any], dtype: torch.dtype, size: list[int], stride: list[int], nbytes: int) -> torch.Tensor:
+    def _from_gpu(self, d: dict[str, Any], dtype: torch.dtype, size: list[int], stride: list[int], nbytes: int,
+                  copy: bool = True) -> torch.Tensor:
         from kevin_backend.judge.cuda_ipc import open_handle, tensor_at
 
         try:
@@ -268,7 +285,8 @@ class OutputReader:
         if offset + nbytes > size_bytes:
             raise SharedValueError(f"an output claims {nbytes} bytes at offset {offset} of an allocation of {size_bytes}")
         flat = tensor_at(pointer + offset, nbytes, self.device).view(dtype)
-        return torch.as_strided(flat, size, stride).clone()
+        view = torch.as_strided(flat, size, stride)
+        return view.clone() if copy else view
 
     def _from_file(self, d: dict[str, Any], dtype: torch.dtype, size: list[int], stride: list[int], nbytes: int) -> torch.Tensor:
         name = d["file"]

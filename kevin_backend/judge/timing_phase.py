@@ -58,7 +58,7 @@ CHECKED_CALLS = 2  # calls of each timed batch checked: at least one is not the 
 class CandidateTimes:
     """What the timing phase measured."""
 
-    inputs: InputSet  # a set of the task's own values (the roofline's bytes are counted on it)
+    seed: int  # the seed of a set of the task's own values (the roofline's bytes are counted on it, made again)
     kernel_ms: float
     eager_ms: float | None  # None when this job does not time the references (the judge keeps their times)
     inductor_ms: float | None
@@ -84,11 +84,15 @@ class Slots:
     private_buffer: Any = None
 
     def close(self) -> None:
-        """Frees the private copies' memory (the arena belongs to the processes it was shared with)."""
+        """Frees the private copies' memory and lets go of the arena (freed once the processes it
+        was shared with are gone too)."""
         self.private = []
         if self.private_buffer is not None:
             self.private_buffer.free()
             self.private_buffer = None
+        if self.arena is not None:
+            self.arena.release()
+            self.arena = None  # type: ignore[assignment]
 
 
 def plan_slots(set_bytes: int, l2_bytes: int, memory_ok: Any) -> tuple[int, bool]:
@@ -116,16 +120,27 @@ def slot_memory(device: torch.device) -> int:
     return min(free // 8, 4 << 30)
 
 
-def make_slots(sample: InputSet, device: torch.device, folder: Any, memory_ok: Any, private: bool = True) -> Slots:
-    """An arena of the judge's for as many slots as `plan_slots` says, each laid out like `sample`,
-    and (`private`) the judge's regions for the checked calls' inputs."""
-    stride = arena_bytes(sample.values)
+def make_slots(stride: int, device: torch.device, folder: Any, memory_ok: Any, private: bool = True,
+               reuse: Arena | None = None) -> Slots:
+    """An arena of the judge's for as many slots as `plan_slots` says, `stride` bytes each (an input
+    set's `arena_bytes`), and (`private`) the judge's regions for the checked calls' inputs.
+    `memory_ok(count, judge_bytes)`: whether `count` slots fit, the judge's new memory for them
+    being `judge_bytes`. An arena already shared (`reuse`, the candidate's own for its correctness
+    calls) holds the slots when they fit in it: no new memory for them."""
     l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0) if device.type == "cuda" else 0
     # (the judge's private copies of the checked calls' inputs come out of the same memory)
     copies = (lambda count: min(CHECKED_CALLS, count)) if private else (lambda count: 0)
-    count, cold = plan_slots(stride, l2, lambda count: memory_ok((count + copies(count)) * stride))
-    arena = Arena(count * stride, device, folder)
-    slots = Slots(arena, count, stride, cold)
+
+    def arena_for(count: int) -> int:
+        return 0 if reuse is not None and count * stride <= reuse.nbytes else count * stride
+
+    count, cold = plan_slots(stride, l2, lambda count: memory_ok(count, arena_for(count) + copies(count) * stride))
+    if arena_for(count):
+        arena = Arena(count * stride, device, folder)
+    else:
+        arena = reuse
+        arena.hold()  # type: ignore[union-attr]
+    slots = Slots(arena, count, stride, cold)  # type: ignore[arg-type]
     try:
         if device.type == "cuda" and copies(count):
             from kevin_backend.judge.cuda_ipc import DeviceBuffer, tensor_at
@@ -136,7 +151,7 @@ def make_slots(sample: InputSet, device: torch.device, folder: Any, memory_ok: A
         else:
             slots.private = [torch.empty(stride, dtype=torch.uint8) for _ in range(copies(count))]
     except BaseException:
-        arena.close()
+        slots.close()
         raise
     return slots
 
@@ -224,7 +239,7 @@ def timed_output_wrong(remote: Any, desc: Any, got: list[Any], want: list[Any], 
     if bad is not None and stale(bad):
         return (f"timed call {j} of a batch returned a wrong output (its inputs were fresh values): it does not "
                 f"compute every call ({mismatch_text(bad)})")
-    again = remote.read(desc, "a timed call")
+    again = remote.read(desc, "a timed call", copy=False)  # (compared where it lies: no second copy)
     if not all(same_bits(a, b) for a, b in zip(got, again)):
         return f"timed call {j}'s output changed after the batch reported it done: work was still running when the calls returned"
     return ""
@@ -248,10 +263,13 @@ def time_candidate(run: Run) -> CandidateTimes:
     """The candidate's time and, when this job times them, the references' (eager, Inductor),
     in interleaved rounds on the same fresh slots; see the module's docstring."""
     job = run.job
+    seed = job.input_seed(job.seeds[0])
     with gpu_hold(job.gpu_lock, shared=True):
         run.phase("inputs")
-        sample = make_input_set(run.task, job.input_seed(job.seeds[0]), run.device)
-        slots = make_slots(sample, run.device, run.model.folder, lambda n: run.ledger.fits(n) or n <= slot_memory(run.device))
+        sample = make_input_set(run.task, seed, run.device)
+        stride, nbytes = arena_bytes(sample.values), input_bytes(sample.values)
+        del sample  # (its layout and size are what the slots need; fresh values fill them)
+        slots = make_slots(stride, run.device, run.model.folder, _memory_ok(run, stride), reuse=run.model.scratch)
         try:
             run.model.share(slots.arena)
             if run.device.type == "cuda":
@@ -288,8 +306,25 @@ def time_candidate(run: Run) -> CandidateTimes:
         f"timed in {rounds} interleaved rounds of {slots.count} calls on fresh input slots"
         f" ({'cold: twice the L2 cache' if slots.cold else 'within the L2 cache'}); per-call ms by round: "
         + "; ".join(f"{name} {' '.join(f'{v:.4f}' for v in values)}" for name, values in times.items()))
-    _impossible(run, sample, medians["kernel"], copy_gbps, slots.cold)
-    return CandidateTimes(sample, medians["kernel"], medians.get("eager"), medians.get("inductor"), copy_gbps, slots.cold)
+    _impossible(run, nbytes, medians["kernel"], copy_gbps, slots.cold)
+    return CandidateTimes(seed, medians["kernel"], medians.get("eager"), medians.get("inductor"), copy_gbps, slots.cold)
+
+
+def _memory_ok(run: Run, stride: int) -> Any:
+    """Whether `count` slots fit (`make_slots`' `memory_ok`): the judge's new memory for them
+    within its bound and, with what is held beside it during a round, the device's free memory;
+    or all of it within `slot_memory`. Beside: a fresh set made before it is placed, the batch's
+    outputs in the candidate's process and in the references' (one per slot each), the judge's
+    copies of the checked calls' outputs and the references' (exact too) on their inputs, and the
+    candidate's workspace."""
+    out = sum(run.output_bytes)
+    workspace = max(512 << 20, run.ledger.task_bytes // 4)
+
+    def ok(count: int, judge_bytes: int) -> bool:
+        beside = stride + 2 * count * out + (CHECKED_CALLS + 3) * out + workspace
+        return run.ledger.fits(judge_bytes, beside) or judge_bytes + beside <= slot_memory(run.device)
+
+    return ok
 
 
 def _timed_round(run: Run, slots: Slots, sides: list[tuple[str, Any, str]], index: int,
@@ -323,14 +358,19 @@ def _timed_round(run: Run, slots: Slots, sides: list[tuple[str, Any, str]], inde
         _check_round(run, slots, kernel_reply, got, kept, before)
 
 
-def _impossible(run: Run, sample: InputSet, kernel_ms: float, copy_gbps: float | None, cold: bool) -> None:
+def input_bytes(values: Any) -> int:
+    """The bytes a call reads of its inputs (the roofline's count)."""
+    from kevin_backend.measure.roofline import task_bytes
+
+    return task_bytes(values, [])
+
+
+def _impossible(run: Run, input_nbytes: int, kernel_ms: float, copy_gbps: float | None, cold: bool) -> None:
     """Faster than copying the task's own bytes at IMPOSSIBLE_FACTOR x the copy bandwidth, from
     memory: not a kernel computing the task."""
     if not cold or not copy_gbps or kernel_ms <= 0:
         return
-    from kevin_backend.measure.roofline import task_bytes
-
-    nbytes = task_bytes(sample.values, []) + sum(run.output_bytes)
+    nbytes = input_nbytes + sum(run.output_bytes)
     floor_ms = nbytes / (IMPOSSIBLE_FACTOR * copy_gbps * 1e6)
     if kernel_ms < floor_ms:
         raise Verdict(error("SUSPICIOUS_SPEEDUP", "timing", f"{kernel_ms:.4f} ms is faster than copying the task's "

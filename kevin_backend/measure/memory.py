@@ -9,8 +9,10 @@ it takes memory in proportion to the task, not to the GPU:
     fixed = the timer's L2 flush buffer (twice the GPU's L2 cache), the one cost that does not
             grow with the task
 
-`MemoryLedger` measures the peak from the caching allocator's statistics and says whether a
-planned allocation fits both that bound and the memory the device has free. An out-of-memory
+`MemoryLedger` measures the peak from the caching allocator's statistics, with the memory the
+judge holds outside that allocator (the buffers it shares with a candidate's process, counted by
+`note_outside`), and says whether a planned allocation fits both that bound and the memory the
+device has free. An out-of-memory
 error is the judge's (RESOURCE: not the candidate's failure, not a decision) when the judge was
 allocating; a candidate's, in its own process, is its own (OUT_OF_MEMORY) unless the judge's
 reading of free memory after that process is gone says the GPU was short
@@ -24,10 +26,23 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["MEMORY_FACTOR", "MemoryLedger", "MemoryReport", "poison"]
+__all__ = ["MEMORY_FACTOR", "MemoryLedger", "MemoryReport", "note_outside", "outside_bytes", "poison"]
 
 MEMORY_FACTOR = 3.0  # the judge's extra memory, at most this many times the task's inputs + outputs
 _POISON_SLACK = 64 << 20  # besides blocks of the outputs' sizes, this much of the allocator's free cache is poisoned
+_OUTSIDE: dict[int, int] = {}  # device index -> bytes this process holds outside torch's caching allocator
+
+
+def note_outside(device: torch.device, nbytes: int) -> None:
+    """`nbytes` more (or, negative, fewer) held on `device` outside torch's caching allocator."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    _OUTSIDE[index] = _OUTSIDE.get(index, 0) + int(nbytes)
+
+
+def outside_bytes(device: torch.device) -> int:
+    """What this process holds on `device` outside torch's caching allocator (`note_outside`)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _OUTSIDE.get(index, 0)
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,8 @@ class MemoryLedger:
     exact: str = "eager"
     notes: list[str] = field(default_factory=list)
     fixed: int = 0  # allowed besides factor x task: the timer's L2 flush buffer
+    outside_baseline: int = 0  # held outside torch's allocator when the models were in place
+    params: int = 0  # the reference's parameters: what a candidate's own may take
 
     @property
     def cuda(self) -> bool:
@@ -65,18 +82,24 @@ class MemoryLedger:
         if self.cuda:
             torch.cuda.synchronize(self.device)
             self.baseline = torch.cuda.memory_allocated(self.device)
+            self.outside_baseline = outside_bytes(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def observe(self) -> None:
         if self.cuda:
-            self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device) - self.baseline)
+            outside = outside_bytes(self.device) - self.outside_baseline
+            self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device) - self.baseline + outside)
 
     @property
     def budget(self) -> int:
         return int(self.factor * self.task_bytes) + self.fixed
 
     def held(self) -> int:
-        return torch.cuda.memory_allocated(self.device) - self.baseline if self.cuda else 0
+        """What the run holds now: torch's tensors and the buffers outside its allocator."""
+        if not self.cuda:
+            return 0
+        outside = outside_bytes(self.device) - self.outside_baseline
+        return torch.cuda.memory_allocated(self.device) - self.baseline + outside
 
     def available(self) -> int:
         """Bytes the judge could still allocate: the device's free memory plus the allocator's
