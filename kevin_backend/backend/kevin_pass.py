@@ -10,7 +10,9 @@ For each graph:
   2. write each partition as a KernelBench task (task.py) and key it (cache/key.py)
   3. look the key up: a KERNEL entry is loaded (runtime/registry.py, with the builds under this
      compile's cache folder); a miss is recorded as pending (mode cache) or generated (mode
-     generate, by the configured `KernelGenerator`); an INDUCTOR entry leaves the partition alone
+     generate, by the configured `KernelGenerator`, after the same task's kernel from another GPU,
+     torch or CUDA in the cache, judged again here: generate/revalidation.py); an INDUCTOR entry
+     leaves the partition alone
   4. replace each loaded partition by one `kevin::launch` call; Inductor compiles the rest
 
 Every failure before step 4 leaves that partition to Inductor with a recorded reason.
@@ -180,6 +182,14 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
                 swaps.append(swap)
         return swaps
 
+    def _known_kernel(self, generator: KernelGenerator, task: KernelTask, key: CacheKey) -> CacheEntry | None:
+        """The same task's kernel from another GPU, torch or CUDA in the cache, judged again here
+        by the generator's judge and kept (`generate/revalidation.py`), or None: then it searches."""
+        from kevin_backend.generate.revalidation import first_known
+
+        known = first_known(generator, self.cache, task, key)
+        return None if known is None else known.entry
+
     def _look_up(self, partition: Partition, kind: str) -> PartitionRecord | _Found:
         """The partition as a standalone task, its key and the cache's entry; or the record of
         why it stops here."""
@@ -225,7 +235,7 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
         if entry is None:
             try:
                 generator = self._generator()
-                entry = generator.generate(task, key)
+                entry = self._known_kernel(generator, task, key) or generator.generate(task, key)
                 if not isinstance(entry, CacheEntry) or entry.key != key:
                     raise TypeError("generate() must return a CacheEntry for the key it was given")
                 self.cache.put(entry, replace=True)

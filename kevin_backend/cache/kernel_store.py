@@ -1,7 +1,7 @@
 """What the backend and the runtime need of a kernel cache: `KernelStore`.
 
 `store.KernelCache` is one (the user cache in front of the seed cache); the kevin pass looks
-partitions up in it, stores what a generator decided and records misses as pending; the runtime
+partitions up in it (and, in generate mode, the same task's kernels made elsewhere), stores what a generator decided and records misses as pending; the runtime
 loads the kernels compiled code names by digest from it; the graph check keys its stored
 outcomes by its fingerprint and takes the GPU lock of its judges under its folder.
 """
@@ -32,6 +32,11 @@ class KernelStore(Protocol):
 
     def get_digest(self, digest: str) -> CacheEntry | None:
         """The entry whose key has this digest, None on a miss."""
+        ...
+
+    def elsewhere(self, key: CacheKey) -> list[CacheEntry]:
+        """The KERNEL entries for `key`'s task made for another GPU, torch or CUDA (known
+        candidates that generate mode judges again before it searches)."""
         ...
 
     def put(self, entry: CacheEntry, replace: bool = False) -> bool:

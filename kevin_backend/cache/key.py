@@ -18,6 +18,7 @@ keys of the tasks they bear on unchanged, and schema 2 stays: the seed cache kee
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -43,6 +44,7 @@ __all__ = [
     "NUMERICS_DOC",
     "VersionTarget",
     "is_digest",
+    "environment_changes",
 ]
 
 # Bump when the key's contents or the meaning of an entry change: old entries stop matching.
@@ -483,10 +485,39 @@ class CacheKey:
     def __str__(self) -> str:
         return json.dumps(self.as_dict(), indent=2, sort_keys=True)
 
+    def same_task(self, other: "CacheKey") -> bool:
+        """True when `other` names the same task as this key (computation, inputs, numerics,
+        schema) whatever GPU, torch and CUDA each was made for: a kernel verified under one is a
+        known candidate for the other, to be judged again there (`kevin cache revalidate`)."""
+        return (self.graph, self.inputs, self.numerics, self.schema) == (
+            other.graph, other.inputs, other.numerics, other.schema)
+
+    def on_device(self, device: DeviceInfo) -> "CacheKey":
+        """This key's task on `device`: its GPU, capability, torch and CUDA versions, what
+        `make_key` names for the task there (the numerics stay: the task is judged under them)."""
+        return dataclasses.replace(self, gpu=device.name, capability=device.capability,
+                                   torch_version=device.torch_version, cuda_version=device.cuda_version)
+
 
 def is_digest(text: str) -> bool:
     """True when `text` has the shape of a CacheKey digest (32 lowercase hex digits)."""
     return _DIGEST_RE.fullmatch(text) is not None
+
+
+def environment_changes(old: CacheKey, new: CacheKey) -> tuple[str, ...]:
+    """How `new`'s environment differs from `old`'s, one phrase each ("torch 2.11.0 -> 2.13.0",
+    "CUDA 13.0 -> 12.8", "GPU NVIDIA H200 (9.0) -> NVIDIA A100 (8.0)"); empty when they match."""
+    changes = []
+    if old.torch_version != new.torch_version:
+        changes.append(f"torch {old.torch_version or '?'} -> {new.torch_version or '?'}")
+    if old.cuda_version != new.cuda_version:
+        changes.append(f"CUDA {old.cuda_version or 'none'} -> {new.cuda_version or 'none'}")
+    if (old.gpu, old.capability) != (new.gpu, new.capability):
+        def gpu(key: CacheKey) -> str:
+            return key.gpu + (f" ({key.capability})" if key.capability else "")
+
+        changes.append(f"GPU {gpu(old)} -> {gpu(new)}")
+    return tuple(changes)
 
 
 def make_key(

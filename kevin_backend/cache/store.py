@@ -53,7 +53,7 @@ from kevin_backend.cache.folders import (
     remove_folder,
     sweep_stale_temporaries,
 )
-from kevin_backend.cache.format import CacheEntry, PendingTask
+from kevin_backend.cache.format import CacheEntry, EntryKind, PendingTask
 from kevin_backend.cache.key import CacheKey, VersionTarget, is_digest
 from kevin_backend.cache.store_reports import EntryInfo, ImportReport, PruneReport, VersionGroup
 from kevin_backend.config import Config
@@ -289,6 +289,24 @@ class KernelCache:
             timings=entry.timings,
             entry=entry,
         )
+
+    def elsewhere(self, key: CacheKey) -> list[CacheEntry]:
+        """The KERNEL entries for `key`'s task made for another GPU, torch or CUDA version
+        (`CacheKey.same_task`): known candidates to judge again here before any search. User
+        entries first, then the seed's, newest first in each. Folders are told apart by their
+        meta.json alone; only the matching ones are read in full (corrupt ones skipped)."""
+        found: list[CacheEntry] = []
+        for root in (self._entries_dir, self.seed_dir):
+            entries = []
+            for folder in digest_folders(root):
+                other, problem = peek_key(folder)
+                if other is None or problem or other == key or not other.same_task(key):
+                    continue
+                entry = self.get_digest(folder.name)
+                if entry is not None and entry.kind is EntryKind.KERNEL and entry.key == other:
+                    entries.append(entry)
+            found += sorted(entries, key=lambda entry: entry.created, reverse=True)
+        return found
 
     # -- writes --------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""`kevin cache ls|info|show|rm|clear|prune|export|import`: inspect and manage the kernel cache.
+"""`kevin cache ls|info|show|rm|clear|prune|export|import|revalidate`: inspect and manage the kernel
+cache (`revalidate` lives in revalidate_cmd.py).
 
 Entries are named by digest prefix, matched against the user and the seed entries; a prefix that
 matches nothing or more than one digest, or `rm` of a read-only seed entry, is a usage error (exit
@@ -11,13 +12,14 @@ to prune is not an error.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
-from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, Handler
+from kevin_backend.cli.cache_access import cache_errors, resolve_prefix, table
+from kevin_backend.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
+from kevin_backend.cli.revalidate_cmd import add_parser as add_revalidate
 from kevin_backend.config import Config
 
 if TYPE_CHECKING:  # the cache's modules import torch: imported when an action runs, not to parse its arguments
@@ -111,8 +113,10 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
     import_.add_argument("--replace", action="store_true", help="overwrite entries that already exist")
     import_.set_defaults(handler=_import)
 
+    add_revalidate(actions, common)
 
-_ACTIONS = "ls, info, show, rm, clear, prune, export, import"
+
+_ACTIONS = "ls, info, show, rm, clear, prune, export, import, revalidate"
 
 _PRUNE_HELP = """\
 Remove the user entries that no lookup on this machine can find, and forget the pending misses
@@ -141,51 +145,6 @@ def _missing_action(args: argparse.Namespace, config: Config) -> int:
     raise CommandError(f"`kevin cache` needs an action: {_ACTIONS} (see `kevin cache --help`)", EXIT_USAGE)
 
 
-def _cache_errors(handler: Callable[[argparse.Namespace, KernelCache], int]) -> Handler:
-    """Open the cache the arguments name and turn cache failures into one error line: exit 2 for
-    an archive path that cannot be used (ArchiveError), exit 1 for any other failure."""
-
-    @functools.wraps(handler)
-    def wrapped(args: argparse.Namespace, config: Config) -> int:
-        from kevin_backend.cache.errors import ArchiveError, KernelCacheError
-        from kevin_backend.cache.store import KernelCache, default_seed_dir
-
-        seed_dir = getattr(args, "seed_dir", None)
-        if seed_dir is not None:
-            cache = KernelCache(config.cache_dir, Path(seed_dir).expanduser())
-        else:
-            cache = KernelCache(config.cache_dir, default_seed_dir() if config.seed_cache else None)
-        try:
-            with cache:
-                return handler(args, cache)
-        except ArchiveError as exc:
-            raise CommandError(str(exc), EXIT_USAGE) from exc
-        except KernelCacheError as exc:
-            raise CommandError(str(exc), EXIT_FAILED) from exc
-        except OSError as exc:
-            where = f" {exc.filename}" if exc.filename else ""
-            raise CommandError(f"cannot access{where}: {exc.strerror or exc}", EXIT_FAILED) from exc
-
-    return wrapped
-
-
-def resolve_prefix(infos: Iterable[EntryInfo], prefix: str) -> str:
-    """The one digest among `infos` that starts with `prefix`; CommandError (usage) otherwise."""
-    text = prefix.strip().lower()
-    if not text or any(ch not in "0123456789abcdef" for ch in text):
-        raise CommandError(f"{prefix!r} is not a digest prefix (hex digits)", EXIT_USAGE)
-    matches = sorted({info.digest for info in infos if info.digest.startswith(text)})
-    if not matches:
-        raise CommandError(f"no cache entry matches {prefix!r} (see `kevin cache ls`)", EXIT_USAGE)
-    if len(matches) > 1:
-        shown = ", ".join(m[:16] for m in matches[:5]) + (", ..." if len(matches) > 5 else "")
-        raise CommandError(
-            f"prefix {prefix!r} is ambiguous: it matches {len(matches)} entries ({shown}); give more digits",
-            EXIT_USAGE,
-        )
-    return matches[0]
-
-
 # -- formatting ------------------------------------------------------------------------------
 
 
@@ -202,15 +161,6 @@ def _speedup(value: float | None) -> str:
 def _fraction(value: float | None) -> str:
     """The kernel's share of the GPU's copy bandwidth (its judge record's roofline), "-" unknown."""
     return "-" if value is None else f"{value:.0%}"
-
-
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    lines = []
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths)] + [row[-1]]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
 
 
 def _this_machine() -> str:
@@ -250,7 +200,7 @@ def _seed_lines(cache: KernelCache, groups: list[VersionGroup], target: VersionT
 # -- actions ---------------------------------------------------------------------------------
 
 
-@_cache_errors
+@cache_errors
 def _ls(args: argparse.Namespace, cache: KernelCache) -> int:
     from kevin_backend.cache.key import VersionTarget
     from kevin_backend.measure.roofline import record_fraction
@@ -274,13 +224,13 @@ def _ls(args: argparse.Namespace, cache: KernelCache) -> int:
         roofline = record_fraction(info.entry.judge_record) if info.entry is not None else None
         rows.append([info.digest[:12], kind, info.source, _speedup(speedup), _fraction(roofline), info.created,
                      _ops_summary(info.ops)])
-    print(_table(rows))
+    print(table(rows))
     print()
     print("\n".join(_seed_lines(cache, cache.versions(), VersionTarget.this_machine())))
     return EXIT_OK
 
 
-@_cache_errors
+@cache_errors
 def _info(args: argparse.Namespace, cache: KernelCache) -> int:
     from kevin_backend.cache.key import DeviceInfo, VersionTarget
 
@@ -314,7 +264,7 @@ def _info(args: argparse.Namespace, cache: KernelCache) -> int:
             rows.append([g.source, str(g.entries), gpu, g.torch_version or "?", g.cuda_version or "-", str(g.schema),
                          _usable_here(g, target)])
         print()
-        print(_table(rows))
+        print(table(rows))
     unusable = sum(g.entries for g in groups if g.source == "user" and target.mismatch(g.key_fields()) is not None)
     if unusable:
         print(f"\n{unusable} user entries cannot be used here: `kevin cache prune --dry-run` lists them")
@@ -338,7 +288,7 @@ def _print_entry(entry: CacheEntry, info: EntryInfo) -> None:
         print(entry.kernel_source.rstrip("\n"))
 
 
-@_cache_errors
+@cache_errors
 def _show(args: argparse.Namespace, cache: KernelCache) -> int:
     infos = cache.entries()
     digest = resolve_prefix(infos, args.prefix)
@@ -357,7 +307,7 @@ def _show(args: argparse.Namespace, cache: KernelCache) -> int:
     return EXIT_OK
 
 
-@_cache_errors
+@cache_errors
 def _rm(args: argparse.Namespace, cache: KernelCache) -> int:
     from kevin_backend.cache.errors import ReadOnlyEntryError
 
@@ -385,7 +335,7 @@ def _rm(args: argparse.Namespace, cache: KernelCache) -> int:
     return status
 
 
-@_cache_errors
+@cache_errors
 def _clear(args: argparse.Namespace, cache: KernelCache) -> int:
     count = sum(1 for info in cache.entries() if info.source == "user")
     if not count:
@@ -415,7 +365,7 @@ def _reason_counts(report: PruneReport, items: tuple[tuple[str, str, str], ...])
     return ", ".join(f"{n} {_REASONS.get(what, what)}" for what, n in sorted(report.counts(items).items()))
 
 
-@_cache_errors
+@cache_errors
 def _prune(args: argparse.Namespace, cache: KernelCache) -> int:
     from kevin_backend.cache.key import VersionTarget
 
@@ -454,7 +404,7 @@ def _prune(args: argparse.Namespace, cache: KernelCache) -> int:
     return EXIT_OK
 
 
-@_cache_errors
+@cache_errors
 def _export(args: argparse.Namespace, cache: KernelCache) -> int:
     digests = None
     if args.prefixes:
@@ -465,7 +415,7 @@ def _export(args: argparse.Namespace, cache: KernelCache) -> int:
     return EXIT_OK
 
 
-@_cache_errors
+@cache_errors
 def _import(args: argparse.Namespace, cache: KernelCache) -> int:
     """An archive is code from elsewhere: an entry whose programs break the static rules is
     refused (named, with its rules), the others are imported."""

@@ -2,7 +2,7 @@
 parent through CUDA_VISIBLE_DEVICES).
 
 Reads one JSON request per line on stdin: {"digest": ...}; runs the generator on that pending
-task, stores the decision in the kernel cache (atomically) and forgets the pending record, then
+task (after the same task's kernel from another environment, when the cache has one), stores the decision in the kernel cache (atomically) and forgets the pending record, then
 answers one JSON line on stdout: the outcome. The first line it reads is its setup:
 {"cache_dir": ..., "policy": ..., "generator": "module:factory" or null, "search": {...}}.
 """
@@ -42,7 +42,11 @@ def make_generator(setup: dict[str, Any]) -> KernelGenerator:
 
 
 def run_one(generator: KernelGenerator, cache: KernelCache, digest: str, device: str) -> dict[str, Any]:
-    """Generate for one pending task and store the decision; the outcome as a dict."""
+    """Generate for one pending task and store the decision; the outcome as a dict. A kernel the
+    cache holds for the same task under another GPU, torch or CUDA is judged again first
+    (`generate/revalidation.py`): kept, it is the decision and no search runs."""
+    from kevin_backend.generate.revalidation import first_known
+
     start = time.perf_counter()
     item = cache.get_pending(digest)
     if item is None:
@@ -50,7 +54,12 @@ def run_one(generator: KernelGenerator, cache: KernelCache, digest: str, device:
         return {"digest": digest, "status": "skipped" if done else "failed",
                 "reason": "already finished" if done else "no such pending task", "seconds": 0.0, "device": device}
     try:
-        entry = generator.generate(item.task, item.key)
+        known = first_known(generator, cache, item.task, item.key)
+        if known is not None and known.entry is not None:  # a kernel made elsewhere, kept here: no search
+            entry, spent = known.entry, {"model_seconds": 0.0, "judge_seconds": known.seconds}
+        else:
+            entry = generator.generate(item.task, item.key)
+            spent = time_spent(generator)
         cache.put(entry, replace=True)
         cache.remove_pending(digest)
     except Exception as exc:
@@ -59,7 +68,7 @@ def run_one(generator: KernelGenerator, cache: KernelCache, digest: str, device:
     return {
         "digest": digest, "name": item.task.name, "status": entry.kind.value, "reason": entry.reason,
         "speedup_vs_inductor": entry.timings.speedup_vs_inductor, "seconds": time.perf_counter() - start, "device": device,
-        **time_spent(generator),
+        **spent,
     }
 
 
