@@ -79,7 +79,9 @@ class Revalidator:
 
 def gpu_revalidator(config: Config) -> Revalidator:
     """The judge on this machine's current GPU (one sandboxed worker, the cache's build folder),
-    its sandboxed re-timer, and the configured margin."""
+    its sandboxed re-timer, and the configured margin. Without a CUDA GPU: a usage error, before
+    anything is read or started."""
+    require_cuda("revalidating kernels judges them on a CUDA GPU (--dry-run lists what would be judged without one)")
     from kevin_backend.cache.key import DeviceInfo
     from kevin_backend.config import build_root
     from kevin_backend.judge.decide import SandboxRetimer
@@ -107,8 +109,6 @@ def _revalidate(args: argparse.Namespace, config: Config) -> int:
         raise CommandError("give --all or DIGEST_PREFIX..., not both", EXIT_USAGE)
     if args.json is not None and not args.json.parent.is_dir():
         raise CommandError(f"--json: no such folder {args.json.parent}", EXIT_USAGE)
-    if not args.dry_run:
-        require_cuda("revalidating kernels judges them on a CUDA GPU (--dry-run lists what would be judged without one)")
     return cache_errors(lambda a, cache: _run(a, cache, config))(args, config)
 
 
