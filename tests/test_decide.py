@@ -29,7 +29,7 @@ from kevin_backend.generate.policy import Reply
 from kevin_backend.generate.prompts import Turn
 from kevin_backend.generate.replay import ReplayPolicy
 from kevin_backend.judge.decide import (
-    MIN_ROUNDS, RetimeConfig, RetimeOutcome, SandboxRetimer, decide, retime_in_sandbox,
+    LOOK_CONFIDENCE, MIN_ROUNDS, RetimeConfig, RetimeOutcome, SandboxRetimer, decide, retime_in_sandbox,
 )
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
 from kevin_backend.locks import file_lock
@@ -135,7 +135,8 @@ def test_the_decision_re_times_the_winner() -> None:
     assert entry.kind is EntryKind.KERNEL and entry.kernel_source == "# kernel 0.1"
     r = entry.retiming
     assert r is not None and r.rounds == 7 and r.kernel_ms[1] == 1.01 and r.inductor_ms[-1] == 1.2
-    assert r.keep and 1.03 < r.bound < r.ratio and r.margin == 0.03 and r.confidence == 0.95
+    assert r.keep and 1.03 < r.bound < r.ratio and r.margin == 0.03 and r.confidence == LOOK_CONFIDENCE == 0.975
+    assert "97.5% lower bound" in r.reason
     assert entry.reason == r.reason and entry.reason.startswith("kept: Inductor/kernel 1.2")
     assert entry.timings == Timings(2.0, 1.5, 0.9)  # the judge's timings stay beside it
     assert entry.judge_record is not None and entry.judge_record["retiming"] == r.as_dict()

@@ -1,10 +1,11 @@
 """Re-timing decisions that hold from one run to the next, on the CPU with simulated timings.
 
-The stored H200 re-timing (benchmarks/results/gpu_tests/retime_gpu_h200_run6.log) had a kernel
+A stored H200 re-timing (benchmarks/results/gpu_tests/retime_gpu_h200_run6.log) had a kernel
 deliberately tied with Inductor kept in 3 of 5 decisions: each run's rounds were tight, the runs
 were not (ratios 1.033-1.059). Rounds inside one worker share what the run drew, so the run is the
-unit of independence. The noise model below is estimated from that log: the rounds' spread inside
-a run and the runs' spread beyond it."""
+unit of independence. The noise model below is estimated from the later, larger log of a kernel
+about a tenth faster (retime_gpu_h200_run9_third.log: 10 decisions of two runs of six rounds): the
+rounds' spread inside a run and the runs' spread beyond it."""
 
 from __future__ import annotations
 
@@ -18,27 +19,29 @@ import pytest
 
 from kevin_backend.cache.format import Retiming
 from kevin_backend.judge import decide as decide_module
-from kevin_backend.judge.decide import BETWEEN_RUN_SD, RetimeConfig, RetimeOutcome, decide, retime_runs
+from kevin_backend.judge.decide import (BETWEEN_RUN_SD, LOOK_CONFIDENCE, RETIME_LOOKS, RetimeConfig, RetimeOutcome, decide,
+                                        retime_runs, sequential_decision)
 
-LOG = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "gpu_tests" / "retime_gpu_h200_run6.log"
+LOG = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "gpu_tests" / "retime_gpu_h200_run9_third.log"
 MARGIN = 0.03
 
 
 def stored_noise() -> tuple[float, float]:
-    """(within-run sd, between-run sd) of the log ratio Inductor/kernel, from the tied kernel's
-    five repeats in the stored H200 log (each line: name, repeat, decision, ratio, bound, then
-    the kernel's and Inductor's per-round times)."""
+    """(within-run sd, between-run sd) of the log ratio Inductor/kernel, from the stored H200 log's
+    ten decisions (each line: name, repeat, decision, ratio, bound, then the kernel's and
+    Inductor's per-round times: two runs of six rounds, in order)."""
     runs = []
     for line in LOG.read_text().splitlines():
-        found = re.match(r"tied \d+ \w+ ratio [\d.]+ bound [\d.]+ \[([^\]]+)\] \[([^\]]+)\]", line)
+        found = re.match(r"faster \d+ \w+ ratio [\d.]+ bound [\d.]+ \[([^\]]+)\] \[([^\]]+)\]", line)
         if found:
             kernel = [float(v) for v in found.group(1).split(",")]
             inductor = [float(v) for v in found.group(2).split(",")]
-            runs.append([math.log(i / k) for k, i in zip(kernel, inductor)])
-    assert len(runs) == 5 and all(len(r) == 7 for r in runs)
+            logs = [math.log(i / k) for k, i in zip(kernel, inductor)]
+            runs += [logs[:6], logs[6:]]
+    assert len(runs) == 20 and all(len(r) == 6 for r in runs)
     within = statistics.fmean(statistics.variance(r) for r in runs)
     means = [statistics.fmean(r) for r in runs]
-    between = max(0.0, statistics.variance(means) - within / 7)
+    between = max(0.0, statistics.variance(means) - within / 6)
     return math.sqrt(within), math.sqrt(between)
 
 
@@ -54,34 +57,75 @@ def simulated(ratio: float, runs: int, rounds: int, within: float, between: floa
     return kernel, inductor
 
 
-def kept(ratio: float, runs: int, rounds: int, between_sd: float, draws: int = 1000) -> int:
+def kept(ratio: float, runs: int, rounds: int, between_sd: float, draws: int = 1000, looks: int = 1,
+         confidence: float = 0.95) -> int:
+    """Of `draws` simulated decisions on a kernel `ratio` times as fast as Inductor, how many keep
+    it: re-timings of `runs` runs each, at most `looks` of them while the decision is open."""
     within, between = stored_noise()
     rng = random.Random(12345)
     count = 0
     for _ in range(draws):
-        kernel, inductor = simulated(ratio, runs, rounds, within, between, rng)
-        count += decide(kernel, inductor, MARGIN, runs=[rounds] * runs, between_sd=between_sd).keep
+        def retime() -> RetimeOutcome:
+            kernel, inductor = simulated(ratio, runs, rounds, within, between, rng)
+            return RetimeOutcome(tuple(kernel), tuple(inductor), (rounds,) * runs, trials=25, protocol="simulated")
+
+        if looks == 1:  # one re-timing with `between_sd` as given (the protocols before)
+            outcome = retime()
+            count += decide(outcome.kernel_ms, outcome.inductor_ms, MARGIN, confidence, runs=outcome.runs,
+                            between_sd=between_sd).keep
+        else:
+            assert between_sd == BETWEEN_RUN_SD
+            count += sequential_decision(retime, MARGIN, looks, confidence)[1].keep  # type: ignore[union-attr]
     return count
 
 
 def test_the_noise_model_is_the_stored_logs() -> None:
     within, between = stored_noise()
-    assert 0.005 < within < 0.03 and 0.005 < between < 0.03  # runs scatter as much as rounds do
-    assert between == pytest.approx(BETWEEN_RUN_SD, rel=0.35)
+    assert 0.03 < within < 0.09 and 0.015 < between < 0.04  # a run's mean scatters more than its rounds say
+    assert between == pytest.approx(BETWEEN_RUN_SD, rel=0.2)
 
 
 def test_a_kernel_tied_at_the_margin_is_kept_in_at_most_5_percent_of_1000_decisions() -> None:
-    """The hardest tie: a kernel exactly 1 + margin times as fast (any slower one is kept less)."""
-    assert kept(1.0 + MARGIN, runs=2, rounds=6, between_sd=BETWEEN_RUN_SD) <= 50
+    """The hardest tie: a kernel exactly 1 + margin times as fast (any slower one is kept less),
+    decided as the cache decides (up to RETIME_LOOKS re-timings of two runs)."""
+    assert kept(1.0 + MARGIN, runs=2, rounds=6, between_sd=BETWEEN_RUN_SD, looks=RETIME_LOOKS, confidence=LOOK_CONFIDENCE) <= 50
     # one run of seven rounds, the runs' spread not counted (the protocol before): far more often;
-    # two runs without the stored spread: still too often (two runs cannot estimate it)
+    # two runs without the stored spread: still too often (two runs cannot estimate it); three
+    # looks at 95% each: more than 5% (looking again is a second chance)
     assert kept(1.0 + MARGIN, runs=1, rounds=7, between_sd=0.0) > 100
     assert kept(1.0 + MARGIN, runs=2, rounds=6, between_sd=0.0) > 50
+    assert kept(1.0 + MARGIN, runs=2, rounds=6, between_sd=BETWEEN_RUN_SD, looks=RETIME_LOOKS, confidence=0.95) > 50
 
 
 def test_a_tie_and_a_ten_percent_gain_under_the_stored_drift() -> None:
-    assert kept(1.0, runs=2, rounds=6, between_sd=BETWEEN_RUN_SD) == 0
-    assert kept(1.10, runs=2, rounds=6, between_sd=BETWEEN_RUN_SD) >= 990
+    """A tie is never kept; a kernel 1.10x as fast nearly always, where one re-timing of two runs
+    kept the stored log's in 8 of 10 (and, simulated, about 70%)."""
+    assert kept(1.0, runs=2, rounds=6, between_sd=BETWEEN_RUN_SD, looks=RETIME_LOOKS, confidence=LOOK_CONFIDENCE) <= 1
+    assert kept(1.10, runs=2, rounds=6, between_sd=BETWEEN_RUN_SD, looks=RETIME_LOOKS, confidence=LOOK_CONFIDENCE) >= 980
+    assert kept(1.10, runs=2, rounds=6, between_sd=BETWEEN_RUN_SD) < 900  # one re-timing: not enough
+
+
+def test_an_open_decision_re_times_again_and_a_closed_one_does_not() -> None:
+    """Fresh runs are joined only while the ratio is above the margin and the bound is not."""
+    calls = []
+
+    def retime(ratios: list[float]) -> RetimeOutcome:
+        ratio = ratios[len(calls)]
+        calls.append(ratio)
+        inductor = tuple(ratio * (1.05 if k % 2 else 0.95) for k in range(12))  # rounds that scatter
+        return RetimeOutcome((1.0,) * 12, inductor, (6, 6), trials=25, device="cuda:0", protocol="2 runs, each in a fresh worker: x")
+
+    outcome, verdict = sequential_decision(lambda: retime([1.08, 1.08, 1.08]), MARGIN)
+    assert len(calls) >= 2 and outcome.runs == (6, 6) * len(calls) and len(outcome.kernel_ms) == 12 * len(calls)
+    assert outcome.protocol == f"{2 * len(calls)} runs, each in a fresh worker: x"
+    calls.clear()
+    outcome, verdict = sequential_decision(lambda: retime([1.0, 1.5, 1.5]), MARGIN)
+    assert calls == [1.0] and verdict is not None and not verdict.keep  # a tie: closed at once
+    calls.clear()
+    outcome, verdict = sequential_decision(lambda: retime([1.08] * 9), MARGIN, looks=9)
+    assert verdict is not None and verdict.keep and len(calls) < 9  # enough runs: kept, no more asked
+    failed, none = sequential_decision(lambda: RetimeOutcome.kernel_failure("crashed"), MARGIN)
+    assert none is None and failed.failure == "crashed"
 
 
 def test_runs_that_disagree_widen_the_bound() -> None:

@@ -14,7 +14,7 @@ from kevin_backend.cache.format import CacheEntry, EntryKind, Retiming, Timings
 from kevin_backend.cache.key import CacheKey
 from kevin_backend.generate.engine import SearchIncomplete, SearchResult
 from kevin_backend.generate.judging import Retimer
-from kevin_backend.judge.decide import BETWEEN_RUN_SD, decide
+from kevin_backend.judge.decide import LOOK_CONFIDENCE, sequential_decision
 from kevin_backend.types import KernelTask
 
 __all__ = ["RETIME_FROM", "decide_entry"]
@@ -27,7 +27,7 @@ RETIME_FROM = 0.90
 
 
 def decide_entry(result: SearchResult, key: CacheKey, task: KernelTask, margin: float = 0.03,
-                 retime: Retimer | None = None, confidence: float = 0.95) -> CacheEntry:
+                 retime: Retimer | None = None, confidence: float = LOOK_CONFIDENCE) -> CacheEntry:
     """The cache entry `result` earns, with its reason:
 
     * no correct kernel: INDUCTOR (so the task is not generated again);
@@ -35,8 +35,9 @@ def decide_entry(result: SearchResult, key: CacheKey, task: KernelTask, margin: 
       timings (with `retime`; under 1 + `margin` without): INDUCTOR. The judge's Inductor time
       may come from an earlier candidate's rounds, so a kernel near the bar is not decided on it;
     * otherwise, with `retime`: the best kernel and Inductor's code re-timed, interleaved
-      (`judge/decide.py`); KERNEL when the lower confidence bound of Inductor's time over the
-      kernel's exceeds 1 + margin, else INDUCTOR; the entry carries the rounds, the bound and the
+      (`judge/decide.py`), again while the decision is open (`sequential_decision`); KERNEL when
+      the lower confidence bound of Inductor's time over the kernel's exceeds 1 + margin, else
+      INDUCTOR; the entry carries the rounds, the bound and the
       reason (`CacheEntry.retiming`). A kernel that crashed, hung or raised while re-timed is not
       kept. A failure of the judge's own (its worker, memory, a timeout of its steps) decides
       nothing: SearchIncomplete;
@@ -63,17 +64,16 @@ def decide_entry(result: SearchResult, key: CacheKey, task: KernelTask, margin: 
     if retime is None:
         return CacheEntry(key, EntryKind.KERNEL, task, best.step.code, timings, result.policy, record,
                           reason=f"best kernel {vs_inductor:.3f}x of Inductor's speed by the judge's timings (not re-timed)")
-    outcome = retime(task.source, best.step.code)
-    if not outcome.ok and outcome.judge_side:
-        raise SearchIncomplete(f"the re-timing of the best kernel failed on the judge's side: {outcome.failure}")
-    if not outcome.ok:
-        return CacheEntry(key, EntryKind.INDUCTOR, task, None, timings, result.policy, record,
-                          reason=f"best kernel not kept: it failed its re-timing: {outcome.failure}")
+    code = best.step.code
     try:
-        verdict = decide(outcome.kernel_ms, outcome.inductor_ms, margin, confidence, runs=outcome.runs or None,
-                         between_sd=BETWEEN_RUN_SD)
+        outcome, verdict = sequential_decision(lambda: retime(task.source, code), margin, confidence=confidence)
     except ValueError as exc:  # rounds missing or a time not positive: the measurement, not the kernel
         raise SearchIncomplete(f"the re-timing of the best kernel gave no usable rounds: {exc}") from None
+    if not outcome.ok and outcome.judge_side:
+        raise SearchIncomplete(f"the re-timing of the best kernel failed on the judge's side: {outcome.failure}")
+    if not outcome.ok or verdict is None:
+        return CacheEntry(key, EntryKind.INDUCTOR, task, None, timings, result.policy, record,
+                          reason=f"best kernel not kept: it failed its re-timing: {outcome.failure}")
     retiming = Retiming(outcome.kernel_ms, outcome.inductor_ms, verdict.ratio, verdict.bound, margin, confidence,
                         verdict.keep, verdict.reason, outcome.trials, outcome.device, outcome.protocol, outcome.runs)
     if verdict.keep:
