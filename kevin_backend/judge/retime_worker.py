@@ -42,6 +42,7 @@ from kevin_backend.judge.job import RetimeJob
 from kevin_backend.judge.timing_phase import fill, make_slots, slot_bytes, slot_memory, timed_batch, timed_output_wrong
 from kevin_backend.judge.shared_values import arena_bytes
 from kevin_backend.locks import gpu_hold
+from kevin_backend.measure.memory import MemoryLedger
 from kevin_backend.measure.inputs import fingerprint, make_input_set
 from kevin_backend.types import load_program
 
@@ -113,7 +114,7 @@ def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
     try:
         deadline = time.monotonic() + 24 * 3600.0  # the parent kills this process at the job's time limit
         phase("load")
-        kernel = RemoteModel(launcher.take(), device, launcher.folder, deadline)
+        kernel = RemoteModel(launcher.take(), device, launcher.folder, deadline, ledger=_ledger(task, device))
         kernel.load({"mode": "launch", "candidate": job.kernel, "task": job.task, "seed": job.seed,
                      "build_root": job.build_root, "arch": job.arch, "numerics": dict(job.numerics)})
         phase("setup")
@@ -123,6 +124,7 @@ def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
         phase("inputs")  # (shared: another worker's timing must not see it fill the GPU's memory)
         with gpu_hold(job.gpu_lock, shared=True):
             stride = arena_bytes(make_input_set(task, job.seed, device).values)
+            kernel.ledger.task_bytes = 2 * stride  # (its inputs and about as much output)
             slots = make_slots(stride, device, launcher.folder, lambda count, n: n <= slot_memory(device), private=False)
             kernel.share(slots.arena)
             reference.share(slots.arena)
@@ -132,6 +134,13 @@ def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
         if reason in ("INFRA", "RESOURCE"):
             raise _Ended(_judge_failure(reason, v.outcome.get("feedback", ""))) from None
         raise _Ended(_kernel_failure(f"{reason}: {v.outcome.get('feedback', '')}")) from None
+    except torch.OutOfMemoryError as exc:  # the worker's own allocation: the kernel's process may have held it
+        if kernel is None:
+            raise
+        outcome = kernel.judge_short(exc, f"in the re-timing's step '{phase.current}'")
+        if outcome["reason"] == "OUT_OF_MEMORY":
+            raise _Ended(_kernel_failure(f"OUT_OF_MEMORY: {outcome['feedback']}")) from None
+        raise
     finally:
         if slots is not None:
             slots.close()  # (the arena is freed once both processes are gone too)
@@ -187,6 +196,19 @@ def _check(kernel: RemoteModel, reference: RemoteModel, replies: dict[str, dict[
     wrong = timed_output_wrong(kernel, replies["kernel"]["outputs"][j], got, want, None, j)
     if wrong:
         raise _Ended(_kernel_failure(wrong))
+
+
+def _ledger(task: Any, device: torch.device) -> MemoryLedger:
+    """What the kernel's process may hold (`RemoteModel.allowed_hold`): the reference's parameters
+    (counted on the meta device: nothing allocated); the task's size once its inputs are made."""
+    ledger = MemoryLedger(device)
+    try:
+        with torch.device("meta"):
+            model = task.Model(*task.get_init_inputs())
+        ledger.params = sum(p.numel() * p.element_size() for p in model.parameters())
+    except Exception:  # noqa: BLE001 - a task that cannot be built on meta: its context and workspace only
+        pass
+    return ledger
 
 
 def _sync(device: torch.device) -> None:
