@@ -205,3 +205,49 @@ def test_usage_errors(argv: list[str], message: str, cache_dir: Path, capfd: pyt
     assert main(["--cache-dir", str(cache_dir), "--no-seed", "cache", "revalidate", *argv]) == EXIT_USAGE
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+class CountingPolicy:
+    """A writer that answers without code (a search that finds nothing), counting its calls."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate(self, conversations, sampling):  # type: ignore[no-untyped-def]
+        from kevin_backend.generate.policy import Reply
+
+        self.calls += 1
+        return [Reply("no code this time")] * len(conversations)
+
+
+def test_prewarm_judges_the_kernel_made_elsewhere_first_and_searches_only_when_it_is_dropped(tmp_path: Path) -> None:
+    from kevin_backend.config import Config
+    from kevin_backend.generate.engine import SearchConfig
+    from kevin_backend.generate.generator import SearchGenerator
+    from kevin_backend.generate.log import TrajectoryLog
+    from kevin_backend.prewarm.gpu_worker import run_one
+
+    cpu = cpu_revalidator(tmp_path)
+    config = Config(cache_dir=tmp_path / "cache")
+    good, wrong = old_entry("good", TASK, GOOD), old_entry("wrong", TASK.replace("+ 1.0", "+ 5.0"), WRONG)
+    fill(config.cache_dir, good, wrong)
+    outcomes = {}
+    policy = CountingPolicy()
+    generator = SearchGenerator(policy, cpu.judge, SearchConfig(trajectories=1, turns=1), config,
+                                log=TrajectoryLog(tmp_path / "log.jsonl"), retimer=cpu.retime)
+    with KernelCache(config.cache_dir, None) as cache:
+        for name, entry in (("good", good), ("wrong", wrong)):
+            key = entry.key.on_device(HERE)
+            assert cache.elsewhere(key) == [entry]
+            cache.record_pending(key, entry.task)
+            calls = policy.calls
+            outcomes[name] = (run_one(generator, cache, key.digest, "cpu"), policy.calls - calls, cache.get(key))
+    outcome, searches, stored = outcomes["good"]
+    assert outcome["status"] == "kernel" and searches == 0, outcome  # kept: no search
+    assert outcome["reason"].startswith(f"revalidated from {good.digest[:12]}") and outcome["model_seconds"] == 0.0
+    assert stored is not None and stored.kernel_source == GOOD and stored.retiming is not None
+    outcome, searches, stored = outcomes["wrong"]
+    assert searches == 1 and outcome["status"] == "inductor", outcome  # dropped: the search ran and decided
+    assert stored is not None and stored.kind is EntryKind.INDUCTOR and "no correct kernel" in stored.reason

@@ -339,3 +339,41 @@ def test_quickstart_imports_only_the_base_install() -> None:
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout
+
+
+# -- small things: a closed pipe, every command's description, the README's examples ----------------
+
+
+def test_cache_ls_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`kevin cache ls | head -1`: the reader is gone before the listing is written; no traceback, no
+    error line, exit 0 (the closed pipe is no failure of the command)."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kevin_backend", "--cache-dir", str(tmp_path / "c"), "cache", "ls"],
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+
+
+@pytest.mark.parametrize("command, opening", [("eval", "Judge a candidate kernel program"),
+                                              ("generate", "Search for a kernel for one KernelBench-format task")])
+def test_eval_and_generate_help_describe_the_command(command: str, opening: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """Their --help says what the command does between the usage and the arguments, as the others do."""
+    capfd.readouterr()
+    assert main([command, "--help"]) == 0
+    description = capfd.readouterr().out.split("\n\n")[1]
+    assert description.startswith(opening) and "arguments:" not in description and len(description) > 200
+
+
+def test_the_readmes_cache_examples_say_where_a_key_prefix_comes_from() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "3f2a1b" not in readme
+    for action in ("rm", "show"):
+        lines = [line for line in readme.splitlines() if line.startswith(f"kevin cache {action} ")]
+        assert lines, action
+        assert all("kevin cache ls" in line or "`cache ls`" in line for line in lines), lines

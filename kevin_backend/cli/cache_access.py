@@ -39,6 +39,8 @@ def cache_errors(handler: Callable[[argparse.Namespace, KernelCache], int]) -> H
             raise CommandError(str(exc), EXIT_USAGE) from exc
         except KernelCacheError as exc:
             raise CommandError(str(exc), EXIT_FAILED) from exc
+        except BrokenPipeError:  # stdout's reader is gone: `main` ends quietly
+            raise
         except OSError as exc:
             where = f" {exc.filename}" if exc.filename else ""
             raise CommandError(f"cannot access{where}: {exc.strerror or exc}", EXIT_FAILED) from exc

@@ -35,7 +35,13 @@ __all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser("eval", parents=parents, help="judge a candidate kernel against a KernelBench problem")
+    p = subparsers.add_parser(
+        "eval", parents=parents, help="judge a candidate kernel against a KernelBench problem",
+        description="Judge a candidate kernel program (or every *.py of a folder) against a KernelBench problem: "
+                    "the static rules, the build, then correctness against a float64 run of the reference and timing "
+                    "against eager and Inductor, in a sandbox on the GPU under test. --static-only stops after the "
+                    "rules and needs no GPU. Exit 0 accepted, 1 rejected, 2 usage error, 3 no verdict (the judge "
+                    "itself failed).")
     p.add_argument("problem", type=Path, help="KernelBench problem: Model, get_inputs, get_init_inputs")
     p.add_argument("candidate", type=Path, help="candidate program defining ModelNew, or a folder of them (*.py)")
     p.add_argument("--trials", type=int, default=100, help="timing trials (default 100)")

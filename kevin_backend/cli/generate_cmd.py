@@ -29,10 +29,18 @@ from kevin_backend.generate.writers import argument_problem, policy_help
 
 __all__ = ["register"]
 
+_DESCRIPTION = """\
+Search for a kernel for one KernelBench-format task with a kernel-writing policy: N trajectories
+x T turns, each reply judged (static rules, build, sandboxed correctness and timing) and the
+verdict fed back; the best correct kernel is re-timed against Inductor and cached only if it
+beats it by the margin, else the "Inductor wins" decision is cached. Every turn is logged under
+<cache>/trajectories/. Needs a CUDA GPU to judge on."""
+
 
 def register(subparsers: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("generate", parents=parents, help="search for a fast kernel for one KernelBench task",
-                              epilog=policy_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=_DESCRIPTION, epilog=policy_help(),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("task", type=Path, help="KernelBench-format task: Model, get_inputs, get_init_inputs")
     p.add_argument("--policy", help=f"{POLICY_NAMES} (default: KEVIN_POLICY, auto)")
     p.add_argument("--trajectories", type=int, help="parallel trajectories (default: KEVIN_TRAJECTORIES, 16)")

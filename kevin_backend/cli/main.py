@@ -7,7 +7,8 @@ default: `handler(args, config) -> exit code`. Adding `kevin eval` later is one 
 one line here.
 
 Exit codes: 0 ok, 1 the operation failed, 2 usage error (bad arguments, unknown or ambiguous
-digest prefix, missing confirmation).
+digest prefix, missing confirmation). A reader that closes stdout early (`kevin cache ls | head -1`)
+ends the command quietly with 0: no traceback.
 
 A usage error is one line on stderr, `kevin: error: ...`, printed before anything slow starts (a
 compile, a GPU check, a worker, a download); commands check their arguments first. A command
@@ -171,6 +172,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"kevin: error: {_one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """The reader of stdout closed it (`kevin cache ls | head -1`): not the command's failure.
+    stdout is pointed at the null device, so that nothing more (the interpreter's last flush at
+    exit included) fails or prints a traceback, and the command ends with EXIT_OK."""
+    import os
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # a stdout without a file descriptor (a test's buffer)
+        pass
+    return EXIT_OK
 
 
 if __name__ == "__main__":

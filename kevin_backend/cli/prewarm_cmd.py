@@ -51,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
         description="Fill the kernel cache offline, so no training job waits for kernels: search for a kernel for "
                     "each task the sources give (the misses cache-mode runs recorded, the partitions of a model or a "
                     "bench model, KernelBench folders, decisions to revisit) on this machine's GPUs or a Ray cluster, each decision stored "
-                    "as its task finishes (a killed run resumes where it stopped).",
+                    "as its task finishes (a killed run resumes where it stopped). On local GPUs, a kernel the cache "
+                    "holds for the same task under another torch, CUDA or GPU is judged again first; kept, no search runs.",
     )
     p.add_argument("--pending", action="store_true", help="the pending tasks recorded by cache-mode runs (default when no source)")
     p.add_argument("--model", action="append", default=[], metavar="FILE.py:FACTORY", help="a model factory (repeatable)")
