@@ -119,6 +119,7 @@ def test_revalidate_keeps_a_correct_faster_kernel_drops_a_wrong_one_and_fails_wi
     current = old_entry("current", TASK.replace("+ 1.0", "+ 3.0"), GOOD, torch_version=HERE_TORCH)
     assert len({e.key.graph for e in (good, wrong, gone, decided, current)}) == 5
     fill(cache_dir, good, wrong, gone, decided, current)
+    monkeypatch.setattr(revalidate_cmd, "require_cuda", lambda message: None)  # (the CPU judge stands in for the GPU one)
     monkeypatch.setattr(revalidate_cmd, "gpu_revalidator", lambda config: cpu_revalidator(tmp_path))
     report = tmp_path / "revalidate.json"
     capfd.readouterr()

@@ -85,7 +85,7 @@ def _copy(into: Path) -> Path:
     """The project's code and tests in `into` (no git data, builds or caches), with the stored
     measurements tests read (the re-timing's noise model)."""
     ignore = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", "build", ".whl", ".dev", ".out")
-    for name in ("kevin_backend", "tests", "pyproject.toml", "benchmarks/results/gpu_tests/retime_gpu_h200_run6.log"):
+    for name in ("kevin_backend", "tests", "pyproject.toml", "benchmarks/results/gpu_tests/retime_gpu_h200_run9_third.log"):
         source = ROOT / name
         if source.is_dir():
             shutil.copytree(source, into / name, ignore=ignore)

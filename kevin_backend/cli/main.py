@@ -80,11 +80,22 @@ def require_cuda(message: str) -> None:
     """Stop with a usage error (`message`, one line, exit 2) where torch sees no CUDA GPU: the
     check a command whose main job needs a GPU makes once its arguments are checked, before
     anything slow starts. `message` says what needs the GPU and, where there is one, what runs
-    without it."""
+    without it. A machine with no NVIDIA device at all is told so without importing torch."""
+    if not _nvidia_devices():
+        raise CommandError(message, EXIT_USAGE)
     import torch
 
     if not torch.cuda.is_available():
         raise CommandError(message, EXIT_USAGE)
+
+
+def _nvidia_devices() -> bool:
+    """Whether the machine shows any NVIDIA device (its device files or the driver's folder): where
+    it does not, no CUDA GPU can be seen, and torch need not be imported (nor CUDA started) to say so."""
+    import glob
+    import os
+
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.isdir("/proc/driver/nvidia/gpus")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -77,11 +77,14 @@ class Revalidator:
             close()
 
 
+_NEEDS_GPU = "revalidating kernels judges them on a CUDA GPU (--dry-run lists what would be judged without one)"
+
+
 def gpu_revalidator(config: Config) -> Revalidator:
     """The judge on this machine's current GPU (one sandboxed worker, the cache's build folder),
     its sandboxed re-timer, and the configured margin. Without a CUDA GPU: a usage error, before
     anything is read or started."""
-    require_cuda("revalidating kernels judges them on a CUDA GPU (--dry-run lists what would be judged without one)")
+    require_cuda(_NEEDS_GPU)
     from kevin_backend.cache.key import DeviceInfo
     from kevin_backend.config import build_root
     from kevin_backend.judge.decide import SandboxRetimer
@@ -109,6 +112,8 @@ def _revalidate(args: argparse.Namespace, config: Config) -> int:
         raise CommandError("give --all or DIGEST_PREFIX..., not both", EXIT_USAGE)
     if args.json is not None and not args.json.parent.is_dir():
         raise CommandError(f"--json: no such folder {args.json.parent}", EXIT_USAGE)
+    if not args.dry_run:  # in the first second, before the cache (and torch) is opened
+        require_cuda(_NEEDS_GPU)
     return cache_errors(lambda a, cache: _run(a, cache, config))(args, config)
 
 
