@@ -266,8 +266,8 @@ class _HeldProcess:
 def test_the_judges_allocation_failing_beside_a_process_holding_memory_is_decided_by_the_drivers_count(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, held_gib: float | None, free_gib: float, trusted: bool,
         reason: str) -> None:
-    """What it may hold: a GiB of context, the reference's parameters, its outputs, a workspace
-    (a quarter of the task, here 2 of 8 GiB). The judge asked for 4 GiB."""
+    """What it may hold: a GiB of context, twice the reference's parameters (none here), its
+    outputs, a workspace (a quarter of the task, here 2 of 8 GiB). The judge asked for 4 GiB."""
     import torch
 
     from kevin_backend.judge import candidate_process

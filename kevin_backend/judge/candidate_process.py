@@ -311,12 +311,13 @@ class RemoteModel:
         return free < bound
 
     def allowed_hold(self) -> int:
-        """What the process may hold while the judge works: a GiB for its context, the reference's
-        parameters (its own take as much), the outputs it last returned, and a workspace (a
-        quarter of the task's inputs and outputs, at least 512 MiB)."""
+        """What the process may hold while the judge works: a GiB for its context, twice the
+        reference's parameters (its own take as much, and a kernel may keep them repacked too),
+        the outputs it last returned, and a workspace (a quarter of the task's inputs and
+        outputs, at least 512 MiB)."""
         task = self.ledger.task_bytes if self.ledger is not None else 0
         params = self.ledger.params if self.ledger is not None else 0
-        return (1 << 30) + params + self.outputs_held + max(512 << 20, task // 4)
+        return (1 << 30) + 2 * params + self.outputs_held + max(512 << 20, task // 4)
 
     def release_cache(self) -> None:
         """Asks the process to give its allocator's cached blocks back to the device (an honest
