@@ -177,12 +177,19 @@ def test_the_workers_facts_need_a_copy_bandwidth() -> None:
     run = types.SimpleNamespace(reference=task.Model(), ledger=types.SimpleNamespace(notes=[]), phase=lambda name: None,
                                 state=state)
     out = [torch.relu(a @ b)]
-    assert roofline_phase.roofline_facts(run, [a, b], out, None) is None  # type: ignore[arg-type]
-    facts = roofline_phase.roofline_facts(run, [a, b], out, 4310.0)  # type: ignore[arg-type]
+    made = []
+
+    def sample() -> tuple[list, list]:  # type: ignore[type-arg]
+        made.append(1)
+        return [a, b], out
+
+    assert roofline_phase.roofline_facts(run, sample, None) is None  # type: ignore[arg-type]
+    facts = roofline_phase.roofline_facts(run, sample, 4310.0)  # type: ignore[arg-type]
     assert facts == {"bytes": (64 * 128 + 128 * 32 + 64 * 32) * F32, "flops": 2 * 64 * 128 * 32, "copy_gbps": 4310.0}
     assert state.counts == (facts["bytes"], facts["flops"])
     run.reference = None  # the next candidate of the task: nothing is counted again
-    assert roofline_phase.roofline_facts(run, [a, b], out, 4310.0) == facts  # type: ignore[arg-type]
+    assert roofline_phase.roofline_facts(run, sample, 4310.0) == facts  # type: ignore[arg-type]
+    assert made == [1]  # (nor its sample made again)
 
 
 # -- Roofline and the judge's record ------------------------------------------------------------------

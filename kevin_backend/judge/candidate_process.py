@@ -45,7 +45,7 @@ from kevin_backend.judge.attribution import CUDA_FAULTS, Verdict, error
 from kevin_backend.judge.shared_values import Arena, OutputReader, SharedValueError, arena_bytes, place
 from kevin_backend.judge.wire import WireClosed, WireError, WireGarbage, WireTimeout, receive, send
 from kevin_backend.measure.gpu_processes import process_gpu_bytes
-from kevin_backend.measure.memory import host_memory, host_oom_kills, host_short
+from kevin_backend.measure.memory import candidate_workspace, host_memory, host_oom_kills, host_short
 
 __all__ = ["CandidateProcess", "Launcher", "RemoteModel", "shared_folder"]
 
@@ -313,11 +313,10 @@ class RemoteModel:
     def allowed_hold(self) -> int:
         """What the process may hold while the judge works: a GiB for its context, twice the
         reference's parameters (its own take as much, and a kernel may keep them repacked too),
-        the outputs it last returned, and a workspace (a quarter of the task's inputs and
-        outputs, at least 512 MiB)."""
+        the outputs it last returned, and a workspace (`candidate_workspace`)."""
         task = self.ledger.task_bytes if self.ledger is not None else 0
         params = self.ledger.params if self.ledger is not None else 0
-        return (1 << 30) + 2 * params + self.outputs_held + max(512 << 20, task // 4)
+        return (1 << 30) + 2 * params + self.outputs_held + candidate_workspace(task)
 
     def release_cache(self) -> None:
         """Asks the process to give its allocator's cached blocks back to the device (an honest
@@ -341,7 +340,8 @@ class RemoteModel:
             resource["feedback"] += " (the candidate's process's own GPU memory could not be read)"
             return resource
         needed = needed if needed is not None else _requested_bytes(str(exc))
-        excess = held - self.allowed_hold()
+        allowed = self.allowed_hold()
+        excess = held - allowed
         free, _ = torch.cuda.mem_get_info(self.device)
         if excess > 0 and free + excess >= (needed or 1):
             self.process.kill()
@@ -349,7 +349,7 @@ class RemoteModel:
                          f"{excess / 2**30:.2f} GiB more than its context, parameters, outputs and workspace, when the "
                          f"judge needed {(needed or 0) / 2**30:.2f} GiB {what} (the device had {free / 2**30:.2f} GiB free)")
         resource["feedback"] += (f" (the candidate's process held {held / 2**30:.2f} GiB, within the "
-                                 f"{self.allowed_hold() / 2**30:.2f} GiB it may)")
+                                 f"{allowed / 2**30:.2f} GiB it may)")
         return resource
 
     # -- what the judge asks -----------------------------------------------------------------

@@ -44,14 +44,17 @@ def mismatch_text(bad: Mismatch) -> str:
 def accepted(run: Run, times: Any) -> dict[str, Any]:
     # (times: a timing_phase.CandidateTimes; the timing phase uses `stale`, so it is not imported here)
     """The accepted verdict with its times and roofline facts (eager's outputs on the timing's
-    sample set give the bytes the task writes)."""
-    run.phase("inputs")
-    inputs = make_input_set(run.task, times.seed, run.device)  # (the timing's sample, made again)
-    run.phase("reference")
-    want = run_eager(run, inputs)
+    sample set, made again when the task's counts are not kept yet, give the bytes the task writes)."""
+
+    def sample() -> tuple[list[Any], list[Any]]:
+        run.phase("inputs")
+        inputs = make_input_set(run.task, times.seed, run.device)
+        run.phase("reference")
+        return inputs.values, run_eager(run, inputs)
+
     outcome = {"stage": "timing", "reason": "ACCEPTED", "kernel_ms": times.kernel_ms, "eager_ms": times.eager_ms,
                "inductor_ms": times.inductor_ms}
-    facts = roofline_facts(run, inputs.values, want, times.copy_gbps)
+    facts = roofline_facts(run, sample, times.copy_gbps)
     if facts is not None:
         outcome["roofline"] = facts
     return outcome

@@ -7,7 +7,7 @@ carries no roofline (a CUDA fault the candidate left behind still surfaces).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -42,10 +42,13 @@ def measured_copy_bandwidth(run: Run) -> float | None:
     return gbps
 
 
-def roofline_facts(run: Run, inputs: Sequence[Any], outputs: Sequence[Any], copy_gbps: float | None) -> dict[str, Any] | None:
+def roofline_facts(run: Run, sample: Callable[[], tuple[Sequence[Any], Sequence[Any]]],
+                   copy_gbps: float | None) -> dict[str, Any] | None:
     """What the judge needs for an accepted kernel's roofline: the bytes the task must move (its
     inputs as laid out, its outputs), its matmul/convolution FLOPs, the copy bandwidth. None
-    without a copy bandwidth, or when counting failed (the verdict stands without a roofline)."""
+    without a copy bandwidth, or when counting failed (the verdict stands without a roofline).
+    `sample()` gives a set of inputs and the reference's outputs on it, asked for only when the
+    task's counts are not already kept."""
     if copy_gbps is None:
         return None
     from kevin_backend.measure.roofline import task_bytes, task_flops
@@ -54,6 +57,8 @@ def roofline_facts(run: Run, inputs: Sequence[Any], outputs: Sequence[Any], copy
     try:
         counts = run.state.counts if run.state is not None else None
         if counts is None:  # what the task moves and computes: counted once per task and worker
+            inputs, outputs = sample()
+            run.phase("roofline")
             counts = (task_bytes(inputs, outputs), task_flops(run.reference, inputs))
             if run.state is not None:
                 run.state.counts = counts

@@ -44,6 +44,8 @@ from kevin_backend.judge.shared_values import Arena, arena_bytes, place, views_a
 from kevin_backend.locks import gpu_hold
 from kevin_backend.measure.compare import compare_outputs
 from kevin_backend.measure.inputs import InputSet, fingerprint, make_input_set
+from kevin_backend.measure.memory import candidate_workspace
+from kevin_backend.measure.roofline import task_bytes
 
 __all__ = ["IMPOSSIBLE_FACTOR", "MAX_SLOTS", "MIN_ROUNDS", "CandidateTimes", "Slots", "fill", "make_slots", "plan_slots",
            "same_bits", "slot_bytes", "slot_memory", "time_candidate", "timed_batch", "timed_output_wrong"]
@@ -267,7 +269,7 @@ def time_candidate(run: Run) -> CandidateTimes:
     with gpu_hold(job.gpu_lock, shared=True):
         run.phase("inputs")
         sample = make_input_set(run.task, seed, run.device)
-        stride, nbytes = arena_bytes(sample.values), input_bytes(sample.values)
+        stride, nbytes = arena_bytes(sample.values), task_bytes(sample.values, [])
         del sample  # (its layout and size are what the slots need; fresh values fill them)
         slots = make_slots(stride, run.device, run.model.folder, _memory_ok(run, stride), reuse=run.model.scratch)
         try:
@@ -318,7 +320,7 @@ def _memory_ok(run: Run, stride: int) -> Any:
     copies of the checked calls' outputs and the references' (exact too) on their inputs, and the
     candidate's workspace."""
     out = sum(run.output_bytes)
-    workspace = max(512 << 20, run.ledger.task_bytes // 4)
+    workspace = candidate_workspace(run.ledger.task_bytes)
 
     def ok(count: int, judge_bytes: int) -> bool:
         beside = stride + 2 * count * out + (CHECKED_CALLS + 3) * out + workspace
@@ -356,13 +358,6 @@ def _timed_round(run: Run, slots: Slots, sides: list[tuple[str, Any, str]], inde
                 times[name].append(ms)
     with gpu_hold(job.gpu_lock, shared=True):
         _check_round(run, slots, kernel_reply, got, kept, before)
-
-
-def input_bytes(values: Any) -> int:
-    """The bytes a call reads of its inputs (the roofline's count)."""
-    from kevin_backend.measure.roofline import task_bytes
-
-    return task_bytes(values, [])
 
 
 def _impossible(run: Run, input_nbytes: int, kernel_ms: float, copy_gbps: float | None, cold: bool) -> None:

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["MEMORY_FACTOR", "MemoryLedger", "MemoryReport", "note_outside", "outside_bytes", "poison"]
+__all__ = ["MEMORY_FACTOR", "MemoryLedger", "MemoryReport", "candidate_workspace", "note_outside", "outside_bytes", "poison"]
 
 MEMORY_FACTOR = 3.0  # the judge's extra memory, at most this many times the task's inputs + outputs
 _POISON_SLACK = 64 << 20  # besides blocks of the outputs' sizes, this much of the allocator's free cache is poisoned
@@ -35,14 +35,23 @@ _OUTSIDE: dict[int, int] = {}  # device index -> bytes this process holds outsid
 
 def note_outside(device: torch.device, nbytes: int) -> None:
     """`nbytes` more (or, negative, fewer) held on `device` outside torch's caching allocator."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _index(device)
     _OUTSIDE[index] = _OUTSIDE.get(index, 0) + int(nbytes)
 
 
 def outside_bytes(device: torch.device) -> int:
     """What this process holds on `device` outside torch's caching allocator (`note_outside`)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _OUTSIDE.get(index, 0)
+    return _OUTSIDE.get(_index(device), 0)
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def candidate_workspace(task_bytes: int) -> int:
+    """Memory a candidate's process may keep beside its outputs and parameters (temporaries,
+    buffers of its own): a quarter of the task's inputs and outputs, at least 512 MiB."""
+    return max(512 << 20, task_bytes // 4)
 
 
 @dataclass(frozen=True)
