@@ -322,3 +322,23 @@ def test_an_arena_shared_with_two_processes_lives_until_the_last_lets_go(tmp_pat
     assert path.exists()
     arena.release()  # the candidate's process closed: the last
     assert not path.exists() and arena.tensor is None
+
+
+def test_outputs_a_process_claims_excuse_no_more_than_the_references_outputs(tmp_path: Path) -> None:
+    """A batch reply may describe outputs the judge never reads: what they claim counts toward
+    what the process may hold only up to the reference's outputs per call."""
+    import torch
+
+    from kevin_backend.judge.candidate_process import RemoteModel
+    from kevin_backend.measure.memory import MemoryLedger
+
+    class Replying(_HeldProcess):
+        def request(self, message: dict, deadline: float) -> dict:  # type: ignore[type-arg]
+            huge = {"kind": "tensor", "dtype": "float32", "size": [1 << 30], "stride": [1], "handle": "00", "offset": 0}
+            return {"ok": True, "outputs": [[huge], [huge]]}
+
+    ledger = MemoryLedger(torch.device("cpu"), task_bytes=8 << 20)
+    ledger.output_bytes = 4 << 20
+    remote = RemoteModel(Replying(), torch.device("cpu"), tmp_path, time.monotonic() + 60, ledger=ledger)
+    remote.request({"op": "batch"}, "the timed calls")
+    assert remote.outputs_held == 2 * (4 << 20)  # two calls, each at most the reference's 4 MiB

@@ -233,7 +233,10 @@ class RemoteModel:
         outputs = reply.get("outputs")
         if isinstance(outputs, list):  # a call's outputs, or a batch's (one list per call)
             groups = outputs if message.get("op") == "batch" else [outputs]
-            self.outputs_held = sum(self.reader.claimed_bytes(g) for g in groups)
+            # (as claimed, but never more per call than the reference's outputs: a claim the judge
+            # does not read must not excuse memory the process holds for nothing)
+            cap = self.ledger.output_bytes if self.ledger is not None and self.ledger.output_bytes else None
+            self.outputs_held = sum(min(self.reader.claimed_bytes(g), cap or (1 << 62)) for g in groups)
         return reply
 
     def _ended(self, reason: str, text: str) -> dict[str, Any]:

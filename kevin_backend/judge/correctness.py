@@ -55,6 +55,7 @@ def _size_the_task(run: Run, ref: ReferenceSet, exact_model: list[torch.nn.Modul
     bound, and whether an exact run fits in it."""
     output_bytes = [v.numel() * v.element_size() for v in ref.want if isinstance(v, torch.Tensor)]
     run.output_bytes = tuple(output_bytes)
+    run.ledger.output_bytes = sum(output_bytes)
     run.ledger.task_bytes = sum(tensor_bytes(v) for v in ref.inputs.tensors) + sum(output_bytes)
     run.exact_dtype = plan_exact(run, ref.inputs, ref.want, max(0, run.reference_temps))
     if run.exact_dtype is not None and (not exact_model or getattr(exact_model[0], "kevin_dtype", None) != run.exact_dtype):

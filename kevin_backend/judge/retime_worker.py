@@ -125,6 +125,7 @@ def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
         with gpu_hold(job.gpu_lock, shared=True):
             stride = arena_bytes(make_input_set(task, job.seed, device).values)
             kernel.ledger.task_bytes = 2 * stride  # (its inputs and about as much output)
+            kernel.ledger.output_bytes = stride
             slots = make_slots(stride, device, launcher.folder, lambda count, n: n <= slot_memory(device), private=False)
             kernel.share(slots.arena)
             reference.share(slots.arena)

@@ -81,6 +81,7 @@ class MemoryLedger:
     fixed: int = 0  # allowed besides factor x task: the timer's L2 flush buffer
     outside_baseline: int = 0  # held outside torch's allocator when the models were in place
     params: int = 0  # the reference's parameters: what a candidate's own may take
+    output_bytes: int = 0  # one call's outputs, as the reference's are (0: not known yet)
 
     @property
     def cuda(self) -> bool:
