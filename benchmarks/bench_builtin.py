@@ -11,17 +11,31 @@ row carries the judge's roofline of the best kernel (`measure/roofline.py`): the
 moves, and the kernel's and Inductor's fractions of the GPU's copy bandwidth, measured once
 before the searches and kept in the JSON's `meta`.
 
+On the roofline suite, QuACK (`quack-kernels`, `pip install -e ".[peers]"`) is timed beside them
+when it is installed (`--peers auto`, the default; `--peers quack` asks for it, `--peers none`
+leaves it out): before the searches, with the GPU otherwise idle, `benchmarks/quack_peer.py` runs
+in a process of its own on the tasks QuACK takes, checks QuACK's outputs against the task's
+reference and times it with the judge's timer; its fraction of the copy bandwidth has the same
+denominator (the task's bytes over the copy bandwidth measured here). Each row then says
+`quack` ("ran", "not taken", "failed", "wrong", "not measured"), `quack_ms`, `quack_fraction`,
+`vs_quack` (the kernel's speed over QuACK's: QuACK's time over the kernel's) and `quack_note`
+(why not, or what QuACK runs). Without QuACK installed the bench says so once and has no such
+columns.
+
 Usage: python benchmarks/bench_builtin.py [--suite default|roofline] [--tasks a,b]
        [--categories norm,reduction] [--turns 3] [--trajectories 1] [--at-once 16] [--json FILE]
+       [--peers auto|quack|none] [--peer-limit 300]
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import importlib.util
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -87,6 +101,69 @@ def roofline_summary(rows: list[dict[str, object]]) -> dict[str, object]:
             "slowest_kept": min((s for s in speedups if s >= KEEP_MARGIN), default=None)}
 
 
+PEERS = ("auto", "quack", "none")
+QUACK_GOAL = 1.05  # issue 35: the writer's kernels at least as fast as QuACK on every task it runs, 1.05x in geomean
+
+
+def quack_wanted(choice: str, suite: str) -> bool:
+    """Whether to time QuACK: on the roofline suite, unless `--peers none`, when it is installed
+    (said once when it is not)."""
+    if suite != "roofline" or choice == "none":
+        return False
+    if importlib.util.find_spec("quack") is None:
+        print("QuACK (quack-kernels) is not installed: the table has no QuACK column "
+              "(pip install -e \".[peers]\" adds it)", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+def quack_times(tasks: list, copy_gbps: float | None, trials: int, limit: float) -> dict[str, dict[str, object]] | None:  # type: ignore[type-arg]
+    """QuACK on `tasks` (benchmarks/quack_peer.py, in a process of its own: a crash or a compile
+    failure of QuACK's stays there), by task name; what it measured before `limit` seconds, or
+    None (said once) when it measured nothing at all: then the table has no QuACK column."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "quack.json"
+        command = [sys.executable, str(Path(__file__).with_name("quack_peer.py")), "--tasks", ",".join(t.name for t in tasks),
+                   "--trials", str(trials), "--json", str(out)] + (["--copy-gbps", repr(copy_gbps)] if copy_gbps else [])
+        try:
+            done = subprocess.run(command, timeout=limit)
+            if done.returncode != 0:
+                print(f"QuACK's run ended with exit code {done.returncode}", file=sys.stderr, flush=True)
+        except subprocess.TimeoutExpired:
+            print(f"QuACK's run stopped at its limit ({limit:.0f} s): the tasks it had not reached say 'not measured'",
+                  file=sys.stderr, flush=True)
+        try:
+            rows = json.loads(out.read_text())["rows"]
+        except (OSError, ValueError, KeyError):
+            rows = []
+    if not rows:
+        print("QuACK measured nothing (its output is above): the table has no QuACK column", file=sys.stderr, flush=True)
+        return None
+    return {str(r["task"]): r for r in rows}
+
+
+def quack_columns(measured: dict[str, object] | None, kernel_ms: float | None) -> dict[str, object]:
+    """A row's QuACK columns from quack_peer's row for the task (None: not reached)."""
+    if measured is None:
+        return {"quack": "not measured", "quack_ms": None, "quack_fraction": None, "vs_quack": None, "quack_note": None}
+    ms = measured.get("quack_ms")
+    return {"quack": measured["quack"], "quack_ms": ms, "quack_fraction": measured.get("quack_fraction"),
+            "vs_quack": float(ms) / kernel_ms if ms and kernel_ms else None,  # type: ignore[arg-type]
+            "quack_note": measured.get("quack_note")}
+
+
+def quack_summary(rows: list[dict[str, object]]) -> dict[str, object]:
+    """The goals against QuACK over the tasks it ran: how many the writer's kernel is at least as
+    fast on (a task without a correct kernel counts as slower), which are slower, and the
+    geometric mean of the kernel's speed over QuACK's."""
+    ran = [r for r in rows if r.get("quack") == "ran" and r.get("quack_ms")]
+    slower = [str(r["task"]) for r in ran if not r.get("vs_quack") or float(r["vs_quack"]) < 1.0]  # type: ignore[arg-type]
+    return {"quack_ran": len(ran), "as_fast_as_quack": len(ran) - len(slower), "slower_than_quack": slower,
+            "vs_quack_geomean": geomean([r["vs_quack"] for r in ran if r.get("vs_quack")]),  # type: ignore[misc]
+            "quack_not_taken": sum(r.get("quack") == "not taken" for r in rows),
+            "quack_failed": [str(r["task"]) for r in rows if r.get("quack") in ("failed", "wrong")]}
+
+
 def geomean(values: list[float]) -> float | None:
     values = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
@@ -103,6 +180,9 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=50)
     parser.add_argument("--at-once", type=int, default=16, help="tasks searched at once (timing is still one at a time)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--peers", choices=PEERS, default="auto",
+                        help="roofline suite: time QuACK beside the kernels (auto: when it is installed)")
+    parser.add_argument("--peer-limit", type=float, default=300.0, help="seconds for QuACK's run at most")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_builtin needs a CUDA GPU", file=sys.stderr)
@@ -118,6 +198,9 @@ def main() -> int:
         judge = Judge(Path(tmp) / "builds", RunConfig(trials=args.trials, warmup=5))
         # measured here, before any search, with the GPU idle; the judge's workers read it back
         meta["copy_gbps"] = copy_bandwidth(torch.device("cuda"), judge.builder.root / "copy_bandwidth")
+        peer = quack_times(tasks, meta["copy_gbps"], args.trials, args.peer_limit) if quack_wanted(args.peers, args.suite) else None  # type: ignore[arg-type]
+        if peer is not None:
+            meta["peers"] = ["quack"]
         engine = Engine(BuiltinPolicy(), judge, SearchConfig(trajectories=args.trajectories, turns=args.turns),
                         gpu=torch.cuda.get_device_name(), capability="%d.%d" % torch.cuda.get_device_capability())
 
@@ -144,7 +227,8 @@ def main() -> int:
                     # each turn: its variant, its build's seconds and, when correct, its time
                     "turns": [{"variant": r.step.reply.extra.get("variant"),
                                "build_seconds": round(r.result.build_seconds or 0, 1) if r.result else None,
-                               "kernel_ms": r.result.timings.kernel_ms if r.result else None} for r in result.records]}
+                               "kernel_ms": r.result.timings.kernel_ms if r.result else None} for r in result.records],
+                    **(quack_columns(peer.get(task.name), t.kernel_ms if t else None) if peer is not None else {})}
 
         with concurrent.futures.ThreadPoolExecutor(max(1, args.at_once)) as pool:
             futures = [pool.submit(one, t) for t in tasks]
@@ -163,15 +247,18 @@ def main() -> int:
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}, "
           f"{args.trajectories} x {args.turns} turns, {args.trials} trials, suite {args.suite}, "
           f"copy bandwidth {'not measured' if copy is None else f'{copy:.0f} GB/s'}")
+    with_peer = peer is not None
     print("| task | kind | correct | best variant | kernel ms | eager ms | Inductor ms | x eager | x Inductor | MB moved "
-          "| kernel % of copy | Inductor % of copy |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| kernel % of copy | Inductor % of copy |" + (" QuACK ms | x QuACK | QuACK % of copy |" if with_peer else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if with_peer else ""))
     for r in rows:
         def f(v: object, fmt: str, scale: float = 1.0) -> str:
             return "-" if v is None else format(v * scale, fmt)  # type: ignore[operator]
+        quack = (f" {f(r['quack_ms'], '.4f') if r['quack'] == 'ran' else r['quack']} | {f(r['vs_quack'], '.2f')} | "
+                 f"{f(r['quack_fraction'], '.0%')} |") if with_peer else ""
         print(f"| {r['task']} | {r['category']} | {'yes' if r['correct'] else 'NO'} | {'-' if r['variant'] is None else r['variant']} | {f(r['kernel_ms'], '.4f')} | "
               f"{f(r['eager_ms'], '.4f')} | {f(r['inductor_ms'], '.4f')} | {f(r['vs_eager'], '.2f')} | {f(r['vs_inductor'], '.2f')} | "
-              f"{f(r['bytes'], '.3g', 1e-6)} | {f(r['kernel_fraction'], '.0%')} | {f(r['inductor_fraction'], '.0%')} |")
+              f"{f(r['bytes'], '.3g', 1e-6)} | {f(r['kernel_fraction'], '.0%')} | {f(r['inductor_fraction'], '.0%')} |{quack}")
     chains = geomean([r["vs_eager"] for r in rows if r["category"] == "chain3+"])  # type: ignore[misc]
     norms = geomean([r["vs_inductor"] for r in rows if r["category"] in ("reduction", "norm")])  # type: ignore[misc]
     correct = sum(bool(r["correct"]) for r in rows)
@@ -192,6 +279,13 @@ def main() -> int:
               f"over {roofline['tasks_inductor_below_half']} tasks (goal 1.5x; left out, Inductor's time over "
               f"{IMPLAUSIBLE:.0f}x eager's: {', '.join(roofline['implausible_inductor']) or 'none'}); kept (>= {KEEP_MARGIN:.2f}x Inductor): "
               f"{roofline['kept']}, tied or slower (Inductor kept): {roofline['not_kept']}")
+    if with_peer:
+        roofline.update(quack_summary(rows))
+        g = roofline["vs_quack_geomean"]
+        print(f"QuACK ran {roofline['quack_ran']} tasks (not taken: {roofline['quack_not_taken']}; failed or wrong: "
+              f"{', '.join(roofline['quack_failed']) or 'none'}); the writer's kernel at least as fast on "  # type: ignore[arg-type]
+              f"{roofline['as_fast_as_quack']} of them (goal: all; slower: {', '.join(roofline['slower_than_quack']) or 'none'}), "  # type: ignore[arg-type]
+              f"geometric mean {'-' if g is None else f'{g:.2f}x'} QuACK (goal {QUACK_GOAL:.2f}x)")
     load = os.getloadavg()
     print(f"wall {time.perf_counter() - start:.0f} s, load average {load[0]:.1f} on {os.cpu_count()} CPUs")
     if args.json:

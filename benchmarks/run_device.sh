@@ -46,6 +46,29 @@ for step in $steps; do
     builtin-roofline)  # the roofline suite (ROOFLINE_CATEGORIES: some categories only; one device call has 10 minutes)
       timeout "${ROOFLINE_LIMIT:-560}" python3 benchmarks/bench_builtin.py --suite roofline ${ROOFLINE_CATEGORIES:+--categories $ROOFLINE_CATEGORIES} \
         --turns ${TURNS:-2} --at-once ${AT_ONCE:-8} --trials ${TRIALS:-20} --json "$OUT/builtin_roofline.json" 2>&1 | tee "$OUT/builtin_roofline.log" | tail -70 ;;
+    builtin-roofline-quack)  # the roofline suite with QuACK timed beside the writer's kernels and Inductor (ROOFLINE_CATEGORIES as above;
+      # QUACK_ONLY=1: QuACK alone, benchmarks/quack_peer.py, on the tasks it takes, and its refusals tried).
+      # QuACK's wheels travel in .whl/, made on a machine with pip's index for the device's Python 3.12 on x86-64 (the device
+      # already has torch, einops, cuda-bindings and protobuf):
+      #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      #     --platform manylinux_2_28_x86_64 -d .whl quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1 \
+      #     nvidia-cutlass-dsl-libs-base==4.8.1 nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1 \
+      #     apache-tvm-ffi==0.1.15.post2 torch-c-dlpack-ext==0.1.5
+      # (about 101 MiB: nvidia-cutlass-dsl-libs-cu13 alone is 88 MiB, more than one device call carries; see shared/DEVICE.md).
+      # Installed into the interpreter's own site-packages, not --target: nvidia-cutlass-dsl puts CuTe DSL on the path by a .pth file.
+      if ! python3 -c "import quack, cutlass" 2>/dev/null && ls .whl/quack_kernels-*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --find-links .whl quack-kernels nvidia-cutlass-dsl \
+          nvidia-cutlass-dsl-libs-base nvidia-cutlass-dsl-libs-core nvidia-cutlass-dsl-libs-cu13 apache-tvm-ffi torch-c-dlpack-ext 2>&1 | tail -3
+      fi
+      python3 -c "import quack; print('quack', quack.__version__)" || echo "QuACK is not importable: the bench runs without its column"
+      if [ -n "${QUACK_ONLY:-}" ]; then
+        timeout "${ROOFLINE_LIMIT:-560}" python3 benchmarks/quack_peer.py ${ROOFLINE_CATEGORIES:+--categories $ROOFLINE_CATEGORIES} --check-refusals \
+          --trials ${TRIALS:-20} --json "$OUT/quack_roofline.json" 2>&1 | tee "$OUT/quack_roofline.log" | tail -40
+      else
+        timeout "${ROOFLINE_LIMIT:-560}" python3 benchmarks/bench_builtin.py --suite roofline --peers quack ${ROOFLINE_CATEGORIES:+--categories $ROOFLINE_CATEGORIES} \
+          --turns ${TURNS:-2} --at-once ${AT_ONCE:-8} --trials ${TRIALS:-20} --peer-limit ${PEER_LIMIT:-240} \
+          --json "$OUT/builtin_roofline_quack.json" 2>&1 | tee "$OUT/builtin_roofline_quack.log" | tail -80
+      fi ;;
     builtin-rows) python3 benchmarks/bench_builtin.py --categories reduction,norm --at-once 22 --turns ${TURNS:-3} --json "$OUT/builtin_rows.json" 2>&1 | tee "$OUT/builtin_rows.log" | tail -40 ;;
     seed)  # the seed cache: the bench models prewarmed with the built-in writer, killed once mid-run and resumed
       export KEVIN_CACHE_DIR=${SEED_CACHE:-$(mktemp -d)}

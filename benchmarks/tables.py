@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import re
 import statistics
 import sys
@@ -256,13 +257,17 @@ def builtin_verdicts(data: list[dict[str, Any]]) -> dict[str, str]:
 
 def builtin_roofline(data: dict[str, Any]) -> dict[str, str]:
     """bench_builtin.py --suite roofline --json: per task, the best kernel against Inductor and
-    the roofline; then the suite's goals."""
+    the roofline; then the suite's goals. A run that timed QuACK beside them (rows with a `quack`
+    field) adds QuACK's columns, its goal lines and a `quack` block of the tasks it did not run."""
     def num(value: Any, spec: str, scale: float = 1.0) -> str:
         return "-" if value is None else format(value * scale, spec)
 
+    peer = any("quack" in r for r in data["rows"])
     rows = [[r["task"], r["category"], "yes" if r["correct"] else "NO " + ", ".join(r["reasons"]),
              num(r["kernel_ms"], ".4f"), num(r["inductor_ms"], ".4f"), num(r["vs_inductor"], ".2f") + ("x" if r["vs_inductor"] else ""),
+             *(_quack_times(r) if peer else []),
              num(r["bytes"], ".0f", 1e-6), num(r["kernel_fraction"], ".0%"), num(r["inductor_fraction"], ".0%"),
+             *([num(r.get("quack_fraction"), ".0%")] if peer else []),
              "-" if r["variant"] is None else str(r["variant"])] for r in data["rows"]]
     summary = data["roofline_summary"]
     correct = sum(bool(r["correct"]) for r in data["rows"])
@@ -276,9 +281,42 @@ def builtin_roofline(data: dict[str, Any]) -> dict[str, str]:
         ["kernels at least 1.03x Inductor (kept) / the rest (Inductor kept)", f"{summary['kept']} / {summary['not_kept']}", "-"],
         ["geometric mean fraction of copy bandwidth, kernels / Inductor",
          f"{num(data['kernel_roofline'], '.0%')} / {num(data['inductor_roofline'], '.0%')}", "-"],
+        *(_quack_goals(data["rows"]) if peer else []),
     ])
-    return {"tasks": _table(["task", "kind", "correct", "kernel ms", "Inductor ms", "x Inductor", "MB moved",
-                             "kernel % of copy", "Inductor % of copy", "variant"], rows), "goals": goals}
+    header = ["task", "kind", "correct", "kernel ms", "Inductor ms", "x Inductor", *(["QuACK ms", "x QuACK"] if peer else []),
+              "MB moved", "kernel % of copy", "Inductor % of copy", *(["QuACK % of copy"] if peer else []), "variant"]
+    blocks = {"tasks": _table(header, rows), "goals": goals}
+    if peer:
+        blocks["quack"] = _table(["task", "QuACK", "why"], [[r["task"], r["quack"], r.get("quack_note") or "-"]
+                                                           for r in data["rows"] if r["quack"] != "ran"])
+    return blocks
+
+
+def _quack_times(r: dict[str, Any]) -> list[str]:
+    """A row's QuACK ms (or why none) and the kernel's speed over QuACK's."""
+    if r.get("quack") != "ran" or r.get("quack_ms") is None:
+        return [str(r.get("quack") or "-"), "-"]
+    return [f"{r['quack_ms']:.4f}", "-" if r.get("vs_quack") is None else f"{r['vs_quack']:.2f}x"]
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _quack_goals(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """Issue 35's goals against QuACK, over the tasks QuACK ran: the writer's kernel at least as
+    fast on each (a task without a correct kernel counts as slower), 1.05x in geometric mean."""
+    ran = [r for r in rows if r.get("quack") == "ran" and r.get("quack_ms") is not None]
+    slower = [r["task"] for r in ran if not r.get("vs_quack") or r["vs_quack"] < 1.0]
+    mean = _geomean([r["vs_quack"] for r in ran if r.get("vs_quack")])
+    failed = [r["task"] for r in rows if r.get("quack") in ("failed", "wrong")]
+    return [
+        [f"at least as fast as QuACK, the {len(ran)} tasks QuACK ran"
+         + (f" (QuACK failed or was wrong: {', '.join(failed)})" if failed else ""),
+         f"{len(ran) - len(slower)} of {len(ran)}" + (f" (slower: {', '.join(slower)})" if slower else ""), "all"],
+        [f"geometric mean over QuACK, the {len(ran)} tasks QuACK ran", "-" if mean is None else f"{mean:.2f}x", ">= 1.05x"],
+    ]
 
 
 def roofline_backend(data: dict[str, Any]) -> dict[str, str]:

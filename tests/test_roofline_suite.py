@@ -1,8 +1,10 @@
 """The roofline suite's tasks are well-formed KernelBench programs at the sizes they claim: each
 loads, builds its inputs on the CPU (checked here on meta tensors, so nothing of those sizes is
 allocated), holds between 64 MiB and 8 GiB of input storage, and its forward runs on them. The
-suite covers every category, every dtype, a non-contiguous input, int64 targets, and reductions
-over each dim of a 3-D tensor. What the built-in writer plans or declines is printed, not judged."""
+suite covers every category, every dtype, a non-contiguous input, int64 targets, reductions over
+each dim of a 3-D tensor, forwards with several outputs, the odd sizes where the tail was, and
+the shapes of issue 35's comparison with QuACK. What the built-in writer plans or declines is
+printed, not judged."""
 
 from __future__ import annotations
 
@@ -63,15 +65,17 @@ def test_task_is_well_formed(name: str) -> None:
 
 
 def test_suite_coverage() -> None:
-    assert len(ROOFLINE_SUITE) >= 40
+    assert len(ROOFLINE_SUITE) >= 60
     assert len(TASKS) == len(ROOFLINE_SUITE), "task names are unique"
     assert {t.category for t in ROOFLINE_SUITE} == set(CATEGORIES)
 
     dtypes: set[torch.dtype] = set()
     strided = int64 = 0
     dims3d: set[int] = set()
+    several = 0
     for task in ROOFLINE_SUITE:
-        inputs, _ = _meta(task.source, task.name)
+        inputs, out = _meta(task.source, task.name)
+        several += isinstance(out, tuple) and len(out) >= 2
         dtypes |= {t.dtype for t in inputs}
         strided += any(not t.is_contiguous() for t in inputs)
         int64 += any(t.dtype == torch.int64 for t in inputs)
@@ -80,6 +84,33 @@ def test_suite_coverage() -> None:
     assert {torch.float32, torch.float16, torch.bfloat16} <= dtypes
     assert strided >= 1 and int64 >= 1
     assert {0, 1, 2} <= dims3d
+    assert several >= 4  # max and indices, max and sum, variance and mean, a norm and its residual stream
+
+
+# Issue 35's comparison with QuACK: (what, dtype, rows, columns) of each shape it measured
+QUACK_TABLE = [("softmax", torch.float32, 4096, 393216), ("rmsnorm", torch.float32, 4096, 393216),
+               ("softmax", torch.bfloat16, 32768, 16384), ("softmax", torch.bfloat16, 32768, 65536),
+               ("rmsnorm", torch.bfloat16, 32768, 65536), ("rmsnorm", torch.bfloat16, 32768, 16384),
+               ("softmax", torch.float32, 16384, 8192), ("crossentropy", torch.bfloat16, 16384, 131072),
+               ("crossentropy", torch.float32, 8192, 50257), ("crossentropy", torch.bfloat16, 16384, 50257)]
+
+
+@pytest.mark.parametrize(("what", "dtype", "rows", "columns"), QUACK_TABLE)
+def test_the_shapes_compared_with_quack_are_in_the_suite(what: str, dtype: torch.dtype, rows: int, columns: int) -> None:
+    found = []
+    for task in ROOFLINE_SUITE:
+        if task.name.startswith(what + "-"):
+            x = _meta(task.source, task.name)[0][0]
+            if x.dtype == dtype and tuple(x.shape) == (rows, columns) and x.is_contiguous():
+                found.append(task.name)
+    assert len(found) == 1, found
+
+
+@pytest.mark.parametrize("columns", [50257, 65535, 393216, 64, 4_194_304])
+def test_rows_of_the_tail_sizes_are_kept(columns: int) -> None:
+    """Rows of the odd sizes and of both ends of the range, in more than one task each."""
+    have = [t.name for t in ROOFLINE_SUITE if _meta(t.source, t.name)[0][0].shape[-1] == columns]
+    assert len(have) >= 2, have
 
 
 def test_writer_plans_or_declines() -> None:
