@@ -6,11 +6,15 @@ that cannot fail for what they claim.
                                                2 when the unchanged copy fails its tests
     python tools/mutation_check.py --list      the mutations and their tests
     python tools/mutation_check.py NAME ...    some of them
+    python tools/mutation_check.py --part 1/2  every second mutation from the first (the parts of CI's
+                                               two test files, which pytest-xdist runs side by side)
 
 Each mutation replaces one exact piece of a module's text (it must occur exactly once: a mutation
 that no longer applies is an error, so the list keeps up with the code) and runs its tests on the
 copy with pytest; "killed" means pytest reported failed tests (exit status 1), not that the copy
-failed to import.
+failed to import. A mutation names only tests it turns red (a test that stays green under it
+cannot kill it, and the control, which runs every named test on the unchanged copy first, would
+only take longer); run its tests without `-x` on the mutated copy to see which those are.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ class Mutation:
     path: str  # relative to the project's root
     find: str
     replace: str
-    tests: tuple[str, ...]  # pytest node ids or files (with -k expressions after "::-k ")
+    tests: tuple[str, ...]  # pytest node ids: only tests this mutation turns red (the control runs them all)
     why: str
 
 
@@ -46,7 +50,10 @@ MUTATIONS = (
     Mutation("row-wise-bound-dropped", "kevin_backend/measure/compare.py",
              "    if bound.floor is None:\n        return Rule(bound.rho, bound.rho,",
              "    if True:\n        return Rule(bound.rho, bound.rho,",
-             ("tests/test_compare_16bit.py",),
+             ("tests/test_compare_16bit.py::test_a_group_is_held_to_its_own_scale",
+              "tests/test_compare_16bit.py::test_zeroing_the_small_elements_of_a_mixed_scale_product_is_caught",
+              "tests/test_compare_16bit.py::test_gelu_with_its_smallest_outputs_zeroed_is_caught",
+              "tests/test_compare_16bit.py::test_float16_subnormal_outputs_rounded_honestly_pass"),
              "16-bit outputs held to the whole output's mean as an absolute floor, not each group's own scale"),
     Mutation("graph-threshold-moved", "kevin_backend/backend/graph_check.py",
              "    pairs = _Pairs(variant, measure, min(margin, 0.0))\n",
@@ -71,11 +78,13 @@ MUTATIONS = (
              "the references of a timed check read the slots the candidate can write"),
     Mutation("syscall-filter-off", "kevin_backend/judge/candidate_worker.py",
              "            self.filtered = forbid_escapes()\n", "            self.filtered = False\n",
-             ("tests/test_judge_isolation.py::test_the_kernel_refuses_a_candidates_escapes",),
+             ("tests/test_judge_isolation.py::test_the_kernel_refuses_a_candidates_escapes[fork]",
+              "tests/test_judge_isolation.py::test_the_kernel_refuses_a_candidates_escapes[start-a-program]"),
              "the candidate's process may fork, run programs and signal others"),
     Mutation("not-confined", "kevin_backend/judge/candidate_worker.py",
              "            confinement = confine(writable=self.folder).describe()\n", "            confinement = ''\n",
-             ("tests/test_judge_isolation.py::test_the_candidates_process_cannot_write_files_read_memory_or_connect",
+             ("tests/test_judge_isolation.py::test_the_candidates_process_cannot_write_files_read_memory_or_connect"
+              "[write-a-file-of-the-judges]",
               "tests/test_judge_isolation.py::test_the_candidates_process_is_the_first_the_out_of_memory_killer_picks"),
              "the candidate's process keeps root's capabilities, writes anywhere, connects over TCP"),
 )
@@ -128,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
     parser.add_argument("--list", action="store_true")
+    parser.add_argument("--part", metavar="K/N", help="of the mutations chosen, every N-th from the K-th (1 <= K <= N)")
     args = parser.parse_args(argv)
     if args.list:
         for m in MUTATIONS:
@@ -138,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"no mutation named {', '.join(unknown)} (see --list)")
     chosen = [known[n] for n in args.names] if args.names else list(MUTATIONS)
+    if args.part:
+        k, _, n = args.part.partition("/")
+        if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+            parser.error(f"--part {args.part}: expected K/N with 1 <= K <= N")
+        chosen = chosen[int(k) - 1::int(n)]
     every_test = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
     state, seconds, tail = run_one(None, every_test)
     print(f"[control] no mutation: {'passed' if state == 'survived' else 'FAILED'} ({seconds:.0f} s)", flush=True)
