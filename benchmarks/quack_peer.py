@@ -5,13 +5,16 @@ reference on the task's inputs, then timed by the project's timer (the judge's p
 fraction of the GPU's copy bandwidth over the same bytes as the writer's kernel and Inductor.
 
     verdict = quack_verdict(task)          # CPU, meta tensors: taken (QuACK's op) or not, and why
-    call = build_call(FORMS[task.name], inputs)   # QuACK's function, its arguments, its outputs' shapes
-    outputs = bind(call)()                 # on a GPU, QuACK installed
+    call = build_call(FORMS[task.name], inputs, outputs)   # QuACK's function and arguments, and what
+                                           # its result becomes (the task's outputs' shapes and dtypes)
+    got = bind(call)()                     # on a GPU, QuACK installed
     row = measure_task(task, device, copy_gbps, trials, warmup)
 
     python benchmarks/quack_peer.py --which                      which tasks QuACK takes (CPU)
     python benchmarks/quack_peer.py [--tasks a,b] [--copy-gbps G] [--trials 50] [--json FILE]
-                                                                 QuACK timed on the tasks it takes
+                                    [--check-refusals]           QuACK timed on the tasks it takes (and
+                                                                 run once on those refused for their
+                                                                 rows' length or alignment alone)
 
 `benchmarks/bench_builtin.py --suite roofline` runs the second form in a process of its own before
 its searches (the GPU otherwise idle) and puts QuACK's time beside the kernel's and Inductor's.
