@@ -54,7 +54,7 @@ for step in $steps; do
       #     --platform manylinux_2_28_x86_64 -d .whl quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1 \
       #     nvidia-cutlass-dsl-libs-base==4.8.1 nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1 \
       #     apache-tvm-ffi==0.1.15.post2 torch-c-dlpack-ext==0.1.5
-      # (about 101 MiB: nvidia-cutlass-dsl-libs-cu13 alone is 88 MiB, more than one device call carries; see shared/DEVICE.md).
+      # (97 MiB together: nvidia-cutlass-dsl-libs-cu13 alone is 88 MiB, more than one device call carries; see shared/DEVICE.md).
       # Installed into the interpreter's own site-packages, not --target: nvidia-cutlass-dsl puts CuTe DSL on the path by a .pth file.
       if ! python3 -c "import quack, cutlass" 2>/dev/null && ls .whl/quack_kernels-*.whl >/dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --find-links .whl quack-kernels nvidia-cutlass-dsl \
