@@ -2,7 +2,7 @@
 writer's plan and its kernels run on the CPU (tests/kernel_emulator.py) against PyTorch: the
 task's own program with only its size constants made small (odd sizes stay odd, multiples of
 three stay so), so the forward, the dtypes and the input layouts are the suite's. For each: the
-variants the search tries first at the small size and at the suite's size, the plain kernel,
+variant the search tries first at the small size and at the suite's size, the plain kernel,
 and (rows that are long in the suite) a row spread over a cluster of two blocks. The full-size
 task itself must be planned, not declined."""
 
@@ -65,7 +65,7 @@ def _variants(name: str) -> list[str]:
     assert isinstance(full, Plan) and isinstance(small, Plan), (name, full, small)
     mine = [v for v in preferred_order(small) if ROWS[v].cluster == 1]
     theirs = [v for v in preferred_order(full) if ROWS[v].cluster == 1]
-    names = [*mine[:2], "t256", theirs[0]]
+    names = [mine[0], "t256", theirs[0]]  # (a second at the small size: 15 cases, 30 s of CI, no kind not covered)
     if SMALL[name][1]:  # the suite's order puts clusters last for these rows: its first of two blocks
         names.append(next(v for v in preferred_order(full) if ROWS[v].cluster == 2))
     return list(dict.fromkeys(names))
