@@ -1,5 +1,5 @@
 """No import cycles among kevin_backend's modules, and every module of bench/ and rl/ (where
-there were some) imports on its own in a fresh interpreter.
+there were some) imports on its own in a fresh process.
 
 The import graph is read from each module's AST: every `import` and `from ... import`, at the top
 and inside functions alike, so a cycle cannot hide behind a function-level import. An edge goes
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures
+import json
 import os
 import subprocess
 import sys
@@ -116,18 +117,57 @@ def test_no_import_cycles_in_the_package() -> None:
     assert cycles(graph) == []
 
 
-def _fresh_import(module: str) -> tuple[str, int, str]:
-    proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=300)
-    return module, proc.returncode, proc.stderr[-2000:]
+# A fresh interpreter per module pays torch's import (most of the time) each time; here one process
+# imports torch, which every module of the package imports first, and no module of the package,
+# then forks a child per module that imports it: the module imports before any other of the
+# package, as in a fresh interpreter. The child's traceback goes to stderr, its status is the result.
+_FORK_EACH = """
+import importlib, json, os, sys, traceback
+import torch
+codes = {}
+for module in sys.argv[1:]:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            importlib.import_module(module)
+        except BaseException:
+            sys.stderr.write(f"--- {module}\\n" + traceback.format_exc())
+            sys.stderr.flush()
+            os._exit(1)
+        os._exit(0)
+    codes[module] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print(json.dumps(codes))
+"""
+
+
+def _imports_alone(modules: list[str]) -> tuple[dict[str, int], str]:
+    proc = subprocess.run([sys.executable, "-c", _FORK_EACH, *modules], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
 
 @pytest.mark.slow
-def test_each_bench_and_rl_module_imports_alone_in_a_fresh_interpreter() -> None:
+def test_each_bench_and_rl_module_imports_alone_in_a_fresh_process() -> None:
     modules = [m for m in module_files(PACKAGE) if m.startswith(("kevin_backend.bench", "kevin_backend.rl"))]
     assert len(modules) >= 20
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        failed = [(m, err) for m, rc, err in pool.map(_fresh_import, modules) if rc != 0]
-    assert failed == []
+    halves = [modules[0::2], modules[1::2]]  # two forking processes at once
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(_imports_alone, halves))
+    codes = {m: code for got, _ in results for m, code in got.items()}
+    assert sorted(codes) == sorted(modules)
+    failed = {m: code for m, code in codes.items() if code != 0}
+    assert failed == {}, "".join(err for _, err in results)[-4000:]
+
+
+def test_a_module_that_fails_to_import_alone_is_reported(tmp_path: Path) -> None:
+    """The forked import above sees a module that imports only after another module did."""
+    (tmp_path / "first.py").write_text("def f():\n    pass\nfrom second import g\n")
+    (tmp_path / "second.py").write_text("from first import f\ndef g():\n    pass\n")  # a cycle: fine after first, not alone
+    proc = subprocess.run([sys.executable, "-c", _FORK_EACH, "first", "second"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    codes = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert codes == {"first": 0, "second": 1}, proc.stderr
+    assert "--- second" in proc.stderr and "ImportError" in proc.stderr
 
 
 def test_bench_uses_only_public_names_of_the_judge_and_measure() -> None:
