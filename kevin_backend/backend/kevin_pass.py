@@ -12,7 +12,10 @@ For each graph:
      compile's cache folder); a miss is recorded as pending (mode cache) or generated (mode
      generate, by the configured `KernelGenerator`, after the same task's kernel from another GPU,
      torch or CUDA in the cache, judged again here: generate/revalidation.py); an INDUCTOR entry
-     leaves the partition alone
+     leaves the partition alone. Before the compile's first search this process gives back the
+     GPU memory its allocator caches but does not use (cached_memory.py): the judge's workers are
+     other processes. A search the judge could not finish (SearchIncomplete: no memory for it, its
+     own error) stores no decision: the task is recorded as pending, with the reason
   4. replace each loaded partition by one `kevin::launch` call; Inductor compiles the rest
 
 Every failure before step 4 leaves that partition to Inductor with a recorded reason.
@@ -39,12 +42,14 @@ from torch._inductor import custom_graph_pass
 from kevin_backend.version import __version__
 from kevin_backend.runtime import op as _launch_op  # noqa: F401  (defines kevin::launch, which the pass calls)
 from kevin_backend.runtime import registry as runtime
+from kevin_backend.backend.cached_memory import give_back_cached_memory
 from kevin_backend.backend.partition import Partition, partition_graph
 from kevin_backend.backend.report import (
     CompileReport,
     FallbackReason,
     GraphReport,
     PartitionRecord,
+    SearchTime,
     Status,
 )
 from kevin_backend.backend.task import extract_task
@@ -53,9 +58,10 @@ from kevin_backend.cache.format import CacheEntry, EntryKind
 from kevin_backend.cache.key import SCHEMA_VERSION, CacheKey, make_key, tensors_device
 from kevin_backend.cache.kernel_store import KernelStore
 from kevin_backend.config import Config, Mode
+from kevin_backend.generate.engine import SearchIncomplete
 from kevin_backend.generate.op_support import OpSupport
 from kevin_backend.generate.policy import PolicyError
-from kevin_backend.generate.kernel_generator import KernelGenerator
+from kevin_backend.generate.kernel_generator import AccountedGenerator, KernelGenerator
 from kevin_backend.generate.writers import op_support_for
 from kevin_backend.measure.roofline import record_fraction
 from kevin_backend.types import KernelTask
@@ -108,6 +114,8 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
         self._count = counters.add if counting else (lambda name, n=1: None)
         self._default_generator: KernelGenerator | None = None
         self._policy_down: str | None = None
+        self._gave_back = False  # the allocator's cache emptied before this compile's first search
+        self._incomplete: dict[str, str] = {}  # keys whose search could not finish this compile: why
 
     def _generator(self) -> KernelGenerator:
         """The configured generator, else a search with the configured policy (made once)."""
@@ -232,42 +240,102 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
                 entry = self.cache.get(key)
             except Exception as exc:
                 return record(Status.FALLBACK, FallbackReason.LOOKUP_ERROR, _short(exc), **ids), None
+        search: SearchTime | None = None
         if entry is None:
-            try:
-                generator = self._generator()
-                entry = self._known_kernel(generator, task, key) or generator.generate(task, key)
-                if not isinstance(entry, CacheEntry) or entry.key != key:
-                    raise TypeError("generate() must return a CacheEntry for the key it was given")
-                self.cache.put(entry, replace=True)
-            except PolicyError as exc:
-                self._policy_down = _short(exc)
-                log.warning("kevin: the kernel writer could not answer: %s; Inductor compiles the rest", exc)
-                return record(Status.FALLBACK, FallbackReason.POLICY_ERROR, self._policy_down, **ids), None
-            except Exception as exc:
-                return record(Status.FALLBACK, FallbackReason.GENERATOR_ERROR, _short(exc), **ids), None
+            generated = self._generate(partition, kind, task, key, ids)
+            if isinstance(generated, PartitionRecord):
+                return generated, None
+            entry, search = generated
             status = Status.GENERATED
         speedup = entry.timings.speedup_vs_inductor
         if entry.kind is EntryKind.INDUCTOR:
-            return record(Status.INDUCTOR, detail=entry.reason, **ids), None
+            return record(Status.INDUCTOR, detail=entry.reason, search=search, **ids), None
         if key.digest in self.dropped:
-            return record(Status.DROPPED, detail=self.dropped[key.digest], speedup_vs_inductor=speedup, **ids), None
+            return record(Status.DROPPED, detail=self.dropped[key.digest], speedup_vs_inductor=speedup, search=search,
+                          **ids), None
 
         # load the kernel and check it against the partition on fake tensors
         try:
             kernel = runtime.load_entry(entry, self.config)
         except runtime.KernelMismatch as exc:
-            return record(Status.FALLBACK, FallbackReason.KERNEL_MISMATCH, _short(exc), **ids), None
+            return record(Status.FALLBACK, FallbackReason.KERNEL_MISMATCH, _short(exc), search=search, **ids), None
         except runtime.RejectedProgram as exc:
-            return record(Status.FALLBACK, FallbackReason.REJECTED_PROGRAM, _short(exc), **ids), None
+            return record(Status.FALLBACK, FallbackReason.REJECTED_PROGRAM, _short(exc), search=search, **ids), None
         except Exception as exc:
-            return record(Status.FALLBACK, FallbackReason.LOAD_ERROR, _short(exc), **ids), None
+            return record(Status.FALLBACK, FallbackReason.LOAD_ERROR, _short(exc), search=search, **ids), None
         runtime.register(kernel)
         try:
             out_vals = _fake_outputs(partition, key.digest)
         except Exception as exc:
-            return record(Status.FALLBACK, FallbackReason.KERNEL_MISMATCH, _short(exc), **ids), None
-        return (record(status, speedup_vs_inductor=speedup, roofline_fraction=record_fraction(entry.judge_record), **ids),
+            return record(Status.FALLBACK, FallbackReason.KERNEL_MISMATCH, _short(exc), search=search, **ids), None
+        return (record(status, speedup_vs_inductor=speedup, roofline_fraction=record_fraction(entry.judge_record),
+                       search=search, **ids),
                 _Swap(partition, key.digest, out_vals))
+
+    def _generate(self, partition: Partition, kind: str, task: KernelTask, key: CacheKey,
+                  ids: dict[str, Any]) -> tuple[CacheEntry, SearchTime] | PartitionRecord:
+        """The generator's decision for a miss, stored, and how long its search took; or the
+        record of why there is none: the writer down (asked no more this compile), the search
+        cut short (the task left pending, no decision stored), the generator's error."""
+        if key.digest in self._incomplete:  # a partition like an earlier one: not searched again this compile
+            return _record(partition, kind, Status.PENDING, FallbackReason.SEARCH_INCOMPLETE, self._incomplete[key.digest],
+                           **ids)
+        if not self._gave_back:  # once per compile, before the first search's judges run
+            self._gave_back = True
+            self._give_back_cached_memory()
+        start = time.perf_counter()
+        generator: KernelGenerator | None = None
+
+        def took() -> SearchTime:
+            account = generator.search_account() if isinstance(generator, AccountedGenerator) else None
+            return SearchTime(time.perf_counter() - start, **(account or {}))
+
+        try:
+            generator = self._generator()
+            entry = self._known_kernel(generator, task, key) or generator.generate(task, key)
+            if not isinstance(entry, CacheEntry) or entry.key != key:
+                raise TypeError("generate() must return a CacheEntry for the key it was given")
+            self.cache.put(entry, replace=True)
+        except PolicyError as exc:
+            self._policy_down = _short(exc)
+            log.warning("kevin: the kernel writer could not answer: %s; Inductor compiles the rest", exc)
+            return _record(partition, kind, Status.FALLBACK, FallbackReason.POLICY_ERROR, self._policy_down,
+                           search=took(), **ids)
+        except SearchIncomplete as exc:
+            return self._left_pending(partition, kind, task, key, exc, took(), ids)
+        except Exception as exc:
+            return _record(partition, kind, Status.FALLBACK, FallbackReason.GENERATOR_ERROR, _short(exc), search=took(), **ids)
+        return entry, took()
+
+    def _left_pending(self, partition: Partition, kind: str, task: KernelTask, key: CacheKey, exc: SearchIncomplete,
+                      search: SearchTime, ids: dict[str, Any]) -> PartitionRecord:
+        """A search that could not finish (the judge's own failure, RESOURCE among them, or the
+        writer's server's part-way): no decision is stored; the task is recorded for `kevin
+        prewarm` and Inductor runs the partition, the reason in the report."""
+        detail = self._incomplete[key.digest] = _short(exc)
+        log.warning("kevin: the search of partition %d (%s) could not finish: %s; Inductor runs it, and the task is "
+                    "left for `kevin prewarm`", partition.index, kind, detail)
+        if not self.config.record_pending:
+            return _record(partition, kind, Status.MISS, FallbackReason.SEARCH_INCOMPLETE, detail, search=search, **ids)
+        try:
+            if self.cache.record_pending(key, task):
+                self._count("pending_recorded")
+        except Exception as pending_exc:
+            return _record(partition, kind, Status.MISS, FallbackReason.SEARCH_INCOMPLETE,
+                           f"{detail}; pending not recorded: {_short(pending_exc)}", search=search, **ids)
+        return _record(partition, kind, Status.PENDING, FallbackReason.SEARCH_INCOMPLETE, detail, search=search, **ids)
+
+    def _give_back_cached_memory(self) -> None:
+        """Empty this process's CUDA allocator cache (the judge's workers are other processes and
+        cannot use what it holds) and say so in the report."""
+        try:
+            released = give_back_cached_memory()
+        except Exception as exc:  # the search goes on: the judge may still find the memory it needs
+            self.report.notes.append(f"could not give back the GPU memory cached by this process: {_short(exc)}")
+            return
+        self.report.released = self.report.released + released
+        for release in released:
+            log.info("kevin: before the search, %s", release.describe())
 
 
 @dataclass(frozen=True)

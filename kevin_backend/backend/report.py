@@ -1,5 +1,12 @@
 """The compile report: what the backend decided for every partition, and why (the process-wide
-counters are `runtime/counters.py`'s)."""
+counters are `runtime/counters.py`'s). In generate mode it also says how long each partition's
+search took (and where: the writer, the judge, the re-timing of the winner), their total, and what
+the process's own GPU memory cache gave back before the searches (`cached_memory.py`).
+
+    report = kevin_backend.last_report()
+    print(report)                 # the readable report
+    json.dumps(report.as_dict())  # the same as data
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterator
 
+from kevin_backend.backend.cached_memory import CacheRelease
 from kevin_backend.backend.partition import LeftOut
 
 __all__ = [
@@ -18,13 +26,16 @@ __all__ = [
     "GraphReport",
     "CompileReport",
     "last_report",
+    "SearchTime",
 ]
 
 
 class Status(str, Enum):
     HIT = "hit"  # a cached kernel replaces the partition
     GENERATED = "generated"  # generated now (mode generate), verified, cached and swapped in
-    PENDING = "pending"  # miss in cache mode, recorded for `kevin prewarm`; Inductor runs it
+    # miss in cache mode, or a generate-mode search the judge (or the writer's server) could not
+    # finish (see reason): recorded for `kevin prewarm`, no decision stored; Inductor runs it
+    PENDING = "pending"
     MISS = "miss"  # miss, not recorded; Inductor runs it
     INDUCTOR = "inductor"  # the cache says Inductor's code is the best known: Inductor runs it
     SKIPPED = "skipped"  # not looked up (see reason); Inductor runs it
@@ -41,6 +52,39 @@ class FallbackReason(str, Enum):
     KERNEL_MISMATCH = "cached kernel's outputs do not match the partition"
     GENERATOR_ERROR = "the generator failed"
     POLICY_ERROR = "the kernel writer could not answer"
+    SEARCH_INCOMPLETE = "the search could not finish (not the kernels' failure): left for `kevin prewarm`"
+
+
+@dataclass(frozen=True)
+class SearchTime:
+    """How long a partition's search took in generate mode, wall clock: `seconds` from asking the
+    generator to its decision stored (a kernel known from another environment judged again, the
+    search, the re-timing of its winner). The parts are the search generator's own account
+    (None from a generator that keeps none): the writer's calls, the judge's verdicts, the
+    re-timing; `turns` and `candidates` judged."""
+
+    seconds: float
+    writer_seconds: float | None = None
+    judge_seconds: float | None = None
+    retime_seconds: float | None = None
+    turns: int | None = None
+    candidates: int | None = None
+
+    def describe(self) -> str:
+        parts = [f"{name} {value:.1f} s" for name, value in (("writer", self.writer_seconds), ("judge", self.judge_seconds),
+                                                             ("re-timing", self.retime_seconds)) if value is not None]
+        if self.turns is not None:
+            parts.append(f"{self.turns} turns")
+        return f"searched in {self.seconds:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"seconds": round(self.seconds, 3), "writer_seconds": _rounded(self.writer_seconds),
+                "judge_seconds": _rounded(self.judge_seconds), "retime_seconds": _rounded(self.retime_seconds),
+                "turns": self.turns, "candidates": self.candidates}
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 @dataclass(frozen=True)
@@ -57,6 +101,13 @@ class PartitionRecord:
     # the kernel's fraction of the GPU's copy bandwidth, from its entry's judge record (None when
     # the record has no roofline)
     roofline_fraction: float | None = None
+    search: SearchTime | None = None  # generate mode: how long this partition's search took (None: no search)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "ops": list(self.ops), "status": self.status.value, "key": self.key,
+                "task": self.task, "reason": self.reason.value if self.reason else None, "detail": self.detail,
+                "speedup_vs_inductor": self.speedup_vs_inductor, "roofline_fraction": self.roofline_fraction,
+                "search": self.search.as_dict() if self.search else None}
 
 
 @dataclass
@@ -69,6 +120,10 @@ class GraphReport:
     error: str | None = None
     seconds: float = 0.0
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"graph_id": self.graph_id, "kind": self.kind, "nodes": self.nodes, "seconds": round(self.seconds, 3),
+                "error": self.error, "left_out": len(self.left_out), "partitions": [r.as_dict() for r in self.partitions]}
+
 
 @dataclass
 class CompileReport:
@@ -77,6 +132,8 @@ class CompileReport:
     config: dict[str, Any]
     graphs: list[GraphReport] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # generate mode: what this process's CUDA allocator gave back before the first search, per device
+    released: tuple[CacheRelease, ...] = ()
 
     def records(self) -> list[PartitionRecord]:
         return [r for g in self.graphs for r in g.partitions]
@@ -86,6 +143,21 @@ class CompileReport:
 
     def summary(self) -> dict[str, int]:
         return {s.value: self.count(s) for s in Status if self.count(s)}
+
+    def searches(self) -> list[SearchTime]:
+        """Every partition's search in generate mode, in order."""
+        return [r.search for r in self.records() if r.search is not None]
+
+    def search_seconds(self) -> float:
+        """The time the searches of this compile took, all together."""
+        return sum(s.seconds for s in self.searches())
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data: every graph and partition, the searches' time, the
+        memory given back."""
+        return {"config": self.config, "graphs": [g.as_dict() for g in self.graphs], "notes": list(self.notes),
+                "summary": self.summary(), "searches": len(self.searches()),
+                "search_seconds": round(self.search_seconds(), 3), "released": [r.as_dict() for r in self.released]}
 
     def __str__(self) -> str:
         lines = [f"kevin compile report (mode={self.config.get('mode')})"]
@@ -106,11 +178,17 @@ class CompileReport:
                 if r.roofline_fraction is not None and r.status in (Status.HIT, Status.GENERATED):
                     speed += f" ({r.roofline_fraction:.0%} of copy bandwidth)"
                 key = r.key[:12] if r.key else "-" * 12
-                lines.append(f"    #{r.index:<3} {r.status.value:<9} {key}  {len(r.ops):>3} ops [{ops}]{speed}{why}{detail}")
+                searched = f" [{r.search.describe()}]" if r.search is not None else ""
+                lines.append(f"    #{r.index:<3} {r.status.value:<9} {key}  {len(r.ops):>3} ops [{ops}]{speed}{why}{detail}{searched}")
             reasons = Counter(lo.reason.value for lo in g.left_out)
             if reasons:
                 lines.append("    left out: " + ", ".join(f"{n} {why}" for why, n in reasons.most_common()))
         lines.extend(f"  note: {n}" for n in self.notes)
+        lines.extend(f"  before the search: {r.describe()}" for r in self.released)
+        searches = self.searches()
+        if searches:
+            lines.append(f"  search time: {self.search_seconds():.1f} s for {len(searches)} partition"
+                         f"{'s' if len(searches) != 1 else ''}")
         totals = ", ".join(f"{v} {k}" for k, v in self.summary().items()) or "no partitions"
         lines.append(f"  total: {totals}")
         return "\n".join(lines)

@@ -6,7 +6,8 @@
     # (decision.py) KERNEL if the best (lowest kernel time) beat Inductor by the margin beyond
     # the noise when re-timed against it, else INDUCTOR; SearchIncomplete if the re-timing failed
 
-One search runs N trajectories for up to T turns. Each turn:
+One search runs N trajectories for up to T turns. A judge that can (`PreparingJudging`) starts its
+workers as the search begins, while the first replies are written and built. Each turn:
 
   1. the conversation of every live trajectory is built (`prompts.build_messages`: earlier chain
      of thought dropped, summaries kept, oldest turns cut at the token budget)
@@ -32,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from kevin_backend.generate.judging import BatchJudging, Judging
+from kevin_backend.generate.judging import BatchJudging, Judging, PreparingJudging
 from kevin_backend.generate.policy import EarlierTurn, Message, Policy, PolicyError, Reply, Sampling, TokenCounter, TurnReader
 from kevin_backend.generate.prompts import Turn, build_messages, extract_code, prompt_version
 from kevin_backend.judge.result import JudgeResult, Reason, Stage
@@ -113,6 +114,9 @@ class SearchResult:
     # Why the search was cut short by the judge's or the model server's failure ("" when it was
     # not): its records are not a fair search, so no decision is made from them.
     incomplete: str = ""
+    # The share of `judge_seconds` its decision took (the winner re-timed against Inductor:
+    # `generator.SearchGenerator.decide`); 0 before the decision.
+    decision_seconds: float = 0.0
 
     @property
     def best(self) -> TurnRecord | None:
@@ -179,6 +183,7 @@ class Engine:
         stopped = f"all {cfg.turns} turns"
         incomplete = ""
         context = SearchContext(name, task_source, self.policy_name, cfg.sampling, prompt_version(), self.gpu)
+        self._prepare_judge()
         for turn in range(cfg.turns):
             live = [t for t in trajectories if not t.done]
             if not live:
@@ -258,6 +263,16 @@ class Engine:
         if self.progress is not None:
             self.progress("done", {"result": result})
         return result
+
+    def _prepare_judge(self) -> None:
+        """The judge's workers start now, beside the first turn's writing and building (a judge's
+        failure to prepare is no failure of the search: its first verdicts will say what is wrong)."""
+        if not isinstance(self.judge, PreparingJudging):
+            return
+        try:
+            self.judge.prepare(min(self.config.trajectories, self.config.judge_workers))
+        except Exception:  # noqa: BLE001
+            log.exception("the judge could not prepare its workers")
 
     def _stopped(self, trajectories: Sequence[_Trajectory], records: Sequence[TurnRecord]) -> str:
         """Why a search ended before its last turn: every trajectory stopped early (declined,

@@ -52,6 +52,7 @@ class SearchGenerator:
         self.name = f"search:{getattr(policy, 'name', type(policy).__name__)}"
         self.results: list[SearchResult] = []
         self._retimer = retimer
+        self._last: int | None = None  # the index in `results` of the last `generate` call's search
 
     @property
     def judge(self) -> Judging:
@@ -84,6 +85,7 @@ class SearchGenerator:
         """The search's decision; raises PolicyError when the policy never answered and
         SearchIncomplete when the search was cut short by the judge's or the model server's
         failure (or there is no GPU), so that no decision is cached for them."""
+        self._last = len(self.results)
         result = self.run(task, key.gpu, key.capability, key.numerics)
         if not result.records and result.stopped.startswith("policy error"):
             raise PolicyError(result.stopped.removeprefix("policy error: "))
@@ -105,7 +107,18 @@ class SearchGenerator:
             self._update(result, incomplete=str(exc), stopped=str(exc))
             raise SearchIncomplete(f"{task.name}: {exc}") from None
         finally:
-            self._update(result, judge_seconds=result.judge_seconds + time.perf_counter() - start)
+            spent = time.perf_counter() - start
+            self._update(result, judge_seconds=result.judge_seconds + spent, decision_seconds=result.decision_seconds + spent)
+
+    def search_account(self) -> dict[str, Any] | None:
+        """Where the last `generate` call's search spent its time (`kernel_generator.AccountedGenerator`):
+        the writer's calls, the judge's verdicts, the re-timing of the winner; None before any."""
+        if self._last is None or self._last >= len(self.results):
+            return None
+        result = self.results[self._last]
+        return {"writer_seconds": result.model_seconds, "judge_seconds": result.judge_seconds - result.decision_seconds,
+                "retime_seconds": result.decision_seconds, "turns": len({r.turn for r in result.records}),
+                "candidates": len(result.records)}
 
     def _update(self, result: SearchResult, **changes: Any) -> None:
         for i in range(len(self.results) - 1, -1, -1):

@@ -6,10 +6,12 @@ and of the re-timing a decision runs.
                        then its worker pool); the engine otherwise judges one candidate a thread
     ConfigurableJudging  configured(numerics=...): a judge of the same builds and workers under a
                        task's numerics settings (the ones its cache key names)
+    PreparingJudging   prepare(candidates): start what judging needs (worker processes) ahead of
+                       the first candidates, in the background; the search asks it first thing
     Retimer            retime(task, kernel) -> RetimeOutcome: the winner against Inductor
     NumericsRetimer    for_numerics(numerics): a retimer under a task's numerics settings
 
-`kevin_backend.judge.judge.Judge` is all three judges and `judge.decide.SandboxRetimer` both
+`kevin_backend.judge.judge.Judge` is all four judges and `judge.decide.SandboxRetimer` both
 retimers; a test's scripted judge need be no more than `Judging`. The optional abilities are
 runtime-checkable: the search asks `isinstance(judge, BatchJudging)`, not for an attribute.
 """
@@ -21,7 +23,8 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 from kevin_backend.judge.decide import RetimeOutcome
 from kevin_backend.judge.result import JudgeResult
 
-__all__ = ["Judging", "BatchJudging", "ConfigurableJudging", "Retimer", "NumericsRetimer", "Numerics"]
+__all__ = ["Judging", "BatchJudging", "ConfigurableJudging", "PreparingJudging", "Retimer", "NumericsRetimer",
+           "Numerics"]
 
 Numerics = tuple[tuple[str, Any], ...]  # a cache key's numerics settings, (name, value) pairs
 
@@ -44,6 +47,14 @@ class ConfigurableJudging(Protocol):
     """A judge's ability to judge under other run settings, sharing its builds and workers."""
 
     def configured(self, **changes: Any) -> Judging: ...
+
+
+@runtime_checkable
+class PreparingJudging(Protocol):
+    """A judge's ability to get ready for candidates before they come: its workers' start then
+    overlaps the writer's reply and the builds. Returns at once."""
+
+    def prepare(self, candidates: int = 1) -> None: ...
 
 
 class Retimer(Protocol):

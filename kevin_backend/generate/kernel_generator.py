@@ -5,18 +5,23 @@ cache (`backend/kevin_pass.py`: the `generator` option's value, else `generator.
 a `SearchGenerator`). A generator returns a `CacheEntry`: a KERNEL entry (a verified kernel that
 beat Inductor) or an INDUCTOR entry (nothing did); the backend stores it and swaps KERNEL winners
 in. A generator that raises is a fallback to Inductor for that partition, never a failed compile;
-one that raises `PolicyError` (its model cannot answer) is not asked again in that compile.
+one that raises `PolicyError` (its model cannot answer) is not asked again in that compile; one
+that raises `SearchIncomplete` (the judge could not finish: its own failure, memory among them)
+leaves the task pending for `kevin prewarm`, no decision stored.
+
+A generator may also say where its last `generate` call spent its time (`AccountedGenerator`);
+the compile report shows it beside each partition's search time.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from kevin_backend.cache.format import CacheEntry
 from kevin_backend.cache.key import CacheKey
 from kevin_backend.types import KernelTask
 
-__all__ = ["KernelGenerator"]
+__all__ = ["KernelGenerator", "AccountedGenerator"]
 
 
 @runtime_checkable
@@ -25,4 +30,15 @@ class KernelGenerator(Protocol):
 
     def generate(self, task: KernelTask, key: CacheKey) -> CacheEntry:
         """A verified decision for `task` on the device `key` names."""
+        ...
+
+
+@runtime_checkable
+class AccountedGenerator(Protocol):
+    """A generator's account of its last `generate` call's search."""
+
+    def search_account(self) -> dict[str, Any] | None:
+        """Where the last search spent its time: `writer_seconds` (the policy's calls),
+        `judge_seconds` (the verdicts), `retime_seconds` (the winner re-timed against Inductor),
+        `turns` and `candidates`; None when that call made no search."""
         ...

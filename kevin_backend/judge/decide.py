@@ -24,6 +24,7 @@ environment, verdict line and phase parsing).
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import re
 import statistics
@@ -269,16 +270,26 @@ def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig
 
 
 def retime_runs(task_source: str, kernel_source: str, config: RetimeConfig) -> RetimeOutcome:
-    """`config.runs` re-timings one after another, each in a fresh worker (a fresh compile of
-    Inductor's side, a fresh load of the kernel), their rounds joined in order with the runs'
-    sizes; the first failure is the outcome."""
-    joined: list[RetimeOutcome] = []
-    for _ in range(config.runs):
-        outcome = retime_in_sandbox(task_source, kernel_source, config)
-        if not outcome.ok:
-            return outcome
-        joined.append(outcome)
-    return RetimeOutcome.join(joined)
+    """`config.runs` re-timings, each in a fresh worker (a fresh compile of Inductor's side, a
+    fresh load of the kernel), their rounds joined in order with the runs' sizes; the first
+    failure is the outcome.
+
+    Where a GPU lock keeps their measurements apart (`config.gpu_lock`: each run holds it alone
+    from its warm-up round, Inductor's compile included, to its last round), every run's worker
+    starts at once: a run's start (torch, CUDA, the kernel's and Inductor's processes) overlaps
+    the measurement of the run before it instead of following it. Without a lock they run one
+    after another."""
+    if config.runs > 1 and config.gpu_lock:
+        with concurrent.futures.ThreadPoolExecutor(config.runs) as threads:
+            outcomes = list(threads.map(lambda _: retime_in_sandbox(task_source, kernel_source, config), range(config.runs)))
+    else:
+        outcomes = []
+        for _ in range(config.runs):
+            outcomes.append(retime_in_sandbox(task_source, kernel_source, config))
+            if not outcomes[-1].ok:
+                break
+    failed = next((outcome for outcome in outcomes if not outcome.ok), None)
+    return failed if failed is not None else RetimeOutcome.join(outcomes)
 
 
 def _death(phase: str, err: str, returncode: int | None, host_oom_kill: bool = False) -> RetimeOutcome:

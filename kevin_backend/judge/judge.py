@@ -3,6 +3,7 @@
     judge = Judge(build_root)
     result = judge.judge(task_source, candidate_source)            # a JudgeResult
     results = judge.evaluate_many(task_source, [c1, c2, ...])       # several, through the pool
+    judge.prepare(4)          # optional, ahead of candidates: the pool's workers start meanwhile
     judge.close()                                                   # the pool's workers end
 
 Runs go to a pool of long-lived sandboxed workers (`pool.py`; `workers=0` starts a fresh process
@@ -125,6 +126,16 @@ class Judge:
         view = copy.copy(self)
         view.config = dataclasses.replace(self.config, **changes)  # type: ignore[arg-type]
         return view
+
+    def prepare(self, candidates: int = 1) -> None:
+        """Get ready for `candidates` candidates coming (a search's first turn): the pool's workers
+        start now, in the background, on this judge's device, so that their start overlaps the
+        writer's reply and the builds instead of following them. Judges nothing; returns at once."""
+        pool = self.pool
+        if pool is None:
+            return
+        device = str(self.device) if torch.cuda.is_available() else self.config.device
+        pool.prestart(min(max(1, candidates), pool.size), device)
 
     def close(self) -> None:
         """End the pool's workers (a later call starts new ones)."""

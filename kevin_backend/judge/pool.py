@@ -2,10 +2,13 @@
 references built and compiled once per worker and task, a worker replaced after any error.
 
     pool = WorkerPool(size=4)
+    pool.prestart(1, "cuda:0")    # optional: a worker starting now, before the first job is known
     outcome = pool.run(task_source, candidate_source, config)   # a RunOutcome, as run_in_sandbox's
     pool.close()
 
-Each worker is `python -m kevin_backend.judge.run_worker --serve` in a session of its own. A job
+Each worker is `python -m kevin_backend.judge.run_worker --serve` in a session of its own (with
+`--prepare DEVICE` once the pool knows its device: the worker's fork server starts with it, before
+its first job). A job
 (`job.Job`) is one JSON line on its stdin, with its token; the worker answers with token-prefixed
 phase lines and one verdict line, as a single run does (`sandbox.py` reads them the same way). A
 worker is retired, and a fresh one started at once (its start overlaps the next jobs), when:
@@ -55,9 +58,10 @@ _EOF = object()
 class _Worker:
     """One serving worker process and the threads that read its output."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str | None = None) -> None:
+        prepare = ["--prepare", device] if device else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kevin_backend.judge.run_worker", "--serve"],
+            [sys.executable, "-m", "kevin_backend.judge.run_worker", "--serve", *prepare],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
             start_new_session=True, env=worker_env(),
         )
@@ -146,6 +150,20 @@ class WorkerPool:
         self._closed = False
         self.started = 0  # workers started over the pool's life
         self.retired: list[str] = []  # why each retired worker was retired
+        self.device: str | None = None  # the device its jobs run on, once `prestart` was told
+
+    def prestart(self, count: int, device: str | None = None) -> int:
+        """Start workers ahead of the jobs, until `count` are idle (within the pool's size): a
+        worker's start (torch's import, CUDA, with `device` its fork server) then overlaps what
+        comes before its first job, the candidate's build. How many were started."""
+        started = 0
+        with self._cond:
+            self.device = device or self.device
+            while not self._closed and len(self._idle) < count and len(self._idle) + self._busy < self.size:
+                self._idle.append(_Worker(self.device))
+                self.started += 1
+                started += 1
+        return started
 
     def run(self, task_source: str, candidate_source: str, config: RunConfig = RunConfig()) -> RunOutcome:
         worker = self._take()
@@ -186,7 +204,7 @@ class WorkerPool:
                     break
                 self._cond.wait()
         self.started += 1
-        return _Worker()
+        return _Worker(self.device)
 
     def _give(self, worker: _Worker, keep: bool) -> None:
         if not keep:
@@ -198,7 +216,7 @@ class WorkerPool:
             elif not self._closed and len(self._idle) + self._busy < self.size:
                 # the replacement starts now: its torch import overlaps the other workers' jobs
                 self.started += 1
-                self._idle.append(_Worker())
+                self._idle.append(_Worker(self.device))
             self._cond.notify()
         if keep and self._closed:
             worker.close()

@@ -2,6 +2,7 @@
 
     python -m kevin_backend.judge.run_worker < job.json     # prints one JSON line: the outcome
     python -m kevin_backend.judge.run_worker --serve        # a pool's worker: one job per line
+    python -m kevin_backend.judge.run_worker --serve --prepare cuda:0   # its fork server started at once
 
 A job is a `job.Job`, one JSON line with the parent's token beside it. A pool's worker (`pool.py`)
 keeps torch and CUDA initialised and, per task, the reference model and its float64 copy
@@ -218,8 +219,9 @@ def _judge(run: Run) -> dict[str, Any]:
         return accepted(run, times)
 
 
-def serve() -> int:
-    """A pool's worker: torch and CUDA initialised once, then one job per line of stdin, each
+def serve(prepare: str | None = None) -> int:
+    """A pool's worker: torch and CUDA initialised once (and, for the device `prepare` names, the
+    fork server: before the first job, not in it), then one job per line of stdin, each
     answered like a single run. After each candidate the outputs are gone, the allocator's
     cache is released and the kept references are fingerprinted: a reference that changed (a
     candidate wrote out of bounds into it) ends the worker, as does a CUDA error; the parent
@@ -227,6 +229,8 @@ def serve() -> int:
     make_undumpable()
     if torch.cuda.is_available():
         torch.cuda.init()
+    if prepare:
+        launcher_for(torch.device(prepare))
     states = TaskStates()
     own = current_numerics()  # restored before every job: no job's settings reach the next
     print("ready", flush=True)
@@ -269,8 +273,10 @@ def serve() -> int:
 
 
 def main() -> int:
-    if "--serve" in sys.argv[1:]:
-        return serve()
+    args = sys.argv[1:]
+    if "--serve" in args:
+        at = args.index("--prepare") + 1 if "--prepare" in args else 0
+        return serve(args[at] if 0 < at < len(args) else None)
     make_undumpable()
     job, token = Job.from_json(sys.stdin.read())
 

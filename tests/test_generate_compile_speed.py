@@ -1,0 +1,146 @@
+"""What a generate-mode compile waits for, overlapped where it can be: the judge's workers start as
+the search begins (their fork server with them), beside the first turn's writing and building; the
+re-timing's runs start their workers at once where the GPU lock keeps their measurements apart."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kevin_backend.generate.engine import Engine, SearchConfig
+from kevin_backend.generate.policy import Reply
+from kevin_backend.judge import decide
+from kevin_backend.judge.decide import RetimeConfig, RetimeOutcome, retime_runs
+from kevin_backend.judge.pool import WorkerPool
+from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
+from test_judge_pool import FAST, HONEST, TASK
+
+
+def _children(pid: int) -> list[str]:
+    """The command lines of `pid`'s child processes."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            if parent == pid:
+                found.append(Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def test_a_prestarted_worker_is_ready_with_its_fork_server_before_its_first_job() -> None:
+    with WorkerPool(size=2) as pool:
+        assert pool.prestart(1, "cpu") == 1
+        assert pool.prestart(1, "cpu") == 0  # one is idle already
+        (worker,) = pool._idle
+        assert worker.lines.get(timeout=120) == "ready"
+        assert any("kevin_backend.judge.fork_server" in c for c in _children(worker.proc.pid))  # before any job
+        out = pool.run(TASK, HONEST, FAST)
+        assert out.reason == "ACCEPTED", out.feedback
+        assert pool.started == 1  # the job went to the prestarted worker
+        assert pool.prestart(5, "cpu") == 1  # up to the pool's size
+        assert pool.started == 2
+
+
+class _Judge:
+    """A scripted judge that can prepare, and the order of what it was asked."""
+
+    def __init__(self, said: list[str]) -> None:
+        self.said = said
+
+    def prepare(self, candidates: int = 1) -> None:
+        self.said.append(f"prepare {candidates}")
+
+    def judge(self, task_source: str, candidate_source: str) -> JudgeResult:
+        self.said.append("judge")
+        return JudgeResult(Stage.TIMING, Reason.ACCEPTED, timings=JudgeTimings(0.5, 1.0, 0.8, 10))
+
+
+class _Writer:
+    name = "writer"
+
+    def __init__(self, said: list[str]) -> None:
+        self.said = said
+
+    def generate(self, conversations: Any, sampling: Any) -> list[Reply]:
+        self.said.append("write")
+        return [Reply("```python\nclass ModelNew:\n    pass\n```\n") for _ in conversations]
+
+
+@pytest.mark.parametrize("trajectories, workers, asked", [(1, 8, 1), (3, 2, 2)])
+def test_the_search_asks_its_judge_to_prepare_before_the_first_reply(trajectories: int, workers: int, asked: int) -> None:
+    said: list[str] = []
+    config = SearchConfig(trajectories=trajectories, turns=2, judge_workers=workers, roofline_stop=None)
+    Engine(_Writer(said), _Judge(said), config).search(TASK, "t")
+    assert said == [f"prepare {asked}"] + (["write"] + ["judge"] * trajectories) * 2
+
+
+def _rounds(n: int = 6) -> RetimeOutcome:
+    return RetimeOutcome((1.0,) * n, (1.2,) * n, (n,), trials=5, protocol="p")
+
+
+def test_the_runs_of_a_re_timing_start_at_once_under_a_gpu_lock(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    both = threading.Barrier(2, timeout=20)  # passed only by two runs at once
+    calls: list[str] = []
+
+    def run(task: str, kernel: str, config: RetimeConfig) -> RetimeOutcome:
+        calls.append(config.gpu_lock or "")
+        both.wait()
+        return _rounds()
+
+    monkeypatch.setattr(decide, "retime_in_sandbox", run)
+    outcome = retime_runs("task", "kernel", RetimeConfig(runs=2, gpu_lock=str(tmp_path / "gpu0.lock")))
+    assert outcome.ok and outcome.runs == (6, 6) and len(outcome.kernel_ms) == 12 and len(calls) == 2
+
+
+def test_without_a_lock_the_runs_follow_each_other_and_stop_at_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    running: list[int] = []
+    most = [0]
+    outcomes = iter([RetimeOutcome.kernel_failure("it crashed"), _rounds()])
+
+    def run(task: str, kernel: str, config: RetimeConfig) -> RetimeOutcome:
+        running.append(1)
+        most[0] = max(most[0], len(running))
+        time.sleep(0.05)
+        running.pop()
+        return next(outcomes)
+
+    monkeypatch.setattr(decide, "retime_in_sandbox", run)
+    outcome = retime_runs("task", "kernel", RetimeConfig(runs=2))
+    assert not outcome.ok and outcome.failure == "it crashed"
+    assert most[0] == 1 and next(outcomes).ok  # one at a time; the second never ran
+
+
+def test_at_once_the_first_failure_in_run_order_is_the_outcome(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    ends = {0: _rounds(), 1: RetimeOutcome.judge_failure("no memory")}
+    lock = threading.Lock()
+    order: list[int] = []
+
+    def run(task: str, kernel: str, config: RetimeConfig) -> RetimeOutcome:
+        with lock:
+            order.append(len(order))
+            return ends[order[-1]]
+
+    monkeypatch.setattr(decide, "retime_in_sandbox", run)
+    outcome = retime_runs("task", "kernel", RetimeConfig(runs=2, gpu_lock=str(tmp_path / "gpu0.lock")))
+    assert not outcome.ok and outcome.judge_side and outcome.failure == "no memory"
+
+
+def test_two_real_runs_at_once_measure_one_after_the_other_under_the_lock(tmp_path: Path) -> None:
+    from test_decide import TASK_SOURCE, THROUGH_RUNTIME, cpu_config
+
+    lock = tmp_path / "gpu0.lock"
+    lock.touch()
+    outcome = retime_runs(TASK_SOURCE, THROUGH_RUNTIME, cpu_config(rounds=5, runs=2, gpu_lock=str(lock)))
+    assert outcome.ok, outcome.failure
+    assert outcome.runs == (5, 5) and len(outcome.kernel_ms) == len(outcome.inductor_ms) == 10
+    assert outcome.protocol.startswith("2 runs, each in a fresh worker")
