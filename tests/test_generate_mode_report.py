@@ -226,3 +226,37 @@ def test_without_cuda_there_is_nothing_to_give_back() -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         pytest.skip("about a process without a CUDA context")
     assert cached_memory.give_back_cached_memory() == ()
+
+
+def test_the_graph_checks_time_is_in_the_reports_data(kevin_dir: Path) -> None:
+    x = torch.randn(8, 32)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(_Norm(), backend="kevin", options={"mode": "generate", "generator": ReferenceGenerator(),
+                                                         "cache_dir": str(kevin_dir), "cpu_kernels": True,
+                                                         "graph_check": True})(x)
+    report = kevin_backend.last_report()
+    assert any(n.startswith("graph check (") for n in report.notes)
+    assert report.graph_check_seconds > 0 and report.as_dict()["graph_check_seconds"] == round(report.graph_check_seconds, 3)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the --cpu plumbing check is for machines without a GPU")
+def test_the_compile_time_benchmark_runs_its_models_each_in_a_process_of_its_own(tmp_path: Path) -> None:
+    """Its plumbing, on the CPU: the search runs and the judge answers NO_GPU, so the partition
+    is left pending; the row carries the compile and search seconds, and the median is taken."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_generate_compile.py"
+    out = tmp_path / "bench.json"
+    done = subprocess.run([sys.executable, str(script), "--cpu", "--small", "--problems", "l2norm", "--turns", "1",
+                           "--cache", str(tmp_path / "cache"), "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    (row,) = data["rows"]
+    assert row["problem"] == "l2norm" and row["shape"] == [256, 65535] and row["match"]
+    (part,) = row["partitions"]
+    assert part["status"] == "pending" and "no GPU to judge on" in part["detail"] and part["search"]["turns"] == 1
+    assert 0 < row["search_seconds"] < row["compile_seconds"]
+    assert data["summary"]["median_compile_seconds"] == row["compile_seconds"] and data["turns"] == 1
+    assert "median compile" in done.stdout and "l2norm" in done.stdout

@@ -419,6 +419,7 @@ class GraphCheck:
 
     def _note(self, outcome: GraphOutcome, seconds: float) -> None:
         mark_dropped(self._report, outcome.dropped)
+        self._report.graph_check_seconds += seconds
         self._report.notes.append(f"graph check ({seconds:.1f} s): {outcome.summary}")
 
 

@@ -74,7 +74,7 @@ class SearchTime:
         parts = [f"{name} {value:.1f} s" for name, value in (("writer", self.writer_seconds), ("judge", self.judge_seconds),
                                                              ("re-timing", self.retime_seconds)) if value is not None]
         if self.turns is not None:
-            parts.append(f"{self.turns} turns")
+            parts.append(f"{self.turns} turn{'' if self.turns == 1 else 's'}")
         return f"searched in {self.seconds:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
 
     def as_dict(self) -> dict[str, Any]:
@@ -134,6 +134,7 @@ class CompileReport:
     notes: list[str] = field(default_factory=list)
     # generate mode: what this process's CUDA allocator gave back before the first search, per device
     released: tuple[CacheRelease, ...] = ()
+    graph_check_seconds: float = 0.0  # the graph-level check's time (graph_check.py), on the graph's first call
 
     def records(self) -> list[PartitionRecord]:
         return [r for g in self.graphs for r in g.partitions]
@@ -157,7 +158,8 @@ class CompileReport:
         memory given back."""
         return {"config": self.config, "graphs": [g.as_dict() for g in self.graphs], "notes": list(self.notes),
                 "summary": self.summary(), "searches": len(self.searches()),
-                "search_seconds": round(self.search_seconds(), 3), "released": [r.as_dict() for r in self.released]}
+                "search_seconds": round(self.search_seconds(), 3), "graph_check_seconds": round(self.graph_check_seconds, 3),
+                "released": [r.as_dict() for r in self.released]}
 
     def __str__(self) -> str:
         lines = [f"kevin compile report (mode={self.config.get('mode')})"]
