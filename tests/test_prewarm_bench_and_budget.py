@@ -1,0 +1,124 @@
+"""`kevin prewarm` on the CPU with bench models as the source (the partitions of every graph the
+bench compiles) and with a --budget (profile, rank, search in order; each bench model timed end to
+end before and after). The rest of prewarm, the plug-ins and why two files:
+tests/test_prewarm.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kevin_backend.cache.store import KernelCache
+from kevin_backend.config import override
+from test_prewarm import TESTS, _lines, plugin_env  # noqa: F401 (plugin_env: the fixture)
+
+
+def test_prewarm_of_a_bench_model_covers_what_the_bench_compiles(tmp_path: Path, plugin_env: Path) -> None:
+    # GPT-2's training step breaks into several graphs (each with its own compile report): the
+    # prewarm must take the partitions of all of them, not only the last one's
+    from kevin_backend.backend.report import collecting_reports
+    from kevin_backend.bench.models import make_model
+    from kevin_backend.cli.main import main
+
+    cache_dir = tmp_path / "cache"
+    args = ["--cache-dir", str(cache_dir), "prewarm", "--bench-model", "gpt2", "--bench-size", "tiny",
+            "--generator", "prewarm_helpers:reference"]
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main(args) == 0
+    generated = _lines(plugin_env)
+    assert len(generated) >= 8  # inference, and the training step's forward and backward graphs
+    for workload in ("infer", "train"):  # the bench's own steps now find every partition in the cache
+        torch._dynamo.reset()
+        model, inputs = make_model("gpt2", workload, device="cpu", size="tiny")
+        with override(KEVIN_CPU_KERNELS=True), collecting_reports() as reports:
+            compiled = torch.compile(model, backend="kevin", options={"mode": "cache", "cache_dir": str(cache_dir)})
+            if workload == "infer":
+                with torch.no_grad():
+                    compiled(*inputs)
+            else:
+                compiled(*inputs).backward()
+        if workload == "train":
+            assert len(reports) > 1  # graph breaks: this test is about them
+        statuses = [r.status.value for report in reports for r in report.records()]
+        assert statuses and set(statuses) == {"hit"}, (workload, statuses)
+    assert main(["--cache-dir", str(cache_dir), "prewarm", "--bench-model", "nope"]) == 2
+
+
+def test_a_budgeted_prewarm_profiles_ranks_and_searches_in_order(tmp_path: Path, plugin_env: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """--budget: each partition's Inductor code timed once, the searches in order of expected
+    gain (one worker: the generator sees them in that order), then the gains table; a budget
+    spent by the profile alone searches nothing and leaves every task pending."""
+    import json
+
+    from kevin_backend.cli.main import main
+
+    cache_dir = tmp_path / "cache"
+    base = ["--cache-dir", str(cache_dir), "prewarm", "--model", f"{TESTS}/prewarm_helpers.py:mlp",
+            "--generator", "prewarm_helpers:reference", "--workers", "1"]
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main([*base, "--budget", "0.1s", "--json", str(tmp_path / "none.json")]) == 0
+    out = capsys.readouterr()
+    data = json.loads((tmp_path / "none.json").read_text())
+    assert _lines(plugin_env) == [] and len(data["unsearched"]) == len(data["profile"]) >= 3
+    assert len(KernelCache(cache_dir, None).pending()) == len(data["profile"])  # still pending: a later run resumes
+    assert "not searched (pending)" in out.out and "not searched within the budget" in out.out
+
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main([*base, "--budget", "30m", "--json", str(tmp_path / "all.json")]) == 0
+    out = capsys.readouterr()
+    data = json.loads((tmp_path / "all.json").read_text())
+    ranked = [p["digest"] for p in data["profile"]]
+    gains = [p["expected_gain_ms"] for p in data["profile"]]
+    assert all(p["inductor_ms"] and p["inductor_ms"] > 0 for p in data["profile"]), data["profile"]
+    assert gains == sorted(gains, reverse=True)
+    assert _lines(plugin_env) == ranked  # searched in the ranked order
+    assert data["unsearched"] == [] and data["kernels"] == len(ranked)
+    assert "| rank | partition |" in out.out and "measured gain of the kernels kept" in out.out
+    assert "profiling" in out.err and "searching in order of expected gain" in out.err
+
+
+def test_budget_ranking_and_parsing() -> None:
+    from kevin_backend.prewarm.profile import Profile, gain_table, parse_budget, rank
+
+    assert parse_budget("30m") == 1800 and parse_budget("90s") == 90 and parse_budget("1.5h") == 5400 and parse_budget("12") == 12
+    for bad in ("", "0m", "soon", "-3s"):
+        with pytest.raises(ValueError, match="expected a duration"):
+            parse_budget(bad)
+    # 2 runs x (1.0 - 0.2) = 1.6 ms beats 1 x (3.0 - 2.0) = 1.0 ms: share times distance, not time alone
+    a = Profile("a" * 32, "norm", 2, 1.0, 0.2)
+    b = Profile("b" * 32, "matmul-epilogue", 1, 3.0, 2.0)
+    c = Profile("c" * 32, "broken", 1, None, None, error="RuntimeError: x")
+    assert [p.name for p in rank([c, b, a])] == ["norm", "matmul-epilogue", "broken"]
+    assert a.expected_gain_ms == pytest.approx(1.6) and a.fraction == pytest.approx(0.2)
+    table = gain_table(rank([a, b, c]), {"a" * 32: {"status": "kernel", "speedup_vs_inductor": 2.0}, "b" * 32: {"status": "inductor"}})
+    assert "| 1 | norm" in table and "| kernel | 0.5000 | 1.0000 |" in table  # 2 x (1.0 - 0.5) measured
+    assert "not searched (pending)" in table and "(RuntimeError: x)" in table
+    assert "expected gain at the roofline 2.6000 ms" in table and "kept 1.0000 ms" in table
+
+
+def test_a_budgeted_prewarm_of_a_bench_model_times_it_end_to_end_before_and_after(tmp_path: Path, plugin_env: Path,
+                                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """With bench models as the source, the budgeted run times each model's step as `kevin bench`
+    does before profiling and after the searches: kevin ran no kernel before, and the kernels the
+    searches stored after."""
+    import json
+
+    from kevin_backend.cli.main import main
+
+    out_json = tmp_path / "summary.json"
+    with override(KEVIN_CPU_KERNELS=True):
+        assert main(["--cache-dir", str(tmp_path / "cache"), "prewarm", "--bench-model", "mlp", "--bench-size", "tiny",
+                     "--no-train", "--generator", "prewarm_helpers:reference", "--workers", "1", "--budget", "30m",
+                     "--json", str(out_json)]) == 0
+    out = capsys.readouterr()
+    data = json.loads(out_json.read_text())
+    (before,), (after,) = data["end_to_end"]["before"], data["end_to_end"]["after"]
+    assert before["model"] == after["model"] == "mlp" and before["workload"] == "infer"
+    assert before["error"] is None and after["error"] is None
+    assert before["kernels"] == [] and len(after["kernels"]) == data["kernels"] > 0
+    assert all(r["timings"][c]["median_ms"] > 0 for r in (before, after) for c in ("inductor", "kevin"))
+    assert "| model | workload | Inductor ms | kevin ms before | kevin ms after |" in out.out
+    assert "timing mlp end to end" in out.err
