@@ -51,6 +51,21 @@ def test_a_prestarted_worker_is_ready_with_its_fork_server_before_its_first_job(
         assert pool.started == 2
 
 
+def test_preparing_the_judge_reads_the_headers_macros_in_the_background_once(monkeypatch: pytest.MonkeyPatch,
+                                                                              tmp_path: Path) -> None:
+    from kevin_backend.judge import judge as judge_module
+
+    read_in: list[str] = []
+    monkeypatch.setattr(judge_module, "_warming", [])
+    monkeypatch.setattr(judge_module, "header_macros", lambda: read_in.append(threading.current_thread().name))
+    judge = judge_module.Judge(tmp_path / "builds", workers=0)  # (no pool: the warm-up alone)
+    judge.prepare(1)
+    judge.prepare(1)
+    for thread in judge_module._warming:
+        thread.join(timeout=30)
+    assert read_in == ["kevin-static-rules-warm"]
+
+
 class _Judge:
     """A scripted judge that can prepare, and the order of what it was asked."""
 

@@ -34,6 +34,7 @@ import torch
 
 from kevin_backend.toolchain.build import Builder, BuildResult, BuildSpec
 from kevin_backend.toolchain.candidate import Candidate
+from kevin_backend.toolchain.cpp_preprocess import header_macros
 from kevin_backend.judge.result import JudgeResult, JudgeTimings, Mismatch, Reason, Stage
 from kevin_backend.measure.roofline import Roofline
 from kevin_backend.judge.pool import WorkerPool
@@ -129,8 +130,10 @@ class Judge:
 
     def prepare(self, candidates: int = 1) -> None:
         """Get ready for `candidates` candidates coming (a search's first turn): the pool's workers
-        start now, in the background, on this judge's device, so that their start overlaps the
-        writer's reply and the builds instead of following them. Judges nothing; returns at once."""
+        start now, in the background, on this judge's device, and so does the static rules'
+        reading of the headers' macros (once a process), so that both overlap the writer's reply
+        and the builds instead of following them. Judges nothing; returns at once."""
+        _warm_static_rules()
         pool = self.pool
         if pool is None:
             return
@@ -175,6 +178,7 @@ class Judge:
 
         if not torch.cuda.is_available():
             return
+        _static_rules_warmed()
         major, minor = torch.cuda.get_device_capability(self.device)
         specs = []
         for source in candidates:
@@ -202,6 +206,7 @@ class Judge:
 
     def _judge(self, task_source: str, candidate_source: str) -> JudgeResult:
         # 1. static rules: nothing is built or run for a candidate that breaks one
+        _static_rules_warmed()
         static = judge_static(candidate_source)
         if static.reason is not Reason.STATIC_OK:
             return static
@@ -291,6 +296,34 @@ class Judge:
             roofline=roofline_of(outcome, timings),
             phase_seconds=outcome.phase_seconds,
         )
+
+
+_warming: list[threading.Thread] = []  # the static rules' warm-up, started at most once a process
+
+
+def _warm_static_rules() -> None:
+    """The static rules read the allowed headers' macros once a process (`header_macros`: a
+    preprocessor run over torch's headers, seconds) when a program's conditions need them: read
+    now in the background, the first candidate's check finds them known."""
+    if _warming:
+        return
+
+    def warm() -> None:
+        try:
+            header_macros()
+        except Exception:  # noqa: BLE001 - the check reads them itself, and says what went wrong
+            log.debug("reading the headers' macros ahead failed", exc_info=True)
+
+    thread = threading.Thread(target=warm, name="kevin-static-rules-warm", daemon=True)
+    _warming.append(thread)
+    thread.start()
+
+
+def _static_rules_warmed() -> None:
+    """Wait for a warm-up still reading the headers' macros: a check that needed them would read
+    them a second time beside it."""
+    for thread in _warming:
+        thread.join()
 
 
 def roofline_of(outcome: RunOutcome, timings: JudgeTimings) -> Roofline | None:
