@@ -1,4 +1,5 @@
-"""Shared fixtures: isolated kernel and Inductor caches, fresh Dynamo state, graph capture."""
+"""Shared fixtures: isolated kernel and Inductor caches, fresh Dynamo state, graph capture, torch's
+share of the cores under pytest-xdist."""
 
 from __future__ import annotations
 
@@ -50,6 +51,23 @@ def _stand_in_kernels_load(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(registry, "entry_violations", violations)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(STAND_IN_SITE), os.environ.get("PYTHONPATH")) if p))
+
+
+@pytest.fixture(scope="module")
+def one_share_of_the_cores() -> Any:
+    """Torch in this process on its share of the cores under pytest-xdist (a module that trains a
+    tiny model asks for it: `pytestmark = pytest.mark.usefixtures("one_share_of_the_cores")`).
+    With as many workers as cores, torch's default of a thread per core in every worker
+    oversubscribes the machine, and a tiny model's many small products wait on each other's
+    threads: beside a busy core, 30 batches of tests/test_rl_train.py's run took 119 s on two
+    threads and 79 s on one; tests/test_rl_sft.py's warm start 68-75 s on two and 4-9 s on one.
+    Outside xdist nothing changes."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    threads = torch.get_num_threads()
+    if workers:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ import torch
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
+pytestmark = pytest.mark.usefixtures("one_share_of_the_cores")  # (conftest.py)
 
 from kevin_backend.rl.train_config import SFTSettings, TrainConfig, TrainConfigError  # noqa: E402
 

@@ -12,7 +12,6 @@ downloaded. Run this file as a script to build that model for `configs/train/tin
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
+pytestmark = pytest.mark.usefixtures("one_share_of_the_cores")  # (conftest.py)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -55,20 +55,6 @@ def build_training_lm(folder: Path, seed: int = 0) -> Path:
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_training_lm(tmp_path_factory.mktemp("tiny_train_lm"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_share_of_the_cores():
-    """Under pytest-xdist each worker's share of the cores: with as many workers as cores, torch's
-    default (a thread per core) in every worker oversubscribes the machine, and these steps' many
-    small matrix products then wait on each other's threads (30 batches of the tiny config on two
-    cores, one of them busy: 119 s with two threads, 79 s with one; the same scores)."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
-    threads = torch.get_num_threads()
-    if workers:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(autouse=True)
