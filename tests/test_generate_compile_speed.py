@@ -159,3 +159,59 @@ def test_two_real_runs_at_once_measure_one_after_the_other_under_the_lock(tmp_pa
     assert outcome.ok, outcome.failure
     assert outcome.runs == (5, 5) and len(outcome.kernel_ms) == len(outcome.inductor_ms) == 10
     assert outcome.protocol.startswith("2 runs, each in a fresh worker")
+
+
+class _Foreseeing(_Writer):
+    """A writer that says which program it writes next (its turn number, as a comment)."""
+
+    def __init__(self, said: list[str]) -> None:
+        super().__init__(said)
+        self.turn = 0
+        self.earlier: list[Any] = []
+
+    def generate(self, conversations: Any, sampling: Any) -> list[Reply]:
+        self.said.append("write")
+        self.turn += 1
+        return [Reply(f"```python\n# turn {self.turn}\nclass ModelNew:\n    pass\n```\n") for _ in conversations]
+
+    def foresee(self, conversations: Any, earlier: Any) -> list[str]:
+        self.earlier.append(earlier)
+        return [f"# turn {self.turn + 1}\nclass ModelNew:\n    pass\n"]
+
+
+class _BuildingJudge(_Judge):
+    def build_ahead(self, candidates: Any) -> None:
+        self.said.append("build ahead " + " ".join(c.splitlines()[0] for c in candidates))
+
+
+def test_a_foreseeing_writers_next_programs_are_built_while_its_turn_is_judged() -> None:
+    said: list[str] = []
+    writer = _Foreseeing(said)
+    Engine(writer, _BuildingJudge(said), SearchConfig(trajectories=1, turns=3, roofline_stop=None)).search(TASK, "t")
+    assert said == ["prepare 1", "write", "build ahead # turn 2", "judge", "write", "build ahead # turn 3", "judge",
+                    "write", "judge"]  # (after the last turn's reply nothing comes: nothing built ahead)
+    first, second = writer.earlier
+    assert [len(t) for t in first] == [1] and first[0][0].result is None  # this turn's reply, not judged yet
+    assert [len(t) for t in second] == [2] and second[0][0].result.reason is Reason.ACCEPTED and second[0][1].result is None
+
+
+def test_the_judge_builds_ahead_in_the_background(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from kevin_backend.judge.judge import Judge
+
+    built: list[tuple[str, list[str]]] = []
+    release = threading.Event()
+
+    def prebuild(self: Judge, candidates: list[str]) -> None:
+        release.wait(timeout=30)
+        built.append((threading.current_thread().name, candidates))
+
+    monkeypatch.setattr(Judge, "_prebuild", prebuild)
+    judge = Judge(tmp_path / "builds", workers=0)
+    judge.build_ahead(["a", "b"])  # returns while the builds go on
+    assert built == []
+    release.set()
+    for _ in range(300):
+        if built:
+            break
+        time.sleep(0.01)
+    assert built == [("kevin-build-ahead", ["a", "b"])]

@@ -13,7 +13,8 @@ workers as the search begins, while the first replies are written and built. Eac
      of thought dropped, summaries kept, oldest turns cut at the token budget)
   2. one batched policy call answers all of them
   3. the judge checks every reply's program, several at once (builds run in parallel; the judge
-     times one candidate at a time on the GPU)
+     times one candidate at a time on the GPU); meanwhile a `Foreseeing` policy's next programs
+     are built in the background, for the turns to come
   4. each trajectory's best score is updated; one that has not improved for `patience` turns
      stops, and so does one whose best correct kernel reached `roofline_stop` of the GPU's copy
      bandwidth (the judge's roofline: little is left to gain); with `beam=k`, the k best
@@ -33,8 +34,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from kevin_backend.generate.judging import BatchJudging, Judging, PreparingJudging
-from kevin_backend.generate.policy import EarlierTurn, Message, Policy, PolicyError, Reply, Sampling, TokenCounter, TurnReader
+from kevin_backend.generate.judging import BatchJudging, BuildingAhead, Judging, PreparingJudging
+from kevin_backend.generate.policy import (EarlierTurn, Foreseeing, Message, Policy, PolicyError, Reply, Sampling, TokenCounter,
+                                           TurnReader)
 from kevin_backend.generate.prompts import Turn, build_messages, extract_code, prompt_version
 from kevin_backend.judge.result import JudgeResult, Reason, Stage
 
@@ -213,7 +215,9 @@ class Engine:
             model_seconds += spent
             if len(replies) != len(live):
                 raise PolicyError(f"policy {self.policy_name} returned {len(replies)} replies for {len(live)} conversations")
-            # 3. the judge on every reply, several at once
+            # 3. the judge on every reply, several at once (the next turns' foreseen programs built meanwhile)
+            if turn + 1 < cfg.turns:
+                self._build_ahead(conversations, live, replies)
             t0 = time.perf_counter()
             verdicts = self._judge_all(task_source, replies)
             lost = [i for i, v in enumerate(verdicts) if v[1] is not None and v[1].judge_side and v[1].reason is not Reason.NO_GPU]
@@ -273,6 +277,21 @@ class Engine:
             self.judge.prepare(min(self.config.trajectories, self.config.judge_workers))
         except Exception:  # noqa: BLE001
             log.exception("the judge could not prepare its workers")
+
+    def _build_ahead(self, conversations: Sequence[Sequence[Message]], live: Sequence[_Trajectory],
+                     replies: Sequence[Reply]) -> None:
+        """The programs a `Foreseeing` policy says the next turns may bring, handed to a judge that
+        builds ahead (`BuildingAhead`), in the background; the search never waits for them."""
+        if not isinstance(self.policy, Foreseeing) or not isinstance(self.judge, BuildingAhead):
+            return
+        try:
+            earlier = [[*(EarlierTurn(s.reply, s.result) for s in t.turns), EarlierTurn(reply, None)]
+                       for t, reply in zip(live, replies)]
+            programs = [p for p in self.policy.foresee(conversations, earlier) if p]
+            if programs:
+                self.judge.build_ahead(programs)
+        except Exception:  # noqa: BLE001 - a guess that failed: the builds happen in their turn
+            log.exception("building the foreseen programs ahead failed")
 
     def _stopped(self, trajectories: Sequence[_Trajectory], records: Sequence[TurnRecord]) -> str:
         """Why a search ended before its last turn: every trajectory stopped early (declined,

@@ -8,10 +8,12 @@ and of the re-timing a decision runs.
                        task's numerics settings (the ones its cache key names)
     PreparingJudging   prepare(candidates): start what judging needs (worker processes) ahead of
                        the first candidates, in the background; the search asks it first thing
+    BuildingAhead      build_ahead(candidates): build programs a later turn may bring (a
+                       `Foreseeing` policy's), in the background
     Retimer            retime(task, kernel) -> RetimeOutcome: the winner against Inductor
     NumericsRetimer    for_numerics(numerics): a retimer under a task's numerics settings
 
-`kevin_backend.judge.judge.Judge` is all four judges and `judge.decide.SandboxRetimer` both
+`kevin_backend.judge.judge.Judge` is all five judges and `judge.decide.SandboxRetimer` both
 retimers; a test's scripted judge need be no more than `Judging`. The optional abilities are
 runtime-checkable: the search asks `isinstance(judge, BatchJudging)`, not for an attribute.
 """
@@ -23,8 +25,8 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 from kevin_backend.judge.decide import RetimeOutcome
 from kevin_backend.judge.result import JudgeResult
 
-__all__ = ["Judging", "BatchJudging", "ConfigurableJudging", "PreparingJudging", "Retimer", "NumericsRetimer",
-           "Numerics"]
+__all__ = ["Judging", "BatchJudging", "ConfigurableJudging", "PreparingJudging", "BuildingAhead", "Retimer",
+           "NumericsRetimer", "Numerics"]
 
 Numerics = tuple[tuple[str, Any], ...]  # a cache key's numerics settings, (name, value) pairs
 
@@ -55,6 +57,13 @@ class PreparingJudging(Protocol):
     overlaps the writer's reply and the builds. Returns at once."""
 
     def prepare(self, candidates: int = 1) -> None: ...
+
+
+@runtime_checkable
+class BuildingAhead(Protocol):
+    """A judge's ability to build candidates before they are judged. Returns at once."""
+
+    def build_ahead(self, candidates: Sequence[str]) -> None: ...
 
 
 class Retimer(Protocol):

@@ -11,7 +11,9 @@ and gets one `Reply` per conversation, in order. A policy that wants the judge's
 than the prose written for a language model (the built-in writer) is a `TurnReader`: the loop
 then calls `generate_after(conversations, earlier, sampling)`, with each trajectory's earlier
 turns as data (`EarlierTurn`: its own reply and the judge's `JudgeResult`), all of them, however
-many the conversation had to drop. A policy that counts its model's tokens is a `TokenCounter`:
+many the conversation had to drop. A policy that can say, without a model call, the programs it may
+write in the coming turns is `Foreseeing`: the loop has them built while it judges the turn at
+hand. A policy that counts its model's tokens is a `TokenCounter`:
 the loop cuts conversations at the token budget by its count. Reasoning models put their chain of thought in a
 separate field or inside `<think>...</think>`; a policy returns it apart from the answer
 (`split_reasoning`), so the loop can drop it from later turns' context.
@@ -28,8 +30,8 @@ from typing import Protocol, Sequence, runtime_checkable
 
 from kevin_backend.judge.result import JudgeResult
 
-__all__ = ["Message", "Sampling", "Reply", "Policy", "PolicyError", "EarlierTurn", "TurnReader", "TokenCounter",
-           "split_reasoning"]
+__all__ = ["Message", "Sampling", "Reply", "Policy", "PolicyError", "EarlierTurn", "TurnReader", "Foreseeing",
+           "TokenCounter", "split_reasoning"]
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
 
@@ -111,6 +113,20 @@ class TurnReader(Protocol):
                        sampling: Sampling) -> list[Reply]:
         """One reply per conversation, in order; `earlier[i]` holds every earlier turn of
         conversation i's trajectory, oldest first."""
+        ...
+
+
+@runtime_checkable
+class Foreseeing(Protocol):
+    """A policy that can say, cheaply and without asking a model, which programs it may write in
+    the coming turns (a writer that walks a list of variants: the next ones). The search has them
+    built in the background while it judges the turn at hand, so that a later turn finds its
+    build done; a program it never writes costs a build and nothing else."""
+
+    def foresee(self, conversations: Sequence[Sequence[Message]], earlier: Sequence[Sequence[EarlierTurn]]) -> list[str]:
+        """Programs (as a reply's code block holds them) the trajectories may write next, given
+        `conversations` and each trajectory's turns so far (`earlier[i]`, this turn's reply last,
+        its verdict not known yet: None); empty when it cannot tell."""
         ...
 
 

@@ -4,6 +4,7 @@
     result = judge.judge(task_source, candidate_source)            # a JudgeResult
     results = judge.evaluate_many(task_source, [c1, c2, ...])       # several, through the pool
     judge.prepare(4)          # optional, ahead of candidates: the pool's workers start meanwhile
+    judge.build_ahead([c3, c4])                                     # builds in the background
     judge.close()                                                   # the pool's workers end
 
 Runs go to a pool of long-lived sandboxed workers (`pool.py`; `workers=0` starts a fresh process
@@ -139,6 +140,13 @@ class Judge:
             return
         device = str(self.device) if torch.cuda.is_available() else self.config.device
         pool.prestart(min(max(1, candidates), pool.size), device)
+
+    def build_ahead(self, candidates: Sequence[str]) -> None:
+        """Build `candidates` in the background, all at once (programs a later turn may bring: a
+        later `judge` finds them built); returns at once. A failure is found again, and said, when
+        such a candidate is judged."""
+        if candidates:
+            threading.Thread(target=self._prebuild, args=(list(candidates),), name="kevin-build-ahead", daemon=True).start()
 
     def close(self) -> None:
         """End the pool's workers (a later call starts new ones)."""

@@ -230,7 +230,10 @@ def serve(prepare: str | None = None) -> int:
     if torch.cuda.is_available():
         torch.cuda.init()
     if prepare:
-        launcher_for(torch.device(prepare))
+        try:
+            launcher_for(torch.device(prepare))
+        except Exception:  # noqa: BLE001 - the first job starts it again and says what went wrong
+            pass
     states = TaskStates()
     own = current_numerics()  # restored before every job: no job's settings reach the next
     print("ready", flush=True)
