@@ -22,10 +22,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
+import signal
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,12 +126,50 @@ def run_one(mutation: Mutation | None, tests: tuple[str, ...] = ()) -> tuple[str
         except ValueError as exc:
             return "error", time.perf_counter() - start, str(exc)
         tests = mutation.tests if mutation is not None else tests
-        env = {**os.environ, "PYTHONPATH": str(copy) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
-                              cwd=copy, env=env, capture_output=True, text=True, timeout=900)
-    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-3:])
-    state = {0: "survived", 1: "killed"}.get(done.returncode, "error")
+        code, output = _pytest_forked(copy, ["-q", "-x", "-p", "no:cacheprovider", *tests], timeout=900.0)
+    tail = "\n".join(output.strip().splitlines()[-3:])
+    state = {0: "survived", 1: "killed"}.get(code, "error") if code is not None else "error"
     return state, time.perf_counter() - start, tail
+
+
+def _pytest_forked(copy: Path, args: list[str], timeout: float) -> tuple[int | None, str]:
+    """pytest on `args` in `copy`, in a child forked from this process once torch and pytest are
+    imported here (a fresh interpreter per run spent most of a mutation's seconds importing them);
+    no module of the project is imported here, so the child imports the copy's, mutated or not,
+    and the processes its tests start find the copy first on PYTHONPATH. (exit status, or None
+    when the run outlived `timeout` and was killed; what it printed)."""
+    import pytest
+    import torch  # noqa: F401 - imported once, for every child
+
+    with tempfile.TemporaryFile(mode="w+") as out:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = 3
+            try:
+                os.dup2(out.fileno(), 1)
+                os.dup2(out.fileno(), 2)
+                os.chdir(copy)
+                sys.path.insert(0, str(copy))
+                os.environ["PYTHONPATH"] = str(copy) + os.pathsep + os.environ.get("PYTHONPATH", "")
+                code = int(pytest.main(args))
+            except BaseException:  # noqa: BLE001 - reported as the run's output
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        deadline = time.monotonic() + timeout
+        while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                out.seek(0)
+                return None, out.read() + f"\n(killed after {timeout:.0f} s)"
+            time.sleep(0.05)
+        out.seek(0)
+        return os.waitstatus_to_exitcode(ended[1]), out.read()
 
 
 def main(argv: list[str] | None = None) -> int:
