@@ -73,6 +73,8 @@ def test_kevin_eval_json_on_the_gpu(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 0 and verdict["reason"] == "ACCEPTED" and verdict["timings"]["speedup_vs_eager"] > 0
     memory = verdict["memory"]  # a small task: the judge's extra stays within 3x it plus the flush buffer
     assert 0 <= memory["judge_extra_bytes"] <= memory["budget_bytes"] == 3 * memory["task_bytes"] + memory["fixed_bytes"]
+    # the timing's slots, reported apart: within the judge's bound beside its extra, or their own allowance (<= 4 GiB)
+    assert 0 < memory["slot_bytes"] <= max(4 << 30, memory["budget_bytes"] - memory["judge_extra_bytes"])
 
 
 def test_kevin_eval_over_a_folder_through_the_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -50,3 +50,33 @@ def test_the_judges_own_bound_still_applies(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10_000 * MIB, 20_000 * MIB))
     assert ledger.fits(42 * MIB, beside=1000 * MIB)  # the judge's own: within 3 x task; the device: plenty
     assert not ledger.fits(43 * MIB)  # beyond the judge's bound, whatever the device has
+
+
+def test_the_timings_slots_are_reported_apart_from_the_judges_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On an H200 a 48 MiB task's 32 timing slots (1.3 GiB, outside torch's allocator, within their
+    # own allowance) were counted as the judge's extra: 1.38 GB reported against a 0.28 GB bound.
+    from kevin_backend.measure import memory
+
+    allocated = {"now": 14 * MIB, "peak": 14 * MIB}
+    for name, value in (("synchronize", lambda device=None: None), ("reset_peak_memory_stats", lambda device=None: None),
+                        ("memory_allocated", lambda device=None: allocated["now"]),
+                        ("max_memory_allocated", lambda device=None: allocated["peak"]),
+                        ("memory_reserved", lambda device=None: allocated["peak"]),
+                        ("mem_get_info", lambda device=None: (10_000 * MIB, 20_000 * MIB))):
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(memory, "_OUTSIDE", {})
+    device = torch.device("cuda", 0)
+    ledger = MemoryLedger(device, task_bytes=14 * MIB)
+    ledger.start()
+    allocated["peak"] = 14 * MIB + 20 * MIB  # the judge's own: 20 MiB of torch's memory at its peak
+    memory.note_outside(device, 6 * MIB)  # a buffer shared with the candidate's process: the judge's
+    ledger.observe()
+    memory.note_outside(device, 1300 * MIB)  # the slots
+    ledger.hold_slots(1300 * MIB)
+    ledger.observe()
+    assert ledger.held() == 6 * MIB and ledger.fits(30 * MIB)  # the slots take nothing from the bound
+    memory.note_outside(device, -1300 * MIB)
+    ledger.hold_slots(0)
+    report = ledger.report()
+    assert report.judge_extra_bytes == 26 * MIB - 14 * MIB <= report.budget_bytes
+    assert report.slot_bytes == 1300 * MIB

@@ -210,6 +210,8 @@ def test_a_task_of_a_twentieth_of_the_gpu_beside_a_process_holding_half_gets_a_v
     assert memory["budget_bytes"] == 3 * memory["task_bytes"] + memory["fixed_bytes"]
     assert 0 < memory["fixed_bytes"] <= 512 << 20  # the L2 flush buffer: small beside the task
     assert 0 <= memory["judge_extra_bytes"] <= memory["budget_bytes"]
+    # the timing's slots, reported apart: within the judge's bound beside its extra, or their own allowance (<= 4 GiB)
+    assert memory["slot_bytes"] <= max(4 << 30, memory["budget_bytes"] - memory["judge_extra_bytes"])
 
 
 @needs_gpu

@@ -44,7 +44,7 @@ from kevin_backend.judge.shared_values import Arena, arena_bytes, place, views_a
 from kevin_backend.locks import gpu_hold
 from kevin_backend.measure.compare import compare_outputs
 from kevin_backend.measure.inputs import InputSet, fingerprint, make_input_set
-from kevin_backend.measure.memory import candidate_workspace
+from kevin_backend.measure.memory import candidate_workspace, outside_bytes
 from kevin_backend.measure.roofline import task_bytes
 
 __all__ = ["IMPOSSIBLE_FACTOR", "MAX_SLOTS", "MIN_ROUNDS", "CandidateTimes", "Slots", "fill", "make_slots", "plan_slots",
@@ -271,13 +271,16 @@ def time_candidate(run: Run) -> CandidateTimes:
         sample = make_input_set(run.task, seed, run.device)
         stride, nbytes = arena_bytes(sample.values), task_bytes(sample.values, [])
         del sample  # (its layout and size are what the slots need; fresh values fill them)
+        held = outside_bytes(run.device)
         slots = make_slots(stride, run.device, run.model.folder, _memory_ok(run, stride), reuse=run.model.scratch)
+        run.ledger.hold_slots(outside_bytes(run.device) - held)  # (the slots' own allowance, not the judge's bound)
         try:
             run.model.share(slots.arena)
             if run.device.type == "cuda":
                 run.model.give_back_cache()  # the slots made: what the references' sets left cached
         except BaseException:
             slots.close()
+            run.ledger.hold_slots(0)
             raise
     sides: list[tuple[str, Any, str]] = [("kernel", run.model, "model")]
     reference = None
@@ -303,6 +306,7 @@ def time_candidate(run: Run) -> CandidateTimes:
         if reference is not None:
             reference.close()
         slots.close()
+        run.ledger.hold_slots(0)
     medians = {name: statistics.median(values) for name, values in times.items()}
     run.ledger.notes.append(
         f"timed in {rounds} interleaved rounds of {slots.count} calls on fresh input slots"

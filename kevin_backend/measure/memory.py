@@ -64,6 +64,7 @@ class MemoryReport:
     budget_bytes: int  # MEMORY_FACTOR x task_bytes + fixed_bytes
     exact: str  # the dtype of the exact reference ("float64", "float32"), or "eager" (none fitted)
     fixed_bytes: int = 0  # the timer's L2 flush buffer, allowed whatever the task's size
+    slot_bytes: int = 0  # the timing's input slots at most (not in peak_bytes: see `MemoryLedger.hold_slots`)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -82,6 +83,8 @@ class MemoryLedger:
     outside_baseline: int = 0  # held outside torch's allocator when the models were in place
     params: int = 0  # the reference's parameters: what a candidate's own may take
     output_bytes: int = 0  # one call's outputs, as the reference's are (0: not known yet)
+    slots: int = 0  # the timing's input slots held now, outside torch's allocator (`hold_slots`)
+    slot_peak: int = 0
 
     @property
     def cuda(self) -> bool:
@@ -95,9 +98,20 @@ class MemoryLedger:
             self.outside_baseline = outside_bytes(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
 
+    def hold_slots(self, nbytes: int) -> None:
+        """The timing's rotating input slots take `nbytes` of this process's memory outside torch's
+        allocator from now on (0: they are gone). They have an allowance of their own
+        (`timing_phase.slot_memory`: enough calls per batch, within an eighth of the free memory),
+        so neither the judge's extra nor its bound counts them; the report gives their size apart."""
+        self.slots = int(nbytes)
+        self.slot_peak = max(self.slot_peak, self.slots)
+
+    def _outside(self) -> int:
+        return outside_bytes(self.device) - self.outside_baseline - self.slots
+
     def observe(self) -> None:
         if self.cuda:
-            outside = outside_bytes(self.device) - self.outside_baseline
+            outside = self._outside()
             self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device) - self.baseline + outside)
 
     @property
@@ -108,8 +122,7 @@ class MemoryLedger:
         """What the run holds now: torch's tensors and the buffers outside its allocator."""
         if not self.cuda:
             return 0
-        outside = outside_bytes(self.device) - self.outside_baseline
-        return torch.cuda.memory_allocated(self.device) - self.baseline + outside
+        return torch.cuda.memory_allocated(self.device) - self.baseline + self._outside()
 
     def available(self) -> int:
         """Bytes the judge could still allocate: the device's free memory plus the allocator's
@@ -131,7 +144,8 @@ class MemoryLedger:
 
     def report(self) -> MemoryReport:
         self.observe()
-        return MemoryReport(self.task_bytes, self.peak, self.peak - self.task_bytes, self.budget, self.exact, self.fixed)
+        return MemoryReport(self.task_bytes, self.peak, self.peak - self.task_bytes, self.budget, self.exact, self.fixed,
+                            self.slot_peak)
 
 
 def poison(device: torch.device, output_bytes: Sequence[int]) -> None:
