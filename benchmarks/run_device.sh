@@ -111,6 +111,21 @@ for step in $steps; do
                        # AT_ONCE tasks side by side, each in its own process: about 45 s a task alone)
       timeout "${ROOFLINE_LIMIT:-560}" python3 benchmarks/bench_roofline_backend.py ${ROOFLINE_FROM:+--from $ROOFLINE_FROM} ${ROOFLINE_RESUME:+--resume $ROOFLINE_RESUME} \
         ${ROOFLINE_TASKS:+--tasks $ROOFLINE_TASKS} --turns ${TURNS:-2} --at-once ${AT_ONCE:-4} --json "$OUT/roofline_backend.json" 2>&1 | tee "$OUT/roofline_backend.log" | tail -40 ;;
+    revalidate)  # kernels made under another torch, as a user on a newer torch sees them: roofline tasks (REVALIDATE_TASKS) prewarmed here
+                 # as a KernelBench folder, their entries copied with keys naming torch 2.13.0 (tools/restamp_cache.py), revalidated,
+                 # then run by kevin bench against that cache alone (about 2 minutes an entry to revalidate; both caches saved to $OUT)
+      d=$(mktemp -d); mkdir -p "$d/tasks"
+      python3 -c "import sys; from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE as S
+[open(sys.argv[1] + '/' + t.name.replace('-', '_') + '.py', 'w').write(t.source) for t in S if t.name in sys.argv[2].split(',')]" \
+        "$d/tasks" "${REVALIDATE_TASKS:-softmax-last-bf16-32768x4096,max-dim0-f32-64x2048x1024}"
+      k="python3 -m kevin_backend.cli.main"
+      $k prewarm --cache-dir "$d/made" --no-seed --policy builtin --kernelbench "$d/tasks" --trajectories 1 --turns 2 --per-gpu 2 \
+        --json "$OUT/revalidate_prewarm.json" 2>&1 | tee "$OUT/revalidate.log" | tail -4
+      python3 tools/restamp_cache.py "$d/other" 2.13.0 --from "$d/made" 2>&1 | tee -a "$OUT/revalidate.log"
+      $k cache --cache-dir "$d/other" --no-seed revalidate --dry-run 2>&1 | tee -a "$OUT/revalidate.log"
+      $k cache --cache-dir "$d/other" --no-seed revalidate --json "$OUT/revalidate.json" 2>&1 | tee -a "$OUT/revalidate.log" | tail -8
+      tar -czf "$OUT/revalidate_caches.tgz" -C "$d" made other
+      $k bench --cache-dir "$d/other" --no-seed --kernelbench "$d/tasks" --json "$OUT/revalidate_bench.json" 2>&1 | tee -a "$OUT/revalidate.log" | tail -16 ;;
     dynamic) python3 benchmarks/bench_dynamic.py --json "$OUT/dynamic.json" 2>&1 | tee "$OUT/dynamic.log" | tail -30 ;;  # 3 sizes, dynamic=True
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
