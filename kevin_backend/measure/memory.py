@@ -40,8 +40,9 @@ def note_outside(device: torch.device, nbytes: int) -> None:
 
 
 def outside_bytes(device: torch.device) -> int:
-    """What this process holds on `device` outside torch's caching allocator (`note_outside`)."""
-    return _OUTSIDE.get(_index(device), 0)
+    """What this process holds on `device` outside torch's caching allocator (`note_outside`);
+    0 off a GPU."""
+    return _OUTSIDE.get(_index(device), 0) if device.type == "cuda" else 0
 
 
 def _index(device: torch.device) -> int:
