@@ -74,10 +74,10 @@ class CpuJudge(Judge):
         return self._run(task_source, candidate_source, self.config, 0.0)
 
 
-def cpu_revalidator(tmp_path: Path) -> revalidate_cmd.Revalidator:
-    """One sandboxed worker for the judge's runs, as `gpu_revalidator` makes it (its process
+def cpu_revalidator(tmp_path: Path, workers: int = 1) -> revalidate_cmd.Revalidator:
+    """Sandboxed workers for the judge's runs, as `gpu_revalidator` makes them (their processes
     started once for all the entries)."""
-    judge = CpuJudge(tmp_path / "builds", RunConfig(seeds=(1, 2), trials=5, warmup=1, timeout=300), workers=1)
+    judge = CpuJudge(tmp_path / "builds", RunConfig(seeds=(1, 2), trials=5, warmup=1, timeout=300), workers=workers)
     retime = functools.partial(retime_runs, config=RetimeConfig(device="cpu", compile_backend="eager", trials=5,
                                                                 warmup=1, timeout=300.0))
     return revalidate_cmd.Revalidator(judge, retime, HERE, 0.03)
@@ -134,10 +134,10 @@ def test_revalidate_keeps_a_correct_faster_kernel_drops_a_wrong_one_and_fails_wi
     assert len({e.key.graph for e in (good, wrong, gone, decided, current)}) == 5
     fill(cache_dir, good, wrong, gone, decided, current)
     monkeypatch.setattr(revalidate_cmd, "require_cuda", lambda message: None)  # (the CPU judge stands in for the GPU one)
-    monkeypatch.setattr(revalidate_cmd, "gpu_revalidator", lambda config: cpu_revalidator(tmp_path))
+    monkeypatch.setattr(revalidate_cmd, "gpu_revalidator", lambda config, jobs: cpu_revalidator(tmp_path, jobs))
     report = tmp_path / "revalidate.json"
-    capfd.readouterr()
-    code = main(["--cache-dir", str(cache_dir), "--no-seed", "cache", "revalidate", "--json", str(report)])
+    capfd.readouterr()  # one at a time: the kept kernel's re-timing alone on the CPU
+    code = main(["--cache-dir", str(cache_dir), "--no-seed", "cache", "revalidate", "--jobs", "1", "--json", str(report)])
     out, err = capfd.readouterr()
     assert code == EXIT_OK, err
     rows = table_rows(out)
@@ -167,6 +167,31 @@ def test_revalidate_keeps_a_correct_faster_kernel_drops_a_wrong_one_and_fails_wi
     assert main(["--cache-dir", str(cache_dir), "--no-seed", "cache", "revalidate", "--dry-run"]) == EXIT_OK
     again = table_rows(capfd.readouterr().out)
     assert again[good.digest[:12]][2] == "skipped" and again[wrong.digest[:12]][2] == "would judge"
+
+
+def test_jobs_judge_entries_side_by_side_and_rows_keep_the_plans_order(
+        tmp_path: Path, cache_dir: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # entries whose outcome needs no timing (wrong here, or a reference this torch cannot run)
+    entries = [old_entry(f"wrong{k}", TASK.replace("+ 1.0", f"+ {k}.25"), WRONG) for k in range(3)]
+    entries.append(old_entry("gone", GONE_TASK, GOOD))
+    fill(cache_dir, *entries)
+    monkeypatch.setattr(revalidate_cmd, "require_cuda", lambda message: None)
+    monkeypatch.setattr(revalidate_cmd, "gpu_revalidator", lambda config, jobs: cpu_revalidator(tmp_path, jobs))
+    capfd.readouterr()
+    assert main(["--cache-dir", str(cache_dir), "--no-seed", "cache", "revalidate", "--jobs", "2"]) == EXIT_OK
+    out, err = capfd.readouterr()
+    progress = [line for line in err.splitlines() if line.startswith("[")]
+    assert len(progress) == 8 and all(line.endswith(" ...") for line in progress[:2]), err  # two started at once
+    rows = table_rows(out)
+    order = [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0] in rows]
+    with KernelCache(cache_dir, None) as cache:
+        listed = [info.digest[:12] for info in cache.entries()]
+    assert order == [digest for digest in listed if digest in rows], out  # the plan's order, not the finishing order
+    assert sorted(row[2] for row in rows.values()) == ["dropped", "dropped", "dropped", "failed"], out
+    assert out.rstrip().endswith("0 kept, 3 dropped, 1 failed, 0 skipped")
+    capfd.readouterr()
+    assert main(["--cache-dir", str(cache_dir), "--no-seed", "cache", "revalidate", "--jobs", "0"]) == EXIT_USAGE
+    assert "--jobs must be at least 1, not 0" in capfd.readouterr().err
 
 
 def test_dry_run_lists_what_would_be_judged_and_why_without_a_gpu(

@@ -1,4 +1,4 @@
-"""`kevin cache revalidate [--all | DIGEST_PREFIX...] [--dry-run] [--json FILE]`: make kernels
+"""`kevin cache revalidate [--all | DIGEST_PREFIX...] [--dry-run] [--jobs N] [--json FILE]`: make kernels
 verified under another torch, CUDA or GPU usable here by judging them again here.
 
 A key names the environment its kernel was verified under, so after a torch upgrade every entry
@@ -7,7 +7,10 @@ as a known candidate (`generate/revalidation.py`: the normal judge, then the gen
 against this Inductor) and, when kept, stored under this environment's key in the user cache; the
 old entry stays. Rows: kept, dropped (wrong here, or not faster than this Inductor: nothing
 stored), failed (the judge's own failure, RESOURCE or INFRA: no verdict, nothing stored), skipped
-(nothing to judge, or already revalidated).
+(nothing to judge, or already revalidated). `--jobs N` entries are judged side by side (one judge
+with N workers): their builds, correctness runs and Inductor compiles overlap, while their timings
+and re-timings hold the GPU alone in turn (the judge's GPU lock); entries that would get the same
+key here go one after another, so the first kept wins.
 
 Exit codes: 0 it ran (whatever was dropped), 2 usage error, and without a CUDA GPU a usage error
 before anything starts, unless --dry-run, which lists what would be judged and why (the version
@@ -58,6 +61,8 @@ def add_parser(actions: argparse._SubParsersAction, common: list[argparse.Argume
     p.add_argument("prefixes", metavar="DIGEST_PREFIX", nargs="*", help="entries to judge again (default: see above)")
     p.add_argument("--all", action="store_true", help="every kernel entry, this environment's too")
     p.add_argument("--dry-run", action="store_true", help="list what would be judged and why; judge nothing (no GPU needed)")
+    p.add_argument("--jobs", type=int, default=4, metavar="N",
+                   help="entries judged side by side: builds and compiles overlap, timings take turns (default 4)")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON to FILE")
     p.set_defaults(handler=_revalidate)
 
@@ -80,8 +85,8 @@ class Revalidator:
 _NEEDS_GPU = "revalidating kernels judges them on a CUDA GPU (--dry-run lists what would be judged without one)"
 
 
-def gpu_revalidator(config: Config) -> Revalidator:
-    """The judge on this machine's current GPU (one sandboxed worker, the cache's build folder),
+def gpu_revalidator(config: Config, jobs: int = 1) -> Revalidator:
+    """The judge on this machine's current GPU (`jobs` sandboxed workers, the cache's build folder),
     its sandboxed re-timer, and the configured margin. Without a CUDA GPU: a usage error, before
     anything is read or started."""
     require_cuda(_NEEDS_GPU)
@@ -90,7 +95,7 @@ def gpu_revalidator(config: Config) -> Revalidator:
     from kevin_backend.judge.decide import SandboxRetimer
     from kevin_backend.judge.judge import Judge
 
-    judge = Judge(build_root(config.cache_dir), workers=1)
+    judge = Judge(build_root(config.cache_dir), workers=jobs)
     return Revalidator(judge, SandboxRetimer.for_judge(judge), DeviceInfo.detect("cuda"), config.margin)
 
 
@@ -110,6 +115,8 @@ class _Planned:
 def _revalidate(args: argparse.Namespace, config: Config) -> int:
     if args.all and args.prefixes:
         raise CommandError("give --all or DIGEST_PREFIX..., not both", EXIT_USAGE)
+    if args.jobs < 1:
+        raise CommandError(f"--jobs must be at least 1, not {args.jobs}", EXIT_USAGE)
     if args.json is not None and not args.json.parent.is_dir():
         raise CommandError(f"--json: no such folder {args.json.parent}", EXIT_USAGE)
     if not args.dry_run:  # in the first second, before the cache (and torch) is opened
@@ -117,10 +124,10 @@ def _revalidate(args: argparse.Namespace, config: Config) -> int:
     return cache_errors(lambda a, cache: _run(a, cache, config))(args, config)
 
 
-def _here(dry_run: bool, config: Config) -> tuple[Revalidator | None, DeviceInfo, bool]:
+def _here(dry_run: bool, config: Config, jobs: int) -> tuple[Revalidator | None, DeviceInfo, bool]:
     """(the revalidator or None for a dry run, this environment, whether its GPU is known)."""
     if not dry_run:
-        revalidator = gpu_revalidator(config)
+        revalidator = gpu_revalidator(config, jobs)
         return revalidator, revalidator.device, True
     from kevin_backend.cache.key import DeviceInfo
 
@@ -165,7 +172,7 @@ def _plan(cache: KernelCache, args: argparse.Namespace, device: DeviceInfo, gpu_
 
 
 def _run(args: argparse.Namespace, cache: KernelCache, config: Config) -> int:
-    revalidator, device, gpu_known = _here(args.dry_run, config)
+    revalidator, device, gpu_known = _here(args.dry_run, config, args.jobs)
     try:
         planned = _plan(cache, args, device, gpu_known)
         print(f"this machine: {_describe(device, gpu_known)}")
@@ -173,7 +180,7 @@ def _run(args: argparse.Namespace, cache: KernelCache, config: Config) -> int:
             rows = [_dry_row(item) for item in planned]
         else:
             assert revalidator is not None
-            rows = _judge_all(cache, planned, revalidator)
+            rows = _judge_all(cache, planned, revalidator, args.jobs)
     finally:
         if revalidator is not None:
             revalidator.close()
@@ -202,34 +209,56 @@ def _dry_row(item: _Planned) -> dict[str, Any]:
     return _row(item, "would judge", ", ".join(item.changes) or "the same environment")
 
 
-def _judge_all(cache: KernelCache, planned: list[_Planned], revalidator: Revalidator) -> list[dict[str, Any]]:
-    """Judge each planned entry in turn (a progress line as each starts and ends on stderr) and
-    store the kept ones; the rows."""
+def _judge_all(cache: KernelCache, planned: list[_Planned], revalidator: Revalidator, jobs: int = 1) -> list[dict[str, Any]]:
+    """Judge the planned entries, `jobs` at a time (a progress line as each starts and ends on
+    stderr), and store the kept ones; the rows, in the plan's order. Entries that get the same key
+    here are judged in turn by one job: once one is kept, the rest are skipped."""
+    import concurrent.futures
+    import threading
+
     from kevin_backend.bench.progress import Progress
+
+    progress = Progress(sum(1 for item in planned if not item.skip), stream=sys.stderr,
+                        enabled=any(not item.skip for item in planned))
+    shared = threading.Lock()  # the progress lines and the cache's writes
+    rows: dict[int, dict[str, Any]] = {}
+    groups: dict[str, list[int]] = {}
+    for index, item in enumerate(planned):
+        if item.skip:
+            rows[index] = _row(item, "skipped", item.skip)
+        else:
+            groups.setdefault(item.key.digest, []).append(index)
+
+    def judge_group(indices: list[int]) -> None:
+        kept = False
+        for index in indices:
+            rows[index] = _judge_one(cache, planned[index], revalidator, progress, shared, kept)
+            kept = kept or rows[index]["result"] == "kept"
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(jobs, len(groups)))) as threads:
+        for done in [threads.submit(judge_group, indices) for indices in groups.values()]:
+            done.result()
+    return [rows[index] for index in range(len(planned))]
+
+
+def _judge_one(cache: KernelCache, item: _Planned, revalidator: Revalidator, progress: Any, shared: Any,
+               kept_already: bool) -> dict[str, Any]:
     from kevin_backend.generate.revalidation import KEPT, revalidate
 
-    todo = [item for item in planned if not item.skip]
-    progress = Progress(len(todo), stream=sys.stderr, enabled=bool(todo))
-    kept: set[str] = set()
-    rows = []
-    for item in planned:
-        if item.skip:
-            rows.append(_row(item, "skipped", item.skip))
-            continue
-        label = f"{item.entry.digest[:12]} ({item.entry.task.name})"
-        if item.key.digest in kept:  # another environment's kernel for the same task was kept already
-            rows.append(_row(item, "skipped", f"already kept here as {item.key.digest[:12]}"))
+    label = f"{item.entry.digest[:12]} ({item.entry.task.name})"
+    if kept_already:  # another environment's kernel for the same task was kept already
+        with shared:
             progress.finish(label, "skipped")
-            continue
+        return _row(item, "skipped", f"already kept here as {item.key.digest[:12]}")
+    with shared:
         progress.start(label)
-        outcome = revalidate(item.entry, item.key, revalidator.judge, revalidator.retime, revalidator.margin)
+    outcome = revalidate(item.entry, item.key, revalidator.judge, revalidator.retime, revalidator.margin)
+    with shared:
         if outcome.outcome == KEPT and outcome.entry is not None:
             cache.put(outcome.entry, replace=True)
-            kept.add(item.key.digest)
-        rows.append(_row(item, outcome.outcome, outcome.reason, judge_reason=outcome.judge_reason or None,
-                         speedup_vs_inductor=outcome.speedup_vs_inductor, seconds=round(outcome.seconds, 3)))
         progress.finish(label, outcome.outcome)
-    return rows
+    return _row(item, outcome.outcome, outcome.reason, judge_reason=outcome.judge_reason or None,
+                speedup_vs_inductor=outcome.speedup_vs_inductor, seconds=round(outcome.seconds, 3))
 
 
 def _print_rows(rows: list[dict[str, Any]], dry_run: bool) -> None:
