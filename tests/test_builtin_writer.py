@@ -614,3 +614,27 @@ def test_every_ranking_rule_says_why() -> None:
         assert len(rule.reason.split()) >= 8, rule
     for rule in POINTWISE_ORDERS:
         assert sorted(rule.order) == sorted(POINTWISE), rule.condition  # every variant once, by name
+
+
+@pytest.mark.parametrize("name", ["gated-f32", "softmax-f32"])
+def test_the_next_turns_program_is_foreseen_whatever_the_verdict(name: str) -> None:
+    # the search has the foreseen programs built while it judges a turn (Foreseeing): the next
+    # turn's program must be among them, or the build ahead is wasted and the turn waits for its own
+    source = next(t.source for t in SUITE if t.name == name)
+    policy = BuiltinPolicy()
+    plan = plan_task(source)
+    assert not isinstance(plan, Declined)
+    count = len(VARIANTS_ROWS if plan.is_rows else VARIANTS_POINTWISE)
+    verdicts = [0.040, None, 0.031, 0.050, 0.030, None, 0.045, 0.029, 0.060, 0.033, 0.070, 0.035][:count + 1]
+    turns: list[Turn] = []
+    foreseen: list[str] = []
+    for k, ms in enumerate(verdicts):
+        messages = build_messages(source, "NVIDIA H200", turns, 100_000)
+        earlier = [EarlierTurn(s.reply, s.result) for s in turns]
+        (reply,) = policy.generate_after([messages], [earlier], Sampling())
+        (program,) = re.findall(r"```python\n(.*?)```", reply.text, re.S)
+        if k:
+            assert program in foreseen, (k, reply.extra["variant"])
+        foreseen = policy.foresee([messages], [[*earlier, EarlierTurn(reply, None)]])
+        assert 1 <= len(foreseen) <= 3 and all("class ModelNew" in p for p in foreseen)
+        turns.append(Turn.of(reply, _feedback(ms)))

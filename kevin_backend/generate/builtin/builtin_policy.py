@@ -15,6 +15,10 @@ and kernel name carry it).
 
 A task it cannot write (see `planner.plan_task`) gets a reply without code that says why, with
 `finish_reason="declined"`, which ends that trajectory.
+
+It is `Foreseeing`: while a turn is judged, `foresee` says the programs each trajectory would write
+next whatever the verdict (the turn's variant rejected, or the fastest yet), so the search has them
+built in the background and the next turn finds its build done.
 """
 
 from __future__ import annotations
@@ -82,14 +86,50 @@ class BuiltinPolicy:
 
         choice, why = _choose(variants, history, index, preferred_order(plan), number)
         variant = variants[choice]
-        digest = hashlib.sha256(source.encode()).hexdigest()[:10]
         kind = "row" if plan.is_rows else "pointwise"
-        doc = f"Written by kevin's built-in writer: {kind} kernel, {variant.describe()}, variant {number(choice)}."
-        program = write_program(plan, variant, name=f"kevin_builtin_{digest}_{number(choice)}", doc=doc)
+        program = _program(source, plan, variant, number(choice))
         measured = f" Measured so far (variant:ms, x not accepted): {_format_history(history, number)}." if history else ""
         text = (f"A fused {kind} kernel for {len(plan.ops)} ops ({', '.join(dict.fromkeys(plan.ops))}), {variant.describe()}.\n\n"
                 f"```python\n{program}```\n\nSummary: variant {number(choice)} ({variant.describe()}); {why}.{measured}")
         return Reply(text, completion_tokens=len(text) // 4, extra={"variant": choice})
+
+
+    def foresee(self, conversations: Sequence[Sequence[Message]], earlier: Sequence[Sequence[EarlierTurn]]) -> list[str]:
+        """The programs each trajectory writes next if this turn's variant (the last of `earlier[i]`,
+        its verdict unknown) is rejected, if it is the fastest so far, and if it is correct but
+        slower than the fastest: the next turn's program is one of them whatever the judge says."""
+        programs: list[str] = []
+        for index, (messages, turns) in enumerate(zip(conversations, earlier, strict=True)):
+            source = task_from_messages(list(messages))
+            plan = _plan(source) if source is not None else None
+            if plan is None or isinstance(plan, Declined) or not turns:
+                continue
+            variants = {v.name: v for v in variants_for(plan)}
+            past = [(name, ms) for name, ms in _history(turns[:-1]) if name in variants]
+            current = turns[-1].reply.extra.get("variant")
+            if current not in variants:
+                continue
+            timed = [ms for _, ms in past if ms is not None]
+            outcomes = [None, min(timed, default=1.0) / 2] + ([min(timed) * 2] if timed else [])
+
+            def number(name: str) -> int:
+                return variant_number(plan, name)
+
+            for ms in outcomes:
+                choice, _ = _choose(variants, [*past, (current, ms)], index, preferred_order(plan), number)
+                program = _program(source, plan, variants[choice], number(choice))  # type: ignore[arg-type]
+                if program not in programs:
+                    programs.append(program)
+        return programs
+
+
+def _program(source: str, plan: Plan, variant: Variant, number: int) -> str:
+    """The program the writer replies with for `variant` of `source`'s plan (the same text every
+    time: a build made ahead of its turn is the one the turn finds)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:10]
+    kind = "row" if plan.is_rows else "pointwise"
+    doc = f"Written by kevin's built-in writer: {kind} kernel, {variant.describe()}, variant {number}."
+    return write_program(plan, variant, name=f"kevin_builtin_{digest}_{number}", doc=doc)
 
 
 def _format_history(history: list[tuple[str, float | None]], number: Callable[[str], int]) -> str:
