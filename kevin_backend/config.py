@@ -149,6 +149,7 @@ ENV: dict[str, EnvVar] = {
         EnvVar("KEVIN_RECORD_PENDING", _parse_bool, True, "record cache misses as pending tasks"),
         EnvVar("KEVIN_CPU_KERNELS", _parse_bool, False, "use cached kernels for CPU tensors (pipeline tests)"),
         EnvVar("KEVIN_LOG", str, "WARNING", "log level of the kevin_backend logger"),
+        EnvVar("KEVIN_CUTLASS_INCLUDE", str, None, "the folder holding CUTLASS's cutlass/ and cute/ headers (default: the installed nvidia-cutlass package's)"),
     )
 }
 

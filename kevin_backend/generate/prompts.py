@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 
 from kevin_backend.generate.policy import Message, Reply, split_reasoning
 from kevin_backend.judge.result import JudgeResult, Mismatch, Reason
+from kevin_backend.toolchain.cutlass_headers import CutlassHeaders, find_cutlass
 
 __all__ = [
     "Turn",
@@ -51,7 +52,7 @@ __all__ = [
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 
 # Bump when the code that fills the templates changes what a prompt says (it is hashed in too).
-_RENDER_SCHEMA = 3
+_RENDER_SCHEMA = 4
 
 SUMMARY_CHARS = 800  # an explicit `Summary:` is cut at this length
 DERIVED_SUMMARY_CHARS = 400  # a summary derived from the reply's prose is cut at this length
@@ -337,10 +338,28 @@ def _target(gpu: str, capability: str) -> str:
     return f"{gpu}, compute capability {capability} (sm_{capability.replace('.', '')})"
 
 
-def task_message(task_source: str, gpu: str, capability: str = "", omitted: int = 0) -> Message:
-    """The task: the program, the target GPU, the rules and the reply format; with a note when
-    `omitted` earlier turns were left out of the conversation."""
-    content = render("task", program=task_source.strip("\n"), target=_target(gpu, capability))
+FIND = "find"  # `cutlass=FIND`: the headers this process finds (`find_cutlass`)
+
+
+def _libraries(cutlass: CutlassHeaders | None | str) -> str:
+    """What the task says of CUTLASS's and CuTe's headers: their version and folder when the
+    judge's build has them, nothing when it has not."""
+    headers = find_cutlass() if cutlass == FIND else cutlass
+    if not isinstance(headers, CutlassHeaders):
+        return ""
+    return render("cutlass", libraries=f"CUTLASS {headers.version}" + (" and CuTe" if headers.cute else ""),
+                  include=headers.include,
+                  includes="`#include <cutlass/...>` and `#include <cute/...>`" if headers.cute else "`#include <cutlass/...>`",
+                  cute_example=", and CuTe's layouts and tensors in <cute/tensor.hpp>" if headers.cute else "")
+
+
+def task_message(task_source: str, gpu: str, capability: str = "", omitted: int = 0,
+                 cutlass: CutlassHeaders | None | str = FIND) -> Message:
+    """The task: the program, the target GPU, the header libraries the build has (`cutlass`: the
+    headers, None for none, FIND for those found here), the rules and the reply format; with a
+    note when `omitted` earlier turns were left out of the conversation."""
+    content = render("task", program=task_source.strip("\n"), target=_target(gpu, capability),
+                     libraries=_libraries(cutlass))
     if omitted:
         content += "\n\n" + render("omitted", count=omitted)
     return {"role": "user", "content": content}
@@ -378,6 +397,7 @@ def build_messages(
     count_tokens: Callable[[str], int] | None = None,
     *,
     capability: str = "",
+    cutlass: CutlassHeaders | None | str = FIND,
 ) -> list[Message]:
     """The conversation for the next turn: system, task, then each earlier turn as an assistant
     message (program and summary only) and a user message (its feedback).
@@ -387,6 +407,7 @@ def build_messages(
     and the task message says so. The system and task messages always stay, and so does the
     latest turn (the model must see the verdict on its last attempt): when those alone exceed the
     budget the result is over it, and the caller decides (`count_prompt_tokens` tells by how much).
+    `cutlass` is `task_message`'s (the task names CUTLASS's headers when the build has them).
     """
     count = count_tokens or approx_tokens
 
@@ -400,11 +421,11 @@ def build_messages(
     system = system_message()
     first = 0
     while first < len(pairs) - 1:
-        head = [system, task_message(task_source, gpu, capability, omitted=first)]
+        head = [system, task_message(task_source, gpu, capability, omitted=first, cutlass=cutlass)]
         if cost(head) + sum(costs[first:]) <= max_prompt_tokens:
             break
         first += 1
-    messages = [system, task_message(task_source, gpu, capability, omitted=first)]
+    messages = [system, task_message(task_source, gpu, capability, omitted=first, cutlass=cutlass)]
     for pair in pairs[first:]:
         messages.extend(pair)
     return messages

@@ -47,6 +47,7 @@ import torch
 from kevin_backend.config import child_env
 from kevin_backend.toolchain.candidate import InlineExtension
 from kevin_backend.toolchain.build_errors import SourceFile, trim_compiler_output
+from kevin_backend.toolchain.cutlass_headers import CutlassHeaders, find_cutlass
 from kevin_backend.toolchain.fast_build import FAST_BUILD_VERSION, Toolchain, build_fast, ensure_pch, fast_sources
 from kevin_backend.toolchain.host_device import SplitError
 from kevin_backend.locks import file_lock
@@ -78,10 +79,19 @@ class BuildSpec:
     light_headers: bool = True
     # Try the fast build first (module docstring); needs `arch` and CUDA sources.
     fast: bool = True
+    # CUTLASS's and CuTe's headers, on every compiler's include path (`find_cutlass`: the judge's
+    # builds and a program's own load_inline find the same); None: not installed
+    cutlass: CutlassHeaders | None = None
 
     @classmethod
     def of(cls, ext: InlineExtension, arch: str | None) -> "BuildSpec":
-        return cls(ext.name, ext.cpp_sources, ext.cuda_sources, ext.functions, ext.extra_cflags, ext.extra_cuda_cflags, arch)
+        return cls(ext.name, ext.cpp_sources, ext.cuda_sources, ext.functions, ext.extra_cflags, ext.extra_cuda_cflags, arch,
+                   cutlass=find_cutlass())
+
+    @property
+    def include_dirs(self) -> tuple[str, ...]:
+        """The header libraries' folders the compilers are given besides torch's and CUDA's."""
+        return (str(self.cutlass.include),) if self.cutlass is not None else ()
 
     @property
     def digest(self) -> str:
@@ -100,6 +110,8 @@ class BuildSpec:
             "cuda_version": torch.version.cuda,
             "python": sys.version_info[:2],
         }
+        if self.cutlass is not None:  # (absent without it: the digests of builds made before stay)
+            fields["cutlass"] = [str(self.cutlass.include), self.cutlass.version]
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:24]
 
     @property
@@ -200,7 +212,7 @@ def answering_load_inline(builder: "Builder", arch: str | None) -> Iterator[None
             return tuple(value) if isinstance(value, (list, tuple)) else ((value,) if value else ())
 
         spec = BuildSpec(name, text(cpp_sources), text(cuda_sources), items(functions), items(extra_cflags),
-                         items(extra_cuda_cflags), arch)
+                         items(extra_cuda_cflags), arch, cutlass=find_cutlass())
         result = builder.build(spec)
         if not result.ok:
             raise RuntimeError(f"build failed: {result.error}")
@@ -354,7 +366,7 @@ class Builder:
         (folder / "spec.json").write_text(json.dumps(_spec_dict(spec)))
         built = folder / f"{spec.module_name}.so"
         outcome = build_fast(sources, work, built, spec.arch, pch, spec.extra_cflags, spec.extra_cuda_cflags,
-                             spec.cuda_sources, self.timeout, toolchain)
+                             spec.cuda_sources, self.timeout, toolchain, include_dirs=spec.include_dirs)
         error = outcome.error
         infra = "" if outcome.ok else judge_side_build_failure(outcome.log, outcome.timed_out)
         if not outcome.ok:
@@ -452,5 +464,6 @@ def _spec_dict(spec: BuildSpec) -> dict[str, object]:
         "functions": list(spec.functions),
         "extra_cflags": list(spec.extra_cflags),
         "extra_cuda_cflags": list(spec.extra_cuda_cflags),
+        "extra_include_paths": list(spec.include_dirs),
         "with_cuda": bool(spec.cuda_sources),
     }

@@ -25,6 +25,7 @@ def main(folder: str) -> int:
             functions=spec["functions"] or None,
             extra_cflags=spec["extra_cflags"] or None,
             extra_cuda_cflags=spec["extra_cuda_cflags"] or None,
+            extra_include_paths=spec.get("extra_include_paths") or None,
             build_directory=str(root / "build"),
             with_cuda=spec["with_cuda"],
             verbose=False,

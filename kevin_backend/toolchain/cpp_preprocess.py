@@ -192,9 +192,10 @@ def preprocess(kind: str, code: str, extension: str = "extension", flags: tuple[
     return CppSource(kind, _mark_device(_tokens(out)), tuple(refused), tuple(redefined), unknown)
 
 
-# Prefixes of the macros of torch, CUDA, pybind11, Python, the C++ library and the compiler,
-# whether or not their headers are on this machine
-_LIBRARY_MACRO = re.compile(r"^(?:CUDA|CUDART|CUB_|THRUST_|TORCH_|AT_|C10_|CAFFE2_|PYBIND11|Py|__CUDA|__CUDACC|"
+# Prefixes of the macros of torch, CUDA, CUTLASS and CuTe, pybind11, Python, the C++ library and
+# the compiler, whether or not their headers are on this machine (CUTLASS's are set by the
+# architecture its headers see: `#if defined(CUTLASS_ARCH_MMA_SM90_SUPPORTED)` differs in the build)
+_LIBRARY_MACRO = re.compile(r"^(?:CUDA|CUDART|CUB_|THRUST_|CUTLASS_|CUTE_|TORCH_|AT_|C10_|CAFFE2_|PYBIND11|Py|__CUDA|__CUDACC|"
                             r"_GLIBCXX|__GLIBC|__cpp_|__cplusplus|__STDC|__NV|NV_|__HIP)")
 
 

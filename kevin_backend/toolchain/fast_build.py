@@ -49,7 +49,7 @@ from kevin_backend.locks import file_lock
 FAST_BUILD_VERSION = 3
 
 __all__ = ["FAST_BUILD_VERSION", "Toolchain", "FastSources", "FastOutcome", "fast_sources", "ensure_pch", "build_fast", "ops_namespace",
-           "cuda_home_of"]
+           "cuda_home_of", "device_command"]
 
 # Headers every host part gets, precompiled once. The adapter turns a candidate's function into
 # one whose parameter and return types an operator schema accepts.
@@ -122,6 +122,8 @@ class Toolchain:
         if cuda_home:
             includes.append(str(Path(cuda_home) / "include"))
             libraries.append(str(Path(cuda_home) / "lib64"))
+            if (Path(cuda_home) / "include" / "cccl").is_dir():  # CUDA 13 keeps <cuda/std/...> there (nvcc adds it; g++ does not)
+                includes.append(str(Path(cuda_home) / "include" / "cccl"))
         abi = int(torch.compiled_with_cxx11_abi())
         cxx = shutil.which("c++") or "c++"
         std = "-std=c++20" if _torch_wants_cxx20(cpp_extension) else "-std=c++17"
@@ -242,22 +244,30 @@ class FastOutcome:
     fallback: str = ""  # why the whole build is needed (a failure that is not final): which step, its first error
 
 
+def device_command(tc: Toolchain, source: Path, output: Path, arch: str, extra_cuda_cflags: Sequence[str],
+                   include_dirs: Sequence[str] = ()) -> list[str]:
+    """nvcc on a device part: the present architecture only, torch's first include folder (c10's
+    light headers) and the header libraries' (`include_dirs`: CUTLASS's)."""
+    gencode = f"-gencode=arch=compute_{arch.replace('.', '')},code=sm_{arch.replace('.', '')}"
+    flags = [f for f in extra_cuda_cflags if f.strip()]  # models write extra_cuda_cflags=[""]
+    return [tc.nvcc, *tc.nvcc_flags, gencode, *flags, *(f"-I{d}" for d in (*tc.include_dirs[:1], *include_dirs)),
+            "-c", str(source), "-o", str(output)]
+
+
 def build_fast(sources: FastSources, work: Path, output: Path, arch: str, pch: Path,
                extra_cflags: Sequence[str], extra_cuda_cflags: Sequence[str], cuda_text: str,
-               timeout: float, toolchain: Toolchain | None = None) -> FastOutcome:
-    """Compile the device and host parts at once, link them into `output`."""
+               timeout: float, toolchain: Toolchain | None = None, include_dirs: Sequence[str] = ()) -> FastOutcome:
+    """Compile the device and host parts at once, link them into `output`; `include_dirs` (the
+    header libraries', CUTLASS's) go to both compilers."""
     tc = toolchain or Toolchain.detect()
     work.mkdir(parents=True, exist_ok=True)
     (work / "device.cu").write_text(sources.device)
     (work / "host.cpp").write_text(sources.host)
-    gencode = f"-gencode=arch=compute_{arch.replace('.', '')},code=sm_{arch.replace('.', '')}"
     extra_cflags = [f for f in extra_cflags if f.strip()]  # models write extra_cflags=[""]
-    extra_cuda_cflags = [f for f in extra_cuda_cflags if f.strip()]
-    device_cmd = [tc.nvcc, *tc.nvcc_flags, gencode, *extra_cuda_cflags, *(f"-I{d}" for d in tc.include_dirs[:1]),
-                  "-c", str(work / "device.cu"), "-o", str(work / "device.o")]
+    device_cmd = device_command(tc, work / "device.cu", work / "device.o", arch, extra_cuda_cflags, include_dirs)
     host_flags = [f for f in extra_cflags if not f.startswith("-O")]  # optimisation flags would void the header
     host_cmd = [tc.cxx, *tc.cxx_flags, *host_flags, "-include", str(pch), "-Winvalid-pch",
-                *(f"-I{d}" for d in tc.include_dirs), "-c", str(work / "host.cpp"), "-o", str(work / "host.o")]
+                *(f"-I{d}" for d in (*tc.include_dirs, *include_dirs)), "-c", str(work / "host.cpp"), "-o", str(work / "host.o")]
     start = time.monotonic()
     results, timed_out = _run_each([device_cmd, host_cmd], timeout)
     log = "".join(out for out, _ in results)
