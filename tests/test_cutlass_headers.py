@@ -214,3 +214,29 @@ def test_a_cutlass_gemm_compiles_through_the_fast_build_nvcc_command(tmp_path: P
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert (tmp_path / "gemm.o").stat().st_size > 0
+
+
+def test_the_builtin_writer_says_why_it_leaves_matmuls_out(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Without the headers the report tells what to install; with them, that no kernel is written yet."""
+    import torch
+    import torch.nn.functional as F
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
+
+    graph = make_fx(lambda x, w: torch.relu(F.conv2d(x, w)).sum() + torch.mm(x[0, 0], x[0, 1]))(
+        torch.randn(1, 3, 4, 4), torch.randn(2, 3, 3, 3)).graph
+    nodes = [n for n in graph.nodes if n.target in (torch.ops.aten.mm.default, torch.ops.aten.convolution.default)]
+    assert len(nodes) == 2
+
+    def reasons() -> set[str]:
+        return {BuiltinSupport().supports(n)[1].split(": ", 1)[1] for n in nodes}
+
+    monkeypatch.setattr(cutlass_headers, "PACKAGE", "kevin-no-such-package")
+    assert reasons() == {"CUTLASS's headers are not installed (pip install \"kevin_backend[cutlass]\")"}
+    monkeypatch.setenv("KEVIN_CUTLASS_INCLUDE", str(_include(tmp_path / "include", (3, 8, 0))))
+    assert reasons() == {"it writes no CUTLASS kernel yet (CUTLASS 3.8.0 found)"}
+    monkeypatch.setenv("KEVIN_CUTLASS_INCLUDE", str(tmp_path))
+    (reason,) = reasons()
+    assert "there is no cutlass/cutlass.h in it" in reason
+    assert all(not BuiltinSupport().supports(n)[0] for n in nodes)

@@ -1,5 +1,11 @@
 """What the built-in writer declares to the partitioner (`BuiltinSupport`): the nodes it may take,
-and what a reduction must share with the other reductions of its kernel."""
+and what a reduction must share with the other reductions of its kernel.
+
+    ok, why = BuiltinSupport().supports(node)   # (False, "mm ... CUTLASS's headers are not installed ...")
+
+Matmuls and convolutions it declares none of; the reason says whether CUTLASS's headers, which
+its kernels for them will need, were found (`cutlass_headers.find_cutlass`), so the report tells
+a user without them what to install."""
 
 from __future__ import annotations
 
@@ -8,11 +14,14 @@ import weakref
 import torch
 import torch.fx as fx
 
+from kevin_backend.config import ConfigError
 from kevin_backend.generate.builtin.cross_entropy import match_decomposed_nll
 from kevin_backend.generate.builtin.graph_nodes import REDUCTIONS, VIEWS, node_value, op_name, reduced_dims
 from kevin_backend.generate.builtin.ops import check as check_pointwise, is_pointwise
+from kevin_backend.generate.op_support import MATMUL_OPS
+from kevin_backend.toolchain.cutlass_headers import find_cutlass
 
-__all__ = ["BuiltinSupport"]
+__all__ = ["BuiltinSupport", "no_matmul_reason"]
 
 aten = torch.ops.aten
 
@@ -53,6 +62,8 @@ class BuiltinSupport:
         if is_pointwise(node):
             reason = check_pointwise(node)
             return (True, "") if reason is None else (False, reason)
+        if target in MATMUL_OPS or target is aten.convolution.default:
+            return False, no_matmul_reason(op_name(node))
         return False, f"{op_name(node)} not declared by writer 'builtin'"
 
     def reduction_key(self, node: fx.Node) -> tuple[tuple[int | str, ...], tuple[int, ...]] | None:
@@ -66,3 +77,16 @@ class BuiltinSupport:
             return None
         # (a symbolic size, under dynamic shapes, by its expression: SymInts do not hash)
         return tuple(d if isinstance(d, int) else str(d) for d in val.shape), reduced_dims(node, val.dim())
+
+
+def no_matmul_reason(op: str) -> str:
+    """Why the built-in writer leaves a matmul or a convolution `op` to Inductor, with what it
+    found of CUTLASS's headers."""
+    declined = f"{op} (a matmul or convolution) not declared by writer 'builtin'"
+    try:
+        headers = find_cutlass()
+    except ConfigError as exc:
+        return f"{declined}: {exc}"
+    if headers is None:
+        return f"{declined}: CUTLASS's headers are not installed (pip install \"kevin_backend[cutlass]\")"
+    return f"{declined}: it writes no CUTLASS kernel yet (CUTLASS {headers.version} found)"
