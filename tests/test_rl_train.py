@@ -235,9 +235,11 @@ def test_two_processes_take_the_same_step_as_one(tiny_lm: Path, tmp_path: Path) 
     assert two["mean_score"] == pytest.approx(one["mean_score"], rel=1e-12)
     assert sorted(p.name for p in (tmp_path / "two" / "trajectories").iterdir()) == [
         "batch-000000-rank0.jsonl", "batch-000000-rank1.jsonl"]
+    # (the first step's ratios are 1 and each group's advantages sum to zero, so its loss is float32's
+    # rounding of a zero sum, a few 1e-9 that the reduction's order moves; its gradient is not zero)
     for a, b in zip(one["steps"], two["steps"]):
-        for key in ("loss", "grad_norm", "ratio_mean", "clip_fraction"):
-            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-9), key
+        for key, noise in (("loss", 1e-7), ("grad_norm", 1e-9), ("ratio_mean", 1e-9), ("clip_fraction", 1e-9)):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=noise), key
 
 
 if __name__ == "__main__":
