@@ -34,7 +34,7 @@ them (the judge moves them to the GPU).
 
 from __future__ import annotations
 
-from kevin_backend.generate.builtin.suite import SuiteTask
+from kevin_backend.generate.builtin.suite import SuiteTask, kernelbench_program, size_literal
 
 __all__ = ["GEMM_SUITE", "CATEGORIES"]
 
@@ -43,58 +43,10 @@ CATEGORIES = ("linear", "gemm", "conv", "transformer", "attention")
 _TORCH_DTYPE = {"f32": "torch.float32", "f16": "torch.float16", "bf16": "torch.bfloat16"}
 
 
-def _size(value: int | str) -> str:
-    return f"{value:_}" if isinstance(value, int) and value >= 10_000 else str(value)
-
-
-def _program(doc: str, sizes: dict[str, int | str], init: tuple[str, str, str], body: str,
-             inputs: list[tuple[str, str]]) -> str:
-    """A KernelBench-format program. `init` is (the constructor's parameters, its body's lines,
-    what `get_init_inputs()` returns); `body` is the forward (an expression, or lines ending in a
-    return) of the inputs, each (name, expression building it on the CPU)."""
-    params, init_body, init_inputs = init
-    lines = body.strip().splitlines()
-    if len(lines) == 1 and not lines[0].startswith("return "):
-        lines = [f"return {lines[0]}"]
-    forward = "\n        ".join(lines)
-    made = "\n    ".join(f"{name} = {expr}" for name, expr in inputs)
-    args = ", ".join(name for name, _ in inputs)
-    constants = "\n".join(f"{k} = {_size(v)}" for k, v in sizes.items())
-    setup = "".join(f"\n        {line}" for line in init_body.strip().splitlines())
-    return f'''import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-class Model(nn.Module):
-    """
-    {doc}
-    """
-
-    def __init__(self{", " + params if params else ""}):
-        super(Model, self).__init__(){setup}
-
-    def forward(self, {args}):
-        {forward}
-
-
-{constants}
-
-
-def get_inputs():
-    {made}
-    return [{args}]
-
-
-def get_init_inputs():
-    return [{init_inputs}]
-'''
-
-
 def _t(name: str, category: str, doc: str, out: str, sizes: dict[str, int | str], body: str,
        inputs: list[tuple[str, str]], init: tuple[str, str, str] = ("", "", "")) -> SuiteTask:
     assert category in CATEGORIES, category
-    return SuiteTask(name, category, _program(f"{doc}\n    Output: {out}", sizes, init, body, inputs))
+    return SuiteTask(name, category, kernelbench_program(f"{doc}\n    Output: {out}", sizes, body, inputs, init))
 
 
 def _randn(dims: str, dt: str) -> str:

@@ -46,57 +46,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kevin_backend.generate.builtin.suite import SuiteTask
+from kevin_backend.generate.builtin.suite import SuiteTask, kernelbench_program, size_literal
 
 __all__ = ["ROOFLINE_SUITE", "CATEGORIES", "task_bytes"]
 
 CATEGORIES = ("norm", "softmax", "reduction", "normalize", "loss", "activation", "layout")
 
 _DT = {"f32": "", "f16": ", dtype=torch.float16", "bf16": ", dtype=torch.bfloat16"}
-
-
-def _size(value: int | str) -> str:
-    return f"{value:_}" if isinstance(value, int) and value >= 10_000 else str(value)
-
-
-def _program(doc: str, sizes: dict[str, int | str], body: str, inputs: list[tuple[str, str]]) -> str:
-    """A KernelBench-format program: `forward(*names of inputs)` runs `body` (an expression, or
-    lines ending in a return); `get_inputs()` builds each input on the CPU from the module's sizes."""
-    lines = body.strip().splitlines()
-    if len(lines) == 1 and not lines[0].startswith("return "):
-        lines = [f"return {lines[0]}"]
-    forward = "\n        ".join(lines)
-    args = ", ".join(name for name, _ in inputs)
-    constants = "\n".join(f"{k} = {_size(v)}" for k, v in sizes.items())
-    made = "\n    ".join(f"{name} = {expr}" for name, expr in inputs)
-    return f'''import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-class Model(nn.Module):
-    """
-    {doc}
-    """
-
-    def __init__(self):
-        super(Model, self).__init__()
-
-    def forward(self, {args}):
-        {forward}
-
-
-{constants}
-
-
-def get_inputs():
-    {made}
-    return [{args}]
-
-
-def get_init_inputs():
-    return []
-'''
 
 
 def _randn(dims: str, dt: str) -> str:
@@ -106,7 +62,7 @@ def _randn(dims: str, dt: str) -> str:
 def _t(name: str, category: str, doc: str, sizes: dict[str, int | str], body: str,
        inputs: list[tuple[str, str]]) -> SuiteTask:
     assert category in CATEGORIES, category
-    return SuiteTask(name, category, _program(doc, sizes, body, inputs))
+    return SuiteTask(name, category, kernelbench_program(doc, sizes, body, inputs))
 
 
 def _layernorm(name: str, dt: str, rows: int, dim: int) -> SuiteTask:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SuiteTask", "SUITE"]
+__all__ = ["SuiteTask", "SUITE", "kernelbench_program", "size_literal"]
 
 
 @dataclass(frozen=True)
@@ -126,3 +126,52 @@ SUITE: tuple[SuiteTask, ...] = (
     _task("l2-normalize-f32", "norm", "x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)", [(B, N)], "f32"),
     _task("residual-layernorm-f16", "norm", "F.layer_norm(x + y, (1024,))", [(B, N), (B, N)], "f16"),
 )
+
+
+def size_literal(value: int | str) -> str:
+    """A size as a program writes it (10_000 and up with underscores)."""
+    return f"{value:_}" if isinstance(value, int) and value >= 10_000 else str(value)
+
+
+def kernelbench_program(doc: str, sizes: dict[str, int | str], body: str, inputs: list[tuple[str, str]],
+                        init: tuple[str, str, str] = ("", "", "")) -> str:
+    """A KernelBench-format program of the generated suites (roofline, GEMM). `init` is (the constructor's parameters, its body's lines,
+    what `get_init_inputs()` returns); `body` is the forward (an expression, or lines ending in a
+    return) of the inputs, each (name, expression building it on the CPU)."""
+    params, init_body, init_inputs = init
+    lines = body.strip().splitlines()
+    if len(lines) == 1 and not lines[0].startswith("return "):
+        lines = [f"return {lines[0]}"]
+    forward = "\n        ".join(lines)
+    made = "\n    ".join(f"{name} = {expr}" for name, expr in inputs)
+    args = ", ".join(name for name, _ in inputs)
+    constants = "\n".join(f"{k} = {size_literal(v)}" for k, v in sizes.items())
+    setup = "".join(f"\n        {line}" for line in init_body.strip().splitlines())
+    return f'''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """
+    {doc}
+    """
+
+    def __init__(self{", " + params if params else ""}):
+        super(Model, self).__init__(){setup}
+
+    def forward(self, {args}):
+        {forward}
+
+
+{constants}
+
+
+def get_inputs():
+    {made}
+    return [{args}]
+
+
+def get_init_inputs():
+    return [{init_inputs}]
+'''
