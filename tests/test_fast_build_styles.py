@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from kevin_backend.toolchain.candidate import Candidate, InlineExtension
-from kevin_backend.toolchain.fast_build import FastSources, Toolchain, build_fast, cuda_home_of, ensure_pch, fast_sources
+from kevin_backend.toolchain.fast_build import FastSources, Toolchain, build_fast, cuda_home_of, device_command, ensure_pch, fast_sources
 from kevin_backend.toolchain.host_device import SplitError, split_cuda
 
 STYLES = Path(__file__).resolve().parent / "build_styles"
@@ -213,19 +213,12 @@ torch::Tensor f(torch::Tensor w, torch::Tensor y) {
     assert "&kevin_kernel_k<256>" in split.device and "&kevin_launch_k<256>" in split.device
 
 
-def _nvcc_command(device_cu: Path, extra: tuple[str, ...]) -> list[str]:
-    import torch.utils.cpp_extension as cpp_extension
-
-    return ["nvcc", "-std=c++17", "-O3", "-Xcompiler", "-fPIC", *cpp_extension.COMMON_NVCC_FLAGS,
-            f"-gencode=arch=compute_{ARCH.replace('.', '')},code=sm_{ARCH.replace('.', '')}", *[f for f in extra if f.strip()],
-            f"-I{cpp_extension.include_paths('cpu')[0]}", "-c", str(device_cu), "-o", str(device_cu.with_suffix(".o"))]
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_device_parts_compile_with_nvcc(tmp_path: Path) -> None:
     """Every device part compiles as the fast build compiles it (sm_90, torch-free but for c10's
     light headers); two at a time."""
+    toolchain = Toolchain.detect()
     jobs = []
     for i, entry in enumerate(STYLE_ENTRIES + KB_ENTRIES):
         outcome = _split(entry)
@@ -234,7 +227,8 @@ def test_device_parts_compile_with_nvcc(tmp_path: Path) -> None:
         folder = tmp_path / f"{i:03d}"
         folder.mkdir()
         (folder / "device.cu").write_text(outcome.device)
-        jobs.append((entry.name, _nvcc_command(folder / "device.cu", entry.ext.extra_cuda_cflags)))
+        jobs.append((entry.name, device_command(toolchain, folder / "device.cu", folder / "device.o", ARCH,
+                                                entry.ext.extra_cuda_cflags)))
 
     def run(job: tuple[str, list[str]]) -> tuple[str, int, str]:
         out = subprocess.run(job[1], capture_output=True, text=True, timeout=600)
