@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from generate_script import replies
+from generate_script import SHORTER, replies
 from judge_cases import GATED_TASK
 
 pytestmark = pytest.mark.gpu
@@ -28,7 +28,7 @@ def test_replayed_search_feeds_back_every_outcome_and_decides_on_the_fast_kernel
     from kevin_backend.types import KernelTask
 
     config = Config(cache_dir=tmp_path / "cache")
-    policy = ReplayPolicy(replies())
+    policy = ReplayPolicy(replies(last=SHORTER))
     generator = SearchGenerator(policy, Judge(tmp_path / "builds", RunConfig(trials=30)),
                                 SearchConfig(trajectories=1, turns=6), config)
     task = KernelTask.from_program("gated", GATED_TASK)
@@ -53,8 +53,9 @@ def test_replayed_search_feeds_back_every_outcome_and_decides_on_the_fast_kernel
     fast = result.records[5].step.result.timings
     assert fast.kernel_ms < slow.kernel_ms
     assert result.best is result.records[5]
-    # The scripted fast kernel is slower than Inductor's code: 0.027 ms against 0.018 ms on an H200
-    # (0.66x), far below where a re-timing could change the decision: Inductor, not re-timed.
+    # The sixth kernel is slower than Inductor's code (a shorter loop: about half its speed on an
+    # H200), far below where a re-timing could change the decision: Inductor, not re-timed. (The
+    # plain fused kernel ran 0.905x Inductor there: too near the re-timing's 0.9x to pin.)
     from kevin_backend.generate.decision import RETIME_FROM
 
     assert fast.speedup_vs_inductor is not None and fast.speedup_vs_inductor < RETIME_FROM, fast

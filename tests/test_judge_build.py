@@ -153,6 +153,30 @@ print("ok")
 '''
 
 
+_DETECT_UNDER_THE_STAND_IN = r'''
+import sys, torch
+from pathlib import Path
+from kevin_backend.toolchain.build import Builder, answering_load_inline
+from kevin_backend.toolchain.fast_build import Toolchain
+
+assert "torch.utils.cpp_extension" not in sys.modules
+with answering_load_inline(Builder(Path(sys.argv[1])), None):
+    toolchain = Toolchain.detect()  # a cached kernel's first load in a fresh process: the fast build's first use
+print(toolchain.cxx_flags[0])
+'''
+
+
+def test_the_toolchain_is_detected_while_the_stand_in_answers(tmp_path: Path) -> None:
+    """A fresh process that loads a cached kernel detects the fast build's toolchain inside the block,
+    where `torch.utils.cpp_extension` is the stand-in: the toolchain reads the module's file to pick
+    the C++ standard, so the stand-in gives it torch's."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _DETECT_UNDER_THE_STAND_IN, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() in ("-std=c++17", "-std=c++20"), done.stderr[-2000:]
+
+
 def test_a_program_that_only_calls_load_inline_does_not_import_torchs_extension_module(tmp_path: Path) -> None:
     """Importing torch.utils.cpp_extension takes about 0.4 s with CUDA, in every candidate's process:
     while the builder answers `load_inline`, a program gets a stand-in that imports torch's module

@@ -80,3 +80,15 @@ def test_the_timings_slots_are_reported_apart_from_the_judges_extra(monkeypatch:
     report = ledger.report()
     assert report.judge_extra_bytes == 26 * MIB - 14 * MIB <= report.budget_bytes
     assert report.slot_bytes == 1300 * MIB
+
+
+def test_the_report_names_the_step_that_took_the_most() -> None:
+    # an H200 eval reported 1.09 GB of the judge's extra against a 0.28 GB bound, with nothing to
+    # say where it was taken: the report names the step in which the peak was reached
+    ledger = MemoryLedger(torch.device("cpu"), task_bytes=14 * MIB)
+    for step, held in (("inputs", 20 * MIB), ("exact", 60 * MIB), ("compare", 30 * MIB), ("roofline", 50 * MIB)):
+        ledger.enter(step)
+        ledger.grow(held)
+    report = ledger.report()
+    assert (report.peak_bytes, report.peak_step) == (60 * MIB, "exact")
+    assert report.as_dict()["peak_step"] == "exact"

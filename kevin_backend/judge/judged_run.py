@@ -41,6 +41,7 @@ class Run:
     start_reference: Callable[[], Any] | None = None
 
     def phase(self, name: str) -> None:
+        self.ledger.enter(name)
         self.current = name
         self.announce(name)
 

@@ -32,7 +32,7 @@ def run_eager(run: Run, inputs: InputSet) -> list[Any]:
     if run.ledger.cuda:
         made = sum(v.numel() * v.element_size() for v in out if isinstance(v, torch.Tensor))
         run.reference_temps = max(run.reference_temps, torch.cuda.max_memory_allocated(run.device) - before - made)
-        run.ledger.peak = max(run.ledger.peak, torch.cuda.max_memory_allocated(run.device) - run.ledger.baseline)
+        run.ledger.grow(torch.cuda.max_memory_allocated(run.device) - run.ledger.baseline)
     return out
 
 

@@ -66,6 +66,7 @@ class MemoryReport:
     exact: str  # the dtype of the exact reference ("float64", "float32"), or "eager" (none fitted)
     fixed_bytes: int = 0  # the timer's L2 flush buffer, allowed whatever the task's size
     slot_bytes: int = 0  # the timing's input slots at most (not in peak_bytes: see `MemoryLedger.hold_slots`)
+    peak_step: str = ""  # the judge's step in which the peak was reached ("" where none was seen)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -86,6 +87,8 @@ class MemoryLedger:
     output_bytes: int = 0  # one call's outputs, as the reference's are (0: not known yet)
     slots: int = 0  # the timing's input slots held now, outside torch's allocator (`hold_slots`)
     slot_peak: int = 0
+    step: str = ""  # the judge's step now running (`enter`)
+    peak_step: str = ""  # the step in which `peak` last grew
 
     @property
     def cuda(self) -> bool:
@@ -112,8 +115,18 @@ class MemoryLedger:
 
     def observe(self) -> None:
         if self.cuda:
-            outside = self._outside()
-            self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device) - self.baseline + outside)
+            self.grow(torch.cuda.max_memory_allocated(self.device) - self.baseline + self._outside())
+
+    def grow(self, peak: int) -> None:
+        """The run held `peak` bytes at some point of the step now running."""
+        if peak > self.peak:
+            self.peak, self.peak_step = peak, self.step
+
+    def enter(self, step: str) -> None:
+        """The judge's step `step` begins: what the last one reached is observed first, so that the
+        report names the step that took the most."""
+        self.observe()
+        self.step = step
 
     @property
     def budget(self) -> int:
@@ -146,7 +159,7 @@ class MemoryLedger:
     def report(self) -> MemoryReport:
         self.observe()
         return MemoryReport(self.task_bytes, self.peak, self.peak - self.task_bytes, self.budget, self.exact, self.fixed,
-                            self.slot_peak)
+                            self.slot_peak, self.peak_step)
 
 
 def poison(device: torch.device, output_bytes: Sequence[int]) -> None:

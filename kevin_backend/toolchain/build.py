@@ -183,8 +183,8 @@ class _LazyCppExtension(ModuleType):
         self._real: Any = None
         self._saved: Any = None
 
-    def __getattr__(self, name: str) -> Any:  # (only names the stub lacks)
-        if name.startswith("__"):
+    def __getattr__(self, name: str) -> Any:  # (only names the stub lacks; of the dunders only __file__,
+        if name.startswith("__") and name != "__file__":  # which the toolchain reads: others are import machinery's probes)
             raise AttributeError(name)
         if self._real is None:
             if sys.modules.get(_CPP_EXTENSION) is self:
