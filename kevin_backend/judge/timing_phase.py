@@ -44,7 +44,7 @@ from kevin_backend.judge.shared_values import Arena, arena_bytes, place, views_a
 from kevin_backend.locks import gpu_hold
 from kevin_backend.measure.compare import compare_outputs
 from kevin_backend.measure.inputs import InputSet, fingerprint, make_input_set
-from kevin_backend.measure.memory import candidate_workspace, outside_bytes
+from kevin_backend.measure.memory import candidate_workspace
 from kevin_backend.measure.roofline import task_bytes
 
 __all__ = ["IMPOSSIBLE_FACTOR", "MAX_SLOTS", "MIN_ROUNDS", "CandidateTimes", "Slots", "fill", "make_slots", "plan_slots",
@@ -138,7 +138,7 @@ def make_slots(stride: int, device: torch.device, folder: Any, memory_ok: Any, p
 
     count, cold = plan_slots(stride, l2, lambda count: memory_ok(count, arena_for(count) + copies(count) * stride))
     if arena_for(count):
-        arena = Arena(count * stride, device, folder)
+        arena = Arena(count * stride, device, folder, slots=True)
     else:
         arena = reuse
         arena.hold()  # type: ignore[union-attr]
@@ -148,7 +148,7 @@ def make_slots(stride: int, device: torch.device, folder: Any, memory_ok: Any, p
             from kevin_backend.judge.cuda_ipc import DeviceBuffer, tensor_at
 
             region = max(stride, 256)
-            slots.private_buffer = DeviceBuffer(copies(count) * region, device, share=False)
+            slots.private_buffer = DeviceBuffer(copies(count) * region, device, share=False, slots=True)
             slots.private = [tensor_at(slots.private_buffer.pointer + k * region, stride, device) for k in range(copies(count))]
         else:
             slots.private = [torch.empty(stride, dtype=torch.uint8) for _ in range(copies(count))]
@@ -271,16 +271,14 @@ def time_candidate(run: Run) -> CandidateTimes:
         sample = make_input_set(run.task, seed, run.device)
         stride, nbytes = arena_bytes(sample.values), task_bytes(sample.values, [])
         del sample  # (its layout and size are what the slots need; fresh values fill them)
-        held = outside_bytes(run.device)
+        # (the slots' memory has an allowance of its own, not the judge's bound: `note_outside`)
         slots = make_slots(stride, run.device, run.model.folder, _memory_ok(run, stride), reuse=run.model.scratch)
-        run.ledger.hold_slots(outside_bytes(run.device) - held)  # (the slots' own allowance, not the judge's bound)
         try:
             run.model.share(slots.arena)
             if run.device.type == "cuda":
                 run.model.give_back_cache()  # the slots made: what the references' sets left cached
         except BaseException:
             slots.close()
-            run.ledger.hold_slots(0)
             raise
     sides: list[tuple[str, Any, str]] = [("kernel", run.model, "model")]
     reference = None
@@ -306,7 +304,6 @@ def time_candidate(run: Run) -> CandidateTimes:
         if reference is not None:
             reference.close()
         slots.close()
-        run.ledger.hold_slots(0)
     medians = {name: statistics.median(values) for name, values in times.items()}
     run.ledger.notes.append(
         f"timed in {rounds} interleaved rounds of {slots.count} calls on fresh input slots"

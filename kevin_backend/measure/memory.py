@@ -31,18 +31,29 @@ __all__ = ["MEMORY_FACTOR", "MemoryLedger", "MemoryReport", "candidate_workspace
 MEMORY_FACTOR = 3.0  # the judge's extra memory, at most this many times the task's inputs + outputs
 _POISON_SLACK = 64 << 20  # besides blocks of the outputs' sizes, this much of the allocator's free cache is poisoned
 _OUTSIDE: dict[int, int] = {}  # device index -> bytes this process holds outside torch's caching allocator
+_SLOTS: dict[int, int] = {}  # device index -> of those, the timing's input slots' (`note_outside(slots=True)`)
 
 
-def note_outside(device: torch.device, nbytes: int) -> None:
-    """`nbytes` more (or, negative, fewer) held on `device` outside torch's caching allocator."""
+def note_outside(device: torch.device, nbytes: int, slots: bool = False) -> None:
+    """`nbytes` more (or, negative, fewer) held on `device` outside torch's caching allocator;
+    `slots`: memory of the timing's input slots, which has an allowance of its own
+    (`timing_phase.slot_memory`: enough calls per batch, within an eighth of the free memory), so
+    that neither the judge's extra nor its bound counts it, from its allocation to its release."""
     index = _index(device)
     _OUTSIDE[index] = _OUTSIDE.get(index, 0) + int(nbytes)
+    if slots:
+        _SLOTS[index] = _SLOTS.get(index, 0) + int(nbytes)
 
 
 def outside_bytes(device: torch.device) -> int:
     """What this process holds on `device` outside torch's caching allocator (`note_outside`);
     0 off a GPU."""
     return _OUTSIDE.get(_index(device), 0) if device.type == "cuda" else 0
+
+
+def slot_bytes_held(device: torch.device) -> int:
+    """Of `outside_bytes`, what the timing's input slots hold now; 0 off a GPU."""
+    return _SLOTS.get(_index(device), 0) if device.type == "cuda" else 0
 
 
 def _index(device: torch.device) -> int:
@@ -65,7 +76,7 @@ class MemoryReport:
     budget_bytes: int  # MEMORY_FACTOR x task_bytes + fixed_bytes
     exact: str  # the dtype of the exact reference ("float64", "float32"), or "eager" (none fitted)
     fixed_bytes: int = 0  # the timer's L2 flush buffer, allowed whatever the task's size
-    slot_bytes: int = 0  # the timing's input slots at most (not in peak_bytes: see `MemoryLedger.hold_slots`)
+    slot_bytes: int = 0  # the timing's input slots at most (not in peak_bytes: see `note_outside`)
     peak_step: str = ""  # the judge's step in which the peak was reached ("" where none was seen)
 
     def as_dict(self) -> dict[str, Any]:
@@ -85,7 +96,7 @@ class MemoryLedger:
     outside_baseline: int = 0  # held outside torch's allocator when the models were in place
     params: int = 0  # the reference's parameters: what a candidate's own may take
     output_bytes: int = 0  # one call's outputs, as the reference's are (0: not known yet)
-    slots: int = 0  # the timing's input slots held now, outside torch's allocator (`hold_slots`)
+    slots_baseline: int = 0  # the timing's input slots held when the models were in place
     slot_peak: int = 0
     step: str = ""  # the judge's step now running (`enter`)
     peak_step: str = ""  # the step in which `peak` last grew
@@ -100,21 +111,20 @@ class MemoryLedger:
             torch.cuda.synchronize(self.device)
             self.baseline = torch.cuda.memory_allocated(self.device)
             self.outside_baseline = outside_bytes(self.device)
+            self.slots_baseline = slot_bytes_held(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
 
-    def hold_slots(self, nbytes: int) -> None:
-        """The timing's rotating input slots take `nbytes` of this process's memory outside torch's
-        allocator from now on (0: they are gone). They have an allowance of their own
-        (`timing_phase.slot_memory`: enough calls per batch, within an eighth of the free memory),
-        so neither the judge's extra nor its bound counts them; the report gives their size apart."""
-        self.slots = int(nbytes)
-        self.slot_peak = max(self.slot_peak, self.slots)
+    def _slots(self) -> int:
+        return slot_bytes_held(self.device) - self.slots_baseline
 
     def _outside(self) -> int:
-        return outside_bytes(self.device) - self.outside_baseline - self.slots
+        """Held outside torch's allocator since `start`, the timing's slots apart (the report gives
+        their size on its own)."""
+        return outside_bytes(self.device) - self.outside_baseline - self._slots()
 
     def observe(self) -> None:
         if self.cuda:
+            self.slot_peak = max(self.slot_peak, self._slots())
             self.grow(torch.cuda.max_memory_allocated(self.device) - self.baseline + self._outside())
 
     def grow(self, peak: int) -> None:
