@@ -20,27 +20,39 @@ from kevin_backend.measure.memory import MemoryLedger
 MIB = 1 << 20
 
 
-def _plan(monkeypatch: pytest.MonkeyPatch, free_mib: int) -> tuple[torch.dtype | None, list[str]]:
-    x = torch.zeros(7 * MIB // 4)  # 7 MiB of float32 in, 7 MiB out; eager's temporaries another 7 MiB
-    want = [torch.zeros(7 * MIB // 4)]
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 14 * MIB)
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 14 * MIB)
+def _plan(monkeypatch: pytest.MonkeyPatch, free_mib: int, in_mib: int = 7, out_mib: int = 7,
+          held_mib: int | None = None) -> tuple[torch.dtype | None, list[str]]:
+    x = torch.zeros(in_mib * MIB // 4)  # float32 in and out; eager's temporaries none
+    want = [torch.zeros(out_mib * MIB // 4)]
+    held = (in_mib + out_mib if held_mib is None else held_mib) * MIB
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: held)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: held)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free_mib * MIB, 140 * MIB))
-    ledger = MemoryLedger(torch.device("cuda", 0), task_bytes=14 * MIB)
+    ledger = MemoryLedger(torch.device("cuda", 0), task_bytes=(in_mib + out_mib) * MIB)  # the bound: task + 3 x task
     run = SimpleNamespace(reference=torch.nn.Identity(), ledger=ledger)
-    return plan_exact(run, InputSet([x], 11, 0), want, 7 * MIB), ledger.notes  # type: ignore[arg-type]
+    return plan_exact(run, InputSet([x], 11, 0), want, 0), ledger.notes  # type: ignore[arg-type]
 
 
 def test_a_float64_reference_is_not_planned_where_the_candidate_would_then_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
-    # 54 free: the float64 run alone (42) fits 90% of it (48.6); with the candidate's 21 beside it, not
+    # 54 free: the float64 run (2 x (7 + 7) = 28) fits 90% of it (48.6); with the candidate's copy of
+    # its inputs and its outputs beside it (7 + 2 x 7), not
     dtype, notes = _plan(monkeypatch, 54)
     assert dtype is None
-    assert any("the candidate 0.02 GiB beside it" in n and "not taken" in n for n in notes), notes
+    assert any("needs about 0.03 GiB more, the candidate 0.02 GiB beside it" in n and "not taken" in n for n in notes), notes
 
 
 def test_with_room_for_both_the_float64_reference_is_planned(monkeypatch: pytest.MonkeyPatch) -> None:
-    dtype, notes = _plan(monkeypatch, 80)  # 63 <= 72
+    dtype, notes = _plan(monkeypatch, 80)  # 49 <= 72
     assert dtype is torch.float64 and not notes
+
+
+def test_the_plan_counts_the_exact_outputs_beside_the_judges_copy_of_the_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1 MiB in, 7 out, 12 held: the float64 run alone (16) fits the bound (12 + 16 <= 8 + 24), but
+    # its outputs (14) are then kept beside the judge's copy of the candidate's (7): 12 + 21 > 32
+    dtype, notes = _plan(monkeypatch, 10_000, in_mib=1, out_mib=7, held_mib=12)
+    assert dtype is None
+    assert any("a torch.float64 reference needs about 0.02 GiB more" in n for n in notes), notes
+    assert _plan(monkeypatch, 10_000, in_mib=1, out_mib=7, held_mib=11)[0] is torch.float64  # 11 + 21 <= 32
 
 
 def test_the_judges_own_bound_still_applies(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,19 +77,19 @@ def test_the_timings_slots_are_reported_apart_from_the_judges_extra(monkeypatch:
                         ("mem_get_info", lambda device=None: (10_000 * MIB, 20_000 * MIB))):
         monkeypatch.setattr(torch.cuda, name, value)
     monkeypatch.setattr(memory, "_OUTSIDE", {})
-    monkeypatch.setattr(memory, "_SLOTS", {})
+    monkeypatch.setattr(memory, "_APART", {"slots": {}, "inputs": {}})
     device = torch.device("cuda", 0)
     ledger = MemoryLedger(device, task_bytes=14 * MIB)
     ledger.start()
     allocated["peak"] = 14 * MIB + 20 * MIB  # the judge's own: 20 MiB of torch's memory at its peak
     memory.note_outside(device, 6 * MIB)  # a buffer shared with the candidate's process: the judge's
     ledger.observe()
-    memory.note_outside(device, 1300 * MIB, slots=True)  # the slots
+    memory.note_outside(device, 1300 * MIB, apart="slots")  # the slots
     ledger.observe()
     assert ledger.held() == 6 * MIB and ledger.fits(30 * MIB)  # the slots take nothing from the bound
     ledger.enter("reference")  # on an H200 the slots outlived the timing (the processes they were shared
     ledger.observe()           # with still mapped them) and a later step counted them: 1.12 GB
-    memory.note_outside(device, -1300 * MIB, slots=True)
+    memory.note_outside(device, -1300 * MIB, apart="slots")
     report = ledger.report()
     assert report.judge_extra_bytes == 26 * MIB - 14 * MIB <= report.budget_bytes
     assert report.slot_bytes == 1300 * MIB
@@ -93,3 +105,61 @@ def test_the_report_names_the_step_that_took_the_most() -> None:
     report = ledger.report()
     assert (report.peak_bytes, report.peak_step) == (60 * MIB, "exact")
     assert report.as_dict()["peak_step"] == "exact"
+
+
+def test_a_peak_of_one_step_is_not_added_to_a_buffer_made_in_a_later_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On an H200, mean over dim 1 of a 512 MiB input reported 1.86 GB of the judge's extra against a
+    # 1.66 GB bound: the float64 reference's 1 GiB input copy (torch's peak, freed at the step's end)
+    # was added to the candidate's 512 MiB input arena, made in the next step. (That arena is the
+    # candidate's inputs once more, counted apart from the judge's extra, as the timing's slots are.)
+    from kevin_backend.measure import memory
+
+    alloc = {"now": 0, "peak": 0}
+
+    def allocate(nbytes: int) -> None:
+        alloc["now"] += nbytes
+        alloc["peak"] = max(alloc["peak"], alloc["now"])
+
+    for name, value in (("synchronize", lambda device=None: None),
+                        ("reset_peak_memory_stats", lambda device=None: alloc.update(peak=alloc["now"])),
+                        ("memory_allocated", lambda device=None: alloc["now"]),
+                        ("max_memory_allocated", lambda device=None: alloc["peak"])):
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(memory, "_OUTSIDE", {})
+    monkeypatch.setattr(memory, "_APART", {"slots": {}, "inputs": {}})
+    monkeypatch.setattr(memory, "_TOP", {})
+    device = torch.device("cuda", 0)
+    ledger = MemoryLedger(device, task_bytes=512 * MIB)
+    ledger.start()
+    ledger.enter("reference")
+    allocate(512 * MIB)  # the input set
+    ledger.enter("exact")
+    allocate(1024 * MIB)  # the float64 copy of the input, freed when the exact run ends
+    allocate(-1024 * MIB)
+    ledger.enter("candidate")
+    memory.note_outside(device, 512 * MIB, apart="inputs")  # the candidate's copy of its input, shared with its process
+    memory.note_outside(device, 256 * MIB)  # a buffer of the judge's own
+    memory.note_outside(device, -256 * MIB)
+    ledger.enter("compare")
+    report = ledger.report()
+    assert (report.peak_bytes, report.peak_step) == (1536 * MIB, "exact"), report
+    assert report.candidate_inputs_bytes == 512 * MIB and report.slot_bytes == 0
+
+
+def test_a_timed_call_is_checked_against_eager_alone_where_its_exact_reference_does_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On an H200 the timing's check held both checked calls' outputs, eager's and the float64
+    # reference's at once: 4 GiB beyond a 1 GiB task, against a 3.1 GiB bound
+    from kevin_backend.judge.timing_phase import _exact_fits
+
+    held = {"now": 0}
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: held["now"])
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: held["now"])
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10_000 * MIB, 20_000 * MIB))
+    ledger = MemoryLedger(torch.device("cuda", 0), task_bytes=14 * MIB)  # the bound: 56 held
+    run = SimpleNamespace(reference=torch.nn.Identity(), ledger=ledger, exact_dtype=torch.float64, reference_temps=0)
+    inputs, want = InputSet([torch.zeros(7 * MIB // 4)], 11, 0), [torch.zeros(7 * MIB // 4)]
+    held["now"] = 21 * MIB  # two checked calls' outputs (14) and eager's (7): the float64 run's 28 fits
+    assert _exact_fits(run, inputs, want) and not ledger.notes  # type: ignore[arg-type]
+    held["now"] = 35 * MIB
+    assert not _exact_fits(run, inputs, want)  # type: ignore[arg-type]
+    assert ledger.notes == ["timed calls checked against eager alone: their exact reference would not fit the judge's memory beside them"]

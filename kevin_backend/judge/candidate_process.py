@@ -395,7 +395,7 @@ class RemoteModel:
         """(outputs, the inputs as they are after the call, the PyTorch compute ops the audit saw)."""
         needed = arena_bytes(values)
         if self.scratch is None or self.scratch.nbytes < needed:
-            self.scratch = Arena(max(needed, 1 << 20), self.device, self.folder)
+            self.scratch = Arena(max(needed, 1 << 20), self.device, self.folder, apart="inputs")
             try:
                 self.share(self.scratch)
             finally:

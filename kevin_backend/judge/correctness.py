@@ -16,6 +16,7 @@ from kevin_backend.judge.attribution import Verdict
 from kevin_backend.judge.audit import candidate_forward
 from kevin_backend.judge.judged_run import Run, scrub
 from kevin_backend.judge.reference_sets import ReferenceSet, make_reference_set, plan_exact, run_exact
+from kevin_backend.judge.shared_values import arena_bytes
 from kevin_backend.measure.compare import Mismatch, compare_outputs
 from kevin_backend.measure.inputs import InputSet, layout_text, tensor_bytes
 
@@ -94,11 +95,26 @@ _SPECIALS_TEXT = ("Input set {index} has zeros, negative zeros and subnormals am
                   "check comparisons at zero (`x > 0` against `x >= 0`), the sign of zero, and subnormals flushed to zero.")
 
 
+def _dense_rerun_bytes(run: Run, inputs: InputSet, strided: list[tuple[int, torch.Tensor]]) -> tuple[int, int]:
+    """What running the candidate again on contiguous copies adds: (to what the judge holds: the
+    copies and its copy of the outputs again; beside, on the device: a larger arena for the
+    candidate's copy of them where the one its process maps is too small (that one stays mapped),
+    and its outputs in its process)."""
+    dense = sum(v.numel() * v.element_size() for _, v in strided)
+    arena = arena_bytes([v for k, v in enumerate(inputs.values) if k not in dict(strided)]) + dense
+    scratch = getattr(run.model, "scratch", None)
+    grown = arena if scratch is None or scratch.nbytes < arena else 0
+    return dense + sum(run.output_bytes), grown + sum(run.output_bytes)
+
+
 def _layout_diagnosis(run: Run, inputs: InputSet, strided: list[tuple[int, torch.Tensor]], want: list[Any],
                       exact: list[Any] | None) -> str:
     """Run the candidate once more on contiguous copies of the inputs: if it is right there, it
     ignores the task's layouts; say which inputs and their strides."""
     names = "; ".join(f"input {k}: {layout_text(v)}" for k, v in strided)
+    if not run.ledger.fits(*_dense_rerun_bytes(run, inputs, strided)):
+        run.ledger.notes.append("the candidate was not run again on contiguous inputs: their copies would not fit the judge's memory")
+        return f"Some inputs are not contiguous ({names}); a kernel must address them by their strides."
     try:
         dense = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in inputs.values]
         again = candidate_forward(run, dense, "candidate")

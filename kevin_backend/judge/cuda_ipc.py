@@ -94,7 +94,7 @@ class DeviceBuffer:
     """An allocation of the judge's own, outside torch's caching allocator, shareable with another
     process (`share`: its IPC handle made) or not; freed by `free()`."""
 
-    def __init__(self, nbytes: int, device: torch.device, share: bool = True, slots: bool = False) -> None:
+    def __init__(self, nbytes: int, device: torch.device, share: bool = True, apart: str = "") -> None:
         _current(device)
         self.device = device
         self.nbytes = max(int(nbytes), 256)
@@ -107,8 +107,8 @@ class DeviceBuffer:
             raise torch.OutOfMemoryError(f"allocating {self.nbytes / 2**30:.2f} GiB of shared GPU memory: out of memory")
         _check(status, f"allocating {self.nbytes} bytes")
         self.pointer = pointer.value
-        self.slots = slots  # the timing's input slots (`note_outside`)
-        note_outside(device, self.nbytes, slots)  # (the judge's memory ledger counts it with torch's)
+        self.apart = apart  # memory with an allowance of its own (`note_outside`)
+        note_outside(device, self.nbytes, apart)  # (the judge's memory ledger counts it with torch's)
         self.tensor = tensor_at(self.pointer, self.nbytes, device)
         self.handle = b""
         if not share:
@@ -123,7 +123,7 @@ class DeviceBuffer:
             self.tensor = None  # type: ignore[assignment]
             _check(_driver().cuMemFree_v2(self.pointer), "freeing a shared buffer")
             self.pointer = 0
-            note_outside(self.device, -self.nbytes, self.slots)
+            note_outside(self.device, -self.nbytes, self.apart)
 
 
 def address_range(pointer: int) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from kevin_backend.judge.judged_run import Run, scrub, sync
 from kevin_backend.measure.compare import output_list
 from kevin_backend.measure.inputs import MIXED_RANGES, InputSet, clone_layout, fingerprint, make_input_set, tensor_bytes
 
-__all__ = ["ReferenceSet", "make_reference_set", "plan_exact", "run_eager", "run_exact"]
+__all__ = ["ReferenceSet", "exact_bytes", "make_reference_set", "plan_exact", "run_eager", "run_exact"]
 
 
 def run_eager(run: Run, inputs: InputSet) -> list[Any]:
@@ -92,26 +92,39 @@ def _float_inputs_bytes(values: Sequence[Any]) -> int:
     return sum(tensor_bytes(v) for v in values if isinstance(v, torch.Tensor) and v.is_floating_point())
 
 
-def plan_exact(run: Run, inputs: InputSet, want: Sequence[Any], reference_temps: int) -> torch.dtype | None:
-    """The dtype of the exact reference: float64 when it fits the judge's memory, float32 for a
-    half-precision task otherwise, else none (eager stands in, with KernelBench's tolerances)."""
+def exact_bytes(run: Run, inputs: InputSet, want: Sequence[Any], reference_temps: int,
+                dtype: torch.dtype) -> tuple[int, int] | None:
+    """What an exact run in `dtype` adds to what is held: (at its peak: upcast copies of the float
+    inputs, its outputs, eager's temporaries and the parameters, upcast; after it: its outputs,
+    kept for the comparison), or None where `dtype` is not wider than the outputs'."""
     floats = [v for v in want if isinstance(v, torch.Tensor) and v.is_floating_point()]
     if not floats:
         return None
-    size = max(v.element_size() for v in floats)
+    factor = torch.empty((), dtype=dtype).element_size() / max(v.element_size() for v in floats)
+    if factor <= 1:
+        return None
     params = sum(p.numel() * p.element_size() for p in run.reference.parameters() if p.is_floating_point())
-    data = _float_inputs_bytes(inputs.values) + sum(v.numel() * v.element_size() for v in floats) + reference_temps + params
-    # Beside the exact run's outputs, kept for the comparison: the candidate's copy of the inputs,
-    # its outputs and the judge's copy of them (from the second set on, its previous outputs).
+    outputs = sum(v.numel() * v.element_size() for v in floats)
+    return int((_float_inputs_bytes(inputs.values) + outputs + reference_temps + params) * factor), int(outputs * factor)
+
+
+def plan_exact(run: Run, inputs: InputSet, want: Sequence[Any], reference_temps: int) -> torch.dtype | None:
+    """The dtype of the exact reference: float64 when it fits the judge's memory, float32 for a
+    half-precision task otherwise, else none (eager stands in, with KernelBench's tolerances).
+    Within the judge's bound: the exact run, then its outputs beside the judge's copy of the
+    candidate's. On the device besides: the candidate's copy of its inputs (memory of the judge's,
+    shared with its process: apart from the bound, `memory.note_outside`) and its outputs in its
+    process (this set's and, from the second set on, the last)."""
     outputs = sum(v.numel() * v.element_size() for v in want if isinstance(v, torch.Tensor))
     beside = sum(tensor_bytes(v) for v in inputs.tensors) + 2 * outputs
     for dtype in (torch.float64, torch.float32):
-        factor = torch.empty((), dtype=dtype).element_size() / size
-        if factor <= 1:
+        sizes = exact_bytes(run, inputs, want, reference_temps, dtype)
+        if sizes is None:
             continue
-        if run.ledger.fits(int(data * factor), beside):
+        need = max(sizes[0], sizes[1] + outputs)
+        if run.ledger.fits(need, beside):
             return dtype
-        run.ledger.notes.append(f"a {dtype} reference needs about {data * factor / 2**30:.2f} GiB more, the candidate "
+        run.ledger.notes.append(f"a {dtype} reference needs about {need / 2**30:.2f} GiB more, the candidate "
                                 f"{beside / 2**30:.2f} GiB beside it "
                                 f"(held {run.ledger.held() / 2**30:.2f} GiB, task {run.ledger.task_bytes / 2**30:.2f} GiB, "
                                 f"available {run.ledger.available() / 2**30:.2f} GiB): not taken")

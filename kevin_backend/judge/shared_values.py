@@ -70,7 +70,7 @@ class Arena:
     each, `release` by each): a process that still maps it, alive, never sees its memory handed to
     anything else of the judge's."""
 
-    def __init__(self, nbytes: int, device: torch.device, folder: Path, slots: bool = False) -> None:
+    def __init__(self, nbytes: int, device: torch.device, folder: Path, apart: str = "") -> None:
         self.id = next(_IDS)
         self.device = device
         self.nbytes = max(_ALIGN, _aligned(nbytes))
@@ -79,7 +79,7 @@ class Arena:
         if device.type == "cuda":
             from kevin_backend.judge.cuda_ipc import DeviceBuffer
 
-            self._buffer = DeviceBuffer(self.nbytes, device, slots=slots)  # (slots: the timing's, `note_outside`)
+            self._buffer = DeviceBuffer(self.nbytes, device, apart=apart)  # (an allowance of its own: `note_outside`)
             self.tensor = self._buffer.tensor
             self.desc = {"id": self.id, "kind": "cuda", "handle": self._buffer.handle.hex(), "nbytes": self.nbytes}
         else:

@@ -8,10 +8,13 @@ it takes memory in proportion to the task, not to the GPU:
         <= factor x task + fixed
     fixed = the timer's L2 flush buffer (twice the GPU's L2 cache), the one cost that does not
             grow with the task
+    apart, with allowances of their own: the timing's input slots and the candidate's copy of
+            its inputs, shared with its process (`note_outside`)
 
-`MemoryLedger` measures the peak from the caching allocator's statistics, with the memory the
-judge holds outside that allocator (the buffers it shares with a candidate's process, counted by
-`note_outside`), and says whether a planned allocation fits both that bound and the memory the
+`MemoryLedger` measures the peak step by step (the judge's steps: `judged_run.Run.phase`): the
+most the caching allocator held during the step plus the most the judge held outside it (the
+buffers it shares with a candidate's process, counted by `note_outside`) during the same step,
+so that a peak of one step is never added to a buffer made in a later one. It says whether a planned allocation fits both that bound and the memory the
 device has free. An out-of-memory
 error is the judge's (RESOURCE: not the candidate's failure, not a decision) when the judge was
 allocating; a candidate's, in its own process, is its own (OUT_OF_MEMORY) unless the judge's
@@ -31,18 +34,40 @@ __all__ = ["MEMORY_FACTOR", "MemoryLedger", "MemoryReport", "candidate_workspace
 MEMORY_FACTOR = 3.0  # the judge's extra memory, at most this many times the task's inputs + outputs
 _POISON_SLACK = 64 << 20  # besides blocks of the outputs' sizes, this much of the allocator's free cache is poisoned
 _OUTSIDE: dict[int, int] = {}  # device index -> bytes this process holds outside torch's caching allocator
-_SLOTS: dict[int, int] = {}  # device index -> of those, the timing's input slots' (`note_outside(slots=True)`)
+# device index -> of those, what has an allowance of its own (`note_outside`), by kind
+_APART: dict[str, dict[int, int]] = {"slots": {}, "inputs": {}}
+_TOP: dict[int, int] = {}  # device index -> the most held outside, the kinds apart left out, since `reset_outside_top`
 
 
-def note_outside(device: torch.device, nbytes: int, slots: bool = False) -> None:
-    """`nbytes` more (or, negative, fewer) held on `device` outside torch's caching allocator;
-    `slots`: memory of the timing's input slots, which has an allowance of its own
-    (`timing_phase.slot_memory`: enough calls per batch, within an eighth of the free memory), so
-    that neither the judge's extra nor its bound counts it, from its allocation to its release."""
+def note_outside(device: torch.device, nbytes: int, apart: str = "") -> None:
+    """`nbytes` more (or, negative, fewer) held on `device` outside torch's caching allocator.
+    `apart` names memory that neither the judge's extra nor its bound counts, from its allocation
+    to its release, because it has an allowance of its own: "slots", the timing's input slots
+    (`timing_phase.slot_memory`: enough calls per batch, within an eighth of the free memory);
+    "inputs", the candidate's copy of its inputs, which the judge shares with its process (the
+    task's inputs once more: the candidate's, in the judge's memory so that its process cannot
+    touch the judge's own)."""
     index = _index(device)
     _OUTSIDE[index] = _OUTSIDE.get(index, 0) + int(nbytes)
-    if slots:
-        _SLOTS[index] = _SLOTS.get(index, 0) + int(nbytes)
+    if apart:
+        _APART[apart][index] = _APART[apart].get(index, 0) + int(nbytes)
+    _TOP[index] = max(_TOP.get(index, 0), _own(index))
+
+
+def _own(index: int) -> int:
+    return _OUTSIDE.get(index, 0) - sum(kind.get(index, 0) for kind in _APART.values())
+
+
+def outside_top(device: torch.device) -> int:
+    """The most this process held on `device` outside torch's allocator, the kinds apart left out,
+    since the last `reset_outside_top` (0 off a GPU)."""
+    return max(_TOP.get(_index(device), 0), _own(_index(device))) if device.type == "cuda" else 0
+
+
+def reset_outside_top(device: torch.device) -> None:
+    """From now on `outside_top` counts from what is held now (as torch's peak statistics reset)."""
+    if device.type == "cuda":
+        _TOP[_index(device)] = _own(_index(device))
 
 
 def outside_bytes(device: torch.device) -> int:
@@ -51,9 +76,9 @@ def outside_bytes(device: torch.device) -> int:
     return _OUTSIDE.get(_index(device), 0) if device.type == "cuda" else 0
 
 
-def slot_bytes_held(device: torch.device) -> int:
-    """Of `outside_bytes`, what the timing's input slots hold now; 0 off a GPU."""
-    return _SLOTS.get(_index(device), 0) if device.type == "cuda" else 0
+def apart_bytes(device: torch.device, apart: str) -> int:
+    """Of `outside_bytes`, what memory of kind `apart` (`note_outside`) holds now; 0 off a GPU."""
+    return _APART[apart].get(_index(device), 0) if device.type == "cuda" else 0
 
 
 def _index(device: torch.device) -> int:
@@ -77,6 +102,7 @@ class MemoryReport:
     exact: str  # the dtype of the exact reference ("float64", "float32"), or "eager" (none fitted)
     fixed_bytes: int = 0  # the timer's L2 flush buffer, allowed whatever the task's size
     slot_bytes: int = 0  # the timing's input slots at most (not in peak_bytes: see `note_outside`)
+    candidate_inputs_bytes: int = 0  # the candidate's copy of its inputs at most (not in peak_bytes either)
     peak_step: str = ""  # the judge's step in which the peak was reached ("" where none was seen)
 
     def as_dict(self) -> dict[str, Any]:
@@ -96,10 +122,12 @@ class MemoryLedger:
     outside_baseline: int = 0  # held outside torch's allocator when the models were in place
     params: int = 0  # the reference's parameters: what a candidate's own may take
     output_bytes: int = 0  # one call's outputs, as the reference's are (0: not known yet)
-    slots_baseline: int = 0  # the timing's input slots held when the models were in place
-    slot_peak: int = 0
+    own_baseline: int = 0  # of `outside_baseline`, what no kind apart holds (`note_outside`)
+    apart_baseline: dict[str, int] = field(default_factory=dict)  # the kinds apart, held when the models were in place
+    apart_peak: dict[str, int] = field(default_factory=dict)  # the most each kind apart held since
     step: str = ""  # the judge's step now running (`enter`)
     peak_step: str = ""  # the step in which `peak` last grew
+    started: bool = False  # `start` was called: what is allocated from then on is the run's
 
     @property
     def cuda(self) -> bool:
@@ -107,25 +135,33 @@ class MemoryLedger:
 
     def start(self) -> None:
         """The models are on the device: from here on, what is allocated is the run's."""
+        self.started = True
         if self.cuda:
             torch.cuda.synchronize(self.device)
             self.baseline = torch.cuda.memory_allocated(self.device)
             self.outside_baseline = outside_bytes(self.device)
-            self.slots_baseline = slot_bytes_held(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
+            self.apart_baseline = {kind: apart_bytes(self.device, kind) for kind in ("slots", "inputs")}
+            self.own_baseline = self.outside_baseline - sum(self.apart_baseline.values())
+            self._new_step()
 
-    def _slots(self) -> int:
-        return slot_bytes_held(self.device) - self.slots_baseline
+    def _new_step(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self.device)
+        reset_outside_top(self.device)
 
     def _outside(self) -> int:
-        """Held outside torch's allocator since `start`, the timing's slots apart (the report gives
-        their size on its own)."""
-        return outside_bytes(self.device) - self.outside_baseline - self._slots()
+        """Held outside torch's allocator since `start`, the kinds apart left out (the report gives
+        their sizes on their own)."""
+        kinds = sum(apart_bytes(self.device, kind) - base for kind, base in self.apart_baseline.items())
+        return outside_bytes(self.device) - self.outside_baseline - kinds
 
     def observe(self) -> None:
-        if self.cuda:
-            self.slot_peak = max(self.slot_peak, self._slots())
-            self.grow(torch.cuda.max_memory_allocated(self.device) - self.baseline + self._outside())
+        """The most held in the step so far: torch's peak since the step began with the most held
+        outside its allocator in the same time (the two may not coincide: an upper bound)."""
+        if self.cuda and self.started:
+            for kind, base in self.apart_baseline.items():
+                self.apart_peak[kind] = max(self.apart_peak.get(kind, 0), apart_bytes(self.device, kind) - base)
+            outside = outside_top(self.device) - self.own_baseline
+            self.grow(torch.cuda.max_memory_allocated(self.device) - self.baseline + outside)
 
     def grow(self, peak: int) -> None:
         """The run held `peak` bytes at some point of the step now running."""
@@ -134,8 +170,10 @@ class MemoryLedger:
 
     def enter(self, step: str) -> None:
         """The judge's step `step` begins: what the last one reached is observed first, so that the
-        report names the step that took the most."""
+        report names the step that took the most, and the peaks count from here."""
         self.observe()
+        if self.cuda and self.started:
+            self._new_step()
         self.step = step
 
     @property
@@ -169,7 +207,7 @@ class MemoryLedger:
     def report(self) -> MemoryReport:
         self.observe()
         return MemoryReport(self.task_bytes, self.peak, self.peak - self.task_bytes, self.budget, self.exact, self.fixed,
-                            self.slot_peak, self.peak_step)
+                            self.apart_peak.get("slots", 0), self.apart_peak.get("inputs", 0), self.peak_step)
 
 
 def poison(device: torch.device, output_bytes: Sequence[int]) -> None:
