@@ -186,6 +186,8 @@ def test_kernelbench_correctness_and_fast_p(tmp_path: Path, inductor_cache: Path
         assert t["error"] is None and t["correct"] is True and t["inductor_correct"] is True, t
         assert all(t["timings"][c]["median_ms"] > 0 for c in ("eager", "inductor", "kevin"))
     assert tasks["a_chain"]["kevin"]["hits"] >= 1  # the cached kernel replaced the partition
+    assert tasks["a_chain"]["kernel_calls"] > 0 and f"{tasks['a_chain']['kernel_calls']} kernel calls" in captured.out  # and ran
+    assert all(t["kernel_calls"] == 0 for name, t in tasks.items() if name != "a_chain")
 
     # fast_p: in [0, 1] and what the rows say
     result = KernelBenchResult.from_dict(kb)

@@ -75,6 +75,7 @@ def measure_task(path: str | Path, settings: BenchSettings, first: str = "induct
 
 def _measure_task(path: Path, settings: BenchSettings, first: str) -> TaskResult:
     from kevin_backend.runtime.counters import counters
+    from kevin_backend.runtime.registry import kernel_calls
     from kevin_backend.judge.static_judge import check_problem
     from kevin_backend.types import load_program
 
@@ -94,7 +95,7 @@ def _measure_task(path: Path, settings: BenchSettings, first: str) -> TaskResult
         input_sets.append([to_device(v, device) for v in values])  # layouts kept
 
     order = compile_order(first, 0)
-    before = counters.snapshot()
+    before, calls = counters.snapshot(), sum(kernel_calls().values())
     models = {"eager": model, **{c: compile_model(copy.deepcopy(model), c, settings) for c in order}}
     first_call: dict[str, float] = {}
     wrong: dict[str, str] = {}
@@ -118,7 +119,7 @@ def _measure_task(path: Path, settings: BenchSettings, first: str) -> TaskResult
         task=path.stem, path=str(path), correct="kevin" not in wrong, inductor_correct="inductor" not in wrong,
         mismatch=wrong.get("kevin", ""),
         timings=tuple(Timing(c, rounds[c], first_call[c]) for c in ("eager", "inductor", "kevin")),
-        kevin=KevinStats.between(before, counters.snapshot()),
+        kevin=KevinStats.between(before, counters.snapshot()), kernel_calls=sum(kernel_calls().values()) - calls,
     )
 
 

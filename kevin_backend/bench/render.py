@@ -71,7 +71,8 @@ def _ran_no_kevin_kernel(r: ModelResult | TaskResult) -> bool:
     """Known to have run no kevin kernel: the kevin pass saw the graphs (not a compile Inductor's
     own cache served) and replaced no partition, so kevin ran Inductor's code."""
     stats = r.kevin
-    return stats is not None and stats.graphs > 0 and stats.hits == 0 and not getattr(r, "kernels", ())
+    return (stats is not None and stats.graphs > 0 and stats.hits == 0 and not getattr(r, "kernels", ())
+            and not getattr(r, "kernel_calls", 0))
 
 
 def _is_tie(r: ModelResult | TaskResult) -> bool:
@@ -127,7 +128,7 @@ def _kernelbench_table(kb: KernelBenchResult) -> list[str]:
         lines.append(
             f"| {t.task} | {ok} | {ind} | {_ms(t.ms('eager'))} | {_ms(t.ms('inductor'))} | {_ms(t.ms('kevin'))} | "
             f"{_x(t.speedup('kevin'))} | {_TIE if _is_tie(t) else _x(t.speedup('kevin', 'inductor'))} | "
-            f"{t.kevin.short() if t.kevin else '-'} |"
+            f"{t.kevin.short() if t.kevin else '-'}{f', {t.kernel_calls} kernel calls' if t.kernel_calls else ''} |"
         )
     table = kb.fast_p_table()
     lines += [

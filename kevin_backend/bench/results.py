@@ -210,16 +210,17 @@ class TaskResult(_Timed):
     correct: bool = False  # kevin's outputs matched eager's (tolerance by dtype) on every input set
     inductor_correct: bool | None = None
     mismatch: str = ""  # why kevin's outputs were not correct
+    kernel_calls: int = 0  # calls of kevin kernels themselves while the task ran (`registry.kernel_calls`)
 
     def as_dict(self) -> dict[str, Any]:
         return {"task": self.task, "path": self.path, "correct": self.correct, "inductor_correct": self.inductor_correct,
-                "mismatch": self.mismatch, **self._common_dict()}
+                "mismatch": self.mismatch, "kernel_calls": self.kernel_calls, **self._common_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "TaskResult":
         return cls(task=str(data["task"]), path=str(data.get("path", "")), correct=bool(data["correct"]),
                    inductor_correct=data.get("inductor_correct"), mismatch=str(data.get("mismatch", "")),
-                   **cls._common_from(data))
+                   kernel_calls=int(data.get("kernel_calls") or 0), **cls._common_from(data))
 
 
 def fast_p(tasks: tuple[TaskResult, ...] | list[TaskResult], p: float, baseline: str = "eager") -> float:
