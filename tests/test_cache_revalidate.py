@@ -162,6 +162,10 @@ def test_revalidate_keeps_a_correct_faster_kernel_drops_a_wrong_one_and_fails_wi
     assert by_digest[good.digest]["key"] == new_good.digest and by_digest[good.digest]["result"] == "kept"
     assert by_digest[wrong.digest]["judge_reason"] == "MISMATCH" and by_digest[gone.digest]["result"] == "failed"
     assert by_digest[good.digest]["changes"] == [f"torch {OLD_TORCH} -> {HERE_TORCH}"]
+    # the ratio shown is the one the decision rests on (on an H200 the judge's 1.41x stood beside a kept
+    # re-timing's 1.685x): the re-timing's, as its reason says
+    assert by_digest[good.digest]["speedup_vs_inductor"] == entry.retiming.ratio
+    assert kept[3] == f"{entry.retiming.ratio:.2f}x" and f"Inductor/kernel {entry.retiming.ratio:.3f}x" in kept[4], kept
     # listed again: the kept one is here now (skipped); the others would be judged again
     capfd.readouterr()
     assert main(["--cache-dir", str(cache_dir), "--no-seed", "cache", "revalidate", "--dry-run"]) == EXIT_OK

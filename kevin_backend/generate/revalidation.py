@@ -22,6 +22,7 @@ is kept.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +62,13 @@ class Revalidation:
 
     @property
     def speedup_vs_inductor(self) -> float | None:
-        return None if self.entry is None else self.entry.timings.speedup_vs_inductor
+        """The measurement the decision rests on: the re-timing's Inductor/kernel ratio where there
+        was one (the judge's own timing is one unpaired run), else the judge's."""
+        if self.entry is None:
+            return None
+        if self.entry.retiming is not None and math.isfinite(self.entry.retiming.ratio):
+            return self.entry.retiming.ratio
+        return self.entry.timings.speedup_vs_inductor
 
     def as_dict(self) -> dict[str, Any]:
         return {
