@@ -48,7 +48,7 @@ from kevin_backend.config import child_env
 from kevin_backend.toolchain.candidate import InlineExtension
 from kevin_backend.toolchain.build_errors import SourceFile, trim_compiler_output
 from kevin_backend.toolchain.cutlass_headers import CutlassHeaders, find_cutlass
-from kevin_backend.toolchain.fast_build import FAST_BUILD_VERSION, Toolchain, build_fast, ensure_pch, fast_sources
+from kevin_backend.toolchain.fast_build import FAST_BUILD_VERSION, Toolchain, build_arch, build_fast, ensure_pch, fast_sources
 from kevin_backend.toolchain.host_device import SplitError
 from kevin_backend.locks import file_lock
 
@@ -325,7 +325,8 @@ class Builder:
         (folder / "spec.json").write_text(json.dumps(_spec_dict(spec)))
         # One compiler job per worker: parallelism comes from building several candidates at
         # once. Only the present GPU's architecture: most of a default build's time is others'.
-        env = child_env(MAX_JOBS="1", **({"TORCH_CUDA_ARCH_LIST": spec.arch} if spec.arch else {}))
+        arch = build_arch(spec.arch, spec.extra_cuda_cflags) if spec.arch else None
+        env = child_env(MAX_JOBS="1", **({"TORCH_CUDA_ARCH_LIST": arch} if arch else {}))
         output, ok, timed_out = _run_worker(folder, env, self.timeout)
         built = work / f"{spec.module_name}.so"
         error = ""

@@ -49,7 +49,7 @@ from kevin_backend.locks import file_lock
 FAST_BUILD_VERSION = 3
 
 __all__ = ["FAST_BUILD_VERSION", "Toolchain", "FastSources", "FastOutcome", "fast_sources", "ensure_pch", "build_fast", "ops_namespace",
-           "cuda_home_of", "device_command"]
+           "build_arch", "cuda_home_of", "device_command"]
 
 # Headers every host part gets, precompiled once. The adapter turns a candidate's function into
 # one whose parameter and return types an operator schema accepts.
@@ -244,11 +244,23 @@ class FastOutcome:
     fallback: str = ""  # why the whole build is needed (a failure that is not final): which step, its first error
 
 
+def build_arch(arch: str, extra_cuda_cflags: Sequence[str]) -> str:
+    """The architecture to build for: the present GPU's ("9.0"), in its arch-specific form ("9.0a")
+    where the program's flags ask for that form of it (Hopper's wgmma and TMA, as CUTLASS 3.x uses
+    them, exist only there). One form only: a pass for the plain form would compile those kernels
+    without their features (CUTLASS's then trap at run time)."""
+    num = arch.replace(".", "")
+    if arch.endswith("a") or not any(re.search(rf"(?:compute|sm)_{num}a\b", flag) for flag in extra_cuda_cflags):
+        return arch
+    return arch + "a"
+
+
 def device_command(tc: Toolchain, source: Path, output: Path, arch: str, extra_cuda_cflags: Sequence[str],
                    include_dirs: Sequence[str] = ()) -> list[str]:
-    """nvcc on a device part: the present architecture only, torch's first include folder (c10's
-    light headers) and the header libraries' (`include_dirs`: CUTLASS's)."""
-    gencode = f"-gencode=arch=compute_{arch.replace('.', '')},code=sm_{arch.replace('.', '')}"
+    """nvcc on a device part: the present architecture only (`build_arch`), torch's first include
+    folder (c10's light headers) and the header libraries' (`include_dirs`: CUTLASS's)."""
+    num = build_arch(arch, extra_cuda_cflags).replace(".", "")
+    gencode = f"-gencode=arch=compute_{num},code=sm_{num}"
     flags = [f for f in extra_cuda_cflags if f.strip()]  # models write extra_cuda_cflags=[""]
     return [tc.nvcc, *tc.nvcc_flags, gencode, *flags, *(f"-I{d}" for d in (*tc.include_dirs[:1], *include_dirs)),
             "-c", str(source), "-o", str(output)]
