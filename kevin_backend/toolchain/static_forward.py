@@ -51,6 +51,9 @@ _PYTHON_BUILTINS = frozenset(
 )
 _GLOBAL = re.compile(r"__global__\s+" + KERNEL_ATTRIBUTES + r"void\s+" + KERNEL_ATTRIBUTES + r"(\w+)")
 _LAUNCH = re.compile(r"\b(\w+)\s*(?:<[^<>;]*>)?\s*<<<")
+_CUTLASS_OPERATOR = re.compile(r"\bcutlass::(?:gemm|conv)::device::(\w+)")  # a device-level operator: its kernel is CUTLASS's
+# such an operator run: `.run(`, or called with its arguments (`op(args, workspace, stream)`; not its queries)
+_CUTLASS_RUN = re.compile(r"\.\s*run\s*\(|\b(?!can_implement\b|initialize\b|get_workspace_size\b)\w+\s*\(\s*args\s*[,)]")
 
 def _line(text: str, offset: int) -> int:
     return text.count("\n", 0, offset) + 1
@@ -227,7 +230,9 @@ def rule_no_torch_compute(c: Candidate) -> Iterator[RuleViolation]:
 
 def rule_launches_kernel(c: Candidate) -> Iterator[RuleViolation]:
     """At least one `__global__` kernel, launched by host code, in an extension whose function the
-    forward calls.
+    forward calls. A CUTLASS device-level operator (`cutlass::gemm::device::GemmUniversalAdapter`,
+    `cutlass::conv::device::...`) that the host code runs (`.run(`, or called with its arguments)
+    is a kernel defined and launched: its `__global__` lives in CUTLASS's headers.
 
     Why: without a kernel the forward path can only be PyTorch or a copy of an input."""
     kernels: set[str] = set()
@@ -237,6 +242,10 @@ def rule_launches_kernel(c: Candidate) -> Iterator[RuleViolation]:
             kernels.update(_GLOBAL.findall(code))
             launched.update(_LAUNCH.findall(code))
             launched.update(re.findall(r"cudaLaunch(?:Cooperative)?Kernel\w*\s*\(\s*\(?\s*(?:void\s*\*\s*\)?\s*)?&?\s*(\w+)", code))
+            operators = {f"cutlass {name}" for name in _CUTLASS_OPERATOR.findall(code)}
+            kernels.update(operators)
+            if _CUTLASS_RUN.search(code):
+                launched.update(operators)
     if not kernels:
         yield RuleViolation("launches-a-kernel", "", "defines no __global__ kernel")
         return

@@ -1,0 +1,128 @@
+"""The built-in writer's CUTLASS 3.x GEMM with its epilogue (`generate/builtin/gemm_kernel.py`):
+the source per epilogue kind (its structure, not its text), the variants' limits, what the static
+rules say of a program that holds it, and (where nvcc and CUTLASS's headers are here) that it
+compiles for sm_90a through the fast build's own nvcc command."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kevin_backend.generate.builtin.gemm_kernel import (ACTIVATIONS, GEMM_CPP_SOURCE, GEMM_CUDA_FLAGS, Epilogue, GemmSpec,
+                                                         GemmTiling, gemm_cuda_source, gemm_device_source, gemm_unaligned)
+from kevin_backend.toolchain.cutlass_headers import find_cutlass
+from kevin_backend.toolchain.static_rules import check_program
+
+
+def _fusion(source: str) -> str:
+    return re.search(r"using Fusion = (.*);", source).group(1)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_the_epilogue_names_its_activation_and_its_bias(activation: str) -> None:
+    source = gemm_device_source(GemmSpec("bfloat16", Epilogue(bias=True, activation=activation, alpha=0.5)), GemmTiling())
+    assert _fusion(source).startswith(f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{ACTIVATIONS[activation]}, Element,")
+    assert "args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);" in source
+    assert "args.epilogue.thread.alpha = 0.5f;" in source and "args.epilogue.thread.beta = 0.0f;" in source
+    assert "using ElementC = void;" in source  # no residual: C is never read
+
+
+def test_a_residual_is_read_as_c_and_scaled_by_beta() -> None:
+    source = gemm_device_source(GemmSpec("float16", Epilogue(residual=True, beta=2.0, activation="silu")), GemmTiling())
+    assert _fusion(source) == ("cutlass::epilogue::fusion::LinCombEltAct<cutlass::epilogue::thread::SiLu, Element, float, "
+                               "ElementC, float>".replace("ElementC", "cutlass::half_t"))
+    assert "using ElementC = cutlass::half_t;" in source and "args.epilogue.thread.beta = 2.0f;" in source
+    assert "static_cast<Element const*>(residual), stride_c" in source and "bias_ptr" not in source
+
+
+def test_the_variant_is_the_tile_the_cluster_and_the_schedule() -> None:
+    pingpong = gemm_device_source(GemmSpec("bfloat16"), GemmTiling((64, 128, 64), (2, 1, 1), "pingpong"))
+    assert "using TileShape = Shape<_64, _128, _64>;" in pingpong and "using ClusterShape = Shape<_2, _1, _1>;" in pingpong
+    assert "cutlass::gemm::KernelTmaWarpSpecializedPingpong" in pingpong and "cutlass::epilogue::TmaWarpSpecialized," in pingpong
+    cooperative = gemm_device_source(GemmSpec("bfloat16"), GemmTiling())
+    assert "cutlass::gemm::KernelTmaWarpSpecializedCooperative" in cooperative
+    assert GemmTiling((128, 256, 64), (1, 2, 1)).name == "cooperative tile 128x256x64 cluster 1x2"
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: GemmTiling((64, 128, 64), (1, 1, 1), "cooperative"), "multiple of 128"),
+    (lambda: GemmTiling((128, 512, 64)), "N of 8 up to 256"),
+    (lambda: GemmTiling((128, 128, 64), (4, 2, 1)), "at most 4 CTAs"),
+    (lambda: GemmTiling(schedule="streamk"), "one of cooperative, pingpong"),
+    (lambda: GemmSpec("float32"), "TF32"),
+    (lambda: Epilogue(activation="mish"), "one of identity"),
+])
+def test_what_cannot_be_built_is_refused_with_its_reason(make, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_rows_tma_cannot_take_are_named() -> None:
+    assert gemm_unaligned(4096, 4096, 4096) == ""
+    assert gemm_unaligned(4096, 50257, 1024) == "rows not 16-byte aligned (N = 50257: not multiples of 8)"
+    assert "K = 100" in gemm_unaligned(512, 512, 100)
+
+
+def _program(spec: GemmSpec, tiling: GemmTiling) -> str:
+    return textwrap.dedent('''\
+        import torch
+        import torch.nn as nn
+        from torch.utils.cpp_extension import load_inline
+
+        CUDA = r"""''') + gemm_cuda_source(spec, tiling) + textwrap.dedent(f'''\
+        """
+        ext = load_inline(name="gemm_ext", cpp_sources="{GEMM_CPP_SOURCE}", cuda_sources=CUDA, functions=["gemm_epilogue"],
+                          extra_cuda_cflags={list(GEMM_CUDA_FLAGS)!r})
+
+
+        class ModelNew(nn.Module):
+            def __init__(self, in_features, out_features):
+                super().__init__()
+                self.linear = nn.Linear(in_features, out_features)
+
+            def forward(self, x):
+                return ext.gemm_epilogue(x, self.linear.weight, self.linear.bias, torch.empty(0, device=x.device, dtype=x.dtype))
+        ''')
+
+
+def test_the_static_rules_take_the_program() -> None:
+    for epilogue in (Epilogue(bias=True, activation="gelu"), Epilogue(residual=True)):
+        assert check_program(_program(GemmSpec("bfloat16", epilogue), GemmTiling())) == ()
+
+
+@pytest.mark.slow
+def test_the_kernel_compiles_for_sm90a_through_the_fast_builds_nvcc_command(tmp_path: Path) -> None:
+    """The device part, with the program's flags, through `device_command` (which builds the
+    arch-specific form the flags ask for): about a minute of nvcc."""
+    from kevin_backend.toolchain.fast_build import Toolchain, device_command
+
+    headers = find_cutlass()
+    if headers is None or shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
+    (tmp_path / "gemm.cu").write_text(gemm_device_source(GemmSpec("bfloat16", Epilogue(bias=True, activation="gelu")), GemmTiling()))
+    command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "9.0", GEMM_CUDA_FLAGS,
+                             (str(headers.include),))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    symbols = subprocess.run(["nm", str(tmp_path / "gemm.o")], capture_output=True, text=True).stdout
+    assert "kevin_gemm_run" in symbols and "MainloopSm90TmaGmmaWarpSpecialized" in symbols  # the wgmma mainloop, instantiated
+
+
+def _with(spec: GemmSpec, old: str, new: str) -> str:
+    program = _program(spec, GemmTiling())
+    assert old in program
+    return program.replace(old, new)
+
+
+def test_the_static_rules_still_refuse_what_they_refused() -> None:
+    spec = GemmSpec("bfloat16", Epilogue(bias=True))
+    threaded = _with(spec, "    if (m == 0 || n == 0) return out;", "    std::thread worker([] {});\n    worker.join();")
+    assert "no-streams-threads" in [v.rule for v in check_program(threaded)]
+    never_run = _with(spec, "    return static_cast<int>(gemm.run(stream));", "    return 0;")
+    assert [(v.rule, v.message) for v in check_program(never_run)] == [
+        ("launches-a-kernel", "never launches its kernels (cutlass GemmUniversalAdapter)")]
