@@ -1,0 +1,232 @@
+"""What the built-in writer reads from a GEMM task: its matmul and the epilogue it can fuse into
+the CUTLASS kernel's store (`gemm_kernel.py`), or why it cannot.
+
+    plan = plan_gemm(task_source)                 # a GemmPlan, or Declined(reason)
+    program = write_gemm_program(plan, GemmTiling())
+
+A task (a partition's, all tensors its inputs) is traced on meta tensors (`tracing.trace`) and read
+as
+
+    out = activation(alpha * (x @ w.T) + bias + beta * residual)
+
+x an input of (..., K) values, w an input of N x K (as `nn.Linear` keeps its weight, read through
+`t` or `permute`), bias an input of N values (added, or addmm's), residual an input of the
+output's shape, alpha and beta numbers, activation one of `gemm_kernel.ACTIVATIONS` (SiLU as the
+tracer decomposes it: `v * sigmoid(v)`). Each thing it cannot take declines the task with the
+reason: another dtype than float16/bfloat16, a K x N weight, rows TMA cannot read, an op after the
+activation, and so on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CPP_SOURCE, GEMM_CUDA_FLAGS, Epilogue, GemmSpec, GemmTiling,
+                                                         gemm_cuda_source, gemm_unaligned)
+from kevin_backend.generate.builtin.ops import Unsupported
+from kevin_backend.generate.builtin.plan import Declined
+from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace
+
+__all__ = ["GemmPlan", "plan_gemm", "write_gemm_program"]
+
+aten = torch.ops.aten
+_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+_TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
+_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    spec: GemmSpec
+    m: int
+    n: int
+    k: int
+    inputs: int  # the task's inputs, in order
+    x: int  # which input is x, w, the bias and the residual (None: absent)
+    w: int
+    bias: int | None = None
+    residual: int | None = None
+
+    def describe(self) -> str:
+        e = self.spec.epilogue
+        parts = [f"{self.m}x{self.n}x{self.k} {self.spec.dtype}", *(["bias"] if e.bias else []),
+                 *([f"alpha {e.alpha:g}"] if e.alpha != 1 else []), *([f"+ {e.beta:g} x residual"] if e.residual else []),
+                 *([e.activation] if e.activation != "identity" else [])]
+        return ", ".join(parts)
+
+
+def plan_gemm(task_source: str) -> GemmPlan | Declined:
+    """The task's GEMM plan, or why the built-in writer's GEMM declines it."""
+    try:
+        with TRACE_LOCK:
+            gm, metas = trace(task_source)
+        return _read(gm.graph, metas)
+    except Unsupported as exc:
+        return Declined(str(exc))
+    except Exception as exc:  # a task the tracer cannot take is declined, not an error
+        return Declined(f"the task could not be traced on meta tensors: {type(exc).__name__}: {exc}")
+
+
+def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    index = {p: i for i, p in enumerate(placeholders)}
+    (out,) = _outputs(graph)
+    matmuls = [n for n in graph.nodes if n.op == "call_function" and n.target in (aten.mm.default, aten.addmm.default)]
+    if len(matmuls) != 1:
+        raise Unsupported(f"{len(matmuls)} matmuls (mm or addmm): the GEMM writer takes one")
+    mm = matmuls[0]
+    bias = None
+    if mm.target is aten.addmm.default:
+        if mm.kwargs.get("beta", 1) != 1 or mm.kwargs.get("alpha", 1) != 1:
+            raise Unsupported("addmm with alpha or beta")
+        bias, a, b = mm.args[:3]
+    else:
+        a, b = mm.args[:2]
+    x = _through(a, _RESHAPES)
+    w = b.args[0] if isinstance(b, fx.Node) and b.target in _TRANSPOSES else None
+    if not isinstance(x, fx.Node) or x.op != "placeholder":
+        raise Unsupported("the matmul's left operand is not an input (read through a view at most)")
+    if not isinstance(w, fx.Node) or w.op != "placeholder":
+        raise Unsupported("the matmul's right operand is not an N x K input read transposed (a K x N weight is not taken yet)")
+    xv, wv = metas[index[x]], metas[index[w]]
+    for v, what in ((xv, "x"), (wv, "w")):
+        if v.dtype not in _DTYPES:
+            raise Unsupported(f"{what} is {v.dtype}: the GEMM writer takes float16 and bfloat16 (float32 would run as TF32)")
+        if not v.is_contiguous():
+            raise Unsupported(f"{what} is not contiguous")
+    if xv.dtype != wv.dtype or wv.dim() != 2:
+        raise Unsupported("x and w of different dtypes, or w not 2-D")
+    n, k = wv.shape
+    m = xv.numel() // k if k else 0
+    why = gemm_unaligned(m, n, k)
+    if why:
+        raise Unsupported(why)
+    shape = out.meta.get("val").shape if isinstance(out.meta.get("val"), torch.Tensor) else None
+    if shape is None or tuple(shape) != (*xv.shape[:-1], n):
+        raise Unsupported(f"an output of shape {tuple(shape) if shape is not None else '?'}, not x's leading dimensions and N")
+    epilogue, bias_in, residual_in = _epilogue(mm, out, bias, index, metas, n, xv.dtype)
+    return GemmPlan(GemmSpec(_DTYPES[xv.dtype], epilogue), m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in)
+
+
+def _epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], n: int,
+              dtype: torch.dtype) -> tuple[Epilogue, int | None, int | None]:
+    """Walk from the matmul to the output through a chain of single-use nodes."""
+    alpha, beta, activation, residual = 1.0, 1.0, "identity", None
+    bias_in = _bias(bias, index, metas, n, dtype) if bias is not None else None
+    node = mm
+    while node is not out:
+        users = list(node.users)
+        silu = _silu(node, users)
+        if silu is not None and activation == "identity":
+            activation, node = "silu", silu
+            continue
+        if len(users) != 1:
+            raise Unsupported(f"{node.name} is read {len(users)} times: the epilogue is a chain")
+        nxt = users[0]
+        other = [a for a in nxt.args if a is not node]
+        if activation != "identity" and nxt.target not in _RESHAPES and not _float_cast(nxt, dtype):
+            raise Unsupported(f"{nxt.target} after the activation: the kernel's epilogue ends with it")
+        if nxt.target in _RESHAPES or _float_cast(nxt, dtype):
+            pass  # (a cast to float32 and back, as decompositions of 16-bit ops write: the kernel computes in float32)
+        elif nxt.target in (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar) and _number(other):
+            factor = float(other[0]) if nxt.target in (aten.mul.Tensor, aten.mul.Scalar) else 1.0 / float(other[0])
+            if bias_in is not None or residual is not None:
+                raise Unsupported("a scale after an add: the kernel scales the product only")
+            alpha *= factor
+        elif nxt.target is aten.add.Tensor and len(other) == 1 and isinstance(other[0], fx.Node):
+            scale = float(nxt.kwargs.get("alpha", 1))
+            value = metas[index[other[0]]] if other[0] in index else None
+            if value is not None and tuple(value.shape) == (n,) and bias_in is None and residual is None and scale == 1:
+                bias_in = _bias(other[0], index, metas, n, dtype)
+            elif value is not None and value.numel() == _numel(nxt) and residual is None:
+                if value.dtype != dtype or not value.is_contiguous():
+                    raise Unsupported("a residual of another dtype or layout")
+                residual, beta = index[other[0]], scale
+            else:
+                raise Unsupported("an add of something that is neither a bias over N nor a residual input")
+        elif nxt.target is aten.relu.default:
+            activation = "relu"
+        elif nxt.target is aten.gelu.default:
+            activation = "gelu_tanh" if nxt.kwargs.get("approximate", "none") == "tanh" else "gelu"
+        elif nxt.target is aten.sigmoid.default:
+            activation = "sigmoid"
+        else:
+            raise Unsupported(f"{nxt.target} in the epilogue: not one the GEMM writer fuses")
+        node = nxt
+    return Epilogue(bias=bias_in is not None, activation=activation, alpha=alpha, residual=residual is not None, beta=beta), \
+        bias_in, residual
+
+
+def _silu(value: fx.Node, users: list[fx.Node]) -> fx.Node | None:
+    """The `v * sigmoid(v)` node when `value`'s users are SiLU as the tracer decomposes it."""
+    sigmoids = [u for u in users if u.target is aten.sigmoid.default]
+    products = [u for u in users if u.target is aten.mul.Tensor and set(u.args) == {value, *sigmoids}]
+    if len(users) == 2 and len(sigmoids) == 1 and len(products) == 1 and list(sigmoids[0].users) == products:
+        return products[0]
+    return None
+
+
+def _float_cast(node: fx.Node, dtype: torch.dtype) -> bool:
+    """A cast between the task's dtype and float32, nothing else changed."""
+    casts = (aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+    if node.target not in casts:
+        return False
+    to = node.kwargs.get("dtype") if node.target is aten._to_copy.default else (node.args[1] if len(node.args) > 1 else None)
+    return to in (torch.float32, dtype) and not node.kwargs.get("memory_format") and node.kwargs.get("device") in (None,)
+
+
+def _bias(node: Any, index: dict[fx.Node, int], metas: list[Any], n: int, dtype: torch.dtype) -> int:
+    if node not in index or tuple(metas[index[node]].shape) != (n,) or metas[index[node]].dtype != dtype:
+        raise Unsupported(f"a bias that is not an input of {n} {dtype} values")
+    return index[node]
+
+
+def _through(node: Any, targets: tuple[Any, ...]) -> Any:
+    while isinstance(node, fx.Node) and node.target in targets:
+        node = node.args[0]
+    return node
+
+
+def _number(args: list[Any]) -> bool:
+    return len(args) == 1 and isinstance(args[0], (int, float)) and math.isfinite(float(args[0]))
+
+
+def _numel(node: fx.Node) -> int:
+    value = node.meta.get("val")
+    return value.numel() if isinstance(value, torch.Tensor) else -1
+
+
+def _outputs(graph: fx.Graph) -> list[fx.Node]:
+    (output,) = [n for n in graph.nodes if n.op == "output"]
+    values = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    if len(values) != 1 or not isinstance(values[0], fx.Node):
+        raise Unsupported("the GEMM writer takes a task of one output")
+    return list(values)
+
+
+def write_gemm_program(plan: GemmPlan, tiling: GemmTiling, name: str | None = None) -> str:
+    """A KernelBench-format candidate (ModelNew through load_inline) computing `plan` with CUTLASS."""
+    name = name or "kevin_gemm_" + hashlib.sha256(repr((plan, tiling)).encode()).hexdigest()[:10]
+    args = ", ".join(f"v{i}" for i in range(plan.inputs))
+    empty = "torch.empty(0, device=v{x}.device, dtype=v{x}.dtype)".format(x=plan.x)
+    call = ", ".join([f"v{plan.x}", f"v{plan.w}", f"v{plan.bias}" if plan.bias is not None else empty,
+                      f"v{plan.residual}" if plan.residual is not None else empty])
+    return (
+        f'"""Written by kevin\'s built-in writer: a CUTLASS 3.x GEMM with its epilogue ({plan.describe()}), {tiling.name}."""\n'
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
+        f"cuda_source = r'''{gemm_cuda_source(plan.spec, tiling)}'''\n\n"
+        f"cpp_source = '{GEMM_CPP_SOURCE}'\n\n"
+        f"ext = load_inline(name='{name}', cpp_sources=cpp_source, cuda_sources=cuda_source, functions=['gemm_epilogue'],\n"
+        f"                  extra_cuda_cflags={list(GEMM_CUDA_FLAGS)!r})\n\n\n"
+        "class ModelNew(nn.Module):\n"
+        "    def __init__(self, *init_inputs):\n"
+        "        super().__init__()\n\n"
+        f"    def forward(self, {args}):\n"
+        f"        return ext.gemm_epilogue({call})\n"
+    )
