@@ -126,3 +126,24 @@ def test_the_static_rules_still_refuse_what_they_refused() -> None:
     never_run = _with(spec, "    return static_cast<int>(gemm.run(stream));", "    return 0;")
     assert [(v.rule, v.message) for v in check_program(never_run)] == [
         ("launches-a-kernel", "never launches its kernels (cutlass GemmUniversalAdapter)")]
+
+
+def test_the_fast_build_splits_the_program_at_torchs_include() -> None:
+    """A kernel from a header library has no launch of the file's own for the item split to find:
+    the program's torch-free first part, with its `extern "C"` functions, is the device part."""
+    from kevin_backend.toolchain.fast_build import fast_sources
+    from kevin_backend.toolchain.host_device import split_cuda
+
+    cuda = gemm_cuda_source(GemmSpec("bfloat16", Epilogue(bias=True)), GemmTiling())
+    split = split_cuda(cuda)
+    assert split.device.startswith('#line 1 "cuda_sources.cu"\n#include <cutlass/cutlass.h>')
+    assert "torch::" not in split.device and "kevin_gemm_run" in split.device and "gemm_epilogue" not in split.device
+    assert 'extern "C" int kevin_gemm_run(int m, int n, int k, void const* x,' in split.host
+    line = cuda[:cuda.index("#include <torch/extension.h>")].count("\n") + 1
+    assert f'#line {line} "cuda_sources.cu"\n#include <torch/extension.h>' in split.host  # errors at the candidate's lines
+    host = fast_sources(GEMM_CPP_SOURCE, cuda, ["gemm_epilogue"], "0123456789abcdef").host
+    assert "TORCH_LIBRARY_FRAGMENT" in host and "kevin_adapt<&gemm_epilogue>" in host
+    # a launch of the file's own in the tensor part: the item split's, as before
+    launching = cuda.replace("    if (m == 0 || n == 0) return out;", "    noop<<<1, 1>>>();") + "\n"
+    launching = launching.replace("#include <torch/extension.h>", "#include <torch/extension.h>\n__global__ void noop() {}")
+    assert "kevin_launch_noop" in split_cuda(launching).host

@@ -101,6 +101,9 @@ def split_cuda(cuda: str) -> Split:
 
 def _split_cuda(cuda: str) -> Split:
     """The stages in order: the first that cannot take the source raises SplitError."""
+    library = _library_split(cuda)
+    if library is not None:
+        return library
     cuda = expand_launch_macros(cuda)
     blank = strip_cpp(cuda)
     if re.search(r"PYBIND11|pybind11|\bpy::", blank):
@@ -115,3 +118,28 @@ def _split_cuda(cuda: str) -> Split:
     instances = instantiate_launchers(state, kinds, uses.sites, needs)
     device, host = write_parts(cuda, state, kinds, needs, used_variables, uses, instances)
     return Split(device, host, tuple(f"kevin_launch_{n}" for n in uses.launched), bool(instances.explicit or instances.sinks))
+
+
+_TORCH_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<torch/extension\.h>", re.M)
+_TORCH_NAMES = re.compile(r"\b(?:torch|at|c10)::|\bTORCH_|\bAT_|\bC10_")
+_EXTERN_C = re.compile(r'extern\s+"C"\s+([^;{}()]+\([^;{}()]*\))\s*\{')
+
+
+def _library_split(cuda: str) -> Split | None:
+    """A file whose kernels come from a header library (CUTLASS: no `__global__` nor launch of the
+    file's own), written in two parts already: a torch-free first part that defines `extern "C"`
+    functions, then `#include <torch/extension.h>` and the functions that take tensors and call
+    them. The first part is the device part as it stands; the host part is the rest, after the C
+    functions' declarations. None for any other file (the item split takes it)."""
+    at = _TORCH_INCLUDE.search(cuda)
+    if at is None:
+        return None
+    device, host = cuda[:at.start()], cuda[at.start():]
+    blank_device, blank_host = strip_cpp(device), strip_cpp(host)
+    externs = _EXTERN_C.findall(device)  # (on the text: the blanked one has no string literals)
+    if not externs or _TORCH_NAMES.search(blank_device) or "<<<" in blank_host or "__global__" in blank_host:
+        return None
+    declarations = "".join(f'extern "C" {" ".join(signature.split())};\n' for signature in externs)
+    first = cuda.count("\n", 0, at.start()) + 1
+    return Split(f'#line 1 "{SOURCE_NAME}"\n{device}',
+                 f'#include <cuda_runtime.h>\n{declarations}#line {first} "{SOURCE_NAME}"\n{host}', ())
