@@ -22,6 +22,7 @@ TASKS = {
     "bias-relu-bf16": task("F.relu(v[0] @ v[1].t() + v[2])",
                            f"torch.randn(8192, 4096, {BF16}), torch.randn(4096, 4096, {BF16}), torch.randn(4096, {BF16})"),
     "plain-f16": task("v[0] @ v[1].t()", f"torch.randn(2048, 2048, {F16}), torch.randn(2048, 2048, {F16})"),
+    "kn-weight-relu-bf16": task("F.relu(v[0] @ v[1])", f"torch.randn(4096, 2048, {BF16}), torch.randn(2048, 4096, {BF16})"),
 }
 
 

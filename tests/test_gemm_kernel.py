@@ -56,6 +56,7 @@ def test_the_variant_is_the_tile_the_cluster_and_the_schedule() -> None:
     (lambda: GemmTiling(schedule="streamk"), "one of cooperative, pingpong"),
     (lambda: GemmSpec("float32"), "TF32"),
     (lambda: Epilogue(activation="mish"), "one of identity"),
+    (lambda: GemmSpec("bfloat16", weight="nn"), "'nk' or 'kn'"),
 ])
 def test_what_cannot_be_built_is_refused_with_its_reason(make, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match=message):

@@ -64,9 +64,18 @@ def test_a_scaled_product_with_a_residual_and_silu() -> None:
                  ).spec.epilogue.activation == "sigmoid"
 
 
+def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
+    plan = _plan(task("F.relu(v[0] @ v[1])", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})"))
+    assert (plan.m, plan.n, plan.k, plan.spec.weight, plan.spec.epilogue.activation) == (256, 1024, 512, "kn", "relu")
+    assert plan.describe() == "256x1024x512 bfloat16, K x N weight, relu"
+    program = write_gemm_program(plan, GemmTiling())
+    assert "Element, cutlass::layout::RowMajor, kAlign,\n    float, TileShape" in program  # B row-major: K x N
+    assert "n = w.size(1)" in program and check_program(program) == ()
+
+
 @pytest.mark.parametrize(("forward", "inputs", "reason"), [
     ("F.relu(v[0] @ v[1].t())", "torch.randn(256, 512), torch.randn(1024, 512)", "float32 would run as TF32"),
-    ("v[0] @ v[1]", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "a K x N weight"),
+    ("v[0] @ v[1].exp()", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "right operand is not an input"),
     ("v[0] @ v[1].t()", f"torch.randn(256, 512, {BF16}), torch.randn(50257, 512, {BF16})", "N = 50257"),
     ("F.relu(v[0] @ v[1].t()) * 2.0", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})", "after the activation"),
     ("(v[0] @ v[1].t() + v[2]) * 0.5", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(1024, {BF16})",

@@ -3,10 +3,11 @@
     spec = GemmSpec("bfloat16", Epilogue(bias=True, activation="gelu", alpha=0.5))
     source = gemm_device_source(spec, GemmTiling((128, 128, 64), (1, 2, 1), "cooperative"))
 
-computes, for x (M x K, row-major), w (N x K, row-major, as `nn.Linear` keeps its weight), an
-optional bias over N and an optional residual r (M x N):
+computes, for x (M x K, row-major), w (N x K, row-major, as `nn.Linear` keeps its weight; or,
+`GemmSpec.weight` "kn", K x N as `x @ w` reads it), an optional bias over N and an optional
+residual r (M x N):
 
-    out = activation(alpha * (x @ w.T) + bias + beta * r)        (accumulated in float32)
+    out = activation(alpha * (x @ w.T) + bias + beta * r)        (accumulated in float32; x @ w for "kn")
 
 in one kernel: a TMA warp-specialised mainloop on the tensor cores (wgmma) and the epilogue fused
 into its store (CUTLASS's `LinCombPerColBiasEltAct` family: no round trip of x @ w.T through
@@ -65,10 +66,13 @@ class Epilogue:
 class GemmSpec:
     dtype: str  # the inputs' and the output's: "float16" or "bfloat16" (accumulated in float32)
     epilogue: Epilogue = Epilogue()
+    weight: str = "nk"  # the weight's layout: "nk" (N x K, read transposed) or "kn" (K x N), row-major either way
 
     def __post_init__(self) -> None:
         if self.dtype not in _ELEMENTS:
             raise ValueError(f"dtype {self.dtype!r}: one of {', '.join(_ELEMENTS)} (float32 would run as TF32)")
+        if self.weight not in ("nk", "kn"):
+            raise ValueError(f"weight {self.weight!r}: 'nk' or 'kn'")
 
 
 @dataclass(frozen=True)
@@ -121,17 +125,22 @@ def gemm_device_source(spec: GemmSpec, tiling: GemmTiling) -> str:
     return _DEVICE.format(element=element, source_element=source_element, fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
                           mainloop_schedule=mainloop_schedule, epilogue_schedule=epilogue_schedule,
                           alpha=f"{float(epi.alpha)!r}f", beta=f"{float(epi.beta) if epi.residual else 0.0!r}f",
-                          bias_args=bias_args, c_ptr="static_cast<Element const*>(residual)" if epi.residual else "nullptr")
+                          bias_args=bias_args, c_ptr="static_cast<Element const*>(residual)" if epi.residual else "nullptr",
+                          layout_b="cutlass::layout::ColumnMajor" if spec.weight == "nk" else "cutlass::layout::RowMajor",
+                          stride_b="cute::make_stride(int64_t(k), cute::Int<1>{}, int64_t(n) * k)" if spec.weight == "nk"
+                          else "cute::make_stride(cute::Int<1>{}, int64_t(n), int64_t(n) * k)")
 
 
 def gemm_cuda_source(spec: GemmSpec, tiling: GemmTiling) -> str:
     """The whole CUDA source of a candidate program: the device part and the host function
-    `gemm_epilogue(x, w, bias, residual)` (x of any leading dimensions, its last K; w N x K; the
+    `gemm_epilogue(x, w, bias, residual)` (x of any leading dimensions, its last K; w N x K or K x N; the
     output x's leading dimensions and N), which checks what the kernel assumes, takes its
     workspace from torch's allocator and runs on the current stream."""
     return gemm_device_source(spec, tiling) + _HOST.format(
         scalar={"float16": "at::kHalf", "bfloat16": "at::kBFloat16"}[spec.dtype],
-        bias=spec.epilogue.bias, residual=spec.epilogue.residual)
+        bias=spec.epilogue.bias, residual=spec.epilogue.residual,
+        n="w.size(0)" if spec.weight == "nk" else "w.size(1)", kdim=1 if spec.weight == "nk" else 0,
+        shape="N x K" if spec.weight == "nk" else "K x N")
 
 
 _HOST = """
@@ -139,10 +148,10 @@ _HOST = """
 #include <ATen/cuda/CUDAContext.h>
 
 torch::Tensor gemm_epilogue(torch::Tensor x, torch::Tensor w, torch::Tensor bias, torch::Tensor residual) {{
-    const int64_t k = x.size(-1), n = w.size(0), m = x.numel() / k;
+    const int64_t k = x.size(-1), n = {n}, m = x.numel() / k;
     TORCH_CHECK(x.is_cuda() && w.is_cuda() && x.scalar_type() == {scalar} && w.scalar_type() == {scalar},
                 "gemm_epilogue: x and w on the GPU, of the kernel's dtype");
-    TORCH_CHECK(w.dim() == 2 && w.size(1) == k, "gemm_epilogue: w is N x K");
+    TORCH_CHECK(w.dim() == 2 && w.size({kdim}) == k, "gemm_epilogue: w is {shape}");
     TORCH_CHECK(k % 8 == 0 && n % 8 == 0, "gemm_epilogue: K and N multiples of 8 (16-byte rows for TMA)");
     auto xs = x.contiguous(), ws = w.contiguous();
     auto out_sizes = x.sizes().vec();
@@ -197,7 +206,7 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
     Element, cutlass::layout::RowMajor, kAlign,
-    Element, cutlass::layout::ColumnMajor, kAlign,
+    Element, {layout_b}, kAlign,
     float, TileShape, ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
     {mainloop_schedule}>::CollectiveOp;
@@ -206,9 +215,9 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
 static typename Gemm::Arguments arguments(int m, int n, int k, void const* x, void const* w, void const* bias,
                                           void const* residual, void* out) {{
-    // every operand packed with its last mode contiguous: x (m, k), w (n, k), residual and out (m, n)
+    // every operand packed: x (m, k), w (n, k) or (k, n), residual and out (m, n), row-major
     typename Kernel::StrideA stride_a = cute::make_stride(int64_t(k), cute::Int<1>{{}}, int64_t(m) * k);
-    typename Kernel::StrideB stride_b = cute::make_stride(int64_t(k), cute::Int<1>{{}}, int64_t(n) * k);
+    typename Kernel::StrideB stride_b = {stride_b};
     typename Kernel::StrideC stride_c = cute::make_stride(int64_t(n), cute::Int<1>{{}}, int64_t(m) * n);
     typename Kernel::StrideD stride_d = cute::make_stride(int64_t(n), cute::Int<1>{{}}, int64_t(m) * n);
     typename Gemm::Arguments args{{

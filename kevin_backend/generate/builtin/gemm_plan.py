@@ -10,7 +10,7 @@ as
     out = activation(alpha * (x @ w.T) + bias + beta * residual)
 
 x an input of (..., K) values, w an input of N x K (as `nn.Linear` keeps its weight, read through
-`t` or `permute`), bias an input of N values (added, or addmm's), residual an input of the
+`t` or `permute`) or of K x N (`x @ w`), bias an input of N values (added, or addmm's), residual an input of the
 output's shape, alpha and beta numbers, activation one of `gemm_kernel.ACTIVATIONS` (SiLU as the
 tracer decomposes it: `v * sigmoid(v)`). Each thing it cannot take declines the task with the
 reason: another dtype than float16/bfloat16, a K x N weight, rows TMA cannot read, an op after the
@@ -55,7 +55,8 @@ class GemmPlan:
 
     def describe(self) -> str:
         e = self.spec.epilogue
-        parts = [f"{self.m}x{self.n}x{self.k} {self.spec.dtype}", *(["bias"] if e.bias else []),
+        parts = [f"{self.m}x{self.n}x{self.k} {self.spec.dtype}", *(["K x N weight"] if self.spec.weight == "kn" else []),
+                 *(["bias"] if e.bias else []),
                  *([f"alpha {e.alpha:g}"] if e.alpha != 1 else []), *([f"+ {e.beta:g} x residual"] if e.residual else []),
                  *([e.activation] if e.activation != "identity" else [])]
         return ", ".join(parts)
@@ -89,11 +90,12 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     else:
         a, b = mm.args[:2]
     x = _through(a, _RESHAPES)
-    w = b.args[0] if isinstance(b, fx.Node) and b.target in _TRANSPOSES else None
+    transposed = isinstance(b, fx.Node) and b.target in _TRANSPOSES
+    w = b.args[0] if transposed else b
     if not isinstance(x, fx.Node) or x.op != "placeholder":
         raise Unsupported("the matmul's left operand is not an input (read through a view at most)")
     if not isinstance(w, fx.Node) or w.op != "placeholder":
-        raise Unsupported("the matmul's right operand is not an N x K input read transposed (a K x N weight is not taken yet)")
+        raise Unsupported("the matmul's right operand is not an input (N x K read transposed, or K x N)")
     xv, wv = metas[index[x]], metas[index[w]]
     for v, what in ((xv, "x"), (wv, "w")):
         if v.dtype not in _DTYPES:
@@ -102,7 +104,7 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
             raise Unsupported(f"{what} is not contiguous")
     if xv.dtype != wv.dtype or wv.dim() != 2:
         raise Unsupported("x and w of different dtypes, or w not 2-D")
-    n, k = wv.shape
+    n, k = wv.shape if transposed else reversed(wv.shape)
     m = xv.numel() // k if k else 0
     why = gemm_unaligned(m, n, k)
     if why:
@@ -111,7 +113,8 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     if shape is None or tuple(shape) != (*xv.shape[:-1], n):
         raise Unsupported(f"an output of shape {tuple(shape) if shape is not None else '?'}, not x's leading dimensions and N")
     epilogue, bias_in, residual_in = _epilogue(mm, out, bias, index, metas, n, xv.dtype)
-    return GemmPlan(GemmSpec(_DTYPES[xv.dtype], epilogue), m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in)
+    spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if transposed else "kn")
+    return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in)
 
 
 def _epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], n: int,
