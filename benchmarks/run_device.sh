@@ -137,6 +137,11 @@ for step in $steps; do
       $k cache --cache-dir "$d/other" --no-seed revalidate --json "$OUT/revalidate.json" 2>&1 | tee -a "$OUT/revalidate.log" | tail -8
       tar -czf "$OUT/revalidate_caches.tgz" -C "$d" made other
       $k bench --cache-dir "$d/other" --no-seed --kernelbench "$d/tasks" --json "$OUT/revalidate_bench.json" 2>&1 | tee -a "$OUT/revalidate.log" | tail -16 ;;
+    gemm)  # the built-in writer's CUTLASS GEMMs on the GEMM suite through the judge (needs nvidia-cutlass's wheel in .whl:
+           #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+           #     --platform manylinux_2_28_x86_64 -d .whl nvidia-cutlass==4.2.0.0   (6 MiB))
+      timeout "${GEMM_LIMIT:-560}" python3 benchmarks/bench_gemm.py ${GEMM_TASKS:+--tasks $GEMM_TASKS} --json "$OUT/gemm.json" 2>&1 \
+        | tee "$OUT/gemm.log" | tail -40 ;;
     dynamic) python3 benchmarks/bench_dynamic.py --json "$OUT/dynamic.json" 2>&1 | tee "$OUT/dynamic.log" | tail -30 ;;  # 3 sizes, dynamic=True
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
