@@ -20,17 +20,11 @@ from pathlib import Path
 
 import torch
 
-from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
+from kevin_backend.generate.builtin.gemm_kernel import GEMM_TILINGS
 from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
 from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
 
-# the search's first variants: the two schedules, a wide tile, a cluster along M
-TILINGS = (
-    GemmTiling((128, 128, 64), (1, 2, 1), "cooperative"),
-    GemmTiling((128, 256, 64), (1, 2, 1), "cooperative"),
-    GemmTiling((64, 128, 64), (1, 2, 1), "pingpong"),
-    GemmTiling((128, 128, 64), (2, 1, 1), "cooperative"),
-)
+TILINGS = GEMM_TILINGS  # the search's variants
 
 
 def main() -> int:

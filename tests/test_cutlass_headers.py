@@ -217,11 +217,13 @@ def test_a_cutlass_gemm_compiles_through_the_fast_build_nvcc_command(tmp_path: P
 
 
 def test_the_builtin_writer_says_why_it_leaves_matmuls_out(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Without the headers the report tells what to install; with them, that no kernel is written yet."""
+    """Without the headers the report tells what to install; with them, what else is missing (a
+    Hopper GPU for the GEMM; any kernel at all for a convolution)."""
     import torch
     import torch.nn.functional as F
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from kevin_backend.generate.builtin import builtin_support
     from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
 
     graph = make_fx(lambda x, w: torch.relu(F.conv2d(x, w)).sum() + torch.mm(x[0, 0], x[0, 1]))(
@@ -235,7 +237,9 @@ def test_the_builtin_writer_says_why_it_leaves_matmuls_out(monkeypatch: pytest.M
     monkeypatch.setattr(cutlass_headers, "PACKAGE", "kevin-no-such-package")
     assert reasons() == {"CUTLASS's headers are not installed (pip install \"kevin_backend[cutlass]\")"}
     monkeypatch.setenv("KEVIN_CUTLASS_INCLUDE", str(_include(tmp_path / "include", (3, 8, 0))))
-    assert reasons() == {"it writes no CUTLASS kernel yet (CUTLASS 3.8.0 found)"}
+    monkeypatch.setattr(builtin_support, "_hopper", lambda: False)
+    assert reasons() == {"it writes no CUTLASS kernel for it yet (CUTLASS 3.8.0 found)",
+                         "its CUTLASS GEMM needs a Hopper GPU (sm_90a) (CUTLASS 3.8.0 found)"}
     monkeypatch.setenv("KEVIN_CUTLASS_INCLUDE", str(tmp_path))
     (reason,) = reasons()
     assert "there is no cutlass/cutlass.h in it" in reason

@@ -94,3 +94,70 @@ def test_the_program_calls_the_kernel_with_the_tasks_inputs_and_passes_the_stati
     assert "return ext.gemm_epilogue(v0, v1, v2, torch.empty(0, device=v0.device, dtype=v0.dtype))" in program
     assert "cooperative tile 128x256x64 cluster 1x2" in program and "compute_90a" in program
     assert check_program(program) == ()
+
+
+@pytest.fixture
+def hopper_with_cutlass(monkeypatch: pytest.MonkeyPatch, tmp_path):  # type: ignore[no-untyped-def]
+    """What the GEMM writer needs, as a Hopper machine with CUTLASS's headers has it."""
+    from kevin_backend.generate.builtin import builtin_support
+
+    include = tmp_path / "include"
+    for folder, header in (("cutlass", "cutlass.h"), ("cute", "tensor.hpp")):
+        (include / folder).mkdir(parents=True)
+        (include / folder / header).write_text("#pragma once\n")
+    (include / "cutlass" / "version.h").write_text("#define CUTLASS_MAJOR 4\n#define CUTLASS_MINOR 2\n#define CUTLASS_PATCH 0\n")
+    monkeypatch.setenv("KEVIN_CUTLASS_INCLUDE", str(include))
+    monkeypatch.setattr(builtin_support, "_hopper", lambda: True)
+
+
+def test_the_partitioner_gives_a_matmul_its_epilogue_and_nothing_else(hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
+    import torch
+    import torch.nn.functional as F
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from kevin_backend.backend.partition import partition_graph
+    from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
+
+    def model(x, w, b):  # type: ignore[no-untyped-def]
+        h = torch.tanh(x) * 2.0  # a prologue: a partition of its own
+        y = F.gelu(h @ w.t() + b)  # the GEMM and its epilogue
+        return y.sum(-1), y  # a reduction of the output: not in the GEMM's kernel
+
+    gm = make_fx(model)(torch.randn(64, 32), torch.randn(16, 32), torch.randn(16))
+    plan = partition_graph(gm.graph, BuiltinSupport())
+    ops = [sorted({n.target.__name__.split(".")[0] for n in p.nodes if n.op == "call_function"}) for p in plan.partitions]
+    (gemm,) = [set(o) for o in ops if {"mm", "addmm"} & set(o)]
+    assert "gelu" in gemm and not {"tanh", "mul", "sum"} & gemm, ops  # the epilogue only
+    assert ["mul", "tanh"] in ops and ["sum"] in ops, ops  # the prologue and the reduction: partitions of their own
+
+
+def test_the_builtin_policy_writes_the_gemm_and_searches_its_tilings(hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
+    from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
+    from kevin_backend.generate.builtin.gemm_kernel import GEMM_TILINGS
+    from kevin_backend.generate.policy import EarlierTurn, Reply, Sampling
+
+    messages = [{"role": "user", "content": f"Write a kernel for:\n```python\n{LINEAR_GELU}```\n"}]
+    first, second = BuiltinPolicy().generate([messages, messages], Sampling())
+    assert first.extra["variant"] == GEMM_TILINGS[0].name and second.extra["variant"] == GEMM_TILINGS[1].name
+    assert "A CUTLASS GEMM with its epilogue (2048x2048x1024 bfloat16, bias, gelu)" in first.text
+    assert "ext.gemm_epilogue(v0, v1, v2," in first.text
+    from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
+
+    def verdict(ms: float | None) -> JudgeResult:
+        return (JudgeResult(Stage.RUN, Reason.MISMATCH) if ms is None else
+                JudgeResult(Stage.RUN, Reason.ACCEPTED, timings=JudgeTimings(kernel_ms=ms)))
+
+    names = [t.name for t in GEMM_TILINGS]
+    earlier = [EarlierTurn(Reply("", extra={"variant": name}), verdict(ms)) for name, ms in zip(names, (0.30, None, 0.20, 0.25))]
+    (last,) = BuiltinPolicy().generate_after([messages], [earlier], Sampling())
+    assert last.extra["variant"] == names[2] and "every tiling tried: the fastest again" in last.text
+
+
+def test_without_cutlass_the_policy_says_why_it_declines(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin import builtin_policy
+    from kevin_backend.generate.policy import Sampling
+
+    monkeypatch.setattr(builtin_policy, "gemm_available", lambda: False)
+    messages = [{"role": "user", "content": f"```python\n{LINEAR_GELU}```"}]
+    (reply,) = builtin_policy.BuiltinPolicy().generate([messages], Sampling())
+    assert reply.finish_reason == "declined" and "```" not in reply.text

@@ -278,6 +278,11 @@ class _Builder:
         # writer can beat cuBLAS + Inductor on; two GEMMs in one kernel rarely are.
         if sum(1 for n in nodes if n.target in MATMUL_OPS) > 1:
             return False
+        # A writer whose matmul kernels take only an epilogue (`epilogue_only`): a matmul starts a
+        # partition of its own, and one that holds a matmul merges with no other.
+        if getattr(self._support, "epilogue_only", False) and any(n.target in MATMUL_OPS for n in nodes) and (
+                node.target in MATMUL_OPS or len(pids) > 1):
+            return False
         # A writer that reduces one set of dimensions per kernel (`reduction_key`: the same key for
         # reductions it can write together) keeps apart the reductions it cannot: a norm's
         # backward reduces rows for the input's gradient and columns for the weight's.

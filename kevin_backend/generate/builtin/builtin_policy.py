@@ -13,8 +13,10 @@ tried it writes the best again. Its summary lists every variant measured so far,
 reads the conversation, by number (the variant's position in its list, as its program's docstring
 and kernel name carry it).
 
-A task it cannot write (see `planner.plan_task`) gets a reply without code that says why, with
-`finish_reason="declined"`, which ends that trajectory.
+A task that is one matmul with its epilogue (`gemm_plan.plan_gemm`), where its CUTLASS GEMM runs
+(`builtin_support.gemm_available`), gets that kernel, its tilings searched the same way
+(`gemm_plan.gemm_turn`). A task it cannot write (see `planner.plan_task`) gets a reply without
+code that says why, with `finish_reason="declined"`, which ends that trajectory.
 
 It is `Foreseeing`: while a turn is judged, `foresee` says the programs each trajectory would write
 next whatever the verdict (the turn's variant rejected, or the fastest yet), so the search has them
@@ -28,6 +30,8 @@ import re
 from functools import lru_cache
 from typing import Callable, Sequence
 
+from kevin_backend.generate.builtin.builtin_support import gemm_available
+from kevin_backend.generate.builtin.gemm_plan import GemmPlan, gemm_turn, plan_gemm
 from kevin_backend.generate.builtin.plan import Declined, Plan
 from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.generate.builtin.program import write_program
@@ -77,7 +81,11 @@ class BuiltinPolicy:
                          finish_reason="declined")
         plan = _plan(source)
         if isinstance(plan, Declined):
-            return Reply(f"The built-in writer does not take this task: {plan.reason}.", finish_reason="declined")
+            gemm = _gemm_plan(source) if gemm_available() else None
+            if isinstance(gemm, GemmPlan):
+                return _gemm_reply(source, gemm, index, history)
+            why = plan.reason + (f"; as a GEMM: {gemm.reason}" if isinstance(gemm, Declined) else "")
+            return Reply(f"The built-in writer does not take this task: {why}.", finish_reason="declined")
         variants = {v.name: v for v in variants_for(plan)}
         history = [(name, ms) for name, ms in history if name in variants]  # (this writer's variants of this family)
 
@@ -121,6 +129,19 @@ class BuiltinPolicy:
                 if program not in programs:
                     programs.append(program)
         return programs
+
+
+@lru_cache(maxsize=256)
+def _gemm_plan(source: str) -> GemmPlan | Declined:
+    return plan_gemm(source)
+
+
+def _gemm_reply(source: str, plan: GemmPlan, index: int, history: list[tuple[str, float | None]]) -> Reply:
+    choice, program, why = gemm_turn(source, plan, index, history)
+    measured = [f"{name}: {'x' if ms is None else f'{ms:.4f}'}" for name, ms in history]
+    text = (f"A CUTLASS GEMM with its epilogue ({plan.describe()}), {choice}.\n\n```python\n{program}```\n\n"
+            f"Summary: {choice}; {why}." + (f" Measured so far (ms, x not accepted): {'; '.join(measured)}." if measured else ""))
+    return Reply(text, completion_tokens=len(text) // 4, extra={"variant": choice})
 
 
 def _program(source: str, plan: Plan, variant: Variant, number: int) -> str:

@@ -3,9 +3,11 @@ and what a reduction must share with the other reductions of its kernel.
 
     ok, why = BuiltinSupport().supports(node)   # (False, "mm ... CUTLASS's headers are not installed ...")
 
-Matmuls and convolutions it declares none of; the reason says whether CUTLASS's headers, which
-its kernels for them will need, were found (`cutlass_headers.find_cutlass`), so the report tells
-a user without them what to install."""
+Matmuls (mm, addmm) it declares where its CUTLASS GEMM can run (`gemm_available`: CUTLASS's
+headers found, a Hopper GPU), each in a partition of its own with the epilogue that follows it
+(`epilogue_only`: no prologue, no other partition merged in, no reduction); convolutions and
+batched matmuls it declares none of. The reason says what is missing (`no_matmul_reason`), so the
+report tells a user what to install."""
 
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from kevin_backend.generate.builtin.ops import check as check_pointwise, is_poin
 from kevin_backend.generate.op_support import MATMUL_OPS
 from kevin_backend.toolchain.cutlass_headers import find_cutlass
 
-__all__ = ["BuiltinSupport", "no_matmul_reason"]
+__all__ = ["BuiltinSupport", "gemm_available", "no_matmul_reason"]
+
+_GEMM_OPS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
 
 aten = torch.ops.aten
 
@@ -35,6 +39,7 @@ class BuiltinSupport:
     sums over the rows) is declared as a whole: its task folds back to `nll_loss_forward`."""
 
     name = "builtin"
+    epilogue_only = True  # a matmul's partition: the matmul and what follows it (`partition.py`)
 
     def __init__(self) -> None:
         self._nll: tuple[weakref.ref[fx.Graph], int, frozenset[fx.Node]] | None = None
@@ -62,14 +67,18 @@ class BuiltinSupport:
         if is_pointwise(node):
             reason = check_pointwise(node)
             return (True, "") if reason is None else (False, reason)
+        if target in _GEMM_OPS and not no_matmul_reason(op_name(node), gemm=True):
+            return True, ""
         if target in MATMUL_OPS or target is aten.convolution.default:
-            return False, no_matmul_reason(op_name(node))
+            return False, no_matmul_reason(op_name(node), gemm=target in _GEMM_OPS)
         return False, f"{op_name(node)} not declared by writer 'builtin'"
 
     def reduction_key(self, node: fx.Node) -> tuple[tuple[int | str, ...], tuple[int, ...]] | None:
         """What a reduction node must share with every other reduction of its kernel (a plan
         reduces one set of dimensions of one iteration space): the reduced value's shape and the
         dimensions; None for other nodes. The partitioner keeps reductions of different keys apart."""
+        if node.op == "call_function" and node.target in _GEMM_OPS:
+            return ("gemm", node.name)  # (no reduction shares a kernel with a matmul)
         if node.op != "call_function" or node.target not in REDUCTIONS or node in self._nll_nodes(node.graph):
             return None  # (a cross-entropy's sums over its rows fold into its nll_loss_forward)
         val = node_value(node.args[0]) if node.args else None
@@ -79,9 +88,9 @@ class BuiltinSupport:
         return tuple(d if isinstance(d, int) else str(d) for d in val.shape), reduced_dims(node, val.dim())
 
 
-def no_matmul_reason(op: str) -> str:
+def no_matmul_reason(op: str, gemm: bool = False) -> str:
     """Why the built-in writer leaves a matmul or a convolution `op` to Inductor, with what it
-    found of CUTLASS's headers."""
+    found of CUTLASS's headers and the GPU; "" for a GEMM (`gemm`: mm or addmm) it writes here."""
     declined = f"{op} (a matmul or convolution) not declared by writer 'builtin'"
     try:
         headers = find_cutlass()
@@ -89,4 +98,17 @@ def no_matmul_reason(op: str) -> str:
         return f"{declined}: {exc}"
     if headers is None:
         return f"{declined}: CUTLASS's headers are not installed (pip install \"kevin_backend[cutlass]\")"
-    return f"{declined}: it writes no CUTLASS kernel yet (CUTLASS {headers.version} found)"
+    if not gemm:
+        return f"{declined}: it writes no CUTLASS kernel for it yet (CUTLASS {headers.version} found)"
+    if not _hopper():
+        return f"{declined}: its CUTLASS GEMM needs a Hopper GPU (sm_90a) (CUTLASS {headers.version} found)"
+    return ""
+
+
+def gemm_available() -> bool:
+    """Whether the built-in writer writes CUTLASS GEMMs here."""
+    return not no_matmul_reason("mm", gemm=True)
+
+
+def _hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ACTIVATIONS", "Epilogue", "GEMM_CPP_SOURCE", "GEMM_CUDA_FLAGS", "GemmSpec", "GemmTiling", "gemm_cuda_source",
-           "gemm_device_source", "gemm_unaligned"]
+__all__ = ["ACTIVATIONS", "Epilogue", "GEMM_CPP_SOURCE", "GEMM_CUDA_FLAGS", "GEMM_TILINGS", "GemmSpec", "GemmTiling",
+           "gemm_cuda_source", "gemm_device_source", "gemm_unaligned"]
 
 GEMM_CUDA_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr", "-DNDEBUG")
 
@@ -102,6 +102,16 @@ class GemmTiling:
 
 # The host function's declaration, for load_inline's cpp_sources (an absent bias or residual: an empty tensor)
 GEMM_CPP_SOURCE = "torch::Tensor gemm_epilogue(torch::Tensor x, torch::Tensor w, torch::Tensor bias, torch::Tensor residual);"
+
+
+# The search's variants, in the order a search tries them: the two schedules, a wide tile, a
+# cluster along M (each trajectory starts at another).
+GEMM_TILINGS = (
+    GemmTiling((128, 128, 64), (1, 2, 1), "cooperative"),
+    GemmTiling((128, 256, 64), (1, 2, 1), "cooperative"),
+    GemmTiling((64, 128, 64), (1, 2, 1), "pingpong"),
+    GemmTiling((128, 128, 64), (2, 1, 1), "cooperative"),
+)
 
 
 def gemm_unaligned(m: int, n: int, k: int) -> str:

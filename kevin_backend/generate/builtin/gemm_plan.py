@@ -27,13 +27,13 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CPP_SOURCE, GEMM_CUDA_FLAGS, Epilogue, GemmSpec, GemmTiling,
-                                                         gemm_cuda_source, gemm_unaligned)
+from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CPP_SOURCE, GEMM_CUDA_FLAGS, GEMM_TILINGS, Epilogue, GemmSpec,
+                                                         GemmTiling, gemm_cuda_source, gemm_unaligned)
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.plan import Declined
 from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace
 
-__all__ = ["GemmPlan", "plan_gemm", "write_gemm_program"]
+__all__ = ["GemmPlan", "gemm_turn", "plan_gemm", "write_gemm_program"]
 
 aten = torch.ops.aten
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -233,3 +233,23 @@ def write_gemm_program(plan: GemmPlan, tiling: GemmTiling, name: str | None = No
         f"    def forward(self, {args}):\n"
         f"        return ext.gemm_epilogue({call})\n"
     )
+
+
+def gemm_turn(source: str, plan: GemmPlan, index: int, history: list[tuple[str, float | None]]) -> tuple[str, str, str]:
+    """One turn of a GEMM search: (the tiling's name, the program, why this one), from the
+    trajectory's earlier turns (`history`: each tiling's name and the judge's kernel ms, None
+    where not accepted). Untried tilings first, in `GEMM_TILINGS` order from this trajectory's
+    own start (`index`), then the fastest again."""
+    names = [t.name for t in GEMM_TILINGS]
+    tried = {name for name, _ in history}
+    untried = [names[(index + k) % len(names)] for k in range(len(names)) if names[(index + k) % len(names)] not in tried]
+    timed = [(ms, name) for name, ms in history if ms is not None and name in names]
+    if untried:
+        choice, why = untried[0], f"{len(tried & set(names))} of {len(names)} tilings tried"
+    elif timed:
+        choice, why = min(timed)[1], "every tiling tried: the fastest again"
+    else:
+        choice, why = names[index % len(names)], "no tiling accepted yet"
+    tiling = GEMM_TILINGS[names.index(choice)]
+    digest = hashlib.sha256(source.encode()).hexdigest()[:10]
+    return choice, write_gemm_program(plan, tiling, name=f"kevin_gemm_{digest}_{names.index(choice)}"), why
