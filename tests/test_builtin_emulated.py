@@ -1,5 +1,5 @@
 """The built-in writer's kernels computed on the CPU (tests/kernel_emulator.py: the device code as
-written, one host thread per CUDA thread) against PyTorch, on small versions of the suite's
+written, one fiber per CUDA thread) against PyTorch, on small versions of the suite's
 tasks: every kind of row kernel (block, warp and half-warp rows, the row in registers or not,
 4- and 8-wide accesses, partial rows in the last block) and of pointwise kernel (vector path with
 a tail, per-channel values, strided and boolean inputs). For each task the variants the search
