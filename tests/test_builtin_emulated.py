@@ -8,6 +8,7 @@ catches a wrong index or a wrong formula without one."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 
 import pytest
@@ -158,8 +159,15 @@ CASES: list[SuiteTask] = [
 ]
 
 
+@functools.cache
+def _plan(source: str) -> Plan | str:
+    """The task's plan, made once per process (the parametrisation below makes every case's at
+    collection; a Plan is frozen, so the cases of one task share it)."""
+    return plan_task(source)
+
+
 def _variants(task: SuiteTask) -> list[tuple[SuiteTask, str]]:
-    plan = plan_task(task.source)
+    plan = _plan(task.source)
     assert isinstance(plan, Plan), (task.name, plan)
     order = preferred_order(plan)
     if plan.is_rows and not ROWS[order[0]].split:  # the split variants have cases of their own (and a
@@ -181,7 +189,7 @@ def _variants(task: SuiteTask) -> list[tuple[SuiteTask, str]]:
 
 def _reference(task: SuiteTask) -> tuple[Plan, list[torch.Tensor], list[torch.Tensor]]:
     """The task's plan, its inputs on the CPU and PyTorch's outputs for them."""
-    plan = plan_task(task.source)
+    plan = _plan(task.source)
     assert isinstance(plan, Plan)
     module = load_program(task.source.replace("device='cuda'", "device='cpu'"), "emulated_task")
     torch.manual_seed(0)
