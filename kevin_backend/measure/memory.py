@@ -119,10 +119,9 @@ class MemoryLedger:
     exact: str = "eager"
     notes: list[str] = field(default_factory=list)
     fixed: int = 0  # allowed besides factor x task: the timer's L2 flush buffer
-    outside_baseline: int = 0  # held outside torch's allocator when the models were in place
     params: int = 0  # the reference's parameters: what a candidate's own may take
     output_bytes: int = 0  # one call's outputs, as the reference's are (0: not known yet)
-    own_baseline: int = 0  # of `outside_baseline`, what no kind apart holds (`note_outside`)
+    own_baseline: int = 0  # held outside torch's allocator when the models were in place, no kind apart (`note_outside`)
     apart_baseline: dict[str, int] = field(default_factory=dict)  # the kinds apart, held when the models were in place
     apart_peak: dict[str, int] = field(default_factory=dict)  # the most each kind apart held since
     step: str = ""  # the judge's step now running (`enter`)
@@ -139,9 +138,8 @@ class MemoryLedger:
         if self.cuda:
             torch.cuda.synchronize(self.device)
             self.baseline = torch.cuda.memory_allocated(self.device)
-            self.outside_baseline = outside_bytes(self.device)
-            self.apart_baseline = {kind: apart_bytes(self.device, kind) for kind in ("slots", "inputs")}
-            self.own_baseline = self.outside_baseline - sum(self.apart_baseline.values())
+            self.apart_baseline = {kind: apart_bytes(self.device, kind) for kind in _APART}
+            self.own_baseline = _own(_index(self.device))
             self._new_step()
 
     def _new_step(self) -> None:
@@ -151,8 +149,7 @@ class MemoryLedger:
     def _outside(self) -> int:
         """Held outside torch's allocator since `start`, the kinds apart left out (the report gives
         their sizes on their own)."""
-        kinds = sum(apart_bytes(self.device, kind) - base for kind, base in self.apart_baseline.items())
-        return outside_bytes(self.device) - self.outside_baseline - kinds
+        return _own(_index(self.device)) - self.own_baseline
 
     def observe(self) -> None:
         """The most held in the step so far: torch's peak since the step began with the most held

@@ -67,10 +67,9 @@ class BuiltinSupport:
         if is_pointwise(node):
             reason = check_pointwise(node)
             return (True, "") if reason is None else (False, reason)
-        if target in _GEMM_OPS and not no_matmul_reason(op_name(node), gemm=True):
-            return True, ""
         if target in MATMUL_OPS or target is aten.convolution.default:
-            return False, no_matmul_reason(op_name(node), gemm=target in _GEMM_OPS)
+            reason = no_matmul_reason(op_name(node), gemm=target in _GEMM_OPS)
+            return not reason, reason
         return False, f"{op_name(node)} not declared by writer 'builtin'"
 
     def reduction_key(self, node: fx.Node) -> tuple[tuple[int | str, ...], tuple[int, ...]] | None:
