@@ -144,6 +144,9 @@ def test_a_peak_of_one_step_is_not_added_to_a_buffer_made_in_a_later_one(monkeyp
     report = ledger.report()
     assert (report.peak_bytes, report.peak_step) == (1536 * MIB, "exact"), report
     assert report.candidate_inputs_bytes == 512 * MIB and report.slot_bytes == 0
+    # by step: what was held when it began (the input set, kept from "reference" on), and its peak
+    assert report.steps == {"reference": [0, 512 * MIB], "exact": [512 * MIB, 1536 * MIB],
+                            "candidate": [512 * MIB, 768 * MIB], "compare": [512 * MIB, 512 * MIB]}, report.steps
 
 
 def test_a_timed_call_is_checked_against_eager_alone_where_its_exact_reference_does_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,7 +61,9 @@ def test_every_corpus_candidate_gets_its_verdict() -> None:
     right = sum(r["right"] for r in rows)
     print(f"right verdicts: {right} of {len(rows)} ({honest} honest, {len(rows) - honest} wrong)")
     # the judge's extra memory, for every run that got as far as measuring it, within its bound
-    over = [f"{r['candidate']}: extra {r['memory']['judge_extra_bytes']} > bound {r['memory']['budget_bytes']}"
+    over = [f"{r['candidate']}: extra {r['memory']['judge_extra_bytes']} > bound {r['memory']['budget_bytes']} "
+            f"(task {r['memory']['task_bytes']}; peak in step {r['memory'].get('peak_step')}; by step [held at its start, "
+            f"its peak]: {r['memory'].get('steps')})"
             for r in rows if r["memory"] and r["memory"]["judge_extra_bytes"] > r["memory"]["budget_bytes"]]
     exacts = collections.Counter(r["exact"] for r in rows)
     print(f"exact references: {dict(exacts)}; over the memory bound: {len(over)}")

@@ -5,7 +5,8 @@ in any other phase is the judge's own (INFRA, or RESOURCE when memory ran out) a
 verdict on the candidate.
 
     setup, load*, init*, inputs, reference, exact, poison, candidate*, compare,
-    inductor, fingerprint, timing-candidate*, timed-read, timing-reference, roofline, replay*, compare, roofline,
+    inductor, fingerprint, timing-candidate*, timed-read, timing-reference, timed-reference, timed-compare,
+    roofline, roofline-inputs, roofline-reference,
     close (the candidate's process killed and waited for), after (the references checked, the report)
     (* the candidate's)
 """

@@ -47,9 +47,9 @@ def accepted(run: Run, times: Any) -> dict[str, Any]:
     sample set, made again when the task's counts are not kept yet, give the bytes the task writes)."""
 
     def sample() -> tuple[list[Any], list[Any]]:
-        run.phase("inputs")
+        run.phase("roofline-inputs")
         inputs = make_input_set(run.task, times.seed, run.device)
-        run.phase("reference")
+        run.phase("roofline-reference")
         return inputs.values, run_eager(run, inputs)
 
     outcome = {"stage": "timing", "reason": "ACCEPTED", "kernel_ms": times.kernel_ms, "eager_ms": times.eager_ms,

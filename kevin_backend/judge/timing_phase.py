@@ -222,12 +222,12 @@ def _check_round(run: Run, slots: Slots, reply: dict[str, Any], got: dict[int, l
     from kevin_backend.judge.reference_sets import run_eager, run_exact
 
     for j in list(got):  # one at a time, each call's outputs and references let go before the next
-        run.phase("reference")
+        run.phase("timed-reference")
         want = run_eager(run, kept[j])
         exact = None
         if _exact_fits(run, kept[j], want):
             exact = run_exact(run, kept[j], run.state.exact_model if run.state is not None else [])
-        run.phase("compare")
+        run.phase("timed-compare")
         wrong = timed_output_wrong(run.model, outputs[j], got.pop(j), want, exact, j)
         del want, exact
         if wrong:

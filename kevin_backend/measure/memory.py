@@ -104,6 +104,9 @@ class MemoryReport:
     slot_bytes: int = 0  # the timing's input slots at most (not in peak_bytes: see `note_outside`)
     candidate_inputs_bytes: int = 0  # the candidate's copy of its inputs at most (not in peak_bytes either)
     peak_step: str = ""  # the judge's step in which the peak was reached ("" where none was seen)
+    # per step name: [the most held when it began, the most held during it] (what was already
+    # held tells memory kept from an earlier step from what the step itself took)
+    steps: dict[str, list[int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -126,6 +129,7 @@ class MemoryLedger:
     apart_peak: dict[str, int] = field(default_factory=dict)  # the most each kind apart held since
     step: str = ""  # the judge's step now running (`enter`)
     peak_step: str = ""  # the step in which `peak` last grew
+    steps: dict[str, list[int]] = field(default_factory=dict)  # `MemoryReport.steps`
     started: bool = False  # `start` was called: what is allocated from then on is the run's
 
     @property
@@ -164,6 +168,9 @@ class MemoryLedger:
         """The run held `peak` bytes at some point of the step now running."""
         if peak > self.peak:
             self.peak, self.peak_step = peak, self.step
+        if self.step:
+            record = self.steps.setdefault(self.step, [0, 0])
+            record[1] = max(record[1], peak)
 
     def enter(self, step: str) -> None:
         """The judge's step `step` begins: what the last one reached is observed first, so that the
@@ -171,6 +178,8 @@ class MemoryLedger:
         self.observe()
         if self.cuda and self.started:
             self._new_step()
+            record = self.steps.setdefault(step, [0, 0])
+            record[0] = max(record[0], self.held())
         self.step = step
 
     @property
@@ -204,7 +213,8 @@ class MemoryLedger:
     def report(self) -> MemoryReport:
         self.observe()
         return MemoryReport(self.task_bytes, self.peak, self.peak - self.task_bytes, self.budget, self.exact, self.fixed,
-                            self.apart_peak.get("slots", 0), self.apart_peak.get("inputs", 0), self.peak_step)
+                            self.apart_peak.get("slots", 0), self.apart_peak.get("inputs", 0), self.peak_step,
+                            {name: list(v) for name, v in self.steps.items()})
 
 
 def poison(device: torch.device, output_bytes: Sequence[int]) -> None:
