@@ -66,7 +66,14 @@ def main() -> int:
     print(f"built {len(specs)} programs in {build_wall:.0f} s ({judge.builder.jobs} at a time): "
           f"median {statistics.median(r.seconds for r in built):.1f} s each, "
           f"{sum(r.ok for r in built)} ok, how: {sorted({getattr(r, 'how', '?') for r in built})}", flush=True)
-    rows = []
+    rows: list[dict] = []
+
+    def save() -> None:  # after every row: a run cut short keeps what it judged
+        if args.json:
+            args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                             "build_seconds": [r.seconds for r in built], "build_wall_s": build_wall,
+                                             "rows": rows, "declined": declined}, indent=1))
+
     for i, ((name, tiling), program) in enumerate(programs.items(), 1):
         began = time.perf_counter()
         result = judge.judge(next(t.source for t in tasks if t.name == name), program)
@@ -78,6 +85,7 @@ def main() -> int:
         rows.append(row)
         x = f"{row['x_inductor']:.3f}x Inductor" if row["x_inductor"] else "-"
         print(f"[{i}/{len(programs)}] {name} {tiling}: {row['verdict']} {x} ({row['seconds']} s)", flush=True)
+        save()
     best = {}
     for row in rows:
         if row["verdict"] == "ACCEPTED" and (row["task"] not in best or row["kernel_ms"] < best[row["task"]]["kernel_ms"]):
@@ -89,10 +97,7 @@ def main() -> int:
                                                             f"{r['x_inductor']:.3f}x |" if r else "none accepted | - | - | - |"))
     for name, reason in declined.items():
         print(f"declined {name}: {reason}")
-    if args.json:
-        args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                         "build_seconds": [r.seconds for r in built], "build_wall_s": build_wall,
-                                         "rows": rows, "declined": declined}, indent=1))
+    save()
     return 0
 
 
