@@ -166,3 +166,33 @@ def test_a_timed_call_is_checked_against_eager_alone_where_its_exact_reference_d
     held["now"] = 35 * MIB
     assert not _exact_fits(run, inputs, want)  # type: ignore[arg-type]
     assert ledger.notes == ["timed calls checked against eager alone: their exact reference would not fit the judge's memory beside them"]
+
+
+def test_the_exact_run_copies_an_input_read_far_into_its_slot_alone() -> None:
+    # On an H200 the timing's check of a swiglu task (two 128 MiB bf16 inputs in one slot of the
+    # judge's memory, the second at 128 MiB into it) ran its float32 reference on copies that kept
+    # each input's storage offset: 256 MiB of float32 before the second input's values, more than
+    # the plan counted (`exact_bytes`), and the judge went over its bound. The copy takes only
+    # what the input spans, with its sizes and strides.
+    from kevin_backend.judge.reference_sets import exact_bytes, run_exact
+
+    slot = torch.randn(3 * 4096, dtype=torch.bfloat16)
+    gate = slot[:4096].view(64, 64)
+    up = torch.as_strided(slot, (64, 64), (1, 64), 2 * 4096)  # far into the slot, and transposed
+    seen: list[tuple[int, int, tuple[int, ...]]] = []
+
+    class Swiglu(torch.nn.Module):
+        def forward(self, g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+            seen.extend((t.untyped_storage().nbytes(), t.storage_offset(), t.stride()) for t in (g, u))
+            return torch.nn.functional.silu(g) * u
+
+    ledger = MemoryLedger(torch.device("cpu"), task_bytes=3 * 4096 * 2)
+    run = SimpleNamespace(exact_dtype=torch.float32, device=torch.device("cpu"), ledger=ledger, state=None,
+                          reference=Swiglu())
+    inputs = InputSet([gate, up], 5, 0)
+    out = run_exact(run, inputs, [Swiglu()])  # type: ignore[arg-type]
+    assert out is not None and out[0].dtype == torch.float32
+    torch.testing.assert_close(out[0], (torch.nn.functional.silu(gate.float()) * up.float()))
+    assert seen == [(4096 * 4, 0, (64, 1)), (4096 * 4, 0, (1, 64))], seen  # each its own span, strides kept
+    want = [torch.nn.functional.silu(gate) * up]
+    assert exact_bytes(run, inputs, want, 0, torch.float32)[0] == (2 * 4096 * 2 + 4096 * 2) * 2  # type: ignore[arg-type,index]

@@ -132,12 +132,14 @@ def plan_exact(run: Run, inputs: InputSet, want: Sequence[Any], reference_temps:
 
 
 def run_exact(run: Run, inputs: InputSet, exact_model: list[torch.nn.Module]) -> list[Any] | None:
-    """The reference in the exact dtype on upcast copies of the inputs (layouts kept), or None
-    when there is no exact run (an op without a kernel in that dtype falls back, noted)."""
+    """The reference in the exact dtype on upcast copies of the inputs (sizes and strides kept; no
+    storage before them: an input the timing's check reads far into its slot's memory is copied
+    alone, as `exact_bytes` counts it), or None when there is no exact run (an op without a kernel
+    in that dtype falls back, noted)."""
     if run.exact_dtype is None or not exact_model:
         return None
     reference64 = exact_model[0]
-    values = [clone_layout(v, dtype=run.exact_dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+    values = [clone_layout(v, dtype=run.exact_dtype, keep_offset=False) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
               for v in inputs.values]
     try:
         with torch.no_grad():

@@ -59,20 +59,25 @@ def _region(t: torch.Tensor) -> torch.Tensor:
 
 
 def same_layout_empty(t: torch.Tensor, device: torch.device | str | None = None, dtype: torch.dtype | None = None,
-                      pad: float = float("nan")) -> torch.Tensor:
+                      pad: float = float("nan"), keep_offset: bool = True) -> torch.Tensor:
     """An uninitialised tensor with `t`'s sizes, strides and storage offset (on `device`, in
-    `dtype`); the storage before the offset is filled with `pad`."""
+    `dtype`); the storage before the offset is filled with `pad`. Without `keep_offset`, the same
+    sizes and strides from the start of a storage of its own (a view far into a larger buffer then
+    takes only the memory it spans)."""
     offset, extent = span(t)
+    offset = offset if keep_offset else 0
     base = torch.empty(offset + extent, dtype=dtype or t.dtype, device=device or t.device)
     if offset:
         base[:offset].fill_(pad if base.is_floating_point() else 0)
     return torch.as_strided(base, t.shape, t.stride(), offset)
 
 
-def clone_layout(t: torch.Tensor, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+def clone_layout(t: torch.Tensor, device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+                 keep_offset: bool = True) -> torch.Tensor:
     """A copy of `t` with its sizes, strides and storage offset (on `device`, in `dtype`): the
-    whole region it spans is copied, so a stride-0 broadcast stays one row of memory."""
-    out = same_layout_empty(t, device, dtype)
+    whole region it spans is copied, so a stride-0 broadcast stays one row of memory. Without
+    `keep_offset`, no storage before the region (`same_layout_empty`)."""
+    out = same_layout_empty(t, device, dtype, keep_offset=keep_offset)
     _region(out).copy_(_region(t))
     return out
 
