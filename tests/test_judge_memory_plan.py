@@ -196,3 +196,35 @@ def test_the_exact_run_copies_an_input_read_far_into_its_slot_alone() -> None:
     assert seen == [(4096 * 4, 0, (64, 1)), (4096 * 4, 0, (1, 64))], seen  # each its own span, strides kept
     want = [torch.nn.functional.silu(gate) * up]
     assert exact_bytes(run, inputs, want, 0, torch.float32)[0] == (2 * 4096 * 2 + 4096 * 2) * 2  # type: ignore[arg-type,index]
+
+
+def test_the_contiguous_rerun_counts_its_comparison_as_the_first_one_took(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On an H200 a candidate ignoring a transposed 512 MiB input's strides was run again on a
+    # contiguous copy; the plan counted the copy and the outputs, and the comparison after it took
+    # 1.13 GiB more, as the first comparison had: the judge went over its bound (3.63 GiB against
+    # 3.12). The first comparison's cost is measured (`MemoryLedger.taken`) and counted for the second.
+    from kevin_backend.judge.correctness import _dense_rerun_bytes
+    from kevin_backend.measure import memory
+
+    alloc = {"now": 0, "peak": 0}
+    for name, value in (("synchronize", lambda device=None: None),
+                        ("reset_peak_memory_stats", lambda device=None: alloc.update(peak=alloc["now"])),
+                        ("memory_allocated", lambda device=None: alloc["now"]),
+                        ("max_memory_allocated", lambda device=None: alloc["peak"])):
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(memory, "_OUTSIDE", {})
+    monkeypatch.setattr(memory, "_APART", {"slots": {}, "inputs": {}})
+    monkeypatch.setattr(memory, "_TOP", {})
+    ledger = MemoryLedger(torch.device("cuda", 0), task_bytes=1024 * MIB)
+    ledger.start()
+    alloc.update(now=2560 * MIB, peak=2560 * MIB)  # the set's inputs, eager's and the exact outputs, the candidate's
+    ledger.enter("compare")
+    assert ledger.taken() == 0
+    alloc.update(peak=2560 * MIB + 1157 * MIB)  # the comparison's temporaries, freed at its end
+    assert ledger.taken() == 1157 * MIB
+    x = torch.zeros(8, 4).t()  # the transposed input
+    run = SimpleNamespace(ledger=ledger, output_bytes=(512 * MIB,), compare_bytes=ledger.taken(), model=SimpleNamespace(scratch=None))
+    judge_bytes, beside = _dense_rerun_bytes(run, InputSet([x], 1, 0), [(0, x)])  # type: ignore[arg-type]
+    assert judge_bytes == x.numel() * 4 + 512 * MIB + 1157 * MIB
+    run.compare_bytes = 0
+    assert _dense_rerun_bytes(run, InputSet([x], 1, 0), [(0, x)])[0] == x.numel() * 4 + 512 * MIB  # type: ignore[arg-type]

@@ -44,6 +44,7 @@ def check_input_set(run: Run, index: int, seed: int, exact_model: list[torch.nn.
     run.ledger.observe()
     run.phase("compare")
     bad = compare_outputs(got, ref.want, exact)
+    run.compare_bytes = run.ledger.taken()  # (a comparison of the same outputs again takes as much)
     if bad is not None:
         return _mismatch_outcome(run, bad, index, ref.inputs, ref.want, exact)
     scrub(ref.want)
@@ -97,14 +98,15 @@ _SPECIALS_TEXT = ("Input set {index} has zeros, negative zeros and subnormals am
 
 def _dense_rerun_bytes(run: Run, inputs: InputSet, strided: list[tuple[int, torch.Tensor]]) -> tuple[int, int]:
     """What running the candidate again on contiguous copies adds: (to what the judge holds: the
-    copies and its copy of the outputs again; beside, on the device: a larger arena for the
+    copies, its copy of the outputs again and what comparing them took the first time; beside, on
+    the device: a larger arena for the
     candidate's copy of them where the one its process maps is too small (that one stays mapped),
     and its outputs in its process)."""
     dense = sum(v.numel() * v.element_size() for _, v in strided)
     arena = arena_bytes([v for k, v in enumerate(inputs.values) if k not in dict(strided)]) + dense
     scratch = getattr(run.model, "scratch", None)
     grown = arena if scratch is None or scratch.nbytes < arena else 0
-    return dense + sum(run.output_bytes), grown + sum(run.output_bytes)
+    return dense + sum(run.output_bytes) + run.compare_bytes, grown + sum(run.output_bytes)
 
 
 def _layout_diagnosis(run: Run, inputs: InputSet, strided: list[tuple[int, torch.Tensor]], want: list[Any],
@@ -120,6 +122,7 @@ def _layout_diagnosis(run: Run, inputs: InputSet, strided: list[tuple[int, torch
         again = candidate_forward(run, dense, "candidate")
     except Verdict:
         return ""
+    run.phase("compare")
     if compare_outputs(again, want, exact) is None:
         return (f"The kernel is right when every input is contiguous and wrong on the task's own layouts ({names}). "
                 "Read each input through its strides (and storage offset), or make it contiguous first.")

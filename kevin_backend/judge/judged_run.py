@@ -35,6 +35,7 @@ class Run:
     output_bytes: tuple[int, ...] = ()
     candidate_ran: bool = False
     reference_temps: int = 0  # the most eager allocated beyond its outputs, in bytes
+    compare_bytes: int = 0  # what the last comparison of a set took beyond what was held (`MemoryLedger.taken`)
     current: str = "setup"  # the phase now running
     state: TaskState | None = None  # what the worker keeps of the task between candidates
     # starts the references' own process (eager and Inductor timed as the candidate is: `timing_phase.py`)

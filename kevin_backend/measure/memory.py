@@ -130,6 +130,7 @@ class MemoryLedger:
     step: str = ""  # the judge's step now running (`enter`)
     peak_step: str = ""  # the step in which `peak` last grew
     steps: dict[str, list[int]] = field(default_factory=dict)  # `MemoryReport.steps`
+    step_start: int = 0  # held when the step now running began
     started: bool = False  # `start` was called: what is allocated from then on is the run's
 
     @property
@@ -178,9 +179,18 @@ class MemoryLedger:
         self.observe()
         if self.cuda and self.started:
             self._new_step()
+            self.step_start = self.held()
             record = self.steps.setdefault(step, [0, 0])
-            record[0] = max(record[0], self.held())
+            record[0] = max(record[0], self.step_start)
         self.step = step
+
+    def taken(self) -> int:
+        """What the step now running took so far beyond what was held when it began (its
+        temporaries and what it keeps): what doing the same again would take."""
+        if not (self.cuda and self.started):
+            return 0
+        outside = outside_top(self.device) - self.own_baseline
+        return max(0, torch.cuda.max_memory_allocated(self.device) - self.baseline + outside - self.step_start)
 
     @property
     def budget(self) -> int:
