@@ -148,7 +148,7 @@ def test_the_builtin_policy_writes_the_gemm_and_searches_its_tilings(hopper_with
                 JudgeResult(Stage.RUN, Reason.ACCEPTED, timings=JudgeTimings(kernel_ms=ms)))
 
     names = [t.name for t in GEMM_TILINGS]
-    earlier = [EarlierTurn(Reply("", extra={"variant": name}), verdict(ms)) for name, ms in zip(names, (0.30, None, 0.20, 0.25))]
+    earlier = [EarlierTurn(Reply("", extra={"variant": name}), verdict(ms)) for name, ms in zip(names, (0.30, None, 0.20, 0.25, 0.22))]
     (last,) = BuiltinPolicy().generate_after([messages], [earlier], Sampling())
     assert last.extra["variant"] == names[2] and "every tiling tried: the fastest again" in last.text
 
