@@ -27,13 +27,53 @@ from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
 TILINGS = GEMM_TILINGS  # the search's variants
 
 
+def max_autotune_numerics() -> dict[str, str]:
+    """The judge's numerics for Inductor's max-autotune (without CUDA graphs, which the judge's own
+    batches do not use) as the baseline: its config entries, as the cache key names them."""
+    from torch._inductor import list_mode_options
+
+    from kevin_backend.cache.key import inductor_config
+
+    return {"inductor_config": inductor_config(list_mode_options("max-autotune-no-cudagraphs"))}
+
+
+def cublaslt_task(source: str, plan: GemmPlan) -> str | None:
+    """The task as cuBLASLt's fused epilogue computes it (`torch._addmm_activation`: bias, then
+    ReLU or tanh-GELU), as a task of its own whose eager time is cuBLASLt's; None where the plan's
+    epilogue is not one cuBLASLt fuses."""
+    e = plan.spec.epilogue
+    if not e.bias or e.residual or e.alpha != 1 or e.activation not in ("relu", "gelu_tanh"):
+        return None
+    w = f"v[{plan.w}].t()" if plan.spec.weight == "nk" else f"v[{plan.w}]"
+    return source + f"""
+
+import torch.nn as nn
+
+
+class Model(nn.Module):  # the same inputs, through cuBLASLt's fused epilogue: a peer's time
+    def __init__(self, *init_inputs):
+        super().__init__()
+
+    def forward(self, *v):
+        x = v[{plan.x}]
+        out = torch._addmm_activation(v[{plan.bias}], x.reshape(-1, x.shape[-1]), {w}, use_gelu={e.activation == "gelu_tanh"})
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+"""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default="", help="suite task names, comma-separated (default: all)")
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--builds", default="", help="the judge's build folder (default: a fresh temporary one)")
+    parser.add_argument("--peers", default="max-autotune,cublaslt",
+                        help="peers timed against each task's best tiling, in the same judge (comma-separated; '' for none)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    args.peers = [p for p in args.peers.split(",") if p]
+    unknown = set(args.peers) - {"max-autotune", "cublaslt"}
+    if unknown:
+        parser.error(f"unknown peers: {', '.join(sorted(unknown))} (max-autotune, cublaslt)")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("bench_gemm: needs a Hopper GPU (sm_90a)", file=sys.stderr)
         return 2
@@ -74,27 +114,59 @@ def main() -> int:
                                              "build_seconds": [r.seconds for r in built], "build_wall_s": build_wall,
                                              "rows": rows, "declined": declined}, indent=1))
 
-    for i, ((name, tiling), program) in enumerate(programs.items(), 1):
+    def judged(name: str, tiling: str, peer: str, judge_: Judge, task_source: str) -> dict:
         began = time.perf_counter()
-        result = judge.judge(next(t.source for t in tasks if t.name == name), program)
+        result = judge_.judge(task_source, programs[(name, tiling)])
         t = result.timings
-        row = {"task": name, "plan": plans[name].describe(), "tiling": tiling, "verdict": result.reason.name,
-               "kernel_ms": t.kernel_ms, "inductor_ms": t.inductor_ms, "eager_ms": t.eager_ms,
-               "x_inductor": (t.inductor_ms / t.kernel_ms) if t.kernel_ms and t.inductor_ms else None,
+        # the peer's time: Inductor's (default or max-autotune) or, for cuBLASLt, the task's eager time
+        peer_ms = t.eager_ms if peer == "cublaslt" else t.inductor_ms
+        row = {"task": name, "plan": plans[name].describe(), "tiling": tiling, "peer": peer, "verdict": result.reason.name,
+               "kernel_ms": t.kernel_ms, "inductor_ms": t.inductor_ms, "eager_ms": t.eager_ms, "peer_ms": peer_ms,
+               "x_peer": (peer_ms / t.kernel_ms) if t.kernel_ms and peer_ms else None,
                "exact": result.exact, "seconds": round(time.perf_counter() - began, 1), "feedback": result.feedback[:300]}
+        row["x_inductor"] = row["x_peer"] if peer == "inductor" else None
         rows.append(row)
-        x = f"{row['x_inductor']:.3f}x Inductor" if row["x_inductor"] else "-"
-        print(f"[{i}/{len(programs)}] {name} {tiling}: {row['verdict']} {x} ({row['seconds']} s)", flush=True)
         save()
-    best = {}
+        return row
+
+    autotuned = judge.configured(numerics=tuple(sorted(max_autotune_numerics().items())))
+    count = 0
+    for name, plan in plans.items():
+        source = next(t.source for t in tasks if t.name == name)
+        mine = []
+        for tiling in TILINGS:
+            count += 1
+            row = judged(name, tiling.name, "inductor", judge, source)
+            mine.append(row)
+            x = f"{row['x_peer']:.3f}x Inductor" if row["x_peer"] else "-"
+            print(f"[{count}/{len(programs)}] {name} {tiling.name}: {row['verdict']} {x} ({row['seconds']} s)", flush=True)
+        accepted = [r for r in mine if r["verdict"] == "ACCEPTED"]
+        if not accepted:
+            continue
+        best = min(accepted, key=lambda r: r["kernel_ms"])
+        for peer in args.peers:
+            peer_source = source if peer == "max-autotune" else cublaslt_task(source, plan)
+            if peer_source is None:
+                continue  # cuBLASLt has no fused epilogue for this one
+            row = judged(name, best["tiling"], peer, autotuned if peer == "max-autotune" else judge, peer_source)
+            x = f"{row['x_peer']:.3f}x {peer}" if row["x_peer"] else "-"
+            print(f"  {name} best tiling against {peer}: {row['verdict']} {x} ({row['seconds']} s)", flush=True)
+    best_rows = {}
     for row in rows:
-        if row["verdict"] == "ACCEPTED" and (row["task"] not in best or row["kernel_ms"] < best[row["task"]]["kernel_ms"]):
-            best[row["task"]] = row
-    print("\n| task | plan | best tiling | kernel ms | Inductor ms | x Inductor |\n|---|---|---|---|---|---|")
+        if row["peer"] == "inductor" and row["verdict"] == "ACCEPTED" and (
+                row["task"] not in best_rows or row["kernel_ms"] < best_rows[row["task"]]["kernel_ms"]):
+            best_rows[row["task"]] = row
+    peer_x = {(r["task"], r["peer"]): r["x_peer"] for r in rows if r["peer"] != "inductor" and r["verdict"] == "ACCEPTED"}
+    print("\n| task | plan | best tiling | kernel ms | Inductor ms | x Inductor | x max-autotune | x cuBLASLt |\n"
+          "|---|---|---|---|---|---|---|---|")
     for name in plans:
-        r = best.get(name)
+        r = best_rows.get(name)
+        peers = " | ".join(f"{peer_x[(name, p)]:.3f}x" if peer_x.get((name, p)) else "-" for p in ("max-autotune", "cublaslt"))
         print(f"| {name} | {plans[name].describe()} | " + (f"{r['tiling']} | {r['kernel_ms']:.4f} | {r['inductor_ms']:.4f} | "
-                                                            f"{r['x_inductor']:.3f}x |" if r else "none accepted | - | - | - |"))
+                                                            f"{r['x_inductor']:.3f}x | {peers} |" if r else "none accepted | - | - | - | - | - |"))
+    xs = [r["x_inductor"] for r in best_rows.values() if r["x_inductor"]]
+    if xs:
+        print(f"geomean over {len(xs)} tasks: {statistics.geometric_mean(xs):.3f}x Inductor; worst {min(xs):.3f}x")
     for name, reason in declined.items():
         print(f"declined {name}: {reason}")
     save()
