@@ -161,3 +161,42 @@ def test_without_cutlass_the_policy_says_why_it_declines(monkeypatch: pytest.Mon
     messages = [{"role": "user", "content": f"```python\n{LINEAR_GELU}```"}]
     (reply,) = builtin_policy.BuiltinPolicy().generate([messages], Sampling())
     assert reply.finish_reason == "declined" and "```" not in reply.text
+
+
+def test_a_compiled_linear_is_planned_from_its_partition(hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
+    # What torch.compile gives the backend for F.gelu(F.linear(x, w, b)) on 3-D activations: the
+    # weight's transpose and x's flattening are views outside the partition, whose task then reads
+    # `addmm(b, x2d, wT)` with wT a K x N view of the N x K weight (strides (1, K)), and views the
+    # product back to 3-D. The GEMM writer declined it ("w is not contiguous"): no compiled
+    # transformer got a GEMM kernel.
+    import torch
+    import torch.nn.functional as F
+    from torch._functorch.aot_autograd import aot_function
+
+    from kevin_backend.backend.partition import partition_graph
+    from kevin_backend.backend.task import extract_task
+    from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
+    from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
+
+    graphs = []
+
+    def keep(gm, example_inputs):  # type: ignore[no-untyped-def]
+        graphs.append(gm)
+        return gm
+
+    def model(x, w, b):  # type: ignore[no-untyped-def]
+        return F.gelu(F.linear(x, w, b), approximate="tanh")
+
+    x, w, b = torch.randn(2, 16, 64), torch.randn(128, 64), torch.randn(128)
+    aot_function(model, fw_compiler=keep)(*(t.to(torch.bfloat16) for t in (x, w, b)))
+    (gemm,) = [p for p in partition_graph(graphs[0].graph, BuiltinSupport()).partitions
+               if any(n.target is torch.ops.aten.addmm.default for n in p.nodes)]
+    source = extract_task(gemm).source
+    plan = plan_gemm(source)
+    assert isinstance(plan, GemmPlan), plan
+    assert (plan.m, plan.n, plan.k, plan.spec.weight, plan.w_view, plan.out_shape) == (32, 128, 64, "nk", True, (2, 16, 128))
+    assert plan.spec.epilogue.bias and plan.spec.epilogue.activation == "gelu_tanh"
+    program = write_gemm_program(plan, GemmTiling())
+    call = program.split("return ext.gemm_epilogue(")[1].splitlines()[0]
+    assert f"v{plan.w}.t()" in call and call.endswith(".view([2, 16, 128])"), call

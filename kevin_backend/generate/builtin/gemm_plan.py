@@ -10,11 +10,13 @@ as
     out = activation(alpha * (x @ w.T) + bias + beta * residual)
 
 x an input of (..., K) values, w an input of N x K (as `nn.Linear` keeps its weight, read through
-`t` or `permute`) or of K x N (`x @ w`), bias an input of N values (added, or addmm's), residual an input of the
+`t` or `permute`, or given as that K x N view: a compiled model's partition gets its weights so) or
+of K x N (`x @ w`), bias an input of N values (added, or addmm's), residual an input of the
 output's shape, alpha and beta numbers, activation one of `gemm_kernel.ACTIVATIONS` (SiLU as the
 tracer decomposes it: `v * sigmoid(v)`). Each thing it cannot take declines the task with the
-reason: another dtype than float16/bfloat16, a K x N weight, rows TMA cannot read, an op after the
-activation, and so on.
+reason: another dtype than float16/bfloat16, rows TMA cannot read, an op after the activation, and
+so on. An output that views the product in another shape (a compiled model's 3-D activations) is
+the kernel's M x N output viewed so.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class GemmPlan:
     w: int
     bias: int | None = None
     residual: int | None = None
+    # w is given as the K x N view of an N x K weight (strides (1, K): a graph's `t(weight)` made
+    # outside the partition, as a compiled `nn.Linear` gives it): the program passes `w.t()`
+    w_view: bool = False
+    out_shape: tuple[int, ...] | None = None  # the output's shape where it is not x's leading dimensions and N
 
     def describe(self) -> str:
         e = self.spec.epilogue
@@ -97,11 +103,13 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     if not isinstance(w, fx.Node) or w.op != "placeholder":
         raise Unsupported("the matmul's right operand is not an input (N x K read transposed, or K x N)")
     xv, wv = metas[index[x]], metas[index[w]]
+    # an N x K weight seen as its K x N transpose (strides (1, K)): read as nn.Linear keeps it
+    w_view = not transposed and wv.dim() == 2 and wv.shape[0] > 1 and tuple(wv.stride()) == (1, wv.shape[0])
     for v, what in ((xv, "x"), (wv, "w")):
         if v.dtype not in _DTYPES:
             raise Unsupported(f"{what} is {v.dtype}: the GEMM writer takes float16 and bfloat16 (float32 would run as TF32)")
-        if not v.is_contiguous():
-            raise Unsupported(f"{what} is not contiguous")
+        if not v.is_contiguous() and not (what == "w" and w_view):
+            raise Unsupported(f"{what} is not contiguous (nor the transpose of a contiguous N x K weight)")
     if xv.dtype != wv.dtype or wv.dim() != 2:
         raise Unsupported("x and w of different dtypes, or w not 2-D")
     n, k = wv.shape if transposed else reversed(wv.shape)
@@ -109,12 +117,14 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     why = gemm_unaligned(m, n, k)
     if why:
         raise Unsupported(why)
-    shape = out.meta.get("val").shape if isinstance(out.meta.get("val"), torch.Tensor) else None
-    if shape is None or tuple(shape) != (*xv.shape[:-1], n):
-        raise Unsupported(f"an output of shape {tuple(shape) if shape is not None else '?'}, not x's leading dimensions and N")
+    value = out.meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.numel() != m * n or not value.is_contiguous():
+        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else "?"
+        raise Unsupported(f"an output of shape {shape}: not the {m} x {n} product's values, row by row")
+    out_shape = None if tuple(value.shape) == (*xv.shape[:-1], n) else tuple(int(d) for d in value.shape)
     epilogue, bias_in, residual_in = _epilogue(mm, out, bias, index, metas, n, xv.dtype)
-    spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if transposed else "kn")
-    return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in)
+    spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if transposed or w_view else "kn")
+    return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape)
 
 
 def _epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], n: int,
@@ -218,7 +228,7 @@ def write_gemm_program(plan: GemmPlan, tiling: GemmTiling, name: str | None = No
     name = name or "kevin_gemm_" + hashlib.sha256(repr((plan, tiling)).encode()).hexdigest()[:10]
     args = ", ".join(f"v{i}" for i in range(plan.inputs))
     empty = "torch.empty(0, device=v{x}.device, dtype=v{x}.dtype)".format(x=plan.x)
-    call = ", ".join([f"v{plan.x}", f"v{plan.w}", f"v{plan.bias}" if plan.bias is not None else empty,
+    call = ", ".join([f"v{plan.x}", f"v{plan.w}.t()" if plan.w_view else f"v{plan.w}", f"v{plan.bias}" if plan.bias is not None else empty,
                       f"v{plan.residual}" if plan.residual is not None else empty])
     return (
         f'"""Written by kevin\'s built-in writer: a CUTLASS 3.x GEMM with its epilogue ({plan.describe()}), {tiling.name}."""\n'
@@ -231,7 +241,7 @@ def write_gemm_program(plan: GemmPlan, tiling: GemmTiling, name: str | None = No
         "    def __init__(self, *init_inputs):\n"
         "        super().__init__()\n\n"
         f"    def forward(self, {args}):\n"
-        f"        return ext.gemm_epilogue({call})\n"
+        f"        return ext.gemm_epilogue({call}){f'.view({list(plan.out_shape)})' if plan.out_shape else ''}\n"
     )
 
 
