@@ -1,0 +1,44 @@
+"""A compiled bf16 nn.Linear + GELU on a Hopper GPU with CUTLASS's headers: the backend gives its
+partition (the weight's transpose and the activations' views outside it) to the built-in writer's
+CUTLASS GEMM, the judge checks and times it, and the model's output stays right whatever is kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import kevin_backend
+from kevin_backend.backend.report import Status
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="needs a Hopper GPU (sm_90a)")
+def test_a_compiled_linear_is_searched_with_the_cutlass_gemm(kevin_dir: Path) -> None:
+    from kevin_backend.toolchain.cutlass_headers import find_cutlass
+
+    if find_cutlass() is None:
+        pytest.skip("needs CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(approximate="tanh")).cuda().to(torch.bfloat16)
+    x = torch.randn(8, 512, 1024, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(model, backend="kevin", options={
+            "mode": "generate", "cache_dir": str(kevin_dir), "policy": "builtin", "trajectories": 1, "turns": 2,
+            "seed_cache": False})(x)
+        want = model(x)
+    report = kevin_backend.last_report()
+    print(report)
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    (gemm,) = [r for r in report.records() if "addmm" in r.ops]
+    assert gemm.status in (Status.GENERATED, Status.INDUCTOR), (gemm.status, gemm.reason, gemm.detail)
+    assert gemm.search is not None and (gemm.search.candidates or 0) >= 2, gemm.search
+    # a kernel kept carries its speed against Inductor; an Inductor decision says why, and no
+    # candidate of the search may have failed the judge's checks
+    if gemm.status is Status.GENERATED:
+        assert gemm.speedup_vs_inductor is not None
+    for failure in ("MISMATCH", "COMPILE", "NAN_INF", "RUNTIME_ERROR", "ILLEGAL"):
+        assert failure not in gemm.detail, gemm.detail
