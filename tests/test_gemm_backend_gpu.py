@@ -27,7 +27,7 @@ def test_a_compiled_linear_is_searched_with_the_cutlass_gemm(kevin_dir: Path) ->
     torch._dynamo.reset()
     with torch.no_grad():
         got = torch.compile(model, backend="kevin", options={
-            "mode": "generate", "cache_dir": str(kevin_dir), "policy": "builtin", "trajectories": 1, "turns": 2,
+            "mode": "generate", "cache_dir": str(kevin_dir), "policy": "builtin", "trajectories": 1, "turns": 1,
             "seed_cache": False})(x)
         want = model(x)
     report = kevin_backend.last_report()
@@ -35,7 +35,7 @@ def test_a_compiled_linear_is_searched_with_the_cutlass_gemm(kevin_dir: Path) ->
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
     (gemm,) = [r for r in report.records() if "addmm" in r.ops]
     assert gemm.status in (Status.GENERATED, Status.INDUCTOR), (gemm.status, gemm.reason, gemm.detail)
-    assert gemm.search is not None and (gemm.search.candidates or 0) >= 2, gemm.search
+    assert gemm.search is not None and (gemm.search.candidates or 0) >= 1, gemm.search
     # a kernel kept carries its speed against Inductor; an Inductor decision says why, and no
     # candidate of the search may have failed the judge's checks
     if gemm.status is Status.GENERATED:

@@ -25,7 +25,10 @@ def _fusion(source: str) -> str:
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 def test_the_epilogue_names_its_activation_and_its_bias(activation: str) -> None:
-    source = gemm_device_source(GemmSpec("bfloat16", Epilogue(bias=True, activation=activation, alpha=0.5)), GemmTiling())
+    function = "    return static_cast<T>(v * 2.0f);" if activation == "function" else ""
+    source = gemm_device_source(GemmSpec("bfloat16", Epilogue(bias=True, activation=activation, alpha=0.5, function=function)),
+                                GemmTiling())
+    assert ("struct KevinEpilogueFn" in source) == (activation == "function")
     assert _fusion(source).startswith(f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{ACTIVATIONS[activation]}, Element,")
     assert "args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);" in source
     assert "args.epilogue.thread.alpha = 0.5f;" in source and "args.epilogue.thread.beta = 0.0f;" in source

@@ -77,12 +77,14 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
     ("F.relu(v[0] @ v[1].t())", "torch.randn(256, 512), torch.randn(1024, 512)", "float32 would run as TF32"),
     ("v[0] @ v[1].exp()", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "right operand is not an input"),
     ("v[0] @ v[1].t()", f"torch.randn(256, 512, {BF16}), torch.randn(50257, 512, {BF16})", "N = 50257"),
-    ("F.relu(v[0] @ v[1].t()) * 2.0", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})", "after the activation"),
-    ("(v[0] @ v[1].t() + v[2]) * 0.5", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(1024, {BF16})",
-     "a scale after an add"),
+    ("F.relu(v[0] @ v[1].t()) * v[2]", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(256, 1024, {BF16})",
+     "not computed from the product alone"),
+    ("v[0] @ v[1].t() + v[2].t()", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(1024, 256, {BF16})",
+     "neither a bias over N nor a residual input"),
     ("(v[0] @ v[1].t()) @ v[2].t()", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(64, 1024, {BF16})",
      "2 matmuls"),
-    ("torch.tanh(v[0] @ v[1].t())", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})", "not one the GEMM writer fuses"),
+    ("torch.softmax(v[0] @ v[1].t(), -1)", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})",
+     "not an elementwise op the GEMM writer fuses"),
 ])
 def test_what_it_cannot_fuse_is_declined_with_the_reason(forward: str, inputs: str, reason: str) -> None:
     declined = plan_gemm(task(forward, inputs))

@@ -37,7 +37,27 @@ ACTIVATIONS = {
     "gelu_tanh": "cutlass::epilogue::thread::GELU_taylor",  # approximate="tanh"
     "silu": "cutlass::epilogue::thread::SiLu",
     "sigmoid": "cutlass::epilogue::thread::Sigmoid",
+    "function": "KevinEpilogueFn",  # `Epilogue.function`: any elementwise function of the value, written out
 }
+
+# The functor of an `Epilogue.function`: the function on one float32 value, and on the fragments
+# CUTLASS's epilogue visits (`Sm90Compute` calls it on arrays), element by element.
+_FUNCTION = """template <class T> struct KevinEpilogueFn {{
+  CUTLASS_HOST_DEVICE T operator()(T const& value) const {{
+    float v = static_cast<float>(value);
+{body}
+  }}
+}};
+template <class T, int N> struct KevinEpilogueFn<cutlass::Array<T, N>> {{
+  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& value) const {{
+    KevinEpilogueFn<T> fn;
+    cutlass::Array<T, N> out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) {{ out[i] = fn(value[i]); }}
+    return out;
+  }}
+}};
+"""
 
 _ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t"}
 _SCHEDULES = {
@@ -49,17 +69,23 @@ _SCHEDULES = {
 @dataclass(frozen=True)
 class Epilogue:
     """What follows the product, in the order it is applied: `alpha *`, `+ bias` (one value per
-    output column), `+ beta * residual` (a tensor the size of the output), then `activation`."""
+    output column), `+ beta * residual` (a tensor the size of the output), then `activation`:
+    one of CUTLASS's, or "function", the C++ statements of `function` on the float32 value `v`
+    (ending in `return static_cast<T>(...);`), as `gemm_plan` writes an elementwise chain that is
+    none of them (a decomposed tanh-GELU, a scale after an activation, a clamp)."""
 
     bias: bool = False
     activation: str = "identity"
     alpha: float = 1.0
     residual: bool = False
     beta: float = 1.0
+    function: str = ""
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r}: one of {', '.join(ACTIVATIONS)}")
+        if (self.activation == "function") != bool(self.function):
+            raise ValueError("an epilogue function comes with activation 'function', and only with it")
 
 
 @dataclass(frozen=True)
@@ -136,7 +162,8 @@ def gemm_device_source(spec: GemmSpec, tiling: GemmTiling) -> str:
     tm, tn, tk = tiling.tile
     cm, cn, _ = tiling.cluster
     bias_args = "    args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);\n" if epi.bias else ""
-    return _DEVICE.format(element=element, source_element=source_element, fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
+    functor = _FUNCTION.format(body=epi.function) if epi.function else ""
+    return _DEVICE.format(functor=functor, element=element, source_element=source_element, fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
                           mainloop_schedule=mainloop_schedule, epilogue_schedule=epilogue_schedule,
                           alpha=f"{float(epi.alpha)!r}f", beta=f"{float(epi.beta) if epi.residual else 0.0!r}f",
                           bias_args=bias_args, c_ptr="static_cast<Element const*>(residual)" if epi.residual else "nullptr",
@@ -207,7 +234,7 @@ namespace kevin_gemm {{
 using namespace cute;
 using Element = {element};
 using ElementC = {source_element};
-constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;
+{functor}constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;
 using TileShape = Shape<_{tm}, _{tn}, _{tk}>;
 using ClusterShape = Shape<_{cm}, _{cn}, _1>;
 using Fusion = {fusion};

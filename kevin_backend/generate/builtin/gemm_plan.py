@@ -21,6 +21,7 @@ the kernel's M x N output viewed so.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass
@@ -64,7 +65,8 @@ class GemmPlan:
         parts = [f"{self.m}x{self.n}x{self.k} {self.spec.dtype}", *(["K x N weight"] if self.spec.weight == "kn" else []),
                  *(["bias"] if e.bias else []),
                  *([f"alpha {e.alpha:g}"] if e.alpha != 1 else []), *([f"+ {e.beta:g} x residual"] if e.residual else []),
-                 *([e.activation] if e.activation != "identity" else [])]
+                 *([e.activation] if e.activation not in ("identity", "function") else []),
+                 *([f"an elementwise function ({e.function.count(chr(10))} statements)"] if e.function else [])]
         return ", ".join(parts)
 
 
@@ -122,7 +124,13 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
         shape = tuple(value.shape) if isinstance(value, torch.Tensor) else "?"
         raise Unsupported(f"an output of shape {shape}: not the {m} x {n} product's values, row by row")
     out_shape = None if tuple(value.shape) == (*xv.shape[:-1], n) else tuple(int(d) for d in value.shape)
-    epilogue, bias_in, residual_in = _epilogue(mm, out, bias, index, metas, n, xv.dtype)
+    try:
+        epilogue, bias_in, residual_in = _epilogue(mm, out, bias, index, metas, n, xv.dtype)
+    except Unsupported as named:  # none of CUTLASS's activations: the chain as a function of its own
+        try:
+            epilogue, bias_in, residual_in = _function_epilogue(mm, out, bias, index, metas, n, xv.dtype)
+        except Unsupported as written:
+            raise Unsupported(f"{named}; as a function of the product: {written}") from None
     spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if transposed or w_view else "kn")
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape)
 
@@ -174,6 +182,39 @@ def _epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], m
         node = nxt
     return Epilogue(bias=bias_in is not None, activation=activation, alpha=alpha, residual=residual is not None, beta=beta), \
         bias_in, residual
+
+
+def _function_epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], n: int,
+                       dtype: torch.dtype) -> tuple[Epilogue, int | None, int | None]:
+    """The linear part (views, casts, a scale, a bias over N, a residual) walked from the matmul
+    while each value is read once; what follows, up to the output, written as one elementwise
+    function of that value (`gemm_function.py`)."""
+    from kevin_backend.generate.builtin.gemm_function import elementwise_function
+
+    alpha, beta, residual = 1.0, 1.0, None
+    bias_in = _bias(bias, index, metas, n, dtype) if bias is not None else None
+    node = mm
+    while node is not out and len(node.users) == 1:
+        nxt = next(iter(node.users))
+        other = [a for a in nxt.args if a is not node]
+        value = metas[index[other[0]]] if len(other) == 1 and other[0] in index else None
+        if nxt.target in _RESHAPES:
+            pass
+        elif nxt.target in (aten.mul.Tensor, aten.mul.Scalar) and _number(other) and bias_in is None and residual is None:
+            alpha *= float(other[0])
+        elif (nxt.target is aten.add.Tensor and value is not None and tuple(value.shape) == (n,) and bias_in is None
+              and residual is None and nxt.kwargs.get("alpha", 1) == 1 and value.dtype == dtype):
+            bias_in = index[other[0]]
+        elif (nxt.target is aten.add.Tensor and value is not None and value.numel() == _numel(nxt) and residual is None
+              and value.dtype == dtype and value.is_contiguous()):
+            residual, beta = index[other[0]], float(nxt.kwargs.get("alpha", 1))
+        else:
+            break
+        node = nxt
+    epilogue = Epilogue(bias=bias_in is not None, alpha=alpha, residual=residual is not None, beta=beta)
+    if node is not out:
+        epilogue = dataclasses.replace(epilogue, activation="function", function=elementwise_function(node, out, dtype))
+    return epilogue, bias_in, residual
 
 
 def _silu(value: fx.Node, users: list[fx.Node]) -> fx.Node | None:

@@ -1,0 +1,167 @@
+"""The elementwise chain after a GEMM's linear part, written as one function of one value: the C++
+statements of `gemm_kernel.Epilogue.function`, which the CUTLASS kernel applies to every output
+element in its epilogue (`gemm_kernel.KevinEpilogueFn`), in float32.
+
+    body = elementwise_function(pre, out, torch.bfloat16)
+    # float t0 = v * 0.5f; ... return static_cast<T>(t5);
+
+`pre` is the node whose value `v` the function starts from (the product after its scale, bias and
+residual), `out` the task's output. Every node from `pre` to `out` must be an elementwise op of
+`v`, of values computed from it and of numbers: what a compiled model's partition holds after a
+matmul (GELU, SiLU and the like decomposed into their arithmetic, casts to float32 and back, scales
+and clamps after an activation). Anything else (another tensor, a reduction, a constant tensor)
+declines the task with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from kevin_backend.generate.builtin.ops import Unsupported
+
+__all__ = ["elementwise_function"]
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+_ROUND = {torch.float16: "cutlass::half_t", torch.bfloat16: "cutlass::bfloat16_t"}
+
+
+def _number(value: Any) -> str:
+    value = float(value)
+    if math.isnan(value):
+        return "NAN"
+    if math.isinf(value):
+        return "INFINITY" if value > 0 else "-INFINITY"
+    return f"{value!r}f"
+
+
+def _gelu(x: str, approximate: str) -> str:
+    if approximate == "tanh":
+        return f"0.5f * {x} * (1.0f + tanhf(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x})))"
+    return f"0.5f * {x} * (1.0f + erff({x} * 0.7071067811865476f))"
+
+
+def _binary(op: str) -> Callable[[list[str], dict[str, Any]], str]:
+    def write(a: list[str], kw: dict[str, Any]) -> str:
+        scale = kw.get("alpha", 1)
+        b = a[1] if scale == 1 else f"({_number(scale)} * {a[1]})"
+        return f"({a[0]} {op} {b})"
+    return write
+
+
+_OPS: dict[Any, Callable[[list[str], dict[str, Any]], str]] = {
+    aten.add.Tensor: _binary("+"), aten.add.Scalar: _binary("+"),
+    aten.sub.Tensor: _binary("-"), aten.sub.Scalar: _binary("-"),
+    aten.rsub.Scalar: lambda a, kw: f"({a[1]} - {_binary('*')([a[0], _number(kw.get('alpha', 1))], {})})",
+    aten.mul.Tensor: _binary("*"), aten.mul.Scalar: _binary("*"),
+    aten.div.Tensor: _binary("/"), aten.div.Scalar: _binary("/"),
+    aten.neg.default: lambda a, kw: f"(-{a[0]})",
+    aten.abs.default: lambda a, kw: f"fabsf({a[0]})",
+    aten.exp.default: lambda a, kw: f"expf({a[0]})",
+    aten.log.default: lambda a, kw: f"logf({a[0]})",
+    aten.log1p.default: lambda a, kw: f"log1pf({a[0]})",
+    aten.expm1.default: lambda a, kw: f"expm1f({a[0]})",
+    aten.tanh.default: lambda a, kw: f"tanhf({a[0]})",
+    aten.erf.default: lambda a, kw: f"erff({a[0]})",
+    aten.sqrt.default: lambda a, kw: f"sqrtf({a[0]})",
+    aten.rsqrt.default: lambda a, kw: f"rsqrtf({a[0]})",
+    aten.reciprocal.default: lambda a, kw: f"(1.0f / {a[0]})",
+    aten.sin.default: lambda a, kw: f"sinf({a[0]})",
+    aten.cos.default: lambda a, kw: f"cosf({a[0]})",
+    aten.sigmoid.default: lambda a, kw: f"(1.0f / (1.0f + expf(-{a[0]})))",
+    aten.relu.default: lambda a, kw: f"fmaxf({a[0]}, 0.0f)",
+    aten.silu.default: lambda a, kw: f"({a[0]} / (1.0f + expf(-{a[0]})))",
+    aten.gelu.default: lambda a, kw: _gelu(a[0], kw.get("approximate", "none")),
+    aten.hardtanh.default: lambda a, kw: f"fminf(fmaxf({a[0]}, {a[1] if len(a) > 1 else '-1.0f'}), {a[2] if len(a) > 2 else '1.0f'})",
+    aten.clamp_min.default: lambda a, kw: f"fmaxf({a[0]}, {a[1]})",
+    aten.clamp_max.default: lambda a, kw: f"fminf({a[0]}, {a[1]})",
+    aten.maximum.default: lambda a, kw: f"fmaxf({a[0]}, {a[1]})",
+    aten.minimum.default: lambda a, kw: f"fminf({a[0]}, {a[1]})",
+    aten.leaky_relu.default: lambda a, kw: f"({a[0]} > 0.0f ? {a[0]} : {a[1] if len(a) > 1 else '0.01f'} * {a[0]})",
+    aten.hardswish.default: lambda a, kw: f"({a[0]} * fminf(fmaxf({a[0]} + 3.0f, 0.0f), 6.0f) / 6.0f)",
+    aten.hardsigmoid.default: lambda a, kw: f"(fminf(fmaxf({a[0]} + 3.0f, 0.0f), 6.0f) / 6.0f)",
+    aten.pow.Tensor_Scalar: lambda a, kw: _power(a[0], a[1]),
+    aten.softplus.default: lambda a, kw: _softplus(a[0], a[1] if len(a) > 1 else "1.0f"),
+}
+
+
+def _softplus(x: str, beta: str) -> str:
+    """log(1 + exp(beta x)) / beta, in the form that does not overflow (torch's threshold returns
+    x itself where beta x > 20; this agrees with it there to float32's rounding)."""
+    bx = f"({beta} * {x})"
+    return f"((fmaxf({bx}, 0.0f) + log1pf(expf(-fabsf({bx})))) / {beta})"
+
+
+def _power(x: str, exponent: str) -> str:
+    known = {"2.0f": f"({x} * {x})", "3.0f": f"({x} * {x} * {x})", "0.5f": f"sqrtf({x})", "1.0f": x}
+    return known.get(exponent, f"powf({x}, {exponent})")
+
+
+def _clamp(a: list[str], kw: dict[str, Any]) -> str:
+    low = a[1] if len(a) > 1 and a[1] != "None" else None
+    high = a[2] if len(a) > 2 and a[2] != "None" else None
+    x = a[0] if low is None else f"fmaxf({a[0]}, {low})"
+    return x if high is None else f"fminf({x}, {high})"
+
+
+_OPS[aten.clamp.default] = _clamp
+_CASTS = (aten._to_copy.default, prims.convert_element_type.default)
+
+
+def elementwise_function(pre: fx.Node, out: fx.Node, dtype: torch.dtype) -> str:
+    """The statements of the function from `pre`'s value `v` to `out`'s (module docstring), or
+    Unsupported with the reason."""
+    names: dict[fx.Node, str] = {pre: "v"}
+    lines: list[str] = []
+    value = pre.meta.get("val")
+    if isinstance(value, torch.Tensor) and value.dtype in _ROUND:  # (eager rounds the product to its dtype first)
+        lines.append(f"    float t0 = static_cast<float>({_ROUND[value.dtype]}(v));")
+        names[pre] = "t0"
+    node = pre.next
+    while True:
+        if node.op != "call_function":
+            raise Unsupported(f"{node.op} {node.name} after the matmul: the epilogue is elementwise ops only")
+        lines.append(f"    float t{len(lines)} = {_statement(node, names, dtype, last=node is out)};")
+        names[node] = f"t{len(lines) - 1}"
+        if node is out:
+            break
+        node = node.next
+    lines.append(f"    return static_cast<T>({names[out]});")
+    return "\n".join(lines)
+
+
+def _statement(node: fx.Node, names: dict[fx.Node, str], dtype: torch.dtype, last: bool) -> str:
+    if node.target not in _OPS and node.target not in _CASTS:
+        raise Unsupported(f"{node.target} in the epilogue: not an elementwise op the GEMM writer fuses")
+    args = [_operand(a, names, node) for a in node.args]
+    if not any(isinstance(a, fx.Node) for a in node.args):
+        raise Unsupported(f"{node.target} reads no value of the product")
+    if node.target in _CASTS:
+        to = node.kwargs.get("dtype") if node.target is aten._to_copy.default else node.args[1]
+        if to == torch.float32 or (last and to == dtype):
+            return args[0]  # (the function computes in float32; the kernel's store casts the result)
+        if to in _ROUND and to == dtype:
+            return f"static_cast<float>({_ROUND[to]}({args[0]}))"  # rounded to the task's dtype on the way
+        raise Unsupported(f"a cast to {to} in the epilogue")
+    kwargs = {k: v for k, v in node.kwargs.items() if v is not None}
+    if node.target in (aten.div.Tensor, aten.div.Scalar) and kwargs.get("rounding_mode"):
+        raise Unsupported("a division with a rounding mode in the epilogue")
+    return _OPS[node.target](args, kwargs)
+
+
+def _operand(value: Any, names: dict[fx.Node, str], node: fx.Node) -> str:
+    if isinstance(value, fx.Node):
+        if value not in names:
+            raise Unsupported(f"{node.name} reads {value.name}, which is not computed from the product alone")
+        return names[value]
+    if isinstance(value, bool) or value is None:
+        return "None" if value is None else _number(int(value))
+    if isinstance(value, (int, float)):
+        return _number(value)
+    if isinstance(value, (torch.dtype, str)):
+        return str(value)
+    raise Unsupported(f"{node.name} has an argument the epilogue cannot take: {type(value).__name__}")

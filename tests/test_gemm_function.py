@@ -1,0 +1,124 @@
+"""The GEMM writer's epilogue function: an elementwise chain after the product that none of
+CUTLASS's activations is (a compiled model's decomposed tanh-GELU, a scale or clamp after an
+activation), written as C++ statements on the value. The statements are run here as written (a
+line-for-line reading into torch) against PyTorch's own function on the same values."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from test_gemm_plan import BF16, task
+
+F16 = "dtype=torch.float16"
+
+
+def run_statements(body: str, v: torch.Tensor) -> torch.Tensor:
+    """The function's C++ statements evaluated on float32 `v`, element by element as the kernel does."""
+    def rounded(dtype: torch.dtype):  # type: ignore[no-untyped-def]
+        return lambda x: torch.as_tensor(x).to(dtype).float()
+
+    def pair(op):  # type: ignore[no-untyped-def]
+        return lambda a, b: op(torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32))
+
+    env = {"v": v, "tanhf": torch.tanh, "expf": torch.exp, "erff": torch.erf, "logf": torch.log, "log1pf": torch.log1p,
+           "expm1f": torch.expm1, "sqrtf": torch.sqrt, "rsqrtf": torch.rsqrt, "fabsf": torch.abs, "sinf": torch.sin,
+           "cosf": torch.cos, "fminf": pair(torch.minimum), "fmaxf": pair(torch.maximum), "powf": pair(torch.pow),
+           "round_bf16": rounded(torch.bfloat16), "round_f16": rounded(torch.float16), "INFINITY": math.inf}
+    text = body.replace("static_cast<float>(cutlass::bfloat16_t(", "round_bf16((").replace(
+        "static_cast<float>(cutlass::half_t(", "round_f16((")
+    text = re.sub(r"(\d(?:\.\d*)?(?:e[-+]?\d+)?)f\b", r"\1", text)
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("float "):
+            name, expr = line[len("float "):].rstrip(";").split(" = ", 1)
+            env[name] = eval(expr, env)  # noqa: S307 - the writer's own statements, in this test
+        elif line.startswith("return static_cast<T>("):
+            return torch.as_tensor(eval(line[len("return static_cast<T>("):-2], env))  # noqa: S307
+    raise AssertionError(f"no return in {body!r}")
+
+
+def _plan(forward: str, inputs: str):  # type: ignore[no-untyped-def]
+    from kevin_backend.generate.builtin.gemm_plan import plan_gemm
+
+    return plan_gemm(task(forward, inputs))
+
+
+LINEAR_BF16 = f"torch.randn(256, 128, {BF16}), torch.randn(256, 128, {BF16}), torch.randn(256, {BF16})"
+
+
+@pytest.mark.parametrize("forward, function", [
+    ("torch.clamp(F.gelu(v[0] @ v[1].t() + v[2], approximate='tanh') * 2.0, -1.0, 1.0)",
+     lambda y: torch.clamp(F.gelu(y, approximate="tanh") * 2.0, -1.0, 1.0)),
+    # (the tracer decomposes hardswish with casts: its result is rounded to bfloat16 before the subtraction, as eager's)
+    ("F.hardswish(F.linear(v[0], v[1], v[2])) - 0.5", lambda y: F.hardswish(y).bfloat16().float() - 0.5),
+    ("torch.tanh(F.relu(F.linear(v[0], v[1], v[2])) / 3.0)", lambda y: torch.tanh(F.relu(y) / 3.0)),
+    ("F.mish(F.linear(v[0], v[1], v[2]))", F.mish),
+])
+def test_a_chain_none_of_cutlass_activations_is_written_as_a_function(forward, function) -> None:  # type: ignore[no-untyped-def]
+    from kevin_backend.generate.builtin.gemm_kernel import GemmTiling, gemm_device_source
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan
+
+    plan = _plan(forward, LINEAR_BF16)
+    assert isinstance(plan, GemmPlan), plan
+    e = plan.spec.epilogue
+    assert e.activation == "function" and e.bias and plan.bias == 2, e
+    assert "an elementwise function" in plan.describe()
+    v = torch.linspace(-6, 6, 4001)
+    want = function(v.to(torch.bfloat16).float())  # eager: the product rounded to bfloat16, the chain after it
+    torch.testing.assert_close(run_statements(e.function, v), want, rtol=1e-5, atol=1e-5)
+    source = gemm_device_source(plan.spec, GemmTiling())
+    assert "template <class T> struct KevinEpilogueFn" in source and "KevinEpilogueFn<cutlass::Array<T, N>>" in source
+    assert "LinCombPerColBiasEltAct<KevinEpilogueFn, Element" in source
+
+
+def test_a_compiled_linears_decomposed_tanh_gelu_is_its_function() -> None:
+    # On an H200 a compiled bf16 nn.Linear + GELU(tanh) reached the writer with the GELU decomposed
+    # (casts to float32 and back, the cube, tanh): "convert_element_type is read 4 times: the
+    # epilogue is a chain", and the partition stayed Inductor's.
+    from torch._functorch.aot_autograd import aot_function
+    from torch._inductor.decomposition import select_decomp_table
+
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, _read
+
+    graphs = []
+
+    def keep(gm, example_inputs):  # type: ignore[no-untyped-def]
+        graphs.append(gm)
+        return gm
+
+    def model(x, w, b):  # type: ignore[no-untyped-def]
+        return F.gelu(F.linear(x, w, b), approximate="tanh")
+
+    x, w, b = torch.randn(32, 64), torch.randn(128, 64), torch.randn(128)
+    aot_function(model, fw_compiler=keep, decompositions=select_decomp_table())(*(t.to(torch.float16) for t in (x, w, b)))
+    graph = graphs[0].graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    metas = [p.meta["val"] for p in placeholders]
+    assert any(n.target is torch.ops.aten.tanh.default for n in graph.nodes)  # decomposed, as the backend sees it
+    plan = _read(graph, metas)
+    assert isinstance(plan, GemmPlan) and plan.spec.epilogue.activation == "function", plan
+    v = torch.linspace(-8, 8, 4001)
+    torch.testing.assert_close(run_statements(plan.spec.epilogue.function, v),
+                               F.gelu(v.half().float(), approximate="tanh"), rtol=1e-5, atol=1e-5)
+
+
+def test_a_chain_reading_another_tensor_after_the_activation_is_declined() -> None:
+    from kevin_backend.generate.builtin.plan import Declined
+
+    plan = _plan("torch.relu(v[0] @ v[1].t()) * v[2]",
+                 f"torch.randn(64, 32, {F16}), torch.randn(48, 32, {F16}), torch.randn(64, 48, {F16})")
+    assert isinstance(plan, Declined) and "not computed from the product alone" in plan.reason, plan
+
+
+def test_an_epilogue_function_needs_its_activation_name() -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import Epilogue
+
+    with pytest.raises(ValueError, match="activation 'function'"):
+        Epilogue(function="    return static_cast<T>(v);")
+    with pytest.raises(ValueError, match="activation 'function'"):
+        Epilogue(activation="function")
