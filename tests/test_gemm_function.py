@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from test_gemm_plan import BF16, task
+from test_gemm_plan import BF16, compiled_graph, task
 
 F16 = "dtype=torch.float16"
 
@@ -80,23 +80,15 @@ def test_a_compiled_linears_decomposed_tanh_gelu_is_its_function() -> None:
     # On an H200 a compiled bf16 nn.Linear + GELU(tanh) reached the writer with the GELU decomposed
     # (casts to float32 and back, the cube, tanh): "convert_element_type is read 4 times: the
     # epilogue is a chain", and the partition stayed Inductor's.
-    from torch._functorch.aot_autograd import aot_function
     from torch._inductor.decomposition import select_decomp_table
 
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, _read
-
-    graphs = []
-
-    def keep(gm, example_inputs):  # type: ignore[no-untyped-def]
-        graphs.append(gm)
-        return gm
 
     def model(x, w, b):  # type: ignore[no-untyped-def]
         return F.gelu(F.linear(x, w, b), approximate="tanh")
 
     x, w, b = torch.randn(32, 64), torch.randn(128, 64), torch.randn(128)
-    aot_function(model, fw_compiler=keep, decompositions=select_decomp_table())(*(t.to(torch.float16) for t in (x, w, b)))
-    graph = graphs[0].graph
+    graph = compiled_graph(model, *(t.to(torch.float16) for t in (x, w, b)), decompositions=select_decomp_table())
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     metas = [p.meta["val"] for p in placeholders]
     assert any(n.target is torch.ops.aten.tanh.default for n in graph.nodes)  # decomposed, as the backend sees it

@@ -98,6 +98,21 @@ def test_the_program_calls_the_kernel_with_the_tasks_inputs_and_passes_the_stati
     assert check_program(program) == ()
 
 
+def compiled_graph(model, *inputs, decompositions=None):  # type: ignore[no-untyped-def]
+    """The forward graph AOT autograd gives a compiler for `model` on `inputs` (as the backend
+    gets it, with `decompositions` such as Inductor's)."""
+    from torch._functorch.aot_autograd import aot_function
+
+    graphs = []
+
+    def keep(gm, example_inputs):  # type: ignore[no-untyped-def]
+        graphs.append(gm)
+        return gm
+
+    aot_function(model, fw_compiler=keep, decompositions=decompositions)(*inputs)
+    return graphs[0].graph
+
+
 @pytest.fixture
 def hopper_with_cutlass(monkeypatch: pytest.MonkeyPatch, tmp_path):  # type: ignore[no-untyped-def]
     """What the GEMM writer needs, as a Hopper machine with CUTLASS's headers has it."""
@@ -173,7 +188,6 @@ def test_a_compiled_linear_is_planned_from_its_partition(hopper_with_cutlass) ->
     # transformer got a GEMM kernel.
     import torch
     import torch.nn.functional as F
-    from torch._functorch.aot_autograd import aot_function
 
     from kevin_backend.backend.partition import partition_graph
     from kevin_backend.backend.task import extract_task
@@ -181,18 +195,12 @@ def test_a_compiled_linear_is_planned_from_its_partition(hopper_with_cutlass) ->
     from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
 
-    graphs = []
-
-    def keep(gm, example_inputs):  # type: ignore[no-untyped-def]
-        graphs.append(gm)
-        return gm
-
     def model(x, w, b):  # type: ignore[no-untyped-def]
         return F.gelu(F.linear(x, w, b), approximate="tanh")
 
     x, w, b = torch.randn(2, 16, 64), torch.randn(128, 64), torch.randn(128)
-    aot_function(model, fw_compiler=keep)(*(t.to(torch.bfloat16) for t in (x, w, b)))
-    (gemm,) = [p for p in partition_graph(graphs[0].graph, BuiltinSupport()).partitions
+    graph = compiled_graph(model, *(t.to(torch.bfloat16) for t in (x, w, b)))
+    (gemm,) = [p for p in partition_graph(graph, BuiltinSupport()).partitions
                if any(n.target is torch.ops.aten.addmm.default for n in p.nodes)]
     source = extract_task(gemm).source
     plan = plan_gemm(source)

@@ -107,19 +107,12 @@ def test_the_report_names_the_step_that_took_the_most() -> None:
     assert report.as_dict()["peak_step"] == "exact"
 
 
-def test_a_peak_of_one_step_is_not_added_to_a_buffer_made_in_a_later_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    # On an H200, mean over dim 1 of a 512 MiB input reported 1.86 GB of the judge's extra against a
-    # 1.66 GB bound: the float64 reference's 1 GiB input copy (torch's peak, freed at the step's end)
-    # was added to the candidate's 512 MiB input arena, made in the next step. (That arena is the
-    # candidate's inputs once more, counted apart from the judge's extra, as the timing's slots are.)
+def _fake_allocator(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """torch's allocator statistics as a dict the test moves ("now", "peak"; a reset of the peak
+    sets it to "now"), and the ledger's memory outside it empty."""
     from kevin_backend.measure import memory
 
     alloc = {"now": 0, "peak": 0}
-
-    def allocate(nbytes: int) -> None:
-        alloc["now"] += nbytes
-        alloc["peak"] = max(alloc["peak"], alloc["now"])
-
     for name, value in (("synchronize", lambda device=None: None),
                         ("reset_peak_memory_stats", lambda device=None: alloc.update(peak=alloc["now"])),
                         ("memory_allocated", lambda device=None: alloc["now"]),
@@ -128,6 +121,22 @@ def test_a_peak_of_one_step_is_not_added_to_a_buffer_made_in_a_later_one(monkeyp
     monkeypatch.setattr(memory, "_OUTSIDE", {})
     monkeypatch.setattr(memory, "_APART", {"slots": {}, "inputs": {}})
     monkeypatch.setattr(memory, "_TOP", {})
+    return alloc
+
+
+def test_a_peak_of_one_step_is_not_added_to_a_buffer_made_in_a_later_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On an H200, mean over dim 1 of a 512 MiB input reported 1.86 GB of the judge's extra against a
+    # 1.66 GB bound: the float64 reference's 1 GiB input copy (torch's peak, freed at the step's end)
+    # was added to the candidate's 512 MiB input arena, made in the next step. (That arena is the
+    # candidate's inputs once more, counted apart from the judge's extra, as the timing's slots are.)
+    from kevin_backend.measure import memory
+
+    alloc = _fake_allocator(monkeypatch)
+
+    def allocate(nbytes: int) -> None:
+        alloc["now"] += nbytes
+        alloc["peak"] = max(alloc["peak"], alloc["now"])
+
     device = torch.device("cuda", 0)
     ledger = MemoryLedger(device, task_bytes=512 * MIB)
     ledger.start()
@@ -204,17 +213,8 @@ def test_the_contiguous_rerun_counts_its_comparison_as_the_first_one_took(monkey
     # 1.13 GiB more, as the first comparison had: the judge went over its bound (3.63 GiB against
     # 3.12). The first comparison's cost is measured (`MemoryLedger.taken`) and counted for the second.
     from kevin_backend.judge.correctness import _dense_rerun_bytes
-    from kevin_backend.measure import memory
 
-    alloc = {"now": 0, "peak": 0}
-    for name, value in (("synchronize", lambda device=None: None),
-                        ("reset_peak_memory_stats", lambda device=None: alloc.update(peak=alloc["now"])),
-                        ("memory_allocated", lambda device=None: alloc["now"]),
-                        ("max_memory_allocated", lambda device=None: alloc["peak"])):
-        monkeypatch.setattr(torch.cuda, name, value)
-    monkeypatch.setattr(memory, "_OUTSIDE", {})
-    monkeypatch.setattr(memory, "_APART", {"slots": {}, "inputs": {}})
-    monkeypatch.setattr(memory, "_TOP", {})
+    alloc = _fake_allocator(monkeypatch)
     ledger = MemoryLedger(torch.device("cuda", 0), task_bytes=1024 * MIB)
     ledger.start()
     alloc.update(now=2560 * MIB, peak=2560 * MIB)  # the set's inputs, eager's and the exact outputs, the candidate's
