@@ -151,3 +151,30 @@ def test_the_fast_build_splits_the_program_at_torchs_include() -> None:
     launching = cuda.replace("    if (m == 0 || n == 0) return out;", "    noop<<<1, 1>>>();") + "\n"
     launching = launching.replace("#include <torch/extension.h>", "#include <torch/extension.h>\n__global__ void noop() {}")
     assert "kevin_launch_noop" in split_cuda(launching).host
+
+
+def test_the_tilings_are_tried_in_the_order_the_h200_ranked_them() -> None:
+    # The order of GEMM_TILINGS is the H200's ranking (bench_gemm at fdf9776): the first two are
+    # the best two by geomean over the six tasks, the first three (a search of three turns) hold
+    # every task's fastest, the slowest by geomean comes last.
+    import json
+    import statistics
+    from pathlib import Path
+
+    from kevin_backend.generate.builtin.gemm_kernel import GEMM_TILINGS
+
+    stored = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "gpu_tests" / "gemm_bench_peers_h200_fdf9776.json"
+    rows = [r for r in json.loads(stored.read_text())["rows"] if r["peer"] == "inductor" and r["verdict"] == "ACCEPTED"]
+    fastest = {}
+    for r in rows:
+        if r["task"] not in fastest or r["kernel_ms"] < fastest[r["task"]]["kernel_ms"]:
+            fastest[r["task"]] = r
+    assert len(fastest) == 6
+    first = {t.name for t in GEMM_TILINGS[:3]}
+    assert all(r["tiling"] in first for r in fastest.values()), {t: r["tiling"] for t, r in fastest.items()}
+    speed: dict[str, list[float]] = {}
+    for r in rows:
+        speed.setdefault(r["tiling"], []).append(r["x_peer"])
+    ranked = sorted(speed, key=lambda name: -statistics.geometric_mean(speed[name]))
+    names = [t.name for t in GEMM_TILINGS]
+    assert names[:2] == ranked[:2] and names[-1] == ranked[-1] and set(names) == set(ranked), (names, ranked)

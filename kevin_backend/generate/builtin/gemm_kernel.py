@@ -130,17 +130,18 @@ class GemmTiling:
 GEMM_CPP_SOURCE = "torch::Tensor gemm_epilogue(torch::Tensor x, torch::Tensor w, torch::Tensor bias, torch::Tensor residual);"
 
 
-# The search's variants, in the order a search tries them (each trajectory starts at another):
-# the cooperative schedule's square tile, a tile wide along N, the pingpong schedule (one warp
-# group a tile, 64 rows: as wide as wgmma goes), a cluster along M, a tile tall along M. (On an
-# H200, pingpong 64x128 was the slowest of the first four on all six suite tasks it ran: 0.51x to
-# 1.07x Inductor; its tile is now 64x256.)
+# The search's variants, in the order a search tries them (each trajectory starts at another),
+# as the H200 ranked them on six suite tasks (benchmarks/RESULTS.md, fdf9776): the cooperative
+# schedule's tile wide along N (fastest on five), a tile tall along M (second on five), the square
+# tile (fastest on the sixth, a short K), the square tile with a cluster along M, and the pingpong
+# schedule (one warp group a tile, 64 x 256) last, the slowest on five of six. A search of three
+# turns tries the first three: each of the six tasks' fastest among them.
 GEMM_TILINGS = (
-    GemmTiling((128, 128, 64), (1, 2, 1), "cooperative"),
     GemmTiling((128, 256, 64), (1, 2, 1), "cooperative"),
-    GemmTiling((64, 256, 64), (1, 2, 1), "pingpong"),
-    GemmTiling((128, 128, 64), (2, 1, 1), "cooperative"),
     GemmTiling((256, 128, 64), (2, 1, 1), "cooperative"),
+    GemmTiling((128, 128, 64), (1, 2, 1), "cooperative"),
+    GemmTiling((128, 128, 64), (2, 1, 1), "cooperative"),
+    GemmTiling((64, 256, 64), (1, 2, 1), "pingpong"),
 )
 
 
