@@ -96,7 +96,9 @@ def main() -> int:
             plans[t.name] = plan
         else:
             declined[t.name] = plan.reason
-    programs = {(name, tiling.name): write_gemm_program(plan, tiling) for name, plan in plans.items() for tiling in TILINGS}
+    sources = {t.name: t.source for t in tasks}
+    programs = {(name, tiling.name): write_gemm_program(plan, tiling, task_source=sources[name])
+                for name, plan in plans.items() for tiling in TILINGS}
     builds = Path(args.builds) if args.builds else Path(__import__("tempfile").mkdtemp(prefix="kevin-gemm-"))
     judge = Judge(builds, RunConfig(trials=args.trials))
     specs = [BuildSpec.of(ext, "9.0") for p in programs.values() for ext in Candidate.parse(p).extensions]

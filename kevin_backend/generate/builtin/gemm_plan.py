@@ -21,6 +21,7 @@ the kernel's M x N output viewed so.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import math
@@ -34,7 +35,7 @@ from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CPP_SOURCE, GEMM_CU
                                                          GemmTiling, gemm_cuda_source, gemm_unaligned)
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.plan import Declined
-from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace
+from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace_with_parameters
 
 __all__ = ["GemmPlan", "gemm_turn", "plan_gemm", "write_gemm_program"]
 
@@ -50,7 +51,7 @@ class GemmPlan:
     m: int
     n: int
     k: int
-    inputs: int  # the task's inputs, in order
+    inputs: int  # the forward's inputs, in order (v0, v1, ...); the model's parameters and buffers after them
     x: int  # which input is x, w, the bias and the residual (None: absent)
     w: int
     bias: int | None = None
@@ -59,6 +60,9 @@ class GemmPlan:
     # outside the partition, as a compiled `nn.Linear` gives it): the program passes `w.t()`
     w_view: bool = False
     out_shape: tuple[int, ...] | None = None  # the output's shape where it is not x's leading dimensions and N
+    # the model's parameters and buffers the GEMM reads (a KernelBench task's nn.Linear), numbered
+    # from `inputs` on: their paths ("buffer:" before a buffer's)
+    state: tuple[str, ...] = ()
 
     def describe(self) -> str:
         e = self.spec.epilogue
@@ -74,8 +78,12 @@ def plan_gemm(task_source: str) -> GemmPlan | Declined:
     """The task's GEMM plan, or why the built-in writer's GEMM declines it."""
     try:
         with TRACE_LOCK:
-            gm, metas = trace(task_source)
-        return _read(gm.graph, metas)
+            gm, metas, names = trace_with_parameters(task_source)
+        plan = _read(gm.graph, metas)
+        if not names:
+            return plan
+        count = len(metas) - len(names)
+        return dataclasses.replace(plan, inputs=count, state=tuple(names))
     except Unsupported as exc:
         return Declined(str(exc))
     except Exception as exc:  # a task the tracer cannot take is declined, not an error
@@ -264,13 +272,48 @@ def _outputs(graph: fx.Graph) -> list[fx.Node]:
     return list(values)
 
 
-def write_gemm_program(plan: GemmPlan, tiling: GemmTiling, name: str | None = None) -> str:
-    """A KernelBench-format candidate (ModelNew through load_inline) computing `plan` with CUTLASS."""
+def _value(plan: GemmPlan, i: int) -> str:
+    """The program's expression for the task's input `i`: a forward argument, or the model's own
+    parameter or buffer (read by its path at every call: a buffer moved to the GPU is a new tensor)."""
+    if i < plan.inputs:
+        return f"v{i}"
+    name = plan.state[i - plan.inputs]
+    return f"self.get_buffer({name[len('buffer:'):]!r})" if name.startswith("buffer:") else f"self.get_parameter({name!r})"
+
+
+def _parameters_module(task_source: str) -> str:
+    """The task's module with its Model renamed `KevinTaskParameters` and without its forward (and
+    without `get_inputs`, `get_init_inputs`): what makes the model's parameters, none of what
+    computes with them."""
+    tree = ast.parse(task_source)
+    tree.body = [n for n in tree.body if not (isinstance(n, ast.FunctionDef) and n.name in ("get_inputs", "get_init_inputs"))]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            node.name = "KevinTaskParameters"
+            node.body = [b for b in node.body if not (isinstance(b, ast.FunctionDef) and b.name == "forward")]
+        elif isinstance(node, ast.Name) and node.id == "Model":
+            node.id = "KevinTaskParameters"
+    return ast.unparse(tree)
+
+
+def write_gemm_program(plan: GemmPlan, tiling: GemmTiling, name: str | None = None, task_source: str = "") -> str:
+    """A KernelBench-format candidate (ModelNew through load_inline) computing `plan` with CUTLASS.
+    A task with parameters (`plan.state`) needs its own source (`task_source`): ModelNew inherits
+    the construction of its Model (`_parameters_module`), so that the same seed makes the same
+    parameters, and reads them by name."""
     name = name or "kevin_gemm_" + hashlib.sha256(repr((plan, tiling)).encode()).hexdigest()[:10]
+    if plan.state and not task_source:
+        raise ValueError("a task with parameters: its source is needed (ModelNew makes its parameters as its Model does)")
     args = ", ".join(f"v{i}" for i in range(plan.inputs))
-    empty = "torch.empty(0, device=v{x}.device, dtype=v{x}.dtype)".format(x=plan.x)
-    call = ", ".join([f"v{plan.x}", f"v{plan.w}.t()" if plan.w_view else f"v{plan.w}", f"v{plan.bias}" if plan.bias is not None else empty,
-                      f"v{plan.residual}" if plan.residual is not None else empty])
+    x = _value(plan, plan.x)
+    empty = f"torch.empty(0, device={x}.device, dtype={x}.dtype)"
+    w = _value(plan, plan.w)
+    call = ", ".join([x, f"{w}.t()" if plan.w_view else w,
+                      _value(plan, plan.bias) if plan.bias is not None else empty,
+                      _value(plan, plan.residual) if plan.residual is not None else empty])
+    model = (f"\n\n# The task's module without its forward: ModelNew makes the same parameters under the same seed\n"
+             f"{_parameters_module(task_source)}\n\n\nclass ModelNew(KevinTaskParameters):\n" if plan.state else
+             "class ModelNew(nn.Module):\n    def __init__(self, *init_inputs):\n        super().__init__()\n\n")
     return (
         f'"""Written by kevin\'s built-in writer: a CUTLASS 3.x GEMM with its epilogue ({plan.describe()}), {tiling.name}."""\n'
         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
@@ -278,9 +321,7 @@ def write_gemm_program(plan: GemmPlan, tiling: GemmTiling, name: str | None = No
         f"cpp_source = '{GEMM_CPP_SOURCE}'\n\n"
         f"ext = load_inline(name='{name}', cpp_sources=cpp_source, cuda_sources=cuda_source, functions=['gemm_epilogue'],\n"
         f"                  extra_cuda_cflags={list(GEMM_CUDA_FLAGS)!r})\n\n\n"
-        "class ModelNew(nn.Module):\n"
-        "    def __init__(self, *init_inputs):\n"
-        "        super().__init__()\n\n"
+        f"{model}"
         f"    def forward(self, {args}):\n"
         f"        return ext.gemm_epilogue({call}){f'.view({list(plan.out_shape)})' if plan.out_shape else ''}\n"
     )
@@ -303,4 +344,4 @@ def gemm_turn(source: str, plan: GemmPlan, index: int, history: list[tuple[str, 
         choice, why = names[index % len(names)], "no tiling accepted yet"
     tiling = GEMM_TILINGS[names.index(choice)]
     digest = hashlib.sha256(source.encode()).hexdigest()[:10]
-    return choice, write_gemm_program(plan, tiling, name=f"kevin_gemm_{digest}_{names.index(choice)}"), why
+    return choice, write_gemm_program(plan, tiling, name=f"kevin_gemm_{digest}_{names.index(choice)}", task_source=source), why

@@ -3,6 +3,8 @@ call (softmax, log_softmax, logsumexp, layer norm, ...) decomposed into the poin
 reductions the built-in writer knows.
 
     gm, metas = trace(task_source)     # under TRACE_LOCK: tracing takes turns
+    gm, metas, names = trace_with_parameters(task_source)   # the model's parameters and buffers as
+                                                            # inputs after the forward's, by name
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from kevin_backend.generate.builtin.cross_entropy import fold_decomposed_nll
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.types import load_program
 
-__all__ = ["trace", "TRACE_LOCK"]
+__all__ = ["trace", "trace_with_parameters", "TRACE_LOCK"]
 
 aten = torch.ops.aten
 
@@ -48,6 +50,18 @@ class _OnMeta(torch.overrides.TorchFunctionMode):
 
 def trace(task_source: str) -> tuple[fx.GraphModule, list[Any]]:
     """The task's aten graph on meta tensors shaped like its inputs, composites decomposed."""
+    gm, metas, names = _trace(task_source, lift=False)
+    return gm, metas
+
+
+def trace_with_parameters(task_source: str) -> tuple[fx.GraphModule, list[Any], list[str]]:
+    """As `trace`, with the model's parameters and buffers as the graph's last inputs (their metas
+    after the forward's), and their names in order: `get_parameter` paths, then `get_buffer` paths
+    marked with a leading "buffer:"."""
+    return _trace(task_source, lift=True)
+
+
+def _trace(task_source: str, lift: bool) -> tuple[fx.GraphModule, list[Any], list[str]]:
     from torch._decomp import get_decompositions
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -55,17 +69,27 @@ def trace(task_source: str) -> tuple[fx.GraphModule, list[Any]]:
     with torch.device("meta"), _OnMeta():
         model = module.Model(*module.get_init_inputs())
         metas = list(module.get_inputs())
-    if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    if state and not lift:
         raise Unsupported("the task has parameters or buffers (the built-in writer takes tensor inputs only)")
+    names = list(state)
     table = get_decompositions(_DECOMPOSED)
+    count = len(metas)
+
+    def forward(*args: Any) -> Any:
+        if not names:
+            return model(*args)
+        return torch.func.functional_call(model, dict(zip(names, args[count:])), tuple(args[:count]))
+
     # the forward too: a partition's task makes its scalars on the graph's device
     # (`aten.full.default(..., device=cuda:0)`), which must be meta beside meta inputs
     with _OnMeta():
-        gm = make_fx(lambda *args: model(*args), decomposition_table=table)(*metas)
+        gm = make_fx(forward, decomposition_table=table)(*metas, *(state[n].detach() for n in names))
     fold_decomposed_nll(gm.graph)
     gm.graph.eliminate_dead_code()  # what decompositions make and nothing reads (a norm's unused saved statistics)
     gm.recompile()
-    return gm, metas
+    buffers = set(dict(model.named_buffers()))
+    return gm, metas + [state[n].detach() for n in names], [f"buffer:{n}" if n in buffers else n for n in names]
 
 
 # make_fx keeps its patching state in module globals: two traces at once in one process break

@@ -1,0 +1,120 @@
+"""The GEMM writer's programs, run on the CPU with the CUTLASS extension stood in for by PyTorch
+computing what the kernel's host function is asked for (x, the N x K or K x N weight, the bias, the
+residual, as `gemm_kernel` documents them): each operand reaches the kernel, the output has the
+task's shape, and a task's own parameters (a KernelBench nn.Linear) are the ones its Model makes
+under the same seed."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from test_gemm_plan import BF16, task
+
+_ACTIVATIONS = {"identity": lambda y: y, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
+                "silu": F.silu, "sigmoid": torch.sigmoid}
+
+
+def _load(program: str, plan: Any, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """The program as a module, its `load_inline` giving an extension that computes the plan's
+    epilogue in float32 from the operands it is passed."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    from kevin_backend.types import load_program
+
+    e, weight = plan.spec.epilogue, plan.spec.weight
+    calls: list[tuple[torch.Tensor, ...]] = []
+
+    def gemm_epilogue(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        calls.append((x, w, bias, residual))
+        assert x.is_contiguous() and w.is_contiguous(), "the kernel reads x and w row by row"
+        k = x.shape[-1]
+        product = x.reshape(-1, k).float() @ (w.float().t() if weight == "nk" else w.float())
+        y = e.alpha * product
+        if e.bias:
+            y = y + bias.float()
+        if e.residual:
+            y = y + e.beta * residual.reshape(y.shape).float()
+        return _ACTIVATIONS[e.activation](y).to(x.dtype).reshape(*x.shape[:-1], -1)  # (x's leading sizes, N)
+
+    monkeypatch.setattr(cpp_extension, "load_inline", lambda **kwargs: types.SimpleNamespace(gemm_epilogue=gemm_epilogue))
+    module = load_program(program, "kevin_test_gemm_wiring")
+    module.calls = calls
+    return module
+
+
+_LINEAR = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    \"\"\"A level-2 chain in bfloat16: Linear, then ReLU.\"\"\"
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, dtype=torch.bfloat16)
+
+    def forward(self, x):
+        return torch.relu(self.gemm(x))
+
+
+def get_inputs():
+    return [torch.randn(2, 24, 64, dtype=torch.bfloat16)]
+
+
+def get_init_inputs():
+    return [64, 48]
+"""
+
+
+def test_a_kernelbench_linear_uses_the_parameters_its_model_makes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
+    from kevin_backend.types import load_program
+
+    plan = plan_gemm(_LINEAR)
+    assert isinstance(plan, GemmPlan), plan
+    assert plan.inputs == 1 and plan.state == ("gemm.weight", "gemm.bias") and plan.spec.epilogue.activation == "relu"
+    with pytest.raises(ValueError, match="its source is needed"):
+        write_gemm_program(plan, GemmTiling())
+    program = write_gemm_program(plan, GemmTiling(), task_source=_LINEAR)
+    assert "class ModelNew(KevinTaskParameters):" in program and "self.get_parameter('gemm.weight')" in program
+    assert "torch.relu(self.gemm(x))" not in program  # the task's forward is not in it
+    from kevin_backend.toolchain.static_rules import check_program
+
+    assert check_program(program) == ()  # the task's own code within the program passes the static rules too
+    new = _load(program, plan, monkeypatch)
+    reference = load_program(_LINEAR, "kevin_test_gemm_wiring_task")
+    torch.manual_seed(3)
+    model = reference.Model(*reference.get_init_inputs())
+    torch.manual_seed(3)
+    candidate = new.ModelNew(*reference.get_init_inputs())
+    for (name, a), (other, b) in zip(model.named_parameters(), candidate.named_parameters()):
+        assert name == other and torch.equal(a, b), name
+    x = reference.get_inputs()[0]
+    torch.testing.assert_close(candidate(x), model(x), rtol=2e-2, atol=2e-2)
+    (call,) = new.calls
+    assert call[1] is candidate.gemm.weight and call[2] is candidate.gemm.bias  # the model's own, N x K as kept
+
+
+@pytest.mark.parametrize("forward, inputs", [
+    ("F.gelu(F.linear(v[0], v[1], v[2]))", f"torch.randn(2, 16, 64, {BF16}), torch.randn(48, 64, {BF16}), torch.randn(48, {BF16})"),
+    ("F.relu(v[0] @ v[1])", f"torch.randn(32, 64, {BF16}), torch.randn(64, 48, {BF16})"),
+    ("F.silu(torch.add((v[0] @ v[1].t()) * 0.25, v[2], alpha=2.0))",
+     f"torch.randn(32, 64, {BF16}), torch.randn(48, 64, {BF16}), torch.randn(32, 48, {BF16})"),
+])
+def test_each_operand_reaches_the_kernel(forward: str, inputs: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
+    from kevin_backend.types import load_program
+
+    source = task(forward, inputs)
+    plan = plan_gemm(source)
+    assert isinstance(plan, GemmPlan) and not plan.state, plan
+    new = _load(write_gemm_program(plan, GemmTiling()), plan, monkeypatch)
+    reference = load_program(source, "kevin_test_gemm_wiring_task")
+    values = reference.get_inputs()
+    torch.testing.assert_close(new.ModelNew()(*values), reference.Model()(*values), rtol=2e-2, atol=2e-2)
