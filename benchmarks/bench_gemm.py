@@ -1,7 +1,7 @@
 """The built-in writer's CUTLASS GEMMs on the GEMM-epilogue suite, through the real judge.
 
 Each suite task (`generate/builtin/gemm_suite.py`) the GEMM writer plans (`gemm_plan.plan_gemm`;
-the others are listed with the reason they are declined) is written once per tiling below, the
+the others are listed with the reason they are declined) is written once per tiling of its kind, the
 programs built side by side (the build times kept: cold, and a tiling change of a built task),
 then judged one at a time on a Hopper GPU: correctness on fresh inputs, the kernel timed beside
 Inductor's default compile of the same task. The table has each task's best tiling.
@@ -20,11 +20,10 @@ from pathlib import Path
 
 import torch
 
-from kevin_backend.generate.builtin.gemm_kernel import GEMM_TILINGS
+from kevin_backend.generate.builtin.gemm_kernel import tilings_for
 from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
 from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
 
-TILINGS = GEMM_TILINGS  # the search's variants
 
 
 def max_autotune_numerics() -> dict[str, str]:
@@ -98,7 +97,7 @@ def main() -> int:
             declined[t.name] = plan.reason
     sources = {t.name: t.source for t in tasks}
     programs = {(name, tiling.name): write_gemm_program(plan, tiling, task_source=sources[name])
-                for name, plan in plans.items() for tiling in TILINGS}
+                for name, plan in plans.items() for tiling in tilings_for(plan.spec)}
     builds = Path(args.builds) if args.builds else Path(__import__("tempfile").mkdtemp(prefix="kevin-gemm-"))
     judge = Judge(builds, RunConfig(trials=args.trials))
     specs = [BuildSpec.of(ext, "9.0") for p in programs.values() for ext in Candidate.parse(p).extensions]
@@ -136,7 +135,7 @@ def main() -> int:
     for name, plan in plans.items():
         source = next(t.source for t in tasks if t.name == name)
         mine = []
-        for tiling in TILINGS:
+        for tiling in tilings_for(plan.spec):
             count += 1
             row = judged(name, tiling.name, "inductor", judge, source)
             mine.append(row)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin_backend.generate.builtin.gemm_kernel import (ACTIVATIONS, GEMM_CPP_SOURCE, GEMM_CUDA_FLAGS, Epilogue, GemmSpec,
+from kevin_backend.generate.builtin.gemm_kernel import (ACTIVATIONS, GEMM_CPP_SOURCE, GEMM_CUDA_FLAGS, Epilogue, F32Tiling, GemmSpec,
                                                          GemmTiling, gemm_cuda_source, gemm_device_source, gemm_unaligned)
 from kevin_backend.toolchain.cutlass_headers import find_cutlass
 from kevin_backend.toolchain.static_rules import check_program
@@ -52,12 +52,35 @@ def test_the_variant_is_the_tile_the_cluster_and_the_schedule() -> None:
     assert GemmTiling((128, 256, 64), (1, 2, 1)).name == "cooperative tile 128x256x64 cluster 1x2"
 
 
+@pytest.mark.parametrize("align", [4, 1])
+def test_the_float32_gemm_is_three_tf32_products_with_its_source_as_bias_or_residual(align: int) -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import F32_TILINGS
+
+    bias = gemm_device_source(GemmSpec("float32", Epilogue(bias=True, activation="gelu"), "nk", align), F32_TILINGS[0])
+    assert "cutlass::arch::OpMultiplyAddFastF32>" in bias and "cutlass::arch::Sm80" in bias  # never plain TF32
+    assert f"constexpr int kAlign = {align};" in bias
+    assert "LinearCombinationGeneric<cutlass::epilogue::thread::GELU, float, kAlign, float, float>" in bias
+    assert "static_cast<float const*>(bias), out," in bias and "k, k, 0, n);" in bias  # the bias: a row read by every row
+    assert "EpilogueOp::Params epilogue(1.0f, 1.0f)" in bias and "cutlass::layout::ColumnMajor" in bias
+    residual = gemm_device_source(GemmSpec("float32", Epilogue(residual=True, beta=0.5), "kn", align), F32_TILINGS[1])
+    assert "static_cast<float const*>(residual), out," in residual and "k, n, n, n);" in residual
+    assert "EpilogueOp::Params epilogue(1.0f, 0.5f)" in residual and "float, cutlass::layout::RowMajor, float, cutlass::layout::RowMajor" in residual
+    plain = gemm_device_source(GemmSpec("float32", Epilogue(alpha=2.0)), F32_TILINGS[2])
+    assert "EpilogueOp::Params epilogue(2.0f, 0.0f)" in plain  # beta 0: C never read
+    host = gemm_cuda_source(GemmSpec("float32", align=align), F32_TILINGS[0])
+    assert "at::kFloat" in host and f"k % {align} == 0 && n % {align} == 0" in host
+
+
 @pytest.mark.parametrize(("make", "message"), [
     (lambda: GemmTiling((64, 128, 64), (1, 1, 1), "cooperative"), "multiple of 128"),
     (lambda: GemmTiling((128, 512, 64)), "N of 8 up to 256"),
     (lambda: GemmTiling((128, 128, 64), (4, 2, 1)), "at most 4 CTAs"),
     (lambda: GemmTiling(schedule="streamk"), "one of cooperative, pingpong"),
-    (lambda: GemmSpec("float32"), "TF32"),
+    (lambda: GemmSpec("float64"), "one of float16, bfloat16, float32"),
+    (lambda: F32Tiling((100, 128, 16)), "multiples of 32"),
+    (lambda: gemm_device_source(GemmSpec("float32"), GemmTiling()), "takes an F32Tiling"),
+    (lambda: gemm_device_source(GemmSpec("float16"), F32Tiling()), "takes a GemmTiling"),
+    (lambda: gemm_device_source(GemmSpec("float32", Epilogue(bias=True, residual=True)), F32Tiling()), "not both"),
     (lambda: Epilogue(activation="mish"), "one of identity"),
     (lambda: GemmSpec("bfloat16", weight="nn"), "'nk' or 'kn'"),
 ])

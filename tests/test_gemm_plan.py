@@ -74,7 +74,10 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
 
 
 @pytest.mark.parametrize(("forward", "inputs", "reason"), [
-    ("F.relu(v[0] @ v[1].t())", "torch.randn(256, 512), torch.randn(1024, 512)", "float32 would run as TF32"),
+    ("F.relu(v[0] @ v[1].t())", "torch.randn(256, 512, dtype=torch.float64), torch.randn(1024, 512, dtype=torch.float64)",
+     "takes float16, bfloat16 and float32"),
+    ("F.relu(v[0] @ v[1].t() + v[2]) + v[3]", "torch.randn(256, 512), torch.randn(1024, 512), torch.randn(1024), torch.randn(256, 1024)",
+     "not computed from the product alone"),
     ("v[0] @ v[1].exp()", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "right operand is not an input"),
     ("v[0] @ v[1].t()", f"torch.randn(256, 512, {BF16}), torch.randn(50257, 512, {BF16})", "N = 50257"),
     ("F.relu(v[0] @ v[1].t()) * v[2]", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(256, 1024, {BF16})",

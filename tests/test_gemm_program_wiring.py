@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from test_gemm_function import run_statements
 from test_gemm_plan import BF16, task
 
 _ACTIVATIONS = {"identity": lambda y: y, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
@@ -39,12 +40,21 @@ def _load(program: str, plan: Any, monkeypatch: pytest.MonkeyPatch) -> types.Mod
             y = y + bias.float()
         if e.residual:
             y = y + e.beta * residual.reshape(y.shape).float()
-        return _ACTIVATIONS[e.activation](y).to(x.dtype).reshape(*x.shape[:-1], -1)  # (x's leading sizes, N)
+        activation = (lambda z: run_statements(e.function, z)) if e.function else _ACTIVATIONS[e.activation]
+        return activation(y).to(x.dtype).reshape(*x.shape[:-1], -1)  # (x's leading sizes, N)
 
     monkeypatch.setattr(cpp_extension, "load_inline", lambda **kwargs: types.SimpleNamespace(gemm_epilogue=gemm_epilogue))
     module = load_program(program, "kevin_test_gemm_wiring")
     module.calls = calls
     return module
+
+
+def _made_alike(reference: types.ModuleType, new: types.ModuleType, seed: int) -> tuple[Any, Any]:
+    """The task's Model and the program's ModelNew, each made under `seed` (as the judge makes them)."""
+    torch.manual_seed(seed)
+    model = reference.Model(*reference.get_init_inputs())
+    torch.manual_seed(seed)
+    return model, new.ModelNew(*reference.get_init_inputs())
 
 
 _LINEAR = """import torch
@@ -88,10 +98,7 @@ def test_a_kernelbench_linear_uses_the_parameters_its_model_makes(monkeypatch: p
     assert check_program(program) == ()  # the task's own code within the program passes the static rules too
     new = _load(program, plan, monkeypatch)
     reference = load_program(_LINEAR, "kevin_test_gemm_wiring_task")
-    torch.manual_seed(3)
-    model = reference.Model(*reference.get_init_inputs())
-    torch.manual_seed(3)
-    candidate = new.ModelNew(*reference.get_init_inputs())
+    model, candidate = _made_alike(reference, new, 3)
     for (name, a), (other, b) in zip(model.named_parameters(), candidate.named_parameters()):
         assert name == other and torch.equal(a, b), name
     x = reference.get_inputs()[0]
@@ -118,3 +125,27 @@ def test_each_operand_reaches_the_kernel(forward: str, inputs: str, monkeypatch:
     reference = load_program(source, "kevin_test_gemm_wiring_task")
     values = reference.get_inputs()
     torch.testing.assert_close(new.ModelNew()(*values), reference.Model()(*values), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("name", ["linear-relu-scale-f32-128x1024x512", "linear-tanh-residual-f32-1000x999x777"])
+def test_a_kernelbench_float32_suite_task_is_wired_with_its_parameters(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # level-2 problems as KernelBench publishes them: float32, nn.Linear, an elementwise chain
+    # after it (the second with K = 999 and N = 777: rows that are not 16-byte aligned)
+    from kevin_backend.generate.builtin.gemm_kernel import tilings_for
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+    from kevin_backend.toolchain.static_rules import check_program
+    from kevin_backend.types import load_program
+
+    source = next(t.source for t in GEMM_SUITE if t.name == name)
+    plan = plan_gemm(source)
+    assert isinstance(plan, GemmPlan) and plan.spec.dtype == "float32", plan
+    assert plan.spec.align == (1 if "999" in name else 4) and plan.state == ("gemm.weight", "gemm.bias")
+    tiling = tilings_for(plan.spec)[0]
+    program = write_gemm_program(plan, tiling, task_source=source)
+    assert check_program(program) == () and "OpMultiplyAddFastF32" in program
+    new = _load(program, plan, monkeypatch)
+    reference = load_program(source, "kevin_test_gemm_wiring_task")
+    model, candidate = _made_alike(reference, new, 5)
+    values = reference.get_inputs()
+    torch.testing.assert_close(candidate(*values), model(*values), rtol=1e-4, atol=1e-4)

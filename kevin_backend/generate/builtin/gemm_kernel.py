@@ -23,8 +23,11 @@ rows: K and N multiples of 8 for 16-bit values (`gemm_unaligned`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["ACTIVATIONS", "Epilogue", "GEMM_CPP_SOURCE", "GEMM_CUDA_FLAGS", "GEMM_TILINGS", "GemmSpec", "GemmTiling",
+from kevin_backend.generate.builtin.gemm_kernel_f32 import ENTRY_POINTS, F32_TILINGS, F32Tiling, f32_device_source
+
+__all__ = ["F32_TILINGS", "F32Tiling", "tilings_for", "ACTIVATIONS", "Epilogue", "GEMM_CPP_SOURCE", "GEMM_CUDA_FLAGS", "GEMM_TILINGS", "GemmSpec", "GemmTiling",
            "gemm_cuda_source", "gemm_device_source", "gemm_unaligned"]
 
 GEMM_CUDA_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr", "-DNDEBUG")
@@ -59,7 +62,7 @@ template <class T, int N> struct KevinEpilogueFn<cutlass::Array<T, N>> {{
 }};
 """
 
-_ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t"}
+_ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "float32": "float"}
 _SCHEDULES = {
     "cooperative": ("cutlass::gemm::KernelTmaWarpSpecializedCooperative", "cutlass::epilogue::TmaWarpSpecializedCooperative"),
     "pingpong": ("cutlass::gemm::KernelTmaWarpSpecializedPingpong", "cutlass::epilogue::TmaWarpSpecialized"),
@@ -90,13 +93,14 @@ class Epilogue:
 
 @dataclass(frozen=True)
 class GemmSpec:
-    dtype: str  # the inputs' and the output's: "float16" or "bfloat16" (accumulated in float32)
+    dtype: str  # the inputs' and the output's: "float16" or "bfloat16" (accumulated in float32), or "float32" (`gemm_kernel_f32.py`)
     epilogue: Epilogue = Epilogue()
     weight: str = "nk"  # the weight's layout: "nk" (N x K, read transposed) or "kn" (K x N), row-major either way
+    align: int = 0  # float32: floats per access (`gemm_kernel_f32.f32_alignment`); 0 for 16-bit (16 bytes, TMA's)
 
     def __post_init__(self) -> None:
         if self.dtype not in _ELEMENTS:
-            raise ValueError(f"dtype {self.dtype!r}: one of {', '.join(_ELEMENTS)} (float32 would run as TF32)")
+            raise ValueError(f"dtype {self.dtype!r}: one of {', '.join(_ELEMENTS)}")
         if self.weight not in ("nk", "kn"):
             raise ValueError(f"weight {self.weight!r}: 'nk' or 'kn'")
 
@@ -151,10 +155,24 @@ def gemm_unaligned(m: int, n: int, k: int) -> str:
     return f"rows not 16-byte aligned ({', '.join(bad)}: not multiples of 8)" if bad else ""
 
 
-def gemm_device_source(spec: GemmSpec, tiling: GemmTiling) -> str:
+def tilings_for(spec: GemmSpec) -> tuple[Any, ...]:
+    """The search's variants for this GEMM: the float32 kernel's (`gemm_kernel_f32.F32_TILINGS`) or the 16-bit ones."""
+    return F32_TILINGS if spec.dtype == "float32" else GEMM_TILINGS
+
+
+def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     """The device part: the kernel's types and `extern "C" int kevin_gemm_run(...)` (0 on success,
     else CUTLASS's status), `kevin_gemm_workspace(m, n, k)` the bytes of workspace it needs."""
-    element, epi = _ELEMENTS[spec.dtype], spec.epilogue
+    epi = spec.epilogue
+    functor = _FUNCTION.format(body=epi.function) if epi.function else ""
+    if spec.dtype == "float32":
+        if not isinstance(tiling, F32Tiling):
+            raise ValueError(f"a float32 GEMM takes an F32Tiling, not {tiling!r}")
+        return f32_device_source(ACTIVATIONS[epi.activation], functor, epi.alpha, epi.beta, epi.bias, epi.residual,
+                                 spec.weight, tiling, spec.align or 4)
+    if not isinstance(tiling, GemmTiling):
+        raise ValueError(f"a 16-bit GEMM takes a GemmTiling, not {tiling!r}")
+    element = _ELEMENTS[spec.dtype]
     mainloop_schedule, epilogue_schedule = _SCHEDULES[tiling.schedule]
     source_element = element if epi.residual else "void"
     fusion = (f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{ACTIVATIONS[epi.activation]}, Element, float, Element, "
@@ -163,7 +181,6 @@ def gemm_device_source(spec: GemmSpec, tiling: GemmTiling) -> str:
     tm, tn, tk = tiling.tile
     cm, cn, _ = tiling.cluster
     bias_args = "    args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);\n" if epi.bias else ""
-    functor = _FUNCTION.format(body=epi.function) if epi.function else ""
     return _DEVICE.format(functor=functor, element=element, source_element=source_element, fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
                           mainloop_schedule=mainloop_schedule, epilogue_schedule=epilogue_schedule,
                           alpha=f"{float(epi.alpha)!r}f", beta=f"{float(epi.beta) if epi.residual else 0.0!r}f",
@@ -173,13 +190,14 @@ def gemm_device_source(spec: GemmSpec, tiling: GemmTiling) -> str:
                           else "cute::make_stride(cute::Int<1>{}, int64_t(n), int64_t(n) * k)")
 
 
-def gemm_cuda_source(spec: GemmSpec, tiling: GemmTiling) -> str:
+def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     """The whole CUDA source of a candidate program: the device part and the host function
     `gemm_epilogue(x, w, bias, residual)` (x of any leading dimensions, its last K; w N x K or K x N; the
     output x's leading dimensions and N), which checks what the kernel assumes, takes its
     workspace from torch's allocator and runs on the current stream."""
+    align = (spec.align or 4) if spec.dtype == "float32" else 8
     return gemm_device_source(spec, tiling) + _HOST.format(
-        scalar={"float16": "at::kHalf", "bfloat16": "at::kBFloat16"}[spec.dtype],
+        scalar={"float16": "at::kHalf", "bfloat16": "at::kBFloat16", "float32": "at::kFloat"}[spec.dtype], align=align,
         bias=spec.epilogue.bias, residual=spec.epilogue.residual,
         n="w.size(0)" if spec.weight == "nk" else "w.size(1)", kdim=1 if spec.weight == "nk" else 0,
         shape="N x K" if spec.weight == "nk" else "K x N")
@@ -194,7 +212,7 @@ torch::Tensor gemm_epilogue(torch::Tensor x, torch::Tensor w, torch::Tensor bias
     TORCH_CHECK(x.is_cuda() && w.is_cuda() && x.scalar_type() == {scalar} && w.scalar_type() == {scalar},
                 "gemm_epilogue: x and w on the GPU, of the kernel's dtype");
     TORCH_CHECK(w.dim() == 2 && w.size({kdim}) == k, "gemm_epilogue: w is {shape}");
-    TORCH_CHECK(k % 8 == 0 && n % 8 == 0, "gemm_epilogue: K and N multiples of 8 (16-byte rows for TMA)");
+    TORCH_CHECK(k % {align} == 0 && n % {align} == 0, "gemm_epilogue: K and N multiples of {align} (the kernel's aligned rows)");
     auto xs = x.contiguous(), ws = w.contiguous();
     auto out_sizes = x.sizes().vec();
     out_sizes.back() = n;
@@ -272,18 +290,4 @@ static typename Gemm::Arguments arguments(int m, int n, int k, void const* x, vo
 }}
 }}  // namespace kevin_gemm
 
-extern "C" size_t kevin_gemm_workspace(int m, int n, int k) {{
-    return kevin_gemm::Gemm::get_workspace_size(kevin_gemm::arguments(m, n, k, nullptr, nullptr, nullptr, nullptr, nullptr));
-}}
-
-extern "C" int kevin_gemm_run(int m, int n, int k, void const* x, void const* w, void const* bias, void const* residual,
-                              void* out, void* workspace, cudaStream_t stream) {{
-    kevin_gemm::Gemm gemm;
-    auto args = kevin_gemm::arguments(m, n, k, x, w, bias, residual, out);
-    cutlass::Status status = gemm.can_implement(args);
-    if (status != cutlass::Status::kSuccess) return static_cast<int>(status);
-    status = gemm.initialize(args, workspace, stream);
-    if (status != cutlass::Status::kSuccess) return static_cast<int>(status);
-    return static_cast<int>(gemm.run(stream));
-}}
-"""
+""" + ENTRY_POINTS

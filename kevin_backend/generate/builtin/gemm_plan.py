@@ -14,7 +14,7 @@ x an input of (..., K) values, w an input of N x K (as `nn.Linear` keeps its wei
 of K x N (`x @ w`), bias an input of N values (added, or addmm's), residual an input of the
 output's shape, alpha and beta numbers, activation one of `gemm_kernel.ACTIVATIONS` (SiLU as the
 tracer decomposes it: `v * sigmoid(v)`). Each thing it cannot take declines the task with the
-reason: another dtype than float16/bfloat16, rows TMA cannot read, an op after the activation, and
+reason: another dtype than float16, bfloat16 or float32 (`gemm_kernel_f32.py`), 16-bit rows TMA cannot read, an op after the activation, and
 so on. An output that views the product in another shape (a compiled model's 3-D activations) is
 the kernel's M x N output viewed so.
 """
@@ -31,8 +31,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CPP_SOURCE, GEMM_CUDA_FLAGS, GEMM_TILINGS, Epilogue, GemmSpec,
-                                                         GemmTiling, gemm_cuda_source, gemm_unaligned)
+from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CPP_SOURCE, GEMM_CUDA_FLAGS, Epilogue, GemmSpec, gemm_cuda_source,
+                                                         gemm_unaligned, tilings_for)
+from kevin_backend.generate.builtin.gemm_kernel_f32 import f32_alignment
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.plan import Declined
 from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace_with_parameters
@@ -40,7 +41,7 @@ from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace_with_parame
 __all__ = ["GemmPlan", "gemm_turn", "plan_gemm", "write_gemm_program"]
 
 aten = torch.ops.aten
-_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
 _RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
@@ -117,14 +118,14 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     w_view = not transposed and wv.dim() == 2 and wv.shape[0] > 1 and tuple(wv.stride()) == (1, wv.shape[0])
     for v, what in ((xv, "x"), (wv, "w")):
         if v.dtype not in _DTYPES:
-            raise Unsupported(f"{what} is {v.dtype}: the GEMM writer takes float16 and bfloat16 (float32 would run as TF32)")
+            raise Unsupported(f"{what} is {v.dtype}: the GEMM writer takes float16, bfloat16 and float32")
         if not v.is_contiguous() and not (what == "w" and w_view):
             raise Unsupported(f"{what} is not contiguous (nor the transpose of a contiguous N x K weight)")
     if xv.dtype != wv.dtype or wv.dim() != 2:
         raise Unsupported("x and w of different dtypes, or w not 2-D")
     n, k = wv.shape if transposed else reversed(wv.shape)
     m = xv.numel() // k if k else 0
-    why = gemm_unaligned(m, n, k)
+    why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 else ""  # (float32's kernel reads any row: `f32_alignment`)
     if why:
         raise Unsupported(why)
     value = out.meta.get("val")
@@ -139,7 +140,10 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
             epilogue, bias_in, residual_in = _function_epilogue(mm, out, bias, index, metas, n, xv.dtype)
         except Unsupported as written:
             raise Unsupported(f"{named}; as a function of the product: {written}") from None
-    spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if transposed or w_view else "kn")
+    if xv.dtype == torch.float32 and epilogue.bias and epilogue.residual:
+        raise Unsupported("a float32 GEMM with both a bias and a residual (its kernel's epilogue reads one source)")
+    spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if transposed or w_view else "kn",
+                    f32_alignment(n, k) if xv.dtype == torch.float32 else 0)
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape)
 
 
@@ -296,7 +300,7 @@ def _parameters_module(task_source: str) -> str:
     return ast.unparse(tree)
 
 
-def write_gemm_program(plan: GemmPlan, tiling: GemmTiling, name: str | None = None, task_source: str = "") -> str:
+def write_gemm_program(plan: GemmPlan, tiling: Any, name: str | None = None, task_source: str = "") -> str:
     """A KernelBench-format candidate (ModelNew through load_inline) computing `plan` with CUTLASS.
     A task with parameters (`plan.state`) needs its own source (`task_source`): ModelNew inherits
     the construction of its Model (`_parameters_module`), so that the same seed makes the same
@@ -330,9 +334,10 @@ def write_gemm_program(plan: GemmPlan, tiling: GemmTiling, name: str | None = No
 def gemm_turn(source: str, plan: GemmPlan, index: int, history: list[tuple[str, float | None]]) -> tuple[str, str, str]:
     """One turn of a GEMM search: (the tiling's name, the program, why this one), from the
     trajectory's earlier turns (`history`: each tiling's name and the judge's kernel ms, None
-    where not accepted). Untried tilings first, in `GEMM_TILINGS` order from this trajectory's
+    where not accepted). Untried tilings first, in `tilings_for(plan.spec)` order from this trajectory's
     own start (`index`), then the fastest again."""
-    names = [t.name for t in GEMM_TILINGS]
+    tilings = tilings_for(plan.spec)
+    names = [t.name for t in tilings]
     tried = {name for name, _ in history}
     untried = [names[(index + k) % len(names)] for k in range(len(names)) if names[(index + k) % len(names)] not in tried]
     timed = [(ms, name) for name, ms in history if ms is not None and name in names]
@@ -342,6 +347,6 @@ def gemm_turn(source: str, plan: GemmPlan, index: int, history: list[tuple[str, 
         choice, why = min(timed)[1], "every tiling tried: the fastest again"
     else:
         choice, why = names[index % len(names)], "no tiling accepted yet"
-    tiling = GEMM_TILINGS[names.index(choice)]
+    tiling = tilings[names.index(choice)]
     digest = hashlib.sha256(source.encode()).hexdigest()[:10]
     return choice, write_gemm_program(plan, tiling, name=f"kevin_gemm_{digest}_{names.index(choice)}", task_source=source), why
