@@ -1,4 +1,5 @@
-"""The built-in writer's GEMM with its epilogue, as a CUTLASS 3.x kernel for Hopper (sm_90a).
+"""The built-in writer's GEMM with its epilogue, as a CUTLASS 3.x kernel for Hopper (sm_90a) in
+float16 and bfloat16 (float32: `gemm_kernel_f32.py`, with the same entry points and host function).
 
     spec = GemmSpec("bfloat16", Epilogue(bias=True, activation="gelu", alpha=0.5))
     source = gemm_device_source(spec, GemmTiling((128, 128, 64), (1, 2, 1), "cooperative"))

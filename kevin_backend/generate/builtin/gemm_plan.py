@@ -4,19 +4,19 @@ the CUTLASS kernel's store (`gemm_kernel.py`), or why it cannot.
     plan = plan_gemm(task_source)                 # a GemmPlan, or Declined(reason)
     program = write_gemm_program(plan, GemmTiling())
 
-A task (a partition's, all tensors its inputs) is traced on meta tensors (`tracing.trace`) and read
-as
+A task (a partition's, or a KernelBench task's, whose model's parameters and buffers are read as
+inputs after the forward's: `tracing.trace_with_parameters`) is traced on meta tensors and read as
 
-    out = activation(alpha * (x @ w.T) + bias + beta * residual)
+    out = f(alpha * (x @ w.T) + bias + beta * residual)
 
 x an input of (..., K) values, w an input of N x K (as `nn.Linear` keeps its weight, read through
 `t` or `permute`, or given as that K x N view: a compiled model's partition gets its weights so) or
 of K x N (`x @ w`), bias an input of N values (added, or addmm's), residual an input of the
-output's shape, alpha and beta numbers, activation one of `gemm_kernel.ACTIVATIONS` (SiLU as the
-tracer decomposes it: `v * sigmoid(v)`). Each thing it cannot take declines the task with the
-reason: another dtype than float16, bfloat16 or float32 (`gemm_kernel_f32.py`), 16-bit rows TMA cannot read, an op after the activation, and
-so on. An output that views the product in another shape (a compiled model's 3-D activations) is
-the kernel's M x N output viewed so.
+output's shape, alpha and beta numbers, f one of `gemm_kernel.ACTIVATIONS` or any elementwise
+function of the value (`gemm_function.py`). Each thing it cannot take declines the task with the
+reason: another dtype than float16, bfloat16 or float32 (`gemm_kernel_f32.py`), 16-bit rows TMA
+cannot read, a reduction or another tensor after the product, and so on. An output that views the
+product in another shape (a compiled model's 3-D activations) is the kernel's M x N output viewed so.
 """
 
 from __future__ import annotations
