@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
 from test_gemm_plan import BF16, LINEAR_GELU, task
 
 pytestmark = pytest.mark.gpu
@@ -23,13 +24,16 @@ TASKS = {
                            f"torch.randn(8192, 4096, {BF16}), torch.randn(4096, 4096, {BF16}), torch.randn(4096, {BF16})"),
     "plain-f16": task("v[0] @ v[1].t()", f"torch.randn(2048, 2048, {F16}), torch.randn(2048, 2048, {F16})"),
     "kn-weight-relu-bf16": task("F.relu(v[0] @ v[1])", f"torch.randn(4096, 2048, {BF16}), torch.randn(2048, 4096, {BF16})"),
+    # float32 (three TF32 products), with KernelBench's own nn.Linear parameters: rows of 16 bytes, and of 999 and 777 floats
+    "linear-gelu-f32": next(t.source for t in GEMM_SUITE if t.name == "linear-gelu-f32-128x1024x512"),
+    "linear-tanh-residual-f32-odd": next(t.source for t in GEMM_SUITE if t.name == "linear-tanh-residual-f32-1000x999x777"),
 }
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="needs a Hopper GPU (sm_90a)")
 def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Path) -> None:
-    from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
+    from kevin_backend.generate.builtin.gemm_kernel import tilings_for
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.sandbox import RunConfig
@@ -43,7 +47,7 @@ def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Pa
     for name, source in TASKS.items():
         plan = plan_gemm(source)
         assert isinstance(plan, GemmPlan), (name, plan)
-        programs[name] = write_gemm_program(plan, GemmTiling())
+        programs[name] = write_gemm_program(plan, tilings_for(plan.spec)[0], task_source=source)
     judge = Judge(tmp_path / "builds", RunConfig(trials=20))
     specs = [BuildSpec.of(ext, "9.0") for p in programs.values() for ext in Candidate.parse(p).extensions]
     start = time.perf_counter()
