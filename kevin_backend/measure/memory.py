@@ -162,8 +162,7 @@ class MemoryLedger:
         if self.cuda and self.started:
             for kind, base in self.apart_baseline.items():
                 self.apart_peak[kind] = max(self.apart_peak.get(kind, 0), apart_bytes(self.device, kind) - base)
-            outside = outside_top(self.device) - self.own_baseline
-            self.grow(torch.cuda.max_memory_allocated(self.device) - self.baseline + outside)
+            self.grow(self._step_peak())
 
     def grow(self, peak: int) -> None:
         """The run held `peak` bytes at some point of the step now running."""
@@ -189,8 +188,12 @@ class MemoryLedger:
         temporaries and what it keeps): what doing the same again would take."""
         if not (self.cuda and self.started):
             return 0
-        outside = outside_top(self.device) - self.own_baseline
-        return max(0, torch.cuda.max_memory_allocated(self.device) - self.baseline + outside - self.step_start)
+        return max(0, self._step_peak() - self.step_start)
+
+    def _step_peak(self) -> int:
+        """torch's peak since the step began and the most held outside its allocator in the same time,
+        since `start` (the two may not coincide: an upper bound)."""
+        return torch.cuda.max_memory_allocated(self.device) - self.baseline + outside_top(self.device) - self.own_baseline
 
     @property
     def budget(self) -> int:

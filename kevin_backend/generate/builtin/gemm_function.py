@@ -117,7 +117,10 @@ def elementwise_function(pre: fx.Node, out: fx.Node, dtype: torch.dtype) -> str:
     Unsupported with the reason."""
     names: dict[fx.Node, str] = {pre: "v"}
     lines: list[str] = []
-    value = pre.meta.get("val")
+    held = pre
+    while held.target in _CASTS and isinstance(held.args[0], fx.Node):  # (a cast to float32 of the 16-bit product)
+        held = held.args[0]
+    value = held.meta.get("val")
     if isinstance(value, torch.Tensor) and value.dtype in _ROUND:  # (eager rounds the product to its dtype first)
         lines.append(f"    float t0 = static_cast<float>({_ROUND[value.dtype]}(v));")
         names[pre] = "t0"

@@ -133,13 +133,7 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
         shape = tuple(value.shape) if isinstance(value, torch.Tensor) else "?"
         raise Unsupported(f"an output of shape {shape}: not the {m} x {n} product's values, row by row")
     out_shape = None if tuple(value.shape) == (*xv.shape[:-1], n) else tuple(int(d) for d in value.shape)
-    try:
-        epilogue, bias_in, residual_in = _epilogue(mm, out, bias, index, metas, n, xv.dtype)
-    except Unsupported as named:  # none of CUTLASS's activations: the chain as a function of its own
-        try:
-            epilogue, bias_in, residual_in = _function_epilogue(mm, out, bias, index, metas, n, xv.dtype)
-        except Unsupported as written:
-            raise Unsupported(f"{named}; as a function of the product: {written}") from None
+    epilogue, bias_in, residual_in = _epilogue(mm, out, bias, index, metas, n, xv.dtype)
     if xv.dtype == torch.float32 and epilogue.bias and epilogue.residual:
         raise Unsupported("a float32 GEMM with both a bias and a residual (its kernel's epilogue reads one source)")
     spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if transposed or w_view else "kn",
@@ -149,30 +143,25 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
 
 def _epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], n: int,
               dtype: torch.dtype) -> tuple[Epilogue, int | None, int | None]:
-    """Walk from the matmul to the output through a chain of single-use nodes."""
-    alpha, beta, activation, residual = 1.0, 1.0, "identity", None
+    """The linear part (views, casts, a scale, a bias over N, a residual) walked from the matmul
+    while each value is read once; what follows, up to the output, is one of CUTLASS's activations
+    where it is one (`_named_activation`), else one elementwise function of that value
+    (`gemm_function.py`)."""
+    from kevin_backend.generate.builtin.gemm_function import elementwise_function
+
+    alpha, beta, residual = 1.0, 1.0, None
     bias_in = _bias(bias, index, metas, n, dtype) if bias is not None else None
     node = mm
-    while node is not out:
-        users = list(node.users)
-        silu = _silu(node, users)
-        if silu is not None and activation == "identity":
-            activation, node = "silu", silu
-            continue
-        if len(users) != 1:
-            raise Unsupported(f"{node.name} is read {len(users)} times: the epilogue is a chain")
-        nxt = users[0]
+    while node is not out and len(node.users) == 1:
+        nxt = next(iter(node.users))
         other = [a for a in nxt.args if a is not node]
-        if activation != "identity" and nxt.target not in _RESHAPES and not _float_cast(nxt, dtype):
-            raise Unsupported(f"{nxt.target} after the activation: the kernel's epilogue ends with it")
         if nxt.target in _RESHAPES or _float_cast(nxt, dtype):
             pass  # (a cast to float32 and back, as decompositions of 16-bit ops write: the kernel computes in float32)
-        elif nxt.target in (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar) and _number(other):
-            factor = float(other[0]) if nxt.target in (aten.mul.Tensor, aten.mul.Scalar) else 1.0 / float(other[0])
-            if bias_in is not None or residual is not None:
-                raise Unsupported("a scale after an add: the kernel scales the product only")
-            alpha *= factor
+        elif nxt.target in (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar) and _number(other) \
+                and bias_in is None and residual is None:
+            alpha *= float(other[0]) if nxt.target in (aten.mul.Tensor, aten.mul.Scalar) else 1.0 / float(other[0])
         elif nxt.target is aten.add.Tensor and len(other) == 1 and isinstance(other[0], fx.Node):
+            # (another tensor: the function after the linear part reads the product alone)
             scale = float(nxt.kwargs.get("alpha", 1))
             value = metas[index[other[0]]] if other[0] in index else None
             if value is not None and tuple(value.shape) == (n,) and bias_in is None and residual is None and scale == 1:
@@ -183,50 +172,38 @@ def _epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], m
                 residual, beta = index[other[0]], scale
             else:
                 raise Unsupported("an add of something that is neither a bias over N nor a residual input")
-        elif nxt.target is aten.relu.default:
-            activation = "relu"
-        elif nxt.target is aten.gelu.default:
-            activation = "gelu_tanh" if nxt.kwargs.get("approximate", "none") == "tanh" else "gelu"
-        elif nxt.target is aten.sigmoid.default:
-            activation = "sigmoid"
-        else:
-            raise Unsupported(f"{nxt.target} in the epilogue: not one the GEMM writer fuses")
-        node = nxt
-    return Epilogue(bias=bias_in is not None, activation=activation, alpha=alpha, residual=residual is not None, beta=beta), \
-        bias_in, residual
-
-
-def _function_epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], n: int,
-                       dtype: torch.dtype) -> tuple[Epilogue, int | None, int | None]:
-    """The linear part (views, casts, a scale, a bias over N, a residual) walked from the matmul
-    while each value is read once; what follows, up to the output, written as one elementwise
-    function of that value (`gemm_function.py`)."""
-    from kevin_backend.generate.builtin.gemm_function import elementwise_function
-
-    alpha, beta, residual = 1.0, 1.0, None
-    bias_in = _bias(bias, index, metas, n, dtype) if bias is not None else None
-    node = mm
-    while node is not out and len(node.users) == 1:
-        nxt = next(iter(node.users))
-        other = [a for a in nxt.args if a is not node]
-        value = metas[index[other[0]]] if len(other) == 1 and other[0] in index else None
-        if nxt.target in _RESHAPES:
-            pass
-        elif nxt.target in (aten.mul.Tensor, aten.mul.Scalar) and _number(other) and bias_in is None and residual is None:
-            alpha *= float(other[0])
-        elif (nxt.target is aten.add.Tensor and value is not None and tuple(value.shape) == (n,) and bias_in is None
-              and residual is None and nxt.kwargs.get("alpha", 1) == 1 and value.dtype == dtype):
-            bias_in = index[other[0]]
-        elif (nxt.target is aten.add.Tensor and value is not None and value.numel() == _numel(nxt) and residual is None
-              and value.dtype == dtype and value.is_contiguous()):
-            residual, beta = index[other[0]], float(nxt.kwargs.get("alpha", 1))
         else:
             break
         node = nxt
     epilogue = Epilogue(bias=bias_in is not None, alpha=alpha, residual=residual is not None, beta=beta)
-    if node is not out:
-        epilogue = dataclasses.replace(epilogue, activation="function", function=elementwise_function(node, out, dtype))
-    return epilogue, bias_in, residual
+    activation = _named_activation(node, out, dtype)
+    if activation is not None:
+        return dataclasses.replace(epilogue, activation=activation), bias_in, residual
+    return dataclasses.replace(epilogue, activation="function", function=elementwise_function(node, out, dtype)), bias_in, residual
+
+
+def _named_activation(pre: fx.Node, out: fx.Node, dtype: torch.dtype) -> str | None:
+    """The CUTLASS activation (`gemm_kernel.ACTIVATIONS`) the chain from `pre` to `out` is, views
+    and float casts around it (SiLU as the tracer decomposes it: `v * sigmoid(v)`); "identity" for
+    none; None where the chain is something else."""
+    activation, node = "identity", pre
+    while node is not out:
+        users = list(node.users)
+        silu = _silu(node, users)
+        if silu is not None and activation == "identity":
+            activation, node = "silu", silu
+            continue
+        if len(users) != 1:
+            return None
+        node = users[0]
+        if node.target in _RESHAPES or _float_cast(node, dtype):
+            continue
+        named = {aten.relu.default: "relu", aten.sigmoid.default: "sigmoid",
+                 aten.gelu.default: "gelu_tanh" if node.kwargs.get("approximate", "none") == "tanh" else "gelu"}.get(node.target)
+        if named is None or activation != "identity":
+            return None
+        activation = named
+    return activation
 
 
 def _silu(value: fx.Node, users: list[fx.Node]) -> fx.Node | None:

@@ -83,13 +83,14 @@ def _trace(task_source: str, lift: bool) -> tuple[fx.GraphModule, list[Any], lis
 
     # the forward too: a partition's task makes its scalars on the graph's device
     # (`aten.full.default(..., device=cuda:0)`), which must be meta beside meta inputs
+    lifted = [state[n].detach() for n in names]
     with _OnMeta():
-        gm = make_fx(forward, decomposition_table=table)(*metas, *(state[n].detach() for n in names))
+        gm = make_fx(forward, decomposition_table=table)(*metas, *lifted)
     fold_decomposed_nll(gm.graph)
     gm.graph.eliminate_dead_code()  # what decompositions make and nothing reads (a norm's unused saved statistics)
     gm.recompile()
-    buffers = set(dict(model.named_buffers()))
-    return gm, metas + [state[n].detach() for n in names], [f"buffer:{n}" if n in buffers else n for n in names]
+    buffers = {n for n, _ in model.named_buffers()}
+    return gm, metas + lifted, [f"buffer:{n}" if n in buffers else n for n in names]
 
 
 # make_fx keeps its patching state in module globals: two traces at once in one process break
