@@ -33,7 +33,7 @@ def test_a_compiled_linear_is_searched_with_the_cutlass_gemm(kevin_dir: Path) ->
     report = kevin_backend.last_report()
     print(report)
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
-    (gemm,) = [r for r in report.records() if "addmm" in r.ops]
+    (gemm,) = [r for r in report.records() if "aten.addmm.default" in r.ops]
     assert gemm.status in (Status.GENERATED, Status.INDUCTOR), (gemm.status, gemm.reason, gemm.detail)
     assert gemm.search is not None and (gemm.search.candidates or 0) >= 1, gemm.search
     # a kernel kept carries its speed against Inductor; an Inductor decision says why, and no

@@ -135,6 +135,33 @@ def test_each_partitions_search_time_is_in_the_report_and_its_data(kevin_dir: Pa
     assert "search time" not in str(kevin_backend.last_report())
 
 
+class _SlowFirstLook:
+    """A judge whose one timing puts every candidate at 0.93x Inductor (close enough to be re-timed)."""
+
+    def judge(self, task_source: str, candidate_source: str) -> JudgeResult:
+        return JudgeResult(Stage.TIMING, Reason.ACCEPTED, timings=JudgeTimings(0.86, 1.0, 0.8, 10))
+
+
+def test_a_kept_kernel_is_reported_at_the_speed_its_re_timing_measured(kevin_dir: Path) -> None:
+    from kevin_backend.judge.decide import RetimeOutcome
+
+    def retime(task_source: str, code: str) -> RetimeOutcome:  # interleaved rounds: the kernel 1.6x Inductor
+        return RetimeOutcome((0.5,) * 7, (0.8,) * 7, trials=10, device="cuda:0", protocol="scripted")
+
+    generator = SearchGenerator(_Writer(), _SlowFirstLook(), SearchConfig(trajectories=1, turns=1),
+                                Config(cache_dir=kevin_dir), log=TrajectoryLog(kevin_dir / "log.jsonl"), retimer=retime)
+    x = torch.randn(8, 32)
+    _compile(_Norm(), x, generator, kevin_dir)
+    (record,) = kevin_backend.last_report().records()
+    assert record.status is Status.GENERATED
+    assert record.speedup_vs_inductor == pytest.approx(1.6)  # not the judge's one look (0.93x)
+    assert "1.60x vs inductor" in str(kevin_backend.last_report())
+    with KernelCache(kevin_dir, None) as cache:
+        (info,) = cache.entries()
+        assert info.timings.speedup_vs_inductor == pytest.approx(0.8 / 0.86)
+        assert info.entry.speedup_vs_inductor == pytest.approx(1.6)
+
+
 def test_a_generator_of_its_own_gets_the_wall_clock_time_of_its_search(kevin_dir: Path) -> None:
     _compile(_Norm(), torch.randn(8, 32), ReferenceGenerator(), kevin_dir)
     (record,) = kevin_backend.last_report().records()

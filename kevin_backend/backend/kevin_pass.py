@@ -247,7 +247,7 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
                 return generated, None
             entry, search = generated
             status = Status.GENERATED
-        speedup = entry.timings.speedup_vs_inductor
+        speedup = entry.speedup_vs_inductor
         if entry.kind is EntryKind.INDUCTOR:
             return record(Status.INDUCTOR, detail=entry.reason, search=search, **ids), None
         if key.digest in self.dropped:

@@ -152,6 +152,14 @@ class CacheEntry:
     def digest(self) -> str:
         return self.key.digest
 
+    @property
+    def speedup_vs_inductor(self) -> float | None:
+        """The measurement the decision rests on: the re-timing's Inductor/kernel ratio where there
+        was one (the judge's own timing is one unpaired run), else the judge's."""
+        if self.retiming is not None and math.isfinite(self.retiming.ratio):
+            return self.retiming.ratio
+        return self.timings.speedup_vs_inductor
+
     def to_dict(self) -> dict[str, Any]:
         """Everything in the entry as JSON-ready values (sources included)."""
         return {

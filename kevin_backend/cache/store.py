@@ -211,7 +211,7 @@ class KernelCache:
             "ops": list(entry.task.ops),
             "policy": entry.policy,
             "created": entry.created,
-            "speedup_vs_inductor": entry.timings.speedup_vs_inductor,
+            "speedup_vs_inductor": entry.speedup_vs_inductor,
         }
 
     def fingerprint(self) -> str:

@@ -219,7 +219,8 @@ def _ls(args: argparse.Namespace, cache: KernelCache) -> int:
         if info.error is not None:
             rows.append([info.digest[:12], "corrupt", info.source, "-", "-", "-", f"error: {info.error}"])
             continue
-        speedup = info.timings.speedup_vs_inductor if info.timings is not None else None
+        speedup = (info.entry.speedup_vs_inductor if info.entry is not None
+                   else info.timings.speedup_vs_inductor if info.timings is not None else None)
         kind = info.kind.value if info.kind is not None else "?"
         roofline = record_fraction(info.entry.judge_record) if info.entry is not None else None
         rows.append([info.digest[:12], kind, info.source, _speedup(speedup), _fraction(roofline), info.created,

@@ -22,7 +22,6 @@ is kept.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -64,11 +63,7 @@ class Revalidation:
     def speedup_vs_inductor(self) -> float | None:
         """The measurement the decision rests on: the re-timing's Inductor/kernel ratio where there
         was one (the judge's own timing is one unpaired run), else the judge's."""
-        if self.entry is None:
-            return None
-        if self.entry.retiming is not None and math.isfinite(self.entry.retiming.ratio):
-            return self.entry.retiming.ratio
-        return self.entry.timings.speedup_vs_inductor
+        return None if self.entry is None else self.entry.speedup_vs_inductor
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -67,7 +67,7 @@ def run_one(generator: KernelGenerator, cache: KernelCache, digest: str, device:
                 "seconds": time.perf_counter() - start, "device": device, "trace": traceback.format_exc(limit=3)}
     return {
         "digest": digest, "name": item.task.name, "status": entry.kind.value, "reason": entry.reason,
-        "speedup_vs_inductor": entry.timings.speedup_vs_inductor, "seconds": time.perf_counter() - start, "device": device,
+        "speedup_vs_inductor": entry.speedup_vs_inductor, "seconds": time.perf_counter() - start, "device": device,
         **spent,
     }
 

@@ -51,7 +51,7 @@ class _Actor:
             return {"digest": digest, "status": "failed", "reason": f"{type(exc).__name__}: {exc}",
                     "seconds": _time.perf_counter() - start, "device": where}
         return {"digest": digest, "status": entry.kind.value, "files": serialize_entry(entry), "reason": entry.reason,
-                "speedup_vs_inductor": entry.timings.speedup_vs_inductor, "seconds": _time.perf_counter() - start, "device": where,
+                "speedup_vs_inductor": entry.speedup_vs_inductor, "seconds": _time.perf_counter() - start, "device": where,
                 **time_spent(self.generator)}
 
 
