@@ -17,8 +17,9 @@ from test_gemm_plan import BF16, compiled_graph, task
 F16 = "dtype=torch.float16"
 
 
-def run_statements(body: str, v: torch.Tensor) -> torch.Tensor:
-    """The function's C++ statements evaluated on float32 `v`, element by element as the kernel does."""
+def run_statements(body: str, v: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
+    """The function's C++ statements evaluated on float32 `v` (and a tree's operands `a0`, `a1`, ...,
+    broadcast against it), element by element as the kernel does."""
     def rounded(dtype: torch.dtype):  # type: ignore[no-untyped-def]
         return lambda x: torch.as_tensor(x).to(dtype).float()
 
@@ -28,7 +29,8 @@ def run_statements(body: str, v: torch.Tensor) -> torch.Tensor:
     env = {"v": v, "tanhf": torch.tanh, "expf": torch.exp, "erff": torch.erf, "logf": torch.log, "log1pf": torch.log1p,
            "expm1f": torch.expm1, "sqrtf": torch.sqrt, "rsqrtf": torch.rsqrt, "fabsf": torch.abs, "sinf": torch.sin,
            "cosf": torch.cos, "fminf": pair(torch.minimum), "fmaxf": pair(torch.maximum), "powf": pair(torch.pow),
-           "round_bf16": rounded(torch.bfloat16), "round_f16": rounded(torch.float16), "INFINITY": math.inf}
+           "round_bf16": rounded(torch.bfloat16), "round_f16": rounded(torch.float16), "INFINITY": math.inf,
+           **{f"a{j}": a.float() for j, a in enumerate(operands)}}
     text = body.replace("static_cast<float>(cutlass::bfloat16_t(", "round_bf16((").replace(
         "static_cast<float>(cutlass::half_t(", "round_f16((")
     text = re.sub(r"(\d(?:\.\d*)?(?:e[-+]?\d+)?)f\b", r"\1", text)
@@ -99,12 +101,23 @@ def test_a_compiled_linears_decomposed_tanh_gelu_is_its_function() -> None:
                                F.gelu(v.half().float(), approximate="tanh"), rtol=1e-5, atol=1e-5)
 
 
-def test_a_chain_reading_another_tensor_after_the_activation_is_declined() -> None:
-    from kevin_backend.generate.builtin.plan import Declined
-
-    plan = _plan("torch.relu(v[0] @ v[1].t()) * v[2]",
-                 f"torch.randn(64, 32, {F16}), torch.randn(48, 32, {F16}), torch.randn(64, 48, {F16})")
-    assert isinstance(plan, Declined) and "not computed from the product alone" in plan.reason, plan
+def test_a_chain_reading_other_tensors_is_one_function_of_the_accumulator_and_its_operands() -> None:
+    # a tensor of the output's size after the activation, a column of M values, a second bias over
+    # N: a visitor tree whose function starts from the accumulator and reads each as an operand
+    x, w = torch.randn(64, 32, dtype=torch.float16), torch.randn(48, 32, dtype=torch.float16)
+    r, rows, b1, b2 = (torch.randn(64, 48, dtype=torch.float16), torch.randn(64, dtype=torch.float16),
+                       torch.randn(48, dtype=torch.float16), torch.randn(48, dtype=torch.float16))
+    plan = _plan("(torch.relu(F.linear(v[0], v[1], v[4]) + v[5]) * v[2] + v[3].view(64, 1)) * 0.5",
+                 f"torch.randn(64, 32, {F16}), torch.randn(48, 32, {F16}), torch.randn(64, 48, {F16}), "
+                 f"torch.randn(64, {F16}), torch.randn(48, {F16}), torch.randn(48, {F16})")
+    e = plan.spec.epilogue
+    assert e.tree and e.operands == ("n", "n", "mn", "m") and plan.operands == (4, 5, 2, 3), plan
+    assert (plan.bias, plan.residual, e.bias, e.residual, e.alpha) == (None, None, False, False, 1.0)
+    assert "a visitor tree" in plan.describe() and "a vector over M" in plan.describe()
+    acc = x.float() @ w.float().t()
+    got = run_statements(e.function, acc, b1, b2, r, rows.view(64, 1))
+    want = (torch.relu(F.linear(x, w, b1) + b2) * r + rows.view(64, 1)) * 0.5
+    torch.testing.assert_close(got.half(), want, rtol=2e-3, atol=2e-3)
 
 
 def test_an_epilogue_function_needs_its_activation_name() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin_backend.generate.builtin.gemm_kernel import (ACTIVATIONS, GEMM_CPP_SOURCE, GEMM_CUDA_FLAGS, Epilogue, F32Tiling, GemmSpec,
+from kevin_backend.generate.builtin.gemm_kernel import (ACTIVATIONS, GEMM_CPP_SOURCE, gemm_cpp_source, GEMM_CUDA_FLAGS, Epilogue, F32Tiling, GemmSpec,
                                                          GemmTiling, gemm_cuda_source, gemm_device_source, gemm_unaligned)
 from kevin_backend.toolchain.cutlass_headers import find_cutlass
 from kevin_backend.toolchain.static_rules import check_program
@@ -21,6 +21,11 @@ from kevin_backend.toolchain.static_rules import check_program
 
 def _fusion(source: str) -> str:
     return re.search(r"using Fusion = (.*);", source).group(1)  # type: ignore[union-attr]
+
+
+# a visitor tree: a bias over N, a column over M and a tensor of the output's size, read by a function
+_TREE = Epilogue(activation="function", operands=("n", "m", "mn"),
+                 function="    float t0 = v + a0;\n    float t1 = fmaxf(t0, 0.0f) * a1 + a2;\n    return static_cast<T>(t1);")
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
@@ -83,10 +88,38 @@ def test_the_float32_gemm_is_three_tf32_products_with_its_source_as_bias_or_resi
     (lambda: gemm_device_source(GemmSpec("float32", Epilogue(bias=True, residual=True)), F32Tiling()), "not both"),
     (lambda: Epilogue(activation="mish"), "one of identity"),
     (lambda: GemmSpec("bfloat16", weight="nn"), "'nk' or 'kn'"),
+    (lambda: Epilogue(activation="function", function="    return static_cast<T>(v);", operands=("k",)), "each one of n, m, mn"),
+    (lambda: Epilogue(activation="function", function="    return static_cast<T>(v);", operands=("mn", "mn")), "at most one"),
+    (lambda: Epilogue(bias=True, activation="function", function="    return static_cast<T>(v);", operands=("n",)),
+     "whole epilogue"),
+    (lambda: gemm_device_source(GemmSpec("float32", _TREE), F32Tiling()), "16-bit kernels'"),
 ])
 def test_what_cannot_be_built_is_refused_with_its_reason(make, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_a_tree_visits_the_accumulator_and_each_operand_in_order() -> None:
+    source = gemm_cuda_source(GemmSpec("bfloat16", _TREE), GemmTiling())
+    tree = source[source.index("using Fusion = "):]
+    order = [tree.index(node) for node in ("Sm90Compute<KevinTreeFn", "Sm90AccFetch", "Sm90RowBroadcast", "Sm90ColBroadcast",
+                                           "Sm90SrcFetch")]
+    assert order == sorted(order), tree[:600]
+    assert "static float scalar(float v, float a0, float a1, float a2)" in source
+    assert "out[i] = scalar(v[i], a0[i], a1[i], a2[i]);" in source
+    # the vectors' pointers in order, the tensor of the output's size as the source C
+    assert "args.epilogue.thread = {{}, {vectors ? static_cast<Element const*>(vectors[0]) : nullptr}, " \
+           "{vectors ? static_cast<Element const*>(vectors[1]) : nullptr}, {}, {}};" in source
+    assert "using ElementC = cutlass::bfloat16_t;" in source and "static_cast<Element const*>(residual), stride_c" in source
+    assert "const void* vectors[] = {a0.data_ptr(), a1.data_ptr()};" in source and "residual_ptr = a2.data_ptr();" in source
+    assert 'a1.numel() == m && a1.scalar_type() == at::kBFloat16' in source
+    assert gemm_cpp_source(GemmSpec("bfloat16", _TREE)) == (
+        "torch::Tensor gemm_epilogue(torch::Tensor x, torch::Tensor w, torch::Tensor a0, torch::Tensor a1, torch::Tensor a2);")
+    assert gemm_cpp_source(GemmSpec("bfloat16", Epilogue(bias=True))) == GEMM_CPP_SOURCE
+    # no tensor of the output's size: no source C read
+    vectors = gemm_cuda_source(GemmSpec("float16", Epilogue(activation="function", operands=("m",),
+                                                             function="    return static_cast<T>(v * a0);")), GemmTiling())
+    assert "using ElementC = void;" in vectors and "Sm90SrcFetch" not in vectors and "residual_ptr = nullptr;" in vectors
 
 
 def test_rows_tma_cannot_take_are_named() -> None:
@@ -123,7 +156,8 @@ def test_the_static_rules_take_the_program() -> None:
 
 
 @pytest.mark.slow
-def test_the_kernel_compiles_for_sm90a_through_the_fast_builds_nvcc_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize("epilogue", [Epilogue(bias=True, activation="gelu"), _TREE], ids=["bias-gelu", "tree"])
+def test_the_kernel_compiles_for_sm90a_through_the_fast_builds_nvcc_command(epilogue: Epilogue, tmp_path: Path) -> None:
     """The device part, with the program's flags, through `device_command` (which builds the
     arch-specific form the flags ask for): about a minute of nvcc."""
     from kevin_backend.toolchain.fast_build import Toolchain, device_command
@@ -131,7 +165,7 @@ def test_the_kernel_compiles_for_sm90a_through_the_fast_builds_nvcc_command(tmp_
     headers = find_cutlass()
     if headers is None or shutil.which("nvcc") is None:
         pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
-    (tmp_path / "gemm.cu").write_text(gemm_device_source(GemmSpec("bfloat16", Epilogue(bias=True, activation="gelu")), GemmTiling()))
+    (tmp_path / "gemm.cu").write_text(gemm_device_source(GemmSpec("bfloat16", epilogue), GemmTiling()))
     command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "9.0", GEMM_CUDA_FLAGS,
                              (str(headers.include),))
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)

@@ -30,11 +30,17 @@ def _load(program: str, plan: Any, monkeypatch: pytest.MonkeyPatch) -> types.Mod
     e, weight = plan.spec.epilogue, plan.spec.weight
     calls: list[tuple[torch.Tensor, ...]] = []
 
-    def gemm_epilogue(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        calls.append((x, w, bias, residual))
+    def gemm_epilogue(x: torch.Tensor, w: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
+        calls.append((x, w, *operands))
         assert x.is_contiguous() and w.is_contiguous(), "the kernel reads x and w row by row"
         k = x.shape[-1]
         product = x.reshape(-1, k).float() @ (w.float().t() if weight == "nk" else w.float())
+        if e.tree:  # each operand as the kernel broadcasts it: over the columns, over the rows, or whole
+            assert len(operands) == len(e.operands)
+            shapes = {"n": (1, -1), "m": (-1, 1), "mn": tuple(product.shape)}
+            read = [a.reshape(shapes[kind]) for a, kind in zip(operands, e.operands)]
+            return run_statements(e.function, product, *read).to(x.dtype).reshape(*x.shape[:-1], -1)
+        bias, residual = operands
         y = e.alpha * product
         if e.bias:
             y = y + bias.float()
@@ -127,8 +133,34 @@ def test_each_operand_reaches_the_kernel(forward: str, inputs: str, monkeypatch:
     torch.testing.assert_close(new.ModelNew()(*values), reference.Model()(*values), rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("name", ["linear-relu-scale-f32-128x1024x512", "linear-tanh-residual-f32-1000x999x777"])
-def test_a_kernelbench_float32_suite_task_is_wired_with_its_parameters(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("forward, inputs", [
+    ("F.relu(v[0] @ v[1].t()) * v[2] + v[3]", f"torch.randn(32, 64, {BF16}), torch.randn(48, 64, {BF16}), "
+     f"torch.randn(32, 48, {BF16}), torch.randn(32, 1, {BF16})"),
+    ("torch.sigmoid(F.linear(v[0], v[1], v[2]).view(2, 16, 48) + v[3]) + v[4]",
+     f"torch.randn(32, 64, {BF16}), torch.randn(48, 64, {BF16}), torch.randn(48, {BF16}), torch.randn(48, {BF16}), "
+     f"torch.randn(2, 16, 1, {BF16})"),
+])
+def test_a_trees_operands_reach_the_kernel_in_order(forward: str, inputs: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
+    from kevin_backend.types import load_program
+
+    source = task(forward, inputs)
+    plan = plan_gemm(source)
+    assert isinstance(plan, GemmPlan) and plan.spec.epilogue.tree, plan
+    program = write_gemm_program(plan, GemmTiling())
+    assert "Sm90EVT" in program and f"torch::Tensor a{len(plan.operands) - 1});" in program
+    new = _load(program, plan, monkeypatch)
+    reference = load_program(source, "kevin_test_gemm_wiring_task")
+    values = reference.get_inputs()
+    torch.testing.assert_close(new.ModelNew()(*values), reference.Model()(*values), rtol=2e-2, atol=2e-2)
+    (call,) = new.calls
+    assert [a.data_ptr() for a in call[2:]] == [values[i].data_ptr() for i in plan.operands]
+
+
+@pytest.mark.parametrize("name", ["linear-relu-scale-f32-128x1024x512", "linear-tanh-residual-f32-1000x999x777",
+                                  "linear-bias-swish-scale-f16-1024x4096x4096", "mm-bias-rows-f16-512x16384x512"])
+def test_a_kernelbench_suite_task_is_wired_with_its_parameters(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # level-2 problems as KernelBench publishes them: float32, nn.Linear, an elementwise chain
     # after it (the second with K = 999 and N = 777: rows that are not 16-byte aligned)
     from kevin_backend.generate.builtin.gemm_kernel import tilings_for
@@ -139,13 +171,17 @@ def test_a_kernelbench_float32_suite_task_is_wired_with_its_parameters(name: str
 
     source = next(t.source for t in GEMM_SUITE if t.name == name)
     plan = plan_gemm(source)
-    assert isinstance(plan, GemmPlan) and plan.spec.dtype == "float32", plan
-    assert plan.spec.align == (1 if "999" in name else 4) and plan.state == ("gemm.weight", "gemm.bias")
+    assert isinstance(plan, GemmPlan), plan
+    if plan.spec.dtype == "float32":
+        assert plan.spec.align == (1 if "999" in name else 4) and plan.state == ("gemm.weight", "gemm.bias")
+    else:  # (16-bit: a visitor tree, its operands a second bias after the linear's, or a column of biases)
+        assert plan.spec.epilogue.tree and plan.spec.epilogue.operands == (("n", "n") if "swish" in name else ("m",))
     tiling = tilings_for(plan.spec)[0]
     program = write_gemm_program(plan, tiling, task_source=source)
-    assert check_program(program) == () and "OpMultiplyAddFastF32" in program
+    assert check_program(program) == () and ("OpMultiplyAddFastF32" in program) == (plan.spec.dtype == "float32")
     new = _load(program, plan, monkeypatch)
     reference = load_program(source, "kevin_test_gemm_wiring_task")
     model, candidate = _made_alike(reference, new, 5)
     values = reference.get_inputs()
-    torch.testing.assert_close(candidate(*values), model(*values), rtol=1e-4, atol=1e-4)
+    tolerance = 1e-4 if plan.spec.dtype == "float32" else 2e-2
+    torch.testing.assert_close(candidate(*values), model(*values), rtol=tolerance, atol=tolerance)

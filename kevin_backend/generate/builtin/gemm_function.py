@@ -9,8 +9,11 @@ element in its epilogue (`gemm_kernel.KevinEpilogueFn`), in float32.
 residual), `out` the task's output. Every node from `pre` to `out` must be an elementwise op of
 `v`, of values computed from it and of numbers: what a compiled model's partition holds after a
 matmul (GELU, SiLU and the like decomposed into their arithmetic, casts to float32 and back, scales
-and clamps after an activation). Anything else (another tensor, a reduction, a constant tensor)
-declines the task with the reason.
+and clamps after an activation). Anything else (a reduction, a constant tensor) declines the task
+with the reason. A tree's function (`Epilogue.operands`) starts from the accumulator itself and
+may read other tensors too, each an operand the kernel broadcasts to the element (`a0`, `a1`, ...:
+a vector over the columns, one over the rows, a tensor of the output's size), named by the
+planner's `operand`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ import torch.fx as fx
 
 from kevin_backend.generate.builtin.ops import Unsupported
 
-__all__ = ["elementwise_function"]
+__all__ = ["Operand", "elementwise_function"]
+
+# names a tensor the function reads beside the product (`a0`, `a1`, ...), or raises Unsupported
+Operand = Callable[[fx.Node], str]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -110,25 +116,32 @@ def _clamp(a: list[str], kw: dict[str, Any]) -> str:
 
 _OPS[aten.clamp.default] = _clamp
 _CASTS = (aten._to_copy.default, prims.convert_element_type.default)
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
-def elementwise_function(pre: fx.Node, out: fx.Node, dtype: torch.dtype) -> str:
-    """The statements of the function from `pre`'s value `v` to `out`'s (module docstring), or
-    Unsupported with the reason."""
-    names: dict[fx.Node, str] = {pre: "v"}
+def elementwise_function(pre: fx.Node, out: fx.Node, dtype: torch.dtype, operand: Operand | None = None,
+                         start: str = "v") -> str:
+    """The statements of the function from `pre`'s value to `out`'s (module docstring), or
+    Unsupported with the reason. `pre`'s value is `start` (the accumulator `v`, or an expression of
+    it and operands: an addmm's `(v + a0)`), rounded first where eager rounds it. With `operand`,
+    the function may read other tensors: `operand(node)` names each (`a0`, `a1`, ...) or declines."""
+    names: dict[fx.Node, str] = {pre: start}
     lines: list[str] = []
     held = pre
     while held.target in _CASTS and isinstance(held.args[0], fx.Node):  # (a cast to float32 of the 16-bit product)
         held = held.args[0]
     value = held.meta.get("val")
     if isinstance(value, torch.Tensor) and value.dtype in _ROUND:  # (eager rounds the product to its dtype first)
-        lines.append(f"    float t0 = static_cast<float>({_ROUND[value.dtype]}(v));")
+        lines.append(f"    float t0 = static_cast<float>({_ROUND[value.dtype]}({start}));")
+        names[pre] = "t0"
+    elif start != "v":
+        lines.append(f"    float t0 = {start};")
         names[pre] = "t0"
     node = pre.next
     while True:
         if node.op != "call_function":
             raise Unsupported(f"{node.op} {node.name} after the matmul: the epilogue is elementwise ops only")
-        lines.append(f"    float t{len(lines)} = {_statement(node, names, dtype, last=node is out)};")
+        lines.append(f"    float t{len(lines)} = {_statement(node, names, dtype, last=node is out, operand=operand)};")
         names[node] = f"t{len(lines) - 1}"
         if node is out:
             break
@@ -137,9 +150,16 @@ def elementwise_function(pre: fx.Node, out: fx.Node, dtype: torch.dtype) -> str:
     return "\n".join(lines)
 
 
-def _statement(node: fx.Node, names: dict[fx.Node, str], dtype: torch.dtype, last: bool) -> str:
-    if node.target not in _OPS and node.target not in _CASTS:
+def _statement(node: fx.Node, names: dict[fx.Node, str], dtype: torch.dtype, last: bool, operand: Operand | None) -> str:
+    if node.target not in _OPS and node.target not in _CASTS and node.target not in _VIEWS:
         raise Unsupported(f"{node.target} in the epilogue: not an elementwise op the GEMM writer fuses")
+    if node.target in _VIEWS:  # (the same values in another shape: elementwise, nothing to compute)
+        if node.args[0] not in names and operand is not None:
+            return operand(node)  # (an operand read in the shape this view gives it)
+        return _operand(node.args[0], names, node)
+    for a in node.args:
+        if isinstance(a, fx.Node) and a not in names and operand is not None:
+            names[a] = operand(a)
     args = [_operand(a, names, node) for a in node.args]
     if not any(isinstance(a, fx.Node) for a in node.args):
         raise Unsupported(f"{node.target} reads no value of the product")

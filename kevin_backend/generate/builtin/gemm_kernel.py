@@ -28,7 +28,7 @@ from typing import Any
 
 from kevin_backend.generate.builtin.gemm_kernel_f32 import ENTRY_POINTS, F32_TILINGS, F32Tiling, f32_device_source
 
-__all__ = ["F32_TILINGS", "F32Tiling", "tilings_for", "ACTIVATIONS", "Epilogue", "GEMM_CPP_SOURCE", "GEMM_CUDA_FLAGS", "GEMM_TILINGS", "GemmSpec", "GemmTiling",
+__all__ = ["F32_TILINGS", "F32Tiling", "tilings_for", "ACTIVATIONS", "OPERAND_KINDS", "Epilogue", "GEMM_CPP_SOURCE", "gemm_cpp_source", "GEMM_CUDA_FLAGS", "GEMM_TILINGS", "GemmSpec", "GemmTiling",
            "gemm_cuda_source", "gemm_device_source", "gemm_unaligned"]
 
 GEMM_CUDA_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr", "-DNDEBUG")
@@ -63,6 +63,13 @@ template <class T, int N> struct KevinEpilogueFn<cutlass::Array<T, N>> {{
 }};
 """
 
+# What a tree's operand is (`Epilogue.operands`): one value per output column (a bias over N: CUTLASS's
+# row broadcast), one per output row (a column of M values: its column broadcast), or one per element
+# (a tensor of the output's size: read as the GEMM's source C)
+OPERAND_KINDS = {"n": "cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, Element, float>",
+                 "m": "cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, Element, float>",
+                 "mn": "cutlass::epilogue::fusion::Sm90SrcFetch<Element>"}
+
 _ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "float32": "float"}
 _SCHEDULES = {
     "cooperative": ("cutlass::gemm::KernelTmaWarpSpecializedCooperative", "cutlass::epilogue::TmaWarpSpecializedCooperative"),
@@ -84,12 +91,27 @@ class Epilogue:
     residual: bool = False
     beta: float = 1.0
     function: str = ""
+    # a tree: the function reads the accumulator `v` and these operands `a0, a1, ...` (OPERAND_KINDS),
+    # and is the whole epilogue (no alpha, bias or residual of its own)
+    operands: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r}: one of {', '.join(ACTIVATIONS)}")
         if (self.activation == "function") != bool(self.function):
             raise ValueError("an epilogue function comes with activation 'function', and only with it")
+        if self.operands:
+            unknown = set(self.operands) - set(OPERAND_KINDS)
+            if unknown:
+                raise ValueError(f"operands {sorted(unknown)}: each one of {', '.join(OPERAND_KINDS)}")
+            if self.operands.count("mn") > 1:
+                raise ValueError("a tree reads at most one tensor of the output's size (CUTLASS's source C)")
+            if self.activation != "function" or self.bias or self.residual or self.alpha != 1:
+                raise ValueError("a tree's function is its whole epilogue: no activation, alpha, bias or residual beside it")
+
+    @property
+    def tree(self) -> bool:
+        return bool(self.operands)
 
 
 @dataclass(frozen=True)
@@ -167,6 +189,8 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     epi = spec.epilogue
     functor = _FUNCTION.format(body=epi.function) if epi.function else ""
     if spec.dtype == "float32":
+        if epi.tree:
+            raise ValueError("a tree epilogue is the 16-bit kernels' (CUTLASS 3.x visitor trees); the float32 kernel's is not one")
         if not isinstance(tiling, F32Tiling):
             raise ValueError(f"a float32 GEMM takes an F32Tiling, not {tiling!r}")
         return f32_device_source(ACTIVATIONS[epi.activation], functor, epi.alpha, epi.beta, epi.bias, epi.residual,
@@ -175,50 +199,107 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
         raise ValueError(f"a 16-bit GEMM takes a GemmTiling, not {tiling!r}")
     element = _ELEMENTS[spec.dtype]
     mainloop_schedule, epilogue_schedule = _SCHEDULES[tiling.schedule]
-    source_element = element if epi.residual else "void"
-    fusion = (f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{ACTIVATIONS[epi.activation]}, Element, float, Element, "
-              f"{source_element}, float>" if epi.bias else
-              f"cutlass::epilogue::fusion::LinCombEltAct<{ACTIVATIONS[epi.activation]}, Element, float, {source_element}, float>")
+    reads_c = epi.residual or "mn" in epi.operands
+    source_element = element if reads_c else "void"
+    if epi.tree:
+        functor, fusion, thread_args = _tree(epi)
+    else:
+        fusion = (f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{ACTIVATIONS[epi.activation]}, Element, float, Element, "
+                  f"{source_element}, float>" if epi.bias else
+                  f"cutlass::epilogue::fusion::LinCombEltAct<{ACTIVATIONS[epi.activation]}, Element, float, {source_element}, float>")
+        thread_args = (f"    args.epilogue.thread.alpha = {float(epi.alpha)!r}f;\n"
+                       f"    args.epilogue.thread.beta = {float(epi.beta) if epi.residual else 0.0!r}f;\n"
+                       + ("    args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);\n" if epi.bias else ""))
     tm, tn, tk = tiling.tile
     cm, cn, _ = tiling.cluster
-    bias_args = "    args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);\n" if epi.bias else ""
     return _DEVICE.format(functor=functor, element=element, source_element=source_element, fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
                           mainloop_schedule=mainloop_schedule, epilogue_schedule=epilogue_schedule,
-                          alpha=f"{float(epi.alpha)!r}f", beta=f"{float(epi.beta) if epi.residual else 0.0!r}f",
-                          bias_args=bias_args, c_ptr="static_cast<Element const*>(residual)" if epi.residual else "nullptr",
+                          thread_args=thread_args, c_ptr="static_cast<Element const*>(residual)" if reads_c else "nullptr",
                           layout_b="cutlass::layout::ColumnMajor" if spec.weight == "nk" else "cutlass::layout::RowMajor",
                           stride_b="cute::make_stride(int64_t(k), cute::Int<1>{}, int64_t(n) * k)" if spec.weight == "nk"
                           else "cute::make_stride(cute::Int<1>{}, int64_t(n), int64_t(n) * k)")
 
 
+def _tree(epi: Epilogue) -> tuple[str, str, str]:
+    """A tree epilogue's functor, its visitor tree (the function over the accumulator and each
+    operand: `OPERAND_KINDS`) and the lines setting its arguments. The launcher's `bias` pointer
+    is then the host array of the vector operands' pointers, in order; `residual` the tensor of
+    the output's size, where there is one."""
+    names = [f"a{j}" for j in range(len(epi.operands))]
+    params = "".join(f", float {a}" for a in names)
+    arrays = "".join(f", cutlass::Array<float, N> const& {a}" for a in names)
+    functor = _TREE_FUNCTION.format(params=params, arrays=arrays, body=epi.function,
+                                    values="".join(f", {a}[i]" for a in names))
+    fusion = ("cutlass::epilogue::fusion::Sm90EVT<\n"
+              "    cutlass::epilogue::fusion::Sm90Compute<KevinTreeFn, Element, float, cutlass::FloatRoundStyle::round_to_nearest>,\n"
+              "    cutlass::epilogue::fusion::Sm90AccFetch" + "".join(f",\n    {OPERAND_KINDS[kind]}" for kind in epi.operands) + ">")
+    children, vector = ["{}"], 0
+    for kind in epi.operands:
+        if kind == "mn":
+            children.append("{}")
+        else:
+            children.append(f"{{vectors ? static_cast<Element const*>(vectors[{vector}]) : nullptr}}")
+            vector += 1
+    thread_args = ("    void const* const* vectors = static_cast<void const* const*>(bias);\n"
+                   f"    args.epilogue.thread = {{{', '.join(children)}, {{}}}};\n")
+    return functor, fusion, thread_args
+
+
+# A tree's functor: the function of the accumulator `v` and the operands `a0, a1, ...`, each a float32
+# value, on the fragments CUTLASS's `Sm90Compute` visits (every child's converted to float32 first)
+_TREE_FUNCTION = """template <class A> struct KevinTreeFn;
+template <int N> struct KevinTreeFn<cutlass::Array<float, N>> {{
+  CUTLASS_HOST_DEVICE static float scalar(float v{params}) {{
+    using T = float;
+{body}
+  }}
+  CUTLASS_HOST_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& v{arrays}) const {{
+    cutlass::Array<float, N> out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) {{ out[i] = scalar(v[i]{values}); }}
+    return out;
+  }}
+}};
+"""
+
+
 def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     """The whole CUDA source of a candidate program: the device part and the host function
     `gemm_epilogue(x, w, bias, residual)` (x of any leading dimensions, its last K; w N x K or K x N; the
-    output x's leading dimensions and N), which checks what the kernel assumes, takes its
+    output x's leading dimensions and N; a tree's: `gemm_epilogue(x, w, a0, a1, ...)`, its operands
+    `gemm_cpp_source`), which checks what the kernel assumes, takes its
     workspace from torch's allocator and runs on the current stream."""
     align = (spec.align or 4) if spec.dtype == "float32" else 8
+    scalar = {"float16": "at::kHalf", "bfloat16": "at::kBFloat16", "float32": "at::kFloat"}[spec.dtype]
+    epi = spec.epilogue
+    if epi.tree:
+        sizes = {"n": ("n", "N values"), "m": ("m", "M values (one per output row)"), "mn": ("m * n", "the output's size")}
+        checks = "".join(
+            f'    TORCH_CHECK(a{j}.numel() == {sizes[kind][0]} && a{j}.scalar_type() == {scalar}, "gemm_epilogue: a{j} of {sizes[kind][1]}");\n'
+            f"    a{j} = a{j}.contiguous();\n" for j, kind in enumerate(epi.operands))
+        vectors = [f"a{j}.data_ptr()" for j, kind in enumerate(epi.operands) if kind != "mn"]
+        full = [f"a{j}.data_ptr()" for j, kind in enumerate(epi.operands) if kind == "mn"]
+        operands = (checks + f"    const void* vectors[] = {{{', '.join(vectors) or 'nullptr'}}};\n"
+                    "    const void* bias_ptr = vectors;\n"
+                    f"    const void* residual_ptr = {full[0] if full else 'nullptr'};\n")
+    else:
+        operands = _CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
     return gemm_device_source(spec, tiling) + _HOST.format(
-        scalar={"float16": "at::kHalf", "bfloat16": "at::kBFloat16", "float32": "at::kFloat"}[spec.dtype], align=align,
-        bias=spec.epilogue.bias, residual=spec.epilogue.residual,
+        scalar=scalar, align=align, params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands,
         n="w.size(0)" if spec.weight == "nk" else "w.size(1)", kdim=1 if spec.weight == "nk" else 0,
         shape="N x K" if spec.weight == "nk" else "K x N")
 
 
-_HOST = """
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+def gemm_cpp_source(spec: GemmSpec) -> str:
+    """The host function's declaration, for load_inline's cpp_sources: `GEMM_CPP_SOURCE`, or a tree's
+    `gemm_epilogue(x, w, a0, a1, ...)` (its operands in `Epilogue.operands` order)."""
+    if not spec.epilogue.tree:
+        return GEMM_CPP_SOURCE
+    operands = "".join(f", torch::Tensor a{j}" for j in range(len(spec.epilogue.operands)))
+    return f"torch::Tensor gemm_epilogue(torch::Tensor x, torch::Tensor w{operands});"
 
-torch::Tensor gemm_epilogue(torch::Tensor x, torch::Tensor w, torch::Tensor bias, torch::Tensor residual) {{
-    const int64_t k = x.size(-1), n = {n}, m = x.numel() / k;
-    TORCH_CHECK(x.is_cuda() && w.is_cuda() && x.scalar_type() == {scalar} && w.scalar_type() == {scalar},
-                "gemm_epilogue: x and w on the GPU, of the kernel's dtype");
-    TORCH_CHECK(w.dim() == 2 && w.size({kdim}) == k, "gemm_epilogue: w is {shape}");
-    TORCH_CHECK(k % {align} == 0 && n % {align} == 0, "gemm_epilogue: K and N multiples of {align} (the kernel's aligned rows)");
-    auto xs = x.contiguous(), ws = w.contiguous();
-    auto out_sizes = x.sizes().vec();
-    out_sizes.back() = n;
-    auto out = torch::empty(out_sizes, x.options());
-    const void* bias_ptr = nullptr;
+
+_CLASSIC_OPERANDS = """    const void* bias_ptr = nullptr;
     const void* residual_ptr = nullptr;
     if ({bias:d}) {{
         TORCH_CHECK(bias.numel() == n && bias.scalar_type() == {scalar}, "gemm_epilogue: a bias of N values");
@@ -230,7 +311,23 @@ torch::Tensor gemm_epilogue(torch::Tensor x, torch::Tensor w, torch::Tensor bias
         residual = residual.contiguous();
         residual_ptr = residual.data_ptr();
     }}
-    if (m == 0 || n == 0) return out;
+"""
+
+_HOST = """
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+torch::Tensor gemm_epilogue({params}) {{
+    const int64_t k = x.size(-1), n = {n}, m = x.numel() / k;
+    TORCH_CHECK(x.is_cuda() && w.is_cuda() && x.scalar_type() == {scalar} && w.scalar_type() == {scalar},
+                "gemm_epilogue: x and w on the GPU, of the kernel's dtype");
+    TORCH_CHECK(w.dim() == 2 && w.size({kdim}) == k, "gemm_epilogue: w is {shape}");
+    TORCH_CHECK(k % {align} == 0 && n % {align} == 0, "gemm_epilogue: K and N multiples of {align} (the kernel's aligned rows)");
+    auto xs = x.contiguous(), ws = w.contiguous();
+    auto out_sizes = x.sizes().vec();
+    out_sizes.back() = n;
+    auto out = torch::empty(out_sizes, x.options());
+{operands}    if (m == 0 || n == 0) return out;
     auto workspace = torch::empty({{static_cast<int64_t>(kevin_gemm_workspace(m, n, k))}}, x.options().dtype(torch::kUInt8));
     int status = kevin_gemm_run(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), xs.data_ptr(), ws.data_ptr(),
                                 bias_ptr, residual_ptr, out.data_ptr(), workspace.data_ptr(),
@@ -285,9 +382,7 @@ static typename Gemm::Arguments arguments(int m, int n, int k, void const* x, vo
         cutlass::gemm::GemmUniversalMode::kGemm, {{m, n, k, 1}},
         {{static_cast<Element const*>(x), stride_a, static_cast<Element const*>(w), stride_b}},
         {{{{}}, {c_ptr}, stride_c, static_cast<Element*>(out), stride_d}}}};
-    args.epilogue.thread.alpha = {alpha};
-    args.epilogue.thread.beta = {beta};
-{bias_args}    return args;
+{thread_args}    return args;
 }}
 }}  // namespace kevin_gemm
 

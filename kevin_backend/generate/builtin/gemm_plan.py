@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CPP_SOURCE, GEMM_CUDA_FLAGS, Epilogue, GemmSpec, gemm_cuda_source,
+from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CUDA_FLAGS, Epilogue, GemmSpec, gemm_cpp_source, gemm_cuda_source,
                                                          gemm_unaligned, tilings_for)
 from kevin_backend.generate.builtin.gemm_kernel_f32 import f32_alignment
 from kevin_backend.generate.builtin.ops import Unsupported
@@ -64,6 +64,8 @@ class GemmPlan:
     # the model's parameters and buffers the GEMM reads (a KernelBench task's nn.Linear), numbered
     # from `inputs` on: their paths ("buffer:" before a buffer's)
     state: tuple[str, ...] = ()
+    # a tree epilogue's operands (`Epilogue.operands`), the task's input each is, in order
+    operands: tuple[int, ...] = ()
 
     def describe(self) -> str:
         e = self.spec.epilogue
@@ -71,8 +73,14 @@ class GemmPlan:
                  *(["bias"] if e.bias else []),
                  *([f"alpha {e.alpha:g}"] if e.alpha != 1 else []), *([f"+ {e.beta:g} x residual"] if e.residual else []),
                  *([e.activation] if e.activation not in ("identity", "function") else []),
-                 *([f"an elementwise function ({e.function.count(chr(10))} statements)"] if e.function else [])]
+                 *([f"an elementwise function ({e.function.count(chr(10))} statements)"] if e.function and not e.tree else []),
+                 *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands)}"] if e.tree else [])]
         return ", ".join(parts)
+
+
+def _kinds(operands: tuple[str, ...]) -> str:
+    words = {"n": "a vector over N", "m": "a vector over M", "mn": "a tensor of the output's size"}
+    return ", ".join(words[k] for k in operands)
 
 
 def plan_gemm(task_source: str) -> GemmPlan | Declined:
@@ -133,22 +141,29 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
         shape = tuple(value.shape) if isinstance(value, torch.Tensor) else "?"
         raise Unsupported(f"an output of shape {shape}: not the {m} x {n} product's values, row by row")
     out_shape = None if tuple(value.shape) == (*xv.shape[:-1], n) else tuple(int(d) for d in value.shape)
-    epilogue, bias_in, residual_in = _epilogue(mm, out, bias, index, metas, n, xv.dtype)
+    epilogue, bias_in, residual_in, operands = _epilogue(mm, out, bias, index, metas, (m, n), xv.dtype)
     if xv.dtype == torch.float32 and epilogue.bias and epilogue.residual:
         raise Unsupported("a float32 GEMM with both a bias and a residual (its kernel's epilogue reads one source)")
+    if xv.dtype == torch.float32 and epilogue.tree:
+        raise Unsupported("a float32 epilogue reading other tensors than one bias over N or one residual "
+                          "(visitor trees are the 16-bit kernels')")
     spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if transposed or w_view else "kn",
                     f32_alignment(n, k) if xv.dtype == torch.float32 else 0)
-    return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape)
+    return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape,
+                    operands=operands)
 
 
-def _epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], n: int,
-              dtype: torch.dtype) -> tuple[Epilogue, int | None, int | None]:
+def _epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], mn: tuple[int, int],
+              dtype: torch.dtype) -> tuple[Epilogue, int | None, int | None, tuple[int, ...]]:
     """The linear part (views, casts, a scale, a bias over N, a residual) walked from the matmul
     while each value is read once; what follows, up to the output, is one of CUTLASS's activations
     where it is one (`_named_activation`), else one elementwise function of that value
-    (`gemm_function.py`)."""
+    (`gemm_function.py`). Where that function reads other tensors (a second bias, a column of M
+    values, a tensor added after the activation), the whole epilogue is one function of the
+    accumulator and those operands instead: a visitor tree (`_tree`)."""
     from kevin_backend.generate.builtin.gemm_function import elementwise_function
 
+    m, n = mn
     alpha, beta, residual = 1.0, 1.0, None
     bias_in = _bias(bias, index, metas, n, dtype) if bias is not None else None
     node = mm
@@ -166,20 +181,66 @@ def _epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], m
             value = metas[index[other[0]]] if other[0] in index else None
             if value is not None and tuple(value.shape) == (n,) and bias_in is None and residual is None and scale == 1:
                 bias_in = _bias(other[0], index, metas, n, dtype)
-            elif value is not None and value.numel() == _numel(nxt) and residual is None:
-                if value.dtype != dtype or not value.is_contiguous():
-                    raise Unsupported("a residual of another dtype or layout")
+            elif value is not None and value.numel() == _numel(nxt) and residual is None and value.dtype == dtype \
+                    and value.is_contiguous():
                 residual, beta = index[other[0]], scale
             else:
-                raise Unsupported("an add of something that is neither a bias over N nor a residual input")
+                break  # (something else added: the function reads it, as a tree's operand)
         else:
             break
         node = nxt
     epilogue = Epilogue(bias=bias_in is not None, alpha=alpha, residual=residual is not None, beta=beta)
     activation = _named_activation(node, out, dtype)
     if activation is not None:
-        return dataclasses.replace(epilogue, activation=activation), bias_in, residual
-    return dataclasses.replace(epilogue, activation="function", function=elementwise_function(node, out, dtype)), bias_in, residual
+        return dataclasses.replace(epilogue, activation=activation), bias_in, residual, ()
+    reads: list[fx.Node] = []
+    function = elementwise_function(node, out, dtype, operand=lambda other: reads.append(other) or "a")
+    if not reads:
+        return dataclasses.replace(epilogue, activation="function", function=function), bias_in, residual, ()
+    return _tree(mm, out, bias, index, metas, mn, dtype)
+
+
+def _tree(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], mn: tuple[int, int],
+          dtype: torch.dtype) -> tuple[Epilogue, None, None, tuple[int, ...]]:
+    """The whole epilogue as one function of the accumulator and the tensors it reads, each an
+    operand of the kind its shape makes it (`gemm_kernel.OPERAND_KINDS`); addmm's bias the first."""
+    from kevin_backend.generate.builtin.gemm_function import elementwise_function
+
+    m, n = mn
+    kinds: list[str] = []
+    inputs: list[int] = []
+
+    def operand(node: fx.Node) -> str:
+        source = node
+        while isinstance(source, fx.Node) and (source.target in _RESHAPES or _float_cast(source, dtype)):
+            source = source.args[0]
+        if source not in index:
+            raise Unsupported(f"{node.name} in the epilogue is neither computed from the product nor an input")
+        value = metas[index[source]]
+        if value.dtype != dtype:
+            raise Unsupported(f"an epilogue operand of {value.dtype}: the kernel reads {dtype} values")
+        if not value.is_contiguous():
+            raise Unsupported(f"an epilogue operand that is not contiguous (strides {tuple(value.stride())})")
+        read = node.meta.get("val")  # (its shape as the epilogue reads it: through its views)
+        shape = tuple(read.shape) if isinstance(read, torch.Tensor) else tuple(value.shape)
+        kind = ("n" if value.numel() == n and shape[-1:] == (n,) else
+                "m" if value.numel() == m and shape[-1:] == (1,) else
+                "mn" if value.numel() == m * n and shape[-1:] == (n,) else None)
+        if kind is None:
+            raise Unsupported(f"an epilogue operand of shape {shape}: not one value per column (N = {n}), "
+                              f"per row (M = {m}) nor per element")
+        if kind == "mn" and "mn" in kinds and inputs[kinds.index("mn")] != index[source]:
+            raise Unsupported("an epilogue reading two tensors of the output's size (the kernel reads one, as its source C)")
+        if index[source] not in inputs or kinds[inputs.index(index[source])] != kind:
+            kinds.append(kind)
+            inputs.append(index[source])
+        return f"a{inputs.index(index[source])}"
+
+    start = "v"
+    if bias is not None:  # addmm: its bias added to the product before eager rounds it
+        start = f"(v + {operand(bias)})"
+    function = elementwise_function(mm, out, dtype, operand=operand, start=start)
+    return Epilogue(activation="function", function=function, operands=tuple(kinds)), None, None, tuple(inputs)
 
 
 def _named_activation(pre: fx.Node, out: fx.Node, dtype: torch.dtype) -> str | None:
@@ -289,9 +350,10 @@ def write_gemm_program(plan: GemmPlan, tiling: Any, name: str | None = None, tas
     x = _value(plan, plan.x)
     empty = f"torch.empty(0, device={x}.device, dtype={x}.dtype)"
     w = _value(plan, plan.w)
-    call = ", ".join([x, f"{w}.t()" if plan.w_view else w,
-                      _value(plan, plan.bias) if plan.bias is not None else empty,
-                      _value(plan, plan.residual) if plan.residual is not None else empty])
+    operands = ([_value(plan, i) for i in plan.operands] if plan.spec.epilogue.tree else
+                [_value(plan, plan.bias) if plan.bias is not None else empty,
+                 _value(plan, plan.residual) if plan.residual is not None else empty])
+    call = ", ".join([x, f"{w}.t()" if plan.w_view else w, *operands])
     model = (f"\n\n# The task's module without its forward: ModelNew makes the same parameters under the same seed\n"
              f"{_parameters_module(task_source)}\n\n\nclass ModelNew(KevinTaskParameters):\n" if plan.state else
              "class ModelNew(nn.Module):\n    def __init__(self, *init_inputs):\n        super().__init__()\n\n")
@@ -299,7 +361,7 @@ def write_gemm_program(plan: GemmPlan, tiling: Any, name: str | None = None, tas
         f'"""Written by kevin\'s built-in writer: a CUTLASS 3.x GEMM with its epilogue ({plan.describe()}), {tiling.name}."""\n'
         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
         f"cuda_source = r'''{gemm_cuda_source(plan.spec, tiling)}'''\n\n"
-        f"cpp_source = '{GEMM_CPP_SOURCE}'\n\n"
+        f"cpp_source = '{gemm_cpp_source(plan.spec)}'\n\n"
         f"ext = load_inline(name='{name}', cpp_sources=cpp_source, cuda_sources=cuda_source, functions=['gemm_epilogue'],\n"
         f"                  extra_cuda_cflags={list(GEMM_CUDA_FLAGS)!r})\n\n\n"
         f"{model}"
