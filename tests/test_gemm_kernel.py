@@ -235,3 +235,28 @@ def test_the_tilings_are_tried_in_the_order_the_h200_ranked_them() -> None:
     ranked = sorted(speed, key=lambda name: -statistics.geometric_mean(speed[name]))
     names = [t.name for t in GEMM_TILINGS]
     assert names[:2] == ranked[:2] and names[-1] == ranked[-1] and set(names) == set(ranked), (names, ranked)
+
+
+def test_the_float32_tilings_are_tried_in_the_order_the_h200_ranked_them() -> None:
+    # bench_gemm at 1ef6dee: the three float32 suite tasks; each task's fastest tiling among the
+    # first two, the slowest by geomean last
+    import json
+    import statistics
+    from pathlib import Path
+
+    from kevin_backend.generate.builtin.gemm_kernel import F32_TILINGS
+
+    stored = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "gpu_tests" / "gemm_bench_peers_h200_1ef6dee.json"
+    rows = [r for r in json.loads(stored.read_text())["rows"]
+            if r["peer"] == "inductor" and r["verdict"] == "ACCEPTED" and r["tiling"].startswith("3xtf32")]
+    fastest: dict[str, dict] = {}
+    for r in rows:
+        if r["task"] not in fastest or r["kernel_ms"] < fastest[r["task"]]["kernel_ms"]:
+            fastest[r["task"]] = r
+    assert len(fastest) == 3
+    assert all(r["tiling"] in {t.name for t in F32_TILINGS[:2]} for r in fastest.values())
+    speed: dict[str, list[float]] = {}
+    for r in rows:
+        speed.setdefault(r["tiling"], []).append(r["x_peer"])
+    ranked = sorted(speed, key=lambda name: -statistics.geometric_mean(speed[name]))
+    assert [t.name for t in F32_TILINGS] == ranked, ranked

@@ -34,12 +34,14 @@ class F32Tiling:
         return f"3xtf32 tile {'x'.join(map(str, self.tile))} stages {self.stages}"
 
 
-# The search's variants for float32, in the order a search tries them (not measured on a GPU yet:
-# CUTLASS's own profiler's common shapes for this kernel).
+# The search's variants for float32, in the order a search tries them: as the H200 ranked them on the
+# suite's three float32 tasks (benchmarks/RESULTS.md, 1ef6dee: level-2 sizes, 128 and 1000 rows),
+# small tiles first (64 x 64 fastest on two, 128 x 64 on the third; 1.29-1.59x Inductor), the
+# 256 x 128 tile last (0.10-0.13x: 2 to 8 tiles for 132 SMs).
 F32_TILINGS = (
-    F32Tiling((128, 128, 16), 4),
-    F32Tiling((128, 64, 32), 3),
     F32Tiling((64, 64, 32), 4),
+    F32Tiling((128, 64, 32), 3),
+    F32Tiling((128, 128, 16), 4),
     F32Tiling((256, 128, 16), 3),
 )
 
