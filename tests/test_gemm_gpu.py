@@ -27,7 +27,15 @@ TASKS = {
     # float32 (three TF32 products), with KernelBench's own nn.Linear parameters: rows of 16 bytes, and of 999 and 777 floats
     "linear-gelu-f32": next(t.source for t in GEMM_SUITE if t.name == "linear-gelu-f32-128x1024x512"),
     "linear-tanh-residual-f32-odd": next(t.source for t in GEMM_SUITE if t.name == "linear-tanh-residual-f32-1000x999x777"),
+    # visitor trees: a bias over N, a tensor of the output's size after the activation, a column of M values;
+    # a second bias after a KernelBench nn.Linear's; a column of biases after a long reduction
+    "tree-bias-gate-rows-bf16": task("F.relu(v[0] @ v[1].t() + v[2]) * v[3] + v[4]",
+                                     f"torch.randn(4096, 1024, {BF16}), torch.randn(2048, 1024, {BF16}), torch.randn(2048, {BF16}), "
+                                     f"torch.randn(4096, 2048, {BF16}), torch.randn(4096, 1, {BF16})"),
+    "linear-bias-swish-scale-f16": next(t.source for t in GEMM_SUITE if t.name == "linear-bias-swish-scale-f16-1024x4096x4096"),
+    "mm-bias-rows-f16": next(t.source for t in GEMM_SUITE if t.name == "mm-bias-rows-f16-512x16384x512"),
 }
+TREES = {"tree-bias-gate-rows-bf16": ("n", "mn", "m"), "linear-bias-swish-scale-f16": ("n", "n"), "mm-bias-rows-f16": ("m",)}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -47,6 +55,7 @@ def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Pa
     for name, source in TASKS.items():
         plan = plan_gemm(source)
         assert isinstance(plan, GemmPlan), (name, plan)
+        assert plan.spec.epilogue.operands == TREES.get(name, ()), (name, plan.describe())
         programs[name] = write_gemm_program(plan, tilings_for(plan.spec)[0], task_source=source)
     judge = Judge(tmp_path / "builds", RunConfig(trials=20))
     specs = [BuildSpec.of(ext, "9.0") for p in programs.values() for ext in Candidate.parse(p).extensions]
