@@ -110,7 +110,7 @@ def main() -> int:
             declined[t.name] = plan.reason
     sources = {t.name: t.source for t in tasks}
     def tilings(plan: GemmPlan) -> tuple:
-        return tilings_for(plan.spec) + (EXTRA_TILINGS if args.extra_tilings and plan.spec.dtype != "float32" else ())
+        return tilings_for(plan.spec, (plan.m, plan.n, plan.k)) + (EXTRA_TILINGS if args.extra_tilings and plan.spec.dtype != "float32" else ())
 
     programs = {(name, tiling.name): write_gemm_program(plan, tiling, task_source=sources[name])
                 for name, plan in plans.items() for tiling in tilings(plan)}

@@ -93,6 +93,10 @@ def test_the_float32_gemm_is_three_tf32_products_with_its_source_as_bias_or_resi
     (lambda: Epilogue(bias=True, activation="function", function="    return static_cast<T>(v);", operands=("n",)),
      "whole epilogue"),
     (lambda: gemm_device_source(GemmSpec("float32", _TREE), F32Tiling()), "16-bit kernels'"),
+    (lambda: GemmTiling(scheduler="splitk"), "2 or more"),
+    (lambda: GemmTiling(splits=4), "2 or more"),
+    (lambda: GemmTiling((128, 128, 64), (1, 1, 1), "pingpong", "streamk"), "cooperative schedule's"),
+    (lambda: GemmTiling(scheduler="dynamic"), "one of persistent, splitk, streamk"),
 ])
 def test_what_cannot_be_built_is_refused_with_its_reason(make, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match=message):
@@ -120,6 +124,25 @@ def test_a_tree_visits_the_accumulator_and_each_operand_in_order() -> None:
     vectors = gemm_cuda_source(GemmSpec("float16", Epilogue(activation="function", operands=("m",),
                                                              function="    return static_cast<T>(v * a0);")), GemmTiling())
     assert "using ElementC = void;" in vectors and "Sm90SrcFetch" not in vectors and "residual_ptr = nullptr;" in vectors
+
+
+def test_a_long_reduction_into_a_small_output_tries_split_k_and_stream_k_first() -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import GEMM_TILINGS, tilings_for
+
+    spec = GemmSpec("float16")
+    small = tilings_for(spec, (512, 512, 16384))  # 16 output tiles of 128 x 128 for 132 SMs
+    assert [(t.scheduler, t.splits) for t in small[:2]] == [("splitk", 8), ("streamk", 1)] and small[2:] == GEMM_TILINGS
+    assert small[0].name == "cooperative tile 128x128x64 cluster 1x1 split-K 8"
+    assert tilings_for(spec, (256, 256, 4096))[0].splits == 8  # 4 tiles: at most K / 512 splits
+    assert tilings_for(spec, (8192, 8192, 8192)) == GEMM_TILINGS  # enough tiles for every SM
+    assert tilings_for(spec, (512, 512, 512)) == GEMM_TILINGS  # too short a K to share
+    assert tilings_for(GemmSpec("float32"), (512, 512, 16384)) == tilings_for(GemmSpec("float32"))
+    source = gemm_device_source(spec, small[0])
+    assert "CollectiveEpilogue, cutlass::gemm::StreamKScheduler>;" in source
+    assert "args.scheduler.splits = 8;" in source and "decomposition_mode)::SplitK;" in source
+    assert "decomposition_mode)::StreamK;" in gemm_device_source(spec, small[1])
+    persistent = gemm_device_source(spec, GemmTiling())
+    assert "CollectiveEpilogue, void>;" in persistent and "args.scheduler" not in persistent
 
 
 def test_rows_tma_cannot_take_are_named() -> None:

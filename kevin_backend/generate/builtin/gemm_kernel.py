@@ -70,6 +70,8 @@ OPERAND_KINDS = {"n": "cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape,
                  "m": "cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, Element, float>",
                  "mn": "cutlass::epilogue::fusion::Sm90SrcFetch<Element>"}
 
+_SCHEDULERS = {"persistent": "void", "splitk": "cutlass::gemm::StreamKScheduler", "streamk": "cutlass::gemm::StreamKScheduler"}
+
 _ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "float32": "float"}
 _SCHEDULES = {
     "cooperative": ("cutlass::gemm::KernelTmaWarpSpecializedCooperative", "cutlass::epilogue::TmaWarpSpecializedCooperative"),
@@ -135,11 +137,22 @@ class GemmTiling:
     tile: tuple[int, int, int] = (128, 128, 64)
     cluster: tuple[int, int, int] = (1, 2, 1)
     schedule: str = "cooperative"
+    # how output tiles become work: "persistent" (a tile each, CTAs looping over them), "splitk"
+    # (each tile's K split `splits` ways, the partial sums reduced before the epilogue) or
+    # "streamk" (CUTLASS's stream-K: the K iterations of all tiles shared evenly among the SMs)
+    scheduler: str = "persistent"
+    splits: int = 1
 
     def __post_init__(self) -> None:
         m, n, k = self.tile
         if self.schedule not in _SCHEDULES:
             raise ValueError(f"schedule {self.schedule!r}: one of {', '.join(_SCHEDULES)}")
+        if self.scheduler not in _SCHEDULERS:
+            raise ValueError(f"scheduler {self.scheduler!r}: one of {', '.join(_SCHEDULERS)}")
+        if (self.scheduler == "splitk") != (self.splits > 1):
+            raise ValueError(f"split-K with {self.splits} splits: split-K has 2 or more, the other schedulers 1")
+        if self.scheduler != "persistent" and self.schedule != "cooperative":
+            raise ValueError("split-K and stream-K: the cooperative schedule's")
         if self.schedule == "cooperative" and m % 128:
             raise ValueError(f"a cooperative tile's M is a multiple of 128 (two warp groups of 64 rows): {self.tile}")
         if m % 64 or n % 8 or n > 256 or k % 16:
@@ -150,7 +163,8 @@ class GemmTiling:
 
     @property
     def name(self) -> str:
-        return f"{self.schedule} tile {'x'.join(map(str, self.tile))} cluster {'x'.join(map(str, self.cluster[:2]))}"
+        work = {"persistent": "", "streamk": " stream-K", "splitk": f" split-K {self.splits}"}[self.scheduler]
+        return f"{self.schedule} tile {'x'.join(map(str, self.tile))} cluster {'x'.join(map(str, self.cluster[:2]))}{work}"
 
 
 # The host function's declaration, for load_inline's cpp_sources (an absent bias or residual: an empty tensor)
@@ -178,9 +192,27 @@ def gemm_unaligned(m: int, n: int, k: int) -> str:
     return f"rows not 16-byte aligned ({', '.join(bad)}: not multiples of 8)" if bad else ""
 
 
-def tilings_for(spec: GemmSpec) -> tuple[Any, ...]:
-    """The search's variants for this GEMM: the float32 kernel's (`gemm_kernel_f32.F32_TILINGS`) or the 16-bit ones."""
-    return F32_TILINGS if spec.dtype == "float32" else GEMM_TILINGS
+# The GPU's SMs the work is shared among (an H200's 132: what the order of `tilings_for` assumes)
+_SMS = 132
+
+
+def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tuple[Any, ...]:
+    """The search's variants for this GEMM of `shape` (M, N, K): the float32 kernel's
+    (`gemm_kernel_f32.F32_TILINGS`) or the 16-bit ones. A 16-bit GEMM whose output has fewer 128 x 128
+    tiles than the GPU has SMs, over a K long enough to share (a long reduction into a small output),
+    tries split-K and stream-K first: one CTA a tile would leave most SMs idle."""
+    if spec.dtype == "float32":
+        return F32_TILINGS
+    if shape is None:
+        return GEMM_TILINGS
+    m, n, k = shape
+    tiles = -(-m // 128) * -(-n // 128)
+    if tiles >= _SMS or k < 1024:
+        return GEMM_TILINGS
+    splits = max(2, min(16, _SMS // tiles, k // 512))
+    shared = (GemmTiling((128, 128, 64), (1, 1, 1), "cooperative", "splitk", splits),
+              GemmTiling((128, 128, 64), (1, 1, 1), "cooperative", "streamk"))
+    return shared + GEMM_TILINGS
 
 
 def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
@@ -214,10 +246,19 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     cm, cn, _ = tiling.cluster
     return _DEVICE.format(functor=functor, element=element, source_element=source_element, fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
                           mainloop_schedule=mainloop_schedule, epilogue_schedule=epilogue_schedule,
-                          thread_args=thread_args, c_ptr="static_cast<Element const*>(residual)" if reads_c else "nullptr",
+                          thread_args=thread_args, scheduler=_SCHEDULERS[tiling.scheduler],
+                          scheduler_args=_scheduler_args(tiling), c_ptr="static_cast<Element const*>(residual)" if reads_c else "nullptr",
                           layout_b="cutlass::layout::ColumnMajor" if spec.weight == "nk" else "cutlass::layout::RowMajor",
                           stride_b="cute::make_stride(int64_t(k), cute::Int<1>{}, int64_t(n) * k)" if spec.weight == "nk"
                           else "cute::make_stride(cute::Int<1>{}, int64_t(n), int64_t(n) * k)")
+
+
+def _scheduler_args(tiling: GemmTiling) -> str:
+    if tiling.scheduler == "persistent":
+        return ""
+    mode = "SplitK" if tiling.scheduler == "splitk" else "StreamK"
+    return (f"    args.scheduler.splits = {tiling.splits};\n"
+            f"    args.scheduler.decomposition_mode = decltype(args.scheduler.decomposition_mode)::{mode};\n")
 
 
 def _tree(epi: Epilogue) -> tuple[str, str, str]:
@@ -368,7 +409,7 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     float, TileShape, ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
     {mainloop_schedule}>::CollectiveOp;
-using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, {scheduler}>;
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
 static typename Gemm::Arguments arguments(int m, int n, int k, void const* x, void const* w, void const* bias,
@@ -382,7 +423,7 @@ static typename Gemm::Arguments arguments(int m, int n, int k, void const* x, vo
         cutlass::gemm::GemmUniversalMode::kGemm, {{m, n, k, 1}},
         {{static_cast<Element const*>(x), stride_a, static_cast<Element const*>(w), stride_b}},
         {{{{}}, {c_ptr}, stride_c, static_cast<Element*>(out), stride_d}}}};
-{thread_args}    return args;
+{thread_args}{scheduler_args}    return args;
 }}
 }}  // namespace kevin_gemm
 

@@ -373,9 +373,9 @@ def write_gemm_program(plan: GemmPlan, tiling: Any, name: str | None = None, tas
 def gemm_turn(source: str, plan: GemmPlan, index: int, history: list[tuple[str, float | None]]) -> tuple[str, str, str]:
     """One turn of a GEMM search: (the tiling's name, the program, why this one), from the
     trajectory's earlier turns (`history`: each tiling's name and the judge's kernel ms, None
-    where not accepted). Untried tilings first, in `tilings_for(plan.spec)` order from this trajectory's
+    where not accepted). Untried tilings first, in `tilings_for` order from this trajectory's
     own start (`index`), then the fastest again."""
-    tilings = tilings_for(plan.spec)
+    tilings = tilings_for(plan.spec, (plan.m, plan.n, plan.k))
     names = [t.name for t in tilings]
     tried = {name for name, _ in history}
     untried = [names[(index + k) % len(names)] for k in range(len(names)) if names[(index + k) % len(names)] not in tried]
