@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from kevin_backend.generate.builtin.gemm_kernel import GemmTiling, tilings_for
-from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
+from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
+from kevin_backend.generate.builtin.gemm_plan import GemmChain, GemmPlan, plan_gemm, plan_tilings, write_gemm_program
 from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
 
 
@@ -47,10 +47,12 @@ def max_autotune_numerics() -> dict[str, str]:
     return {"inductor_config": inductor_config(list_mode_options("max-autotune-no-cudagraphs"))}
 
 
-def cublaslt_task(source: str, plan: GemmPlan) -> str | None:
+def cublaslt_task(source: str, plan: GemmPlan | GemmChain) -> str | None:
     """The task as cuBLASLt's fused epilogue computes it (`torch._addmm_activation`: bias, then
     ReLU or tanh-GELU), as a task of its own whose eager time is cuBLASLt's; None where the plan's
-    epilogue is not one cuBLASLt fuses."""
+    epilogue is not one cuBLASLt fuses (or the task is a chain of GEMMs)."""
+    if not isinstance(plan, GemmPlan):
+        return None
     e = plan.spec.epilogue
     if not e.bias or e.residual or e.alpha != 1 or e.activation not in ("relu", "gelu_tanh"):
         return None
@@ -100,17 +102,18 @@ def main() -> int:
         return 2
     wanted = set(filter(None, args.tasks.split(",")))
     tasks = [t for t in GEMM_SUITE if not wanted or t.name in wanted]
-    plans: dict[str, GemmPlan] = {}
+    plans: dict[str, GemmPlan | GemmChain] = {}
     declined: dict[str, str] = {}
     for t in tasks:
         plan = plan_gemm(t.source)
-        if isinstance(plan, GemmPlan):
+        if isinstance(plan, (GemmPlan, GemmChain)):
             plans[t.name] = plan
         else:
             declined[t.name] = plan.reason
     sources = {t.name: t.source for t in tasks}
-    def tilings(plan: GemmPlan) -> tuple:
-        return tilings_for(plan.spec, (plan.m, plan.n, plan.k)) + (EXTRA_TILINGS if args.extra_tilings and plan.spec.dtype != "float32" else ())
+    def tilings(plan: GemmPlan | GemmChain) -> tuple:
+        extra = args.extra_tilings and isinstance(plan, GemmPlan) and plan.spec.dtype != "float32"
+        return plan_tilings(plan) + (EXTRA_TILINGS if extra else ())
 
     programs = {(name, tiling.name): write_gemm_program(plan, tiling, task_source=sources[name])
                 for name, plan in plans.items() for tiling in tilings(plan)}

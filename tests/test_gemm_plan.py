@@ -90,8 +90,10 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
      "a bias that is not an input of 1024 torch.bfloat16 values"),
     ("v[0] @ v[1].t() * v[2]", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(256, 1)",
      "an epilogue operand of torch.float32"),
-    ("(v[0] @ v[1].t()) @ v[2].t()", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(64, 1024, {BF16})",
-     "2 matmuls"),
+    ("(((((v[0] @ v[1]) @ v[1]) @ v[1]) @ v[1]) @ v[1])", f"torch.randn(256, 512, {BF16}), torch.randn(512, 512, {BF16})",
+     "5 matmuls: the GEMM writer chains at most 4"),
+    ("F.relu(h := v[0] @ v[1]) @ v[2] + h", f"torch.randn(256, 512, {BF16}), torch.randn(512, 512, {BF16}), "
+     f"torch.randn(512, 512, {BF16})", "hands on 2 values"),
     ("torch.softmax(v[0] @ v[1].t(), -1)", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})",
      "not an elementwise op the GEMM writer fuses"),
 ])

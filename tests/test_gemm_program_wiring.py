@@ -27,8 +27,19 @@ def _load(program: str, plan: Any, monkeypatch: pytest.MonkeyPatch) -> types.Mod
 
     from kevin_backend.types import load_program
 
-    e, weight = plan.spec.epilogue, plan.spec.weight
     calls: list[tuple[torch.Tensor, ...]] = []
+    plans = getattr(plan, "plans", None)
+    functions = ({f"gemm_epilogue{j}": _kernel(p, calls) for j, p in enumerate(plans)} if plans else
+                 {"gemm_epilogue": _kernel(plan, calls)})
+    monkeypatch.setattr(cpp_extension, "load_inline", lambda **kwargs: types.SimpleNamespace(**functions))
+    module = load_program(program, "kevin_test_gemm_wiring")
+    module.calls = calls
+    return module
+
+
+def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
+    """What one kernel's host function computes, in float32 from the operands it is passed."""
+    e, weight = plan.spec.epilogue, plan.spec.weight
 
     def gemm_epilogue(x: torch.Tensor, w: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
         calls.append((x, w, *operands))
@@ -49,10 +60,7 @@ def _load(program: str, plan: Any, monkeypatch: pytest.MonkeyPatch) -> types.Mod
         activation = (lambda z: run_statements(e.function, z)) if e.function else _ACTIVATIONS[e.activation]
         return activation(y).to(x.dtype).reshape(*x.shape[:-1], -1)  # (x's leading sizes, N)
 
-    monkeypatch.setattr(cpp_extension, "load_inline", lambda **kwargs: types.SimpleNamespace(gemm_epilogue=gemm_epilogue))
-    module = load_program(program, "kevin_test_gemm_wiring")
-    module.calls = calls
-    return module
+    return gemm_epilogue
 
 
 def _made_alike(reference: types.ModuleType, new: types.ModuleType, seed: int) -> tuple[Any, Any]:
@@ -185,3 +193,40 @@ def test_a_kernelbench_suite_task_is_wired_with_its_parameters(name: str, monkey
     values = reference.get_inputs()
     tolerance = 1e-4 if plan.spec.dtype == "float32" else 2e-2
     torch.testing.assert_close(candidate(*values), model(*values), rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("name", ["gpt2-mlp-f32-2048x768x3072", "swiglu-small-bf16"])
+def test_a_chain_runs_its_kernels_in_order_each_reading_the_ends_before_it(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GPT-2's MLP with its parameters (up with its bias and GELU, then down with its bias: the
+    # second kernel's x is the first's end); a SiLU-gated MLP (the gate with its SiLU, then the up
+    # projection whose epilogue multiplies by the gate: a tree reading the first kernel's end)
+    from kevin_backend.generate.builtin.gemm_plan import GemmChain, plan_gemm, plan_tilings, write_gemm_program
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+    from kevin_backend.toolchain.static_rules import check_program
+    from kevin_backend.types import load_program
+
+    source = (next(t.source for t in GEMM_SUITE if t.name == name) if name.startswith("gpt2") else
+              task("F.silu(F.linear(v[0], v[1])) * F.linear(v[0], v[2])",
+                   f"torch.randn(2, 16, 64, {BF16}), torch.randn(96, 64, {BF16}), torch.randn(96, 64, {BF16})"))
+    chain = plan_gemm(source)
+    assert isinstance(chain, GemmChain) and len(chain.plans) == 2, chain
+    first, second = chain.plans
+    ends = first.inputs + len(first.state)  # y0's number: after the task's inputs and parameters
+    if name.startswith("gpt2"):
+        assert chain.state == ("up.weight", "up.bias", "down.weight", "down.bias")
+        assert first.spec.epilogue.activation == "gelu_tanh" and second.x == ends and second.bias == 4
+    else:
+        assert first.spec.epilogue.activation == "silu" and second.x == 0 and second.operands == (ends,)
+        assert second.spec.epilogue.operands == ("mn",)
+    tiling = plan_tilings(chain)[0]
+    program = write_gemm_program(chain, tiling, task_source=source)
+    assert check_program(program) == ()
+    assert "namespace kevin_gemm0" in program and "namespace kevin_gemm1" in program
+    assert program.index("namespace kevin_gemm1") < program.index("#include <torch/extension.h>")  # devices first
+    new = _load(program, chain, monkeypatch)
+    reference = load_program(source, "kevin_test_gemm_wiring_task")
+    model, candidate = _made_alike(reference, new, 11)
+    values = reference.get_inputs()
+    tolerance = 1e-4 if first.spec.dtype == "float32" else 3e-2
+    torch.testing.assert_close(candidate(*values), model(*values), rtol=tolerance, atol=tolerance)
+    assert len(new.calls) == 2 and new.calls[0][0].data_ptr() == values[0].data_ptr()

@@ -33,17 +33,19 @@ import torch.fx as fx
 
 from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CUDA_FLAGS, Epilogue, GemmSpec, gemm_cpp_source, gemm_cuda_source,
                                                          gemm_unaligned, tilings_for)
+from kevin_backend.generate.builtin.gemm_chain import ChainTiling, GemmChain, chain_cut, chain_tilings, with_parameters
 from kevin_backend.generate.builtin.gemm_kernel_f32 import f32_alignment
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.plan import Declined
 from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace_with_parameters
 
-__all__ = ["GemmPlan", "gemm_turn", "plan_gemm", "write_gemm_program"]
+__all__ = ["ChainTiling", "GemmChain", "GemmPlan", "gemm_turn", "plan_gemm", "plan_tilings", "write_gemm_program"]
 
 aten = torch.ops.aten
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
 _RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+_CHAIN = 4  # the most matmuls a chain takes (a program builds every kernel of it in one compile)
 
 
 @dataclass(frozen=True)
@@ -83,15 +85,22 @@ def _kinds(operands: tuple[str, ...]) -> str:
     return ", ".join(words[k] for k in operands)
 
 
-def plan_gemm(task_source: str) -> GemmPlan | Declined:
-    """The task's GEMM plan, or why the built-in writer's GEMM declines it."""
+def plan_gemm(task_source: str) -> GemmPlan | GemmChain | Declined:
+    """The task's GEMM plan (a chain of them for a task of several matmuls: `gemm_chain.py`), or
+    why the built-in writer's GEMM declines it."""
     try:
         with TRACE_LOCK:
             gm, metas, names = trace_with_parameters(task_source)
+        count = len(metas) - len(names)
+        matmuls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in (aten.mm.default, aten.addmm.default)]
+        if len(matmuls) > 1:
+            if len(matmuls) > _CHAIN:
+                raise Unsupported(f"{len(matmuls)} matmuls: the GEMM writer chains at most {_CHAIN}")
+            chain = GemmChain(tuple(_read(graph, sub_metas) for graph, sub_metas in chain_cut(gm.graph, metas)))
+            return with_parameters(chain, count, tuple(names))
         plan = _read(gm.graph, metas)
         if not names:
             return plan
-        count = len(metas) - len(names)
         return dataclasses.replace(plan, inputs=count, state=tuple(names))
     except Unsupported as exc:
         return Declined(str(exc))
@@ -319,6 +328,8 @@ def _value(plan: GemmPlan, i: int) -> str:
     parameter or buffer (read by its path at every call: a buffer moved to the GPU is a new tensor)."""
     if i < plan.inputs:
         return f"v{i}"
+    if i >= plan.inputs + len(plan.state):  # (a chain's earlier kernel's end)
+        return f"y{i - plan.inputs - len(plan.state)}"
     name = plan.state[i - plan.inputs]
     return f"self.get_buffer({name[len('buffer:'):]!r})" if name.startswith("buffer:") else f"self.get_parameter({name!r})"
 
@@ -338,44 +349,83 @@ def _parameters_module(task_source: str) -> str:
     return ast.unparse(tree)
 
 
-def write_gemm_program(plan: GemmPlan, tiling: Any, name: str | None = None, task_source: str = "") -> str:
-    """A KernelBench-format candidate (ModelNew through load_inline) computing `plan` with CUTLASS.
+def write_gemm_program(plan: GemmPlan | GemmChain, tiling: Any, name: str | None = None, task_source: str = "") -> str:
+    """A KernelBench-format candidate (ModelNew through load_inline) computing `plan` with CUTLASS
+    (a chain: its kernels one after the other, each its own host function, with a `ChainTiling`).
     A task with parameters (`plan.state`) needs its own source (`task_source`): ModelNew inherits
     the construction of its Model (`_parameters_module`), so that the same seed makes the same
     parameters, and reads them by name."""
     name = name or "kevin_gemm_" + hashlib.sha256(repr((plan, tiling)).encode()).hexdigest()[:10]
     if plan.state and not task_source:
         raise ValueError("a task with parameters: its source is needed (ModelNew makes its parameters as its Model does)")
+    chained = isinstance(plan, GemmChain)
+    plans = plan.plans if chained else (plan,)
+    tilings = tiling.tilings if chained else (tiling,)
+    if len(tilings) != len(plans):
+        raise ValueError(f"{len(plans)} kernels and {len(tilings)} tilings")
+    devices, hosts, declarations, lines = [], [], [], []
+    for j, (p, t) in enumerate(zip(plans, tilings)):
+        device, host = gemm_cuda_source(p.spec, t).split(_HOST_START, 1)
+        declaration, function = gemm_cpp_source(p.spec), "gemm_epilogue"
+        if chained:  # each kernel in its own namespace, its host function numbered
+            device, host = device.replace("kevin_gemm", f"kevin_gemm{j}"), host.replace("kevin_gemm", f"kevin_gemm{j}")
+            host, function = host.replace("gemm_epilogue(", f"gemm_epilogue{j}("), f"gemm_epilogue{j}"
+            declaration = declaration.replace("gemm_epilogue(", f"{function}(")
+        devices.append(device)
+        hosts.append(_HOST_START + host)
+        declarations.append(declaration)
+        shaped = f".view({list(p.out_shape)})" if p.out_shape else ""
+        lines.append(f"{'return' if j == len(plans) - 1 else f'y{j} ='} ext.{function}({_call(p)}){shaped}")
     args = ", ".join(f"v{i}" for i in range(plan.inputs))
+    model = (f"\n\n# The task's module without its forward: ModelNew makes the same parameters under the same seed\n"
+             f"{_parameters_module(task_source)}\n\n\nclass ModelNew(KevinTaskParameters):\n" if plan.state else
+             "class ModelNew(nn.Module):\n    def __init__(self, *init_inputs):\n        super().__init__()\n\n")
+    what = (f"a chain of {len(plans)} CUTLASS 3.x GEMMs with their epilogues ({plan.describe()})" if chained else
+            f"a CUTLASS 3.x GEMM with its epilogue ({plan.describe()})")
+    functions = [f"gemm_epilogue{j}" for j in range(len(plans))] if chained else ["gemm_epilogue"]
+    body = "".join(f"        {line}\n" for line in lines)
+    return (
+        f'"""Written by kevin\'s built-in writer: {what}, {tiling.name}."""\n'
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
+        f"cuda_source = r'''{''.join(devices)}{''.join(hosts)}'''\n\n"
+        f"cpp_source = '{' '.join(declarations)}'\n\n"
+        f"ext = load_inline(name='{name}', cpp_sources=cpp_source, cuda_sources=cuda_source, functions={functions!r},\n"
+        f"                  extra_cuda_cflags={list(GEMM_CUDA_FLAGS)!r})\n\n\n"
+        f"{model}"
+        f"    def forward(self, {args}):\n"
+        f"{body}"
+    )
+
+
+# where a kernel's host function begins in its CUDA source (the devices' parts all go before it)
+_HOST_START = "\n#include <torch/extension.h>"
+
+
+def _call(plan: GemmPlan) -> str:
+    """The host function's arguments for `plan`: x, w, then the bias and the residual (empty where
+    absent), or a tree's operands."""
     x = _value(plan, plan.x)
     empty = f"torch.empty(0, device={x}.device, dtype={x}.dtype)"
     w = _value(plan, plan.w)
     operands = ([_value(plan, i) for i in plan.operands] if plan.spec.epilogue.tree else
                 [_value(plan, plan.bias) if plan.bias is not None else empty,
                  _value(plan, plan.residual) if plan.residual is not None else empty])
-    call = ", ".join([x, f"{w}.t()" if plan.w_view else w, *operands])
-    model = (f"\n\n# The task's module without its forward: ModelNew makes the same parameters under the same seed\n"
-             f"{_parameters_module(task_source)}\n\n\nclass ModelNew(KevinTaskParameters):\n" if plan.state else
-             "class ModelNew(nn.Module):\n    def __init__(self, *init_inputs):\n        super().__init__()\n\n")
-    return (
-        f'"""Written by kevin\'s built-in writer: a CUTLASS 3.x GEMM with its epilogue ({plan.describe()}), {tiling.name}."""\n'
-        "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
-        f"cuda_source = r'''{gemm_cuda_source(plan.spec, tiling)}'''\n\n"
-        f"cpp_source = '{gemm_cpp_source(plan.spec)}'\n\n"
-        f"ext = load_inline(name='{name}', cpp_sources=cpp_source, cuda_sources=cuda_source, functions=['gemm_epilogue'],\n"
-        f"                  extra_cuda_cflags={list(GEMM_CUDA_FLAGS)!r})\n\n\n"
-        f"{model}"
-        f"    def forward(self, {args}):\n"
-        f"        return ext.gemm_epilogue({call}){f'.view({list(plan.out_shape)})' if plan.out_shape else ''}\n"
-    )
+    return ", ".join([x, f"{w}.t()" if plan.w_view else w, *operands])
 
 
-def gemm_turn(source: str, plan: GemmPlan, index: int, history: list[tuple[str, float | None]]) -> tuple[str, str, str]:
+def plan_tilings(plan: GemmPlan | GemmChain) -> tuple[Any, ...]:
+    """The variants a search of `plan` tries, in order (`gemm_kernel.tilings_for`; a chain's: `chain_tilings`)."""
+    if isinstance(plan, GemmChain):
+        return chain_tilings(plan)
+    return tilings_for(plan.spec, (plan.m, plan.n, plan.k))
+
+
+def gemm_turn(source: str, plan: GemmPlan | GemmChain, index: int, history: list[tuple[str, float | None]]) -> tuple[str, str, str]:
     """One turn of a GEMM search: (the tiling's name, the program, why this one), from the
     trajectory's earlier turns (`history`: each tiling's name and the judge's kernel ms, None
     where not accepted). Untried tilings first, in `tilings_for` order from this trajectory's
     own start (`index`), then the fastest again."""
-    tilings = tilings_for(plan.spec, (plan.m, plan.n, plan.k))
+    tilings = plan_tilings(plan)
     names = [t.name for t in tilings]
     tried = {name for name, _ in history}
     untried = [names[(index + k) % len(names)] for k in range(len(names)) if names[(index + k) % len(names)] not in tried]

@@ -1,0 +1,141 @@
+"""A task of several matmuls (an MLP: up, activation, down; a SiLU-gated MLP: two products of the
+same input, one gating the other) as a chain of the GEMM writer's kernels, one a matmul, each
+with its epilogue, run one after the other by one program.
+
+    chain = plan_chain(graph, metas)          # a GemmChain, or Unsupported with the reason
+    program = write_chain_program(chain, chain_tilings(chain)[0])
+
+The graph is cut at its matmuls. Each node after the first matmul belongs to the latest matmul it
+depends on: that matmul's region, its epilogue. A region hands on one value (its end): what a later
+matmul reads as its left operand (the MLP's activations), what a later epilogue reads as an operand
+(the gate, after its SiLU), or the task's output for the last. Each region is then planned as a
+task of its own (`gemm_plan._read`) whose inputs are the task's, then the earlier regions' ends
+(`y0`, `y1`, ...), which the program keeps between its kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from kevin_backend.generate.builtin.ops import Unsupported
+
+__all__ = ["ChainTiling", "GemmChain", "chain_cut", "chain_tilings"]
+
+aten = torch.ops.aten
+_MATMULS = (aten.mm.default, aten.addmm.default)
+
+
+@dataclass(frozen=True)
+class GemmChain:
+    """The kernels of a task of several matmuls, in order: plan j reads the task's inputs (numbered
+    as `GemmPlan` numbers them) and, after them, the ends of plans 0 .. j-1."""
+
+    plans: tuple[Any, ...]  # GemmPlan each
+
+    @property
+    def inputs(self) -> int:
+        return self.plans[0].inputs
+
+    @property
+    def state(self) -> tuple[str, ...]:
+        return self.plans[0].state
+
+    def describe(self) -> str:
+        return " -> ".join(f"[{p.describe()}]" for p in self.plans)
+
+
+@dataclass(frozen=True)
+class ChainTiling:
+    """A variant of a chain: one tiling for each of its kernels."""
+
+    tilings: tuple[Any, ...]
+
+    @property
+    def name(self) -> str:
+        return " + ".join(t.name for t in self.tilings)
+
+
+def chain_tilings(chain: GemmChain) -> tuple[ChainTiling, ...]:
+    """The chain's variants, in the order a search tries them: the i-th of each kernel's own
+    (`gemm_kernel.tilings_for`), as many as the longest list has."""
+    from kevin_backend.generate.builtin.gemm_kernel import tilings_for
+
+    each = [tilings_for(p.spec, (p.m, p.n, p.k)) for p in chain.plans]
+    return tuple(ChainTiling(tuple(ts[i % len(ts)] for ts in each)) for i in range(max(len(ts) for ts in each)))
+
+
+def chain_cut(graph: fx.Graph, metas: list[Any]) -> list[tuple[fx.Graph, list[Any]]]:
+    """The task's graph cut into one graph per matmul (module docstring), each with the metas of
+    its inputs: the task's, then the earlier regions' ends."""
+    nodes = list(graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    (output,) = [n for n in nodes if n.op == "output"]
+    matmuls = [n for n in nodes if n.op == "call_function" and n.target in _MATMULS]
+    owner: dict[fx.Node, fx.Node | None] = {}
+    for n in nodes:  # graph order: each node's inputs are placed before it
+        if n.op == "placeholder":
+            owner[n] = None
+        elif n in matmuls:
+            owner[n] = n
+        elif n.op == "call_function":
+            found = [owner[i] for i in n.all_input_nodes if owner[i] is not None]
+            owner[n] = max(found, key=matmuls.index) if found else None
+    ends: list[fx.Node] = []
+    for mm in matmuls:
+        region = [n for n in nodes if owner.get(n) is mm]
+        leaving = [n for n in region if any(u.op == "output" or owner.get(u) is not mm for u in n.users)]
+        if len(leaving) != 1:
+            raise Unsupported(f"the matmul {mm.name} hands on {len(leaving)} values: a chain's kernel hands on one")
+        if mm is not matmuls[-1] and output in leaving[0].users:
+            raise Unsupported("an output of the chain before its last matmul (the GEMM writer's tasks have one output)")
+        ends.append(leaving[0])
+    if output not in ends[-1].users:
+        raise Unsupported("the last matmul's epilogue does not end in the task's output")
+    cut: list[tuple[fx.Graph, list[Any]]] = []
+    for j, mm in enumerate(matmuls):
+        sub = fx.Graph()
+        env: dict[fx.Node, fx.Node] = {}
+        for p in placeholders:
+            env[p] = sub.placeholder(p.name)
+            env[p].meta = dict(p.meta)
+        sub_metas = list(metas)
+        for i, end in enumerate(ends[:j]):
+            env[end] = sub.placeholder(f"y{i}")
+            value = end.meta["val"]
+            env[end].meta = {"val": torch.empty(value.shape, dtype=value.dtype, device="meta")}  # (kept contiguous)
+            sub_metas.append(env[end].meta["val"])
+        for n in nodes:  # the region, and what it reads that no matmul computes (a weight's transpose)
+            if n.op != "call_function" or n in env or not (owner.get(n) is mm or (owner.get(n) is None and _read_by(n, mm, owner))):
+                continue
+            if any(i not in env for i in n.all_input_nodes):
+                raise Unsupported(f"{n.name} reads a value of another matmul's epilogue than its end")
+            env[n] = sub.node_copy(n, lambda i: env[i])
+        sub.output(env[ends[j]])
+        cut.append((sub, sub_metas))
+    return cut
+
+
+def _read_by(node: fx.Node, mm: fx.Node, owner: dict[fx.Node, fx.Node | None]) -> bool:
+    """Whether `mm`'s region reads `node` (a value no matmul computes), directly or through others such."""
+    seen: set[fx.Node] = set()
+    todo = list(node.users)
+    while todo:
+        u = todo.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if owner.get(u) is mm:
+            return True
+        if owner.get(u) is None and u.op == "call_function":
+            todo.extend(u.users)
+    return False
+
+
+def with_parameters(chain: GemmChain, inputs: int, state: tuple[str, ...]) -> GemmChain:
+    """The chain with its task's parameters named (`GemmPlan.state`) in every kernel's plan."""
+    return GemmChain(tuple(dataclasses.replace(p, inputs=inputs, state=state) for p in chain.plans))
