@@ -281,8 +281,8 @@ def _tree(epi: Epilogue) -> tuple[str, str, str]:
         else:
             children.append(f"{{vectors ? static_cast<Element const*>(vectors[{vector}]) : nullptr}}")
             vector += 1
-    thread_args = ("    void const* const* vectors = static_cast<void const* const*>(bias);\n"
-                   f"    args.epilogue.thread = {{{', '.join(children)}, {{}}}};\n")
+    thread_args = (("    void const* const* vectors = static_cast<void const* const*>(bias);\n" if vector else "")
+                   + f"    args.epilogue.thread = {{{', '.join(children)}, {{}}}};\n")
     return functor, fusion, thread_args
 
 
