@@ -426,6 +426,44 @@ def gpu_tests(data: list[dict[str, Any]]) -> dict[str, str]:
     return {"groups": _table(["group", "files", "passed", "failed", "seconds"], rows)}
 
 
+def gemm_suite(data: dict[str, Any]) -> dict[str, str]:
+    """bench_gemm's runs (`runs`: each its tree and the JSON it wrote): each task's best accepted
+    tiling against Inductor, from the last run that judged the task, and the peers against that
+    tiling in the same run; the geomean and the worst task."""
+    best: dict[str, tuple[str, dict[str, Any]]] = {}
+    peers: dict[tuple[str, str], float] = {}
+    order: list[str] = []  # (the tasks in the order the runs first judged them)
+    for run in data["runs"]:
+        judged = {r["task"] for r in run["rows"]}
+        order += [r["task"] for r in run["rows"] if r["task"] not in order]
+        for task in judged:
+            best.pop(task, None)
+            for peer in ("max-autotune", "cublaslt"):
+                peers.pop((task, peer), None)
+        for r in run["rows"]:
+            if r["verdict"] != "ACCEPTED" or not r["x_peer"]:
+                continue
+            if r["peer"] != "inductor":
+                peers[(r["task"], r["peer"])] = r["x_peer"]
+            elif r["task"] not in best or r["kernel_ms"] < best[r["task"]][1]["kernel_ms"]:
+                best[r["task"]] = (run["tree"], r)
+    rows = []
+    for task in (t for t in dict.fromkeys(order) if t in best):
+        tree, r = best[task]
+        rows.append([task, tree, r["plan"], r["tiling"], f"{r['kernel_ms']:.4f}", f"{r['inductor_ms']:.4f}",
+                     f"{r['x_peer']:.3f}x"] + [f"{peers[(task, p)]:.3f}x" if (task, p) in peers else "-"
+                                               for p in ("max-autotune", "cublaslt")])
+    xs = [r["x_peer"] for _, r in best.values()]
+    worst = min(best.items(), key=lambda kv: kv[1][1]["x_peer"]) if best else None
+    against = list(peers.values())
+    summary = (f"{len(xs)} tasks: geomean {_geomean(xs):.3f}x Inductor, worst {worst[1][1]['x_peer']:.3f}x ({worst[0]}); "
+               f"{sum(x >= 1.0 for x in xs)} of {len(xs)} at or above Inductor; "
+               + (f"against the peers {min(against):.3f}x to {max(against):.3f}x\n" if against else "no peer timed\n")
+               ) if worst else "no task accepted\n"
+    header = ["task", "run", "plan", "best tiling", "kernel ms", "Inductor ms", "x Inductor", "x max-autotune", "x cuBLASLt"]
+    return {"tasks": _table(header, rows), "summary": summary}
+
+
 def isolation_verdicts(data: list[dict[str, Any]]) -> dict[str, str]:
     """The judge's GPU cases with each candidate in its own process: each run's verdict per case and,
     for accepted ones, the per-call times of the candidate, Inductor and eager under one protocol."""
@@ -483,6 +521,7 @@ KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
     "prewarm_budget": prewarm_budget,
     "inductor_forms": inductor_forms,
     "gpu_tests": gpu_tests,
+    "gemm_suite": gemm_suite,
     "isolation_verdicts": isolation_verdicts,
     "isolation_speed": isolation_speed,
 }

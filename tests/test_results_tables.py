@@ -34,7 +34,7 @@ def test_the_results_folder_holds_the_stored_runs() -> None:
         "builtin_dims_h200.json", "builtin_roofline_h200.json", "builtin_roofline_h200_run10.json",
         "builtin_roofline_h200_run11.json", "builtin_roofline_h200_run13_crossentropy_bf16.json", "builtin_roofline_h200_run4.json", "builtin_roofline_h200_run5_clusters_first.json",
         "builtin_roofline_h200_run6.json", "builtin_roofline_h200_run7.json", "builtin_roofline_h200_run8.json",
-        "builtin_roofline_h200_run9.json", "cli_startup_2cpu.json", "gpu_tests_0012c83_h200.json", "gpu_tests_16bit_h200.json", "gpu_tests_9e249fa_h200.json", "gpu_tests_b9da417_h200.json", "gpu_tests_memory_h200.json", "gpu_tests_retime_sequential_h200.json", "inductor_forms_h200.json", "isolation_gpu_tests_h200.json", "isolation_judge_cases_h200.json", "isolation_speed_h200.json",
+        "builtin_roofline_h200_run9.json", "cli_startup_2cpu.json", "gemm_suite_h200_90306a1.json", "gpu_tests_0012c83_h200.json", "gpu_tests_16bit_h200.json", "gpu_tests_1ef6dee_h200.json", "gpu_tests_9e249fa_h200.json", "gpu_tests_b9da417_h200.json", "gpu_tests_memory_h200.json", "gpu_tests_retime_sequential_h200.json", "inductor_forms_h200.json", "isolation_gpu_tests_h200.json", "isolation_judge_cases_h200.json", "isolation_speed_h200.json",
         "isolation_speed_h200_run2.json", "isolation_speed_h200_run3.json", "isolation_speed_h200_run4.json", "judge_corpus_h200.json",
         "judge_speed_h200.json", "kevin_bench_models_h200.json", "layers_gpu_tests_h200.json", "op_overhead_direct_h200.json",
         "op_overhead_h200.json", "prewarm_budget_gpt2_h200.json", "rl_h200.json", "roofline_backend_h200.json",
@@ -144,3 +144,18 @@ def test_the_bench_summary_names_the_cells_below_inductor() -> None:
     assert "cells below 0.99x: c full float32 infer, b full float32 infer;" in blocks["summary"]
     assert "lies wholly below 1.00: c full float32 infer." in blocks["summary"]
     assert "| 1.020x [0.99-1.05] | 3 hit, 1 dropped by the graph check |" in blocks["cells"]
+
+
+def test_the_gemm_suite_table_takes_each_task_from_the_last_run_that_judged_it() -> None:
+    def row(task: str, tiling: str, peer: str, x: float, ms: float) -> dict:
+        return {"task": task, "plan": "p", "tiling": tiling, "peer": peer, "verdict": "ACCEPTED", "kernel_ms": ms,
+                "inductor_ms": ms * x, "x_peer": x}
+
+    runs = [{"tree": "aaa", "rows": [row("a", "t1", "inductor", 0.5, 2.0), row("a", "t1", "max-autotune", 0.4, 2.0),
+                                     row("b", "t1", "inductor", 1.2, 1.0), row("b", "t2", "inductor", 1.5, 0.8)]},
+            {"tree": "bbb", "rows": [row("a", "t3", "inductor", 1.3, 1.5), row("a", "t4", "inductor", 1.1, 1.7)]}]
+    blocks = tables.gemm_suite({"runs": runs})
+    lines = blocks["tasks"].splitlines()[2:]
+    assert lines == ["| a | bbb | p | t3 | 1.5000 | 1.9500 | 1.300x | - | - |",  # (run aaa's row and peer replaced)
+                     "| b | aaa | p | t2 | 0.8000 | 1.2000 | 1.500x | - | - |"]
+    assert blocks["summary"].startswith("2 tasks: geomean 1.396x Inductor, worst 1.300x (a)")
