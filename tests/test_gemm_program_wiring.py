@@ -71,6 +71,20 @@ def _made_alike(reference: types.ModuleType, new: types.ModuleType, seed: int) -
     return model, new.ModelNew(*reference.get_init_inputs())
 
 
+def _runs_as_its_model(source: str, program: str, plan: Any, monkeypatch: pytest.MonkeyPatch, seed: int,
+                       tolerance: float) -> tuple[types.ModuleType, list[Any]]:
+    """The program (its extension stood in for) and the task's Model, made under `seed`, give the
+    same output on the task's inputs; the program's module and those inputs."""
+    from kevin_backend.types import load_program
+
+    new = _load(program, plan, monkeypatch)
+    reference = load_program(source, "kevin_test_gemm_wiring_task")
+    model, candidate = _made_alike(reference, new, seed)
+    values = reference.get_inputs()
+    torch.testing.assert_close(candidate(*values), model(*values), rtol=tolerance, atol=tolerance)
+    return new, values
+
+
 _LINEAR = """import torch
 import torch.nn as nn
 
@@ -175,7 +189,6 @@ def test_a_kernelbench_suite_task_is_wired_with_its_parameters(name: str, monkey
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
     from kevin_backend.toolchain.static_rules import check_program
-    from kevin_backend.types import load_program
 
     source = next(t.source for t in GEMM_SUITE if t.name == name)
     plan = plan_gemm(source)
@@ -187,12 +200,7 @@ def test_a_kernelbench_suite_task_is_wired_with_its_parameters(name: str, monkey
     tiling = tilings_for(plan.spec)[0]
     program = write_gemm_program(plan, tiling, task_source=source)
     assert check_program(program) == () and ("OpMultiplyAddFastF32" in program) == (plan.spec.dtype == "float32")
-    new = _load(program, plan, monkeypatch)
-    reference = load_program(source, "kevin_test_gemm_wiring_task")
-    model, candidate = _made_alike(reference, new, 5)
-    values = reference.get_inputs()
-    tolerance = 1e-4 if plan.spec.dtype == "float32" else 2e-2
-    torch.testing.assert_close(candidate(*values), model(*values), rtol=tolerance, atol=tolerance)
+    _runs_as_its_model(source, program, plan, monkeypatch, 5, 1e-4 if plan.spec.dtype == "float32" else 2e-2)
 
 
 @pytest.mark.parametrize("name", ["gpt2-mlp-f32-2048x768x3072", "swiglu-small-bf16"])
@@ -203,7 +211,6 @@ def test_a_chain_runs_its_kernels_in_order_each_reading_the_ends_before_it(name:
     from kevin_backend.generate.builtin.gemm_plan import GemmChain, plan_gemm, plan_tilings, write_gemm_program
     from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
     from kevin_backend.toolchain.static_rules import check_program
-    from kevin_backend.types import load_program
 
     source = (next(t.source for t in GEMM_SUITE if t.name == name) if name.startswith("gpt2") else
               task("F.silu(F.linear(v[0], v[1])) * F.linear(v[0], v[2])",
@@ -223,10 +230,5 @@ def test_a_chain_runs_its_kernels_in_order_each_reading_the_ends_before_it(name:
     assert check_program(program) == ()
     assert "namespace kevin_gemm0" in program and "namespace kevin_gemm1" in program
     assert program.index("namespace kevin_gemm1") < program.index("#include <torch/extension.h>")  # devices first
-    new = _load(program, chain, monkeypatch)
-    reference = load_program(source, "kevin_test_gemm_wiring_task")
-    model, candidate = _made_alike(reference, new, 11)
-    values = reference.get_inputs()
-    tolerance = 1e-4 if first.spec.dtype == "float32" else 3e-2
-    torch.testing.assert_close(candidate(*values), model(*values), rtol=tolerance, atol=tolerance)
+    new, values = _runs_as_its_model(source, program, chain, monkeypatch, 11, 1e-4 if first.spec.dtype == "float32" else 3e-2)
     assert len(new.calls) == 2 and new.calls[0][0].data_ptr() == values[0].data_ptr()

@@ -34,7 +34,7 @@ them (the judge moves them to the GPU).
 
 from __future__ import annotations
 
-from kevin_backend.generate.builtin.suite import SuiteTask, kernelbench_program, size_literal
+from kevin_backend.generate.builtin.suite import SuiteTask, kernelbench_program
 
 __all__ = ["GEMM_SUITE", "CATEGORIES"]
 
