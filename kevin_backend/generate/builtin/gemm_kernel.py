@@ -12,8 +12,11 @@ residual r (M x N):
 
 in one kernel: a TMA warp-specialised mainloop on the tensor cores (wgmma) and the epilogue fused
 into its store (CUTLASS's `LinCombPerColBiasEltAct` family: no round trip of x @ w.T through
-memory). The tile, the cluster and the schedule (cooperative: two consumer warp groups on one
-tile; ping-pong: each on its own) are the search's variants (`GemmTiling`).
+memory). A tree (`Epilogue.operands`) is instead one generated function of the accumulator and
+its operands, each a vector over N, a vector over M or a tensor of the output's size (an
+`Sm90EVT` of row and column broadcasts and the source C). The tile, the cluster, the schedule
+(cooperative: two consumer warp groups on one tile; ping-pong: each on its own) and how tiles
+become work (persistent, split-K, stream-K) are the search's variants (`GemmTiling`, `tilings_for`).
 
 The source is the device part of a candidate program: the kernel's types and an `extern "C"`
 launcher (`kevin_gemm_run`) that a host function calls with raw pointers; it builds only for the

@@ -1,8 +1,8 @@
 """What the built-in writer reads from a GEMM task: its matmul and the epilogue it can fuse into
 the CUTLASS kernel's store (`gemm_kernel.py`), or why it cannot.
 
-    plan = plan_gemm(task_source)                 # a GemmPlan, or Declined(reason)
-    program = write_gemm_program(plan, GemmTiling())
+    plan = plan_gemm(task_source)                 # a GemmPlan, a GemmChain, or Declined(reason)
+    program = write_gemm_program(plan, plan_tilings(plan)[0])
 
 A task (a partition's, or a KernelBench task's, whose model's parameters and buffers are read as
 inputs after the forward's: `tracing.trace_with_parameters`) is traced on meta tensors and read as
@@ -13,10 +13,14 @@ x an input of (..., K) values, w an input of N x K (as `nn.Linear` keeps its wei
 `t` or `permute`, or given as that K x N view: a compiled model's partition gets its weights so) or
 of K x N (`x @ w`), bias an input of N values (added, or addmm's), residual an input of the
 output's shape, alpha and beta numbers, f one of `gemm_kernel.ACTIVATIONS` or any elementwise
-function of the value (`gemm_function.py`). Each thing it cannot take declines the task with the
-reason: another dtype than float16, bfloat16 or float32 (`gemm_kernel_f32.py`), 16-bit rows TMA
-cannot read, a reduction or another tensor after the product, and so on. An output that views the
-product in another shape (a compiled model's 3-D activations) is the kernel's M x N output viewed so.
+function of the value (`gemm_function.py`). Where the chain after the product reads other tensors
+than these (a second bias, a column of M values, a tensor after the activation), the epilogue is a
+visitor tree instead: one function of the accumulator and each tensor it reads, broadcast over
+the columns, over the rows or read whole (16-bit only). A task of several matmuls is a chain
+(`gemm_chain.py`). Each thing it cannot take declines the task with the reason: another dtype than
+float16, bfloat16 or float32 (`gemm_kernel_f32.py`), 16-bit rows TMA cannot read, a reduction after
+the product, and so on. An output that views the product in another shape (a compiled model's 3-D
+activations) is the kernel's M x N output viewed so.
 """
 
 from __future__ import annotations
@@ -240,10 +244,12 @@ def _tree(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas
                               f"per row (M = {m}) nor per element")
         if kind == "mn" and "mn" in kinds and inputs[kinds.index("mn")] != index[source]:
             raise Unsupported("an epilogue reading two tensors of the output's size (the kernel reads one, as its source C)")
-        if index[source] not in inputs or kinds[inputs.index(index[source])] != kind:
-            kinds.append(kind)
+        read_as = list(zip(inputs, kinds))
+        if (index[source], kind) not in read_as:  # (an input read twice in one shape is one operand)
+            read_as.append((index[source], kind))
             inputs.append(index[source])
-        return f"a{inputs.index(index[source])}"
+            kinds.append(kind)
+        return f"a{read_as.index((index[source], kind))}"
 
     start = "v"
     if bias is not None:  # addmm: its bias added to the product before eager rounds it
