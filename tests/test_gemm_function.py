@@ -127,3 +127,17 @@ def test_an_epilogue_function_needs_its_activation_name() -> None:
         Epilogue(function="    return static_cast<T>(v);")
     with pytest.raises(ValueError, match="activation 'function'"):
         Epilogue(activation="function")
+
+
+def test_an_input_read_twice_is_one_operand_per_shape_it_is_read_in() -> None:
+    # v[2] scales the columns and is added again: one operand; then read as a column too (M = N):
+    # a second operand, the same input broadcast over the rows
+    x, w, s = torch.randn(64, 32), torch.randn(64, 32), torch.randn(64)
+    inputs = f"torch.randn(64, 32, {F16}), torch.randn(64, 32, {F16}), torch.randn(64, {F16})"
+    once = _plan("(v[0] @ v[1].t()) * v[2] + v[2]", inputs)
+    assert once.operands == (2,) and once.spec.epilogue.operands == ("n",), once
+    both = _plan("(v[0] @ v[1].t()) * v[2] + v[2].view(64, 1)", inputs)
+    assert both.operands == (2, 2) and both.spec.epilogue.operands == ("n", "m"), both
+    acc = x @ w.t()
+    got = run_statements(both.spec.epilogue.function, acc, s.view(1, 64), s.view(64, 1))
+    torch.testing.assert_close(got, acc.half().float() * s + s.view(64, 1), rtol=1e-5, atol=1e-5)

@@ -137,12 +137,15 @@ def elementwise_function(pre: fx.Node, out: fx.Node, dtype: torch.dtype, operand
     elif start != "v":
         lines.append(f"    float t0 = {start};")
         names[pre] = "t0"
+    derived = {pre}  # (the values computed from the product; the others come from operands alone)
     node = pre.next
     while True:
         if node.op != "call_function":
             raise Unsupported(f"{node.op} {node.name} after the matmul: the epilogue is elementwise ops only")
-        lines.append(f"    float t{len(lines)} = {_statement(node, names, dtype, last=node is out, operand=operand)};")
+        lines.append(f"    float t{len(lines)} = {_statement(node, names, derived, dtype, last=node is out, operand=operand)};")
         names[node] = f"t{len(lines) - 1}"
+        if any(a in derived for a in node.all_input_nodes):
+            derived.add(node)
         if node is out:
             break
         node = node.next
@@ -150,12 +153,13 @@ def elementwise_function(pre: fx.Node, out: fx.Node, dtype: torch.dtype, operand
     return "\n".join(lines)
 
 
-def _statement(node: fx.Node, names: dict[fx.Node, str], dtype: torch.dtype, last: bool, operand: Operand | None) -> str:
+def _statement(node: fx.Node, names: dict[fx.Node, str], derived: set[fx.Node], dtype: torch.dtype, last: bool,
+               operand: Operand | None) -> str:
     if node.target not in _OPS and node.target not in _CASTS and node.target not in _VIEWS:
         raise Unsupported(f"{node.target} in the epilogue: not an elementwise op the GEMM writer fuses")
-    if node.target in _VIEWS:  # (the same values in another shape: elementwise, nothing to compute)
-        if node.args[0] not in names and operand is not None:
-            return operand(node)  # (an operand read in the shape this view gives it)
+    if node.target in _VIEWS:  # (the product's values in another shape: elementwise, nothing to compute)
+        if node.args[0] not in derived and operand is not None:
+            return operand(node)  # (an operand, read in the shape this view gives it: broadcast as that shape says)
         return _operand(node.args[0], names, node)
     for a in node.args:
         if isinstance(a, fx.Node) and a not in names and operand is not None:
