@@ -221,3 +221,29 @@ def test_a_compiled_linear_is_planned_from_its_partition(hopper_with_cutlass) ->
     program = write_gemm_program(plan, GemmTiling())
     call = program.split("return ext.gemm_epilogue(")[1].splitlines()[0]
     assert f"v{plan.w}.t()" in call and call.endswith(".view([2, 16, 128])"), call
+
+
+def test_each_matmul_partition_of_a_compiled_gated_mlp_is_planned(hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
+    # Llama's MLP as torch.compile hands it over: the gate's matmul with its SiLU and the product by
+    # the up projection's output (a tensor of the output's size from outside the partition: a
+    # visitor tree; declined before, "not computed from the product alone"), the down projection
+    # with the residual add; the up projection's lone matmul is left to Inductor (cuBLAS).
+    import torch
+    import torch.nn.functional as F
+
+    from kevin_backend.backend.partition import partition_graph
+    from kevin_backend.backend.task import extract_task
+    from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm
+
+    def model(x, gate, up, down):  # type: ignore[no-untyped-def]
+        return x + F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
+
+    tensors = (torch.randn(2, 16, 64), torch.randn(96, 64), torch.randn(96, 64), torch.randn(64, 96))
+    graph = compiled_graph(model, *(t.to(torch.bfloat16) for t in tensors))
+    split = partition_graph(graph, BuiltinSupport())
+    partitions = [p for p in split.partitions if any(n.target is torch.ops.aten.mm.default for n in p.nodes)]
+    gated, down = (plan_gemm(extract_task(p).source) for p in partitions)
+    assert isinstance(gated, GemmPlan) and gated.spec.epilogue.operands == ("mn",), gated
+    assert isinstance(down, GemmPlan) and down.spec.epilogue.residual and not down.spec.epilogue.tree, down
+    assert [o.reason.value for o in split.left_out if o.op == "aten.mm.default"] == ["partition too small"]
