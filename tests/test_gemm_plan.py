@@ -92,9 +92,13 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
      "an epilogue operand of torch.float32"),
     ("(((((v[0] @ v[1]) @ v[1]) @ v[1]) @ v[1]) @ v[1])", f"torch.randn(256, 512, {BF16}), torch.randn(512, 512, {BF16})",
      "5 matmuls: the GEMM writer chains at most 4"),
+    ("(v[0] @ v[1].t()).float()", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})",
+     "an output of torch.float32 from torch.bfloat16 inputs"),
+    ("F.layer_norm(v[0], (512,)) @ v[1].t()", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})",
+     "a reduction before the matmul's epilogue ends"),
     ("F.relu(h := v[0] @ v[1]) @ v[2] + h", f"torch.randn(256, 512, {BF16}), torch.randn(512, 512, {BF16}), "
      f"torch.randn(512, 512, {BF16})", "hands on 2 values"),
-    ("torch.softmax(v[0] @ v[1].t(), -1)", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})",
+    ("torch.cumsum(v[0] @ v[1].t(), -1)", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})",
      "not an elementwise op the GEMM writer fuses"),
 ])
 def test_what_it_cannot_fuse_is_declined_with_the_reason(forward: str, inputs: str, reason: str) -> None:
@@ -247,3 +251,26 @@ def test_each_matmul_partition_of_a_compiled_gated_mlp_is_planned(hopper_with_cu
     assert isinstance(gated, GemmPlan) and gated.spec.epilogue.operands == ("mn",), gated
     assert isinstance(down, GemmPlan) and down.spec.epilogue.residual and not down.spec.epilogue.tree, down
     assert [o.reason.value for o in split.left_out if o.op == "aten.mm.default"] == ["partition too small"]
+
+
+def test_a_reduction_after_the_product_is_the_gemm_then_the_writers_own_kernel() -> None:
+    # the GEMM's epilogue ends at the last value read once by an elementwise op in the product's
+    # dtype (here the sigmoid); the rest (the sum) is planned by the built-in writer's planner,
+    # reading that end (y0) and the task's inputs it needs (here a scale after the sum)
+    from kevin_backend.generate.builtin.gemm_plan import GemmTail, plan_tilings, write_gemm_program
+    from kevin_backend.toolchain.static_rules import check_program
+
+    source = task("torch.sigmoid(v[0] @ v[1].t() + v[2]).sum(-1, keepdim=True) * v[3]",
+                  "torch.randn(256, 512), torch.randn(1024, 512), torch.randn(1024), torch.randn(256, 1)")
+    plan = plan_gemm(source)
+    assert isinstance(plan, GemmTail), plan
+    assert plan.gemm.spec.epilogue.bias and plan.gemm.spec.epilogue.activation == "sigmoid"
+    assert plan.reads == (3, 4) and plan.tail.is_rows  # v3, then y0 (after the task's 4 inputs)
+    assert plan.describe().endswith("-> [the built-in writer's row kernel: sum, mul]"), plan.describe()
+    program = write_gemm_program(plan, plan_tilings(plan)[0])
+    assert check_program(program) == ()
+    assert "y0 = ext.gemm_epilogue(v0, v1, v2, " in program and "return tail.kevin_run(v3, y0)" in program
+    # a 16-bit product cast to float32 for the reduction: the GEMM stores the 16-bit product, the tail casts
+    half = plan_gemm(task("torch.softmax(v[0] @ v[1].t(), -1, dtype=torch.float32)",
+                          f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})"))
+    assert isinstance(half, GemmTail) and half.gemm.spec.dtype == "bfloat16" and half.gemm.spec.epilogue.activation == "identity"

@@ -232,3 +232,54 @@ def test_a_chain_runs_its_kernels_in_order_each_reading_the_ends_before_it(name:
     assert program.index("namespace kevin_gemm1") < program.index("#include <torch/extension.h>")  # devices first
     new, values = _runs_as_its_model(source, program, chain, monkeypatch, 11, 1e-4 if first.spec.dtype == "float32" else 3e-2)
     assert len(new.calls) == 2 and new.calls[0][0].data_ptr() == values[0].data_ptr()
+
+
+@pytest.mark.parametrize("name", ["linear-sigmoid-sum-f32-128x1024x512", "linear-groupnorm-hardtanh-f32-128x1024x512",
+                                  "softmax-small-bf16"])
+def test_a_reduction_after_the_product_runs_the_writers_own_kernel_after_the_gemm(
+        name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    # the GEMM with the elementwise part of its epilogue (stood in for by PyTorch), then the
+    # built-in writer's row kernel for the rest, emulated on the CPU as written (tests/kernel_emulator.py):
+    # a sum after a sigmoid; a group norm with its own parameters, then hardtanh; a softmax
+    import shutil
+
+    import torch.utils.cpp_extension as cpp_extension
+
+    from kernel_emulator import emulate, has_cuda_headers
+    from kevin_backend.generate.builtin.gemm_kernel import tilings_for
+    from kevin_backend.generate.builtin.gemm_plan import GemmTail, plan_gemm, write_gemm_program
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+    from kevin_backend.generate.builtin.host_function import returned
+    from kevin_backend.generate.builtin.program import write_program
+    from kevin_backend.generate.builtin.variants import variants_for
+    from kevin_backend.toolchain.static_rules import check_program
+
+    if shutil.which("g++") is None or not has_cuda_headers():
+        pytest.skip("needs g++ and CUDA's headers (the kernel emulator)")
+    source = (next(t.source for t in GEMM_SUITE if t.name == name) if not name.startswith("softmax") else
+              task("torch.softmax(F.linear(v[0], v[1], v[2]), -1)",
+                   f"torch.randn(24, 64, {BF16}), torch.randn(96, 64, {BF16}), torch.randn(96, {BF16})"))
+    plan = plan_gemm(source)
+    assert isinstance(plan, GemmTail) and plan.tail.is_rows, plan
+    program = write_gemm_program(plan, tilings_for(plan.gemm.spec)[0], task_source=source)
+    assert check_program(program) == () and program.count("load_inline(") == 2
+    tail_program = write_program(plan.tail, variants_for(plan.tail)[0])
+    gemm = _kernel(plan.gemm, [])
+
+    def load_inline(**kwargs: Any) -> Any:
+        if kwargs["functions"] == ["kevin_run"]:  # the tail: the writer's own kernel, as written
+            assert kwargs["cuda_sources"] in tail_program
+            outputs = returned(plan.tail)
+            return types.SimpleNamespace(kevin_run=lambda *a: (lambda got: got[0] if len(outputs) == 1 else got)(
+                emulate(tail_program, [t.detach().contiguous() for t in a], outputs, workdir=tmp_path)))
+        return types.SimpleNamespace(gemm_epilogue=gemm)
+
+    monkeypatch.setattr(cpp_extension, "load_inline", load_inline)
+    from kevin_backend.types import load_program
+
+    new = load_program(program, "kevin_test_gemm_tail")
+    reference = load_program(source, "kevin_test_gemm_wiring_task")
+    model, candidate = _made_alike(reference, new, 13)
+    values = reference.get_inputs()
+    tolerance = 1e-4 if plan.gemm.spec.dtype == "float32" else 2e-2
+    torch.testing.assert_close(candidate(*values), model(*values), rtol=tolerance, atol=tolerance)

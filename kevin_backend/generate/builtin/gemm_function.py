@@ -26,7 +26,7 @@ import torch.fx as fx
 
 from kevin_backend.generate.builtin.ops import Unsupported
 
-__all__ = ["Operand", "elementwise_function"]
+__all__ = ["ELEMENTWISE", "Operand", "elementwise_function"]
 
 # names a tensor the function reads beside the product (`a0`, `a1`, ...), or raises Unsupported
 Operand = Callable[[fx.Node], str]
@@ -117,6 +117,8 @@ def _clamp(a: list[str], kw: dict[str, Any]) -> str:
 _OPS[aten.clamp.default] = _clamp
 _CASTS = (aten._to_copy.default, prims.convert_element_type.default)
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+# every op an epilogue function takes (what the GEMM kernel can apply to the product element by element)
+ELEMENTWISE = frozenset(_OPS) | frozenset(_CASTS) | frozenset(_VIEWS)
 
 
 def elementwise_function(pre: fx.Node, out: fx.Node, dtype: torch.dtype, operand: Operand | None = None,

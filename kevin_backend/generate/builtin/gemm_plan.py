@@ -39,11 +39,14 @@ from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CUDA_FLAGS, Epilogu
                                                          gemm_unaligned, tilings_for)
 from kevin_backend.generate.builtin.gemm_chain import ChainTiling, GemmChain, chain_cut, chain_tilings, with_parameters
 from kevin_backend.generate.builtin.gemm_kernel_f32 import f32_alignment
+from kevin_backend.generate.builtin.gemm_tail import GemmTail, has_tail, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
+from kevin_backend.generate.builtin.program import extension
+from kevin_backend.generate.builtin.variants import variants_for
 from kevin_backend.generate.builtin.plan import Declined
 from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace_with_parameters
 
-__all__ = ["ChainTiling", "GemmChain", "GemmPlan", "gemm_turn", "plan_gemm", "plan_tilings", "write_gemm_program"]
+__all__ = ["ChainTiling", "GemmChain", "GemmPlan", "GemmTail", "gemm_turn", "plan_gemm", "plan_tilings", "write_gemm_program"]
 
 aten = torch.ops.aten
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -89,7 +92,7 @@ def _kinds(operands: tuple[str, ...]) -> str:
     return ", ".join(words[k] for k in operands)
 
 
-def plan_gemm(task_source: str) -> GemmPlan | GemmChain | Declined:
+def plan_gemm(task_source: str) -> GemmPlan | GemmChain | GemmTail | Declined:
     """The task's GEMM plan (a chain of them for a task of several matmuls: `gemm_chain.py`), or
     why the built-in writer's GEMM declines it."""
     try:
@@ -102,6 +105,9 @@ def plan_gemm(task_source: str) -> GemmPlan | GemmChain | Declined:
                 raise Unsupported(f"{len(matmuls)} matmuls: the GEMM writer chains at most {_CHAIN}")
             chain = GemmChain(tuple(_read(graph, sub_metas) for graph, sub_metas in chain_cut(gm.graph, metas)))
             return with_parameters(chain, count, tuple(names))
+        if len(matmuls) == 1 and has_tail(gm.graph):  # a reduction after the product: the built-in writer's kernel after it
+            tail = plan_tail(gm.graph, metas, _read)
+            return dataclasses.replace(tail, gemm=dataclasses.replace(tail.gemm, inputs=count, state=tuple(names)))
         plan = _read(gm.graph, metas)
         if not names:
             return plan
@@ -155,6 +161,8 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
         raise Unsupported(f"an output of shape {shape}: not the {m} x {n} product's values, row by row")
     out_shape = None if tuple(value.shape) == (*xv.shape[:-1], n) else tuple(int(d) for d in value.shape)
     epilogue, bias_in, residual_in, operands = _epilogue(mm, out, bias, index, metas, (m, n), xv.dtype)
+    if value.dtype != xv.dtype:
+        raise Unsupported(f"an output of {value.dtype} from {xv.dtype} inputs (the kernel stores its inputs' dtype)")
     if xv.dtype == torch.float32 and epilogue.bias and epilogue.residual:
         raise Unsupported("a float32 GEMM with both a bias and a residual (its kernel's epilogue reads one source)")
     if xv.dtype == torch.float32 and epilogue.tree:
@@ -355,7 +363,7 @@ def _parameters_module(task_source: str) -> str:
     return ast.unparse(tree)
 
 
-def write_gemm_program(plan: GemmPlan | GemmChain, tiling: Any, name: str | None = None, task_source: str = "") -> str:
+def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail, tiling: Any, name: str | None = None, task_source: str = "") -> str:
     """A KernelBench-format candidate (ModelNew through load_inline) computing `plan` with CUTLASS
     (a chain: its kernels one after the other, each its own host function, with a `ChainTiling`).
     A task with parameters (`plan.state`) needs its own source (`task_source`): ModelNew inherits
@@ -364,6 +372,8 @@ def write_gemm_program(plan: GemmPlan | GemmChain, tiling: Any, name: str | None
     name = name or "kevin_gemm_" + hashlib.sha256(repr((plan, tiling)).encode()).hexdigest()[:10]
     if plan.state and not task_source:
         raise ValueError("a task with parameters: its source is needed (ModelNew makes its parameters as its Model does)")
+    tail = plan if isinstance(plan, GemmTail) else None
+    plan = tail.gemm if tail else plan
     chained = isinstance(plan, GemmChain)
     plans = plan.plans if chained else (plan,)
     tilings = tiling.tilings if chained else (tiling,)
@@ -381,12 +391,20 @@ def write_gemm_program(plan: GemmPlan | GemmChain, tiling: Any, name: str | None
         hosts.append(_HOST_START + host)
         declarations.append(declaration)
         shaped = f".view({list(p.out_shape)})" if p.out_shape else ""
-        lines.append(f"{'return' if j == len(plans) - 1 else f'y{j} ='} ext.{function}({_call(p)}){shaped}")
+        lines.append(f"{'return' if j == len(plans) - 1 and not tail else f'y{j} ='} ext.{function}({_call(p)}){shaped}")
+    rest = ""
+    if tail:  # the built-in writer's kernel after the GEMM, in an extension of its own
+        made = extension(tail.tail, variants_for(tail.tail)[0])
+        rest = (f"tail = load_inline(name='{name}_tail', cpp_sources='{made.declaration}', cuda_sources=r'''{made.cuda}''',\n"
+                "                   functions=['kevin_run'], extra_cuda_cflags=['-O3'])\n\n\n")
+        call = f"tail.kevin_run({', '.join(_value(plans[0], i) for i in tail.reads)})"
+        lines.append(f"return {call}" if len(tail.tail.outputs) == 1 else f"return tuple({call})")
     args = ", ".join(f"v{i}" for i in range(plan.inputs))
     model = (f"\n\n# The task's module without its forward: ModelNew makes the same parameters under the same seed\n"
              f"{_parameters_module(task_source)}\n\n\nclass ModelNew(KevinTaskParameters):\n" if plan.state else
              "class ModelNew(nn.Module):\n    def __init__(self, *init_inputs):\n        super().__init__()\n\n")
     what = (f"a chain of {len(plans)} CUTLASS 3.x GEMMs with their epilogues ({plan.describe()})" if chained else
+            f"a CUTLASS 3.x GEMM with its epilogue, then its own kernel for the rest ({tail.describe()})" if tail else
             f"a CUTLASS 3.x GEMM with its epilogue ({plan.describe()})")
     functions = [f"gemm_epilogue{j}" for j in range(len(plans))] if chained else ["gemm_epilogue"]
     body = "".join(f"        {line}\n" for line in lines)
@@ -396,8 +414,8 @@ def write_gemm_program(plan: GemmPlan | GemmChain, tiling: Any, name: str | None
         f"cuda_source = r'''{''.join(devices)}{''.join(hosts)}'''\n\n"
         f"cpp_source = '{' '.join(declarations)}'\n\n"
         f"ext = load_inline(name='{name}', cpp_sources=cpp_source, cuda_sources=cuda_source, functions={functions!r},\n"
-        f"                  extra_cuda_cflags={list(GEMM_CUDA_FLAGS)!r})\n\n\n"
-        f"{model}"
+        f"                  extra_cuda_cflags={list(GEMM_CUDA_FLAGS)!r})\n\n"
+        f"{rest}\n{model}"
         f"    def forward(self, {args}):\n"
         f"{body}"
     )
@@ -419,14 +437,17 @@ def _call(plan: GemmPlan) -> str:
     return ", ".join([x, f"{w}.t()" if plan.w_view else w, *operands])
 
 
-def plan_tilings(plan: GemmPlan | GemmChain) -> tuple[Any, ...]:
-    """The variants a search of `plan` tries, in order (`gemm_kernel.tilings_for`; a chain's: `chain_tilings`)."""
+def plan_tilings(plan: GemmPlan | GemmChain | GemmTail) -> tuple[Any, ...]:
+    """The variants a search of `plan` tries, in order (`gemm_kernel.tilings_for`; a chain's:
+    `chain_tilings`; a GEMM with a tail: its GEMM's)."""
+    if isinstance(plan, GemmTail):
+        return plan_tilings(plan.gemm)
     if isinstance(plan, GemmChain):
         return chain_tilings(plan)
     return tilings_for(plan.spec, (plan.m, plan.n, plan.k))
 
 
-def gemm_turn(source: str, plan: GemmPlan | GemmChain, index: int, history: list[tuple[str, float | None]]) -> tuple[str, str, str]:
+def gemm_turn(source: str, plan: GemmPlan | GemmChain | GemmTail, index: int, history: list[tuple[str, float | None]]) -> tuple[str, str, str]:
     """One turn of a GEMM search: (the tiling's name, the program, why this one), from the
     trajectory's earlier turns (`history`: each tiling's name and the judge's kernel ms, None
     where not accepted). Untried tilings first, in `tilings_for` order from this trajectory's

@@ -39,7 +39,7 @@ from kevin_backend.generate.builtin.tiled_kernel import TiledWriter
 from kevin_backend.generate.builtin.variant_fit import cached_values, can_vectorize, can_vectorize_rows, split_width, transposed_plane
 from kevin_backend.generate.builtin.variants import Variant
 
-__all__ = ["write_program", "fast_math", "DeviceCode", "device_code"]
+__all__ = ["write_program", "fast_math", "DeviceCode", "Extension", "device_code", "extension"]
 
 
 @dataclass(frozen=True)
@@ -77,10 +77,18 @@ def device_code(plan: Plan, variant: Variant) -> DeviceCode:
     return DeviceCode("pointwise", (*kernels, *final), vectorizable)
 
 
-def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: str = "") -> str:
-    """A KernelBench-format candidate (ModelNew through load_inline) computing `plan`."""
-    digest = hashlib.sha256(repr((plan, variant)).encode()).hexdigest()[:10]
-    name = name or f"kevin_builtin_{digest}"
+@dataclass(frozen=True)
+class Extension:
+    """What a program's load_inline takes for `plan`: the CUDA source, the declaration of its host
+    function `kevin_run` (one tensor, or a list of them for several outputs), and the family."""
+
+    cuda: str
+    declaration: str
+    family: str
+
+
+def extension(plan: Plan, variant: Variant) -> Extension:
+    """The CUDA source and the host function's declaration of `plan`'s kernels in `variant`."""
     plan = relax_rounding(plan)
     code = device_code(plan, variant)
     host = HostWriter(plan, variant, code.vectorizable, code.launches).text()
@@ -90,14 +98,23 @@ def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: st
                       cuda_code("access.cuh"), *code.kernels, host])
     returns = "torch::Tensor" if len(plan.outputs) == 1 else "std::vector<torch::Tensor>"
     params = ", ".join(f"torch::Tensor {i.var}" for i in plan.inputs)
+    return Extension(cuda, f"{returns} kevin_run({params});", code.family)
+
+
+def write_program(plan: Plan, variant: Variant, name: str | None = None, doc: str = "") -> str:
+    """A KernelBench-format candidate (ModelNew through load_inline) computing `plan`."""
+    digest = hashlib.sha256(repr((plan, variant)).encode()).hexdigest()[:10]
+    name = name or f"kevin_builtin_{digest}"
+    made = extension(plan, variant)
+    cuda = made.cuda
     args = ", ".join(i.var for i in plan.inputs)
     ret = "ext.kevin_run(" + args + ")" if len(plan.outputs) == 1 else "tuple(ext.kevin_run(" + args + "))"
-    doc = doc or f"Written by kevin's built-in writer: {code.family} kernel, {variant.describe()}."
+    doc = doc or f"Written by kevin's built-in writer: {made.family} kernel, {variant.describe()}."
     return (
         f'"""{doc}"""\n'
         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
         f"cuda_source = r'''{cuda}'''\n\n"
-        f"cpp_source = '{returns} kevin_run({params});'\n\n"
+        f"cpp_source = '{made.declaration}'\n\n"
         f"ext = load_inline(name='{name}', cpp_sources=cpp_source, cuda_sources=cuda_source, functions=['kevin_run'],\n"
         "                  extra_cuda_cflags=['-O3'])\n\n\n"
         "class ModelNew(nn.Module):\n"

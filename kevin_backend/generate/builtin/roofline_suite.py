@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kevin_backend.generate.builtin.suite import SuiteTask, kernelbench_program, size_literal
+from kevin_backend.generate.builtin.suite import SuiteTask, kernelbench_program
 
 __all__ = ["ROOFLINE_SUITE", "CATEGORIES", "task_bytes"]
 
