@@ -185,6 +185,25 @@ def test_the_builtin_policy_writes_the_gemm_and_searches_its_tilings(hopper_with
     assert last.extra["variant"] == names[2] and "every tiling tried: the fastest again" in last.text
 
 
+def test_the_builtin_policy_writes_chains_and_reductions_after_the_product(hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
+    from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+    from kevin_backend.generate.policy import Sampling
+    from kevin_backend.toolchain.static_rules import check_program
+
+    tasks = {name: next(t.source for t in GEMM_SUITE if t.name == name)
+             for name in ("gpt2-mlp-f32-2048x768x3072", "linear-logsumexp-bf16-2048x4096x4096")}
+    chain, tail = (BuiltinPolicy().generate([[{"role": "user", "content": f"Write a kernel for:\n```python\n{source}```\n"}]],
+                                            Sampling())[0] for source in tasks.values())
+    assert chain.text.startswith("A chain of CUTLASS GEMMs ([2048x3072x768 float32, bias, gelu_tanh] -> [2048x768x3072 float32, bias])")
+    assert chain.extra["variant"] == "3xtf32 tile 64x64x32 stages 4 + 3xtf32 tile 64x64x32 stages 4"
+    assert tail.text.startswith("A CUTLASS GEMM with its epilogue, then my own kernel for the rest ([2048x4096x4096 bfloat16, bias] -> "
+                                "[the built-in writer's row kernel: ")
+    for reply in (chain, tail):
+        program = reply.text.split("```python\n")[1].split("```")[0]
+        assert check_program(program) == ()
+
+
 def test_without_cutlass_the_policy_says_why_it_declines(monkeypatch: pytest.MonkeyPatch) -> None:
     from kevin_backend.generate.builtin import builtin_policy
     from kevin_backend.generate.policy import Sampling
