@@ -94,8 +94,8 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
      "5 matmuls: the GEMM writer chains at most 4"),
     ("(v[0] @ v[1].t()).float()", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})",
      "an output of torch.float32 from torch.bfloat16 inputs"),
-    ("F.layer_norm(v[0], (512,)) @ v[1].t()", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})",
-     "a reduction before the matmul's epilogue ends"),
+    ("(h := torch.tanh(v[0])) @ v[1] + h", f"torch.randn(256, 512, {BF16}), torch.randn(512, 512, {BF16})",
+     "a value of the matmul's prologue is read after the matmul too"),
     ("F.relu(h := v[0] @ v[1]) @ v[2] + h", f"torch.randn(256, 512, {BF16}), torch.randn(512, 512, {BF16}), "
      f"torch.randn(512, 512, {BF16})", "hands on 2 values"),
     ("torch.cumsum(v[0] @ v[1].t(), -1)", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})",
@@ -197,7 +197,7 @@ def test_the_builtin_policy_writes_chains_and_reductions_after_the_product(hoppe
                                             Sampling())[0] for source in tasks.values())
     assert chain.text.startswith("A chain of CUTLASS GEMMs ([2048x3072x768 float32, bias, gelu_tanh] -> [2048x768x3072 float32, bias])")
     assert chain.extra["variant"] == "3xtf32 tile 64x64x32 stages 4 + 3xtf32 tile 64x64x32 stages 4"
-    assert tail.text.startswith("A CUTLASS GEMM with its epilogue, then my own kernel for the rest ([2048x4096x4096 bfloat16, bias] -> "
+    assert tail.text.startswith("A CUTLASS GEMM with its epilogue and my own kernels around it ([2048x4096x4096 bfloat16, bias] -> "
                                 "[the built-in writer's row kernel: ")
     for reply in (chain, tail):
         program = reply.text.split("```python\n")[1].split("```")[0]

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from test_gemm_function import run_statements
 from test_gemm_plan import BF16, task
 
+F16 = "dtype=torch.float16"
+
 _ACTIVATIONS = {"identity": lambda y: y, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
                 "silu": F.silu, "sigmoid": torch.sigmoid}
 
@@ -234,52 +236,69 @@ def test_a_chain_runs_its_kernels_in_order_each_reading_the_ends_before_it(name:
     assert len(new.calls) == 2 and new.calls[0][0].data_ptr() == values[0].data_ptr()
 
 
-@pytest.mark.parametrize("name", ["linear-sigmoid-sum-f32-128x1024x512", "linear-groupnorm-hardtanh-f32-128x1024x512",
-                                  "softmax-small-bf16"])
-def test_a_reduction_after_the_product_runs_the_writers_own_kernel_after_the_gemm(
-        name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    # the GEMM with the elementwise part of its epilogue (stood in for by PyTorch), then the
-    # built-in writer's row kernel for the rest, emulated on the CPU as written (tests/kernel_emulator.py):
-    # a sum after a sigmoid; a group norm with its own parameters, then hardtanh; a softmax
+_AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel before or after it
+    "prenorm-small-f16": ("F.linear(F.layer_norm(v[0], (64,), v[1], v[2]), v[3], v[4])",
+                          f"torch.randn(2, 12, 64, {F16}), torch.randn(64, {F16}), torch.randn(64, {F16}), "
+                          f"torch.randn(96, 64, {F16}), torch.randn(96, {F16})"),
+    "cast-prologue-bf16": ("torch.relu(v[0].to(torch.bfloat16) @ v[1])", f"torch.randn(24, 64), torch.randn(64, 96, {BF16})"),
+    "softmax-small-bf16": ("torch.softmax(F.linear(v[0], v[1], v[2]), -1)",
+                           f"torch.randn(24, 64, {BF16}), torch.randn(96, 64, {BF16}), torch.randn(96, {BF16})"),
+    "prenorm-softmax-f32": ("torch.softmax(F.layer_norm(v[0], (64,)) @ v[1], -1)", "torch.randn(24, 64), torch.randn(64, 96)"),
+}
+
+
+@pytest.mark.parametrize("name", ["linear-sigmoid-sum-f32-128x1024x512", "linear-groupnorm-hardtanh-f32-128x1024x512", *_AROUND])
+def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    # the GEMM with the elementwise part of its epilogue (stood in for by PyTorch), and the built-in
+    # writer's kernels before it (a layer norm, a cast: its left operand) or after it (a sum after a
+    # sigmoid; a group norm with its own parameters, then hardtanh; a softmax), emulated on the CPU
+    # as written (tests/kernel_emulator.py), against the task's Model
     import shutil
 
     import torch.utils.cpp_extension as cpp_extension
 
     from kernel_emulator import emulate, has_cuda_headers
-    from kevin_backend.generate.builtin.gemm_kernel import tilings_for
-    from kevin_backend.generate.builtin.gemm_plan import GemmTail, plan_gemm, write_gemm_program
+    from kevin_backend.generate.builtin.gemm_plan import GemmHead, GemmTail, plan_gemm, plan_tilings, write_gemm_program
     from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
     from kevin_backend.generate.builtin.host_function import returned
     from kevin_backend.generate.builtin.program import write_program
     from kevin_backend.generate.builtin.variants import variants_for
     from kevin_backend.toolchain.static_rules import check_program
+    from kevin_backend.types import load_program
 
     if shutil.which("g++") is None or not has_cuda_headers():
         pytest.skip("needs g++ and CUDA's headers (the kernel emulator)")
-    source = (next(t.source for t in GEMM_SUITE if t.name == name) if not name.startswith("softmax") else
-              task("torch.softmax(F.linear(v[0], v[1], v[2]), -1)",
-                   f"torch.randn(24, 64, {BF16}), torch.randn(96, 64, {BF16}), torch.randn(96, {BF16})"))
+    source = next(t.source for t in GEMM_SUITE if t.name == name) if name not in _AROUND else task(*_AROUND[name])
     plan = plan_gemm(source)
-    assert isinstance(plan, GemmTail) and plan.tail.is_rows, plan
-    program = write_gemm_program(plan, tilings_for(plan.gemm.spec)[0], task_source=source)
-    assert check_program(program) == () and program.count("load_inline(") == 2
-    tail_program = write_program(plan.tail, variants_for(plan.tail)[0])
-    gemm = _kernel(plan.gemm, [])
+    head = plan if isinstance(plan, GemmHead) else None
+    tail = (head.gemm if head else plan) if isinstance(head.gemm if head else plan, GemmTail) else None
+    assert (head is not None) == ("prenorm" in name or "prologue" in name) and (tail is not None) == ("cast" not in name
+                                                                                                     and "small-f16" not in name), plan
+    program = write_gemm_program(plan, plan_tilings(plan)[0], task_source=source)
+    assert check_program(program) == () and program.count("load_inline(") == 1 + bool(head) + bool(tail)
+    own = {kind: (write_program(part, variants_for(part)[0]), returned(part))
+           for kind, part in (("_head", head and head.head), ("_tail", tail and tail.tail)) if part is not None}
+    gemm = _kernel(tail.gemm if tail else (head.gemm if head else plan), [])
+
+    def run(kind: str) -> Any:
+        written, outputs = own[kind]
+
+        def kevin_run(*a: torch.Tensor) -> Any:
+            got = emulate(written, [t.detach().contiguous() for t in a], outputs, workdir=tmp_path)
+            return got[0] if len(outputs) == 1 else got
+        return kevin_run
 
     def load_inline(**kwargs: Any) -> Any:
-        if kwargs["functions"] == ["kevin_run"]:  # the tail: the writer's own kernel, as written
-            assert kwargs["cuda_sources"] in tail_program
-            outputs = returned(plan.tail)
-            return types.SimpleNamespace(kevin_run=lambda *a: (lambda got: got[0] if len(outputs) == 1 else got)(
-                emulate(tail_program, [t.detach().contiguous() for t in a], outputs, workdir=tmp_path)))
+        kind = kwargs["name"][-5:]
+        if kind in own:  # the writer's own kernel, as written in the program
+            assert kwargs["cuda_sources"] in own[kind][0]
+            return types.SimpleNamespace(kevin_run=run(kind))
         return types.SimpleNamespace(gemm_epilogue=gemm)
 
     monkeypatch.setattr(cpp_extension, "load_inline", load_inline)
-    from kevin_backend.types import load_program
-
-    new = load_program(program, "kevin_test_gemm_tail")
+    new = load_program(program, "kevin_test_gemm_around")
     reference = load_program(source, "kevin_test_gemm_wiring_task")
     model, candidate = _made_alike(reference, new, 13)
     values = reference.get_inputs()
-    tolerance = 1e-4 if plan.gemm.spec.dtype == "float32" else 2e-2
+    tolerance = 1e-4 if "f32" in name else 2e-2
     torch.testing.assert_close(candidate(*values), model(*values), rtol=tolerance, atol=tolerance)

@@ -13,7 +13,8 @@ tried it writes the best again. Its summary lists every variant measured so far,
 reads the conversation, by number (the variant's position in its list, as its program's docstring
 and kernel name carry it).
 
-A task that is one matmul with its epilogue, a chain of them, or one followed by a reduction (`gemm_plan.plan_gemm`), where its CUTLASS GEMM runs
+A task that is one matmul with its epilogue, a chain of them, or one with a reduction after it or
+ops computing its left operand (`gemm_plan.plan_gemm`), where its CUTLASS GEMM runs
 (`builtin_support.gemm_available`), gets that kernel, its tilings searched the same way
 (`gemm_plan.gemm_turn`). A task it cannot write (see `planner.plan_task`) gets a reply without
 code that says why, with `finish_reason="declined"`, which ends that trajectory.
@@ -31,7 +32,7 @@ from functools import lru_cache
 from typing import Callable, Sequence
 
 from kevin_backend.generate.builtin.builtin_support import gemm_available
-from kevin_backend.generate.builtin.gemm_plan import GemmChain, GemmPlan, GemmTail, gemm_turn, plan_gemm
+from kevin_backend.generate.builtin.gemm_plan import GemmChain, GemmHead, GemmPlan, GemmTail, gemm_turn, plan_gemm
 from kevin_backend.generate.builtin.plan import Declined, Plan
 from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.generate.builtin.program import write_program
@@ -82,7 +83,7 @@ class BuiltinPolicy:
         plan = _plan(source)
         if isinstance(plan, Declined):
             gemm = _gemm_plan(source) if gemm_available() else None
-            if isinstance(gemm, (GemmPlan, GemmChain, GemmTail)):
+            if isinstance(gemm, (GemmPlan, GemmChain, GemmTail, GemmHead)):
                 return _gemm_reply(source, gemm, index, history)
             why = plan.reason + (f"; as a GEMM: {gemm.reason}" if isinstance(gemm, Declined) else "")
             return Reply(f"The built-in writer does not take this task: {why}.", finish_reason="declined")
@@ -132,15 +133,15 @@ class BuiltinPolicy:
 
 
 @lru_cache(maxsize=256)
-def _gemm_plan(source: str) -> GemmPlan | GemmChain | GemmTail | Declined:
+def _gemm_plan(source: str) -> GemmPlan | GemmChain | GemmTail | GemmHead | Declined:
     return plan_gemm(source)
 
 
-def _gemm_reply(source: str, plan: GemmPlan | GemmChain | GemmTail, index: int, history: list[tuple[str, float | None]]) -> Reply:
+def _gemm_reply(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, index: int, history: list[tuple[str, float | None]]) -> Reply:
     choice, program, why = gemm_turn(source, plan, index, history)
     measured = [f"{name}: {'x' if ms is None else f'{ms:.4f}'}" for name, ms in history]
     what = ("A chain of CUTLASS GEMMs" if isinstance(plan, GemmChain) else
-            "A CUTLASS GEMM with its epilogue, then my own kernel for the rest" if isinstance(plan, GemmTail) else
+            "A CUTLASS GEMM with its epilogue and my own kernels around it" if isinstance(plan, (GemmTail, GemmHead)) else
             "A CUTLASS GEMM with its epilogue")
     text = (f"{what} ({plan.describe()}), {choice}.\n\n```python\n{program}```\n\n"
             f"Summary: {choice}; {why}." + (f" Measured so far (ms, x not accepted): {'; '.join(measured)}." if measured else ""))

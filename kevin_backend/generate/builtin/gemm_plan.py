@@ -17,7 +17,9 @@ function of the value (`gemm_function.py`). Where the chain after the product re
 than these (a second bias, a column of M values, a tensor after the activation), the epilogue is a
 visitor tree instead: one function of the accumulator and each tensor it reads, broadcast over
 the columns, over the rows or read whole (16-bit only). A task of several matmuls is a chain
-(`gemm_chain.py`). Each thing it cannot take declines the task with the reason: another dtype than
+(`gemm_chain.py`); a reduction after the product, or ops computing the left operand (a cast, a
+pre-norm), are the built-in writer's own kernels around the GEMM (`gemm_tail.py`). Each thing it
+cannot take declines the task with the reason: another dtype than
 float16, bfloat16 or float32 (`gemm_kernel_f32.py`), 16-bit rows TMA cannot read, a reduction after
 the product, and so on. An output that views the product in another shape (a compiled model's 3-D
 activations) is the kernel's M x N output viewed so.
@@ -39,14 +41,14 @@ from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CUDA_FLAGS, Epilogu
                                                          gemm_unaligned, tilings_for)
 from kevin_backend.generate.builtin.gemm_chain import ChainTiling, GemmChain, chain_cut, chain_tilings, with_parameters
 from kevin_backend.generate.builtin.gemm_kernel_f32 import f32_alignment
-from kevin_backend.generate.builtin.gemm_tail import GemmTail, has_tail, plan_tail
+from kevin_backend.generate.builtin.gemm_tail import GemmHead, GemmTail, has_tail, head_of, plan_head, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.program import extension
 from kevin_backend.generate.builtin.variants import variants_for
 from kevin_backend.generate.builtin.plan import Declined
 from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace_with_parameters
 
-__all__ = ["ChainTiling", "GemmChain", "GemmPlan", "GemmTail", "gemm_turn", "plan_gemm", "plan_tilings", "write_gemm_program"]
+__all__ = ["ChainTiling", "GemmChain", "GemmHead", "GemmPlan", "GemmTail", "gemm_turn", "plan_gemm", "plan_tilings", "write_gemm_program"]
 
 aten = torch.ops.aten
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -92,7 +94,7 @@ def _kinds(operands: tuple[str, ...]) -> str:
     return ", ".join(words[k] for k in operands)
 
 
-def plan_gemm(task_source: str) -> GemmPlan | GemmChain | GemmTail | Declined:
+def plan_gemm(task_source: str) -> GemmPlan | GemmChain | GemmTail | GemmHead | Declined:
     """The task's GEMM plan (a chain of them for a task of several matmuls: `gemm_chain.py`), or
     why the built-in writer's GEMM declines it."""
     try:
@@ -105,17 +107,27 @@ def plan_gemm(task_source: str) -> GemmPlan | GemmChain | GemmTail | Declined:
                 raise Unsupported(f"{len(matmuls)} matmuls: the GEMM writer chains at most {_CHAIN}")
             chain = GemmChain(tuple(_read(graph, sub_metas) for graph, sub_metas in chain_cut(gm.graph, metas)))
             return with_parameters(chain, count, tuple(names))
-        if len(matmuls) == 1 and has_tail(gm.graph):  # a reduction after the product: the built-in writer's kernel after it
-            tail = plan_tail(gm.graph, metas, _read)
-            return dataclasses.replace(tail, gemm=dataclasses.replace(tail.gemm, inputs=count, state=tuple(names)))
-        plan = _read(gm.graph, metas)
-        if not names:
-            return plan
-        return dataclasses.replace(plan, inputs=count, state=tuple(names))
+        if len(matmuls) == 1 and head_of(gm.graph) is not None:  # a left operand ops compute: the writer's kernel first
+            return _named(plan_head(gm.graph, metas, _read_with_tail), count, tuple(names))
+        return _named(_read_with_tail(gm.graph, metas), count, tuple(names))
     except Unsupported as exc:
         return Declined(str(exc))
     except Exception as exc:  # a task the tracer cannot take is declined, not an error
         return Declined(f"the task could not be traced on meta tensors: {type(exc).__name__}: {exc}")
+
+
+def _read_with_tail(graph: fx.Graph, metas: list[Any]) -> GemmPlan | GemmTail:
+    """The GEMM of a graph of one matmul, with the built-in writer's kernel after it where a
+    reduction follows the product (`gemm_tail.py`)."""
+    return plan_tail(graph, metas, _read) if has_tail(graph) else _read(graph, metas)
+
+
+def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
+    """`plan` (a GemmPlan, or a head or tail around one) with the task's forward inputs counted and
+    its parameters named (`GemmPlan.state`)."""
+    if isinstance(plan, (GemmHead, GemmTail)):
+        return dataclasses.replace(plan, gemm=_named(plan.gemm, inputs, state))
+    return dataclasses.replace(plan, inputs=inputs, state=state)
 
 
 def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
@@ -363,7 +375,7 @@ def _parameters_module(task_source: str) -> str:
     return ast.unparse(tree)
 
 
-def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail, tiling: Any, name: str | None = None, task_source: str = "") -> str:
+def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling: Any, name: str | None = None, task_source: str = "") -> str:
     """A KernelBench-format candidate (ModelNew through load_inline) computing `plan` with CUTLASS
     (a chain: its kernels one after the other, each its own host function, with a `ChainTiling`).
     A task with parameters (`plan.state`) needs its own source (`task_source`): ModelNew inherits
@@ -372,6 +384,8 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail, tiling: Any, name:
     name = name or "kevin_gemm_" + hashlib.sha256(repr((plan, tiling)).encode()).hexdigest()[:10]
     if plan.state and not task_source:
         raise ValueError("a task with parameters: its source is needed (ModelNew makes its parameters as its Model does)")
+    head = plan if isinstance(plan, GemmHead) else None
+    plan = head.gemm if head else plan
     tail = plan if isinstance(plan, GemmTail) else None
     plan = tail.gemm if tail else plan
     chained = isinstance(plan, GemmChain)
@@ -380,6 +394,13 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail, tiling: Any, name:
     if len(tilings) != len(plans):
         raise ValueError(f"{len(plans)} kernels and {len(tilings)} tilings")
     devices, hosts, declarations, lines = [], [], [], []
+    around = ""  # the built-in writer's own extensions: before the GEMM (its left operand), after it (a reduction)
+    if head:
+        made = extension(head.head, variants_for(head.head)[0])
+        around += (f"head = load_inline(name='{name}_head', cpp_sources='{made.declaration}', cuda_sources=r'''{made.cuda}''',\n"
+                   "                   functions=['kevin_run'], extra_cuda_cflags=['-O3'])\n\n")
+        lines.append(f"y0 = head.kevin_run({', '.join(_value(plans[0], i) for i in head.reads)})")
+    first = 1 if head else 0  # (the number of the GEMM's own end: after the head's)
     for j, (p, t) in enumerate(zip(plans, tilings)):
         device, host = gemm_cuda_source(p.spec, t).split(_HOST_START, 1)
         declaration, function = gemm_cpp_source(p.spec), "gemm_epilogue"
@@ -391,12 +412,11 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail, tiling: Any, name:
         hosts.append(_HOST_START + host)
         declarations.append(declaration)
         shaped = f".view({list(p.out_shape)})" if p.out_shape else ""
-        lines.append(f"{'return' if j == len(plans) - 1 and not tail else f'y{j} ='} ext.{function}({_call(p)}){shaped}")
-    rest = ""
+        lines.append(f"{'return' if j == len(plans) - 1 and not tail else f'y{j + first} ='} ext.{function}({_call(p)}){shaped}")
     if tail:  # the built-in writer's kernel after the GEMM, in an extension of its own
         made = extension(tail.tail, variants_for(tail.tail)[0])
-        rest = (f"tail = load_inline(name='{name}_tail', cpp_sources='{made.declaration}', cuda_sources=r'''{made.cuda}''',\n"
-                "                   functions=['kevin_run'], extra_cuda_cflags=['-O3'])\n\n\n")
+        around += (f"tail = load_inline(name='{name}_tail', cpp_sources='{made.declaration}', cuda_sources=r'''{made.cuda}''',\n"
+                   "                   functions=['kevin_run'], extra_cuda_cflags=['-O3'])\n\n")
         call = f"tail.kevin_run({', '.join(_value(plans[0], i) for i in tail.reads)})"
         lines.append(f"return {call}" if len(tail.tail.outputs) == 1 else f"return tuple({call})")
     args = ", ".join(f"v{i}" for i in range(plan.inputs))
@@ -404,7 +424,7 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail, tiling: Any, name:
              f"{_parameters_module(task_source)}\n\n\nclass ModelNew(KevinTaskParameters):\n" if plan.state else
              "class ModelNew(nn.Module):\n    def __init__(self, *init_inputs):\n        super().__init__()\n\n")
     what = (f"a chain of {len(plans)} CUTLASS 3.x GEMMs with their epilogues ({plan.describe()})" if chained else
-            f"a CUTLASS 3.x GEMM with its epilogue, then its own kernel for the rest ({tail.describe()})" if tail else
+            f"a CUTLASS 3.x GEMM with its epilogue and its own kernels around it ({(head or tail).describe()})" if head or tail else
             f"a CUTLASS 3.x GEMM with its epilogue ({plan.describe()})")
     functions = [f"gemm_epilogue{j}" for j in range(len(plans))] if chained else ["gemm_epilogue"]
     body = "".join(f"        {line}\n" for line in lines)
@@ -415,7 +435,7 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail, tiling: Any, name:
         f"cpp_source = '{' '.join(declarations)}'\n\n"
         f"ext = load_inline(name='{name}', cpp_sources=cpp_source, cuda_sources=cuda_source, functions={functions!r},\n"
         f"                  extra_cuda_cflags={list(GEMM_CUDA_FLAGS)!r})\n\n"
-        f"{rest}\n{model}"
+        f"{around}\n{model}"
         f"    def forward(self, {args}):\n"
         f"{body}"
     )
@@ -437,17 +457,17 @@ def _call(plan: GemmPlan) -> str:
     return ", ".join([x, f"{w}.t()" if plan.w_view else w, *operands])
 
 
-def plan_tilings(plan: GemmPlan | GemmChain | GemmTail) -> tuple[Any, ...]:
+def plan_tilings(plan: GemmPlan | GemmChain | GemmTail | GemmHead) -> tuple[Any, ...]:
     """The variants a search of `plan` tries, in order (`gemm_kernel.tilings_for`; a chain's:
-    `chain_tilings`; a GEMM with a tail: its GEMM's)."""
-    if isinstance(plan, GemmTail):
+    `chain_tilings`; a GEMM with the writer's own kernels around it: its GEMM's)."""
+    if isinstance(plan, (GemmTail, GemmHead)):
         return plan_tilings(plan.gemm)
     if isinstance(plan, GemmChain):
         return chain_tilings(plan)
     return tilings_for(plan.spec, (plan.m, plan.n, plan.k))
 
 
-def gemm_turn(source: str, plan: GemmPlan | GemmChain | GemmTail, index: int, history: list[tuple[str, float | None]]) -> tuple[str, str, str]:
+def gemm_turn(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, index: int, history: list[tuple[str, float | None]]) -> tuple[str, str, str]:
     """One turn of a GEMM search: (the tiling's name, the program, why this one), from the
     trajectory's earlier turns (`history`: each tiling's name and the judge's kernel ms, None
     where not accepted). Untried tilings first, in `tilings_for` order from this trajectory's

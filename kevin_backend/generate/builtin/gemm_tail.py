@@ -1,6 +1,8 @@
-"""A GEMM task whose product is reduced after its epilogue (a sum, a max, a logsumexp, a softmax or
-a norm over the output's rows: what level-2 problems do after a Linear): the GEMM kernel, then the
-built-in writer's own kernel for the rest, one program of two extensions.
+"""The built-in writer's own kernels around a GEMM. After it: a GEMM task whose product is reduced
+after its epilogue (a sum, a max, a logsumexp, a softmax or a norm over the output's rows: what
+level-2 problems do after a Linear) is the GEMM kernel, then the built-in writer's own kernel for
+the rest, one program of two extensions. Before it: a left operand computed by ops (a cast, a
+pre-norm) is the writer's own kernel first (`plan_head`), its output the GEMM's left operand.
 
     tail = plan_tail(graph, metas, read)      # a GemmTail, or Unsupported with the reason
 
@@ -25,7 +27,7 @@ from kevin_backend.generate.builtin.graph_nodes import REDUCTIONS
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.plan import Plan
 
-__all__ = ["GemmTail", "has_tail", "plan_tail"]
+__all__ = ["GemmHead", "GemmTail", "has_tail", "head_of", "plan_head", "plan_tail"]
 
 aten = torch.ops.aten
 _MATMULS = (aten.mm.default, aten.addmm.default)
@@ -54,9 +56,88 @@ class GemmTail:
         return f"[{self.gemm.describe()}] -> [the built-in writer's {'row' if self.tail.is_rows else 'pointwise'} kernel: {ops}]"
 
 
+@dataclass(frozen=True)
+class GemmHead:
+    """The built-in writer's plan of what computes the GEMM's left operand (`head`: a cast, a
+    norm; reading the task's inputs numbered `reads`), then the GEMM (`gemm`: a GemmPlan or a
+    GemmTail) whose left operand is the head's output, numbered after the task's inputs and
+    parameters."""
+
+    head: Plan
+    reads: tuple[int, ...]
+    gemm: Any
+
+    @property
+    def inputs(self) -> int:
+        return self.gemm.inputs
+
+    @property
+    def state(self) -> tuple[str, ...]:
+        return self.gemm.state
+
+    def describe(self) -> str:
+        ops = ", ".join(dict.fromkeys(o.split(".")[1] if o.count(".") >= 2 else o for o in self.head.ops))
+        return f"[the built-in writer's {'row' if self.head.is_rows else 'pointwise'} kernel: {ops}] -> {self.gemm.describe()}"
+
+
+def head_of(graph: fx.Graph) -> fx.Node | None:
+    """The node whose value the task's matmul reads as its left operand where an op computes it
+    (through views at most), or None where it is an input."""
+    (mm,) = [n for n in graph.nodes if n.op == "call_function" and n.target in _MATMULS]
+    a = mm.args[1] if mm.target is aten.addmm.default else mm.args[0]
+    while isinstance(a, fx.Node) and a.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
+        a = a.args[0]
+    return a if isinstance(a, fx.Node) and a.op == "call_function" else None
+
+
+def plan_head(graph: fx.Graph, metas: list[Any], plan_rest: Callable[[fx.Graph, list[Any]], Any]) -> GemmHead:
+    """The head (`head_of`: what computes the left operand, planned by the built-in writer's
+    planner) and the rest, the GEMM reading the head's output as a new last input (`plan_rest`)."""
+    from kevin_backend.generate.builtin.planner import plan_graph
+
+    nodes = list(graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    end = head_of(graph)
+    assert end is not None
+    head = {n for n in _ancestors(end) if n.op == "call_function"}
+    feeding = _ancestors_of_mm(graph)
+    if any(u not in head and u not in feeding for n in head for u in n.users):
+        raise Unsupported("a value of the matmul's prologue is read after the matmul too")
+    if any(n.target in _MATMULS for n in head):
+        raise Unsupported("a matmul in the prologue of another")
+    used = [p for p in placeholders if any(u in head for u in p.users)]
+    head_graph = fx.Graph()
+    env = {p: _copy_placeholder(head_graph, p) for p in used}
+    for n in nodes:
+        if n in head:
+            env[n] = head_graph.node_copy(n, lambda i: env[i])
+    head_graph.output(env[end])
+    plan = plan_graph(fx.GraphModule(torch.nn.Module(), head_graph), [metas[placeholders.index(p)] for p in used])
+
+    rest_graph = fx.Graph()
+    env = {p: _copy_placeholder(rest_graph, p) for p in placeholders}
+    value = end.meta["val"]
+    env[end] = rest_graph.placeholder("h0")
+    env[end].meta = {"val": torch.empty(value.shape, dtype=value.dtype, device="meta")}  # (the head's output: contiguous)
+    for n in nodes:
+        if n.op == "call_function" and n not in head:
+            env[n] = rest_graph.node_copy(n, lambda i: env[i])
+    (output,) = [n for n in nodes if n.op == "output"]
+    rest_graph.output(fx.map_arg(output.args[0], lambda i: env[i]))
+    rest = plan_rest(rest_graph, list(metas) + [env[end].meta["val"]])
+    return GemmHead(plan, tuple(placeholders.index(p) for p in used), rest)
+
+
+def _ancestors_of_mm(graph: fx.Graph) -> set[fx.Node]:
+    (mm,) = [n for n in graph.nodes if n.op == "call_function" and n.target in _MATMULS]
+    return _ancestors(mm)
+
+
 def has_tail(graph: fx.Graph) -> bool:
     """Whether a reduction follows the task's matmul (the tail's kind of task)."""
-    return any(n.op == "call_function" and n.target in REDUCTIONS for n in graph.nodes)
+    (mm,) = [n for n in graph.nodes if n.op == "call_function" and n.target in _MATMULS]
+    before = _ancestors(mm)
+    return any(n.op == "call_function" and n.target in REDUCTIONS and n not in before for n in graph.nodes)
 
 
 def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[Any]], Any]) -> GemmTail:
