@@ -24,10 +24,11 @@ import torch.fx as fx
 
 from kevin_backend.generate.builtin.ops import Unsupported
 
-__all__ = ["ChainTiling", "GemmChain", "chain_cut", "chain_tilings"]
+__all__ = ["MATMULS", "ChainTiling", "GemmChain", "chain_cut", "chain_tilings", "copy_placeholder", "the_matmul",
+           "value_placeholder"]
 
 aten = torch.ops.aten
-_MATMULS = (aten.mm.default, aten.addmm.default)
+MATMULS = (aten.mm.default, aten.addmm.default)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def chain_cut(graph: fx.Graph, metas: list[Any]) -> list[tuple[fx.Graph, list[An
     nodes = list(graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     (output,) = [n for n in nodes if n.op == "output"]
-    matmuls = [n for n in nodes if n.op == "call_function" and n.target in _MATMULS]
+    matmuls = [n for n in nodes if n.op == "call_function" and n.target in MATMULS]
     owner: dict[fx.Node, fx.Node | None] = {}
     for n in nodes:  # graph order: each node's inputs are placed before it
         if n.op == "placeholder":
@@ -99,15 +100,10 @@ def chain_cut(graph: fx.Graph, metas: list[Any]) -> list[tuple[fx.Graph, list[An
     cut: list[tuple[fx.Graph, list[Any]]] = []
     for j, mm in enumerate(matmuls):
         sub = fx.Graph()
-        env: dict[fx.Node, fx.Node] = {}
-        for p in placeholders:
-            env[p] = sub.placeholder(p.name)
-            env[p].meta = dict(p.meta)
+        env: dict[fx.Node, fx.Node] = {p: copy_placeholder(sub, p) for p in placeholders}
         sub_metas = list(metas)
         for i, end in enumerate(ends[:j]):
-            env[end] = sub.placeholder(f"y{i}")
-            value = end.meta["val"]
-            env[end].meta = {"val": torch.empty(value.shape, dtype=value.dtype, device="meta")}  # (kept contiguous)
+            env[end] = value_placeholder(sub, f"y{i}", end)
             sub_metas.append(env[end].meta["val"])
         for n in nodes:  # the region, and what it reads that no matmul computes (a weight's transpose)
             if n.op != "call_function" or n in env or not (owner.get(n) is mm or (owner.get(n) is None and _read_by(n, mm, owner))):
@@ -118,6 +114,28 @@ def chain_cut(graph: fx.Graph, metas: list[Any]) -> list[tuple[fx.Graph, list[An
         sub.output(env[ends[j]])
         cut.append((sub, sub_metas))
     return cut
+
+
+def copy_placeholder(graph: fx.Graph, p: fx.Node) -> fx.Node:
+    """`p` as an input of `graph`, its meta kept."""
+    copy = graph.placeholder(p.name)
+    copy.meta = dict(p.meta)
+    return copy
+
+
+def value_placeholder(graph: fx.Graph, name: str, node: fx.Node) -> fx.Node:
+    """An input of `graph` holding `node`'s value as an earlier kernel leaves it: its shape and
+    dtype, contiguous."""
+    value = node.meta["val"]
+    made = graph.placeholder(name)
+    made.meta = {"val": torch.empty(value.shape, dtype=value.dtype, device="meta")}
+    return made
+
+
+def the_matmul(graph: fx.Graph) -> fx.Node:
+    """The graph's one matmul (mm or addmm)."""
+    (mm,) = [n for n in graph.nodes if n.op == "call_function" and n.target in MATMULS]
+    return mm
 
 
 def _read_by(node: fx.Node, mm: fx.Node, owner: dict[fx.Node, fx.Node | None]) -> bool:

@@ -39,7 +39,7 @@ import torch.fx as fx
 
 from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CUDA_FLAGS, Epilogue, GemmSpec, gemm_cpp_source, gemm_cuda_source,
                                                          gemm_unaligned, tilings_for)
-from kevin_backend.generate.builtin.gemm_chain import ChainTiling, GemmChain, chain_cut, chain_tilings, with_parameters
+from kevin_backend.generate.builtin.gemm_chain import MATMULS, ChainTiling, GemmChain, chain_cut, chain_tilings, with_parameters
 from kevin_backend.generate.builtin.gemm_kernel_f32 import f32_alignment
 from kevin_backend.generate.builtin.gemm_tail import GemmHead, GemmTail, has_tail, head_of, plan_head, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
@@ -101,7 +101,7 @@ def plan_gemm(task_source: str) -> GemmPlan | GemmChain | GemmTail | GemmHead | 
         with TRACE_LOCK:
             gm, metas, names = trace_with_parameters(task_source)
         count = len(metas) - len(names)
-        matmuls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in (aten.mm.default, aten.addmm.default)]
+        matmuls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in MATMULS]
         if len(matmuls) > 1:
             if len(matmuls) > _CHAIN:
                 raise Unsupported(f"{len(matmuls)} matmuls: the GEMM writer chains at most {_CHAIN}")
@@ -134,7 +134,7 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     index = {p: i for i, p in enumerate(placeholders)}
     (out,) = _outputs(graph)
-    matmuls = [n for n in graph.nodes if n.op == "call_function" and n.target in (aten.mm.default, aten.addmm.default)]
+    matmuls = [n for n in graph.nodes if n.op == "call_function" and n.target in MATMULS]
     if len(matmuls) != 1:
         raise Unsupported(f"{len(matmuls)} matmuls (mm or addmm): the GEMM writer takes one")
     mm = matmuls[0]

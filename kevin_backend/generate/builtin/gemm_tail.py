@@ -22,6 +22,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from kevin_backend.generate.builtin.gemm_chain import MATMULS, copy_placeholder, the_matmul, value_placeholder
 from kevin_backend.generate.builtin.gemm_function import ELEMENTWISE
 from kevin_backend.generate.builtin.graph_nodes import REDUCTIONS
 from kevin_backend.generate.builtin.ops import Unsupported
@@ -30,7 +31,6 @@ from kevin_backend.generate.builtin.plan import Plan
 __all__ = ["GemmHead", "GemmTail", "has_tail", "head_of", "plan_head", "plan_tail"]
 
 aten = torch.ops.aten
-_MATMULS = (aten.mm.default, aten.addmm.default)
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,7 @@ class GemmTail:
         return self.gemm.state
 
     def describe(self) -> str:
-        ops = ", ".join(dict.fromkeys(o.split(".")[1] if o.count(".") >= 2 else o for o in self.tail.ops))
-        return f"[{self.gemm.describe()}] -> [the built-in writer's {'row' if self.tail.is_rows else 'pointwise'} kernel: {ops}]"
+        return f"[{self.gemm.describe()}] -> {_own_kernel(self.tail)}"
 
 
 @dataclass(frozen=True)
@@ -76,14 +75,19 @@ class GemmHead:
         return self.gemm.state
 
     def describe(self) -> str:
-        ops = ", ".join(dict.fromkeys(o.split(".")[1] if o.count(".") >= 2 else o for o in self.head.ops))
-        return f"[the built-in writer's {'row' if self.head.is_rows else 'pointwise'} kernel: {ops}] -> {self.gemm.describe()}"
+        return f"{_own_kernel(self.head)} -> {self.gemm.describe()}"
+
+
+def _own_kernel(plan: Plan) -> str:
+    """The built-in writer's kernel of `plan`, in a description: its family and its ops, short."""
+    ops = ", ".join(dict.fromkeys(o.split(".")[1] if o.count(".") >= 2 else o for o in plan.ops))
+    return f"[the built-in writer's {'row' if plan.is_rows else 'pointwise'} kernel: {ops}]"
 
 
 def head_of(graph: fx.Graph) -> fx.Node | None:
     """The node whose value the task's matmul reads as its left operand where an op computes it
     (through views at most), or None where it is an input."""
-    (mm,) = [n for n in graph.nodes if n.op == "call_function" and n.target in _MATMULS]
+    mm = the_matmul(graph)
     a = mm.args[1] if mm.target is aten.addmm.default else mm.args[0]
     while isinstance(a, fx.Node) and a.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
         a = a.args[0]
@@ -100,14 +104,14 @@ def plan_head(graph: fx.Graph, metas: list[Any], plan_rest: Callable[[fx.Graph, 
     end = head_of(graph)
     assert end is not None
     head = {n for n in _ancestors(end) if n.op == "call_function"}
-    feeding = _ancestors_of_mm(graph)
+    feeding = _ancestors(the_matmul(graph))
     if any(u not in head and u not in feeding for n in head for u in n.users):
         raise Unsupported("a value of the matmul's prologue is read after the matmul too")
-    if any(n.target in _MATMULS for n in head):
+    if any(n.target in MATMULS for n in head):
         raise Unsupported("a matmul in the prologue of another")
     used = [p for p in placeholders if any(u in head for u in p.users)]
     head_graph = fx.Graph()
-    env = {p: _copy_placeholder(head_graph, p) for p in used}
+    env = {p: copy_placeholder(head_graph, p) for p in used}
     for n in nodes:
         if n in head:
             env[n] = head_graph.node_copy(n, lambda i: env[i])
@@ -115,10 +119,8 @@ def plan_head(graph: fx.Graph, metas: list[Any], plan_rest: Callable[[fx.Graph, 
     plan = plan_graph(fx.GraphModule(torch.nn.Module(), head_graph), [metas[placeholders.index(p)] for p in used])
 
     rest_graph = fx.Graph()
-    env = {p: _copy_placeholder(rest_graph, p) for p in placeholders}
-    value = end.meta["val"]
-    env[end] = rest_graph.placeholder("h0")
-    env[end].meta = {"val": torch.empty(value.shape, dtype=value.dtype, device="meta")}  # (the head's output: contiguous)
+    env = {p: copy_placeholder(rest_graph, p) for p in placeholders}
+    env[end] = value_placeholder(rest_graph, "h0", end)  # (the head's output)
     for n in nodes:
         if n.op == "call_function" and n not in head:
             env[n] = rest_graph.node_copy(n, lambda i: env[i])
@@ -128,15 +130,9 @@ def plan_head(graph: fx.Graph, metas: list[Any], plan_rest: Callable[[fx.Graph, 
     return GemmHead(plan, tuple(placeholders.index(p) for p in used), rest)
 
 
-def _ancestors_of_mm(graph: fx.Graph) -> set[fx.Node]:
-    (mm,) = [n for n in graph.nodes if n.op == "call_function" and n.target in _MATMULS]
-    return _ancestors(mm)
-
-
 def has_tail(graph: fx.Graph) -> bool:
     """Whether a reduction follows the task's matmul (the tail's kind of task)."""
-    (mm,) = [n for n in graph.nodes if n.op == "call_function" and n.target in _MATMULS]
-    before = _ancestors(mm)
+    before = _ancestors(the_matmul(graph))
     return any(n.op == "call_function" and n.target in REDUCTIONS and n not in before for n in graph.nodes)
 
 
@@ -145,7 +141,7 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
 
     nodes = list(graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
-    (mm,) = [n for n in nodes if n.op == "call_function" and n.target in _MATMULS]
+    mm = the_matmul(graph)
     end = mm
     dtype = mm.meta["val"].dtype
     while len(end.users) == 1:  # (the end in the product's dtype: what the GEMM kernel stores)
@@ -158,7 +154,7 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
     if any(n.target in REDUCTIONS for n in head):
         raise Unsupported("a reduction before the matmul's epilogue ends (the GEMM kernel takes none)")
     gemm_graph = fx.Graph()
-    env = {p: _copy_placeholder(gemm_graph, p) for p in placeholders}
+    env = {p: copy_placeholder(gemm_graph, p) for p in placeholders}
     for n in nodes:
         if n in head and n.op == "call_function":
             env[n] = gemm_graph.node_copy(n, lambda i: env[i])
@@ -171,10 +167,8 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
         raise Unsupported("the reduction reads a value of the matmul's epilogue before its end")
     used = [p for p in placeholders if p in outside]
     tail_graph = fx.Graph()
-    env = {p: _copy_placeholder(tail_graph, p) for p in used}
-    value = end.meta["val"]
-    env[end] = tail_graph.placeholder("y0")
-    env[end].meta = {"val": torch.empty(value.shape, dtype=value.dtype, device="meta")}  # (the GEMM's output: contiguous)
+    env = {p: copy_placeholder(tail_graph, p) for p in used}
+    env[end] = value_placeholder(tail_graph, "y0", end)  # (the GEMM's output)
     for n in rest:
         env[n] = tail_graph.node_copy(n, lambda i: env[i])
     (output,) = [n for n in nodes if n.op == "output"]
@@ -195,8 +189,3 @@ def _ancestors(node: fx.Node) -> set[fx.Node]:
             todo.extend(n.all_input_nodes)
     return seen
 
-
-def _copy_placeholder(graph: fx.Graph, p: fx.Node) -> fx.Node:
-    copy = graph.placeholder(p.name)
-    copy.meta = dict(p.meta)
-    return copy
