@@ -34,7 +34,7 @@ def test_the_epilogue_names_its_activation_and_its_bias(activation: str) -> None
     source = gemm_device_source(GemmSpec("bfloat16", Epilogue(bias=True, activation=activation, alpha=0.5, function=function)),
                                 GemmTiling())
     assert ("struct KevinEpilogueFn" in source) == (activation == "function")
-    assert _fusion(source).startswith(f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{ACTIVATIONS[activation]}, Element,")
+    assert _fusion(source).startswith(f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{ACTIVATIONS[activation]}, ElementD,")
     assert "args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);" in source
     assert "args.epilogue.thread.alpha = 0.5f;" in source and "args.epilogue.thread.beta = 0.0f;" in source
     assert "using ElementC = void;" in source  # no residual: C is never read
@@ -42,7 +42,7 @@ def test_the_epilogue_names_its_activation_and_its_bias(activation: str) -> None
 
 def test_a_residual_is_read_as_c_and_scaled_by_beta() -> None:
     source = gemm_device_source(GemmSpec("float16", Epilogue(residual=True, beta=2.0, activation="silu")), GemmTiling())
-    assert _fusion(source) == ("cutlass::epilogue::fusion::LinCombEltAct<cutlass::epilogue::thread::SiLu, Element, float, "
+    assert _fusion(source) == ("cutlass::epilogue::fusion::LinCombEltAct<cutlass::epilogue::thread::SiLu, ElementD, float, "
                                "ElementC, float>".replace("ElementC", "cutlass::half_t"))
     assert "using ElementC = cutlass::half_t;" in source and "args.epilogue.thread.beta = 2.0f;" in source
     assert "static_cast<Element const*>(residual), stride_c" in source and "bias_ptr" not in source
@@ -88,6 +88,7 @@ def test_the_float32_gemm_is_three_tf32_products_with_its_source_as_bias_or_resi
     (lambda: gemm_device_source(GemmSpec("float32", Epilogue(bias=True, residual=True)), F32Tiling()), "not both"),
     (lambda: Epilogue(activation="mish"), "one of identity"),
     (lambda: GemmSpec("bfloat16", weight="nn"), "'nk' or 'kn'"),
+    (lambda: GemmSpec("bfloat16", store="float16"), "the inputs' dtype or float32"),
     (lambda: Epilogue(activation="function", function="    return static_cast<T>(v);", operands=("k",)), "each one of n, m, mn"),
     (lambda: Epilogue(activation="function", function="    return static_cast<T>(v);", operands=("mn", "mn")), "at most one"),
     (lambda: Epilogue(bias=True, activation="function", function="    return static_cast<T>(v);", operands=("n",)),

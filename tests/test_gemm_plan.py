@@ -197,7 +197,7 @@ def test_the_builtin_policy_writes_chains_and_reductions_after_the_product(hoppe
                                             Sampling())[0] for source in tasks.values())
     assert chain.text.startswith("A chain of CUTLASS GEMMs ([2048x3072x768 float32, bias, gelu_tanh] -> [2048x768x3072 float32, bias])")
     assert chain.extra["variant"] == "3xtf32 tile 64x64x32 stages 4 + 3xtf32 tile 64x64x32 stages 4"
-    assert tail.text.startswith("A CUTLASS GEMM with its epilogue and my own kernels around it ([2048x4096x4096 bfloat16, bias] -> "
+    assert tail.text.startswith("A CUTLASS GEMM with its epilogue and my own kernels around it ([2048x4096x4096 bfloat16, bias, stored in float32] -> "
                                 "[the built-in writer's row kernel: ")
     for reply in (chain, tail):
         program = reply.text.split("```python\n")[1].split("```")[0]

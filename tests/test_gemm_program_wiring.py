@@ -41,7 +41,7 @@ def _load(program: str, plan: Any, monkeypatch: pytest.MonkeyPatch) -> types.Mod
 
 def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
     """What one kernel's host function computes, in float32 from the operands it is passed."""
-    e, weight = plan.spec.epilogue, plan.spec.weight
+    e, weight, stored = plan.spec.epilogue, plan.spec.weight, getattr(torch, plan.spec.output)
 
     def gemm_epilogue(x: torch.Tensor, w: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
         calls.append((x, w, *operands))
@@ -52,7 +52,7 @@ def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
             assert len(operands) == len(e.operands)
             shapes = {"n": (1, -1), "m": (-1, 1), "mn": tuple(product.shape)}
             read = [a.reshape(shapes[kind]) for a, kind in zip(operands, e.operands)]
-            return run_statements(e.function, product, *read).to(x.dtype).reshape(*x.shape[:-1], -1)
+            return run_statements(e.function, product, *read).to(stored).reshape(*x.shape[:-1], -1)
         bias, residual = operands
         y = e.alpha * product
         if e.bias:
@@ -60,7 +60,7 @@ def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
         if e.residual:
             y = y + e.beta * residual.reshape(y.shape).float()
         activation = (lambda z: run_statements(e.function, z)) if e.function else _ACTIVATIONS[e.activation]
-        return activation(y).to(x.dtype).reshape(*x.shape[:-1], -1)  # (x's leading sizes, N)
+        return activation(y).to(stored).reshape(*x.shape[:-1], -1)  # (x's leading sizes, N)
 
     return gemm_epilogue
 
@@ -276,6 +276,10 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
                                                                                                      and "small-f16" not in name), plan
     program = write_gemm_program(plan, plan_tilings(plan)[0], task_source=source)
     assert check_program(program) == () and program.count("load_inline(") == 1 + bool(head) + bool(tail)
+    # a 16-bit product the tail exponentiates is stored unrounded (float32); any other, in its own dtype
+    magnified = tail is not None and tail.gemm.spec.dtype != "float32" and ("softmax" in name or "logsumexp" in name)
+    assert (tail is not None and tail.gemm.spec.output == "float32") == (magnified or (tail is not None and "f32" in name))
+    assert ("using ElementD = float;" in program) == magnified and ("dtype(at::kFloat)" in program) == (magnified or "f32" in name)
     own = {kind: (write_program(part, variants_for(part)[0]), returned(part))
            for kind, part in (("_head", head and head.head), ("_tail", tail and tail.tail)) if part is not None}
     gemm = _kernel(tail.gemm if tail else (head.gemm if head else plan), [])

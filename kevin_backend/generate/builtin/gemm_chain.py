@@ -123,12 +123,12 @@ def copy_placeholder(graph: fx.Graph, p: fx.Node) -> fx.Node:
     return copy
 
 
-def value_placeholder(graph: fx.Graph, name: str, node: fx.Node) -> fx.Node:
+def value_placeholder(graph: fx.Graph, name: str, node: fx.Node, dtype: torch.dtype | None = None) -> fx.Node:
     """An input of `graph` holding `node`'s value as an earlier kernel leaves it: its shape and
-    dtype, contiguous."""
+    dtype (or `dtype`, where that kernel stores it in another), contiguous."""
     value = node.meta["val"]
     made = graph.placeholder(name)
-    made.meta = {"val": torch.empty(value.shape, dtype=value.dtype, device="meta")}
+    made.meta = {"val": torch.empty(value.shape, dtype=dtype or value.dtype, device="meta")}
     return made
 
 

@@ -76,6 +76,7 @@ OPERAND_KINDS = {"n": "cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape,
 _SCHEDULERS = {"persistent": "void", "splitk": "cutlass::gemm::StreamKScheduler", "streamk": "cutlass::gemm::StreamKScheduler"}
 
 _ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "float32": "float"}
+_SCALARS = {"float16": "at::kHalf", "bfloat16": "at::kBFloat16", "float32": "at::kFloat"}
 _SCHEDULES = {
     "cooperative": ("cutlass::gemm::KernelTmaWarpSpecializedCooperative", "cutlass::epilogue::TmaWarpSpecializedCooperative"),
     "pingpong": ("cutlass::gemm::KernelTmaWarpSpecializedPingpong", "cutlass::epilogue::TmaWarpSpecialized"),
@@ -125,12 +126,22 @@ class GemmSpec:
     epilogue: Epilogue = Epilogue()
     weight: str = "nk"  # the weight's layout: "nk" (N x K, read transposed) or "kn" (K x N), row-major either way
     align: int = 0  # float32: floats per access (`gemm_kernel_f32.f32_alignment`); 0 for 16-bit (16 bytes, TMA's)
+    # the output's dtype where it is not the inputs': "float32" keeps a 16-bit GEMM's float32 result
+    # unrounded for a kernel after it (`gemm_tail`: a softmax's exponent would magnify the rounding)
+    store: str = ""
 
     def __post_init__(self) -> None:
         if self.dtype not in _ELEMENTS:
             raise ValueError(f"dtype {self.dtype!r}: one of {', '.join(_ELEMENTS)}")
+        if self.store not in ("", self.dtype, "float32"):
+            raise ValueError(f"store {self.store!r}: the inputs' dtype or float32")
         if self.weight not in ("nk", "kn"):
             raise ValueError(f"weight {self.weight!r}: 'nk' or 'kn'")
+
+    @property
+    def output(self) -> str:
+        """The output's dtype."""
+        return self.store or self.dtype
 
 
 @dataclass(frozen=True)
@@ -239,15 +250,15 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     if epi.tree:
         functor, fusion, thread_args = _tree(epi)
     else:
-        fusion = (f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{ACTIVATIONS[epi.activation]}, Element, float, Element, "
+        fusion = (f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{ACTIVATIONS[epi.activation]}, ElementD, float, Element, "
                   f"{source_element}, float>" if epi.bias else
-                  f"cutlass::epilogue::fusion::LinCombEltAct<{ACTIVATIONS[epi.activation]}, Element, float, {source_element}, float>")
+                  f"cutlass::epilogue::fusion::LinCombEltAct<{ACTIVATIONS[epi.activation]}, ElementD, float, {source_element}, float>")
         thread_args = (f"    args.epilogue.thread.alpha = {float(epi.alpha)!r}f;\n"
                        f"    args.epilogue.thread.beta = {float(epi.beta) if epi.residual else 0.0!r}f;\n"
                        + ("    args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);\n" if epi.bias else ""))
     tm, tn, tk = tiling.tile
     cm, cn, _ = tiling.cluster
-    return _DEVICE.format(functor=functor, element=element, source_element=source_element, fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
+    return _DEVICE.format(functor=functor, element=element, output=_ELEMENTS[spec.output], source_element=source_element, fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
                           mainloop_schedule=mainloop_schedule, epilogue_schedule=epilogue_schedule,
                           thread_args=thread_args, scheduler=_SCHEDULERS[tiling.scheduler],
                           scheduler_args=_scheduler_args(tiling), c_ptr="static_cast<Element const*>(residual)" if reads_c else "nullptr",
@@ -275,7 +286,7 @@ def _tree(epi: Epilogue) -> tuple[str, str, str]:
     functor = _TREE_FUNCTION.format(params=params, arrays=arrays, body=epi.function,
                                     values="".join(f", {a}[i]" for a in names))
     fusion = ("cutlass::epilogue::fusion::Sm90EVT<\n"
-              "    cutlass::epilogue::fusion::Sm90Compute<KevinTreeFn, Element, float, cutlass::FloatRoundStyle::round_to_nearest>,\n"
+              "    cutlass::epilogue::fusion::Sm90Compute<KevinTreeFn, ElementD, float, cutlass::FloatRoundStyle::round_to_nearest>,\n"
               "    cutlass::epilogue::fusion::Sm90AccFetch" + "".join(f",\n    {OPERAND_KINDS[kind]}" for kind in epi.operands) + ">")
     children, vector = ["{}"], 0
     for kind in epi.operands:
@@ -314,7 +325,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     `gemm_cpp_source`), which checks what the kernel assumes, takes its
     workspace from torch's allocator and runs on the current stream."""
     align = (spec.align or 4) if spec.dtype == "float32" else 8
-    scalar = {"float16": "at::kHalf", "bfloat16": "at::kBFloat16", "float32": "at::kFloat"}[spec.dtype]
+    scalar = _SCALARS[spec.dtype]
     epi = spec.epilogue
     if epi.tree:
         sizes = {"n": ("n", "N values"), "m": ("m", "M values (one per output row)"), "mn": ("m * n", "the output's size")}
@@ -329,7 +340,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     else:
         operands = _CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
     return gemm_device_source(spec, tiling) + _HOST.format(
-        scalar=scalar, align=align, params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands,
+        scalar=scalar, stored=_SCALARS[spec.output], align=align, params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands,
         n="w.size(0)" if spec.weight == "nk" else "w.size(1)", kdim=1 if spec.weight == "nk" else 0,
         shape="N x K" if spec.weight == "nk" else "K x N")
 
@@ -370,7 +381,7 @@ torch::Tensor gemm_epilogue({params}) {{
     auto xs = x.contiguous(), ws = w.contiguous();
     auto out_sizes = x.sizes().vec();
     out_sizes.back() = n;
-    auto out = torch::empty(out_sizes, x.options());
+    auto out = torch::empty(out_sizes, x.options().dtype({stored}));
 {operands}    if (m == 0 || n == 0) return out;
     auto workspace = torch::empty({{static_cast<int64_t>(kevin_gemm_workspace(m, n, k))}}, x.options().dtype(torch::kUInt8));
     int status = kevin_gemm_run(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), xs.data_ptr(), ws.data_ptr(),
@@ -395,7 +406,9 @@ namespace kevin_gemm {{
 using namespace cute;
 using Element = {element};
 using ElementC = {source_element};
+using ElementD = {output};
 {functor}constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;
+constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
 using TileShape = Shape<_{tm}, _{tn}, _{tk}>;
 using ClusterShape = Shape<_{cm}, _{cn}, _1>;
 using Fusion = {fusion};
@@ -403,7 +416,7 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, float, float,
     ElementC, cutlass::layout::RowMajor, kAlign,
-    Element, cutlass::layout::RowMajor, kAlign,
+    ElementD, cutlass::layout::RowMajor, kAlignD,
     {epilogue_schedule}, Fusion>::CollectiveOp;
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -425,7 +438,7 @@ static typename Gemm::Arguments arguments(int m, int n, int k, void const* x, vo
     typename Gemm::Arguments args{{
         cutlass::gemm::GemmUniversalMode::kGemm, {{m, n, k, 1}},
         {{static_cast<Element const*>(x), stride_a, static_cast<Element const*>(w), stride_b}},
-        {{{{}}, {c_ptr}, stride_c, static_cast<Element*>(out), stride_d}}}};
+        {{{{}}, {c_ptr}, stride_c, static_cast<ElementD*>(out), stride_d}}}};
 {thread_args}{scheduler_args}    return args;
 }}
 }}  // namespace kevin_gemm

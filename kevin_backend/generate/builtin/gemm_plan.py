@@ -85,7 +85,8 @@ class GemmPlan:
                  *([f"alpha {e.alpha:g}"] if e.alpha != 1 else []), *([f"+ {e.beta:g} x residual"] if e.residual else []),
                  *([e.activation] if e.activation not in ("identity", "function") else []),
                  *([f"an elementwise function ({e.function.count(chr(10))} statements)"] if e.function and not e.tree else []),
-                 *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands)}"] if e.tree else [])]
+                 *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands)}"] if e.tree else []),
+                 *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else [])]
         return ", ".join(parts)
 
 
