@@ -43,14 +43,22 @@ TASKS = {
                               f"torch.randn(2048, 1024, {BF16}), torch.randn(4096, 1024, {BF16}), torch.randn(4096, {BF16})"),
     # ops computing the left operand (a pre-norm): the writer's row kernel, then the GEMM
     "prenorm-qkv-f16": next(t.source for t in GEMM_SUITE if t.name == "prenorm-qkv-f16-4096x1024x3072"),
+    # batches of products: attention's scores over 512 heads (keys read transposed) then softmax; baddbmm in float32
+    "attn-scores-softmax-f16": next(t.source for t in GEMM_SUITE if t.name == "attn-scores-softmax-f16-32x16x512x64"),
+    "baddbmm-scale-relu-f32": next(t.source for t in GEMM_SUITE if t.name == "baddbmm-scale-relu-f32-128x512x256x512"),
 }
+# the softmax of unscaled bf16 logits (|x| ~ 100): with the product rounded to bf16 it is off by
+# more than the judge's bound allows (on the H200, 7086 of 8.4M elements); its variant keeping the
+# product in float32 must pass. The 16-bit variant is judged too, and printed, not required.
+WIDE = {"softmax-tail-bf16"}
 TREES = {"tree-bias-gate-rows-bf16": ("n", "mn", "m"), "linear-bias-swish-scale-f16": ("n", "n"), "mm-bias-rows-f16": ("m",)}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="needs a Hopper GPU (sm_90a)")
 def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Path) -> None:
-    from kevin_backend.generate.builtin.gemm_plan import GemmChain, GemmHead, GemmPlan, GemmTail, plan_gemm, plan_tilings, write_gemm_program
+    from kevin_backend.generate.builtin.gemm_plan import (GemmChain, GemmHead, GemmPlan, GemmTail, WideEnd, plan_gemm, plan_tilings,
+                                                          write_gemm_program)
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.sandbox import RunConfig
     from kevin_backend.toolchain.build import BuildSpec
@@ -65,13 +73,19 @@ def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Pa
         if name.startswith("swiglu"):
             assert isinstance(plan, GemmChain) and plan.plans[1].spec.epilogue.operands == ("mn",), (name, plan)
         elif "sum" in name or "softmax" in name:
-            assert isinstance(plan, GemmTail) and plan.tail.is_rows, (name, plan)
+            assert isinstance(plan, GemmTail) and plan.tail.is_rows and plan.gemm.batch == (512 if "attn" in name else 1), (name, plan)
         elif "prenorm" in name:
             assert isinstance(plan, GemmHead) and plan.head.is_rows, (name, plan)
         else:
             assert isinstance(plan, GemmPlan), (name, plan)
             assert plan.spec.epilogue.operands == TREES.get(name, ()), (name, plan.describe())
-        programs[name] = write_gemm_program(plan, plan_tilings(plan)[0], task_source=source)
+            assert plan.batch == (128 if "baddbmm" in name else 1), (name, plan.describe())
+        tilings = plan_tilings(plan)
+        programs[name] = write_gemm_program(plan, tilings[0], task_source=source)
+        if name in WIDE:
+            assert isinstance(tilings[-1], WideEnd), tilings
+            programs[name + "-narrow"] = programs[name]
+            programs[name] = write_gemm_program(plan, tilings[-2], task_source=source)
     judge = Judge(tmp_path / "builds", RunConfig(trials=20))
     specs = [BuildSpec.of(ext, "9.0") for p in programs.values() for ext in Candidate.parse(p).extensions]
     start = time.perf_counter()
@@ -80,10 +94,10 @@ def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Pa
           [(r.how, round(r.seconds, 1)) for r in built])
     wrong = []
     for name, program in programs.items():
-        result = judge.judge(TASKS[name], program)
+        result = judge.judge(TASKS[name.removesuffix("-narrow")], program)
         t = result.timings
         print(f"{name}: {result.reason.name} kernel {t.kernel_ms} ms, Inductor {t.inductor_ms} ms, eager {t.eager_ms} ms, "
               f"exact {result.exact}; {result.feedback[:300]}")
-        if result.reason.name != "ACCEPTED":
+        if result.reason.name != "ACCEPTED" and not name.endswith("-narrow"):
             wrong.append(f"{name}: {result.reason.name}: {result.feedback[:1500]}")
     assert not wrong, "\n".join(wrong)

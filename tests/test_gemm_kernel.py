@@ -223,7 +223,7 @@ def test_the_fast_build_splits_the_program_at_torchs_include() -> None:
     split = split_cuda(cuda)
     assert split.device.startswith('#line 1 "cuda_sources.cu"\n#include <cutlass/cutlass.h>')
     assert "torch::" not in split.device and "kevin_gemm_run" in split.device and "gemm_epilogue" not in split.device
-    assert 'extern "C" int kevin_gemm_run(int m, int n, int k, void const* x,' in split.host
+    assert 'extern "C" int kevin_gemm_run(int m, int n, int k, int batch, void const* x,' in split.host
     line = cuda[:cuda.index("#include <torch/extension.h>")].count("\n") + 1
     assert f'#line {line} "cuda_sources.cu"\n#include <torch/extension.h>' in split.host  # errors at the candidate's lines
     host = fast_sources(GEMM_CPP_SOURCE, cuda, ["gemm_epilogue"], "0123456789abcdef").host

@@ -70,7 +70,7 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
     assert plan.describe() == "256x1024x512 bfloat16, K x N weight, relu"
     program = write_gemm_program(plan, GemmTiling())
     assert "Element, cutlass::layout::RowMajor, kAlign,\n    float, TileShape" in program  # B row-major: K x N
-    assert "n = w.size(1)" in program and check_program(program) == ()
+    assert "n = w.size(-1)" in program and check_program(program) == ()
 
 
 @pytest.mark.parametrize(("forward", "inputs", "reason"), [
@@ -197,11 +197,21 @@ def test_the_builtin_policy_writes_chains_and_reductions_after_the_product(hoppe
                                             Sampling())[0] for source in tasks.values())
     assert chain.text.startswith("A chain of CUTLASS GEMMs ([2048x3072x768 float32, bias, gelu_tanh] -> [2048x768x3072 float32, bias])")
     assert chain.extra["variant"] == "3xtf32 tile 64x64x32 stages 4 + 3xtf32 tile 64x64x32 stages 4"
-    assert tail.text.startswith("A CUTLASS GEMM with its epilogue and my own kernels around it ([2048x4096x4096 bfloat16, bias, stored in float32] -> "
+    assert tail.text.startswith("A CUTLASS GEMM with its epilogue and my own kernels around it ([2048x4096x4096 bfloat16, bias] -> "
                                 "[the built-in writer's row kernel: ")
     for reply in (chain, tail):
         program = reply.text.split("```python\n")[1].split("```")[0]
         assert check_program(program) == ()
+    # the logsumexp of a bf16 product: once a turn is not accepted, the next keeps the product in float32
+    from kevin_backend.generate.policy import EarlierTurn
+    from kevin_backend.judge.result import JudgeResult, JudgeTimings, Reason, Stage
+
+    messages = [{"role": "user", "content": f"Write a kernel for:\n```python\n{tasks['linear-logsumexp-bf16-2048x4096x4096']}```\n"}]
+    for verdict, wide in ((JudgeResult(Stage.RUN, Reason.ACCEPTED, timings=JudgeTimings(kernel_ms=0.2)), False),
+                          (JudgeResult(Stage.RUN, Reason.MISMATCH), True)):
+        (after,) = BuiltinPolicy().generate_after([messages], [[EarlierTurn(tail, verdict)]], Sampling())
+        assert after.extra["variant"].endswith(", its end in float32") == wide, after.extra
+        assert ("using ElementD = float;" in after.text) == wide and ("stored in float32" in after.text) == wide
 
 
 def test_without_cutlass_the_policy_says_why_it_declines(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -304,7 +314,8 @@ PLANNED = {
     "mm-scale-residual-bf16-8192x8192x8192", "mm-rowsum-f32-4096x4096x4096", "addmm-silu-f16-16384x1024x4096",
     "mm-softmax-f32-2048x1024x2048", "mm-cast-prologue-bf16-4096x4096x4096", "mm-bias-rows-f16-512x16384x512",
     "mlp-up-gelu-f16-8192x768x3072", "swiglu-mlp-bf16-8192x4096x11008", "down-proj-residual-bf16-8192x11008x4096",
-    "prenorm-qkv-f16-4096x1024x3072", "gpt2-mlp-f32-2048x768x3072",
+    "prenorm-qkv-f16-4096x1024x3072", "gpt2-mlp-f32-2048x768x3072", "attn-scores-softmax-f16-32x16x512x64",
+    "baddbmm-scale-relu-f32-128x512x256x512",
 }
 
 

@@ -47,7 +47,9 @@ def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
         calls.append((x, w, *operands))
         assert x.is_contiguous() and w.is_contiguous(), "the kernel reads x and w row by row"
         k = x.shape[-1]
-        product = x.reshape(-1, k).float() @ (w.float().t() if weight == "nk" else w.float())
+        assert w.dim() == 2 or (w.dim() == 3 and w.is_contiguous()), "w: one matrix, or a batch of them (packed)"
+        batch = w.shape[0] if w.dim() == 3 else 1  # (a batch: w's L matrices, x holding L times M rows)
+        product = (x.reshape(batch, -1, k).float() @ (w.float().transpose(-1, -2) if weight == "nk" else w.float())).reshape(-1, w.shape[-1 if weight == "kn" else -2])
         if e.tree:  # each operand as the kernel broadcasts it: over the columns, over the rows, or whole
             assert len(operands) == len(e.operands)
             shapes = {"n": (1, -1), "m": (-1, 1), "mn": tuple(product.shape)}
@@ -142,16 +144,23 @@ def test_a_kernelbench_linear_uses_the_parameters_its_model_makes(monkeypatch: p
     ("F.relu(v[0] @ v[1])", f"torch.randn(32, 64, {BF16}), torch.randn(64, 48, {BF16})"),
     ("F.silu(torch.add((v[0] @ v[1].t()) * 0.25, v[2], alpha=2.0))",
      f"torch.randn(32, 64, {BF16}), torch.randn(48, 64, {BF16}), torch.randn(32, 48, {BF16})"),
+    # batches of products (bmm): attention's q @ k^T over 4-D heads, keys read transposed; baddbmm
+    # (its c the residual, alpha the scale) with K x N matrices; a bias over N shared by the batch
+    ("torch.tanh(v[0] @ v[1].transpose(-2, -1) * 0.125)", f"torch.randn(2, 3, 16, 64, {BF16}), torch.randn(2, 3, 24, 64, {BF16})"),
+    ("torch.relu(torch.baddbmm(v[0], v[1], v[2], alpha=0.5))", "torch.randn(4, 16, 24), torch.randn(4, 16, 32), torch.randn(4, 32, 24)"),
+    ("F.gelu(torch.bmm(v[0], v[1]) + v[2])", f"torch.randn(4, 16, 32, {BF16}), torch.randn(4, 32, 24, {BF16}), torch.randn(24, {BF16})"),
 ])
 def test_each_operand_reaches_the_kernel(forward: str, inputs: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
+    from kevin_backend.generate.builtin.gemm_kernel import F32Tiling, GemmTiling
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.types import load_program
 
     source = task(forward, inputs)
     plan = plan_gemm(source)
     assert isinstance(plan, GemmPlan) and not plan.state, plan
-    new = _load(write_gemm_program(plan, GemmTiling()), plan, monkeypatch)
+    assert plan.batch == (4 if "bmm" in forward else 6 if "transpose" in forward else 1), plan.describe()
+    tiling = F32Tiling() if plan.spec.dtype == "float32" else GemmTiling()
+    new = _load(write_gemm_program(plan, tiling), plan, monkeypatch)
     reference = load_program(source, "kevin_test_gemm_wiring_task")
     values = reference.get_inputs()
     torch.testing.assert_close(new.ModelNew()(*values), reference.Model()(*values), rtol=2e-2, atol=2e-2)
@@ -247,8 +256,11 @@ _AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel befor
 }
 
 
-@pytest.mark.parametrize("name", ["linear-sigmoid-sum-f32-128x1024x512", "linear-groupnorm-hardtanh-f32-128x1024x512", *_AROUND])
+@pytest.mark.parametrize("name", ["linear-sigmoid-sum-f32-128x1024x512", "linear-groupnorm-hardtanh-f32-128x1024x512", *_AROUND,
+                                  "softmax-small-bf16-wide"])
 def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    wide = name.endswith("-wide")  # (the variant storing the GEMM's end in float32)
+    name = name.removesuffix("-wide")
     # the GEMM with the elementwise part of its epilogue (stood in for by PyTorch), and the built-in
     # writer's kernels before it (a layer norm, a cast: its left operand) or after it (a sum after a
     # sigmoid; a group norm with its own parameters, then hardtanh; a softmax), emulated on the CPU
@@ -258,7 +270,7 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     import torch.utils.cpp_extension as cpp_extension
 
     from kernel_emulator import emulate, has_cuda_headers
-    from kevin_backend.generate.builtin.gemm_plan import GemmHead, GemmTail, plan_gemm, plan_tilings, write_gemm_program
+    from kevin_backend.generate.builtin.gemm_plan import GemmHead, GemmTail, WideEnd, plan_gemm, plan_tilings, write_gemm_program
     from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
     from kevin_backend.generate.builtin.host_function import returned
     from kevin_backend.generate.builtin.program import write_program
@@ -274,12 +286,16 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     tail = (head.gemm if head else plan) if isinstance(head.gemm if head else plan, GemmTail) else None
     assert (head is not None) == ("prenorm" in name or "prologue" in name) and (tail is not None) == ("cast" not in name
                                                                                                      and "small-f16" not in name), plan
-    program = write_gemm_program(plan, plan_tilings(plan)[0], task_source=source)
-    assert check_program(program) == () and program.count("load_inline(") == 1 + bool(head) + bool(tail)
-    # a 16-bit product the tail exponentiates is stored unrounded (float32); any other, in its own dtype
+    # a 16-bit product the tail exponentiates has variants storing it unrounded (float32), tried last
     magnified = tail is not None and tail.gemm.spec.dtype != "float32" and ("softmax" in name or "logsumexp" in name)
-    assert (tail is not None and tail.gemm.spec.output == "float32") == (magnified or (tail is not None and "f32" in name))
-    assert ("using ElementD = float;" in program) == magnified and ("dtype(at::kFloat)" in program) == (magnified or "f32" in name)
+    tilings = plan_tilings(plan)
+    assert (tail is not None and tail.wide is not None) == magnified
+    assert [isinstance(t, WideEnd) for t in tilings] == [False] * (len(tilings) - 2 * magnified) + [True] * (2 * magnified)
+    program = write_gemm_program(plan, tilings[-1 if wide else 0], task_source=source)
+    assert check_program(program) == () and program.count("load_inline(") == 1 + bool(head) + bool(tail)
+    assert ("using ElementD = float;" in program) == wide and ("dtype(at::kFloat)" in program) == (wide or "f32" in name)
+    if wide:
+        tail = tail.wide
     own = {kind: (write_program(part, variants_for(part)[0]), returned(part))
            for kind, part in (("_head", head and head.head), ("_tail", tail and tail.tail)) if part is not None}
     gemm = _kernel(tail.gemm if tail else (head.gemm if head else plan), [])

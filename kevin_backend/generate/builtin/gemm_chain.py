@@ -24,11 +24,14 @@ import torch.fx as fx
 
 from kevin_backend.generate.builtin.ops import Unsupported
 
-__all__ = ["MATMULS", "ChainTiling", "GemmChain", "chain_cut", "chain_tilings", "copy_placeholder", "the_matmul",
-           "value_placeholder"]
+__all__ = ["MATMULS", "ChainTiling", "GemmChain", "batched_operands", "chain_cut", "chain_tilings", "copy_placeholder",
+           "decompose_baddbmm", "the_matmul", "value_placeholder"]
 
 aten = torch.ops.aten
-MATMULS = (aten.mm.default, aten.addmm.default)
+MATMULS = (aten.mm.default, aten.addmm.default, aten.bmm.default)
+# ops that view their operand in place (an expand adding nothing shows as no zero stride after it)
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.expand.default, aten.t.default,
+          aten.permute.default, aten.transpose.int)
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ def chain_tilings(chain: GemmChain) -> tuple[ChainTiling, ...]:
     (`gemm_kernel.tilings_for`), as many as the longest list has."""
     from kevin_backend.generate.builtin.gemm_kernel import tilings_for
 
-    each = [tilings_for(p.spec, (p.m, p.n, p.k)) for p in chain.plans]
+    each = [tilings_for(p.spec, (p.batch * p.m, p.n, p.k)) for p in chain.plans]
     return tuple(ChainTiling(tuple(ts[i % len(ts)] for ts in each)) for i in range(max(len(ts) for ts in each)))
 
 
@@ -133,7 +136,7 @@ def value_placeholder(graph: fx.Graph, name: str, node: fx.Node, dtype: torch.dt
 
 
 def the_matmul(graph: fx.Graph) -> fx.Node:
-    """The graph's one matmul (mm or addmm)."""
+    """The graph's one matmul (mm, addmm or bmm)."""
     (mm,) = [n for n in graph.nodes if n.op == "call_function" and n.target in MATMULS]
     return mm
 
@@ -157,3 +160,56 @@ def _read_by(node: fx.Node, mm: fx.Node, owner: dict[fx.Node, fx.Node | None]) -
 def with_parameters(chain: GemmChain, inputs: int, state: tuple[str, ...]) -> GemmChain:
     """The chain with its task's parameters named (`GemmPlan.state`) in every kernel's plan."""
     return GemmChain(tuple(dataclasses.replace(p, inputs=inputs, state=state) for p in chain.plans))
+
+
+def decompose_baddbmm(graph: fx.Graph) -> None:
+    """Each `baddbmm(c, a, b, beta=, alpha=)` of `graph` as what the GEMM writer reads: bmm(a, b),
+    scaled by alpha, with beta x c added (the epilogue's scale and residual, or a tree's operand)."""
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.baddbmm.default:
+            continue
+        c, a, b = node.args[:3]
+        beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+        with graph.inserting_before(node):
+            value = graph.call_function(aten.bmm.default, (a, b))
+            if alpha != 1:
+                value.meta = dict(node.meta)
+                value = graph.call_function(aten.mul.Tensor, (value, alpha))
+            if beta != 0:  # (beta 0: c is not read, as eager ignores it)
+                value.meta = dict(node.meta)
+                value = graph.call_function(aten.add.Tensor, (value, c), {"alpha": beta} if beta != 1 else {})
+        value.meta = dict(node.meta)
+        node.replace_all_uses_with(value)
+        graph.erase_node(node)
+
+
+def batched_operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple[fx.Node, fx.Node, str, tuple[int, ...]]:
+    """A bmm's operands as the task's inputs they view in place (`_VIEWS`: the 4-D q @ k.transpose
+    of attention, flattened to 3-D): (x, w, the weight's layout, (L, M, N, K)). x holds L packed
+    M x K matrices; w L packed N x K ("nk", read transposed) or K x N ("kn") ones."""
+    a, b = mm.args[:2]
+    av, bv = a.meta["val"], b.meta["val"]
+    batch, m, k = av.shape
+    n = bv.shape[2]
+    x, w = _viewed(a, index, metas, batch * m * k), _viewed(b, index, metas, batch * k * n)
+    if x is None or not _strided(av, (m * k, k, 1)):
+        raise Unsupported("bmm's left operand is not an input's packed (L, M, K) values, viewed in place")
+    if w is not None and _strided(bv, (k * n, n, 1)):
+        return x, w, "kn", (batch, m, n, k)
+    if w is not None and _strided(bv, (n * k, 1, k)):
+        return x, w, "nk", (batch, m, n, k)
+    raise Unsupported("bmm's right operand is not an input's packed (L, K, N) or (L, N, K) values, viewed in place")
+
+
+def _viewed(node: Any, index: dict[fx.Node, int], metas: list[Any], numel: int) -> fx.Node | None:
+    """The contiguous input of `numel` values `node` views in place, or None."""
+    while isinstance(node, fx.Node) and node.target in _VIEWS:
+        node = node.args[0]
+    if node not in index or not metas[index[node]].is_contiguous() or metas[index[node]].numel() != numel:
+        return None
+    return node
+
+
+def _strided(value: Any, strides: tuple[int, ...]) -> bool:
+    """Whether `value` has these strides in every dimension of more than one element."""
+    return all(size == 1 or int(got) == want for size, got, want in zip(value.shape, value.stride(), strides))

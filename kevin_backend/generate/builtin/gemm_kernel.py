@@ -231,7 +231,7 @@ def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tu
 
 def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     """The device part: the kernel's types and `extern "C" int kevin_gemm_run(...)` (0 on success,
-    else CUTLASS's status), `kevin_gemm_workspace(m, n, k)` the bytes of workspace it needs."""
+    else CUTLASS's status), `kevin_gemm_workspace(m, n, k, batch)` the bytes of workspace it needs."""
     epi = spec.epilogue
     functor = _FUNCTION.format(body=epi.function) if epi.function else ""
     if spec.dtype == "float32":
@@ -328,7 +328,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     scalar = _SCALARS[spec.dtype]
     epi = spec.epilogue
     if epi.tree:
-        sizes = {"n": ("n", "N values"), "m": ("m", "M values (one per output row)"), "mn": ("m * n", "the output's size")}
+        sizes = {"n": ("n", "N values"), "m": ("m", "M values (one per output row)"), "mn": ("batch * m * n", "the output's size")}
         checks = "".join(
             f'    TORCH_CHECK(a{j}.numel() == {sizes[kind][0]} && a{j}.scalar_type() == {scalar}, "gemm_epilogue: a{j} of {sizes[kind][1]}");\n'
             f"    a{j} = a{j}.contiguous();\n" for j, kind in enumerate(epi.operands))
@@ -341,7 +341,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
         operands = _CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
     return gemm_device_source(spec, tiling) + _HOST.format(
         scalar=scalar, stored=_SCALARS[spec.output], align=align, params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands,
-        n="w.size(0)" if spec.weight == "nk" else "w.size(1)", kdim=1 if spec.weight == "nk" else 0,
+        n="w.size(-2)" if spec.weight == "nk" else "w.size(-1)", kdim=-1 if spec.weight == "nk" else -2,
         shape="N x K" if spec.weight == "nk" else "K x N")
 
 
@@ -362,7 +362,7 @@ _CLASSIC_OPERANDS = """    const void* bias_ptr = nullptr;
         bias_ptr = bias.data_ptr();
     }}
     if ({residual:d}) {{
-        TORCH_CHECK(residual.numel() == m * n && residual.scalar_type() == {scalar}, "gemm_epilogue: a residual the output's size");
+        TORCH_CHECK(residual.numel() == batch * m * n && residual.scalar_type() == {scalar}, "gemm_epilogue: a residual the output's size");
         residual = residual.contiguous();
         residual_ptr = residual.data_ptr();
     }}
@@ -373,18 +373,20 @@ _HOST = """
 #include <ATen/cuda/CUDAContext.h>
 
 torch::Tensor gemm_epilogue({params}) {{
-    const int64_t k = x.size(-1), n = {n}, m = x.numel() / k;
+    // w of 3 dimensions: a batch of products, x (any leading dimensions) holding as many
+    const int64_t k = x.size(-1), n = {n}, batch = w.dim() == 3 ? w.size(0) : 1, m = x.numel() / k / batch;
     TORCH_CHECK(x.is_cuda() && w.is_cuda() && x.scalar_type() == {scalar} && w.scalar_type() == {scalar},
                 "gemm_epilogue: x and w on the GPU, of the kernel's dtype");
-    TORCH_CHECK(w.dim() == 2 && w.size({kdim}) == k, "gemm_epilogue: w is {shape}");
+    TORCH_CHECK((w.dim() == 2 || w.dim() == 3) && w.size({kdim}) == k && x.numel() == batch * m * k,
+                "gemm_epilogue: w is {shape} (a batch of them: x holding as many products' rows)");
     TORCH_CHECK(k % {align} == 0 && n % {align} == 0, "gemm_epilogue: K and N multiples of {align} (the kernel's aligned rows)");
     auto xs = x.contiguous(), ws = w.contiguous();
     auto out_sizes = x.sizes().vec();
     out_sizes.back() = n;
     auto out = torch::empty(out_sizes, x.options().dtype({stored}));
 {operands}    if (m == 0 || n == 0) return out;
-    auto workspace = torch::empty({{static_cast<int64_t>(kevin_gemm_workspace(m, n, k))}}, x.options().dtype(torch::kUInt8));
-    int status = kevin_gemm_run(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), xs.data_ptr(), ws.data_ptr(),
+    auto workspace = torch::empty({{static_cast<int64_t>(kevin_gemm_workspace(m, n, k, batch))}}, x.options().dtype(torch::kUInt8));
+    int status = kevin_gemm_run(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), static_cast<int>(batch), xs.data_ptr(), ws.data_ptr(),
                                 bias_ptr, residual_ptr, out.data_ptr(), workspace.data_ptr(),
                                 at::cuda::getCurrentCUDAStream().stream());
     TORCH_CHECK(status == 0, "gemm_epilogue: CUTLASS status ", status);
@@ -428,15 +430,16 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
 using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, {scheduler}>;
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
-static typename Gemm::Arguments arguments(int m, int n, int k, void const* x, void const* w, void const* bias,
+static typename Gemm::Arguments arguments(int m, int n, int k, int batch, void const* x, void const* w, void const* bias,
                                           void const* residual, void* out) {{
-    // every operand packed: x (m, k), w (n, k) or (k, n), residual and out (m, n), row-major
+    // every operand packed: x (m, k), w (n, k) or (k, n), residual and out (m, n), row-major, each
+    // `batch` times (the bias and the vectors over N are one for all)
     typename Kernel::StrideA stride_a = cute::make_stride(int64_t(k), cute::Int<1>{{}}, int64_t(m) * k);
     typename Kernel::StrideB stride_b = {stride_b};
     typename Kernel::StrideC stride_c = cute::make_stride(int64_t(n), cute::Int<1>{{}}, int64_t(m) * n);
     typename Kernel::StrideD stride_d = cute::make_stride(int64_t(n), cute::Int<1>{{}}, int64_t(m) * n);
     typename Gemm::Arguments args{{
-        cutlass::gemm::GemmUniversalMode::kGemm, {{m, n, k, 1}},
+        cutlass::gemm::GemmUniversalMode::kGemm, {{m, n, k, batch}},
         {{static_cast<Element const*>(x), stride_a, static_cast<Element const*>(w), stride_b}},
         {{{{}}, {c_ptr}, stride_c, static_cast<ElementD*>(out), stride_d}}}};
 {thread_args}{scheduler_args}    return args;

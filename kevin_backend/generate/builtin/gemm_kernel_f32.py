@@ -63,21 +63,21 @@ def f32_device_source(activation: str, functor: str, alpha: float, beta: float, 
     return _DEVICE.format(functor=functor, align=align, activation=activation, tm=tm, tn=tn, tk=tk, wm=tm // 2, wn=tn // 2,
                           stages=tiling.stages, alpha=f"{float(alpha)!r}f",
                           beta=f"{float(beta) if residual else 1.0 if bias else 0.0!r}f", c_ptr=c_ptr,
-                          ldc="0" if bias else "n",
+                          ldc="0" if bias else "n", c_batch="0" if bias else "int64_t(m) * n",
                           layout_b="cutlass::layout::ColumnMajor" if weight == "nk" else "cutlass::layout::RowMajor",
                           ldb="k" if weight == "nk" else "n")
 
 
 # The entry points every GEMM program's device part ends with (the 16-bit kernels' too), around
 # `kevin_gemm::Gemm` and `kevin_gemm::arguments` (a format string: braces doubled)
-ENTRY_POINTS = """extern "C" size_t kevin_gemm_workspace(int m, int n, int k) {{
-    return kevin_gemm::Gemm::get_workspace_size(kevin_gemm::arguments(m, n, k, nullptr, nullptr, nullptr, nullptr, nullptr));
+ENTRY_POINTS = """extern "C" size_t kevin_gemm_workspace(int m, int n, int k, int batch) {{
+    return kevin_gemm::Gemm::get_workspace_size(kevin_gemm::arguments(m, n, k, batch, nullptr, nullptr, nullptr, nullptr, nullptr));
 }}
 
-extern "C" int kevin_gemm_run(int m, int n, int k, void const* x, void const* w, void const* bias, void const* residual,
+extern "C" int kevin_gemm_run(int m, int n, int k, int batch, void const* x, void const* w, void const* bias, void const* residual,
                               void* out, void* workspace, cudaStream_t stream) {{
     kevin_gemm::Gemm gemm;
-    auto args = kevin_gemm::arguments(m, n, k, x, w, bias, residual, out);
+    auto args = kevin_gemm::arguments(m, n, k, batch, x, w, bias, residual, out);
     cutlass::Status status = gemm.can_implement(args);
     if (status != cutlass::Status::kSuccess) return static_cast<int>(status);
     status = gemm.initialize(args, workspace, stream);
@@ -101,15 +101,16 @@ using Gemm = cutlass::gemm::device::GemmUniversal<
     EpilogueOp, cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, {stages}, kAlign, kAlign,
     cutlass::arch::OpMultiplyAddFastF32>;
 
-static typename Gemm::Arguments arguments(int m, int n, int k, void const* x, void const* w, void const* bias,
+static typename Gemm::Arguments arguments(int m, int n, int k, int batch, void const* x, void const* w, void const* bias,
                                           void const* residual, void* out) {{
-    // x (m, k) and out (m, n) row-major; w (n, k) row-major (column-major k x n) or (k, n);
-    // C: the bias as one row read by every row (row stride 0), the residual, or (beta 0) not read
+    // x (m, k) and out (m, n) row-major; w (n, k) row-major (column-major k x n) or (k, n); each
+    // `batch` times, packed; C: the bias as one row read by every row (row and batch strides 0),
+    // the residual, or (beta 0) not read
     typename EpilogueOp::Params epilogue({alpha}, {beta});
     return typename Gemm::Arguments(
-        cutlass::gemm::GemmUniversalMode::kGemm, {{m, n, k}}, 1, epilogue,
-        x, w, {c_ptr}, out,
-        int64_t(m) * k, int64_t(n) * k, int64_t(m) * n, int64_t(m) * n,
+        batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm, {{m, n, k}}, batch,
+        epilogue, x, w, {c_ptr}, out,
+        int64_t(m) * k, int64_t(n) * k, {c_batch}, int64_t(m) * n,
         k, {ldb}, {ldc}, n);
 }}
 }}  // namespace kevin_gemm

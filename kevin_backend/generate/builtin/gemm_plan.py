@@ -39,16 +39,17 @@ import torch.fx as fx
 
 from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CUDA_FLAGS, Epilogue, GemmSpec, gemm_cpp_source, gemm_cuda_source,
                                                          gemm_unaligned, tilings_for)
-from kevin_backend.generate.builtin.gemm_chain import MATMULS, ChainTiling, GemmChain, chain_cut, chain_tilings, with_parameters
+from kevin_backend.generate.builtin.gemm_chain import (MATMULS, ChainTiling, GemmChain, batched_operands, chain_cut, chain_tilings,
+                                                        decompose_baddbmm, with_parameters)
 from kevin_backend.generate.builtin.gemm_kernel_f32 import f32_alignment
-from kevin_backend.generate.builtin.gemm_tail import GemmHead, GemmTail, has_tail, head_of, plan_head, plan_tail
+from kevin_backend.generate.builtin.gemm_tail import GemmHead, GemmTail, WideEnd, has_tail, head_of, plan_head, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.program import extension
 from kevin_backend.generate.builtin.variants import variants_for
 from kevin_backend.generate.builtin.plan import Declined
 from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace_with_parameters
 
-__all__ = ["ChainTiling", "GemmChain", "GemmHead", "GemmPlan", "GemmTail", "gemm_turn", "plan_gemm", "plan_tilings", "write_gemm_program"]
+__all__ = ["ChainTiling", "GemmChain", "GemmHead", "GemmPlan", "GemmTail", "WideEnd", "gemm_turn", "plan_gemm", "plan_tilings", "write_gemm_program"]
 
 aten = torch.ops.aten
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -77,10 +78,11 @@ class GemmPlan:
     state: tuple[str, ...] = ()
     # a tree epilogue's operands (`Epilogue.operands`), the task's input each is, in order
     operands: tuple[int, ...] = ()
+    batch: int = 1  # L products of M x N (bmm's; x and w hold L matrices each, the output L x M x N)
 
     def describe(self) -> str:
         e = self.spec.epilogue
-        parts = [f"{self.m}x{self.n}x{self.k} {self.spec.dtype}", *(["K x N weight"] if self.spec.weight == "kn" else []),
+        parts = [f"{self.batch} x " * (self.batch > 1) + f"{self.m}x{self.n}x{self.k} {self.spec.dtype}", *(["K x N weight"] if self.spec.weight == "kn" else []),
                  *(["bias"] if e.bias else []),
                  *([f"alpha {e.alpha:g}"] if e.alpha != 1 else []), *([f"+ {e.beta:g} x residual"] if e.residual else []),
                  *([e.activation] if e.activation not in ("identity", "function") else []),
@@ -101,6 +103,7 @@ def plan_gemm(task_source: str) -> GemmPlan | GemmChain | GemmTail | GemmHead | 
     try:
         with TRACE_LOCK:
             gm, metas, names = trace_with_parameters(task_source)
+        decompose_baddbmm(gm.graph)
         count = len(metas) - len(names)
         matmuls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in MATMULS]
         if len(matmuls) > 1:
@@ -126,6 +129,8 @@ def _read_with_tail(graph: fx.Graph, metas: list[Any]) -> GemmPlan | GemmTail:
 def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
     """`plan` (a GemmPlan, or a head or tail around one) with the task's forward inputs counted and
     its parameters named (`GemmPlan.state`)."""
+    if isinstance(plan, GemmTail) and plan.wide is not None:
+        plan = dataclasses.replace(plan, wide=_named(plan.wide, inputs, state))
     if isinstance(plan, (GemmHead, GemmTail)):
         return dataclasses.replace(plan, gemm=_named(plan.gemm, inputs, state))
     return dataclasses.replace(plan, inputs=inputs, state=state)
@@ -137,43 +142,21 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     (out,) = _outputs(graph)
     matmuls = [n for n in graph.nodes if n.op == "call_function" and n.target in MATMULS]
     if len(matmuls) != 1:
-        raise Unsupported(f"{len(matmuls)} matmuls (mm or addmm): the GEMM writer takes one")
+        raise Unsupported(f"{len(matmuls)} matmuls (mm, addmm or bmm): the GEMM writer takes one")
     mm = matmuls[0]
-    bias = None
-    if mm.target is aten.addmm.default:
-        if mm.kwargs.get("beta", 1) != 1 or mm.kwargs.get("alpha", 1) != 1:
-            raise Unsupported("addmm with alpha or beta")
-        bias, a, b = mm.args[:3]
-    else:
-        a, b = mm.args[:2]
-    x = _through(a, _RESHAPES)
-    transposed = isinstance(b, fx.Node) and b.target in _TRANSPOSES
-    w = b.args[0] if transposed else b
-    if not isinstance(x, fx.Node) or x.op != "placeholder":
-        raise Unsupported("the matmul's left operand is not an input (read through a view at most)")
-    if not isinstance(w, fx.Node) or w.op != "placeholder":
-        raise Unsupported("the matmul's right operand is not an input (N x K read transposed, or K x N)")
+    x, w, bias, transposed, w_view, (batch, m, n, k) = _operands(mm, index, metas)
     xv, wv = metas[index[x]], metas[index[w]]
-    # an N x K weight seen as its K x N transpose (strides (1, K)): read as nn.Linear keeps it
-    w_view = not transposed and wv.dim() == 2 and wv.shape[0] > 1 and tuple(wv.stride()) == (1, wv.shape[0])
-    for v, what in ((xv, "x"), (wv, "w")):
-        if v.dtype not in _DTYPES:
-            raise Unsupported(f"{what} is {v.dtype}: the GEMM writer takes float16, bfloat16 and float32")
-        if not v.is_contiguous() and not (what == "w" and w_view):
-            raise Unsupported(f"{what} is not contiguous (nor the transpose of a contiguous N x K weight)")
-    if xv.dtype != wv.dtype or wv.dim() != 2:
-        raise Unsupported("x and w of different dtypes, or w not 2-D")
-    n, k = wv.shape if transposed else reversed(wv.shape)
-    m = xv.numel() // k if k else 0
     why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 else ""  # (float32's kernel reads any row: `f32_alignment`)
     if why:
         raise Unsupported(why)
     value = out.meta.get("val")
-    if not isinstance(value, torch.Tensor) or value.numel() != m * n or not value.is_contiguous():
+    if not isinstance(value, torch.Tensor) or value.numel() != batch * m * n or not value.is_contiguous():
         shape = tuple(value.shape) if isinstance(value, torch.Tensor) else "?"
         raise Unsupported(f"an output of shape {shape}: not the {m} x {n} product's values, row by row")
     out_shape = None if tuple(value.shape) == (*xv.shape[:-1], n) else tuple(int(d) for d in value.shape)
-    epilogue, bias_in, residual_in, operands = _epilogue(mm, out, bias, index, metas, (m, n), xv.dtype)
+    epilogue, bias_in, residual_in, operands = _epilogue(mm, out, bias, index, metas, (batch * m, n), xv.dtype)
+    if batch > 1 and "m" in epilogue.operands:
+        raise Unsupported("a column of values per row in a batch of products (the kernel reads one column for all)")
     if value.dtype != xv.dtype:
         raise Unsupported(f"an output of {value.dtype} from {xv.dtype} inputs (the kernel stores its inputs' dtype)")
     if xv.dtype == torch.float32 and epilogue.bias and epilogue.residual:
@@ -184,7 +167,47 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if transposed or w_view else "kn",
                     f32_alignment(n, k) if xv.dtype == torch.float32 else 0)
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape,
-                    operands=operands)
+                    operands=operands, batch=batch)
+
+
+def _operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple[Any, ...]:
+    """The matmul's x and w (task inputs), addmm's bias (or None), whether w is read transposed
+    (N x K), whether it is given as that K x N view, and (L, M, N, K): L products (bmm's batch:
+    `gemm_chain.batched_operands`), each M x N over K."""
+    if mm.target is aten.bmm.default:
+        x, w, layout, sizes = batched_operands(mm, index, metas)
+        transposed, w_view, bias = layout == "nk", False, None
+    else:
+        bias = None
+        if mm.target is aten.addmm.default:
+            if mm.kwargs.get("beta", 1) != 1 or mm.kwargs.get("alpha", 1) != 1:
+                raise Unsupported("addmm with alpha or beta")
+            bias, a, b = mm.args[:3]
+        else:
+            a, b = mm.args[:2]
+        x = _through(a, _RESHAPES)
+        transposed = isinstance(b, fx.Node) and b.target in _TRANSPOSES
+        w = b.args[0] if transposed else b
+        if not isinstance(x, fx.Node) or x.op != "placeholder":
+            raise Unsupported("the matmul's left operand is not an input (read through a view at most)")
+        if not isinstance(w, fx.Node) or w.op != "placeholder":
+            raise Unsupported("the matmul's right operand is not an input (N x K read transposed, or K x N)")
+        wv = metas[index[w]]
+        # an N x K weight seen as its K x N transpose (strides (1, K)): read as nn.Linear keeps it
+        w_view = not transposed and wv.dim() == 2 and wv.shape[0] > 1 and tuple(wv.stride()) == (1, wv.shape[0])
+        sizes = None
+    xv, wv = metas[index[x]], metas[index[w]]
+    for v, what in ((xv, "x"), (wv, "w")):
+        if v.dtype not in _DTYPES:
+            raise Unsupported(f"{what} is {v.dtype}: the GEMM writer takes float16, bfloat16 and float32")
+        if not v.is_contiguous() and not (what == "w" and w_view):
+            raise Unsupported(f"{what} is not contiguous (nor the transpose of a contiguous N x K weight)")
+    if xv.dtype != wv.dtype or (sizes is None and wv.dim() != 2):
+        raise Unsupported("x and w of different dtypes, or w not 2-D")
+    if sizes is None:
+        n, k = wv.shape if transposed else reversed(wv.shape)
+        sizes = (1, xv.numel() // k if k else 0, n, k)
+    return x, w, bias, transposed, w_view, sizes
 
 
 def _epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], mn: tuple[int, int],
@@ -388,6 +411,10 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
     head = plan if isinstance(plan, GemmHead) else None
     plan = head.gemm if head else plan
     tail = plan if isinstance(plan, GemmTail) else None
+    if isinstance(tiling, WideEnd):  # (the tail's variant whose GEMM stores its end in float32)
+        if tail is None or tail.wide is None:
+            raise ValueError(f"{tiling.name}: a variant of a tail that exponentiates a 16-bit end")
+        tail, tiling = tail.wide, tiling.tiling
     plan = tail.gemm if tail else plan
     chained = isinstance(plan, GemmChain)
     plans = plan.plans if chained else (plan,)
@@ -455,31 +482,42 @@ def _call(plan: GemmPlan) -> str:
     operands = ([_value(plan, i) for i in plan.operands] if plan.spec.epilogue.tree else
                 [_value(plan, plan.bias) if plan.bias is not None else empty,
                  _value(plan, plan.residual) if plan.residual is not None else empty])
-    return ", ".join([x, f"{w}.t()" if plan.w_view else w, *operands])
+    w = f"{w}.t()" if plan.w_view else f"{w}.reshape(-1, {w}.shape[-2], {w}.shape[-1])" if plan.batch > 1 else w
+    return ", ".join([x, w, *operands])
 
 
 def plan_tilings(plan: GemmPlan | GemmChain | GemmTail | GemmHead) -> tuple[Any, ...]:
     """The variants a search of `plan` tries, in order (`gemm_kernel.tilings_for`; a chain's:
     `chain_tilings`; a GEMM with the writer's own kernels around it: its GEMM's)."""
+    if isinstance(plan, GemmTail) and plan.wide is not None:  # then its end in float32, with the first two
+        own = plan_tilings(plan.gemm)
+        return own + tuple(WideEnd(t) for t in own[:2])
     if isinstance(plan, (GemmTail, GemmHead)):
         return plan_tilings(plan.gemm)
     if isinstance(plan, GemmChain):
         return chain_tilings(plan)
-    return tilings_for(plan.spec, (plan.m, plan.n, plan.k))
+    return tilings_for(plan.spec, (plan.batch * plan.m, plan.n, plan.k))
 
 
 def gemm_turn(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, index: int, history: list[tuple[str, float | None]]) -> tuple[str, str, str]:
     """One turn of a GEMM search: (the tiling's name, the program, why this one), from the
     trajectory's earlier turns (`history`: each tiling's name and the judge's kernel ms, None
     where not accepted). Untried tilings first, in `tilings_for` order from this trajectory's
-    own start (`index`), then the fastest again."""
+    own start (`index`), then the fastest again. A tail's variants storing its end in float32
+    (`WideEnd`) come last, or first once a turn was not accepted."""
     tilings = plan_tilings(plan)
     names = [t.name for t in tilings]
     tried = {name for name, _ in history}
-    untried = [names[(index + k) % len(names)] for k in range(len(names)) if names[(index + k) % len(names)] not in tried]
+    wide = [t.name for t in tilings if isinstance(t, WideEnd)]
+    narrow = [name for name in names if name not in wide]
+    failed = any(ms is None for _, ms in history)
+    order = [narrow[(index + k) % len(narrow)] for k in range(len(narrow))]
+    untried = [name for name in (wide + order if failed else order + wide) if name not in tried]
     timed = [(ms, name) for name, ms in history if ms is not None and name in names]
     if untried:
         choice, why = untried[0], f"{len(tried & set(names))} of {len(names)} tilings tried"
+        if failed and choice in wide:
+            why += "; a turn was not accepted: the end kept in float32"
     elif timed:
         choice, why = min(timed)[1], "every tiling tried: the fastest again"
     else:

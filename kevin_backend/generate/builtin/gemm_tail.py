@@ -29,12 +29,13 @@ from kevin_backend.generate.builtin.graph_nodes import REDUCTIONS
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.plan import Plan
 
-__all__ = ["GemmHead", "GemmTail", "has_tail", "head_of", "plan_head", "plan_tail"]
+__all__ = ["GemmHead", "GemmTail", "WideEnd", "has_tail", "head_of", "plan_head", "plan_tail"]
 
 aten = torch.ops.aten
 # Reductions that exponentiate their operand: a 16-bit end's rounding (half an ulp of a logit of
 # magnitude 100 is 0.25) becomes a relative error of e^0.25 in the output, beyond what the judge's
-# bound allows where eager rounds elsewhere. The GEMM stores such an end in float32.
+# bound allows where eager rounds elsewhere. Such a tail has variants whose GEMM stores the end in
+# float32 (`GemmTail.wide`, `WideEnd`): twice the end's bytes, tried once a 16-bit end failed.
 _MAGNIFYING = frozenset({aten._softmax.default, aten._log_softmax.default, aten.logsumexp.default, aten.exp.default})
 
 
@@ -47,6 +48,7 @@ class GemmTail:
     gemm: Any
     tail: Plan
     reads: tuple[int, ...]
+    wide: GemmTail | None = None  # the same with the end stored in float32 (a 16-bit end the tail exponentiates)
 
     @property
     def inputs(self) -> int:
@@ -58,6 +60,17 @@ class GemmTail:
 
     def describe(self) -> str:
         return f"[{self.gemm.describe()}] -> {_own_kernel(self.tail)}"
+
+
+@dataclass(frozen=True)
+class WideEnd:
+    """A variant of a tail whose GEMM stores its end in float32 (`GemmTail.wide`): `tiling` the GEMM's."""
+
+    tiling: Any
+
+    @property
+    def name(self) -> str:
+        return f"{self.tiling.name}, its end in float32"
 
 
 @dataclass(frozen=True)
@@ -91,10 +104,10 @@ def _own_kernel(plan: Plan) -> str:
 
 def head_of(graph: fx.Graph) -> fx.Node | None:
     """The node whose value the task's matmul reads as its left operand where an op computes it
-    (through views at most), or None where it is an input."""
+    (through views at most, and bmm's expands that add nothing), or None where it is an input."""
     mm = the_matmul(graph)
     a = mm.args[1] if mm.target is aten.addmm.default else mm.args[0]
-    while isinstance(a, fx.Node) and a.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
+    while isinstance(a, fx.Node) and a.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.expand.default):
         a = a.args[0]
     return a if isinstance(a, fx.Node) and a.op == "call_function" else None
 
@@ -167,25 +180,27 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
     gemm = read(gemm_graph, list(metas))
 
     rest = [n for n in nodes if n.op == "call_function" and n not in head]
-    stored = dtype
-    if dtype in (torch.float16, torch.bfloat16) and any(n.target in _MAGNIFYING for n in rest):
-        stored = torch.float32  # (the end unrounded: an exponent after it would magnify the rounding)
-        gemm = dataclasses.replace(gemm, spec=dataclasses.replace(gemm.spec, store="float32"))
     outside = [i for n in rest for i in n.all_input_nodes if i not in rest]
     if any(i in head and i is not end and i.op != "placeholder" for i in outside):
         raise Unsupported("the reduction reads a value of the matmul's epilogue before its end")
     used = [p for p in placeholders if p in outside]
-    tail_graph = fx.Graph()
-    env = {p: copy_placeholder(tail_graph, p) for p in used}
-    env[end] = value_placeholder(tail_graph, "y0", end, stored)  # (the GEMM's output)
-    for n in rest:
-        env[n] = tail_graph.node_copy(n, lambda i: env[i])
-    (output,) = [n for n in nodes if n.op == "output"]
-    tail_graph.output(fx.map_arg(output.args[0], lambda i: env[i]))
-    tail_metas = [metas[placeholders.index(p)] for p in used] + [env[end].meta["val"]]
-    tail = plan_graph(fx.GraphModule(torch.nn.Module(), tail_graph), tail_metas)
+
+    def after(stored: torch.dtype) -> Plan:  # the built-in writer's plan of the rest, its y0 stored so
+        tail_graph = fx.Graph()
+        env = {p: copy_placeholder(tail_graph, p) for p in used}
+        env[end] = value_placeholder(tail_graph, "y0", end, stored)  # (the GEMM's output)
+        for n in rest:
+            env[n] = tail_graph.node_copy(n, lambda i: env[i])
+        (output,) = [n for n in nodes if n.op == "output"]
+        tail_graph.output(fx.map_arg(output.args[0], lambda i: env[i]))
+        tail_metas = [metas[placeholders.index(p)] for p in used] + [env[end].meta["val"]]
+        return plan_graph(fx.GraphModule(torch.nn.Module(), tail_graph), tail_metas)
+
     reads = tuple(placeholders.index(p) for p in used) + (len(placeholders),)
-    return GemmTail(gemm, tail, reads)
+    wide = None
+    if dtype in (torch.float16, torch.bfloat16) and any(n.target in _MAGNIFYING for n in rest):
+        wide = GemmTail(dataclasses.replace(gemm, spec=dataclasses.replace(gemm.spec, store="float32")), after(torch.float32), reads)
+    return GemmTail(gemm, after(dtype), reads, wide)
 
 
 def _ancestors(node: fx.Node) -> set[fx.Node]:
