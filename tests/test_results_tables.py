@@ -34,7 +34,7 @@ def test_the_results_folder_holds_the_stored_runs() -> None:
         "builtin_dims_h200.json", "builtin_roofline_h200.json", "builtin_roofline_h200_run10.json",
         "builtin_roofline_h200_run11.json", "builtin_roofline_h200_run13_crossentropy_bf16.json", "builtin_roofline_h200_run4.json", "builtin_roofline_h200_run5_clusters_first.json",
         "builtin_roofline_h200_run6.json", "builtin_roofline_h200_run7.json", "builtin_roofline_h200_run8.json",
-        "builtin_roofline_h200_run9.json", "cli_startup_2cpu.json", "gemm_suite_h200_90306a1.json", "gpu_tests_0012c83_h200.json", "gpu_tests_16bit_h200.json", "gpu_tests_1ef6dee_h200.json", "gpu_tests_9e249fa_h200.json", "gpu_tests_b9da417_h200.json", "gpu_tests_memory_h200.json", "gpu_tests_retime_sequential_h200.json", "inductor_forms_h200.json", "isolation_gpu_tests_h200.json", "isolation_judge_cases_h200.json", "isolation_speed_h200.json",
+        "builtin_roofline_h200_run9.json", "cli_startup_2cpu.json", "gemm_suite_h200_90306a1.json", "gemm_suite_h200_cd5cd0f.json", "gpu_tests_0012c83_h200.json", "gpu_tests_16bit_h200.json", "gpu_tests_1ef6dee_h200.json", "gpu_tests_9e249fa_h200.json", "gpu_tests_b9da417_h200.json", "gpu_tests_memory_h200.json", "gpu_tests_retime_sequential_h200.json", "inductor_forms_h200.json", "isolation_gpu_tests_h200.json", "isolation_judge_cases_h200.json", "isolation_speed_h200.json",
         "isolation_speed_h200_run2.json", "isolation_speed_h200_run3.json", "isolation_speed_h200_run4.json", "judge_corpus_h200.json",
         "judge_speed_h200.json", "kevin_bench_models_h200.json", "layers_gpu_tests_h200.json", "op_overhead_direct_h200.json",
         "op_overhead_h200.json", "prewarm_budget_gpt2_h200.json", "rl_h200.json", "roofline_backend_h200.json",

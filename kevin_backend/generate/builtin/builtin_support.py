@@ -3,7 +3,7 @@ and what a reduction must share with the other reductions of its kernel.
 
     ok, why = BuiltinSupport().supports(node)   # (False, "mm ... CUTLASS's headers are not installed ...")
 
-Matmuls (mm, addmm) it declares where its CUTLASS GEMM can run (`gemm_available`: CUTLASS's
+Matmuls (mm, addmm, bmm, baddbmm) it declares where its CUTLASS GEMM can run (`gemm_available`: CUTLASS's
 headers found, a Hopper GPU), each in a partition of its own with the epilogue that follows it
 (`epilogue_only`: no prologue, no other partition merged in, no reduction); convolutions and
 batched matmuls it declares none of. The reason says what is missing (`no_matmul_reason`), so the
@@ -25,7 +25,7 @@ from kevin_backend.toolchain.cutlass_headers import find_cutlass
 
 __all__ = ["BuiltinSupport", "gemm_available", "no_matmul_reason"]
 
-_GEMM_OPS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+_GEMM_OPS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default)
 
 aten = torch.ops.aten
 
@@ -89,7 +89,7 @@ class BuiltinSupport:
 
 def no_matmul_reason(op: str, gemm: bool = False) -> str:
     """Why the built-in writer leaves a matmul or a convolution `op` to Inductor, with what it
-    found of CUTLASS's headers and the GPU; "" for a GEMM (`gemm`: mm or addmm) it writes here."""
+    found of CUTLASS's headers and the GPU; "" for a GEMM (`gemm`: mm, addmm, bmm or baddbmm) it writes here."""
     declined = f"{op} (a matmul or convolution) not declared by writer 'builtin'"
     try:
         headers = find_cutlass()
