@@ -101,6 +101,7 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
     ("torch.cumsum(v[0] @ v[1].t(), -1)", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16})",
      "not an elementwise op the GEMM writer fuses"),
     ("torch.softmax(v[0] @ v[1], -1)", "torch.randn(256, 512), torch.randn(512, 1024)", "3xTF32 products are less exact"),
+    ("(v[0] @ v[1], v[0] + 1)", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "2 outputs not all views of one value"),
     # batches: a column per row of each product (the kernel's column is one for the whole batch); a broadcast batch of weights
     ("torch.bmm(v[0], v[1]) * v[2]", f"torch.randn(4, 64, 32, {BF16}), torch.randn(4, 32, 64, {BF16}), torch.randn(4, 64, 1, {BF16})",
      "a column of values per row in a batch"),
@@ -321,7 +322,7 @@ PLANNED = {
 "mm-cast-prologue-bf16-4096x4096x4096", "mm-bias-rows-f16-512x16384x512",
     "mlp-up-gelu-f16-8192x768x3072", "swiglu-mlp-bf16-8192x4096x11008", "down-proj-residual-bf16-8192x11008x4096",
     "prenorm-qkv-f16-4096x1024x3072", "gpt2-mlp-f32-2048x768x3072", "attn-scores-softmax-f16-32x16x512x64",
-    "baddbmm-scale-relu-f32-128x512x256x512",
+    "baddbmm-scale-relu-f32-128x512x256x512", "qkv-bias-bf16-8192x4096x12288",
 }
 
 

@@ -149,6 +149,8 @@ def test_a_kernelbench_linear_uses_the_parameters_its_model_makes(monkeypatch: p
     ("torch.tanh(v[0] @ v[1].transpose(-2, -1) * 0.125)", f"torch.randn(2, 3, 16, 64, {BF16}), torch.randn(2, 3, 24, 64, {BF16})"),
     ("torch.relu(torch.baddbmm(v[0], v[1], v[2], alpha=0.5))", "torch.randn(4, 16, 24), torch.randn(4, 16, 32), torch.randn(4, 32, 24)"),
     ("F.gelu(torch.bmm(v[0], v[1]) + v[2])", f"torch.randn(4, 16, 32, {BF16}), torch.randn(4, 32, 24, {BF16}), torch.randn(24, {BF16})"),
+    # several outputs, views of the one product: a QKV projection split into queries, keys and values
+    ("F.linear(v[0], v[1], v[2]).chunk(3, dim=-1)", f"torch.randn(2, 16, 64, {BF16}), torch.randn(144, 64, {BF16}), torch.randn(144, {BF16})"),
 ])
 def test_each_operand_reaches_the_kernel(forward: str, inputs: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from kevin_backend.generate.builtin.gemm_kernel import F32Tiling, GemmTiling
@@ -163,7 +165,11 @@ def test_each_operand_reaches_the_kernel(forward: str, inputs: str, monkeypatch:
     new = _load(write_gemm_program(plan, tiling), plan, monkeypatch)
     reference = load_program(source, "kevin_test_gemm_wiring_task")
     values = reference.get_inputs()
-    torch.testing.assert_close(new.ModelNew()(*values), reference.Model()(*values), rtol=2e-2, atol=2e-2)
+    got, want = new.ModelNew()(*values), reference.Model()(*values)
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    if isinstance(want, tuple):  # (views as eager's: the same shapes and strides, into one tensor)
+        assert [(g.shape, g.stride()) for g in got] == [(w.shape, w.stride()) for w in want]
+        assert len({g.untyped_storage().data_ptr() for g in got}) == 1 and plan.views[-1] == "return (o3, o4, o5)", plan.views
 
 
 @pytest.mark.parametrize("forward, inputs", [

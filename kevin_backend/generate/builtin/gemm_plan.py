@@ -31,6 +31,7 @@ import ast
 import dataclasses
 import hashlib
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,11 @@ aten = torch.ops.aten
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
 _RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+# ops that view a value without computing: a task's outputs made so from the kernel's (`_outputs`)
+_VIEW_OPS = {aten.view.default: "view", aten._unsafe_view.default: "view", aten.reshape.default: "view", aten.t.default: "t",
+             aten.transpose.int: "transpose", aten.permute.default: "permute", aten.split.Tensor: "split",
+             aten.split_with_sizes.default: "split", aten.select.int: "select", aten.unsqueeze.default: "unsqueeze",
+             aten.squeeze.dim: "squeeze", aten.chunk.default: "chunk", aten.unbind.int: "unbind"}  # (the Tensor method each is)
 _CHAIN = 4  # the most matmuls a chain takes (a program builds every kernel of it in one compile)
 
 
@@ -79,6 +85,7 @@ class GemmPlan:
     # a tree epilogue's operands (`Epilogue.operands`), the task's input each is, in order
     operands: tuple[int, ...] = ()
     batch: int = 1  # L products of M x N (bmm's; x and w hold L matrices each, the output L x M x N)
+    views: tuple[str, ...] = ()  # the program's lines making the task's outputs, views of the kernel's (`y`): `_outputs`
 
     def describe(self) -> str:
         e = self.spec.epilogue
@@ -88,7 +95,8 @@ class GemmPlan:
                  *([e.activation] if e.activation not in ("identity", "function") else []),
                  *([f"an elementwise function ({e.function.count(chr(10))} statements)"] if e.function and not e.tree else []),
                  *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands)}"] if e.tree else []),
-                 *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else [])]
+                 *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else []),
+                 *([f"{self.views[-1].count(',') + 1} views of it returned"] if self.views else [])]
         return ", ".join(parts)
 
 
@@ -139,7 +147,7 @@ def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
 def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     index = {p: i for i, p in enumerate(placeholders)}
-    (out,) = _outputs(graph)
+    out, views = _outputs(graph)
     matmuls = [n for n in graph.nodes if n.op == "call_function" and n.target in MATMULS]
     if len(matmuls) != 1:
         raise Unsupported(f"{len(matmuls)} matmuls (mm, addmm or bmm): the GEMM writer takes one")
@@ -167,7 +175,7 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if transposed or w_view else "kn",
                     f32_alignment(n, k) if xv.dtype == torch.float32 else 0)
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape,
-                    operands=operands, batch=batch)
+                    operands=operands, batch=batch, views=views)
 
 
 def _operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple[Any, ...]:
@@ -365,12 +373,35 @@ def _numel(node: fx.Node) -> int:
     return value.numel() if isinstance(value, torch.Tensor) else -1
 
 
-def _outputs(graph: fx.Graph) -> list[fx.Node]:
+def _outputs(graph: fx.Graph) -> tuple[fx.Node, tuple[str, ...]]:
+    """The value the kernel computes and, where the task returns several views of it (a QKV
+    projection's split into queries, keys and values), the program's lines making them from it
+    (`y`), the last returning them; () for a task returning that value itself."""
     (output,) = [n for n in graph.nodes if n.op == "output"]
     values = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-    if len(values) != 1 or not isinstance(values[0], fx.Node):
-        raise Unsupported("the GEMM writer takes a task of one output")
-    return list(values)
+    if not values or not all(isinstance(v, fx.Node) for v in values):
+        raise Unsupported("the GEMM writer takes a task whose outputs are tensors")
+    if len(values) == 1:
+        return values[0], ()
+    ends, viewed = set(), []
+    for v in values:
+        node = v
+        while node.op == "call_function" and (node.target in _VIEW_OPS or node.target is operator.getitem):
+            viewed.append(node)
+            node = node.args[0]
+        ends.add(node)
+    if len(ends) != 1:
+        raise Unsupported(f"{len(values)} outputs not all views of one value (the GEMM writer computes one)")
+    (end,) = ends
+    names = {end: "y"}
+    lines = []
+    for node in graph.nodes:  # (in the graph's order: each view after what it views)
+        if node in viewed and node not in names:
+            names[node] = f"o{len(names)}"
+            source, args = names[node.args[0]], ", ".join(repr(a) for a in node.args[1:])
+            lines.append(f"{names[node]} = {source}[{node.args[1]!r}]" if node.target is operator.getitem else
+                         f"{names[node]} = {source}.{_VIEW_OPS[node.target]}({args})")
+    return end, (*lines, f"return ({', '.join(names[v] for v in values)})")
 
 
 def _value(plan: GemmPlan, i: int) -> str:
@@ -440,7 +471,9 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
         hosts.append(_HOST_START + host)
         declarations.append(declaration)
         shaped = f".view({list(p.out_shape)})" if p.out_shape else ""
-        lines.append(f"{'return' if j == len(plans) - 1 and not tail else f'y{j + first} ='} ext.{function}({_call(p)}){shaped}")
+        last = j == len(plans) - 1 and not tail
+        lines.append(f"{'y =' if last and p.views else 'return' if last else f'y{j + first} ='} ext.{function}({_call(p)}){shaped}")
+        lines.extend(p.views if last else ())
     if tail:  # the built-in writer's kernel after the GEMM, in an extension of its own
         made = extension(tail.tail, variants_for(tail.tail)[0])
         around += (f"tail = load_inline(name='{name}_tail', cpp_sources='{made.declaration}', cuda_sources=r'''{made.cuda}''',\n"
