@@ -102,6 +102,12 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
      "not an elementwise op the GEMM writer fuses"),
     ("torch.softmax(v[0] @ v[1], -1)", "torch.randn(256, 512), torch.randn(512, 1024)", "3xTF32 products are less exact"),
     ("(v[0] @ v[1], v[0] + 1)", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "2 outputs not all views of one value"),
+    # convolutions: the GEMM writer takes 1x1 ones over channels-last inputs, their own bias and functions after
+    ("F.conv2d(v[0], v[1], padding=1)", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 3, 3, {BF16})",
+     "a 2-D convolution of a 3x3 kernel, stride [1, 1], padding [1, 1]"),
+    ("F.conv2d(v[0], v[1])", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 1, 1, {BF16})", "not channels-last"),
+    ("F.conv2d(v[0], v[1]) + v[2]", f"torch.randn(2, 16, 8, 32, {BF16}).contiguous(memory_format=torch.channels_last), "
+     f"torch.randn(32, 16, 1, 1, {BF16}), torch.randn(32, {BF16})", "other tensors than its bias"),
     # batches: a column per row of each product (the kernel's column is one for the whole batch); a broadcast batch of weights
     ("torch.bmm(v[0], v[1]) * v[2]", f"torch.randn(4, 64, 32, {BF16}), torch.randn(4, 32, 64, {BF16}), torch.randn(4, 64, 1, {BF16})",
      "a column of values per row in a batch"),
@@ -323,6 +329,7 @@ PLANNED = {
     "mlp-up-gelu-f16-8192x768x3072", "swiglu-mlp-bf16-8192x4096x11008", "down-proj-residual-bf16-8192x11008x4096",
     "prenorm-qkv-f16-4096x1024x3072", "gpt2-mlp-f32-2048x768x3072", "attn-scores-softmax-f16-32x16x512x64",
     "baddbmm-scale-relu-f32-128x512x256x512", "qkv-bias-bf16-8192x4096x12288",
+    "conv2d-1x1-relu-channels-last-bf16-64x256x56x56",
 }
 
 

@@ -151,6 +151,9 @@ def test_a_kernelbench_linear_uses_the_parameters_its_model_makes(monkeypatch: p
     ("F.gelu(torch.bmm(v[0], v[1]) + v[2])", f"torch.randn(4, 16, 32, {BF16}), torch.randn(4, 32, 24, {BF16}), torch.randn(24, {BF16})"),
     # several outputs, views of the one product: a QKV projection split into queries, keys and values
     ("F.linear(v[0], v[1], v[2]).chunk(3, dim=-1)", f"torch.randn(2, 16, 64, {BF16}), torch.randn(144, 64, {BF16}), torch.randn(144, {BF16})"),
+    # a 1x1 convolution of a channels-last input: its N*H*W rows of channels, as they lie
+    ("F.relu(F.conv2d(v[0], v[1], v[2]))", f"torch.randn(2, 16, 4, 6, {BF16}).contiguous(memory_format=torch.channels_last), "
+     f"torch.randn(24, 16, 1, 1, {BF16}), torch.randn(24, {BF16})"),
 ])
 def test_each_operand_reaches_the_kernel(forward: str, inputs: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from kevin_backend.generate.builtin.gemm_kernel import F32Tiling, GemmTiling
@@ -161,12 +164,15 @@ def test_each_operand_reaches_the_kernel(forward: str, inputs: str, monkeypatch:
     plan = plan_gemm(source)
     assert isinstance(plan, GemmPlan) and not plan.state, plan
     assert plan.batch == (4 if "bmm" in forward else 6 if "transpose" in forward else 1), plan.describe()
+    assert plan.conv == ("conv2d" in forward) and (plan.m, plan.n, plan.k) == ((48, 24, 16) if plan.conv else (plan.m, plan.n, plan.k))
     tiling = F32Tiling() if plan.spec.dtype == "float32" else GemmTiling()
     new = _load(write_gemm_program(plan, tiling), plan, monkeypatch)
     reference = load_program(source, "kevin_test_gemm_wiring_task")
     values = reference.get_inputs()
     got, want = new.ModelNew()(*values), reference.Model()(*values)
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    if plan.conv:  # (the convolution's output channels-last, as eager's of a channels-last input)
+        assert got.is_contiguous(memory_format=torch.channels_last) and new.calls[0][0].data_ptr() == values[0].data_ptr()
     if isinstance(want, tuple):  # (views as eager's: the same shapes and strides, into one tensor)
         assert [(g.shape, g.stride()) for g in got] == [(w.shape, w.stride()) for w in want]
         assert len({g.untyped_storage().data_ptr() for g in got}) == 1 and plan.views[-1] == "return (o3, o4, o5)", plan.views

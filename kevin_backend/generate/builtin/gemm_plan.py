@@ -86,17 +86,19 @@ class GemmPlan:
     operands: tuple[int, ...] = ()
     batch: int = 1  # L products of M x N (bmm's; x and w hold L matrices each, the output L x M x N)
     views: tuple[str, ...] = ()  # the program's lines making the task's outputs, views of the kernel's (`y`): `_outputs`
+    conv: bool = False  # a 1x1 convolution (`_read_conv`): x passed as its N x H x W x C view, w as C_out x C
 
     def describe(self) -> str:
         e = self.spec.epilogue
-        parts = [f"{self.batch} x " * (self.batch > 1) + f"{self.m}x{self.n}x{self.k} {self.spec.dtype}", *(["K x N weight"] if self.spec.weight == "kn" else []),
+        parts = [f"{self.batch} x " * (self.batch > 1) + f"{self.m}x{self.n}x{self.k} {self.spec.dtype}",
+                 *(["a 1x1 convolution's channels-last rows"] if self.conv else []), *(["K x N weight"] if self.spec.weight == "kn" else []),
                  *(["bias"] if e.bias else []),
                  *([f"alpha {e.alpha:g}"] if e.alpha != 1 else []), *([f"+ {e.beta:g} x residual"] if e.residual else []),
                  *([e.activation] if e.activation not in ("identity", "function") else []),
                  *([f"an elementwise function ({e.function.count(chr(10))} statements)"] if e.function and not e.tree else []),
                  *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands)}"] if e.tree else []),
                  *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else []),
-                 *([f"{self.views[-1].count(',') + 1} views of it returned"] if self.views else [])]
+                 *([f"{self.views[-1].count(',') + 1} views of it returned"] if self.views and not self.conv else [])]
         return ", ".join(parts)
 
 
@@ -119,6 +121,8 @@ def plan_gemm(task_source: str) -> GemmPlan | GemmChain | GemmTail | GemmHead | 
                 raise Unsupported(f"{len(matmuls)} matmuls: the GEMM writer chains at most {_CHAIN}")
             chain = GemmChain(tuple(_read(graph, sub_metas) for graph, sub_metas in chain_cut(gm.graph, metas)))
             return with_parameters(chain, count, tuple(names))
+        if not matmuls:
+            return _named(_read_conv(gm.graph, metas), count, tuple(names))
         if len(matmuls) == 1 and head_of(gm.graph) is not None:  # a left operand ops compute: the writer's kernel first
             return _named(plan_head(gm.graph, metas, _read_with_tail), count, tuple(names))
         return _named(_read_with_tail(gm.graph, metas), count, tuple(names))
@@ -176,6 +180,46 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
                     f32_alignment(n, k) if xv.dtype == torch.float32 else 0)
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape,
                     operands=operands, batch=batch, views=views)
+
+
+def _read_conv(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
+    """A 1x1 convolution (stride 1, no padding, one group) of a channels-last input, with its
+    epilogue: the GEMM of the input's N*H*W rows of C channels (as it lies) by the C_out x C weight,
+    its output those rows of C_out channels, returned as the N x C_out x H x W view that is
+    channels-last as eager's. Other convolutions are declined with what they are."""
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    index = {p: i for i, p in enumerate(placeholders)}
+    convs = [n for n in graph.nodes if n.op == "call_function" and n.target is aten.convolution.default]
+    if len(convs) != 1:
+        raise Unsupported("no matmul (mm, addmm, bmm, baddbmm) nor one convolution")
+    (conv,) = convs
+    x, w, bias, stride, padding, dilation, transposed, _, groups = conv.args
+    if not (isinstance(x, fx.Node) and x in index and isinstance(w, fx.Node) and w in index):
+        raise Unsupported("a convolution of values computed in the task (the GEMM writer reads inputs)")
+    xv, wv = metas[index[x]], metas[index[w]]
+    if (transposed or groups != 1 or wv.dim() != 4 or tuple(wv.shape[2:]) != (1, 1) or list(stride) != [1, 1]
+            or list(padding) != [0, 0] or list(dilation) != [1, 1]):
+        raise Unsupported(f"a {'transposed ' if transposed else ''}{wv.dim() - 2}-D convolution of a "
+                          f"{'x'.join(map(str, wv.shape[2:]))} kernel, stride {list(stride)}, padding {list(padding)}, "
+                          f"{groups} group(s): the GEMM writer takes 1x1 ones of stride 1, unpadded, of one group")
+    if xv.dim() != 4 or not xv.is_contiguous(memory_format=torch.channels_last) or not wv.is_contiguous():
+        raise Unsupported("a 1x1 convolution of an input that is not channels-last (its channels are not rows)")
+    if xv.dtype not in _DTYPES or wv.dtype != xv.dtype:
+        raise Unsupported(f"a convolution of {xv.dtype} by {wv.dtype}: the GEMM writer takes one of float16, bfloat16, float32")
+    out, views = _outputs(graph)
+    if views:
+        raise Unsupported("several outputs of a convolution")
+    n, k = int(wv.shape[0]), int(wv.shape[1])
+    m = xv.numel() // k
+    why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 else ""
+    if why:
+        raise Unsupported(why)
+    epilogue, bias_in, residual_in, operands = _epilogue(conv, out, bias, index, metas, (m, n), xv.dtype)
+    if operands or residual_in is not None or bias_in != (index.get(bias) if isinstance(bias, fx.Node) else None):
+        raise Unsupported("a convolution's epilogue reading other tensors than its bias (its rows are channels-last)")
+    spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk", f32_alignment(n, k) if xv.dtype == torch.float32 else 0)
+    return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, conv=True,
+                    views=("return y.permute(0, 3, 1, 2)",))
 
 
 def _operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple[Any, ...]:
@@ -516,6 +560,8 @@ def _call(plan: GemmPlan) -> str:
                 [_value(plan, plan.bias) if plan.bias is not None else empty,
                  _value(plan, plan.residual) if plan.residual is not None else empty])
     w = f"{w}.t()" if plan.w_view else f"{w}.reshape(-1, {w}.shape[-2], {w}.shape[-1])" if plan.batch > 1 else w
+    if plan.conv:
+        x, w = f"{x}.permute(0, 2, 3, 1)", f"{w}.flatten(1)"
     return ", ".join([x, w, *operands])
 
 
