@@ -329,7 +329,7 @@ PLANNED = {
     "mlp-up-gelu-f16-8192x768x3072", "swiglu-mlp-bf16-8192x4096x11008", "down-proj-residual-bf16-8192x11008x4096",
     "prenorm-qkv-f16-4096x1024x3072", "gpt2-mlp-f32-2048x768x3072", "attn-scores-softmax-f16-32x16x512x64",
     "baddbmm-scale-relu-f32-128x512x256x512", "qkv-bias-bf16-8192x4096x12288",
-    "conv2d-1x1-relu-channels-last-bf16-64x256x56x56",
+    "conv2d-1x1-relu-channels-last-bf16-64x256x56x56", "linear-max-sub-gelu-f32-128x1024x512",
 }
 
 

@@ -268,7 +268,8 @@ _AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel befor
 }
 
 
-@pytest.mark.parametrize("name", ["linear-sigmoid-sum-f32-128x1024x512", "linear-groupnorm-hardtanh-f32-128x1024x512", *_AROUND,
+@pytest.mark.parametrize("name", ["linear-sigmoid-sum-f32-128x1024x512", "linear-groupnorm-hardtanh-f32-128x1024x512",
+                                  "linear-max-sub-gelu-f32-128x1024x512", *_AROUND,
                                   "softmax-small-bf16-wide"])
 def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     wide = name.endswith("-wide")  # (the variant storing the GEMM's end in float32)

@@ -47,6 +47,7 @@ def plan_graph(gm: fx.GraphModule, metas: list[Any]) -> Plan:
     node, in graph order, handed to the handler of its kind (`plan_handlers.HANDLERS`). Raises
     Unsupported."""
     graph = gm.graph
+    _drop_unit_reductions(graph)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     outs = _outputs_of(graph)
     _check_inputs(metas)
@@ -74,6 +75,26 @@ def plan_graph(gm: fx.GraphModule, metas: list[Any]) -> Plan:
         HANDLERS[kind](planner, node, f"v{counter}")
         counter += 1
     return planner.finish(placeholders, metas, outs)
+
+
+# the reductions a sum, mean, amax or amin over dimensions of one element leaves as they were
+_UNIT_REDUCIBLE = (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default)
+
+
+def _drop_unit_reductions(graph: fx.Graph) -> None:
+    """Each float reduction over dimensions of size 1 only, its result the shape and dtype of its
+    operand (keepdim), replaced by the operand: it reduces nothing (a level-2 task's mean over the
+    one column a max left), and a plan reduces one iteration space."""
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _UNIT_REDUCIBLE or not isinstance(node.args[0], fx.Node):
+            continue
+        source, value = node.args[0].meta.get("val"), node.meta.get("val")
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if not isinstance(source, torch.Tensor) or not isinstance(value, torch.Tensor) or not dims or not source.is_floating_point():
+            continue
+        if value.shape == source.shape and value.dtype == source.dtype and all(source.shape[d] == 1 for d in dims):
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
 
 
 def fold_input_views(placeholders: list[fx.Node], metas: list[Any]) -> dict[fx.Node, tuple[list[fx.Node], tuple[tuple[int, ...], tuple[int, ...]]]]:
