@@ -5,6 +5,7 @@ compiles for sm_90a through the fast build's own nvcc command."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from kevin_backend.generate.builtin.gemm_kernel import (ACTIVATIONS, GEMM_CPP_SOURCE, gemm_cpp_source, GEMM_CUDA_FLAGS, Epilogue, F32Tiling, GemmSpec,
-                                                         GemmTiling, gemm_cuda_source, gemm_device_source, gemm_unaligned)
+                                                         GEMM_TILINGS, GemmTiling, gemm_cuda_source, gemm_device_source, gemm_unaligned,
+                                                         tilings_for)
 from kevin_backend.toolchain.cutlass_headers import find_cutlass
 from kevin_backend.toolchain.static_rules import check_program
 
@@ -38,6 +40,20 @@ def test_the_epilogue_names_its_activation_and_its_bias(activation: str) -> None
     assert "args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);" in source
     assert "args.epilogue.thread.alpha = 0.5f;" in source and "args.epilogue.thread.beta = 0.0f;" in source
     assert "using ElementC = void;" in source  # no residual: C is never read
+
+
+def test_rows_of_n_not_16_byte_aligned_are_stored_directly_as_a_plain_linear_combination() -> None:
+    # an LM head's 50257 logits: TMA stores no such rows; the output is stored from registers, one
+    # element at a time (no shared memory), as CUTLASS's plain linear combination; a residual as C
+    spec = GemmSpec("float16", Epilogue(alpha=0.5, residual=True, beta=2.0), direct_store=True)
+    source = gemm_cuda_source(spec, GemmTiling())
+    assert _fusion(source) == "cutlass::epilogue::fusion::LinearCombination<ElementD, float, cutlass::half_t, float>"
+    assert "cutlass::epilogue::NoSmemWarpSpecialized, Fusion>" in source and "constexpr int kAlignD = 1 ? 1 :" in source
+    assert "args.epilogue.thread.alpha = 0.5f;" in source and "args.epilogue.thread.beta = 2.0f;" in source
+    assert "k % 8 == 0 && n % 1 == 0" in source  # (K still 16-byte rows: x and w through TMA)
+    aligned = gemm_cuda_source(dataclasses.replace(spec, direct_store=False), GemmTiling())
+    assert "NoSmemWarpSpecialized" not in aligned and "k % 8 == 0 && n % 8 == 0" in aligned
+    assert tilings_for(spec, (512, 50257, 4096)) == GEMM_TILINGS  # (no split-K: each tile stored whole)
 
 
 def test_a_residual_is_read_as_c_and_scaled_by_beta() -> None:
@@ -89,6 +105,7 @@ def test_the_float32_gemm_is_three_tf32_products_with_its_source_as_bias_or_resi
     (lambda: Epilogue(activation="mish"), "one of identity"),
     (lambda: GemmSpec("bfloat16", weight="nn"), "'nk' or 'kn'"),
     (lambda: GemmSpec("bfloat16", store="float16"), "the inputs' dtype or float32"),
+    (lambda: GemmSpec("bfloat16", Epilogue(bias=True), direct_store=True), "a direct store is a 16-bit kernel's plain linear"),
     (lambda: Epilogue(activation="function", function="    return static_cast<T>(v);", operands=("k",)), "each one of n, m, mn"),
     (lambda: Epilogue(activation="function", function="    return static_cast<T>(v);", operands=("mn", "mn")), "at most one"),
     (lambda: Epilogue(bias=True, activation="function", function="    return static_cast<T>(v);", operands=("n",)),

@@ -79,7 +79,9 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
     ("F.relu(v[0] @ v[1].t() + v[2]) + v[3]", "torch.randn(256, 512), torch.randn(1024, 512), torch.randn(1024), torch.randn(256, 1024)",
      "visitor trees are the 16-bit kernels'"),
     ("v[0] @ v[1].exp()", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "right operand is not an input"),
-    ("v[0] @ v[1].t()", f"torch.randn(256, 512, {BF16}), torch.randn(50257, 512, {BF16})", "N = 50257"),
+    # rows of N = 50257: w of K x N rows TMA cannot read; N x K ones are read, the output stored directly (no function)
+    ("v[0] @ v[1]", f"torch.randn(256, 512, {BF16}), torch.randn(512, 50257, {BF16})", "N = 50257"),
+    ("F.relu(v[0] @ v[1].t())", f"torch.randn(256, 512, {BF16}), torch.randn(50257, 512, {BF16})", "not a bias or a function"),
     ("v[0] @ v[1].t() + v[2].t()", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(1024, 256, {BF16})",
      "aten.t.default in the epilogue"),
     ("(v[0] @ v[1].t() + v[2]) * v[3]", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), "
@@ -330,6 +332,7 @@ PLANNED = {
     "prenorm-qkv-f16-4096x1024x3072", "gpt2-mlp-f32-2048x768x3072", "attn-scores-softmax-f16-32x16x512x64",
     "baddbmm-scale-relu-f32-128x512x256x512", "qkv-bias-bf16-8192x4096x12288",
     "conv2d-1x1-relu-channels-last-bf16-64x256x56x56", "linear-max-sub-gelu-f32-128x1024x512",
+    "lm-head-f16-4096x768x50257", "lm-head-cross-entropy-bf16-8192x768x50257", "attn-vit-softmax-f16-8x12x197x64",
 }
 
 

@@ -151,6 +151,8 @@ def test_a_kernelbench_linear_uses_the_parameters_its_model_makes(monkeypatch: p
     ("F.gelu(torch.bmm(v[0], v[1]) + v[2])", f"torch.randn(4, 16, 32, {BF16}), torch.randn(4, 32, 24, {BF16}), torch.randn(24, {BF16})"),
     # several outputs, views of the one product: a QKV projection split into queries, keys and values
     ("F.linear(v[0], v[1], v[2]).chunk(3, dim=-1)", f"torch.randn(2, 16, 64, {BF16}), torch.randn(144, 64, {BF16}), torch.randn(144, {BF16})"),
+    # rows of N = 50 (not 16-byte aligned): stored directly, a scale and a residual
+    ("torch.add((v[0] @ v[1].t()) * 0.5, v[2], alpha=2.0)", f"torch.randn(32, 64, {BF16}), torch.randn(50, 64, {BF16}), torch.randn(32, 50, {BF16})"),
     # a 1x1 convolution of a channels-last input: its N*H*W rows of channels, as they lie
     ("F.relu(F.conv2d(v[0], v[1], v[2]))", f"torch.randn(2, 16, 4, 6, {BF16}).contiguous(memory_format=torch.channels_last), "
      f"torch.randn(24, 16, 1, 1, {BF16}), torch.randn(24, {BF16})"),
@@ -164,6 +166,7 @@ def test_each_operand_reaches_the_kernel(forward: str, inputs: str, monkeypatch:
     plan = plan_gemm(source)
     assert isinstance(plan, GemmPlan) and not plan.state, plan
     assert plan.batch == (4 if "bmm" in forward else 6 if "transpose" in forward else 1), plan.describe()
+    assert plan.spec.direct_store == (plan.n == 50)
     assert plan.conv == ("conv2d" in forward) and (plan.m, plan.n, plan.k) == ((48, 24, 16) if plan.conv else (plan.m, plan.n, plan.k))
     tiling = F32Tiling() if plan.spec.dtype == "float32" else GemmTiling()
     new = _load(write_gemm_program(plan, tiling), plan, monkeypatch)

@@ -129,6 +129,10 @@ class GemmSpec:
     # the output's dtype where it is not the inputs': "float32" keeps a 16-bit GEMM's float32 result
     # unrounded for a kernel after it (`gemm_tail`: a softmax's exponent would magnify the rounding)
     store: str = ""
+    # rows of N not 16-byte aligned (an LM head's 50257 logits): the output stored element by element
+    # from registers, without shared memory or TMA (CUTLASS's NoSmemWarpSpecialized epilogue), which
+    # computes a plain linear combination (alpha, a residual) only
+    direct_store: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in _ELEMENTS:
@@ -137,6 +141,9 @@ class GemmSpec:
             raise ValueError(f"store {self.store!r}: the inputs' dtype or float32")
         if self.weight not in ("nk", "kn"):
             raise ValueError(f"weight {self.weight!r}: 'nk' or 'kn'")
+        e = self.epilogue
+        if self.direct_store and (self.dtype == "float32" or e.bias or e.tree or e.activation != "identity"):
+            raise ValueError("a direct store is a 16-bit kernel's plain linear combination: no bias, activation or tree")
 
     @property
     def output(self) -> str:
@@ -217,7 +224,7 @@ def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tu
     tries split-K and stream-K first: one CTA a tile would leave most SMs idle."""
     if spec.dtype == "float32":
         return F32_TILINGS
-    if shape is None:
+    if shape is None or spec.direct_store:  # (a direct store: each tile's output whole, no split)
         return GEMM_TILINGS
     m, n, k = shape
     tiles = -(-m // 128) * -(-n // 128)
@@ -245,10 +252,16 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
         raise ValueError(f"a 16-bit GEMM takes a GemmTiling, not {tiling!r}")
     element = _ELEMENTS[spec.dtype]
     mainloop_schedule, epilogue_schedule = _SCHEDULES[tiling.schedule]
+    if spec.direct_store:
+        epilogue_schedule = "cutlass::epilogue::NoSmemWarpSpecialized"
     reads_c = epi.residual or "mn" in epi.operands
     source_element = element if reads_c else "void"
     if epi.tree:
         functor, fusion, thread_args = _tree(epi)
+    elif spec.direct_store:
+        fusion = f"cutlass::epilogue::fusion::LinearCombination<ElementD, float, {source_element}, float>"
+        thread_args = (f"    args.epilogue.thread.alpha = {float(epi.alpha)!r}f;\n"
+                       f"    args.epilogue.thread.beta = {float(epi.beta) if epi.residual else 0.0!r}f;\n")
     else:
         fusion = (f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{ACTIVATIONS[epi.activation]}, ElementD, float, Element, "
                   f"{source_element}, float>" if epi.bias else
@@ -258,7 +271,8 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
                        + ("    args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);\n" if epi.bias else ""))
     tm, tn, tk = tiling.tile
     cm, cn, _ = tiling.cluster
-    return _DEVICE.format(functor=functor, element=element, output=_ELEMENTS[spec.output], source_element=source_element, fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
+    return _DEVICE.format(functor=functor, element=element, output=_ELEMENTS[spec.output], source_element=source_element,
+                          store_align="1" if spec.direct_store else "0", fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
                           mainloop_schedule=mainloop_schedule, epilogue_schedule=epilogue_schedule,
                           thread_args=thread_args, scheduler=_SCHEDULERS[tiling.scheduler],
                           scheduler_args=_scheduler_args(tiling), c_ptr="static_cast<Element const*>(residual)" if reads_c else "nullptr",
@@ -340,7 +354,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     else:
         operands = _CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
     return gemm_device_source(spec, tiling) + _HOST.format(
-        scalar=scalar, stored=_SCALARS[spec.output], align=align, params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands,
+        scalar=scalar, stored=_SCALARS[spec.output], align=align, n_align=1 if spec.direct_store else align, params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands,
         n="w.size(-2)" if spec.weight == "nk" else "w.size(-1)", kdim=-1 if spec.weight == "nk" else -2,
         shape="N x K" if spec.weight == "nk" else "K x N")
 
@@ -379,7 +393,7 @@ torch::Tensor gemm_epilogue({params}) {{
                 "gemm_epilogue: x and w on the GPU, of the kernel's dtype");
     TORCH_CHECK((w.dim() == 2 || w.dim() == 3) && w.size({kdim}) == k && x.numel() == batch * m * k,
                 "gemm_epilogue: w is {shape} (a batch of them: x holding as many products' rows)");
-    TORCH_CHECK(k % {align} == 0 && n % {align} == 0, "gemm_epilogue: K and N multiples of {align} (the kernel's aligned rows)");
+    TORCH_CHECK(k % {align} == 0 && n % {n_align} == 0, "gemm_epilogue: K a multiple of {align}, N of {n_align} (the kernel's aligned rows)");
     auto xs = x.contiguous(), ws = w.contiguous();
     auto out_sizes = x.sizes().vec();
     out_sizes.back() = n;
@@ -410,14 +424,16 @@ using Element = {element};
 using ElementC = {source_element};
 using ElementD = {output};
 {functor}constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;
-constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+// the output's (and the source's) elements per access: TMA's 16 bytes, or one (a direct store)
+constexpr int kAlignD = {store_align} ? 1 : 128 / cutlass::sizeof_bits<ElementD>::value;
+constexpr int kAlignC = {store_align} ? 1 : kAlign;
 using TileShape = Shape<_{tm}, _{tn}, _{tk}>;
 using ClusterShape = Shape<_{cm}, _{cn}, _1>;
 using Fusion = {fusion};
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-    ElementC, cutlass::layout::RowMajor, kAlign,
+    ElementC, cutlass::layout::RowMajor, kAlignC,
     ElementD, cutlass::layout::RowMajor, kAlignD,
     {epilogue_schedule}, Fusion>::CollectiveOp;
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<

@@ -98,6 +98,7 @@ class GemmPlan:
                  *([f"an elementwise function ({e.function.count(chr(10))} statements)"] if e.function and not e.tree else []),
                  *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands)}"] if e.tree else []),
                  *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else []),
+                 *(["its rows stored directly (N unaligned)"] if self.spec.direct_store else []),
                  *([f"{self.views[-1].count(',') + 1} views of it returned"] if self.views and not self.conv else [])]
         return ", ".join(parts)
 
@@ -159,7 +160,9 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     x, w, bias, transposed, w_view, (batch, m, n, k) = _operands(mm, index, metas)
     xv, wv = metas[index[x]], metas[index[w]]
     why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 else ""  # (float32's kernel reads any row: `f32_alignment`)
-    if why:
+    # only the output's rows unaligned (an LM head's N = 50257; w's rows are K long): stored directly
+    direct = bool(why) and k % 8 == 0 and (transposed or w_view)
+    if why and not direct:
         raise Unsupported(why)
     value = out.meta.get("val")
     if not isinstance(value, torch.Tensor) or value.numel() != batch * m * n or not value.is_contiguous():
@@ -176,8 +179,11 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     if xv.dtype == torch.float32 and epilogue.tree:
         raise Unsupported("a float32 epilogue reading other tensors than one bias over N or one residual "
                           "(visitor trees are the 16-bit kernels')")
+    if direct and (epilogue.bias or epilogue.tree or epilogue.activation != "identity"):
+        raise Unsupported(f"{why}; stored without TMA, the output takes a plain linear combination (a scale, a residual), "
+                          "not a bias or a function")
     spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if transposed or w_view else "kn",
-                    f32_alignment(n, k) if xv.dtype == torch.float32 else 0)
+                    f32_alignment(n, k) if xv.dtype == torch.float32 else 0, direct_store=direct)
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape,
                     operands=operands, batch=batch, views=views)
 
