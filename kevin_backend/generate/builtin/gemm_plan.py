@@ -1,7 +1,7 @@
 """What the built-in writer reads from a GEMM task: its matmul and the epilogue it can fuse into
 the CUTLASS kernel's store (`gemm_kernel.py`), or why it cannot.
 
-    plan = plan_gemm(task_source)                 # a GemmPlan, a GemmChain, or Declined(reason)
+    plan = plan_gemm(task_source)                 # a GemmPlan, GemmChain, GemmTail, GemmHead, or Declined(reason)
     program = write_gemm_program(plan, plan_tilings(plan)[0])
 
 A task (a partition's, or a KernelBench task's, whose model's parameters and buffers are read as
@@ -18,11 +18,16 @@ than these (a second bias, a column of M values, a tensor after the activation),
 visitor tree instead: one function of the accumulator and each tensor it reads, broadcast over
 the columns, over the rows or read whole (16-bit only). A task of several matmuls is a chain
 (`gemm_chain.py`); a reduction after the product, or ops computing the left operand (a cast, a
-pre-norm), are the built-in writer's own kernels around the GEMM (`gemm_tail.py`). Each thing it
-cannot take declines the task with the reason: another dtype than
-float16, bfloat16 or float32 (`gemm_kernel_f32.py`), 16-bit rows TMA cannot read, a reduction after
-the product, and so on. An output that views the product in another shape (a compiled model's 3-D
-activations) is the kernel's M x N output viewed so.
+pre-norm), are the built-in writer's own kernels around the GEMM (`gemm_tail.py`). A bmm (and a
+baddbmm: a bmm, its scale and its c added) is a batch of products, its operands the inputs they
+view in place (`gemm_chain.batched_operands`); a 1x1 convolution of a channels-last input is the
+GEMM of its rows of channels (`_read_conv`). 16-bit rows of N that TMA cannot store (an LM head's
+50257 logits) are stored directly, for a plain linear combination. Each thing it cannot take
+declines the task with the reason: another dtype than float16, bfloat16 or float32
+(`gemm_kernel_f32.py`), 16-bit rows of K TMA cannot read, a convolution other than 1x1, and so on.
+An output that views the product in another shape (a compiled model's 3-D activations) is the
+kernel's M x N output viewed so; several outputs that view it (a QKV split) are made from it by
+the program (`_outputs`).
 """
 
 from __future__ import annotations
