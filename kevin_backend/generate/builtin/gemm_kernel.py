@@ -354,7 +354,8 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     else:
         operands = _CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
     return gemm_device_source(spec, tiling) + _HOST.format(
-        scalar=scalar, stored=_SCALARS[spec.output], align=align, n_align=1 if spec.direct_store else align, params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands,
+        scalar=scalar, stored=_SCALARS[spec.output], align=align, n_align=1 if spec.direct_store else align,
+        params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands,
         n="w.size(-2)" if spec.weight == "nk" else "w.size(-1)", kdim=-1 if spec.weight == "nk" else -2,
         shape="N x K" if spec.weight == "nk" else "K x N")
 

@@ -163,7 +163,7 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
         raise Unsupported(f"{len(matmuls)} matmuls (mm, addmm or bmm): the GEMM writer takes one")
     mm = matmuls[0]
     x, w, bias, transposed, w_view, (batch, m, n, k) = _operands(mm, index, metas)
-    xv, wv = metas[index[x]], metas[index[w]]
+    xv = metas[index[x]]
     why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 else ""  # (float32's kernel reads any row: `f32_alignment`)
     # only the output's rows unaligned (an LM head's N = 50257; w's rows are K long): stored directly
     direct = bool(why) and k % 8 == 0 and (transposed or w_view)
