@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from test_gemm_function import run_statements
-from test_gemm_plan import BF16, task
+from test_gemm_plan import BF16, hopper_with_cutlass, task  # noqa: F401 (a fixture)
 
 F16 = "dtype=torch.float16"
 
@@ -338,3 +338,30 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     values = reference.get_inputs()
     tolerance = 1e-4 if "f32" in name else 2e-2
     torch.testing.assert_close(candidate(*values), model(*values), rtol=tolerance, atol=tolerance)
+
+
+def test_a_compiled_models_attention_scores_are_one_batched_gemm(hopper_with_cutlass, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    # as the backend gets them: the partition's inputs are the 3-D views the bmm reads, the keys'
+    # the (L, K, N) transpose of packed (L, N, K) values; the program passes them packed
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from kevin_backend.backend.partition import partition_graph
+    from kevin_backend.backend.task import extract_task
+    from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
+    from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
+
+    def model(q, k):  # type: ignore[no-untyped-def]
+        return torch.softmax(q @ k.transpose(-2, -1) * 0.125, -1)
+
+    gm = make_fx(model)(torch.randn(2, 3, 16, 64, dtype=torch.bfloat16), torch.randn(2, 3, 24, 64, dtype=torch.bfloat16))
+    (partition,) = [p for p in partition_graph(gm.graph, BuiltinSupport()).partitions
+                    if any(n.target is torch.ops.aten.bmm.default for n in p.nodes)]
+    source = extract_task(partition).source
+    plan = plan_gemm(source)
+    assert isinstance(plan, GemmPlan) and (plan.batch, plan.m, plan.n, plan.k) == (6, 16, 24, 64), plan
+    assert plan.w_view and plan.spec.weight == "nk" and plan.spec.epilogue.alpha == 0.125, plan.describe()
+    program = write_gemm_program(plan, GemmTiling())
+    assert "v1.transpose(-2, -1).reshape(" in program
+    new, values = _runs_as_its_model(source, program, plan, monkeypatch, 7, 2e-2)
+    assert new.calls[0][1].is_contiguous() and new.calls[0][1].shape == (6, 24, 64)  # (the keys packed, N x K)

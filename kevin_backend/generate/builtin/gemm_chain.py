@@ -183,31 +183,39 @@ def decompose_baddbmm(graph: fx.Graph) -> None:
         graph.erase_node(node)
 
 
-def batched_operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple[fx.Node, fx.Node, str, tuple[int, ...]]:
+def batched_operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple[fx.Node, fx.Node, str, bool, tuple[int, ...]]:
     """A bmm's operands as the task's inputs they view in place (`_VIEWS`: the 4-D q @ k.transpose
-    of attention, flattened to 3-D): (x, w, the weight's layout, (L, M, N, K)). x holds L packed
-    M x K matrices; w L packed N x K ("nk", read transposed) or K x N ("kn") ones."""
+    of attention, flattened to 3-D): (x, w, the weight's layout, whether w is given transposed,
+    (L, M, N, K)). x holds L packed M x K matrices; w L packed N x K ("nk", read transposed) or
+    K x N ("kn") ones, or is given as their transpose (a compiled model's partition gets attention's
+    keys as the (L, K, N) view of packed (L, N, K) ones): the program passes `w.transpose(-2, -1)`."""
     a, b = mm.args[:2]
     av, bv = a.meta["val"], b.meta["val"]
     batch, m, k = av.shape
     n = bv.shape[2]
-    x, w = _viewed(a, index, metas, batch * m * k), _viewed(b, index, metas, batch * k * n)
-    if x is None or not _strided(av, (m * k, k, 1)):
+    (x, x_turned), (w, w_turned) = _viewed(a, index, metas, batch * m * k), _viewed(b, index, metas, batch * k * n)
+    if x is None or x_turned or not _strided(av, (m * k, k, 1)):
         raise Unsupported("bmm's left operand is not an input's packed (L, M, K) values, viewed in place")
     if w is not None and _strided(bv, (k * n, n, 1)):
-        return x, w, "kn", (batch, m, n, k)
+        return x, w, "kn", w_turned, (batch, m, n, k)
     if w is not None and _strided(bv, (n * k, 1, k)):
-        return x, w, "nk", (batch, m, n, k)
+        return x, w, "nk", w_turned, (batch, m, n, k)
     raise Unsupported("bmm's right operand is not an input's packed (L, K, N) or (L, N, K) values, viewed in place")
 
 
-def _viewed(node: Any, index: dict[fx.Node, int], metas: list[Any], numel: int) -> fx.Node | None:
-    """The contiguous input of `numel` values `node` views in place, or None."""
+def _viewed(node: Any, index: dict[fx.Node, int], metas: list[Any], numel: int) -> tuple[fx.Node | None, bool]:
+    """The input of `numel` values `node` views in place, and whether that input is the transpose
+    of its last two dimensions of a contiguous tensor (rather than contiguous); (None, False) if none."""
     while isinstance(node, fx.Node) and node.target in _VIEWS:
         node = node.args[0]
-    if node not in index or not metas[index[node]].is_contiguous() or metas[index[node]].numel() != numel:
-        return None
-    return node
+    if node not in index or metas[index[node]].numel() != numel:
+        return None, False
+    value = metas[index[node]]
+    if value.is_contiguous():
+        return node, False
+    if value.dim() >= 2 and value.transpose(-2, -1).is_contiguous():
+        return node, True
+    return None, False
 
 
 def _strided(value: Any, strides: tuple[int, ...]) -> bool:

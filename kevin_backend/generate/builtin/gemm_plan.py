@@ -162,11 +162,11 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     if len(matmuls) != 1:
         raise Unsupported(f"{len(matmuls)} matmuls (mm, addmm or bmm): the GEMM writer takes one")
     mm = matmuls[0]
-    x, w, bias, transposed, w_view, (batch, m, n, k) = _operands(mm, index, metas)
+    x, w, bias, nk, w_view, (batch, m, n, k) = _operands(mm, index, metas)
     xv = metas[index[x]]
     why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 else ""  # (float32's kernel reads any row: `f32_alignment`)
     # only the output's rows unaligned (an LM head's N = 50257; w's rows are K long): stored directly
-    direct = bool(why) and k % 8 == 0 and (transposed or w_view)
+    direct = bool(why) and k % 8 == 0 and nk
     if why and not direct:
         raise Unsupported(why)
     value = out.meta.get("val")
@@ -187,7 +187,7 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     if direct and (epilogue.bias or epilogue.tree or epilogue.activation != "identity"):
         raise Unsupported(f"{why}; stored without TMA, the output takes a plain linear combination (a scale, a residual), "
                           "not a bias or a function")
-    spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if transposed or w_view else "kn",
+    spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if nk else "kn",
                     f32_alignment(n, k) if xv.dtype == torch.float32 else 0, direct_store=direct)
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape,
                     operands=operands, batch=batch, views=views)
@@ -235,11 +235,12 @@ def _read_conv(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
 
 def _operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple[Any, ...]:
     """The matmul's x and w (task inputs), addmm's bias (or None), whether w is read transposed
-    (N x K), whether it is given as that K x N view, and (L, M, N, K): L products (bmm's batch:
-    `gemm_chain.batched_operands`), each M x N over K."""
+    (N x K), whether it is given transposed (an N x K weight as its K x N view; bmm's: its packed
+    matrices' transpose), and (L, M, N, K): L products (bmm's batch: `gemm_chain.batched_operands`),
+    each M x N over K."""
     if mm.target is aten.bmm.default:
-        x, w, layout, sizes = batched_operands(mm, index, metas)
-        transposed, w_view, bias = layout == "nk", False, None
+        x, w, layout, w_view, sizes = batched_operands(mm, index, metas)
+        nk, bias = layout == "nk", None
     else:
         bias = None
         if mm.target is aten.addmm.default:
@@ -258,7 +259,7 @@ def _operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple
         wv = metas[index[w]]
         # an N x K weight seen as its K x N transpose (strides (1, K)): read as nn.Linear keeps it
         w_view = not transposed and wv.dim() == 2 and wv.shape[0] > 1 and tuple(wv.stride()) == (1, wv.shape[0])
-        sizes = None
+        nk, sizes = transposed or w_view, None
     xv, wv = metas[index[x]], metas[index[w]]
     for v, what in ((xv, "x"), (wv, "w")):
         if v.dtype not in _DTYPES:
@@ -268,9 +269,9 @@ def _operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple
     if xv.dtype != wv.dtype or (sizes is None and wv.dim() != 2):
         raise Unsupported("x and w of different dtypes, or w not 2-D")
     if sizes is None:
-        n, k = wv.shape if transposed else reversed(wv.shape)
+        n, k = wv.shape if nk and not w_view else reversed(wv.shape)
         sizes = (1, xv.numel() // k if k else 0, n, k)
-    return x, w, bias, transposed, w_view, sizes
+    return x, w, bias, nk, w_view, sizes
 
 
 def _epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], mn: tuple[int, int],
@@ -570,7 +571,11 @@ def _call(plan: GemmPlan) -> str:
     operands = ([_value(plan, i) for i in plan.operands] if plan.spec.epilogue.tree else
                 [_value(plan, plan.bias) if plan.bias is not None else empty,
                  _value(plan, plan.residual) if plan.residual is not None else empty])
-    w = f"{w}.t()" if plan.w_view else f"{w}.reshape(-1, {w}.shape[-2], {w}.shape[-1])" if plan.batch > 1 else w
+    if plan.batch > 1:  # (w given as the transpose of packed matrices: passed packed)
+        w = f"{w}.transpose(-2, -1)" if plan.w_view else w
+        w = f"{w}.reshape(-1, {w}.shape[-2], {w}.shape[-1])"
+    elif plan.w_view:
+        w = f"{w}.t()"
     if plan.conv:
         x, w = f"{x}.permute(0, 2, 3, 1)", f"{w}.flatten(1)"
     return ", ".join([x, w, *operands])
