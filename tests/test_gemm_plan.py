@@ -143,20 +143,6 @@ def compiled_graph(model, *inputs, decompositions=None):  # type: ignore[no-unty
     return graphs[0].graph
 
 
-@pytest.fixture
-def hopper_with_cutlass(monkeypatch: pytest.MonkeyPatch, tmp_path):  # type: ignore[no-untyped-def]
-    """What the GEMM writer needs, as a Hopper machine with CUTLASS's headers has it."""
-    from kevin_backend.generate.builtin import builtin_support
-
-    include = tmp_path / "include"
-    for folder, header in (("cutlass", "cutlass.h"), ("cute", "tensor.hpp")):
-        (include / folder).mkdir(parents=True)
-        (include / folder / header).write_text("#pragma once\n")
-    (include / "cutlass" / "version.h").write_text("#define CUTLASS_MAJOR 4\n#define CUTLASS_MINOR 2\n#define CUTLASS_PATCH 0\n")
-    monkeypatch.setenv("KEVIN_CUTLASS_INCLUDE", str(include))
-    monkeypatch.setattr(builtin_support, "_hopper", lambda: True)
-
-
 def test_the_partitioner_gives_a_matmul_its_epilogue_and_nothing_else(hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
     import torch
     import torch.nn.functional as F

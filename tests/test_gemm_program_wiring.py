@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from test_gemm_function import run_statements
-from test_gemm_plan import BF16, hopper_with_cutlass, task  # noqa: F401 (a fixture)
+from test_gemm_plan import BF16, task
 
 F16 = "dtype=torch.float16"
 
