@@ -5,9 +5,9 @@ and what a reduction must share with the other reductions of its kernel.
 
 Matmuls (mm, addmm, bmm, baddbmm) it declares where its CUTLASS GEMM can run (`gemm_available`: CUTLASS's
 headers found, a Hopper GPU), each in a partition of its own with the epilogue that follows it
-(`epilogue_only`: no prologue, no other partition merged in, no reduction); convolutions and
-batched matmuls it declares none of. The reason says what is missing (`no_matmul_reason`), so the
-report tells a user what to install."""
+(`epilogue_only`: no prologue, no other partition merged in, no reduction); convolutions it
+declares none of (its 1x1 convolution is a KernelBench task's, not yet a partition's). The reason
+says what is missing (`no_matmul_reason`), so the report tells a user what to install."""
 
 from __future__ import annotations
 
