@@ -106,7 +106,7 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
     ("(v[0] @ v[1], v[0] + 1)", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "2 outputs not all views of one value"),
     # convolutions: the GEMM writer takes 1x1 ones over channels-last inputs, their own bias and functions after
     ("F.conv2d(v[0], v[1], padding=1)", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 3, 3, {BF16})",
-     "a 2-D convolution of a 3x3 kernel, stride [1, 1], padding [1, 1]"),
+     "a 2-D convolution, kernel 3x3, stride [1, 1], padding [1, 1]"),
     ("F.conv2d(v[0], v[1])", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 1, 1, {BF16})", "not channels-last"),
     ("F.conv2d(v[0], v[1]) + v[2]", f"torch.randn(2, 16, 8, 32, {BF16}).contiguous(memory_format=torch.channels_last), "
      f"torch.randn(32, 16, 1, 1, {BF16}), torch.randn(32, {BF16})", "other tensors than its bias"),

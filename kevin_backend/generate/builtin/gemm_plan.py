@@ -210,8 +210,8 @@ def _read_conv(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     xv, wv = metas[index[x]], metas[index[w]]
     if (transposed or groups != 1 or wv.dim() != 4 or tuple(wv.shape[2:]) != (1, 1) or list(stride) != [1, 1]
             or list(padding) != [0, 0] or list(dilation) != [1, 1]):
-        raise Unsupported(f"a {'transposed ' if transposed else ''}{wv.dim() - 2}-D convolution of a "
-                          f"{'x'.join(map(str, wv.shape[2:]))} kernel, stride {list(stride)}, padding {list(padding)}, "
+        raise Unsupported(f"a {'transposed ' if transposed else ''}{wv.dim() - 2}-D convolution, kernel "
+                          f"{'x'.join(map(str, wv.shape[2:]))}, stride {list(stride)}, padding {list(padding)}, "
                           f"{groups} group(s): the GEMM writer takes 1x1 ones of stride 1, unpadded, of one group")
     if xv.dim() != 4 or not xv.is_contiguous(memory_format=torch.channels_last) or not wv.is_contiguous():
         raise Unsupported("a 1x1 convolution of an input that is not channels-last (its channels are not rows)")
