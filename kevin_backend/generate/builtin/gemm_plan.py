@@ -511,9 +511,7 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
     devices, hosts, declarations, lines = [], [], [], []
     around = ""  # the built-in writer's own extensions: before the GEMM (its left operand), after it (a reduction)
     if head:
-        made = extension(head.head, variants_for(head.head)[0])
-        around += (f"head = load_inline(name='{name}_head', cpp_sources='{made.declaration}', cuda_sources=r'''{made.cuda}''',\n"
-                   "                   functions=['kevin_run'], extra_cuda_cflags=['-O3'])\n\n")
+        around += _own_extension("head", head.head, name)
         lines.append(f"y0 = head.kevin_run({', '.join(_value(plans[0], i) for i in head.reads)})")
     first = 1 if head else 0  # (the number of the GEMM's own end: after the head's)
     for j, (p, t) in enumerate(zip(plans, tilings)):
@@ -531,9 +529,7 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
         lines.append(f"{'y =' if last and p.views else 'return' if last else f'y{j + first} ='} ext.{function}({_call(p)}){shaped}")
         lines.extend(p.views if last else ())
     if tail:  # the built-in writer's kernel after the GEMM, in an extension of its own
-        made = extension(tail.tail, variants_for(tail.tail)[0])
-        around += (f"tail = load_inline(name='{name}_tail', cpp_sources='{made.declaration}', cuda_sources=r'''{made.cuda}''',\n"
-                   "                   functions=['kevin_run'], extra_cuda_cflags=['-O3'])\n\n")
+        around += _own_extension("tail", tail.tail, name)
         call = f"tail.kevin_run({', '.join(_value(plans[0], i) for i in tail.reads)})"
         lines.append(f"return {call}" if len(tail.tail.outputs) == 1 else f"return tuple({call})")
     args = ", ".join(f"v{i}" for i in range(plan.inputs))
@@ -557,6 +553,13 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
         f"{body}"
     )
 
+
+def _own_extension(role: str, part: Any, name: str) -> str:
+    """The program's line building the built-in writer's own kernel of `part` (its first variant)
+    as the extension `role` ("head" before the GEMM, "tail" after it)."""
+    made = extension(part, variants_for(part)[0])
+    return (f"{role} = load_inline(name='{name}_{role}', cpp_sources='{made.declaration}', cuda_sources=r'''{made.cuda}''',\n"
+            "                   functions=['kevin_run'], extra_cuda_cflags=['-O3'])\n\n")
 
 # where a kernel's host function begins in its CUDA source (the devices' parts all go before it)
 _HOST_START = "\n#include <torch/extension.h>"

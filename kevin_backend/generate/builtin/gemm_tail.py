@@ -39,16 +39,11 @@ aten = torch.ops.aten
 _MAGNIFYING = frozenset({aten._softmax.default, aten._log_softmax.default, aten.logsumexp.default, aten.exp.default})
 
 
-@dataclass(frozen=True)
-class GemmTail:
-    """The GEMM (`gemm`, a GemmPlan whose output is the end) and the built-in writer's plan of the
-    rest (`tail`), whose inputs are, in order, the task's inputs numbered `reads` (the end: the
-    number after the task's inputs and parameters)."""
+class _AroundGemm:
+    """A GEMM (`gemm`) with the built-in writer's own kernels around it: the task's inputs and
+    parameters are its GEMM's."""
 
     gemm: Any
-    tail: Plan
-    reads: tuple[int, ...]
-    wide: GemmTail | None = None  # the same with the end stored in float32 (a 16-bit end the tail exponentiates)
 
     @property
     def inputs(self) -> int:
@@ -57,6 +52,18 @@ class GemmTail:
     @property
     def state(self) -> tuple[str, ...]:
         return self.gemm.state
+
+
+@dataclass(frozen=True)
+class GemmTail(_AroundGemm):
+    """The GEMM (`gemm`, a GemmPlan whose output is the end) and the built-in writer's plan of the
+    rest (`tail`), whose inputs are, in order, the task's inputs numbered `reads` (the end: the
+    number after the task's inputs and parameters)."""
+
+    gemm: Any
+    tail: Plan
+    reads: tuple[int, ...]
+    wide: GemmTail | None = None  # the same with the end stored in float32 (a 16-bit end the tail exponentiates)
 
     def describe(self) -> str:
         return f"[{self.gemm.describe()}] -> {_own_kernel(self.tail)}"
@@ -74,7 +81,7 @@ class WideEnd:
 
 
 @dataclass(frozen=True)
-class GemmHead:
+class GemmHead(_AroundGemm):
     """The built-in writer's plan of what computes the GEMM's left operand (`head`: a cast, a
     norm; reading the task's inputs numbered `reads`), then the GEMM (`gemm`: a GemmPlan or a
     GemmTail) whose left operand is the head's output, numbered after the task's inputs and
@@ -83,14 +90,6 @@ class GemmHead:
     head: Plan
     reads: tuple[int, ...]
     gemm: Any
-
-    @property
-    def inputs(self) -> int:
-        return self.gemm.inputs
-
-    @property
-    def state(self) -> tuple[str, ...]:
-        return self.gemm.state
 
     def describe(self) -> str:
         return f"{_own_kernel(self.head)} -> {self.gemm.describe()}"
