@@ -215,4 +215,4 @@ def hopper_with_cutlass(monkeypatch: pytest.MonkeyPatch, tmp_path):  # type: ign
         (include / folder / header).write_text("#pragma once\n")
     (include / "cutlass" / "version.h").write_text("#define CUTLASS_MAJOR 4\n#define CUTLASS_MINOR 2\n#define CUTLASS_PATCH 0\n")
     monkeypatch.setenv("KEVIN_CUTLASS_INCLUDE", str(include))
-    monkeypatch.setattr(builtin_support, "_hopper", lambda: True)
+    monkeypatch.setattr(builtin_support, "gemm_arch", lambda: "sm90")

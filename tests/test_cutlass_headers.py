@@ -237,9 +237,10 @@ def test_the_builtin_writer_says_why_it_leaves_matmuls_out(monkeypatch: pytest.M
     monkeypatch.setattr(cutlass_headers, "PACKAGE", "kevin-no-such-package")
     assert reasons() == {"CUTLASS's headers are not installed (pip install \"kevin_backend[cutlass]\")"}
     monkeypatch.setenv("KEVIN_CUTLASS_INCLUDE", str(_include(tmp_path / "include", (3, 8, 0))))
-    monkeypatch.setattr(builtin_support, "_hopper", lambda: False)
+    monkeypatch.setattr(builtin_support, "gemm_arch", lambda: "")
+    here = "no GPU" if not torch.cuda.is_available() else "compute capability %d.%d" % torch.cuda.get_device_capability()
     assert reasons() == {"it writes no CUTLASS kernel for it yet (CUTLASS 3.8.0 found)",
-                         "its CUTLASS GEMM needs a Hopper GPU (sm_90a) (CUTLASS 3.8.0 found)"}
+                         f"its CUTLASS GEMM needs a GPU of compute capability 8.0 or later ({here}; CUTLASS 3.8.0 found)"}
     monkeypatch.setenv("KEVIN_CUTLASS_INCLUDE", str(tmp_path))
     (reason,) = reasons()
     assert "there is no cutlass/cutlass.h in it" in reason

@@ -4,7 +4,7 @@ and what a reduction must share with the other reductions of its kernel.
     ok, why = BuiltinSupport().supports(node)   # (False, "mm ... CUTLASS's headers are not installed ...")
 
 Matmuls (mm, addmm, bmm, baddbmm) it declares where its CUTLASS GEMM can run (`gemm_available`: CUTLASS's
-headers found, a Hopper GPU), each in a partition of its own with the epilogue that follows it
+headers found, a GPU of compute capability 8.0 or later: `gemm_arch`), each in a partition of its own with the epilogue that follows it
 (`epilogue_only`: no prologue, no other partition merged in, no reduction); convolutions it
 declares none of (its 1x1 convolution is a KernelBench task's, not yet a partition's). The reason
 says what is missing (`no_matmul_reason`), so the report tells a user what to install."""
@@ -23,7 +23,7 @@ from kevin_backend.generate.builtin.ops import check as check_pointwise, is_poin
 from kevin_backend.generate.op_support import MATMUL_OPS
 from kevin_backend.toolchain.cutlass_headers import find_cutlass
 
-__all__ = ["BuiltinSupport", "gemm_available", "no_matmul_reason"]
+__all__ = ["BuiltinSupport", "gemm_arch", "gemm_available", "no_matmul_reason"]
 
 _GEMM_OPS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default)
 
@@ -99,8 +99,9 @@ def no_matmul_reason(op: str, gemm: bool = False) -> str:
         return f"{declined}: CUTLASS's headers are not installed (pip install \"kevin_backend[cutlass]\")"
     if not gemm:
         return f"{declined}: it writes no CUTLASS kernel for it yet (CUTLASS {headers.version} found)"
-    if not _hopper():
-        return f"{declined}: its CUTLASS GEMM needs a Hopper GPU (sm_90a) (CUTLASS {headers.version} found)"
+    if not gemm_arch():
+        found = "no GPU" if not torch.cuda.is_available() else "compute capability %d.%d" % torch.cuda.get_device_capability()
+        return f"{declined}: its CUTLASS GEMM needs a GPU of compute capability 8.0 or later ({found}; CUTLASS {headers.version} found)"
     return ""
 
 
@@ -109,5 +110,11 @@ def gemm_available() -> bool:
     return not no_matmul_reason("mm", gemm=True)
 
 
-def _hopper() -> bool:
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+def gemm_arch() -> str:
+    """The GEMM kernels' family for the GPU here: "sm90" on Hopper (TMA, wgmma: `gemm_kernel.py`),
+    "sm80" on Ampere, Ada and later GPUs (CUTLASS 2.x's kernel, built for the GPU: `gemm_kernel_sm80.py`),
+    "" without a GPU of compute capability 8.0 or later."""
+    if not torch.cuda.is_available():
+        return ""
+    capability = torch.cuda.get_device_capability()
+    return "sm90" if capability == (9, 0) else "sm80" if capability >= (8, 0) else ""

@@ -1,5 +1,6 @@
 """The built-in writer's GEMM with its epilogue, as a CUTLASS 3.x kernel for Hopper (sm_90a) in
-float16 and bfloat16 (float32: `gemm_kernel_f32.py`, with the same entry points and host function).
+float16 and bfloat16 (float32, and 16-bit values on Ampere and Ada: CUTLASS 2.x's sm80 kernel,
+`gemm_kernel_sm80.py`, with the same entry points and host function; `GemmSpec.arch`).
 
     spec = GemmSpec("bfloat16", Epilogue(bias=True, activation="gelu", alpha=0.5))
     source = gemm_device_source(spec, GemmTiling((128, 128, 64), (1, 2, 1), "cooperative"))
@@ -29,12 +30,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kevin_backend.generate.builtin.gemm_kernel_f32 import ENTRY_POINTS, F32_TILINGS, F32Tiling, f32_device_source
+from kevin_backend.generate.builtin.gemm_kernel_sm80 import ENTRY_POINTS, F32_TILINGS, SM80_TILINGS, Sm80Tiling, sm80_device_source, sm80_tilings
 
-__all__ = ["F32_TILINGS", "F32Tiling", "tilings_for", "ACTIVATIONS", "OPERAND_KINDS", "Epilogue", "GEMM_CPP_SOURCE", "gemm_cpp_source", "GEMM_CUDA_FLAGS", "GEMM_TILINGS", "GemmSpec", "GemmTiling",
+__all__ = ["F32_TILINGS", "SM80_TILINGS", "Sm80Tiling", "tilings_for", "gemm_cuda_flags", "SM80_CUDA_FLAGS", "ACTIVATIONS", "OPERAND_KINDS", "Epilogue", "GEMM_CPP_SOURCE", "gemm_cpp_source", "GEMM_CUDA_FLAGS", "GEMM_TILINGS", "GemmSpec", "GemmTiling",
            "gemm_cuda_source", "gemm_device_source", "gemm_unaligned"]
 
 GEMM_CUDA_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr", "-DNDEBUG")
+# An sm80 kernel's (`GemmSpec.arch`): no architecture of its own; the judge's build makes the GPU's
+SM80_CUDA_FLAGS = ("--expt-relaxed-constexpr", "-DNDEBUG")
 
 # PyTorch's activation -> CUTLASS's functor (cutlass/epilogue/thread/activation.h), computed in float32
 ACTIVATIONS = {
@@ -122,10 +125,10 @@ class Epilogue:
 
 @dataclass(frozen=True)
 class GemmSpec:
-    dtype: str  # the inputs' and the output's: "float16" or "bfloat16" (accumulated in float32), or "float32" (`gemm_kernel_f32.py`)
+    dtype: str  # the inputs' and the output's: "float16" or "bfloat16" (accumulated in float32), or "float32" (`gemm_kernel_sm80.py`)
     epilogue: Epilogue = Epilogue()
     weight: str = "nk"  # the weight's layout: "nk" (N x K, read transposed) or "kn" (K x N), row-major either way
-    align: int = 0  # float32: floats per access (`gemm_kernel_f32.f32_alignment`); 0 for 16-bit (16 bytes, TMA's)
+    align: int = 0  # the sm80 kernel's elements per access (`gemm_kernel_sm80.sm80_alignment`); 0 on sm90 (16 bytes, TMA's)
     # the output's dtype where it is not the inputs': "float32" keeps a 16-bit GEMM's float32 result
     # unrounded for a kernel after it (`gemm_tail`: a softmax's exponent would magnify the rounding)
     store: str = ""
@@ -133,6 +136,9 @@ class GemmSpec:
     # from registers, without shared memory or TMA (CUTLASS's NoSmemWarpSpecialized epilogue), which
     # computes a plain linear combination (alpha, a residual) only
     direct_store: bool = False
+    # the GPU it is for: "sm90" (Hopper: TMA, wgmma; float32 still on the sm80 kernel, built for
+    # sm_90a) or "sm80" (Ampere and Ada, and any later GPU through PTX: `gemm_kernel_sm80.py`)
+    arch: str = "sm90"
 
     def __post_init__(self) -> None:
         if self.dtype not in _ELEMENTS:
@@ -144,6 +150,17 @@ class GemmSpec:
         e = self.epilogue
         if self.direct_store and (self.dtype == "float32" or e.bias or e.tree or e.activation != "identity"):
             raise ValueError("a direct store is a 16-bit kernel's plain linear combination: no bias, activation or tree")
+        if self.arch not in ("sm90", "sm80"):
+            raise ValueError(f"arch {self.arch!r}: 'sm90' or 'sm80'")
+        if self.sm80 and (e.tree or self.direct_store):
+            raise ValueError("the sm80 kernel's epilogue is a linear combination and a function: no visitor tree, no direct store")
+        if self.sm80 and self.output != self.dtype and (e.bias or e.residual):
+            raise ValueError("the sm80 kernel reads its bias or residual in its output's dtype: a float32 end reads neither")
+
+    @property
+    def sm80(self) -> bool:
+        """Whether CUTLASS 2.x's sm80 kernel computes it (`gemm_kernel_sm80.py`): float32's, and 16-bit on sm80."""
+        return self.dtype == "float32" or self.arch == "sm80"
 
     @property
     def output(self) -> str:
@@ -219,11 +236,11 @@ _SMS = 132
 
 def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tuple[Any, ...]:
     """The search's variants for this GEMM of `shape` (M, N, K): the float32 kernel's
-    (`gemm_kernel_f32.F32_TILINGS`) or the 16-bit ones. A 16-bit GEMM whose output has fewer 128 x 128
+    (`gemm_kernel_sm80.sm80_tilings`: float32's, and 16-bit ones on sm80) or the sm90 16-bit ones. A 16-bit GEMM whose output has fewer 128 x 128
     tiles than the GPU has SMs, over a K long enough to share (a long reduction into a small output),
     tries split-K and stream-K first: one CTA a tile would leave most SMs idle."""
-    if spec.dtype == "float32":
-        return F32_TILINGS
+    if spec.sm80:
+        return sm80_tilings(spec.dtype, shape)
     if shape is None or spec.direct_store:  # (a direct store: each tile's output whole, no split)
         return GEMM_TILINGS
     m, n, k = shape
@@ -241,13 +258,13 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     else CUTLASS's status), `kevin_gemm_workspace(m, n, k, batch)` the bytes of workspace it needs."""
     epi = spec.epilogue
     functor = _FUNCTION.format(body=epi.function) if epi.function else ""
-    if spec.dtype == "float32":
+    if spec.sm80:
         if epi.tree:
-            raise ValueError("a tree epilogue is the 16-bit kernels' (CUTLASS 3.x visitor trees); the float32 kernel's is not one")
-        if not isinstance(tiling, F32Tiling):
-            raise ValueError(f"a float32 GEMM takes an F32Tiling, not {tiling!r}")
-        return f32_device_source(ACTIVATIONS[epi.activation], functor, epi.alpha, epi.beta, epi.bias, epi.residual,
-                                 spec.weight, tiling, spec.align or 4)
+            raise ValueError("a tree epilogue is the sm90 16-bit kernels' (CUTLASS 3.x visitor trees); the sm80 kernel's is not one")
+        if not isinstance(tiling, Sm80Tiling):
+            raise ValueError(f"a {spec.dtype} GEMM on the sm80 kernel takes an Sm80Tiling, not {tiling!r}")
+        return sm80_device_source(spec.dtype, spec.output, ACTIVATIONS[epi.activation], functor, epi.alpha, epi.beta, epi.bias,
+                                  epi.residual, spec.weight, tiling, spec.align or (4 if spec.dtype == "float32" else 8))
     if not isinstance(tiling, GemmTiling):
         raise ValueError(f"a 16-bit GEMM takes a GemmTiling, not {tiling!r}")
     element = _ELEMENTS[spec.dtype]
@@ -338,7 +355,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     output x's leading dimensions and N; a tree's: `gemm_epilogue(x, w, a0, a1, ...)`, its operands
     `gemm_cpp_source`), which checks what the kernel assumes, takes its
     workspace from torch's allocator and runs on the current stream."""
-    align = (spec.align or 4) if spec.dtype == "float32" else 8
+    align = (spec.align or (4 if spec.dtype == "float32" else 8)) if spec.sm80 else 8
     scalar = _SCALARS[spec.dtype]
     epi = spec.epilogue
     if epi.tree:
@@ -358,6 +375,11 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
         params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands,
         n="w.size(-2)" if spec.weight == "nk" else "w.size(-1)", kdim=-1 if spec.weight == "nk" else -2,
         shape="N x K" if spec.weight == "nk" else "K x N")
+
+
+def gemm_cuda_flags(spec: GemmSpec) -> tuple[str, ...]:
+    """nvcc's flags for the program of `spec`: Hopper's arch-specific form, or none (sm80's)."""
+    return SM80_CUDA_FLAGS if spec.arch == "sm80" else GEMM_CUDA_FLAGS
 
 
 def gemm_cpp_source(spec: GemmSpec) -> str:

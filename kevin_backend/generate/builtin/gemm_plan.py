@@ -24,7 +24,10 @@ view in place (`gemm_chain.batched_operands`); a 1x1 convolution of a channels-l
 GEMM of its rows of channels (`_read_conv`). 16-bit rows of N that TMA cannot store (an LM head's
 50257 logits) are stored directly, for a plain linear combination. Each thing it cannot take
 declines the task with the reason: another dtype than float16, bfloat16 or float32
-(`gemm_kernel_f32.py`), 16-bit rows of K TMA cannot read, a convolution other than 1x1, and so on.
+(`gemm_kernel_sm80.py`), 16-bit rows of K TMA cannot read, a convolution other than 1x1, and so on.
+A plan is for a GPU (`plan_gemm`'s `arch`, by default the one here): Hopper's ("sm90"), or
+Ampere's and Ada's ("sm80": CUTLASS 2.x's kernel, whose epilogue reads a bias or a residual and
+applies a function, no visitor tree; 16-bit rows of any even length).
 An output that views the product in another shape (a compiled model's 3-D activations) is the
 kernel's M x N output viewed so; several outputs that view it (a QKV split) are made from it by
 the program (`_outputs`).
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import math
 import operator
@@ -43,11 +47,12 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from kevin_backend.generate.builtin.gemm_kernel import (GEMM_CUDA_FLAGS, Epilogue, GemmSpec, gemm_cpp_source, gemm_cuda_source,
+from kevin_backend.generate.builtin import builtin_support
+from kevin_backend.generate.builtin.gemm_kernel import (Epilogue, GemmSpec, gemm_cpp_source, gemm_cuda_flags, gemm_cuda_source,
                                                          gemm_unaligned, tilings_for)
 from kevin_backend.generate.builtin.gemm_chain import (MATMULS, ChainTiling, GemmChain, batched_operands, chain_cut, chain_tilings,
                                                         decompose_baddbmm, with_parameters)
-from kevin_backend.generate.builtin.gemm_kernel_f32 import f32_alignment
+from kevin_backend.generate.builtin.gemm_kernel_sm80 import sm80_alignment
 from kevin_backend.generate.builtin.gemm_tail import GemmHead, GemmTail, WideEnd, has_tail, head_of, plan_head, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.program import extension
@@ -113,9 +118,14 @@ def _kinds(operands: tuple[str, ...]) -> str:
     return ", ".join(words[k] for k in operands)
 
 
-def plan_gemm(task_source: str) -> GemmPlan | GemmChain | GemmTail | GemmHead | Declined:
+def plan_gemm(task_source: str, arch: str | None = None) -> GemmPlan | GemmChain | GemmTail | GemmHead | Declined:
     """The task's GEMM plan (a chain of them for a task of several matmuls: `gemm_chain.py`), or
-    why the built-in writer's GEMM declines it."""
+    why the built-in writer's GEMM declines it; for the GPU `arch` ("sm90": Hopper's kernels,
+    "sm80": Ampere's), by default the one here (`builtin_support.gemm_arch`; Hopper's without one)."""
+    arch = arch or builtin_support.gemm_arch() or "sm90"
+    if arch not in ("sm90", "sm80"):
+        raise ValueError(f"arch {arch!r}: 'sm90' or 'sm80'")
+    _read, _read_with_tail, _read_conv = (functools.partial(f, arch=arch) for f in (_read_gemm, _read_gemm_with_tail, _read_conv_gemm))
     try:
         with TRACE_LOCK:
             gm, metas, names = trace_with_parameters(task_source)
@@ -138,10 +148,11 @@ def plan_gemm(task_source: str) -> GemmPlan | GemmChain | GemmTail | GemmHead | 
         return Declined(f"the task could not be traced on meta tensors: {type(exc).__name__}: {exc}")
 
 
-def _read_with_tail(graph: fx.Graph, metas: list[Any]) -> GemmPlan | GemmTail:
+def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan | GemmTail:
     """The GEMM of a graph of one matmul, with the built-in writer's kernel after it where a
     reduction follows the product (`gemm_tail.py`)."""
-    return plan_tail(graph, metas, _read) if has_tail(graph) else _read(graph, metas)
+    read = functools.partial(_read_gemm, arch=arch)
+    return plan_tail(graph, metas, read) if has_tail(graph) else read(graph, metas)
 
 
 def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
@@ -154,7 +165,7 @@ def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
     return dataclasses.replace(plan, inputs=inputs, state=state)
 
 
-def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
+def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     index = {p: i for i, p in enumerate(placeholders)}
     out, views = _outputs(graph)
@@ -164,7 +175,7 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
     mm = matmuls[0]
     x, w, bias, nk, w_view, (batch, m, n, k) = _operands(mm, index, metas)
     xv = metas[index[x]]
-    why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 else ""  # (float32's kernel reads any row: `f32_alignment`)
+    why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 and arch == "sm90" else ""  # (the sm80 kernel's: `sm80_alignment`)
     # only the output's rows unaligned (an LM head's N = 50257; w's rows are K long): stored directly
     direct = bool(why) and k % 8 == 0 and nk
     if why and not direct:
@@ -179,21 +190,32 @@ def _read(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
         raise Unsupported("a column of values per row in a batch of products (the kernel reads one column for all)")
     if value.dtype != xv.dtype:
         raise Unsupported(f"an output of {value.dtype} from {xv.dtype} inputs (the kernel stores its inputs' dtype)")
-    if xv.dtype == torch.float32 and epilogue.bias and epilogue.residual:
-        raise Unsupported("a float32 GEMM with both a bias and a residual (its kernel's epilogue reads one source)")
-    if xv.dtype == torch.float32 and epilogue.tree:
-        raise Unsupported("a float32 epilogue reading other tensors than one bias over N or one residual "
-                          "(visitor trees are the 16-bit kernels')")
     if direct and (epilogue.bias or epilogue.tree or epilogue.activation != "identity"):
         raise Unsupported(f"{why}; stored without TMA, the output takes a plain linear combination (a scale, a residual), "
                           "not a bias or a function")
-    spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk" if nk else "kn",
-                    f32_alignment(n, k) if xv.dtype == torch.float32 else 0, direct_store=direct)
+    spec = _spec(_DTYPES[xv.dtype], epilogue, nk, n, k, arch, direct)
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape,
                     operands=operands, batch=batch, views=views)
 
 
-def _read_conv(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
+def _spec(dtype: str, epilogue: Epilogue, nk: bool, n: int, k: int, arch: str, direct: bool = False) -> GemmSpec:
+    """The kernel's spec, or why the kernel for `arch` cannot take this GEMM: the sm80 kernel
+    (float32's everywhere, 16-bit values' on sm80) reads one source and no tree, in rows whose
+    length its accesses divide."""
+    sm80 = dtype == "float32" or arch == "sm80"
+    align = sm80_alignment(dtype, n, k) if sm80 else 0
+    if sm80:
+        if epilogue.bias and epilogue.residual:
+            raise Unsupported(f"a {dtype} GEMM on the sm80 kernel with both a bias and a residual (its epilogue reads one source)")
+        if epilogue.tree:
+            raise Unsupported(f"a {dtype} epilogue on the sm80 kernel reading other tensors than one bias over N or one residual "
+                              "(visitor trees are the sm90 16-bit kernels')")
+        if not align:
+            raise Unsupported(f"16-bit rows of odd length on the sm80 kernel (K = {k}, N = {n}: cp.async copies 4 bytes at least)")
+    return GemmSpec(dtype, epilogue, "nk" if nk else "kn", align, direct_store=direct, arch=arch)
+
+
+def _read_conv_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     """A 1x1 convolution (stride 1, no padding, one group) of a channels-last input, with its
     epilogue: the GEMM of the input's N*H*W rows of C channels (as it lies) by the C_out x C weight,
     its output those rows of C_out channels, returned as the N x C_out x H x W view that is
@@ -222,13 +244,13 @@ def _read_conv(graph: fx.Graph, metas: list[Any]) -> GemmPlan:
         raise Unsupported("several outputs of a convolution")
     n, k = int(wv.shape[0]), int(wv.shape[1])
     m = xv.numel() // k
-    why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 else ""
+    why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 and arch == "sm90" else ""
     if why:
         raise Unsupported(why)
     epilogue, bias_in, residual_in, operands = _epilogue(conv, out, bias, index, metas, (m, n), xv.dtype)
     if operands or residual_in is not None or bias_in != (index.get(bias) if isinstance(bias, fx.Node) else None):
         raise Unsupported("a convolution's epilogue reading other tensors than its bias (its rows are channels-last)")
-    spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk", f32_alignment(n, k) if xv.dtype == torch.float32 else 0)
+    spec = _spec(_DTYPES[xv.dtype], epilogue, True, n, k, arch)
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, conv=True,
                     views=("return y.permute(0, 3, 1, 2)",))
 
@@ -536,9 +558,10 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
     model = (f"\n\n# The task's module without its forward: ModelNew makes the same parameters under the same seed\n"
              f"{_parameters_module(task_source)}\n\n\nclass ModelNew(KevinTaskParameters):\n" if plan.state else
              "class ModelNew(nn.Module):\n    def __init__(self, *init_inputs):\n        super().__init__()\n\n")
-    what = (f"a chain of {len(plans)} CUTLASS 3.x GEMMs with their epilogues ({plan.describe()})" if chained else
-            f"a CUTLASS 3.x GEMM with its epilogue and its own kernels around it ({(head or tail).describe()})" if head or tail else
-            f"a CUTLASS 3.x GEMM with its epilogue ({plan.describe()})")
+    family = "CUTLASS 2.x (sm80)" if plans[0].spec.sm80 else "CUTLASS 3.x (sm90)"
+    what = (f"a chain of {len(plans)} {family} GEMMs with their epilogues ({plan.describe()})" if chained else
+            f"a {family} GEMM with its epilogue and its own kernels around it ({(head or tail).describe()})" if head or tail else
+            f"a {family} GEMM with its epilogue ({plan.describe()})")
     functions = [f"gemm_epilogue{j}" for j in range(len(plans))] if chained else ["gemm_epilogue"]
     body = "".join(f"        {line}\n" for line in lines)
     return (
@@ -547,7 +570,7 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
         f"cuda_source = r'''{''.join(devices)}{''.join(hosts)}'''\n\n"
         f"cpp_source = '{' '.join(declarations)}'\n\n"
         f"ext = load_inline(name='{name}', cpp_sources=cpp_source, cuda_sources=cuda_source, functions={functions!r},\n"
-        f"                  extra_cuda_cflags={list(GEMM_CUDA_FLAGS)!r})\n\n"
+        f"                  extra_cuda_cflags={list(gemm_cuda_flags(plans[0].spec))!r})\n\n"
         f"{around}\n{model}"
         f"    def forward(self, {args}):\n"
         f"{body}"

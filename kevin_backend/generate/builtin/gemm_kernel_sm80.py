@@ -1,0 +1,183 @@
+"""The GEMM on CUTLASS 2.x's multistage tensor-core kernel for sm80: Ampere's GEMM, which runs on
+Ada and Hopper as well (cp.async loads into shared memory, `mma.sync` on the tensor cores).
+
+Two uses:
+- float32 on any GPU, with three TF32 products per multiply-add (`OpMultiplyAddFastF32`: each
+  operand split into a TF32 value and its remainder, the small cross terms kept), float32's
+  accuracy where one TF32 product has 10 mantissa bits; never plain TF32, which a task under
+  torch's default numerics does not allow;
+- float16 and bfloat16 (accumulated in float32) on GPUs without Hopper's TMA and wgmma: Ampere and
+  Ada (`GemmSpec.arch` "sm80"; on Hopper the writer uses `gemm_kernel.py`'s sm90 kernels).
+
+Same host function and entry points as the sm90 kernels (`gemm_kernel.py`): `kevin_gemm_run`,
+`kevin_gemm_workspace`. The epilogue is CUTLASS's `LinearCombinationGeneric`, D = f(alpha * acc +
+beta * C): a bias is C read as one row for every row (its row stride 0), a residual is C itself;
+not both, and no visitor trees (those are sm90's). Rows need not be 16-byte aligned: the
+operands' elements per access (`sm80_alignment`) are as many as every row's length allows, down
+to 4 bytes (cp.async's smallest copy): one float, two 16-bit values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ENTRY_POINTS", "F32_TILINGS", "SM80_TILINGS", "Sm80Tiling", "sm80_alignment", "sm80_device_source", "sm80_tilings"]
+
+
+@dataclass(frozen=True)
+class Sm80Tiling:
+    """A variant: the CTA's tile (M, N, K), the pipeline's stages, and each warp's tile (M, N, K),
+    by default a quarter of the CTA's (four warps). `half` for 16-bit values (the mma's K is 16;
+    float32's 3xTF32 mma reads 8)."""
+
+    tile: tuple[int, int, int] = (128, 128, 16)
+    stages: int = 4
+    warp: tuple[int, int, int] | None = None
+    half: bool = False
+
+    def __post_init__(self) -> None:
+        m, n, k = self.tile
+        wm, wn, wk = self.warps
+        if m % 32 or n % 32 or k not in ((32, 64) if self.half else (16, 32)) or not 2 <= self.stages <= 6:
+            raise ValueError(f"tile {self.tile}, {self.stages} stages: M and N multiples of 32, K "
+                             f"{'32 or 64' if self.half else '16 or 32'}, 2 to 6 stages")
+        if m % wm or n % wn or wk != k or wm % 16 or wn % 8 or (m // wm) * (n // wn) not in (1, 2, 4, 8):
+            raise ValueError(f"warp tile {self.warps} of tile {self.tile}: dividing it along M and N, K whole, 1 to 8 warps")
+
+    @property
+    def warps(self) -> tuple[int, int, int]:
+        m, n, k = self.tile
+        return self.warp or (m // 2, n // 2, k)
+
+    @property
+    def name(self) -> str:
+        warp = f" warp {'x'.join(map(str, self.warps[:2]))}" if self.warp else ""
+        return f"{'sm80' if self.half else '3xtf32'} tile {'x'.join(map(str, self.tile))}{warp} stages {self.stages}"
+
+
+# The search's variants for float32, in the order a search tries them: as the H200 ranked them on the
+# suite's three float32 tasks (benchmarks/RESULTS.md, 1ef6dee: level-2 sizes, 128 and 1000 rows),
+# small tiles first (64 x 64 fastest on two, 128 x 64 on the third; 1.29-1.59x Inductor), the
+# 256 x 128 tile last (0.10-0.13x: 2 to 8 tiles for 132 SMs).
+F32_TILINGS = (
+    Sm80Tiling((64, 64, 32), 4),
+    Sm80Tiling((128, 64, 32), 3),
+    Sm80Tiling((128, 128, 16), 4),
+    Sm80Tiling((256, 128, 16), 3),
+)
+
+# The 16-bit variants (Ampere's and Ada's): CUTLASS's usual 16-bit sm80 shapes, warps of 64 x 64,
+# the square tile first; every one within the 99 KiB of shared memory a block has on sm86 and sm89.
+SM80_TILINGS = (
+    Sm80Tiling((128, 128, 32), 4, (64, 64, 32), True),
+    Sm80Tiling((128, 256, 32), 3, (64, 64, 32), True),
+    Sm80Tiling((256, 128, 32), 3, (64, 64, 32), True),
+    Sm80Tiling((64, 64, 64), 4, (32, 32, 64), True),
+)
+
+# An A100's SMs (108): a 16-bit GEMM with fewer 128 x 128 tiles tries the small tile first
+_SMS = 108
+
+
+def sm80_tilings(dtype: str, shape: tuple[int, int, int] | None = None) -> tuple[Sm80Tiling, ...]:
+    """The search's variants for `dtype` on this kernel, in order, for a GEMM of `shape` (M, N, K)."""
+    if dtype == "float32":
+        return F32_TILINGS
+    if shape is not None and -(-shape[0] // 128) * -(-shape[1] // 128) < _SMS:
+        return SM80_TILINGS[-1:] + SM80_TILINGS[:-1]
+    return SM80_TILINGS
+
+
+def sm80_alignment(dtype: str, n: int, k: int) -> int:
+    """Elements per access of x, w and the output: as many (up to 16 bytes) as divide every row's
+    length (K and N); 0 where none does (16-bit rows of odd length: cp.async copies 4 bytes at least)."""
+    for align in ((4, 1) if dtype == "float32" else (8, 4, 2)):
+        if n % align == 0 and k % align == 0:
+            return align
+    return 0
+
+
+_ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "float32": "float"}
+
+
+def sm80_device_source(dtype: str, output: str, activation: str, functor: str, alpha: float, beta: float, bias: bool,
+                       residual: bool, weight: str, tiling: Sm80Tiling, align: int) -> str:
+    """The device part of this kernel (`dtype`: the inputs'; `output`: the output's, the inputs' or
+    float32; `activation`: a CUTLASS functor's name; `functor`: the C++ of an `Epilogue.function`, or "")."""
+    if bias and residual:
+        raise ValueError("the sm80 GEMM's epilogue reads one source: a bias or a residual, not both")
+    if (bias or residual) and output != dtype:
+        raise ValueError("the sm80 GEMM reads its bias or residual in its output's dtype: not with a float32 output")
+    if tiling.half != (dtype != "float32"):
+        raise ValueError(f"{dtype} on the sm80 kernel takes {'a float32' if tiling.half else 'a 16-bit'} tiling, not {tiling.name!r}")
+    if align not in ((4, 1) if dtype == "float32" else (8, 4, 2)):
+        raise ValueError(f"{align} {dtype} values per access: 4 or 1 for float32, 8, 4 or 2 for 16-bit values")
+    tm, tn, tk = tiling.tile
+    wm, wn, wk = tiling.warps
+    source = "ElementD const*"
+    c_ptr = (f"static_cast<{source}>(bias)" if bias else f"static_cast<{source}>(residual)" if residual
+             else f"static_cast<{source}>(out)")
+    sixteen = dtype != "float32"
+    return _DEVICE.format(functor=functor, element=_ELEMENTS[dtype], output=_ELEMENTS[output], align=align,
+                          activation=activation, tm=tm, tn=tn, tk=tk, wm=wm, wn=wn, wk=wk,
+                          instruction="16, 8, 16" if sixteen else "16, 8, 8",
+                          operator="cutlass::arch::OpMultiplyAdd" if sixteen else "cutlass::arch::OpMultiplyAddFastF32",
+                          stages=tiling.stages, alpha=f"{float(alpha)!r}f",
+                          beta=f"{float(beta) if residual else 1.0 if bias else 0.0!r}f", c_ptr=c_ptr,
+                          ldc="0" if bias else "n", c_batch="0" if bias else "int64_t(m) * n",
+                          layout_b="cutlass::layout::ColumnMajor" if weight == "nk" else "cutlass::layout::RowMajor",
+                          ldb="k" if weight == "nk" else "n")
+
+
+# The entry points every GEMM program's device part ends with (the sm90 kernels' too), around
+# `kevin_gemm::Gemm` and `kevin_gemm::arguments` (a format string: braces doubled)
+ENTRY_POINTS = """extern "C" size_t kevin_gemm_workspace(int m, int n, int k, int batch) {{
+    return kevin_gemm::Gemm::get_workspace_size(kevin_gemm::arguments(m, n, k, batch, nullptr, nullptr, nullptr, nullptr, nullptr));
+}}
+
+extern "C" int kevin_gemm_run(int m, int n, int k, int batch, void const* x, void const* w, void const* bias, void const* residual,
+                              void* out, void* workspace, cudaStream_t stream) {{
+    kevin_gemm::Gemm gemm;
+    auto args = kevin_gemm::arguments(m, n, k, batch, x, w, bias, residual, out);
+    cutlass::Status status = gemm.can_implement(args);
+    if (status != cutlass::Status::kSuccess) return static_cast<int>(status);
+    status = gemm.initialize(args, workspace, stream);
+    if (status != cutlass::Status::kSuccess) return static_cast<int>(status);
+    return static_cast<int>(gemm.run(stream));
+}}
+"""
+
+_DEVICE = """#include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal.h>
+#include <cutlass/epilogue/thread/linear_combination_generic.h>
+#include <cutlass/epilogue/thread/activation.h>
+
+namespace kevin_gemm {{
+{functor}using Element = {element};
+using ElementD = {output};
+constexpr int kAlign = {align};
+// the output's elements per access: as many as x's and w's, at most 16 bytes of them
+constexpr int kAlignD = kAlign * cutlass::sizeof_bits<ElementD>::value <= 128 ? kAlign : 128 / cutlass::sizeof_bits<ElementD>::value;
+using EpilogueOp = cutlass::epilogue::thread::LinearCombinationGeneric<{activation}, ElementD, kAlignD, float, float>;
+using Gemm = cutlass::gemm::device::GemmUniversal<
+    Element, cutlass::layout::RowMajor, Element, {layout_b}, ElementD, cutlass::layout::RowMajor, float,
+    cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
+    cutlass::gemm::GemmShape<{tm}, {tn}, {tk}>, cutlass::gemm::GemmShape<{wm}, {wn}, {wk}>, cutlass::gemm::GemmShape<{instruction}>,
+    EpilogueOp, cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, {stages}, kAlign, kAlign,
+    {operator}>;
+
+static typename Gemm::Arguments arguments(int m, int n, int k, int batch, void const* x, void const* w, void const* bias,
+                                          void const* residual, void* out) {{
+    // x (m, k) and out (m, n) row-major; w (n, k) row-major (column-major k x n) or (k, n); each
+    // `batch` times, packed; C: the bias as one row read by every row (row and batch strides 0),
+    // the residual, or (beta 0) not read
+    typename EpilogueOp::Params epilogue({alpha}, {beta});
+    return typename Gemm::Arguments(
+        batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm, {{m, n, k}}, batch,
+        epilogue, x, w, {c_ptr}, out,
+        int64_t(m) * k, int64_t(n) * k, {c_batch}, int64_t(m) * n,
+        k, {ldb}, {ldc}, n);
+}}
+}}  // namespace kevin_gemm
+
+""" + ENTRY_POINTS
