@@ -84,7 +84,7 @@ def test_a_compiled_linears_decomposed_tanh_gelu_is_its_function() -> None:
     # epilogue is a chain", and the partition stayed Inductor's.
     from torch._inductor.decomposition import select_decomp_table
 
-    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, _read
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, _read_gemm
 
     def model(x, w, b):  # type: ignore[no-untyped-def]
         return F.gelu(F.linear(x, w, b), approximate="tanh")
@@ -94,7 +94,7 @@ def test_a_compiled_linears_decomposed_tanh_gelu_is_its_function() -> None:
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     metas = [p.meta["val"] for p in placeholders]
     assert any(n.target is torch.ops.aten.tanh.default for n in graph.nodes)  # decomposed, as the backend sees it
-    plan = _read(graph, metas)
+    plan = _read_gemm(graph, metas, "sm90")
     assert isinstance(plan, GemmPlan) and plan.spec.epilogue.activation == "function", plan
     v = torch.linspace(-8, 8, 4001)
     torch.testing.assert_close(run_statements(plan.spec.epilogue.function, v),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin_backend.generate.builtin.gemm_kernel import (ACTIVATIONS, GEMM_CPP_SOURCE, gemm_cpp_source, GEMM_CUDA_FLAGS, Epilogue, F32Tiling, GemmSpec,
+from kevin_backend.generate.builtin.gemm_kernel import (ACTIVATIONS, GEMM_CPP_SOURCE, gemm_cpp_source, GEMM_CUDA_FLAGS, Epilogue, Sm80Tiling, GemmSpec,
                                                          GEMM_TILINGS, GemmTiling, gemm_cuda_source, gemm_device_source, gemm_unaligned,
                                                          tilings_for)
 from kevin_backend.toolchain.cutlass_headers import find_cutlass
@@ -80,12 +80,13 @@ def test_the_float32_gemm_is_three_tf32_products_with_its_source_as_bias_or_resi
     bias = gemm_device_source(GemmSpec("float32", Epilogue(bias=True, activation="gelu"), "nk", align), F32_TILINGS[0])
     assert "cutlass::arch::OpMultiplyAddFastF32>" in bias and "cutlass::arch::Sm80" in bias  # never plain TF32
     assert f"constexpr int kAlign = {align};" in bias
-    assert "LinearCombinationGeneric<cutlass::epilogue::thread::GELU, float, kAlign, float, float>" in bias
-    assert "static_cast<float const*>(bias), out," in bias and "k, k, 0, n);" in bias  # the bias: a row read by every row
+    assert "LinearCombinationGeneric<cutlass::epilogue::thread::GELU, ElementD, kAlignD, float, float>" in bias
+    assert "using Element = float;" in bias and "using ElementD = float;" in bias
+    assert "static_cast<ElementD const*>(bias), out," in bias and "k, k, 0, n);" in bias  # the bias: a row read by every row
     assert "EpilogueOp::Params epilogue(1.0f, 1.0f)" in bias and "cutlass::layout::ColumnMajor" in bias
     residual = gemm_device_source(GemmSpec("float32", Epilogue(residual=True, beta=0.5), "kn", align), F32_TILINGS[1])
-    assert "static_cast<float const*>(residual), out," in residual and "k, n, n, n);" in residual
-    assert "EpilogueOp::Params epilogue(1.0f, 0.5f)" in residual and "float, cutlass::layout::RowMajor, float, cutlass::layout::RowMajor" in residual
+    assert "static_cast<ElementD const*>(residual), out," in residual and "k, n, n, n);" in residual
+    assert "EpilogueOp::Params epilogue(1.0f, 0.5f)" in residual and "Element, cutlass::layout::RowMajor, Element, cutlass::layout::RowMajor" in residual
     plain = gemm_device_source(GemmSpec("float32", Epilogue(alpha=2.0)), F32_TILINGS[2])
     assert "EpilogueOp::Params epilogue(2.0f, 0.0f)" in plain  # beta 0: C never read
     host = gemm_cuda_source(GemmSpec("float32", align=align), F32_TILINGS[0])
@@ -98,10 +99,10 @@ def test_the_float32_gemm_is_three_tf32_products_with_its_source_as_bias_or_resi
     (lambda: GemmTiling((128, 128, 64), (4, 2, 1)), "at most 4 CTAs"),
     (lambda: GemmTiling(schedule="streamk"), "one of cooperative, pingpong"),
     (lambda: GemmSpec("float64"), "one of float16, bfloat16, float32"),
-    (lambda: F32Tiling((100, 128, 16)), "multiples of 32"),
-    (lambda: gemm_device_source(GemmSpec("float32"), GemmTiling()), "takes an F32Tiling"),
-    (lambda: gemm_device_source(GemmSpec("float16"), F32Tiling()), "takes a GemmTiling"),
-    (lambda: gemm_device_source(GemmSpec("float32", Epilogue(bias=True, residual=True)), F32Tiling()), "not both"),
+    (lambda: Sm80Tiling((100, 128, 16)), "multiples of 32"),
+    (lambda: gemm_device_source(GemmSpec("float32"), GemmTiling()), "takes an Sm80Tiling"),
+    (lambda: gemm_device_source(GemmSpec("float16"), Sm80Tiling()), "takes a GemmTiling"),
+    (lambda: gemm_device_source(GemmSpec("float32", Epilogue(bias=True, residual=True)), Sm80Tiling()), "not both"),
     (lambda: Epilogue(activation="mish"), "one of identity"),
     (lambda: GemmSpec("bfloat16", weight="nn"), "'nk' or 'kn'"),
     (lambda: GemmSpec("bfloat16", store="float16"), "the inputs' dtype or float32"),
@@ -110,7 +111,7 @@ def test_the_float32_gemm_is_three_tf32_products_with_its_source_as_bias_or_resi
     (lambda: Epilogue(activation="function", function="    return static_cast<T>(v);", operands=("mn", "mn")), "at most one"),
     (lambda: Epilogue(bias=True, activation="function", function="    return static_cast<T>(v);", operands=("n",)),
      "whole epilogue"),
-    (lambda: gemm_device_source(GemmSpec("float32", _TREE), F32Tiling()), "16-bit kernels'"),
+    (lambda: GemmSpec("float32", _TREE), "no visitor tree"),
     (lambda: GemmTiling(scheduler="splitk"), "2 or more"),
     (lambda: GemmTiling(splits=4), "2 or more"),
     (lambda: GemmTiling((128, 128, 64), (1, 1, 1), "pingpong", "streamk"), "cooperative schedule's"),

@@ -77,7 +77,7 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
     ("F.relu(v[0] @ v[1].t())", "torch.randn(256, 512, dtype=torch.float64), torch.randn(1024, 512, dtype=torch.float64)",
      "takes float16, bfloat16 and float32"),
     ("F.relu(v[0] @ v[1].t() + v[2]) + v[3]", "torch.randn(256, 512), torch.randn(1024, 512), torch.randn(1024), torch.randn(256, 1024)",
-     "visitor trees are the 16-bit kernels'"),
+     "visitor trees are the sm90 16-bit kernels'"),
     ("v[0] @ v[1].exp()", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "right operand is not an input"),
     # rows of N = 50257: w of K x N rows TMA cannot read; N x K ones are read, the output stored directly (no function)
     ("v[0] @ v[1]", f"torch.randn(256, 512, {BF16}), torch.randn(512, 50257, {BF16})", "N = 50257"),

@@ -158,7 +158,7 @@ def test_a_kernelbench_linear_uses_the_parameters_its_model_makes(monkeypatch: p
      f"torch.randn(24, 16, 1, 1, {BF16}), torch.randn(24, {BF16})"),
 ])
 def test_each_operand_reaches_the_kernel(forward: str, inputs: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kevin_backend.generate.builtin.gemm_kernel import F32Tiling, GemmTiling
+    from kevin_backend.generate.builtin.gemm_kernel import GemmTiling, Sm80Tiling
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.types import load_program
 
@@ -168,7 +168,7 @@ def test_each_operand_reaches_the_kernel(forward: str, inputs: str, monkeypatch:
     assert plan.batch == (4 if "bmm" in forward else 6 if "transpose" in forward else 1), plan.describe()
     assert plan.spec.direct_store == (plan.n == 50)
     assert plan.conv == ("conv2d" in forward) and (plan.m, plan.n, plan.k) == ((48, 24, 16) if plan.conv else (plan.m, plan.n, plan.k))
-    tiling = F32Tiling() if plan.spec.dtype == "float32" else GemmTiling()
+    tiling = Sm80Tiling() if plan.spec.dtype == "float32" else GemmTiling()
     new = _load(write_gemm_program(plan, tiling), plan, monkeypatch)
     reference = load_program(source, "kevin_test_gemm_wiring_task")
     values = reference.get_inputs()
@@ -309,7 +309,7 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     assert [isinstance(t, WideEnd) for t in tilings] == [False] * (len(tilings) - 2 * magnified) + [True] * (2 * magnified)
     program = write_gemm_program(plan, tilings[-1 if wide else 0], task_source=source)
     assert check_program(program) == () and program.count("load_inline(") == 1 + bool(head) + bool(tail)
-    assert ("using ElementD = float;" in program) == wide and ("dtype(at::kFloat)" in program) == (wide or "f32" in name)
+    assert ("using ElementD = float;" in program) == (wide or "f32" in name) and ("dtype(at::kFloat)" in program) == (wide or "f32" in name)
     if wide:
         tail = tail.wide
     own = {kind: (write_program(part, variants_for(part)[0]), returned(part))
