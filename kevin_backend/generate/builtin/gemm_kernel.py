@@ -128,7 +128,9 @@ class GemmSpec:
     dtype: str  # the inputs' and the output's: "float16" or "bfloat16" (accumulated in float32), or "float32" (`gemm_kernel_sm80.py`)
     epilogue: Epilogue = Epilogue()
     weight: str = "nk"  # the weight's layout: "nk" (N x K, read transposed) or "kn" (K x N), row-major either way
-    align: int = 0  # the sm80 kernel's elements per access (`gemm_kernel_sm80.sm80_alignment`); 0 on sm90 (16 bytes, TMA's)
+    # the sm80 kernel's elements per access of x and w, and of the output (`gemm_kernel_sm80.sm80_alignment`);
+    # 0 on sm90 (16 bytes, TMA's), and the output's 0 there as x's (at most 16 bytes)
+    align: int = 0
     # the output's dtype where it is not the inputs': "float32" keeps a 16-bit GEMM's float32 result
     # unrounded for a kernel after it (`gemm_tail`: a softmax's exponent would magnify the rounding)
     store: str = ""
@@ -139,6 +141,7 @@ class GemmSpec:
     # the GPU it is for: "sm90" (Hopper: TMA, wgmma; float32 still on the sm80 kernel, built for
     # sm_90a) or "sm80" (Ampere and Ada, and any later GPU through PTX: `gemm_kernel_sm80.py`)
     arch: str = "sm90"
+    out_align: int = 0
 
     def __post_init__(self) -> None:
         if self.dtype not in _ELEMENTS:
@@ -156,6 +159,12 @@ class GemmSpec:
             raise ValueError("the sm80 kernel's epilogue is a linear combination and a function: no visitor tree, no direct store")
         if self.sm80 and self.output != self.dtype and (e.bias or e.residual):
             raise ValueError("the sm80 kernel reads its bias or residual in its output's dtype: a float32 end reads neither")
+
+    @property
+    def alignments(self) -> tuple[int, int]:
+        """The sm80 kernel's elements per access of x and w, and of the output."""
+        align = self.align or (4 if self.dtype == "float32" else 8)
+        return align, self.out_align or min(align, 16 // (4 if self.output == "float32" else 2))
 
     @property
     def sm80(self) -> bool:
@@ -264,7 +273,7 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
         if not isinstance(tiling, Sm80Tiling):
             raise ValueError(f"a {spec.dtype} GEMM on the sm80 kernel takes an Sm80Tiling, not {tiling!r}")
         return sm80_device_source(spec.dtype, spec.output, ACTIVATIONS[epi.activation], functor, epi.alpha, epi.beta, epi.bias,
-                                  epi.residual, spec.weight, tiling, spec.align or (4 if spec.dtype == "float32" else 8))
+                                  epi.residual, spec.weight, tiling, *spec.alignments)
     if not isinstance(tiling, GemmTiling):
         raise ValueError(f"a 16-bit GEMM takes a GemmTiling, not {tiling!r}")
     element = _ELEMENTS[spec.dtype]
@@ -355,7 +364,9 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     output x's leading dimensions and N; a tree's: `gemm_epilogue(x, w, a0, a1, ...)`, its operands
     `gemm_cpp_source`), which checks what the kernel assumes, takes its
     workspace from torch's allocator and runs on the current stream."""
-    align = (spec.align or (4 if spec.dtype == "float32" else 8)) if spec.sm80 else 8
+    align, n_align = spec.alignments if spec.sm80 else (8, 1 if spec.direct_store else 8)
+    if spec.sm80 and spec.weight == "kn":
+        n_align = max(align, n_align)  # (w's rows are N long)
     scalar = _SCALARS[spec.dtype]
     epi = spec.epilogue
     if epi.tree:
@@ -371,7 +382,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     else:
         operands = _CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
     return gemm_device_source(spec, tiling) + _HOST.format(
-        scalar=scalar, stored=_SCALARS[spec.output], align=align, n_align=1 if spec.direct_store else align,
+        scalar=scalar, stored=_SCALARS[spec.output], align=align, n_align=n_align,
         params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands,
         n="w.size(-2)" if spec.weight == "nk" else "w.size(-1)", kdim=-1 if spec.weight == "nk" else -2,
         shape="N x K" if spec.weight == "nk" else "K x N")

@@ -12,9 +12,10 @@ Two uses:
 Same host function and entry points as the sm90 kernels (`gemm_kernel.py`): `kevin_gemm_run`,
 `kevin_gemm_workspace`. The epilogue is CUTLASS's `LinearCombinationGeneric`, D = f(alpha * acc +
 beta * C): a bias is C read as one row for every row (its row stride 0), a residual is C itself;
-not both, and no visitor trees (those are sm90's). Rows need not be 16-byte aligned: the
-operands' elements per access (`sm80_alignment`) are as many as every row's length allows, down
-to 4 bytes (cp.async's smallest copy): one float, two 16-bit values.
+not both, and no visitor trees (those are sm90's). Rows need not be 16-byte aligned: x's and w's
+elements per access (`sm80_alignment`) are as many as their rows' length allows, down to 4 bytes
+(cp.async's smallest copy: one float, two 16-bit values); the output's, as many as N allows, down
+to one (an LM head's 50257 logits).
 """
 
 from __future__ import annotations
@@ -88,37 +89,40 @@ def sm80_tilings(dtype: str, shape: tuple[int, int, int] | None = None) -> tuple
     return SM80_TILINGS
 
 
-def sm80_alignment(dtype: str, n: int, k: int) -> int:
-    """Elements per access of x, w and the output: as many (up to 16 bytes) as divide every row's
-    length (K and N); 0 where none does (16-bit rows of odd length: cp.async copies 4 bytes at least)."""
-    for align in ((4, 1) if dtype == "float32" else (8, 4, 2)):
-        if n % align == 0 and k % align == 0:
-            return align
-    return 0
+def sm80_alignment(dtype: str, n: int, k: int, weight: str = "nk") -> tuple[int, int]:
+    """Elements per access (up to 16 bytes) of x and w, and of the output: as many as divide their
+    rows' lengths (K; and N, for a K x N weight), and N; x's and w's 0 where none does (16-bit rows
+    of odd length: cp.async copies 4 bytes at least)."""
+    rows = (k, n) if weight == "kn" else (k,)
+    loads = next((a for a in ((4, 2, 1) if dtype == "float32" else (8, 4, 2)) if all(r % a == 0 for r in rows)), 0)
+    return loads, next(a for a in (8, 4, 2, 1) if n % a == 0 and a * (4 if dtype == "float32" else 2) <= 16)
 
 
 _ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "float32": "float"}
 
 
 def sm80_device_source(dtype: str, output: str, activation: str, functor: str, alpha: float, beta: float, bias: bool,
-                       residual: bool, weight: str, tiling: Sm80Tiling, align: int) -> str:
+                       residual: bool, weight: str, tiling: Sm80Tiling, align: int, out_align: int) -> str:
     """The device part of this kernel (`dtype`: the inputs'; `output`: the output's, the inputs' or
-    float32; `activation`: a CUTLASS functor's name; `functor`: the C++ of an `Epilogue.function`, or "")."""
+    float32; `activation`: a CUTLASS functor's name; `functor`: the C++ of an `Epilogue.function`, or "";
+    `align`, `out_align`: x's and w's elements per access, and the output's and its source's)."""
     if bias and residual:
         raise ValueError("the sm80 GEMM's epilogue reads one source: a bias or a residual, not both")
     if (bias or residual) and output != dtype:
         raise ValueError("the sm80 GEMM reads its bias or residual in its output's dtype: not with a float32 output")
     if tiling.half != (dtype != "float32"):
         raise ValueError(f"{dtype} on the sm80 kernel takes {'a float32' if tiling.half else 'a 16-bit'} tiling, not {tiling.name!r}")
-    if align not in ((4, 1) if dtype == "float32" else (8, 4, 2)):
-        raise ValueError(f"{align} {dtype} values per access: 4 or 1 for float32, 8, 4 or 2 for 16-bit values")
+    if align not in ((4, 2, 1) if dtype == "float32" else (8, 4, 2)):
+        raise ValueError(f"{align} {dtype} values per access: 4, 2 or 1 for float32, 8, 4 or 2 for 16-bit values")
+    if out_align not in (8, 4, 2, 1) or out_align * (4 if output == "float32" else 2) > 16:
+        raise ValueError(f"{out_align} {output} values per store: a power of two, 16 bytes at most")
     tm, tn, tk = tiling.tile
     wm, wn, wk = tiling.warps
     source = "ElementD const*"
     c_ptr = (f"static_cast<{source}>(bias)" if bias else f"static_cast<{source}>(residual)" if residual
              else f"static_cast<{source}>(out)")
     sixteen = dtype != "float32"
-    return _DEVICE.format(functor=functor, element=_ELEMENTS[dtype], output=_ELEMENTS[output], align=align,
+    return _DEVICE.format(functor=functor, element=_ELEMENTS[dtype], output=_ELEMENTS[output], align=align, out_align=out_align,
                           activation=activation, tm=tm, tn=tn, tk=tk, wm=wm, wn=wn, wk=wk,
                           instruction="16, 8, 16" if sixteen else "16, 8, 8",
                           operator="cutlass::arch::OpMultiplyAdd" if sixteen else "cutlass::arch::OpMultiplyAddFastF32",
@@ -155,9 +159,8 @@ _DEVICE = """#include <cutlass/cutlass.h>
 namespace kevin_gemm {{
 {functor}using Element = {element};
 using ElementD = {output};
-constexpr int kAlign = {align};
-// the output's elements per access: as many as x's and w's, at most 16 bytes of them
-constexpr int kAlignD = kAlign * cutlass::sizeof_bits<ElementD>::value <= 128 ? kAlign : 128 / cutlass::sizeof_bits<ElementD>::value;
+constexpr int kAlign = {align};  // x's and w's elements per access
+constexpr int kAlignD = {out_align};  // the output's (and its source's)
 using EpilogueOp = cutlass::epilogue::thread::LinearCombinationGeneric<{activation}, ElementD, kAlignD, float, float>;
 using Gemm = cutlass::gemm::device::GemmUniversal<
     Element, cutlass::layout::RowMajor, Element, {layout_b}, ElementD, cutlass::layout::RowMajor, float,

@@ -203,7 +203,7 @@ def _spec(dtype: str, epilogue: Epilogue, nk: bool, n: int, k: int, arch: str, d
     (float32's everywhere, 16-bit values' on sm80) reads one source and no tree, in rows whose
     length its accesses divide."""
     sm80 = dtype == "float32" or arch == "sm80"
-    align = sm80_alignment(dtype, n, k) if sm80 else 0
+    align, out_align = sm80_alignment(dtype, n, k, "nk" if nk else "kn") if sm80 else (0, 0)
     if sm80:
         if epilogue.bias and epilogue.residual:
             raise Unsupported(f"a {dtype} GEMM on the sm80 kernel with both a bias and a residual (its epilogue reads one source)")
@@ -211,8 +211,9 @@ def _spec(dtype: str, epilogue: Epilogue, nk: bool, n: int, k: int, arch: str, d
             raise Unsupported(f"a {dtype} epilogue on the sm80 kernel reading other tensors than one bias over N or one residual "
                               "(visitor trees are the sm90 16-bit kernels')")
         if not align:
-            raise Unsupported(f"16-bit rows of odd length on the sm80 kernel (K = {k}, N = {n}: cp.async copies 4 bytes at least)")
-    return GemmSpec(dtype, epilogue, "nk" if nk else "kn", align, direct_store=direct, arch=arch)
+            rows = f"K = {k}" + (f", N = {n}" if not nk else "")
+            raise Unsupported(f"16-bit rows of odd length on the sm80 kernel ({rows}: cp.async copies 4 bytes at least)")
+    return GemmSpec(dtype, epilogue, "nk" if nk else "kn", align, direct_store=direct, arch=arch, out_align=out_align)
 
 
 def _read_conv_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
