@@ -93,6 +93,81 @@ def test_the_float32_gemm_is_three_tf32_products_with_its_source_as_bias_or_resi
     assert "at::kFloat" in host and f"k % {align} == 0 && n % {align} == 0" in host
 
 
+def test_the_sm80_kernel_is_cutlass_2x_with_16_bit_mma_and_alignments_of_its_own() -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import SM80_CUDA_FLAGS, SM80_TILINGS, gemm_cuda_flags
+
+    # an LM head's rows with a bias and a GELU: x and w read 8 values at a time, the output stored one by one
+    spec = GemmSpec("bfloat16", Epilogue(bias=True, activation="gelu"), "nk", 8, arch="sm80", out_align=1)
+    source = gemm_cuda_source(spec, SM80_TILINGS[0])
+    assert "cutlass::arch::OpMultiplyAdd>" in source and "cutlass::arch::Sm80" in source  # mma.sync, not 3xTF32
+    assert "cutlass::gemm::GemmShape<16, 8, 16>" in source and "cutlass::gemm::GemmShape<64, 64, 32>" in source  # the warp's tile
+    assert "using Element = cutlass::bfloat16_t;" in source and "using ElementD = cutlass::bfloat16_t;" in source
+    assert "constexpr int kAlign = 8;" in source and "constexpr int kAlignD = 1;" in source
+    assert "LinearCombinationGeneric<cutlass::epilogue::thread::GELU, ElementD, kAlignD, float, float>" in source
+    assert "static_cast<ElementD const*>(bias), out," in source and "k, k, 0, n);" in source  # the bias: C with row stride 0
+    assert "k % 8 == 0 && n % 1 == 0" in source and "at::kBFloat16" in source
+    assert "Sm90" not in source and "TmaWarpSpecialized" not in source
+    # its build: no architecture of its own (the judge builds the GPU's); Hopper's kernels ask for sm_90a
+    assert gemm_cuda_flags(spec) == SM80_CUDA_FLAGS and not any("arch" in f for f in SM80_CUDA_FLAGS)
+    assert gemm_cuda_flags(GemmSpec("bfloat16")) == GEMM_CUDA_FLAGS == gemm_cuda_flags(GemmSpec("float32"))
+    # a K x N weight's rows are N long: N must suit x's and w's accesses too
+    kn = gemm_cuda_source(GemmSpec("float16", Epilogue(residual=True, beta=0.5), "kn", 2, arch="sm80", out_align=2), SM80_TILINGS[3])
+    assert "k % 2 == 0 && n % 2 == 0" in kn and "Element, cutlass::layout::RowMajor, ElementD, cutlass::layout::RowMajor" in kn
+    assert "static_cast<ElementD const*>(residual), out," in kn and "EpilogueOp::Params epilogue(1.0f, 0.5f)" in kn
+    # a float32 end (a softmax after it): 16 bytes of floats a store
+    wide = GemmSpec("float16", arch="sm80", store="float32")
+    assert wide.alignments == (8, 4) and "using ElementD = float;" in gemm_device_source(wide, SM80_TILINGS[0])
+
+
+@pytest.mark.parametrize(("dtype", "n", "k", "weight", "expected"), [
+    ("bfloat16", 4096, 4096, "nk", (8, 8)),
+    ("bfloat16", 50257, 768, "nk", (8, 1)),  # an LM head: x and w whole vectors, the logits one by one
+    ("float16", 4096, 1002, "nk", (2, 8)),  # K of 2 mod 8: 4-byte copies
+    ("bfloat16", 4097, 513, "nk", (0, 1)),  # odd K: no cp.async copy
+    ("float16", 50, 64, "kn", (2, 2)),  # w's rows are N long
+    ("float32", 999, 777, "nk", (1, 1)),
+    ("float32", 1024, 512, "nk", (4, 4)),
+    ("float16", 4096, 4096, "nk", (8, 8)),
+])
+def test_the_sm80_kernels_accesses_are_as_wide_as_the_rows_allow(dtype: str, n: int, k: int, weight: str, expected: tuple[int, int]) -> None:
+    from kevin_backend.generate.builtin.gemm_kernel_sm80 import sm80_alignment
+
+    assert sm80_alignment(dtype, n, k, weight) == expected
+
+
+def test_the_sm80_variants_put_the_small_tile_first_for_a_small_output() -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import F32_TILINGS, SM80_TILINGS
+
+    spec = GemmSpec("bfloat16", arch="sm80")
+    assert tilings_for(spec, (8192, 8192, 4096)) == SM80_TILINGS
+    assert tilings_for(spec, (512, 1024, 4096))[0] == SM80_TILINGS[-1] == Sm80Tiling((64, 64, 64), 4, (32, 32, 64), True)
+    assert set(tilings_for(spec, (512, 1024, 4096))) == set(SM80_TILINGS)
+    assert tilings_for(GemmSpec("float32", arch="sm80"), (512, 1024, 4096)) == F32_TILINGS
+    assert SM80_TILINGS[0].name == "sm80 tile 128x128x32 warp 64x64 stages 4" and F32_TILINGS[0].name == "3xtf32 tile 64x64x32 stages 4"
+    for t in SM80_TILINGS:  # within the 99 KiB of shared memory a block has on sm86 and sm89
+        m, n, k = t.tile
+        assert (m + n) * k * 2 * t.stages <= 99 * 1024, t.name
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: GemmSpec("bfloat16", _TREE, arch="sm80"), "no visitor tree"),
+    (lambda: GemmSpec("bfloat16", direct_store=True, arch="sm80"), "no direct store"),
+    (lambda: GemmSpec("bfloat16", Epilogue(bias=True), store="float32", arch="sm80"), "a float32 end reads neither"),
+    (lambda: GemmSpec("bfloat16", arch="sm70"), "'sm90' or 'sm80'"),
+    (lambda: gemm_device_source(GemmSpec("bfloat16", arch="sm80"), Sm80Tiling()), "takes a 16-bit tiling"),
+    (lambda: gemm_device_source(GemmSpec("bfloat16", arch="sm80"), GemmTiling()), "takes an Sm80Tiling"),
+    (lambda: gemm_device_source(GemmSpec("float16", arch="sm80", align=1), Sm80Tiling((128, 128, 32), 4, None, True)), "8, 4 or 2"),
+    (lambda: gemm_device_source(GemmSpec("float16", arch="sm80", out_align=3), Sm80Tiling((128, 128, 32), 4, None, True)),
+     "a power of two"),
+    (lambda: Sm80Tiling((128, 128, 16), 4, None, True), "K 32 or 64"),
+    (lambda: Sm80Tiling((128, 128, 32), 4, (64, 64, 16), True), "K whole"),
+    (lambda: Sm80Tiling((256, 256, 32), 3, (32, 32, 32), True), "1 to 8 warps"),
+])
+def test_what_the_sm80_kernel_cannot_build_is_refused_with_its_reason(make, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
 @pytest.mark.parametrize(("make", "message"), [
     (lambda: GemmTiling((64, 128, 64), (1, 1, 1), "cooperative"), "multiple of 128"),
     (lambda: GemmTiling((128, 512, 64)), "N of 8 up to 256"),
@@ -214,6 +289,26 @@ def test_the_kernel_compiles_for_sm90a_through_the_fast_builds_nvcc_command(epil
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     symbols = subprocess.run(["nm", str(tmp_path / "gemm.o")], capture_output=True, text=True).stdout
     assert "kevin_gemm_run" in symbols and "MainloopSm90TmaGmmaWarpSpecialized" in symbols  # the wgmma mainloop, instantiated
+
+
+@pytest.mark.slow
+def test_the_sm80_kernel_compiles_for_an_ampere_gpu_through_the_fast_builds_nvcc_command(tmp_path: Path) -> None:
+    """The 16-bit sm80 kernel's device part for sm_80 with its program's flags (about 11 s of nvcc)."""
+    from kevin_backend.generate.builtin.gemm_kernel import SM80_CUDA_FLAGS, SM80_TILINGS
+    from kevin_backend.toolchain.fast_build import Toolchain, device_command
+
+    headers = find_cutlass()
+    if headers is None or shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
+    spec = GemmSpec("float16", Epilogue(bias=True, activation="gelu"), "nk", 8, arch="sm80", out_align=1)
+    (tmp_path / "gemm.cu").write_text(gemm_device_source(spec, SM80_TILINGS[0]))
+    command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "8.0", SM80_CUDA_FLAGS,
+                             (str(headers.include),))
+    assert "-gencode=arch=compute_80,code=sm_80" in command
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    symbols = subprocess.run(["nm", "-C", str(tmp_path / "gemm.o")], capture_output=True, text=True).stdout
+    assert "kevin_gemm_run" in symbols and "MmaMultistage" in symbols  # Ampere's cp.async mainloop, instantiated
 
 
 def _with(spec: GemmSpec, old: str, new: str) -> str:

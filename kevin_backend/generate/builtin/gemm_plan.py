@@ -176,10 +176,6 @@ def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     x, w, bias, nk, w_view, (batch, m, n, k) = _operands(mm, index, metas)
     xv = metas[index[x]]
     why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 and arch == "sm90" else ""  # (the sm80 kernel's: `sm80_alignment`)
-    # only the output's rows unaligned (an LM head's N = 50257; w's rows are K long): stored directly
-    direct = bool(why) and k % 8 == 0 and nk
-    if why and not direct:
-        raise Unsupported(why)
     value = out.meta.get("val")
     if not isinstance(value, torch.Tensor) or value.numel() != batch * m * n or not value.is_contiguous():
         shape = tuple(value.shape) if isinstance(value, torch.Tensor) else "?"
@@ -190,10 +186,16 @@ def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
         raise Unsupported("a column of values per row in a batch of products (the kernel reads one column for all)")
     if value.dtype != xv.dtype:
         raise Unsupported(f"an output of {value.dtype} from {xv.dtype} inputs (the kernel stores its inputs' dtype)")
-    if direct and (epilogue.bias or epilogue.tree or epilogue.activation != "identity"):
-        raise Unsupported(f"{why}; stored without TMA, the output takes a plain linear combination (a scale, a residual), "
-                          "not a bias or a function")
-    spec = _spec(_DTYPES[xv.dtype], epilogue, nk, n, k, arch, direct)
+    # only the output's rows unaligned (an LM head's N = 50257; w's rows are K long), a plain linear
+    # combination after the product (a scale, a residual): stored directly by the sm90 kernel
+    direct = bool(why) and k % 8 == 0 and nk and not (epilogue.bias or epilogue.tree or epilogue.activation != "identity")
+    if why and not direct:  # else CUTLASS 2.x's kernel (cp.async's 4-byte copies, stores of any size), on Hopper too
+        try:
+            spec = _spec(_DTYPES[xv.dtype], epilogue, nk, n, k, "sm80")
+        except Unsupported as exc:
+            raise Unsupported(f"{why}, and {exc}") from None
+    else:
+        spec = _spec(_DTYPES[xv.dtype], epilogue, nk, n, k, arch, direct)
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape,
                     operands=operands, batch=batch, views=views)
 
