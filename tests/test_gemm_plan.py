@@ -215,6 +215,77 @@ def test_the_builtin_policy_writes_chains_and_reductions_after_the_product(hoppe
         assert ("using ElementD = float;" in after.text) == wide and ("stored in float32" in after.text) == wide
 
 
+# the planned suite tasks whose epilogue is a visitor tree (Hopper's kernels only)
+TREES_ONLY = {"linear-bias-swish-scale-f16-1024x4096x4096", "mm-bias-rows-f16-512x16384x512", "swiglu-mlp-bf16-8192x4096x11008"}
+
+
+def _specs(plan) -> list:  # type: ignore[no-untyped-def]
+    if hasattr(plan, "plans"):
+        return [s for p in plan.plans for s in _specs(p)]
+    return _specs(plan.gemm) if hasattr(plan, "gemm") else [plan.spec]
+
+
+@pytest.mark.slow
+def test_on_ampere_each_gemm_is_cutlass_2x_and_a_visitor_tree_is_declined() -> None:
+    from kevin_backend.generate.builtin.gemm_plan import plan_tilings
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+
+    planned = {}
+    for t in GEMM_SUITE:
+        plan = plan_gemm(t.source, arch="sm80")
+        if isinstance(plan, Declined):
+            assert t.name not in PLANNED - TREES_ONLY, (t.name, plan.reason)
+            if t.name in TREES_ONLY:
+                assert "visitor trees are the sm90 16-bit kernels'" in plan.reason, plan.reason
+            continue
+        planned[t.name] = plan
+        assert all(s.arch == "sm80" and s.sm80 and not s.direct_store for s in _specs(plan)), (t.name, _specs(plan))
+        program = write_gemm_program(plan, plan_tilings(plan)[0], task_source=t.source)
+        assert "cutlass::arch::Sm80" in program and "Sm90" not in program and "compute_90a" not in program, t.name
+        assert "extra_cuda_cflags=['--expt-relaxed-constexpr', '-DNDEBUG']" in program and check_program(program) == (), t.name
+    assert set(planned) == PLANNED - TREES_ONLY, sorted(set(planned) ^ (PLANNED - TREES_ONLY))
+    # an LM head's logits: x and w read 8 values at a time, the 50257 logits stored one by one
+    assert [(s.align, s.out_align) for s in _specs(planned["lm-head-f16-4096x768x50257"])] == [(8, 1)]
+
+
+def test_on_hopper_rows_tma_cannot_read_go_to_the_sm80_kernel() -> None:
+    f16 = "dtype=torch.float16"
+    # rows of K = 1002 (not 16-byte aligned): TMA reads none; cp.async copies 4 bytes at a time
+    odd_k = _plan(task("F.relu(F.linear(v[0], v[1], v[2]))", f"torch.randn(256, 1002, {f16}), torch.randn(512, 1002, {f16}), torch.randn(512, {f16})"))
+    assert (odd_k.spec.arch, odd_k.spec.align, odd_k.spec.out_align, odd_k.spec.epilogue.bias) == ("sm80", 2, 8, True)
+    # an LM head with a bias and a GELU: the direct store takes neither; the sm80 kernel stores one logit at a time
+    head = _plan(task("F.gelu(F.linear(v[0], v[1], v[2]))", f"torch.randn(256, 768, {f16}), torch.randn(50257, 768, {f16}), torch.randn(50257, {f16})"))
+    assert (head.spec.arch, head.spec.align, head.spec.out_align, head.spec.direct_store) == ("sm80", 8, 1, False)
+    # a plain scale of those logits: still Hopper's kernel, stored directly
+    plain = _plan(task("(v[0] @ v[1].t()) * 0.5", f"torch.randn(256, 768, {f16}), torch.randn(50257, 768, {f16})"))
+    assert (plain.spec.arch, plain.spec.direct_store) == ("sm90", True)
+    for forward, inputs, reason in (
+            ("torch.tanh(v[0] @ v[1] + v[2])", f"torch.randn(100, 513, {f16}), torch.randn(513, 4097, {f16}), torch.randn(4097, {f16})",
+             "rows not 16-byte aligned (K = 513, N = 4097: not multiples of 8), and 16-bit rows of odd length on the sm80 kernel "
+             "(K = 513, N = 4097: cp.async copies 4 bytes at least)"),
+            ("F.relu(v[0] @ v[1].t() + v[2]) * v[3]", f"torch.randn(64, 1002, {f16}), torch.randn(48, 1002, {f16}), "
+             f"torch.randn(48, {f16}), torch.randn(64, 48, {f16})", "visitor trees are the sm90 16-bit kernels'")):
+        declined = plan_gemm(task(forward, inputs), arch="sm90")
+        assert isinstance(declined, Declined) and reason in declined.reason, declined
+
+
+@pytest.mark.parametrize(("capability", "arch"), [((9, 0), "sm90"), ((8, 0), "sm80"), ((8, 6), "sm80"), ((8, 9), "sm80"),
+                                                  ((10, 0), "sm80"), ((7, 5), "")])
+def test_the_gemm_kernels_follow_the_gpu(capability: tuple[int, int], arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from kevin_backend.generate.builtin import builtin_support
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    assert builtin_support.gemm_arch() == arch
+    assert _plan(LINEAR_GELU).spec.arch == (arch or "sm90")  # (a plan without such a GPU: Hopper's)
+    reason = builtin_support.no_matmul_reason("aten.mm.default", gemm=True)
+    assert (reason == "") == bool(arch) or "CUTLASS's headers are not installed" in reason, reason
+    if not arch and "CUTLASS's headers" not in reason:
+        assert "needs a GPU of compute capability 8.0 or later (compute capability 7.5;" in reason, reason
+
+
 def test_without_cutlass_the_policy_says_why_it_declines(monkeypatch: pytest.MonkeyPatch) -> None:
     from kevin_backend.generate.builtin import builtin_policy
     from kevin_backend.generate.policy import Sampling

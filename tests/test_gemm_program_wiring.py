@@ -157,19 +157,21 @@ def test_a_kernelbench_linear_uses_the_parameters_its_model_makes(monkeypatch: p
     ("F.relu(F.conv2d(v[0], v[1], v[2]))", f"torch.randn(2, 16, 4, 6, {BF16}).contiguous(memory_format=torch.channels_last), "
      f"torch.randn(24, 16, 1, 1, {BF16}), torch.randn(24, {BF16})"),
 ])
-def test_each_operand_reaches_the_kernel(forward: str, inputs: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kevin_backend.generate.builtin.gemm_kernel import GemmTiling, Sm80Tiling
+@pytest.mark.parametrize("arch", ["sm90", "sm80"])
+def test_each_operand_reaches_the_kernel(forward: str, inputs: str, arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import tilings_for
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.types import load_program
 
     source = task(forward, inputs)
-    plan = plan_gemm(source)
+    plan = plan_gemm(source, arch=arch)
     assert isinstance(plan, GemmPlan) and not plan.state, plan
     assert plan.batch == (4 if "bmm" in forward else 6 if "transpose" in forward else 1), plan.describe()
-    assert plan.spec.direct_store == (plan.n == 50)
+    assert plan.spec.direct_store == (plan.n == 50 and arch == "sm90") and plan.spec.arch == arch
     assert plan.conv == ("conv2d" in forward) and (plan.m, plan.n, plan.k) == ((48, 24, 16) if plan.conv else (plan.m, plan.n, plan.k))
-    tiling = Sm80Tiling() if plan.spec.dtype == "float32" else GemmTiling()
-    new = _load(write_gemm_program(plan, tiling), plan, monkeypatch)
+    program = write_gemm_program(plan, tilings_for(plan.spec)[0])
+    assert ("cutlass::arch::Sm80" in program) == plan.spec.sm80 and ("compute_90a" in program) == (arch == "sm90")
+    new = _load(program, plan, monkeypatch)
     reference = load_program(source, "kevin_test_gemm_wiring_task")
     values = reference.get_inputs()
     got, want = new.ModelNew()(*values), reference.Model()(*values)
