@@ -3,10 +3,11 @@
 Each suite task (`generate/builtin/gemm_suite.py`) the GEMM writer plans (`gemm_plan.plan_gemm`;
 the others are listed with the reason they are declined) is written once per tiling of its kind, the
 programs built side by side (the build times kept: cold, and a tiling change of a built task),
-then judged one at a time on a Hopper GPU: correctness on fresh inputs, the kernel timed beside
+then judged one at a time on the GPU (Hopper's kernels; `--arch sm80`: CUTLASS 2.x's, Ampere's, on
+any GPU from compute capability 8.0): correctness on fresh inputs, the kernel timed beside
 Inductor's default compile of the same task. The table has each task's best tiling.
 
-Usage: python benchmarks/bench_gemm.py [--tasks NAME,...] [--trials 20] [--first N] [--extra-tilings] [--json FILE]
+Usage: python benchmarks/bench_gemm.py [--tasks NAME,...] [--trials 20] [--first N] [--extra-tilings] [--arch sm80] [--json FILE]
 """
 
 from __future__ import annotations
@@ -84,15 +85,23 @@ def main() -> int:
                         help="each task's first N tilings only, as a search of N turns tries them (default: all)")
     parser.add_argument("--extra-tilings", action="store_true",
                         help=f"also try the 16-bit tilings the search does not ({len(EXTRA_TILINGS)}: other clusters, ping-pong 128x128)")
+    parser.add_argument("--arch", choices=("sm90", "sm80"), default="",
+                        help="the GEMM kernels to plan: Hopper's (sm90) or CUTLASS 2.x's (sm80, Ampere's, which run on Hopper too); "
+                             "default: the GPU's")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     args.peers = [p for p in args.peers.split(",") if p]
     unknown = set(args.peers) - {"max-autotune", "cublaslt"}
     if unknown:
         parser.error(f"unknown peers: {', '.join(sorted(unknown))} (max-autotune, cublaslt)")
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        print("bench_gemm: needs a Hopper GPU (sm_90a)", file=sys.stderr)
+    from kevin_backend.generate.builtin.builtin_support import gemm_arch
+
+    args.arch = args.arch or gemm_arch()
+    if not gemm_arch() or (args.arch == "sm90" and gemm_arch() != "sm90"):
+        print(f"bench_gemm: needs a {'Hopper GPU (sm_90a)' if args.arch == 'sm90' else 'GPU of compute capability 8.0 or later'}",
+              file=sys.stderr)
         return 2
+    capability = "%d.%d" % torch.cuda.get_device_capability()
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.sandbox import RunConfig
     from kevin_backend.toolchain.build import BuildSpec
@@ -108,7 +117,7 @@ def main() -> int:
     plans: dict[str, GemmPlan | GemmChain | GemmTail | GemmHead] = {}
     declined: dict[str, str] = {}
     for t in tasks:
-        plan = plan_gemm(t.source)
+        plan = plan_gemm(t.source, arch=args.arch)
         if isinstance(plan, (GemmPlan, GemmChain, GemmTail, GemmHead)):
             plans[t.name] = plan
         else:
@@ -122,7 +131,7 @@ def main() -> int:
                 for name, plan in plans.items() for tiling in tilings(plan)}
     builds = Path(args.builds) if args.builds else Path(__import__("tempfile").mkdtemp(prefix="kevin-gemm-"))
     judge = Judge(builds, RunConfig(trials=args.trials))
-    specs = [BuildSpec.of(ext, "9.0") for p in programs.values() for ext in Candidate.parse(p).extensions]
+    specs = [BuildSpec.of(ext, capability) for p in programs.values() for ext in Candidate.parse(p).extensions]
     start = time.perf_counter()
     built = judge.builder.build_many(specs)
     build_wall = time.perf_counter() - start
@@ -133,7 +142,7 @@ def main() -> int:
 
     def save() -> None:  # after every row: a run cut short keeps what it judged
         if args.json:
-            args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "arch": args.arch,
                                              "build_seconds": [r.seconds for r in built], "build_wall_s": build_wall,
                                              "rows": rows, "declined": declined}, indent=1))
 

@@ -1,6 +1,7 @@
 """The built-in writer's CUTLASS 3.x GEMM with its epilogue through the real judge on a Hopper GPU:
 each epilogue kind (a chain of two GEMMs, split-K, the writer's own kernels before and after too,
-batches, unaligned rows stored directly, several views of one product, a 1x1 convolution) built for sm_90a, checked against PyTorch on fresh inputs and timed beside
+batches, unaligned rows stored directly, several views of one product, a 1x1 convolution) built for sm_90a,
+and CUTLASS 2.x's sm80 kernel (Ampere's) built for sm_90, checked against PyTorch on fresh inputs and timed beside
 Inductor (the times printed; a benchmark, not this test, says how fast)."""
 
 from __future__ import annotations
@@ -54,7 +55,18 @@ TASKS = {
                            f"torch.randn(4, 512, 1024, {BF16}), torch.randn(3072, 1024, {BF16}), torch.randn(3072, {BF16})"),
     "conv1x1-relu-bf16": next(t.source for t in GEMM_SUITE if t.name == "conv2d-1x1-relu-channels-last-bf16-64x256x56x56"),
     "linear-max-sub-gelu-f32": next(t.source for t in GEMM_SUITE if t.name == "linear-max-sub-gelu-f32-128x1024x512"),
+    # CUTLASS 2.x's sm80 kernel (Ampere's, run here): planned for sm80 ("sm80-" names), and on Hopper
+    # where TMA cannot read a row (K = 1002) or an LM head's bias and GELU cannot be stored directly
+    "sm80-linear-gelu-bf16": LINEAR_GELU,
+    "sm80-residual-silu-f16": task("F.silu(torch.add((v[0] @ v[1].t()) * 0.25, v[2], alpha=2.0))",
+                                   f"torch.randn(4096, 1024, {F16}), torch.randn(2048, 1024, {F16}), torch.randn(4096, 2048, {F16})"),
+    "sm80-attn-scores-softmax-f16": next(t.source for t in GEMM_SUITE if t.name == "attn-scores-softmax-f16-32x16x512x64"),
+    "odd-k-bias-relu-f16": task("F.relu(F.linear(v[0], v[1], v[2]))",
+                                f"torch.randn(2048, 1002, {F16}), torch.randn(1536, 1002, {F16}), torch.randn(1536, {F16})"),
+    "lm-head-bias-gelu-f16": task("F.gelu(F.linear(v[0], v[1], v[2]))",
+                                  f"torch.randn(1024, 768, {F16}), torch.randn(50257, 768, {F16}), torch.randn(50257, {F16})"),
 }
+SM80 = {"sm80-linear-gelu-bf16", "sm80-residual-silu-f16", "sm80-attn-scores-softmax-f16", "odd-k-bias-relu-f16", "lm-head-bias-gelu-f16"}
 # the softmax of unscaled bf16 logits (|x| ~ 100, and far more in the judge's input sets of mixed
 # scales): with the product rounded to bf16 it is off by more than the judge's bound allows (on the
 # H200, 7005 of 8.4M elements); the variant keeping the product in float32 is judged beside it and
@@ -79,7 +91,9 @@ def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Pa
         pytest.skip("needs CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
     programs = {}
     for name, source in TASKS.items():
-        plan = plan_gemm(source)
+        plan = plan_gemm(source, arch="sm80" if name.startswith("sm80-") else "sm90")
+        gemm = plan.gemm if isinstance(plan, (GemmTail, GemmHead)) else plan
+        assert isinstance(plan, GemmChain) or gemm.spec.arch == ("sm80" if name in SM80 else "sm90"), (name, plan)
         if name.startswith("swiglu"):
             assert isinstance(plan, GemmChain) and plan.plans[1].spec.epilogue.operands == ("mn",), (name, plan)
         elif "sum" in name or "softmax" in name or "max-sub" in name:

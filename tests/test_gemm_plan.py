@@ -79,9 +79,11 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
     ("F.relu(v[0] @ v[1].t() + v[2]) + v[3]", "torch.randn(256, 512), torch.randn(1024, 512), torch.randn(1024), torch.randn(256, 1024)",
      "visitor trees are the sm90 16-bit kernels'"),
     ("v[0] @ v[1].exp()", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "right operand is not an input"),
-    # rows of N = 50257: w of K x N rows TMA cannot read; N x K ones are read, the output stored directly (no function)
+    # rows of N = 50257: w of K x N rows neither TMA nor cp.async reads; N x K ones are read, the output stored
+    # directly (Hopper's kernel, a plain linear combination) or by the sm80 kernel (a function), but not a visitor tree
     ("v[0] @ v[1]", f"torch.randn(256, 512, {BF16}), torch.randn(512, 50257, {BF16})", "N = 50257"),
-    ("F.relu(v[0] @ v[1].t())", f"torch.randn(256, 512, {BF16}), torch.randn(50257, 512, {BF16})", "not a bias or a function"),
+    ("F.relu(v[0] @ v[1].t()) * v[2]", f"torch.randn(256, 512, {BF16}), torch.randn(50257, 512, {BF16}), torch.randn(256, 50257, {BF16})",
+     "N = 50257: not multiples of 8), and a bfloat16 epilogue on the sm80 kernel reading other tensors"),
     ("v[0] @ v[1].t() + v[2].t()", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(1024, 256, {BF16})",
      "aten.t.default in the epilogue"),
     ("(v[0] @ v[1].t() + v[2]) * v[3]", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), "
