@@ -258,6 +258,16 @@ def emulate(program: str, inputs: Sequence[torch.Tensor], outputs: Sequence[tupl
     workspaces = [(name, int(n), kind) for name, n, kind in
                   re.findall(r"auto (\w+) = torch::empty\(\{(\d+)\}, \w+\.options\(\)\.dtype\(torch::k(\w+)\)\);", host)
                   if not re.fullmatch(r"out\d+", name)]
+    calls = [(grid, block, f"{kernel}({', '.join(names)})") for kernel, grid, block, names in launches]
+    return run_device_code(device, inputs, outputs, calls, cluster, workspaces, workdir)
+
+
+def run_device_code(device: str, inputs: Sequence[torch.Tensor], outputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
+                    calls: Sequence[tuple[int, int, str]], cluster: int = 1, workspaces: Sequence[tuple[str, int, str]] = (),
+                    workdir: Path | None = None) -> list[torch.Tensor]:
+    """Compile `device` (CUDA device code without includes) with the shim and run `calls` ((grid,
+    block, the kernel's call on `in0, in1, ...`, `out0, ...` and the `workspaces`' names), in order,
+    on `inputs` (CPU tensors, any strides: each passed as the memory it spans); the outputs back."""
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         folder = Path(tmp)
         setup, save = [], []
@@ -281,8 +291,8 @@ def emulate(program: str, inputs: Sequence[torch.Tensor], outputs: Sequence[tupl
             "template <class T> static T* alloc(size_t n) {  // 64-byte aligned, as CUDA's allocator\n"
             "    void* p = aligned_alloc(64, (n * sizeof(T) + 127) / 64 * 64); if (!p) abort(); return static_cast<T*>(p); }\n"
             "int main() {\n    " + "\n    ".join(setup) + "\n"
-            + "".join(f"    kevin_emu_launch({grid}u, {block}u, [&] {{ {kernel}({', '.join(names)}); }}, {cluster}u);\n"
-                      for kernel, grid, block, names in launches) + "    "
+            + "".join(f"    kevin_emu_launch({grid}u, {block}u, [&] {{ {call}; }}, {cluster}u);\n"
+                      for grid, block, call in calls) + "    "
             + "\n    ".join(save) + "\n    return 0;\n}\n"
         )
         (folder / "emu.cpp").write_text(f'#include "{_SHIM_NAME}"\n' + device + "\n" + main)

@@ -142,6 +142,9 @@ class GemmSpec:
     # sm_90a) or "sm80" (Ampere and Ada, and any later GPU through PTX: `gemm_kernel_sm80.py`)
     arch: str = "sm90"
     out_align: int = 0
+    # 16-bit rows no 4-byte copy reads (odd K; a K x N weight of odd N): the sm80 kernel's program
+    # first packs x and w into rows of K rounded up to 8, zeros after K, w as N x K (`gemm_kernel_sm80.PACK`)
+    pad_k: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in _ELEMENTS:
@@ -157,6 +160,8 @@ class GemmSpec:
             raise ValueError(f"arch {self.arch!r}: 'sm90' or 'sm80'")
         if self.sm80 and (e.tree or self.direct_store):
             raise ValueError("the sm80 kernel's epilogue is a linear combination and a function: no visitor tree, no direct store")
+        if self.pad_k and (self.dtype == "float32" or not self.sm80 or self.align not in (0, 8)):
+            raise ValueError("packed rows are the sm80 kernel's for 16-bit values, read 8 at a time")
         if self.sm80 and self.output != self.dtype and (e.bias or e.residual):
             raise ValueError("the sm80 kernel reads its bias or residual in its output's dtype: a float32 end reads neither")
 
@@ -273,7 +278,7 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
         if not isinstance(tiling, Sm80Tiling):
             raise ValueError(f"a {spec.dtype} GEMM on the sm80 kernel takes an Sm80Tiling, not {tiling!r}")
         return sm80_device_source(spec.dtype, spec.output, ACTIVATIONS[epi.activation], functor, epi.alpha, epi.beta, epi.bias,
-                                  epi.residual, spec.weight, tiling, *spec.alignments)
+                                  epi.residual, spec.weight, tiling, *spec.alignments, pack=spec.pad_k)
     if not isinstance(tiling, GemmTiling):
         raise ValueError(f"a 16-bit GEMM takes a GemmTiling, not {tiling!r}")
     element = _ELEMENTS[spec.dtype]
@@ -367,6 +372,9 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     align, n_align = spec.alignments if spec.sm80 else (8, 1 if spec.direct_store else 8)
     if spec.sm80 and spec.weight == "kn":
         n_align = max(align, n_align)  # (w's rows are N long)
+    if spec.pad_k:  # (x and w packed first: rows of any length)
+        align, n_align = 1, spec.alignments[1]
+    pack = _PACK_CALLS.format(w_strides="k, 1" if spec.weight == "nk" else "1, n") if spec.pad_k else ""
     scalar = _SCALARS[spec.dtype]
     epi = spec.epilogue
     if epi.tree:
@@ -383,7 +391,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
         operands = _CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
     return gemm_device_source(spec, tiling) + _HOST.format(
         scalar=scalar, stored=_SCALARS[spec.output], align=align, n_align=n_align,
-        params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands,
+        params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands, pack=pack,
         n="w.size(-2)" if spec.weight == "nk" else "w.size(-1)", kdim=-1 if spec.weight == "nk" else -2,
         shape="N x K" if spec.weight == "nk" else "K x N")
 
@@ -416,6 +424,17 @@ _CLASSIC_OPERANDS = """    const void* bias_ptr = nullptr;
     }}
 """
 
+# x and w packed into rows of K rounded up to 8 (`GemmSpec.pad_k`), w's (row, column) strides as N x K
+_PACK_CALLS = """    // rows of odd length: x and w copied into rows of K rounded up to 8, zeros after K (w as N x K)
+    k_run = (k + 7) / 8 * 8;
+    auto xp = torch::empty({{batch * m, k_run}}, xs.options()), wp = torch::empty({{batch * n, k_run}}, ws.options());
+    int packed = kevin_gemm_pack(xs.data_ptr(), xp.data_ptr(), static_cast<int>(batch), m, k, k_run, m * k, k, 1, stream);
+    if (packed == 0) packed = kevin_gemm_pack(ws.data_ptr(), wp.data_ptr(), static_cast<int>(batch), n, k, k_run, n * k, {w_strides}, stream);
+    TORCH_CHECK(packed == 0, "gemm_epilogue: packing x and w: CUDA error ", packed);
+    a_ptr = xp.data_ptr();
+    b_ptr = wp.data_ptr();
+"""
+
 _HOST = """
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -433,10 +452,13 @@ torch::Tensor gemm_epilogue({params}) {{
     out_sizes.back() = n;
     auto out = torch::empty(out_sizes, x.options().dtype({stored}));
 {operands}    if (m == 0 || n == 0) return out;
-    auto workspace = torch::empty({{static_cast<int64_t>(kevin_gemm_workspace(m, n, k, batch))}}, x.options().dtype(torch::kUInt8));
-    int status = kevin_gemm_run(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), static_cast<int>(batch), xs.data_ptr(), ws.data_ptr(),
-                                bias_ptr, residual_ptr, out.data_ptr(), workspace.data_ptr(),
-                                at::cuda::getCurrentCUDAStream().stream());
+    cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+    const void* a_ptr = xs.data_ptr();
+    const void* b_ptr = ws.data_ptr();
+    int64_t k_run = k;
+{pack}    auto workspace = torch::empty({{static_cast<int64_t>(kevin_gemm_workspace(m, n, k_run, batch))}}, x.options().dtype(torch::kUInt8));
+    int status = kevin_gemm_run(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k_run), static_cast<int>(batch), a_ptr, b_ptr,
+                                bias_ptr, residual_ptr, out.data_ptr(), workspace.data_ptr(), stream);
     TORCH_CHECK(status == 0, "gemm_epilogue: CUTLASS status ", status);
     return out;
 }}

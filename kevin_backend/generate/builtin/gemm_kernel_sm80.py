@@ -15,14 +15,16 @@ beta * C): a bias is C read as one row for every row (its row stride 0), a resid
 not both, and no visitor trees (those are sm90's). Rows need not be 16-byte aligned: x's and w's
 elements per access (`sm80_alignment`) are as many as their rows' length allows, down to 4 bytes
 (cp.async's smallest copy: one float, two 16-bit values); the output's, as many as N allows, down
-to one (an LM head's 50257 logits).
+to one (an LM head's 50257 logits). 16-bit rows no copy of 4 bytes reads (odd K, or a K x N weight
+of odd N) are first packed by the program (`PACK`): x and w copied into rows of K rounded up to 8,
+zeros after K, w as N x K.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ENTRY_POINTS", "F32_TILINGS", "SM80_TILINGS", "Sm80Tiling", "sm80_alignment", "sm80_device_source", "sm80_tilings"]
+__all__ = ["ENTRY_POINTS", "PACK", "PACK_KERNEL", "F32_TILINGS", "SM80_TILINGS", "Sm80Tiling", "sm80_alignment", "sm80_device_source", "sm80_tilings"]
 
 
 @dataclass(frozen=True)
@@ -102,10 +104,11 @@ _ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "f
 
 
 def sm80_device_source(dtype: str, output: str, activation: str, functor: str, alpha: float, beta: float, bias: bool,
-                       residual: bool, weight: str, tiling: Sm80Tiling, align: int, out_align: int) -> str:
+                       residual: bool, weight: str, tiling: Sm80Tiling, align: int, out_align: int, pack: bool = False) -> str:
     """The device part of this kernel (`dtype`: the inputs'; `output`: the output's, the inputs' or
     float32; `activation`: a CUTLASS functor's name; `functor`: the C++ of an `Epilogue.function`, or "";
-    `align`, `out_align`: x's and w's elements per access, and the output's and its source's)."""
+    `align`, `out_align`: x's and w's elements per access, and the output's and its source's; `pack`:
+    with `PACK`, x and w read as it packs them, w as N x K)."""
     if bias and residual:
         raise ValueError("the sm80 GEMM's epilogue reads one source: a bias or a residual, not both")
     if (bias or residual) and output != dtype:
@@ -122,6 +125,9 @@ def sm80_device_source(dtype: str, output: str, activation: str, functor: str, a
     c_ptr = (f"static_cast<{source}>(bias)" if bias else f"static_cast<{source}>(residual)" if residual
              else f"static_cast<{source}>(out)")
     sixteen = dtype != "float32"
+    if pack and (not sixteen or align != 8):
+        raise ValueError("packed rows are 16-bit values' (odd rows cp.async cannot read), read 8 at a time")
+    weight = "nk" if pack else weight
     return _DEVICE.format(functor=functor, element=_ELEMENTS[dtype], output=_ELEMENTS[output], align=align, out_align=out_align,
                           activation=activation, tm=tm, tn=tn, tk=tk, wm=wm, wn=wn, wk=wk,
                           instruction="16, 8, 16" if sixteen else "16, 8, 8",
@@ -130,7 +136,49 @@ def sm80_device_source(dtype: str, output: str, activation: str, functor: str, a
                           beta=f"{float(beta) if residual else 1.0 if bias else 0.0!r}f", c_ptr=c_ptr,
                           ldc="0" if bias else "n", c_batch="0" if bias else "int64_t(m) * n",
                           layout_b="cutlass::layout::ColumnMajor" if weight == "nk" else "cutlass::layout::RowMajor",
-                          ldb="k" if weight == "nk" else "n")
+                          ldb="k" if weight == "nk" else "n") + (PACK if pack else "")
+
+
+# The device part's packing of rows for the sm80 kernel (`GemmSpec.pad_k`): `kevin_gemm_pack` copies
+# `batch` matrices of `rows` rows of K values, each read at `src + b * batch_stride + r * row_stride
+# + c * col_stride`, into packed rows of kp values (zeros after K), through 32 x 32 tiles of shared
+# memory: reads along whichever of rows and columns is contiguous, writes along the packed rows
+PACK_KERNEL = """
+namespace kevin_gemm {
+template <class T>
+__global__ void pack_rows(T const* src, T* dst, int64_t rows, int64_t k, int64_t kp, int64_t batch_stride, int64_t row_stride,
+                          int64_t col_stride) {
+    // one block of 256 threads a 32 x 32 tile of one matrix's packed rows
+    __shared__ T tile[32][33];
+    const int64_t tiles_c = (kp + 31) / 32, tiles_r = (rows + 31) / 32, block = blockIdx.x;
+    const int64_t c0 = block % tiles_c * 32, r0 = block / tiles_c % tiles_r * 32, b = block / (tiles_c * tiles_r);
+    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+    const bool along_rows = row_stride == 1 && col_stride != 1;  // (a K x N weight read as N x K)
+    for (int j = ty; j < 32; j += 8) {
+        const int a = along_rows ? tx : j, e = along_rows ? j : tx;  // (the tile's row and column)
+        const int64_t r = r0 + a, c = c0 + e;
+        tile[a][e] = r < rows && c < k ? src[b * batch_stride + r * row_stride + c * col_stride] : T(0.0f);
+    }
+    __syncthreads();
+    for (int j = ty; j < 32; j += 8) {
+        const int64_t r = r0 + j, c = c0 + tx;
+        if (r < rows && c < kp) dst[(b * rows + r) * kp + c] = tile[j][tx];
+    }
+}
+}  // namespace kevin_gemm
+"""
+
+PACK = PACK_KERNEL + """
+extern "C" int kevin_gemm_pack(void const* src, void* dst, int batch, int64_t rows, int64_t k, int64_t kp, int64_t batch_stride,
+                               int64_t row_stride, int64_t col_stride, cudaStream_t stream) {
+    const int64_t blocks = (kp + 31) / 32 * ((rows + 31) / 32) * batch;
+    if (blocks == 0) return 0;
+    kevin_gemm::pack_rows<kevin_gemm::Element><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+        static_cast<kevin_gemm::Element const*>(src), static_cast<kevin_gemm::Element*>(dst), rows, k, kp, batch_stride, row_stride,
+        col_stride);
+    return static_cast<int>(cudaGetLastError());
+}
+"""
 
 
 # The entry points every GEMM program's device part ends with (the sm90 kernels' too), around

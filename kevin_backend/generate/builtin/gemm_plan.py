@@ -212,10 +212,10 @@ def _spec(dtype: str, epilogue: Epilogue, nk: bool, n: int, k: int, arch: str, d
         if epilogue.tree:
             raise Unsupported(f"a {dtype} epilogue on the sm80 kernel reading other tensors than one bias over N or one residual "
                               "(visitor trees are the sm90 16-bit kernels')")
-        if not align:
-            rows = f"K = {k}" + (f", N = {n}" if not nk else "")
-            raise Unsupported(f"16-bit rows of odd length on the sm80 kernel ({rows}: cp.async copies 4 bytes at least)")
-    return GemmSpec(dtype, epilogue, "nk" if nk else "kn", align, direct_store=direct, arch=arch, out_align=out_align)
+    # 16-bit rows of odd length (cp.async copies 4 bytes at least): x and w packed into rows of K rounded up to 8
+    pad = sm80 and not align
+    return GemmSpec(dtype, epilogue, "nk" if nk else "kn", 8 if pad else align, direct_store=direct, arch=arch, out_align=out_align,
+                    pad_k=pad)
 
 
 def _read_conv_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
