@@ -421,3 +421,22 @@ def test_the_pack_kernel_copies_odd_rows_into_rows_of_eight_with_zeros_after_k(l
     (got,) = run_device_code(device, [src], [((batch, rows, kp), torch.bfloat16)],
                              [(blocks, 256, f"kevin_gemm::pack_rows<__nv_bfloat16>(in0, out0, {rows}, {k}, {kp}, {strides})")])
     assert torch.equal(got[..., :k], want) and not got[..., k:].any(), (got, want)
+
+
+def test_rows_of_odd_length_are_packed_before_the_sm80_kernel_reads_them() -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import SM80_TILINGS
+
+    nk = gemm_cuda_source(GemmSpec("bfloat16", Epilogue(bias=True, activation="gelu"), "nk", arch="sm80", out_align=1, pad_k=True),
+                          SM80_TILINGS[0])
+    assert "kevin_gemm::pack_rows<kevin_gemm::Element><<<" in nk and nk.count("kevin_gemm_pack(") == 3  # (defined, called twice)
+    assert "k_run = (k + 7) / 8 * 8;" in nk and "m * k, k, 1, stream);" in nk and "n * k, k, 1, stream);" in nk
+    assert "kevin_gemm_run(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k_run)" in nk and "a_ptr, b_ptr," in nk
+    assert "k % 1 == 0 && n % 1 == 0" in nk and "constexpr int kAlign = 8;" in nk and "constexpr int kAlignD = 1;" in nk
+    # a K x N weight: packed from its columns into N x K rows, which the kernel then reads as N x K
+    kn = gemm_cuda_source(GemmSpec("float16", Epilogue(), "kn", arch="sm80", out_align=1, pad_k=True), SM80_TILINGS[0])
+    assert "n * k, 1, n, stream);" in kn and "cutlass::half_t, cutlass::layout::ColumnMajor, ElementD" not in kn
+    assert "Element, cutlass::layout::ColumnMajor, ElementD" in kn and "w.size(-2) == k" in kn  # (the host still takes K x N)
+    assert "kevin_gemm_pack" not in gemm_cuda_source(GemmSpec("float16", arch="sm80"), SM80_TILINGS[0])
+    for spec in (dict(dtype="float32"), dict(dtype="bfloat16"), dict(dtype="bfloat16", arch="sm80", align=2)):
+        with pytest.raises(ValueError, match="packed rows are the sm80 kernel's for 16-bit values"):
+            GemmSpec(**spec, pad_k=True)  # type: ignore[arg-type]

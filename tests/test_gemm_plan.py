@@ -79,9 +79,8 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
     ("F.relu(v[0] @ v[1].t() + v[2]) + v[3]", "torch.randn(256, 512), torch.randn(1024, 512), torch.randn(1024), torch.randn(256, 1024)",
      "visitor trees are the sm90 16-bit kernels'"),
     ("v[0] @ v[1].exp()", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "right operand is not an input"),
-    # rows of N = 50257: w of K x N rows neither TMA nor cp.async reads; N x K ones are read, the output stored
-    # directly (Hopper's kernel, a plain linear combination) or by the sm80 kernel (a function), but not a visitor tree
-    ("v[0] @ v[1]", f"torch.randn(256, 512, {BF16}), torch.randn(512, 50257, {BF16})", "N = 50257"),
+    # rows of N = 50257: stored directly (Hopper's kernel, a plain linear combination) or by the sm80
+    # kernel (a function), but not read by a visitor tree
     ("F.relu(v[0] @ v[1].t()) * v[2]", f"torch.randn(256, 512, {BF16}), torch.randn(50257, 512, {BF16}), torch.randn(256, 50257, {BF16})",
      "N = 50257: not multiples of 8), and a bfloat16 epilogue on the sm80 kernel reading other tensors"),
     ("v[0] @ v[1].t() + v[2].t()", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(1024, 256, {BF16})",
@@ -261,14 +260,16 @@ def test_on_hopper_rows_tma_cannot_read_go_to_the_sm80_kernel() -> None:
     # a plain scale of those logits: still Hopper's kernel, stored directly
     plain = _plan(task("(v[0] @ v[1].t()) * 0.5", f"torch.randn(256, 768, {f16}), torch.randn(50257, 768, {f16})"))
     assert (plain.spec.arch, plain.spec.direct_store) == ("sm90", True)
-    for forward, inputs, reason in (
-            ("torch.tanh(v[0] @ v[1] + v[2])", f"torch.randn(100, 513, {f16}), torch.randn(513, 4097, {f16}), torch.randn(4097, {f16})",
-             "rows not 16-byte aligned (K = 513, N = 4097: not multiples of 8), and 16-bit rows of odd length on the sm80 kernel "
-             "(K = 513, N = 4097: cp.async copies 4 bytes at least)"),
-            ("F.relu(v[0] @ v[1].t() + v[2]) * v[3]", f"torch.randn(64, 1002, {f16}), torch.randn(48, 1002, {f16}), "
-             f"torch.randn(48, {f16}), torch.randn(64, 48, {f16})", "visitor trees are the sm90 16-bit kernels'")):
-        declined = plan_gemm(task(forward, inputs), arch="sm90")
-        assert isinstance(declined, Declined) and reason in declined.reason, declined
+    # rows of odd K, and a K x N weight of odd N: no 4-byte copy reads them; x and w packed first into rows of 8
+    for forward, inputs, weight in (
+            ("torch.tanh(v[0] @ v[1] + v[2])", f"torch.randn(100, 513, {f16}), torch.randn(513, 4097, {f16}), torch.randn(4097, {f16})", "kn"),
+            ("torch.tanh(v[0] @ v[1].t() + v[2])", f"torch.randn(100, 513, {f16}), torch.randn(4097, 513, {f16}), torch.randn(4097, {f16})", "nk"),
+            ("v[0] @ v[1]", f"torch.randn(256, 512, {f16}), torch.randn(512, 50257, {f16})", "kn")):
+        packed = _plan(task(forward, inputs))
+        assert (packed.spec.arch, packed.spec.pad_k, packed.spec.align, packed.spec.weight) == ("sm80", True, 8, weight), packed.spec
+    declined = plan_gemm(task("F.relu(v[0] @ v[1].t() + v[2]) * v[3]", f"torch.randn(64, 1002, {f16}), torch.randn(48, 1002, {f16}), "
+                              f"torch.randn(48, {f16}), torch.randn(64, 48, {f16})"), arch="sm90")
+    assert isinstance(declined, Declined) and "visitor trees are the sm90 16-bit kernels'" in declined.reason, declined
 
 
 @pytest.mark.parametrize(("capability", "arch"), [((9, 0), "sm90"), ((8, 0), "sm80"), ((8, 6), "sm80"), ((8, 9), "sm80"),
@@ -392,6 +393,7 @@ PLANNED = {
     "baddbmm-scale-relu-f32-128x512x256x512", "qkv-bias-bf16-8192x4096x12288",
     "conv2d-1x1-relu-channels-last-bf16-64x256x56x56", "linear-max-sub-gelu-f32-128x1024x512",
     "lm-head-f16-4096x768x50257", "lm-head-cross-entropy-bf16-8192x768x50257", "attn-vit-softmax-f16-8x12x197x64",
+    "mm-bias-tanh-bf16-1000x513x4097",
 }
 
 

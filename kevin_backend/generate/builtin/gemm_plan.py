@@ -109,6 +109,7 @@ class GemmPlan:
                  *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands)}"] if e.tree else []),
                  *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else []),
                  *(["its rows stored directly (N unaligned)"] if self.spec.direct_store else []),
+                 *(["x and w packed into rows of 8 first (rows of odd length)"] if self.spec.pad_k else []),
                  *([f"{self.views[-1].count(',') + 1} views of it returned"] if self.views and not self.conv else [])]
         return ", ".join(parts)
 
