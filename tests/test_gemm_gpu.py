@@ -69,16 +69,24 @@ TASKS = {
     # suite's awkward sizes), and a K x N weight of N = 50257 (packed from its columns)
     "packed-odd-k-bias-tanh-bf16": next(t.source for t in GEMM_SUITE if t.name == "mm-bias-tanh-bf16-1000x513x4097"),
     "packed-kn-odd-n-f16": task("v[0] @ v[1]", f"torch.randn(2048, 1024, {F16}), torch.randn(1024, 50257, {F16})"),
+    # visitor trees on the sm80 kernel (CUTLASS 2.x's Sm80EVT): a bias over N, a tensor of the output's
+    # size and a column of M values; float32's (any GPU's): a tensor after a bias and a ReLU
+    "sm80-tree-bias-gate-rows-bf16": task("F.relu(v[0] @ v[1].t() + v[2]) * v[3] + v[4]",
+                                          f"torch.randn(4096, 1024, {BF16}), torch.randn(2048, 1024, {BF16}), torch.randn(2048, {BF16}), "
+                                          f"torch.randn(4096, 2048, {BF16}), torch.randn(4096, 1, {BF16})"),
+    "tree-bias-relu-residual-f32": task("F.relu(v[0] @ v[1].t() + v[2]) + v[3]",
+                                        "torch.randn(1000, 512), torch.randn(777, 512), torch.randn(777), torch.randn(1000, 777)"),
 }
 SM80 = {"sm80-linear-gelu-bf16", "sm80-residual-silu-f16", "sm80-attn-scores-softmax-f16", "odd-k-bias-relu-f16", "lm-head-bias-gelu-f16",
-        "packed-odd-k-bias-tanh-bf16", "packed-kn-odd-n-f16"}
+        "packed-odd-k-bias-tanh-bf16", "packed-kn-odd-n-f16", "sm80-tree-bias-gate-rows-bf16"}
 # the softmax of unscaled bf16 logits (|x| ~ 100, and far more in the judge's input sets of mixed
 # scales): with the product rounded to bf16 it is off by more than the judge's bound allows (on the
 # H200, 7005 of 8.4M elements); the variant keeping the product in float32 is judged beside it and
 # must be accepted or off in at most a hundredth as many elements (on the H200: 1, on a mixed-scale
 # set whose logits reach 1e4, where float32's own accumulation is 0.05 off)
 WIDE = {"softmax-tail-bf16"}
-TREES = {"tree-bias-gate-rows-bf16": ("n", "mn", "m"), "linear-bias-swish-scale-f16": ("n", "n"), "mm-bias-rows-f16": ("m",)}
+TREES = {"tree-bias-gate-rows-bf16": ("n", "mn", "m"), "sm80-tree-bias-gate-rows-bf16": ("n", "mn", "m"),
+         "tree-bias-relu-residual-f32": ("n", "mn"), "linear-bias-swish-scale-f16": ("n", "n"), "mm-bias-rows-f16": ("m",)}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),

@@ -135,6 +135,25 @@ def test_the_sm80_kernels_accesses_are_as_wide_as_the_rows_allow(dtype: str, n: 
     assert sm80_alignment(dtype, n, k, weight) == expected
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_on_the_sm80_kernel_a_tree_is_cutlass_2xs_visitor_tree_over_the_same_function(dtype: str) -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import F32_TILINGS, SM80_TILINGS
+
+    spec = GemmSpec(dtype, _TREE, "kn", 8 if dtype == "bfloat16" else 1, arch="sm80", out_align=8 if dtype == "bfloat16" else 1)
+    source = gemm_cuda_source(spec, (SM80_TILINGS if dtype == "bfloat16" else F32_TILINGS)[0])
+    tree = source[source.index("using Tree = "):source.index("using Kernel = ")]
+    order = [tree.index(node) for node in ("VisitorCompute<KevinTreeFn", "VisitorAccFetch", "VisitorRowBroadcast", "VisitorColBroadcast",
+                                           "VisitorAuxLoad", "VisitorAuxStore")]
+    assert order == sorted(order), tree
+    assert "static float scalar(float v, float a0, float a1, float a2)" in source and "DefaultGemmWithVisitor<" in source
+    assert ("cutlass::arch::OpMultiplyAddFastF32, 1>::GemmKernel" in source) == (dtype == "float32")
+    # the vectors from the launcher's array (none when only the workspace is asked), the tensor as the residual
+    assert "{vectors ? static_cast<Element const*>(vectors[0]) : nullptr, Element(0), {_0{}, _1{}, int32_t(0)}}" in source
+    assert "{vectors ? static_cast<Element const*>(vectors[1]) : nullptr, Element(0), {_1{}, _0{}, int32_t(0)}}" in source
+    assert "static_cast<Element*>(const_cast<void*>(residual))" in source and "LinearCombinationGeneric" not in source
+    assert "const void* vectors[] = {a0.data_ptr(), a1.data_ptr()};" in source and "const void* residual_ptr = a2.data_ptr();" in source
+
+
 def test_the_sm80_variants_put_the_small_tile_first_for_a_small_output() -> None:
     from kevin_backend.generate.builtin.gemm_kernel import F32_TILINGS, SM80_TILINGS
 
@@ -150,7 +169,6 @@ def test_the_sm80_variants_put_the_small_tile_first_for_a_small_output() -> None
 
 
 @pytest.mark.parametrize(("make", "message"), [
-    (lambda: GemmSpec("bfloat16", _TREE, arch="sm80"), "no visitor tree"),
     (lambda: GemmSpec("bfloat16", direct_store=True, arch="sm80"), "no direct store"),
     (lambda: GemmSpec("bfloat16", Epilogue(bias=True), store="float32", arch="sm80"), "a float32 end reads neither"),
     (lambda: GemmSpec("bfloat16", arch="sm70"), "'sm90' or 'sm80'"),
@@ -186,7 +204,6 @@ def test_what_the_sm80_kernel_cannot_build_is_refused_with_its_reason(make, mess
     (lambda: Epilogue(activation="function", function="    return static_cast<T>(v);", operands=("mn", "mn")), "at most one"),
     (lambda: Epilogue(bias=True, activation="function", function="    return static_cast<T>(v);", operands=("n",)),
      "whole epilogue"),
-    (lambda: GemmSpec("float32", _TREE), "no visitor tree"),
     (lambda: GemmTiling(scheduler="splitk"), "2 or more"),
     (lambda: GemmTiling(splits=4), "2 or more"),
     (lambda: GemmTiling((128, 128, 64), (1, 1, 1), "pingpong", "streamk"), "cooperative schedule's"),
@@ -292,7 +309,8 @@ def test_the_kernel_compiles_for_sm90a_through_the_fast_builds_nvcc_command(epil
 
 
 @pytest.mark.slow
-def test_the_sm80_kernel_compiles_for_an_ampere_gpu_through_the_fast_builds_nvcc_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize("epilogue", [Epilogue(bias=True, activation="gelu"), _TREE], ids=["bias-gelu", "tree"])
+def test_the_sm80_kernel_compiles_for_an_ampere_gpu_through_the_fast_builds_nvcc_command(epilogue: Epilogue, tmp_path: Path) -> None:
     """The 16-bit sm80 kernel's device part for sm_80 with its program's flags (about 11 s of nvcc)."""
     from kevin_backend.generate.builtin.gemm_kernel import SM80_CUDA_FLAGS, SM80_TILINGS
     from kevin_backend.toolchain.fast_build import Toolchain, device_command
@@ -300,7 +318,7 @@ def test_the_sm80_kernel_compiles_for_an_ampere_gpu_through_the_fast_builds_nvcc
     headers = find_cutlass()
     if headers is None or shutil.which("nvcc") is None:
         pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
-    spec = GemmSpec("float16", Epilogue(bias=True, activation="gelu"), "nk", 8, arch="sm80", out_align=1)
+    spec = GemmSpec("float16", epilogue, "nk", 8, arch="sm80", out_align=1)
     (tmp_path / "gemm.cu").write_text(gemm_device_source(spec, SM80_TILINGS[0]))
     command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "8.0", SM80_CUDA_FLAGS,
                              (str(headers.include),))

@@ -76,13 +76,7 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
 @pytest.mark.parametrize(("forward", "inputs", "reason"), [
     ("F.relu(v[0] @ v[1].t())", "torch.randn(256, 512, dtype=torch.float64), torch.randn(1024, 512, dtype=torch.float64)",
      "takes float16, bfloat16 and float32"),
-    ("F.relu(v[0] @ v[1].t() + v[2]) + v[3]", "torch.randn(256, 512), torch.randn(1024, 512), torch.randn(1024), torch.randn(256, 1024)",
-     "visitor trees are the sm90 16-bit kernels'"),
     ("v[0] @ v[1].exp()", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "right operand is not an input"),
-    # rows of N = 50257: stored directly (Hopper's kernel, a plain linear combination) or by the sm80
-    # kernel (a function), but not read by a visitor tree
-    ("F.relu(v[0] @ v[1].t()) * v[2]", f"torch.randn(256, 512, {BF16}), torch.randn(50257, 512, {BF16}), torch.randn(256, 50257, {BF16})",
-     "N = 50257: not multiples of 8), and a bfloat16 epilogue on the sm80 kernel reading other tensors"),
     ("v[0] @ v[1].t() + v[2].t()", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(1024, 256, {BF16})",
      "aten.t.default in the epilogue"),
     ("(v[0] @ v[1].t() + v[2]) * v[3]", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), "
@@ -216,8 +210,8 @@ def test_the_builtin_policy_writes_chains_and_reductions_after_the_product(hoppe
         assert ("using ElementD = float;" in after.text) == wide and ("stored in float32" in after.text) == wide
 
 
-# the planned suite tasks whose epilogue is a visitor tree (Hopper's kernels only)
-TREES_ONLY = {"linear-bias-swish-scale-f16-1024x4096x4096", "mm-bias-rows-f16-512x16384x512", "swiglu-mlp-bf16-8192x4096x11008"}
+# the planned suite tasks whose epilogue is a visitor tree
+TREES = {"linear-bias-swish-scale-f16-1024x4096x4096", "mm-bias-rows-f16-512x16384x512", "swiglu-mlp-bf16-8192x4096x11008"}
 
 
 def _specs(plan) -> list:  # type: ignore[no-untyped-def]
@@ -227,7 +221,7 @@ def _specs(plan) -> list:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.slow
-def test_on_ampere_each_gemm_is_cutlass_2x_and_a_visitor_tree_is_declined() -> None:
+def test_on_ampere_each_planned_task_is_cutlass_2x_visitor_trees_too() -> None:
     from kevin_backend.generate.builtin.gemm_plan import plan_tilings
     from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
 
@@ -235,16 +229,15 @@ def test_on_ampere_each_gemm_is_cutlass_2x_and_a_visitor_tree_is_declined() -> N
     for t in GEMM_SUITE:
         plan = plan_gemm(t.source, arch="sm80")
         if isinstance(plan, Declined):
-            assert t.name not in PLANNED - TREES_ONLY, (t.name, plan.reason)
-            if t.name in TREES_ONLY:
-                assert "visitor trees are the sm90 16-bit kernels'" in plan.reason, plan.reason
+            assert t.name not in PLANNED, (t.name, plan.reason)
             continue
         planned[t.name] = plan
         assert all(s.arch == "sm80" and s.sm80 and not s.direct_store for s in _specs(plan)), (t.name, _specs(plan))
         program = write_gemm_program(plan, plan_tilings(plan)[0], task_source=t.source)
         assert "cutlass::arch::Sm80" in program and "Sm90" not in program and "compute_90a" not in program, t.name
         assert "extra_cuda_cflags=['--expt-relaxed-constexpr', '-DNDEBUG']" in program and check_program(program) == (), t.name
-    assert set(planned) == PLANNED - TREES_ONLY, sorted(set(planned) ^ (PLANNED - TREES_ONLY))
+        assert ("Sm80EVT" in program) == (t.name in TREES), t.name
+    assert set(planned) == PLANNED, sorted(set(planned) ^ PLANNED)
     # an LM head's logits: x and w read 8 values at a time, the 50257 logits stored one by one
     assert [(s.align, s.out_align) for s in _specs(planned["lm-head-f16-4096x768x50257"])] == [(8, 1)]
 
@@ -267,9 +260,16 @@ def test_on_hopper_rows_tma_cannot_read_go_to_the_sm80_kernel() -> None:
             ("v[0] @ v[1]", f"torch.randn(256, 512, {f16}), torch.randn(512, 50257, {f16})", "kn")):
         packed = _plan(task(forward, inputs))
         assert (packed.spec.arch, packed.spec.pad_k, packed.spec.align, packed.spec.weight) == ("sm80", True, 8, weight), packed.spec
-    declined = plan_gemm(task("F.relu(v[0] @ v[1].t() + v[2]) * v[3]", f"torch.randn(64, 1002, {f16}), torch.randn(48, 1002, {f16}), "
-                              f"torch.randn(48, {f16}), torch.randn(64, 48, {f16})"), arch="sm90")
-    assert isinstance(declined, Declined) and "visitor trees are the sm90 16-bit kernels'" in declined.reason, declined
+    # visitor trees too: rows of K = 1002, and an LM head's logits gated by a tensor of their size
+    for forward, inputs in (("F.relu(v[0] @ v[1].t() + v[2]) * v[3]", f"torch.randn(64, 1002, {f16}), torch.randn(48, 1002, {f16}), "
+                             f"torch.randn(48, {f16}), torch.randn(64, 48, {f16})"),
+                            ("F.relu(v[0] @ v[1].t()) * v[2]", f"torch.randn(256, 512, {f16}), torch.randn(50257, 512, {f16}), "
+                             f"torch.randn(256, 50257, {f16})")):
+        tree = _plan(task(forward, inputs))
+        assert (tree.spec.arch, tree.spec.epilogue.tree) == ("sm80", True), tree.spec
+    # float32's trees are the sm80 kernel's on any GPU: a second tensor after a bias and a ReLU
+    f32 = _plan(task("F.relu(v[0] @ v[1].t() + v[2]) + v[3]", "torch.randn(256, 512), torch.randn(1024, 512), torch.randn(1024), torch.randn(256, 1024)"))
+    assert (f32.spec.arch, f32.spec.sm80, f32.spec.epilogue.operands) == ("sm90", True, ("n", "mn")), f32.spec
 
 
 @pytest.mark.parametrize(("capability", "arch"), [((9, 0), "sm90"), ((8, 0), "sm80"), ((8, 6), "sm80"), ((8, 9), "sm80"),

@@ -190,16 +190,17 @@ def test_each_operand_reaches_the_kernel(forward: str, inputs: str, arch: str, m
      f"torch.randn(32, 64, {BF16}), torch.randn(48, 64, {BF16}), torch.randn(48, {BF16}), torch.randn(48, {BF16}), "
      f"torch.randn(2, 16, 1, {BF16})"),
 ])
-def test_a_trees_operands_reach_the_kernel_in_order(forward: str, inputs: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
+@pytest.mark.parametrize("arch", ["sm90", "sm80"])
+def test_a_trees_operands_reach_the_kernel_in_order(forward: str, inputs: str, arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import tilings_for
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.types import load_program
 
     source = task(forward, inputs)
-    plan = plan_gemm(source)
+    plan = plan_gemm(source, arch=arch)
     assert isinstance(plan, GemmPlan) and plan.spec.epilogue.tree, plan
-    program = write_gemm_program(plan, GemmTiling())
-    assert "Sm90EVT" in program and f"torch::Tensor a{len(plan.operands) - 1});" in program
+    program = write_gemm_program(plan, tilings_for(plan.spec)[0])
+    assert ("Sm90EVT" if arch == "sm90" else "Sm80EVT") in program and f"torch::Tensor a{len(plan.operands) - 1});" in program
     new = _load(program, plan, monkeypatch)
     reference = load_program(source, "kevin_test_gemm_wiring_task")
     values = reference.get_inputs()

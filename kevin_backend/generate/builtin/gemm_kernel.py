@@ -158,8 +158,8 @@ class GemmSpec:
             raise ValueError("a direct store is a 16-bit kernel's plain linear combination: no bias, activation or tree")
         if self.arch not in ("sm90", "sm80"):
             raise ValueError(f"arch {self.arch!r}: 'sm90' or 'sm80'")
-        if self.sm80 and (e.tree or self.direct_store):
-            raise ValueError("the sm80 kernel's epilogue is a linear combination and a function: no visitor tree, no direct store")
+        if self.sm80 and self.direct_store:
+            raise ValueError("the sm80 kernel stores any row: no direct store")
         if self.pad_k and (self.dtype == "float32" or not self.sm80 or self.align not in (0, 8)):
             raise ValueError("packed rows are the sm80 kernel's for 16-bit values, read 8 at a time")
         if self.sm80 and self.output != self.dtype and (e.bias or e.residual):
@@ -273,12 +273,12 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     epi = spec.epilogue
     functor = _FUNCTION.format(body=epi.function) if epi.function else ""
     if spec.sm80:
-        if epi.tree:
-            raise ValueError("a tree epilogue is the sm90 16-bit kernels' (CUTLASS 3.x visitor trees); the sm80 kernel's is not one")
         if not isinstance(tiling, Sm80Tiling):
             raise ValueError(f"a {spec.dtype} GEMM on the sm80 kernel takes an Sm80Tiling, not {tiling!r}")
+        if epi.tree:  # (CUTLASS 2.x's visitor tree: `Sm80EVT`, the same functor)
+            functor = _tree(epi)[0]
         return sm80_device_source(spec.dtype, spec.output, ACTIVATIONS[epi.activation], functor, epi.alpha, epi.beta, epi.bias,
-                                  epi.residual, spec.weight, tiling, *spec.alignments, pack=spec.pad_k)
+                                  epi.residual, spec.weight, tiling, *spec.alignments, pack=spec.pad_k, tree=epi.operands)
     if not isinstance(tiling, GemmTiling):
         raise ValueError(f"a 16-bit GEMM takes a GemmTiling, not {tiling!r}")
     element = _ELEMENTS[spec.dtype]

@@ -104,11 +104,13 @@ _ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "f
 
 
 def sm80_device_source(dtype: str, output: str, activation: str, functor: str, alpha: float, beta: float, bias: bool,
-                       residual: bool, weight: str, tiling: Sm80Tiling, align: int, out_align: int, pack: bool = False) -> str:
+                       residual: bool, weight: str, tiling: Sm80Tiling, align: int, out_align: int, pack: bool = False,
+                       tree: tuple[str, ...] = ()) -> str:
     """The device part of this kernel (`dtype`: the inputs'; `output`: the output's, the inputs' or
     float32; `activation`: a CUTLASS functor's name; `functor`: the C++ of an `Epilogue.function`, or "";
     `align`, `out_align`: x's and w's elements per access, and the output's and its source's; `pack`:
-    with `PACK`, x and w read as it packs them, w as N x K)."""
+    with `PACK`, x and w read as it packs them, w as N x K; `tree`: a visitor tree's operands, "n", "m"
+    or "mn" each (`gemm_kernel.OPERAND_KINDS`), `functor` then its `KevinTreeFn`)."""
     if bias and residual:
         raise ValueError("the sm80 GEMM's epilogue reads one source: a bias or a residual, not both")
     if (bias or residual) and output != dtype:
@@ -128,6 +130,8 @@ def sm80_device_source(dtype: str, output: str, activation: str, functor: str, a
     if pack and (not sixteen or align != 8):
         raise ValueError("packed rows are 16-bit values' (odd rows cp.async cannot read), read 8 at a time")
     weight = "nk" if pack else weight
+    if tree:
+        return _tree_source(dtype, output, functor, tiling, align, out_align, weight, tree) + (PACK if pack else "")
     return _DEVICE.format(functor=functor, element=_ELEMENTS[dtype], output=_ELEMENTS[output], align=align, out_align=out_align,
                           activation=activation, tm=tm, tn=tn, tk=tk, wm=wm, wn=wn, wk=wk,
                           instruction="16, 8, 16" if sixteen else "16, 8, 8",
@@ -228,6 +232,91 @@ static typename Gemm::Arguments arguments(int m, int n, int k, int batch, void c
         epilogue, x, w, {c_ptr}, out,
         int64_t(m) * k, int64_t(n) * k, {c_batch}, int64_t(m) * n,
         k, {ldb}, {ldc}, n);
+}}
+}}  // namespace kevin_gemm
+
+""" + ENTRY_POINTS
+
+
+# A tree's operands as CUTLASS 2.x's epilogue visitors read them (the sm80 twins of `gemm_kernel.OPERAND_KINDS`):
+# a vector over N (a row broadcast), over M (a column broadcast), a tensor of the output's size; and
+# each one's arguments (a vector's pointer from the launcher's `vectors`, the tensor's `residual`: CUTLASS
+# takes its pointer as non-const, and only reads it)
+_TREE_NODES = {
+    "n": ("cutlass::epilogue::threadblock::VisitorRowBroadcast<OutputTileThreadMap, Element, cute::Stride<_0, _1, int32_t>>",
+          "{{vectors ? static_cast<Element const*>(vectors[{j}]) : nullptr, Element(0), {{_0{{}}, _1{{}}, int32_t(0)}}}}"),
+    "m": ("cutlass::epilogue::threadblock::VisitorColBroadcast<OutputTileThreadMap, Element, cute::Stride<_1, _0, int32_t>>",
+          "{{vectors ? static_cast<Element const*>(vectors[{j}]) : nullptr, Element(0), {{_1{{}}, _0{{}}, int32_t(0)}}}}"),
+    "mn": ("cutlass::epilogue::threadblock::VisitorAuxLoad<OutputTileThreadMap, Element, cute::Stride<int64_t, _1, int64_t>>",
+           "{{static_cast<Element*>(const_cast<void*>(residual)), Element(0), {{int64_t(n), _1{{}}, int64_t(m) * n}}}}"),
+}
+
+
+def _tree_source(dtype: str, output: str, functor: str, tiling: Sm80Tiling, align: int, out_align: int, weight: str,
+                 tree: tuple[str, ...]) -> str:
+    """The device part of a GEMM whose epilogue is a visitor tree (CUTLASS 2.x's `Sm80EVT`): the
+    function of the accumulator and each operand, stored by an auxiliary store."""
+    tm, tn, tk = tiling.tile
+    wm, wn, wk = tiling.warps
+    sixteen = dtype != "float32"
+    vectors, children = 0, []
+    for kind in tree:
+        children.append(_TREE_NODES[kind][1].format(j=vectors))
+        vectors += kind != "mn"
+    nodes = "".join(f",\n    {_TREE_NODES[kind][0]}" for kind in tree)
+    return _DEVICE_TREE.format(
+        functor=functor, element=_ELEMENTS[dtype], output=_ELEMENTS[output], align=align, out_align=out_align, nodes=nodes,
+        tm=tm, tn=tn, tk=tk, wm=wm, wn=wn, wk=wk, instruction="16, 8, 16" if sixteen else "16, 8, 8",
+        operator="cutlass::arch::OpMultiplyAdd" if sixteen else "cutlass::arch::OpMultiplyAddFastF32", stages=tiling.stages,
+        layout_b="cutlass::layout::ColumnMajor" if weight == "nk" else "cutlass::layout::RowMajor", ldb="k" if weight == "nk" else "n",
+        vectors="    void const* const* vectors = static_cast<void const* const*>(bias);\n" if vectors else "",
+        children="".join(f"{c}, " for c in children))
+
+
+_DEVICE_TREE = """#include <cutlass/cutlass.h>
+#include <cute/tensor.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/kernel/default_gemm_universal_with_visitor.h>
+#include <cutlass/epilogue/threadblock/fusion/visitors.hpp>
+
+namespace kevin_gemm {{
+using namespace cute;
+using Element = {element};
+using ElementD = {output};
+{functor}constexpr int kAlign = {align};  // x's and w's elements per access
+constexpr int kAlignD = {out_align};  // the output's
+using ThreadblockShape = cutlass::gemm::GemmShape<{tm}, {tn}, {tk}>;
+using WarpShape = cutlass::gemm::GemmShape<{wm}, {wn}, {wk}>;
+using OutputTileThreadMap = cutlass::epilogue::threadblock::OutputTileThreadLayout<ThreadblockShape, WarpShape, ElementD, kAlignD, 1>;
+using Tree = cutlass::epilogue::threadblock::Sm80EVT<
+    cutlass::epilogue::threadblock::VisitorCompute<KevinTreeFn, ElementD, float, cutlass::FloatRoundStyle::round_to_nearest>,
+    cutlass::epilogue::threadblock::VisitorAccFetch{nodes}>;
+using Store = cutlass::epilogue::threadblock::Sm80EVT<
+    cutlass::epilogue::threadblock::VisitorAuxStore<OutputTileThreadMap, ElementD, cutlass::FloatRoundStyle::round_to_nearest,
+                                                    cute::Stride<int64_t, _1, int64_t>>,
+    Tree>;
+using Kernel = typename cutlass::gemm::kernel::DefaultGemmWithVisitor<
+    Element, cutlass::layout::RowMajor, cutlass::ComplexTransform::kNone, kAlign,
+    Element, {layout_b}, cutlass::ComplexTransform::kNone, kAlign,
+    ElementD, cutlass::layout::RowMajor, kAlignD, float, float,
+    cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
+    ThreadblockShape, WarpShape, cutlass::gemm::GemmShape<{instruction}>,
+    Store, cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, {stages}, {operator}, 1>::GemmKernel;
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+static typename Gemm::Arguments arguments(int m, int n, int k, int batch, void const* x, void const* w, void const* bias,
+                                          void const* residual, void* out) {{
+    // x (m, k) and out (m, n) row-major; w (n, k) row-major (column-major k x n) or (k, n); each
+    // `batch` times, packed; `bias`: the host array of the vector operands' pointers, in order;
+    // `residual`: the tensor of the output's size, where there is one
+{vectors}    typename Store::Arguments tree{{
+        {{{{}}, {children}{{}}}},
+        {{static_cast<ElementD*>(out), {{int64_t(n), _1{{}}, int64_t(m) * n}}}}}};
+    return typename Gemm::Arguments(
+        batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm, {{m, n, k}}, batch,
+        tree, x, w, nullptr, nullptr,
+        int64_t(m) * k, int64_t(n) * k, 0, 0,
+        k, {ldb}, 0, 0);
 }}
 }}  // namespace kevin_gemm
 

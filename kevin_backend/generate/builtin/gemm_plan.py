@@ -203,16 +203,13 @@ def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
 
 def _spec(dtype: str, epilogue: Epilogue, nk: bool, n: int, k: int, arch: str, direct: bool = False) -> GemmSpec:
     """The kernel's spec, or why the kernel for `arch` cannot take this GEMM: the sm80 kernel
-    (float32's everywhere, 16-bit values' on sm80) reads one source and no tree, in rows whose
-    length its accesses divide."""
+    (float32's everywhere, 16-bit values' on sm80) reads one source beside a visitor tree, not a
+    bias and a residual both; rows its accesses cannot read are packed first."""
     sm80 = dtype == "float32" or arch == "sm80"
     align, out_align = sm80_alignment(dtype, n, k, "nk" if nk else "kn") if sm80 else (0, 0)
     if sm80:
         if epilogue.bias and epilogue.residual:
             raise Unsupported(f"a {dtype} GEMM on the sm80 kernel with both a bias and a residual (its epilogue reads one source)")
-        if epilogue.tree:
-            raise Unsupported(f"a {dtype} epilogue on the sm80 kernel reading other tensors than one bias over N or one residual "
-                              "(visitor trees are the sm90 16-bit kernels')")
     # 16-bit rows of odd length (cp.async copies 4 bytes at least): x and w packed into rows of K rounded up to 8
     pad = sm80 and not align
     return GemmSpec(dtype, epilogue, "nk" if nk else "kn", 8 if pad else align, direct_store=direct, arch=arch, out_align=out_align,
