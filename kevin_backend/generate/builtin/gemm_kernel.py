@@ -145,6 +145,8 @@ class GemmSpec:
     # 16-bit rows no 4-byte copy reads (odd K; a K x N weight of odd N): the sm80 kernel's program
     # first packs x and w into rows of K rounded up to 8, zeros after K, w as N x K (`gemm_kernel_sm80.PACK`)
     pad_k: bool = False
+    # a 2-D convolution's constants (`conv_kernel.Conv2d`): CUTLASS 2.x's implicit GEMM instead of a GEMM
+    conv2d: Any = None
 
     def __post_init__(self) -> None:
         if self.dtype not in _ELEMENTS:
@@ -160,6 +162,8 @@ class GemmSpec:
             raise ValueError(f"arch {self.arch!r}: 'sm90' or 'sm80'")
         if self.sm80 and self.direct_store:
             raise ValueError("the sm80 kernel stores any row: no direct store")
+        if self.conv2d is not None and (e.tree or self.pad_k or self.direct_store or self.store or self.weight != "nk"):
+            raise ValueError("a convolution's epilogue: no visitor tree, packed rows, direct store, float32 end or K x N weight")
         if self.pad_k and (self.dtype == "float32" or not self.sm80 or self.align not in (0, 8)):
             raise ValueError("packed rows are the sm80 kernel's for 16-bit values, read 8 at a time")
         if self.sm80 and self.output != self.dtype and (e.bias or e.residual):
@@ -174,7 +178,7 @@ class GemmSpec:
     @property
     def sm80(self) -> bool:
         """Whether CUTLASS 2.x's sm80 kernel computes it (`gemm_kernel_sm80.py`): float32's, and 16-bit on sm80."""
-        return self.dtype == "float32" or self.arch == "sm80"
+        return self.dtype == "float32" or self.arch == "sm80" or self.conv2d is not None
 
     @property
     def output(self) -> str:
@@ -275,6 +279,10 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     if spec.sm80:
         if not isinstance(tiling, Sm80Tiling):
             raise ValueError(f"a {spec.dtype} GEMM on the sm80 kernel takes an Sm80Tiling, not {tiling!r}")
+        if spec.conv2d is not None:
+            from kevin_backend.generate.builtin.conv_kernel import conv_device_source  # (it reads GemmSpec)
+
+            return conv_device_source(spec, tiling, ACTIVATIONS[epi.activation], functor)
         if epi.tree:  # (CUTLASS 2.x's visitor tree: `Sm80EVT`, the same functor)
             functor = _tree(epi)[0]
         return sm80_device_source(spec.dtype, spec.output, ACTIVATIONS[epi.activation], functor, epi.alpha, epi.beta, epi.bias,
@@ -369,6 +377,12 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     output x's leading dimensions and N; a tree's: `gemm_epilogue(x, w, a0, a1, ...)`, its operands
     `gemm_cpp_source`), which checks what the kernel assumes, takes its
     workspace from torch's allocator and runs on the current stream."""
+    epi = spec.epilogue
+    if spec.conv2d is not None:  # (a convolution's: `conv_kernel.py`)
+        from kevin_backend.generate.builtin.conv_kernel import conv_cuda_source
+
+        return conv_cuda_source(spec, tiling, ACTIVATIONS[epi.activation], _FUNCTION.format(body=epi.function) if epi.function else "",
+                                _SCALARS[spec.dtype], gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0])
     align, n_align = spec.alignments if spec.sm80 else (8, 1 if spec.direct_store else 8)
     if spec.sm80 and spec.weight == "kn":
         n_align = max(align, n_align)  # (w's rows are N long)
