@@ -48,6 +48,7 @@ import torch
 import torch.fx as fx
 
 from kevin_backend.generate.builtin import builtin_support
+from kevin_backend.generate.builtin.conv_kernel import Conv2d, conv_alignment
 from kevin_backend.generate.builtin.gemm_kernel import (Epilogue, GemmSpec, gemm_cpp_source, gemm_cuda_flags, gemm_cuda_source,
                                                          gemm_unaligned, tilings_for)
 from kevin_backend.generate.builtin.gemm_chain import (MATMULS, ChainTiling, GemmChain, batched_operands, chain_cut, chain_tilings,
@@ -97,6 +98,7 @@ class GemmPlan:
     batch: int = 1  # L products of M x N (bmm's; x and w hold L matrices each, the output L x M x N)
     views: tuple[str, ...] = ()  # the program's lines making the task's outputs, views of the kernel's (`y`): `_outputs`
     conv: bool = False  # a 1x1 convolution (`_read_conv`): x passed as its N x H x W x C view, w as C_out x C
+    conv1d: bool = False  # a 1-D convolution (`spec.conv2d`'s of height 1): x and w passed with a dimension of 1 before the last
 
     def describe(self) -> str:
         e = self.spec.epilogue
@@ -110,6 +112,7 @@ class GemmPlan:
                  *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else []),
                  *(["its rows stored directly (N unaligned)"] if self.spec.direct_store else []),
                  *(["x and w packed into rows of 8 first (rows of odd length)"] if self.spec.pad_k else []),
+                 *([self.spec.conv2d.describe() + (" (1-D, as height 1)" if self.conv1d else "")] if self.spec.conv2d else []),
                  *([f"{self.views[-1].count(',') + 1} views of it returned"] if self.views and not self.conv else [])]
         return ", ".join(parts)
 
@@ -217,10 +220,11 @@ def _spec(dtype: str, epilogue: Epilogue, nk: bool, n: int, k: int, arch: str, d
 
 
 def _read_conv_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
-    """A 1x1 convolution (stride 1, no padding, one group) of a channels-last input, with its
-    epilogue: the GEMM of the input's N*H*W rows of C channels (as it lies) by the C_out x C weight,
-    its output those rows of C_out channels, returned as the N x C_out x H x W view that is
-    channels-last as eager's. Other convolutions are declined with what they are."""
+    """A convolution with its epilogue (a bias, a scale, an activation or any elementwise function).
+    A 1x1 one (stride 1, unpadded) of a channels-last input is the GEMM of the input's N*H*W rows
+    of C channels (as it lies) by the C_out x C weight, its output returned as the N x C_out x H x W
+    view that is channels-last as eager's. Other 2-D and 1-D ones of one group are CUTLASS's
+    implicit GEMM (`conv_kernel.py`; a 1-D one as 2-D of height 1). Others are declined with what they are."""
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     index = {p: i for i, p in enumerate(placeholders)}
     convs = [n for n in graph.nodes if n.op == "call_function" and n.target is aten.convolution.default]
@@ -231,29 +235,41 @@ def _read_conv_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     if not (isinstance(x, fx.Node) and x in index and isinstance(w, fx.Node) and w in index):
         raise Unsupported("a convolution of values computed in the task (the GEMM writer reads inputs)")
     xv, wv = metas[index[x]], metas[index[w]]
-    if (transposed or groups != 1 or wv.dim() != 4 or tuple(wv.shape[2:]) != (1, 1) or list(stride) != [1, 1]
-            or list(padding) != [0, 0] or list(dilation) != [1, 1]):
+    if transposed or groups != 1 or wv.dim() not in (3, 4):
         raise Unsupported(f"a {'transposed ' if transposed else ''}{wv.dim() - 2}-D convolution, kernel "
                           f"{'x'.join(map(str, wv.shape[2:]))}, stride {list(stride)}, padding {list(padding)}, "
-                          f"{groups} group(s): the GEMM writer takes 1x1 ones of stride 1, unpadded, of one group")
-    if xv.dim() != 4 or not xv.is_contiguous(memory_format=torch.channels_last) or not wv.is_contiguous():
-        raise Unsupported("a 1x1 convolution of an input that is not channels-last (its channels are not rows)")
+                          f"{groups} group(s): the GEMM writer takes 2-D and 1-D ones of one group")
     if xv.dtype not in _DTYPES or wv.dtype != xv.dtype:
         raise Unsupported(f"a convolution of {xv.dtype} by {wv.dtype}: the GEMM writer takes one of float16, bfloat16, float32")
     out, views = _outputs(graph)
-    if views:
+    value = out.meta.get("val")
+    if views or not isinstance(value, torch.Tensor):
         raise Unsupported("several outputs of a convolution")
-    n, k = int(wv.shape[0]), int(wv.shape[1])
-    m = xv.numel() // k
-    why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 and arch == "sm90" else ""
-    if why:
-        raise Unsupported(why)
+    channels_last = xv.dim() == 4 and xv.is_contiguous(memory_format=torch.channels_last) and not xv.is_contiguous()
+    if not (channels_last or xv.is_contiguous()) or not wv.is_contiguous():
+        raise Unsupported("a convolution of an input neither contiguous nor channels-last, or of a filter not contiguous")
+    one_by_one = wv.dim() == 4 and tuple(wv.shape[2:]) == (1, 1) and list(stride) == [1, 1] and list(padding) == [0, 0]
+    n, k = int(wv.shape[0]), int(wv.shape[1]) * math.prod(int(d) for d in wv.shape[2:])
+    m = value.numel() // n
     epilogue, bias_in, residual_in, operands = _epilogue(conv, out, bias, index, metas, (m, n), xv.dtype)
     if operands or residual_in is not None or bias_in != (index.get(bias) if isinstance(bias, fx.Node) else None):
-        raise Unsupported("a convolution's epilogue reading other tensors than its bias (its rows are channels-last)")
-    spec = _spec(_DTYPES[xv.dtype], epilogue, True, n, k, arch)
-    return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, conv=True,
-                    views=("return y.permute(0, 3, 1, 2)",))
+        raise Unsupported("a convolution's epilogue reading other tensors than its bias (its output lies channel by channel)")
+    if one_by_one and channels_last and list(dilation) == [1, 1]:
+        why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 and arch == "sm90" else ""
+        if why:
+            raise Unsupported(why)
+        return GemmPlan(_spec(_DTYPES[xv.dtype], epilogue, True, n, k, arch), m, n, k, len(placeholders), index[x], index[w], bias_in,
+                        conv=True, views=("return y.permute(0, 3, 1, 2)",))
+    if not value.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format):
+        raise Unsupported("a convolution whose output is not laid out as its input")
+    (r, s), flat = (wv.shape[2:], False) if wv.dim() == 4 else ((1, wv.shape[2]), True)
+    pads, strides, dilations = ([0, *padding], [1, *stride], [1, *dilation]) if flat else (padding, stride, dilation)
+    shape = Conv2d(int(r), int(s), *map(int, pads), *map(int, strides), *map(int, dilations), channels_last=channels_last)
+    out_align = next(a for a in (8, 4, 2, 1) if n % a == 0 and a * value.element_size() <= 16)
+    spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk", conv_alignment(_DTYPES[xv.dtype]), arch=arch, out_align=out_align, conv2d=shape)
+    return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, conv1d=flat,
+                    out_shape=tuple(int(d) for d in value.shape) if flat else None,
+                    views=("return y.permute(0, 3, 1, 2)",) if channels_last else ())
 
 
 def _operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple[Any, ...]:
@@ -605,6 +621,8 @@ def _call(plan: GemmPlan) -> str:
         w = f"{w}.t()"
     if plan.conv:
         x, w = f"{x}.permute(0, 2, 3, 1)", f"{w}.flatten(1)"
+    if plan.conv1d:
+        x, w = f"{x}.unsqueeze(2)", f"{w}.unsqueeze(2)"
     return ", ".join([x, w, *operands])
 
 
