@@ -74,6 +74,11 @@ TASKS = {
     "sm80-tree-bias-gate-rows-bf16": task("F.relu(v[0] @ v[1].t() + v[2]) * v[3] + v[4]",
                                           f"torch.randn(4096, 1024, {BF16}), torch.randn(2048, 1024, {BF16}), torch.randn(2048, {BF16}), "
                                           f"torch.randn(4096, 2048, {BF16}), torch.randn(4096, 1, {BF16})"),
+    # convolutions on CUTLASS's implicit GEMM: the suite's 3x3 of a plain f16 input (packed, the output
+    # transposed back), a ResNet 3x3 of a channels-last bf16 input (read in place), and a 1-D one
+    "conv3x3-hardswish-f16": next(t.source for t in GEMM_SUITE if t.name == "conv2d-hardswish-f16-128x128x32x32"),
+    "conv3x3-relu-channels-last-bf16": next(t.source for t in GEMM_SUITE if t.name == "conv2d-3x3-relu-channels-last-bf16-32x128x56x56"),
+    "conv1d-gelu-f16": next(t.source for t in GEMM_SUITE if t.name == "conv1d-gelu-f16-64x512x1024"),
     "tree-bias-relu-residual-f32": task("F.relu(v[0] @ v[1].t() + v[2]) + v[3]",
                                         "torch.randn(1000, 512), torch.randn(777, 512), torch.randn(777), torch.randn(1000, 777)"),
 }
@@ -118,7 +123,8 @@ def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Pa
             assert isinstance(plan, GemmPlan), (name, plan)
             assert plan.spec.epilogue.operands == TREES.get(name, ()), (name, plan.describe())
             assert plan.batch == (128 if "baddbmm" in name else 1), (name, plan.describe())
-            assert (plan.spec.direct_store, plan.conv, len(plan.views) > 1) == ("direct" in name, "conv" in name, "views" in name)
+            assert (plan.spec.direct_store, plan.conv or plan.spec.conv2d is not None, len(plan.views) > 1 and not plan.spec.conv2d) == (
+                "direct" in name, "conv" in name, "views" in name)
         tilings = plan_tilings(plan)
         programs[name] = write_gemm_program(plan, tilings[0], task_source=source)
         if name in WIDE:

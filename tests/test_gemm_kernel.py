@@ -458,3 +458,52 @@ def test_rows_of_odd_length_are_packed_before_the_sm80_kernel_reads_them() -> No
     for spec in (dict(dtype="float32"), dict(dtype="bfloat16"), dict(dtype="bfloat16", arch="sm80", align=2)):
         with pytest.raises(ValueError, match="packed rows are the sm80 kernel's for 16-bit values"):
             GemmSpec(**spec, pad_k=True)  # type: ignore[arg-type]
+
+
+def test_a_convolution_is_cutlass_2xs_implicit_gemm_with_its_layouts_made_by_the_packing_kernel() -> None:
+    from kevin_backend.generate.builtin.conv_kernel import Conv2d
+    from kevin_backend.generate.builtin.gemm_kernel import F32_TILINGS, SM80_TILINGS
+
+    plain = gemm_cuda_source(GemmSpec("float16", Epilogue(bias=True, activation="relu"), align=8, out_align=8,
+                                      conv2d=Conv2d(3, 3, 1, 1, 2, 2)), SM80_TILINGS[0])
+    assert "cutlass::conv::device::ImplicitGemmConvolution<Kernel>" in plain and "IteratorAlgorithm::kOptimized" in plain
+    assert "cutlass::conv::StrideSupport::kStrided, kAlign, kAlign>::Kernel" in plain and "cutlass::arch::OpMultiplyAdd," in plain
+    assert "problem(n, h, w_, c, k, 3, 3, p, q, 1, 1, 2, 2, 1, 1," in plain and "kCrossCorrelation" in plain
+    assert "TensorNHWC(cutlass::layout::TensorNHWC::Stride(0))" in plain and "EpilogueOp::Params epilogue(1.0f, 1.0f)" in plain
+    # a plain input: x packed per image (H*W rows of C a column apart), w per output channel, the output transposed back
+    assert "kevin_gemm_pack(x.data_ptr(), xp.data_ptr(), static_cast<int>(n), h * wd, c, cp, c * h * wd, 1, h * wd, stream)" in plain
+    assert "kevin_gemm_pack(w.data_ptr(), wp.data_ptr(), static_cast<int>(k), 3 * 3, c, cp, c * 3 * 3, 1, 3 * 3, stream)" in plain
+    assert "if (0) return y;" in plain and "kevin_gemm_pack(y.data_ptr(), out.data_ptr(), static_cast<int>(n), k, p * q, p * q" in plain
+    assert "(c + 8 - 1) / 8 * 8" in plain and "k % 8 == 0" in plain
+    # channels-last float32 (3xTF32), a residual read in place as C, the output returned as it lies
+    last = gemm_cuda_source(GemmSpec("float32", Epilogue(residual=True, beta=0.5), align=4, out_align=1,
+                                     conv2d=Conv2d(1, 3, 0, 1, channels_last=True)), F32_TILINGS[0])
+    assert "cutlass::arch::OpMultiplyAddFastF32," in last and "if (1) return y;" in last and "(c + 4 - 1) / 4 * 4" in last
+    assert "static_cast<ElementD*>(const_cast<void*>(residual)), layout_out" in last and "epilogue(1.0f, 0.5f)" in last
+    assert check_program(_program(GemmSpec("float16", Epilogue(bias=True), align=8, out_align=8, conv2d=Conv2d(3, 3)),
+                                  SM80_TILINGS[0])) == ()
+    for make, message in ((lambda: GemmSpec("float16", _TREE, conv2d=Conv2d(3, 3)), "no visitor tree"),
+                          (lambda: GemmSpec("float16", weight="kn", conv2d=Conv2d(3, 3)), "K x N weight"),
+                          (lambda: Conv2d(3, 3, -1), "padding 0 or more")):
+        with pytest.raises(ValueError, match=message):
+            make()
+
+
+@pytest.mark.slow
+def test_the_convolution_compiles_for_an_ampere_gpu(tmp_path: Path) -> None:
+    """The implicit GEMM's device part for sm_80 with its program's flags (about 15 s of nvcc)."""
+    from kevin_backend.generate.builtin.conv_kernel import Conv2d
+    from kevin_backend.generate.builtin.gemm_kernel import SM80_CUDA_FLAGS, SM80_TILINGS
+    from kevin_backend.toolchain.fast_build import Toolchain, device_command
+
+    headers = find_cutlass()
+    if headers is None or shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
+    spec = GemmSpec("bfloat16", Epilogue(bias=True, activation="relu"), align=8, out_align=8, arch="sm80", conv2d=Conv2d(3, 3, 1, 1))
+    (tmp_path / "conv.cu").write_text(gemm_device_source(spec, SM80_TILINGS[0]))
+    command = device_command(Toolchain.detect(), tmp_path / "conv.cu", tmp_path / "conv.o", "8.0", SM80_CUDA_FLAGS,
+                             (str(headers.include),))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    symbols = subprocess.run(["nm", "-C", str(tmp_path / "conv.o")], capture_output=True, text=True).stdout
+    assert "kevin_conv_run" in symbols and "ImplicitGemmConvolution" in symbols and "kevin_gemm_pack" in symbols

@@ -99,10 +99,15 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
      "not an elementwise op the GEMM writer fuses"),
     ("torch.softmax(v[0] @ v[1], -1)", "torch.randn(256, 512), torch.randn(512, 1024)", "3xTF32 products are less exact"),
     ("(v[0] @ v[1], v[0] + 1)", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "2 outputs not all views of one value"),
-    # convolutions: the GEMM writer takes 1x1 ones over channels-last inputs, their own bias and functions after
-    ("F.conv2d(v[0], v[1], padding=1)", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 3, 3, {BF16})",
-     "a 2-D convolution, kernel 3x3, stride [1, 1], padding [1, 1]"),
-    ("F.conv2d(v[0], v[1])", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 1, 1, {BF16})", "not channels-last"),
+    # convolutions: 2-D and 1-D ones of one group, their own bias and functions after; a tensor after
+    # them (its elements lie channel by channel, not as the kernel's rows), groups, 3-D, transposed: declined
+    ("F.conv2d(v[0], v[1], groups=2)", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 8, 3, 3, {BF16})",
+     "a 2-D convolution, kernel 3x3, stride [1, 1], padding [0, 0], 2 group(s)"),
+    ("F.conv3d(v[0], v[1])", f"torch.randn(2, 4, 8, 8, 8, {BF16}), torch.randn(8, 4, 3, 3, 3, {BF16})", "a 3-D convolution, kernel 3x3x3"),
+    ("F.conv_transpose2d(v[0], v[1], stride=2)", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(16, 8, 4, 4, {BF16})",
+     "a transposed 2-D convolution"),
+    ("F.relu(F.conv2d(v[0], v[1], padding=1)) + v[2]", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 3, 3, {BF16}), "
+     f"torch.randn(2, 32, 8, 8, {BF16})", "other tensors than its bias"),
     ("F.conv2d(v[0], v[1]) + v[2]", f"torch.randn(2, 16, 8, 32, {BF16}).contiguous(memory_format=torch.channels_last), "
      f"torch.randn(32, 16, 1, 1, {BF16}), torch.randn(32, {BF16})", "other tensors than its bias"),
     # batches: a column per row of each product (the kernel's column is one for the whole batch); a broadcast batch of weights
@@ -393,7 +398,8 @@ PLANNED = {
     "baddbmm-scale-relu-f32-128x512x256x512", "qkv-bias-bf16-8192x4096x12288",
     "conv2d-1x1-relu-channels-last-bf16-64x256x56x56", "linear-max-sub-gelu-f32-128x1024x512",
     "lm-head-f16-4096x768x50257", "lm-head-cross-entropy-bf16-8192x768x50257", "attn-vit-softmax-f16-8x12x197x64",
-    "mm-bias-tanh-bf16-1000x513x4097",
+    "mm-bias-tanh-bf16-1000x513x4097", "conv2d-hardswish-f16-128x128x32x32", "conv1d-gelu-f16-64x512x1024",
+    "conv2d-3x3-relu-channels-last-bf16-32x128x56x56",
 }
 
 

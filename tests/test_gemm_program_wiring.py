@@ -45,6 +45,8 @@ def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
 
     def gemm_epilogue(x: torch.Tensor, w: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
         calls.append((x, w, *operands))
+        if plan.spec.conv2d is not None:
+            return _convolution(plan.spec, x, w, *operands)
         assert x.is_contiguous() and w.is_contiguous(), "the kernel reads x and w row by row"
         k = x.shape[-1]
         assert w.dim() == 2 or (w.dim() == 3 and w.is_contiguous()), "w: one matrix, or a batch of them (packed)"
@@ -65,6 +67,22 @@ def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
         return activation(y).to(stored).reshape(*x.shape[:-1], -1)  # (x's leading sizes, N)
 
     return gemm_epilogue
+
+
+def _convolution(spec: Any, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """What the implicit GEMM's host function computes (`conv_kernel.py`): the convolution of x
+    (N x C x H x W, as laid out when it was written) by w (K x C x R x S), its epilogue, and the
+    output N x P x Q x K (a channels-last input) or N x K x P x Q."""
+    c, e = spec.conv2d, spec.epilogue
+    assert x.dim() == w.dim() == 4 and w.is_contiguous() and tuple(w.shape[2:]) == (c.r, c.s)
+    assert x.is_contiguous(memory_format=torch.channels_last) if c.channels_last else x.is_contiguous()
+    y = e.alpha * F.conv2d(x.float(), w.float(), None, (c.stride_h, c.stride_w), (c.pad_h, c.pad_w), (c.dilation_h, c.dilation_w))
+    if e.bias:
+        y = y + bias.float().reshape(1, -1, 1, 1)
+    assert not e.residual and not e.tree
+    activation = (lambda z: run_statements(e.function, z)) if e.function else _ACTIVATIONS[e.activation]
+    y = activation(y).to(getattr(torch, spec.output))
+    return y.permute(0, 2, 3, 1).contiguous() if c.channels_last else y.contiguous()
 
 
 def _made_alike(reference: types.ModuleType, new: types.ModuleType, seed: int) -> tuple[Any, Any]:
@@ -368,3 +386,64 @@ def test_a_compiled_models_attention_scores_are_one_batched_gemm(hopper_with_cut
     assert "v1.transpose(-2, -1).reshape(" in program
     new, values = _runs_as_its_model(source, program, plan, monkeypatch, 7, 2e-2)
     assert new.calls[0][1].is_contiguous() and new.calls[0][1].shape == (6, 24, 64)  # (the keys packed, N x K)
+
+
+# a KernelBench level-2 problem's form (float32, nn.Conv2d's parameters, a function after it) at a CPU's size
+_CONV_MODULE = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=1)
+
+    def forward(self, x):
+        return F.hardswish(self.conv(x)) * 0.5
+
+
+def get_inputs():
+    return [torch.randn(2, 6, 10, 12)]
+
+
+def get_init_inputs():
+    return [6, 24, 3]
+'''
+
+
+@pytest.mark.parametrize("forward, inputs", [
+    # a 3x3 convolution of a plain input, its bias and a ReLU: x and w packed, the output transposed back
+    ("F.relu(F.conv2d(v[0], v[1], v[2], padding=1))", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 3, 3, {BF16}), "
+     f"torch.randn(32, {BF16})"),
+    # a channels-last input, stride 2, an odd size: read in place, the output channels-last as eager's
+    ("F.hardswish(F.conv2d(v[0], v[1], stride=2, padding=1))", "torch.randn(2, 8, 9, 7, dtype=torch.float16).contiguous("
+     "memory_format=torch.channels_last), torch.randn(16, 8, 3, 3, dtype=torch.float16)"),
+    # a 1-D convolution (as 2-D of height 1), dilated, in float32
+    ("F.gelu(F.conv1d(v[0], v[1], v[2], padding=2, dilation=2))", "torch.randn(2, 8, 20), torch.randn(12, 8, 3), torch.randn(12)"),
+    ("module", ""),
+])
+def test_a_convolution_reaches_the_implicit_gemm_and_returns_eagers_layout(forward: str, inputs: str,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import tilings_for
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
+    from kevin_backend.toolchain.static_rules import check_program
+    from kevin_backend.types import load_program
+
+    source = _CONV_MODULE if forward == "module" else task(forward, inputs)
+    plan = plan_gemm(source)
+    assert isinstance(plan, GemmPlan) and plan.spec.conv2d is not None, plan
+    assert plan.spec.conv2d.channels_last == ("channels_last" in inputs) and plan.conv1d == ("conv1d" in forward)
+    program = write_gemm_program(plan, tilings_for(plan.spec)[0], task_source=source)
+    assert check_program(program) == () and "ImplicitGemmConvolution" in program
+    if forward == "module":
+        assert plan.state == ("conv.weight", "conv.bias"), plan.state
+        _runs_as_its_model(source, program, plan, monkeypatch, 5, 1e-4)
+        return
+    new = _load(program, plan, monkeypatch)
+    reference = load_program(source, "kevin_test_gemm_wiring_task")
+    values = reference.get_inputs()
+    got, want = new.ModelNew()(*values), reference.Model()(*values)
+    tolerance = 1e-4 if want.dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance)
+    assert got.shape == want.shape and got.stride() == want.stride()  # (eager's layout: channels-last of a channels-last input)

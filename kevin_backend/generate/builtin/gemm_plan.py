@@ -113,7 +113,7 @@ class GemmPlan:
                  *(["its rows stored directly (N unaligned)"] if self.spec.direct_store else []),
                  *(["x and w packed into rows of 8 first (rows of odd length)"] if self.spec.pad_k else []),
                  *([self.spec.conv2d.describe() + (" (1-D, as height 1)" if self.conv1d else "")] if self.spec.conv2d else []),
-                 *([f"{self.views[-1].count(',') + 1} views of it returned"] if self.views and not self.conv else [])]
+                 *([f"{self.views[-1].count(',') + 1} views of it returned"] if self.views and not self.conv and not self.spec.conv2d else [])]
         return ", ".join(parts)
 
 
@@ -251,17 +251,20 @@ def _read_conv_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     one_by_one = wv.dim() == 4 and tuple(wv.shape[2:]) == (1, 1) and list(stride) == [1, 1] and list(padding) == [0, 0]
     n, k = int(wv.shape[0]), int(wv.shape[1]) * math.prod(int(d) for d in wv.shape[2:])
     m = value.numel() // n
-    epilogue, bias_in, residual_in, operands = _epilogue(conv, out, bias, index, metas, (m, n), xv.dtype)
+    other = "a convolution's epilogue reading other tensors than its bias (its output lies channel by channel)"
+    try:
+        epilogue, bias_in, residual_in, operands = _epilogue(conv, out, bias, index, metas, (m, n), xv.dtype)
+    except Unsupported as exc:
+        raise Unsupported(f"{other}: {exc}" if "epilogue operand" in str(exc) else str(exc)) from None
     if operands or residual_in is not None or bias_in != (index.get(bias) if isinstance(bias, fx.Node) else None):
-        raise Unsupported("a convolution's epilogue reading other tensors than its bias (its output lies channel by channel)")
+        raise Unsupported(other)
     if one_by_one and channels_last and list(dilation) == [1, 1]:
         why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 and arch == "sm90" else ""
         if why:
             raise Unsupported(why)
         return GemmPlan(_spec(_DTYPES[xv.dtype], epilogue, True, n, k, arch), m, n, k, len(placeholders), index[x], index[w], bias_in,
                         conv=True, views=("return y.permute(0, 3, 1, 2)",))
-    if not value.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format):
-        raise Unsupported("a convolution whose output is not laid out as its input")
+    # (the output laid out as eager's on a GPU: channels-last of a channels-last input; meta tensors say contiguous)
     (r, s), flat = (wv.shape[2:], False) if wv.dim() == 4 else ((1, wv.shape[2]), True)
     pads, strides, dilations = ([0, *padding], [1, *stride], [1, *dilation]) if flat else (padding, stride, dilation)
     shape = Conv2d(int(r), int(s), *map(int, pads), *map(int, strides), *map(int, dilations), channels_last=channels_last)

@@ -174,6 +174,11 @@ CONV: tuple[SuiteTask, ...] = (
           {"batch_size": 64, "in_channels": 256, "out_channels": 512, "height": 56, "width": 56, "kernel_size": 1},
           "Conv2d(in_channels, out_channels, kernel_size", "return torch.relu(x)",
           made=_randn("batch_size, in_channels, height, width", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
+    _conv("conv2d-3x3-relu-channels-last-bf16-32x128x56x56", "A ResNet block's 3x3 convolution (128 -> 128, padding 1) of a "
+          "channels-last input, then ReLU.", "[32, 128, 56, 56] bfloat16", "bf16",
+          {"batch_size": 32, "in_channels": 128, "out_channels": 128, "height": 56, "width": 56, "kernel_size": 3},
+          "Conv2d(in_channels, out_channels, kernel_size, padding=1", "return torch.relu(x)",
+          made=_randn("batch_size, in_channels, height, width", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
     _conv("conv-transpose2d-sigmoid-scale-f32-128x64x16x16", "ConvTranspose2d 4x4 (stride 2, padding 1: 16x16 -> 32x32), "
           "sigmoid, then a scale.", "[128, 32, 32, 32] float32", "f32",
           {"batch_size": 128, "in_channels": 64, "out_channels": 32, "height": 16, "width": 16, "kernel_size": 4},
