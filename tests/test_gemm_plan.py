@@ -336,6 +336,32 @@ def test_a_compiled_linear_is_planned_from_its_partition(hopper_with_cutlass) ->
     assert f"v{plan.w}.t()" in call and call.endswith(".view([2, 16, 128])"), call
 
 
+@pytest.mark.parametrize("layout", ["plain", "channels_last"])
+def test_a_compiled_convolution_is_a_partition_of_its_epilogue_planned_for_the_implicit_gemm(
+        layout: str, hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
+    import torch
+    import torch.nn.functional as F
+
+    from kevin_backend.backend.partition import partition_graph
+    from kevin_backend.backend.task import extract_task
+    from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
+
+    def model(x, w, b):  # type: ignore[no-untyped-def]
+        return F.relu(F.conv2d(torch.tanh(x) * 2.0, w, b, padding=1))  # (the prologue: a partition of its own)
+
+    x = torch.randn(2, 16, 10, 12, dtype=torch.bfloat16)
+    x = x.contiguous(memory_format=torch.channels_last) if layout == "channels_last" else x
+    graph = compiled_graph(model, x, torch.randn(32, 16, 3, 3, dtype=torch.bfloat16), torch.randn(32, dtype=torch.bfloat16))
+    partitions = partition_graph(graph, BuiltinSupport()).partitions
+    (conv,) = [p for p in partitions if any(n.target is torch.ops.aten.convolution.default for n in p.nodes)]
+    ops = {n.target.__name__.split(".")[0] for n in conv.nodes if n.op == "call_function"}
+    assert ops == {"convolution", "relu"}, ops
+    plan = plan_gemm(extract_task(conv).source)
+    assert isinstance(plan, GemmPlan) and plan.spec.conv2d is not None, plan
+    assert plan.spec.conv2d.channels_last == (layout == "channels_last") and plan.spec.epilogue.bias
+    assert plan.spec.epilogue.activation == "relu" and (plan.m, plan.n, plan.k) == (240, 32, 144)
+
+
 def test_each_matmul_partition_of_a_compiled_gated_mlp_is_planned(hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
     # Llama's MLP as torch.compile hands it over: the gate's matmul with its SiLU and the product by
     # the up projection's output (a tensor of the output's size from outside the partition: a

@@ -37,6 +37,8 @@ import torch.fx as fx
 
 from kevin_backend.generate.op_support import MATMUL_OPS, VIEW_OPS, OpSupport, op_name
 
+_PRODUCTS = MATMUL_OPS | {torch.ops.aten.convolution.default}  # (a writer that declares convolutions fuses them so)
+
 __all__ = ["LeftOutReason", "LeftOut", "Partition", "PartitionPlan", "partition_graph"]
 
 
@@ -274,14 +276,14 @@ class _Builder:
         size = sum(1 for n in nodes if n.target is not operator.getitem)
         if size > self.max_nodes:
             return False
-        # One matrix product per kernel: a GEMM with its prologue and epilogue is the unit a
-        # writer can beat cuBLAS + Inductor on; two GEMMs in one kernel rarely are.
-        if sum(1 for n in nodes if n.target in MATMUL_OPS) > 1:
+        # One matrix product (or convolution) per kernel: a GEMM with its prologue and epilogue is
+        # the unit a writer can beat cuBLAS + Inductor on; two GEMMs in one kernel rarely are.
+        if sum(1 for n in nodes if n.target in _PRODUCTS) > 1:
             return False
         # A writer whose matmul kernels take only an epilogue (`epilogue_only`): a matmul starts a
         # partition of its own, and one that holds a matmul merges with no other.
-        if getattr(self._support, "epilogue_only", False) and any(n.target in MATMUL_OPS for n in nodes) and (
-                node.target in MATMUL_OPS or len(pids) > 1):
+        if getattr(self._support, "epilogue_only", False) and any(n.target in _PRODUCTS for n in nodes) and (
+                node.target in _PRODUCTS or len(pids) > 1):
             return False
         # A writer that reduces one set of dimensions per kernel (`reduction_key`: the same key for
         # reductions it can write together) keeps apart the reductions it cannot: a norm's

@@ -5,9 +5,9 @@ and what a reduction must share with the other reductions of its kernel.
 
 Matmuls (mm, addmm, bmm, baddbmm) it declares where its CUTLASS GEMM can run (`gemm_available`: CUTLASS's
 headers found, a GPU of compute capability 8.0 or later: `gemm_arch`), each in a partition of its own with the epilogue that follows it
-(`epilogue_only`: no prologue, no other partition merged in, no reduction); convolutions it
-declares none of (its 1x1 convolution is a KernelBench task's, not yet a partition's). The reason
-says what is missing (`no_matmul_reason`), so the report tells a user what to install."""
+(`epilogue_only`: no prologue, no other partition merged in, no reduction), and convolutions alike
+(its plan declines those it cannot write: 3-D, transposed, grouped; Inductor keeps them). The
+reason says what is missing (`no_matmul_reason`), so the report tells a user what to install."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from kevin_backend.toolchain.cutlass_headers import find_cutlass
 
 __all__ = ["BuiltinSupport", "gemm_arch", "gemm_available", "no_matmul_reason"]
 
-_GEMM_OPS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default)
+_GEMM_OPS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default,
+             torch.ops.aten.convolution.default)
 
 aten = torch.ops.aten
 
@@ -89,7 +90,8 @@ class BuiltinSupport:
 
 def no_matmul_reason(op: str, gemm: bool = False) -> str:
     """Why the built-in writer leaves a matmul or a convolution `op` to Inductor, with what it
-    found of CUTLASS's headers and the GPU; "" for a GEMM (`gemm`: mm, addmm, bmm or baddbmm) it writes here."""
+    found of CUTLASS's headers and the GPU; "" for a GEMM (`gemm`: mm, addmm, bmm, baddbmm or a
+    convolution) it writes here."""
     declined = f"{op} (a matmul or convolution) not declared by writer 'builtin'"
     try:
         headers = find_cutlass()
