@@ -239,8 +239,9 @@ def test_the_builtin_writer_says_why_it_leaves_matmuls_out(monkeypatch: pytest.M
     monkeypatch.setenv("KEVIN_CUTLASS_INCLUDE", str(_include(tmp_path / "include", (3, 8, 0))))
     monkeypatch.setattr(builtin_support, "gemm_arch", lambda: "")
     here = "no GPU" if not torch.cuda.is_available() else "compute capability %d.%d" % torch.cuda.get_device_capability()
-    assert reasons() == {"it writes no CUTLASS kernel for it yet (CUTLASS 3.8.0 found)",
-                         f"its CUTLASS GEMM needs a GPU of compute capability 8.0 or later ({here}; CUTLASS 3.8.0 found)"}
+    assert reasons() == {f"its CUTLASS GEMM needs a GPU of compute capability 8.0 or later ({here}; CUTLASS 3.8.0 found)"}
+    monkeypatch.setattr(builtin_support, "gemm_arch", lambda: "sm80")  # (an Ampere GPU: the matmul and the convolution declared)
+    assert all(BuiltinSupport().supports(n) == (True, "") for n in nodes)
     monkeypatch.setenv("KEVIN_CUTLASS_INCLUDE", str(tmp_path))
     (reason,) = reasons()
     assert "there is no cutlass/cutlass.h in it" in reason

@@ -288,7 +288,7 @@ def test_the_gemm_kernels_follow_the_gpu(capability: tuple[int, int], arch: str,
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
     assert builtin_support.gemm_arch() == arch
     assert _plan(LINEAR_GELU).spec.arch == (arch or "sm90")  # (a plan without such a GPU: Hopper's)
-    reason = builtin_support.no_matmul_reason("aten.mm.default", gemm=True)
+    reason = builtin_support.no_matmul_reason("aten.mm.default")
     assert (reason == "") == bool(arch) or "CUTLASS's headers are not installed" in reason, reason
     if not arch and "CUTLASS's headers" not in reason:
         assert "needs a GPU of compute capability 8.0 or later (compute capability 7.5;" in reason, reason

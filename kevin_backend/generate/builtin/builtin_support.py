@@ -69,7 +69,7 @@ class BuiltinSupport:
             reason = check_pointwise(node)
             return (True, "") if reason is None else (False, reason)
         if target in MATMUL_OPS or target is aten.convolution.default:
-            reason = no_matmul_reason(op_name(node), gemm=target in _GEMM_OPS)
+            reason = no_matmul_reason(op_name(node))
             return not reason, reason
         return False, f"{op_name(node)} not declared by writer 'builtin'"
 
@@ -88,10 +88,10 @@ class BuiltinSupport:
         return tuple(d if isinstance(d, int) else str(d) for d in val.shape), reduced_dims(node, val.dim())
 
 
-def no_matmul_reason(op: str, gemm: bool = False) -> str:
-    """Why the built-in writer leaves a matmul or a convolution `op` to Inductor, with what it
-    found of CUTLASS's headers and the GPU; "" for a GEMM (`gemm`: mm, addmm, bmm, baddbmm or a
-    convolution) it writes here."""
+def no_matmul_reason(op: str) -> str:
+    """Why the built-in writer leaves a matmul or a convolution `op` (mm, addmm, bmm, baddbmm,
+    convolution) to Inductor here, with what it found of CUTLASS's headers and the GPU; "" where
+    it writes them."""
     declined = f"{op} (a matmul or convolution) not declared by writer 'builtin'"
     try:
         headers = find_cutlass()
@@ -99,8 +99,6 @@ def no_matmul_reason(op: str, gemm: bool = False) -> str:
         return f"{declined}: {exc}"
     if headers is None:
         return f"{declined}: CUTLASS's headers are not installed (pip install \"kevin_backend[cutlass]\")"
-    if not gemm:
-        return f"{declined}: it writes no CUTLASS kernel for it yet (CUTLASS {headers.version} found)"
     if not gemm_arch():
         found = "no GPU" if not torch.cuda.is_available() else "compute capability %d.%d" % torch.cuda.get_device_capability()
         return f"{declined}: its CUTLASS GEMM needs a GPU of compute capability 8.0 or later ({found}; CUTLASS {headers.version} found)"
@@ -109,7 +107,7 @@ def no_matmul_reason(op: str, gemm: bool = False) -> str:
 
 def gemm_available() -> bool:
     """Whether the built-in writer writes CUTLASS GEMMs here."""
-    return not no_matmul_reason("mm", gemm=True)
+    return not no_matmul_reason("mm")
 
 
 def gemm_arch() -> str:
