@@ -16,18 +16,20 @@ output's shape, alpha and beta numbers, f one of `gemm_kernel.ACTIVATIONS` or an
 function of the value (`gemm_function.py`). Where the chain after the product reads other tensors
 than these (a second bias, a column of M values, a tensor after the activation), the epilogue is a
 visitor tree instead: one function of the accumulator and each tensor it reads, broadcast over
-the columns, over the rows or read whole (16-bit only). A task of several matmuls is a chain
+the columns, over the rows or read whole. A task of several matmuls is a chain
 (`gemm_chain.py`); a reduction after the product, or ops computing the left operand (a cast, a
 pre-norm), are the built-in writer's own kernels around the GEMM (`gemm_tail.py`). A bmm (and a
 baddbmm: a bmm, its scale and its c added) is a batch of products, its operands the inputs they
-view in place (`gemm_chain.batched_operands`); a 1x1 convolution of a channels-last input is the
-GEMM of its rows of channels (`_read_conv`). 16-bit rows of N that TMA cannot store (an LM head's
-50257 logits) are stored directly, for a plain linear combination. Each thing it cannot take
-declines the task with the reason: another dtype than float16, bfloat16 or float32
-(`gemm_kernel_sm80.py`), 16-bit rows of K TMA cannot read, a convolution other than 1x1, and so on.
-A plan is for a GPU (`plan_gemm`'s `arch`, by default the one here): Hopper's ("sm90"), or
-Ampere's and Ada's ("sm80": CUTLASS 2.x's kernel, whose epilogue reads a bias or a residual and
-applies a function, no visitor tree; 16-bit rows of any even length).
+view in place (`gemm_chain.batched_operands`). A convolution (`_read_conv_gemm`): a 1x1 one of a
+channels-last input is the GEMM of its rows of channels; other 2-D and 1-D ones of one group are
+CUTLASS's implicit GEMM (`conv_kernel.py`), with their bias and a function after. 16-bit rows of
+N that TMA cannot store (an LM head's 50257 logits) are stored directly, for a plain linear
+combination; rows TMA cannot read, or other epilogues of such rows, go to CUTLASS 2.x's sm80
+kernel (`gemm_kernel_sm80.py`), which packs rows of odd length first. Each thing it cannot take
+declines the task with the reason: another dtype than float16, bfloat16 or float32, a 3-D or
+transposed convolution, a float32 product exponentiated after it, and so on. A plan is for a GPU
+(`plan_gemm`'s `arch`, by default the one here): Hopper's ("sm90"), or Ampere's and Ada's ("sm80":
+CUTLASS 2.x's kernels for every GEMM).
 An output that views the product in another shape (a compiled model's 3-D activations) is the
 kernel's M x N output viewed so; several outputs that view it (a QKV split) are made from it by
 the program (`_outputs`).
