@@ -7,12 +7,15 @@ Two uses:
   accuracy where one TF32 product has 10 mantissa bits; never plain TF32, which a task under
   torch's default numerics does not allow;
 - float16 and bfloat16 (accumulated in float32) on GPUs without Hopper's TMA and wgmma: Ampere and
-  Ada (`GemmSpec.arch` "sm80"; on Hopper the writer uses `gemm_kernel.py`'s sm90 kernels).
+  Ada (`GemmSpec.arch` "sm80"); on Hopper the writer uses `gemm_kernel.py`'s sm90 kernels, and this
+  one only for rows TMA cannot read.
 
 Same host function and entry points as the sm90 kernels (`gemm_kernel.py`): `kevin_gemm_run`,
 `kevin_gemm_workspace`. The epilogue is CUTLASS's `LinearCombinationGeneric`, D = f(alpha * acc +
 beta * C): a bias is C read as one row for every row (its row stride 0), a residual is C itself;
-not both, and no visitor trees (those are sm90's). Rows need not be 16-byte aligned: x's and w's
+not both. A visitor tree (`Epilogue.operands`) is CUTLASS 2.x's (`Sm80EVT`): the same function
+of the accumulator and its operands as the sm90 kernels', stored by an auxiliary store
+(`_tree_source`). Rows need not be 16-byte aligned: x's and w's
 elements per access (`sm80_alignment`) are as many as their rows' length allows, down to 4 bytes
 (cp.async's smallest copy: one float, two 16-bit values); the output's, as many as N allows, down
 to one (an LM head's 50257 logits). 16-bit rows no copy of 4 bytes reads (odd K, or a K x N weight
