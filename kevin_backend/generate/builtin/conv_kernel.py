@@ -166,7 +166,8 @@ torch::Tensor gemm_epilogue({params}) {{
     const int64_t p = (h + 2 * {pad_h} - {dil_h} * ({r} - 1) - 1) / {stride_h} + 1, q = (wd + 2 * {pad_w} - {dil_w} * ({s} - 1) - 1) / {stride_w} + 1;
     TORCH_CHECK(p > 0 && q > 0 && k % {out_align} == 0, "gemm_epilogue: an output of at least one row and column, K a multiple of {out_align}");
     const int64_t cp = (c + {align} - 1) / {align} * {align};  // (channels rounded up to the kernel's access)
-    const bool channels_last = x.stride(1) == 1 && x.stride(3) == c && x.stride(2) == wd * c && x.stride(0) == h * wd * c;
+    // (as the plan read it: channels-last and not contiguous, which a 1 x 1 image or one channel is both)
+    const bool channels_last = !x.is_contiguous() && x.stride(1) == 1 && x.stride(3) == c && x.stride(2) == wd * c && x.stride(0) == h * wd * c;
     TORCH_CHECK(channels_last == bool({channels_last}) && (channels_last || x.is_contiguous()) && w.is_contiguous(),
                 "gemm_epilogue: x laid out as the kernel was written for, w contiguous");
     cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
