@@ -1,0 +1,83 @@
+"""The GEMM writer's programs through the judge's whole fast build, where a CUDA build of torch is at
+hand (the running torch, or the one KEVIN_CUDA_TORCH_PYTHON names: docs/BUILD_NOTES.md) with nvcc
+and CUTLASS's headers: each program's device part through nvcc, its host part (the host function
+that packs rows, transposes a convolution's output and calls the kernel) through g++ against the
+precompiled header, one link, and no `kevin_` symbol left undefined. On a machine without a GPU this
+is what checks the host code before a GPU runs it."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test_fast_build_styles import _cuda_toolchain
+from test_gemm_plan import task
+
+F16, BF16 = "dtype=torch.float16", "dtype=torch.bfloat16"
+
+# (task, the GPU the plan is for, the compute capability built for)
+PROGRAMS = {
+    # the sm80 kernel: rows of odd length packed first, the output stored one element at a time
+    "packed-odd-k-bias-tanh-bf16": (task("torch.tanh(v[0] @ v[1].t() + v[2])",
+                                         f"torch.randn(100, 513, {BF16}), torch.randn(4097, 513, {BF16}), torch.randn(4097, {BF16})"),
+                                    "sm80", "8.0"),
+    # a visitor tree on the sm80 kernel, and a batch of K x N matrices
+    "sm80-tree-bf16": (task("F.relu(v[0] @ v[1].t() + v[2]) * v[3] + v[4]",
+                            f"torch.randn(64, 128, {BF16}), torch.randn(96, 128, {BF16}), torch.randn(96, {BF16}), "
+                            f"torch.randn(64, 96, {BF16}), torch.randn(64, 1, {BF16})"), "sm80", "8.0"),
+    "sm80-bmm-f16": (task("torch.relu(torch.bmm(v[0], v[1]))", f"torch.randn(4, 64, 32, {F16}), torch.randn(4, 32, 48, {F16})"),
+                     "sm80", "8.0"),
+    # convolutions: a plain input (packed, the output transposed back), a channels-last one, a 1-D one
+    "conv3x3-bias-relu-f16": (task("F.relu(F.conv2d(v[0], v[1], v[2], padding=1))",
+                                   f"torch.randn(2, 6, 10, 12, {F16}), torch.randn(16, 6, 3, 3, {F16}), torch.randn(16, {F16})"),
+                              "sm90", "9.0"),
+    "conv3x3-channels-last-bf16": (task("F.hardswish(F.conv2d(v[0], v[1], stride=2, padding=1))",
+                                        f"torch.randn(2, 16, 9, 7, {BF16}).contiguous(memory_format=torch.channels_last), "
+                                        f"torch.randn(32, 16, 3, 3, {BF16})"), "sm80", "8.0"),
+    "conv1d-gelu-f32": (task("F.gelu(F.conv1d(v[0], v[1], v[2], padding=1))", "torch.randn(2, 8, 20), torch.randn(12, 8, 3), torch.randn(12)"),
+                        "sm80", "8.0"),
+}
+
+
+@pytest.mark.slow
+def test_the_gemm_writers_programs_compile_and_link_through_the_fast_build(tmp_path: Path) -> None:
+    from kevin_backend.generate.builtin.gemm_plan import plan_gemm, plan_tilings, write_gemm_program
+    from kevin_backend.generate.builtin.plan import Declined
+    from kevin_backend.toolchain.candidate import Candidate
+    from kevin_backend.toolchain.cutlass_headers import find_cutlass
+    from kevin_backend.toolchain.fast_build import build_fast, ensure_pch, fast_sources
+
+    toolchain = _cuda_toolchain()
+    headers = find_cutlass()
+    if toolchain is None or headers is None:
+        pytest.skip("needs nvcc, a CUDA build of torch (running, or KEVIN_CUDA_TORCH_PYTHON) and CUTLASS's headers")
+    pch = ensure_pch(tmp_path / "cache", toolchain)
+    jobs = []
+    for name, (source, arch, capability) in PROGRAMS.items():
+        plan = plan_gemm(source, arch=arch)
+        assert not isinstance(plan, Declined), (name, plan)
+        (ext,) = Candidate.parse(write_gemm_program(plan, plan_tilings(plan)[0], task_source=source)).extensions
+        join = (lambda s: s if isinstance(s, str) else "\n".join(s))
+        sources = fast_sources(join(ext.cpp_sources), join(ext.cuda_sources), ext.functions, "0123456789abcdef")
+        assert not isinstance(sources, str), (name, sources)
+        jobs.append((name, sources, ext, capability))
+
+    def build(job):  # type: ignore[no-untyped-def]
+        name, sources, ext, capability = job
+        work = tmp_path / name
+        join = (lambda s: s if isinstance(s, str) else "\n".join(s))
+        outcome = build_fast(sources, work, work / "ext.so", capability, pch, ext.extra_cflags, ext.extra_cuda_cflags,
+                             join(ext.cuda_sources), 900, toolchain, (str(headers.include),))
+        if not outcome.ok:
+            return name, f"{outcome.fallback}\n{outcome.log[-3000:]}"
+        undefined = subprocess.run(["nm", "-C", "--undefined-only", str(work / "ext.so")], capture_output=True, text=True).stdout
+        missing = [line.strip() for line in undefined.splitlines() if "kevin_" in line]
+        return name, "undefined: " + ", ".join(missing) if missing else ""
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) // 2)) as pool:
+        failed = [(name, log) for name, log in pool.map(build, jobs) if log]
+    assert not failed, failed
