@@ -128,8 +128,8 @@ class GemmSpec:
     dtype: str  # the inputs' and the output's: "float16" or "bfloat16" (accumulated in float32), or "float32" (`gemm_kernel_sm80.py`)
     epilogue: Epilogue = Epilogue()
     weight: str = "nk"  # the weight's layout: "nk" (N x K, read transposed) or "kn" (K x N), row-major either way
-    # the sm80 kernel's elements per access of x and w, and of the output (`gemm_kernel_sm80.sm80_alignment`);
-    # 0 on sm90 (16 bytes, TMA's), and the output's 0 there as x's (at most 16 bytes)
+    # the sm80 kernel's elements per access of x and w (`align`) and of the output (`out_align`:
+    # `gemm_kernel_sm80.sm80_alignment`); 0: 16 bytes' worth (TMA's, on sm90)
     align: int = 0
     # the output's dtype where it is not the inputs': "float32" keeps a 16-bit GEMM's float32 result
     # unrounded for a kernel after it (`gemm_tail`: a softmax's exponent would magnify the rounding)
@@ -138,8 +138,9 @@ class GemmSpec:
     # from registers, without shared memory or TMA (CUTLASS's NoSmemWarpSpecialized epilogue), which
     # computes a plain linear combination (alpha, a residual) only
     direct_store: bool = False
-    # the GPU it is for: "sm90" (Hopper: TMA, wgmma; float32 still on the sm80 kernel, built for
-    # sm_90a) or "sm80" (Ampere and Ada, and any later GPU through PTX: `gemm_kernel_sm80.py`)
+    # the kernels: "sm90" (Hopper's TMA and wgmma, built for sm_90a; float32 and convolutions still on
+    # the sm80 kernel) or "sm80" (`gemm_kernel_sm80.py`: Ampere's and Ada's, built for the GPU it is
+    # on; on Hopper for rows TMA cannot read)
     arch: str = "sm90"
     out_align: int = 0
     # 16-bit rows no 4-byte copy reads (odd K; a K x N weight of odd N): the sm80 kernel's program
@@ -177,7 +178,7 @@ class GemmSpec:
 
     @property
     def sm80(self) -> bool:
-        """Whether CUTLASS 2.x's sm80 kernel computes it (`gemm_kernel_sm80.py`): float32's, and 16-bit on sm80."""
+        """Whether CUTLASS 2.x computes it (`gemm_kernel_sm80.py`, `conv_kernel.py`): float32, convolutions, and 16-bit on sm80."""
         return self.dtype == "float32" or self.arch == "sm80" or self.conv2d is not None
 
     @property
