@@ -19,8 +19,9 @@ GEMMs': x N x C x H x W, w K x C x R x S as PyTorch lays them) gives it those la
   channels-last tensor eager makes of a channels-last input), or transposed by the packing kernel
   into the N x K x P x Q tensor eager makes of a plain input (`Conv2d.channels_last`).
 
-A residual is read in place, channels-last, so only with a channels-last input; a visitor tree,
-groups, transposed convolutions: declined by the plan (`gemm_plan`)."""
+The kernel reads a residual in place as C, so only a channels-last one (the plan gives it none yet:
+a tensor read after the convolution declines the task, as do groups, 3-D and transposed
+convolutions: `gemm_plan._read_conv_gemm`)."""
 
 from __future__ import annotations
 
