@@ -425,7 +425,7 @@ PLANNED = {
     "conv2d-1x1-relu-channels-last-bf16-64x256x56x56", "linear-max-sub-gelu-f32-128x1024x512",
     "lm-head-f16-4096x768x50257", "lm-head-cross-entropy-bf16-8192x768x50257", "attn-vit-softmax-f16-8x12x197x64",
     "mm-bias-tanh-bf16-1000x513x4097", "conv2d-hardswish-f16-128x128x32x32", "conv1d-gelu-f16-64x512x1024",
-    "conv2d-3x3-relu-channels-last-bf16-32x128x56x56",
+    "conv2d-3x3-relu-channels-last-bf16-32x128x56x56", "conv2d-min-tanh-f32-128x3x32x32", "conv2d-groupnorm-scale-f32-128x128x32x32",
 }
 
 

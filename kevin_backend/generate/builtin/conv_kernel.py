@@ -108,7 +108,7 @@ _DEVICE = """#include <cutlass/cutlass.h>
 
 namespace kevin_gemm {{
 using Element = {element};
-using ElementD = Element;
+using ElementD = {element};  // (the output in the inputs' dtype)
 {functor}constexpr int kAlign = {align};  // channels read at a time
 constexpr int kAlignD = {out_align};  // output channels stored at a time
 using EpilogueOp = cutlass::epilogue::thread::LinearCombinationGeneric<{activation}, ElementD, kAlignD, float, float>;

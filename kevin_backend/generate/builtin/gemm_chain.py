@@ -136,8 +136,9 @@ def value_placeholder(graph: fx.Graph, name: str, node: fx.Node, dtype: torch.dt
 
 
 def the_matmul(graph: fx.Graph) -> fx.Node:
-    """The graph's one matmul (mm, addmm or bmm)."""
-    (mm,) = [n for n in graph.nodes if n.op == "call_function" and n.target in MATMULS]
+    """The graph's one matmul (mm, addmm or bmm), or else its one convolution."""
+    found = [n for n in graph.nodes if n.op == "call_function" and n.target in MATMULS]
+    (mm,) = found or [n for n in graph.nodes if n.op == "call_function" and n.target is aten.convolution.default]
     return mm
 
 

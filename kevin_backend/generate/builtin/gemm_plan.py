@@ -143,8 +143,9 @@ def plan_gemm(task_source: str, arch: str | None = None) -> GemmPlan | GemmChain
                 raise Unsupported(f"{len(matmuls)} matmuls: the GEMM writer chains at most {_CHAIN}")
             chain = GemmChain(tuple(_read(graph, sub_metas) for graph, sub_metas in chain_cut(gm.graph, metas)))
             return with_parameters(chain, count, tuple(names))
-        if not matmuls:
-            return _named(_read_conv(gm.graph, metas), count, tuple(names))
+        if not matmuls:  # (a convolution; a reduction after it: the writer's own kernel, as after a GEMM)
+            return _named(_conv_with_tail(gm.graph, metas, _read_conv) if _conv_tail(gm.graph) else _read_conv(gm.graph, metas),
+                          count, tuple(names))
         if len(matmuls) == 1 and head_of(gm.graph) is not None:  # a left operand ops compute: the writer's kernel first
             return _named(plan_head(gm.graph, metas, _read_with_tail), count, tuple(names))
         return _named(_read_with_tail(gm.graph, metas), count, tuple(names))
@@ -159,6 +160,19 @@ def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPl
     reduction follows the product (`gemm_tail.py`)."""
     read = functools.partial(_read_gemm, arch=arch)
     return plan_tail(graph, metas, read) if has_tail(graph) else read(graph, metas)
+
+
+def _conv_tail(graph: fx.Graph) -> bool:
+    """Whether a reduction follows the graph's one convolution (the writer's own kernel after it)."""
+    convs = [n for n in graph.nodes if n.op == "call_function" and n.target is aten.convolution.default]
+    return len(convs) == 1 and has_tail(graph)
+
+
+def _conv_with_tail(graph: fx.Graph, metas: list[Any], read: Any) -> GemmTail:
+    tail = plan_tail(graph, metas, read)
+    if tail.gemm.views:  # (its y0 the kernel's N x P x Q x K: the tail reads N x K x P x Q)
+        raise Unsupported("a reduction after a convolution of a channels-last input")
+    return tail
 
 
 def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
