@@ -454,3 +454,13 @@ def test_every_planned_suite_task_gives_programs_the_judge_takes() -> None:
             programs += 1
     assert planned == PLANNED, (sorted(planned - PLANNED), sorted(PLANNED - planned))
     assert programs >= 100
+
+
+def test_a_1x1_convolution_of_rows_tma_cannot_read_is_the_implicit_gemm() -> None:
+    # 12 input and 20 output channels of bf16: not 16-byte rows, so not Hopper's GEMM of the rows;
+    # CUTLASS's implicit GEMM reads them (its channels packed), as it does any other convolution
+    cl = ".contiguous(memory_format=torch.channels_last)"
+    for c_in, c_out, conv2d in ((12, 20, True), (16, 24, False)):
+        plan = _plan(task("F.relu(F.conv2d(v[0], v[1], v[2]))", f"torch.randn(2, {c_in}, 4, 6, {BF16}){cl}, "
+                          f"torch.randn({c_out}, {c_in}, 1, 1, {BF16}), torch.randn({c_out}, {BF16})"))
+        assert (plan.spec.conv2d is not None, plan.conv) == (conv2d, not conv2d), plan.describe()

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kevin_backend.generate.builtin.gemm_kernel_sm80 import PACK, Sm80Tiling
+from kevin_backend.generate.builtin.gemm_kernel_sm80 import PACK, Sm80Tiling, mainloop_fields
 
 __all__ = ["Conv2d", "conv_alignment", "conv_cuda_source", "conv_device_source"]
 
@@ -64,29 +64,15 @@ def conv_alignment(dtype: str) -> int:
     return 4 if dtype == "float32" else 8
 
 
-_ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "float32": "float"}
-
-
 def conv_device_source(spec: Any, tiling: Sm80Tiling, activation: str, functor: str) -> str:
     """The device part: the kernel's types, `kevin_conv_run(shape, ...)` and `kevin_conv_workspace(shape)`
     (shape: N, H, W, C, K, P, Q), and the packing kernel."""
-    e = spec.epilogue
-    if e.tree or (e.bias and e.residual) or spec.output != spec.dtype:
-        raise ValueError("the convolution's epilogue reads one source (a bias or a residual) in its output's dtype, no tree")
-    if tiling.half != (spec.dtype != "float32"):
-        raise ValueError(f"{spec.dtype} takes {'a 16-bit' if spec.dtype != 'float32' else 'a float32'} tiling, not {tiling.name!r}")
-    c = spec.conv2d
-    tm, tn, tk = tiling.tile
-    wm, wn, wk = tiling.warps
-    sixteen = spec.dtype != "float32"
+    e, c = spec.epilogue, spec.conv2d  # (what it may read: `GemmSpec`'s checks)
     source = "static_cast<ElementD*>(const_cast<void*>(bias))" if e.bias else "static_cast<ElementD*>(const_cast<void*>(residual))" \
         if e.residual else "static_cast<ElementD*>(out)"
     return _DEVICE.format(
-        element=_ELEMENTS[spec.dtype], functor=functor, align=conv_alignment(spec.dtype), out_align=spec.alignments[1],
-        activation=activation, tm=tm, tn=tn, tk=tk, wm=wm, wn=wn, wk=wk, stages=tiling.stages,
-        instruction="16, 8, 16" if sixteen else "16, 8, 8",
-        operator="cutlass::arch::OpMultiplyAdd" if sixteen else "cutlass::arch::OpMultiplyAddFastF32",
-        r=c.r, s=c.s, pad_h=c.pad_h, pad_w=c.pad_w, stride_h=c.stride_h, stride_w=c.stride_w, dil_h=c.dilation_h, dil_w=c.dilation_w,
+        **mainloop_fields(spec.dtype, tiling), functor=functor, align=conv_alignment(spec.dtype), out_align=spec.alignments[1],
+        activation=activation, r=c.r, s=c.s, pad_h=c.pad_h, pad_w=c.pad_w, stride_h=c.stride_h, stride_w=c.stride_w, dil_h=c.dilation_h, dil_w=c.dilation_w,
         alpha=f"{float(e.alpha)!r}f", beta=f"{float(e.beta) if e.residual else 1.0 if e.bias else 0.0!r}f", source=source,
         layout_c="cutlass::layout::TensorNHWC(cutlass::layout::TensorNHWC::Stride(0))" if e.bias else "layout_out") + PACK
 

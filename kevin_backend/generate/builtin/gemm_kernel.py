@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kevin_backend.generate.builtin.gemm_kernel_sm80 import ENTRY_POINTS, F32_TILINGS, SM80_TILINGS, Sm80Tiling, sm80_device_source, sm80_tilings
+from kevin_backend.generate.builtin.gemm_kernel_sm80 import ELEMENTS, ENTRY_POINTS, F32_TILINGS, SM80_TILINGS, Sm80Tiling, sm80_device_source, sm80_tilings
 
 __all__ = ["F32_TILINGS", "SM80_TILINGS", "Sm80Tiling", "tilings_for", "gemm_cuda_flags", "SM80_CUDA_FLAGS", "ACTIVATIONS", "OPERAND_KINDS", "Epilogue", "GEMM_CPP_SOURCE", "gemm_cpp_source", "GEMM_CUDA_FLAGS", "GEMM_TILINGS", "GemmSpec", "GemmTiling",
            "gemm_cuda_source", "gemm_device_source", "gemm_unaligned"]
@@ -78,7 +78,6 @@ OPERAND_KINDS = {"n": "cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape,
 
 _SCHEDULERS = {"persistent": "void", "splitk": "cutlass::gemm::StreamKScheduler", "streamk": "cutlass::gemm::StreamKScheduler"}
 
-_ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "float32": "float"}
 _SCALARS = {"float16": "at::kHalf", "bfloat16": "at::kBFloat16", "float32": "at::kFloat"}
 _SCHEDULES = {
     "cooperative": ("cutlass::gemm::KernelTmaWarpSpecializedCooperative", "cutlass::epilogue::TmaWarpSpecializedCooperative"),
@@ -150,8 +149,8 @@ class GemmSpec:
     conv2d: Any = None
 
     def __post_init__(self) -> None:
-        if self.dtype not in _ELEMENTS:
-            raise ValueError(f"dtype {self.dtype!r}: one of {', '.join(_ELEMENTS)}")
+        if self.dtype not in ELEMENTS:
+            raise ValueError(f"dtype {self.dtype!r}: one of {', '.join(ELEMENTS)}")
         if self.store not in ("", self.dtype, "float32"):
             raise ValueError(f"store {self.store!r}: the inputs' dtype or float32")
         if self.weight not in ("nk", "kn"):
@@ -163,12 +162,20 @@ class GemmSpec:
             raise ValueError(f"arch {self.arch!r}: 'sm90' or 'sm80'")
         if self.sm80 and self.direct_store:
             raise ValueError("the sm80 kernel stores any row: no direct store")
-        if self.conv2d is not None and (e.tree or self.pad_k or self.direct_store or self.store or self.weight != "nk"):
-            raise ValueError("a convolution's epilogue: no visitor tree, packed rows, direct store, float32 end or K x N weight")
+        if self.conv2d is not None and (e.tree or (e.bias and e.residual) or self.pad_k or self.direct_store or self.store
+                                        or self.weight != "nk"):
+            raise ValueError("a convolution's epilogue: one source (a bias or a residual); no visitor tree, packed rows, direct "
+                             "store, float32 end or K x N weight")
         if self.pad_k and (self.dtype == "float32" or not self.sm80 or self.align not in (0, 8)):
             raise ValueError("packed rows are the sm80 kernel's for 16-bit values, read 8 at a time")
-        if self.sm80 and self.output != self.dtype and (e.bias or e.residual):
+        if self.output != self.dtype and not self.can_end_in_float32:
             raise ValueError("the sm80 kernel reads its bias or residual in its output's dtype: a float32 end reads neither")
+
+    @property
+    def can_end_in_float32(self) -> bool:
+        """Whether its product may be stored in float32 (`store`): not by the sm80 kernel beside a
+        bias or a residual, which it reads in its output's dtype."""
+        return not (self.sm80 and (self.epilogue.bias or self.epilogue.residual))
 
     @property
     def alignments(self) -> tuple[int, int]:
@@ -290,7 +297,7 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
                                   epi.residual, spec.weight, tiling, *spec.alignments, pack=spec.pad_k, tree=epi.operands)
     if not isinstance(tiling, GemmTiling):
         raise ValueError(f"a 16-bit GEMM takes a GemmTiling, not {tiling!r}")
-    element = _ELEMENTS[spec.dtype]
+    element = ELEMENTS[spec.dtype]
     mainloop_schedule, epilogue_schedule = _SCHEDULES[tiling.schedule]
     if spec.direct_store:
         epilogue_schedule = "cutlass::epilogue::NoSmemWarpSpecialized"
@@ -311,7 +318,7 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
                        + ("    args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);\n" if epi.bias else ""))
     tm, tn, tk = tiling.tile
     cm, cn, _ = tiling.cluster
-    return _DEVICE.format(functor=functor, element=element, output=_ELEMENTS[spec.output], source_element=source_element,
+    return _DEVICE.format(functor=functor, element=element, output=ELEMENTS[spec.output], source_element=source_element,
                           store_align="1" if spec.direct_store else "0", fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
                           mainloop_schedule=mainloop_schedule, epilogue_schedule=epilogue_schedule,
                           thread_args=thread_args, scheduler=_SCHEDULERS[tiling.scheduler],
@@ -379,11 +386,12 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     `gemm_cpp_source`), which checks what the kernel assumes, takes its
     workspace from torch's allocator and runs on the current stream."""
     epi = spec.epilogue
+    params = gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0]
     if spec.conv2d is not None:  # (a convolution's: `conv_kernel.py`)
         from kevin_backend.generate.builtin.conv_kernel import conv_cuda_source
 
         return conv_cuda_source(spec, tiling, ACTIVATIONS[epi.activation], _FUNCTION.format(body=epi.function) if epi.function else "",
-                                _SCALARS[spec.dtype], gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0])
+                                _SCALARS[spec.dtype], params)
     align, n_align = spec.alignments if spec.sm80 else (8, 1 if spec.direct_store else 8)
     if spec.sm80 and spec.weight == "kn":
         n_align = max(align, n_align)  # (w's rows are N long)
@@ -406,7 +414,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
         operands = _CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
     return gemm_device_source(spec, tiling) + _HOST.format(
         scalar=scalar, stored=_SCALARS[spec.output], align=align, n_align=n_align,
-        params=gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0], operands=operands, pack=pack,
+        params=params, operands=operands, pack=pack,
         n="w.size(-2)" if spec.weight == "nk" else "w.size(-1)", kdim=-1 if spec.weight == "nk" else -2,
         shape="N x K" if spec.weight == "nk" else "K x N")
 

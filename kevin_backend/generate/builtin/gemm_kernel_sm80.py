@@ -26,8 +26,9 @@ zeros after K, w as N x K.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["ENTRY_POINTS", "PACK", "PACK_KERNEL", "F32_TILINGS", "SM80_TILINGS", "Sm80Tiling", "sm80_alignment", "sm80_device_source", "sm80_tilings"]
+__all__ = ["ELEMENTS", "ENTRY_POINTS", "PACK", "PACK_KERNEL", "mainloop_fields", "F32_TILINGS", "SM80_TILINGS", "Sm80Tiling", "sm80_alignment", "sm80_device_source", "sm80_tilings"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,21 @@ def sm80_alignment(dtype: str, n: int, k: int, weight: str = "nk") -> tuple[int,
     return loads, next(a for a in (8, 4, 2, 1) if n % a == 0 and a * (4 if dtype == "float32" else 2) <= 16)
 
 
-_ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "float32": "float"}
+# each dtype's CUTLASS type
+ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "float32": "float"}
+
+
+def mainloop_fields(dtype: str, tiling: Sm80Tiling) -> dict[str, Any]:
+    """The fields every sm80 kernel's source (the GEMM's, the tree's, the convolution's) formats
+    its mainloop with: the element, the CTA's and a warp's tiles, the stages, the mma's shape and
+    its operation (three TF32 products for float32); a tiling of the other kind is refused."""
+    sixteen = dtype != "float32"
+    if tiling.half != sixteen:
+        raise ValueError(f"{dtype} on the sm80 kernel takes {'a float32' if tiling.half else 'a 16-bit'} tiling, not {tiling.name!r}")
+    (tm, tn, tk), (wm, wn, wk) = tiling.tile, tiling.warps
+    return dict(element=ELEMENTS[dtype], tm=tm, tn=tn, tk=tk, wm=wm, wn=wn, wk=wk, stages=tiling.stages,
+                instruction="16, 8, 16" if sixteen else "16, 8, 8",
+                operator="cutlass::arch::OpMultiplyAdd" if sixteen else "cutlass::arch::OpMultiplyAddFastF32")
 
 
 def sm80_device_source(dtype: str, output: str, activation: str, functor: str, alpha: float, beta: float, bias: bool,
@@ -118,14 +133,11 @@ def sm80_device_source(dtype: str, output: str, activation: str, functor: str, a
         raise ValueError("the sm80 GEMM's epilogue reads one source: a bias or a residual, not both")
     if (bias or residual) and output != dtype:
         raise ValueError("the sm80 GEMM reads its bias or residual in its output's dtype: not with a float32 output")
-    if tiling.half != (dtype != "float32"):
-        raise ValueError(f"{dtype} on the sm80 kernel takes {'a float32' if tiling.half else 'a 16-bit'} tiling, not {tiling.name!r}")
+    fields = mainloop_fields(dtype, tiling)
     if align not in ((4, 2, 1) if dtype == "float32" else (8, 4, 2)):
         raise ValueError(f"{align} {dtype} values per access: 4, 2 or 1 for float32, 8, 4 or 2 for 16-bit values")
     if out_align not in (8, 4, 2, 1) or out_align * (4 if output == "float32" else 2) > 16:
         raise ValueError(f"{out_align} {output} values per store: a power of two, 16 bytes at most")
-    tm, tn, tk = tiling.tile
-    wm, wn, wk = tiling.warps
     source = "ElementD const*"
     c_ptr = (f"static_cast<{source}>(bias)" if bias else f"static_cast<{source}>(residual)" if residual
              else f"static_cast<{source}>(out)")
@@ -134,12 +146,9 @@ def sm80_device_source(dtype: str, output: str, activation: str, functor: str, a
         raise ValueError("packed rows are 16-bit values' (odd rows cp.async cannot read), read 8 at a time")
     weight = "nk" if pack else weight
     if tree:
-        return _tree_source(dtype, output, functor, tiling, align, out_align, weight, tree) + (PACK if pack else "")
-    return _DEVICE.format(functor=functor, element=_ELEMENTS[dtype], output=_ELEMENTS[output], align=align, out_align=out_align,
-                          activation=activation, tm=tm, tn=tn, tk=tk, wm=wm, wn=wn, wk=wk,
-                          instruction="16, 8, 16" if sixteen else "16, 8, 8",
-                          operator="cutlass::arch::OpMultiplyAdd" if sixteen else "cutlass::arch::OpMultiplyAddFastF32",
-                          stages=tiling.stages, alpha=f"{float(alpha)!r}f",
+        return _tree_source(fields, output, functor, align, out_align, weight, tree) + (PACK if pack else "")
+    return _DEVICE.format(**fields, functor=functor, output=ELEMENTS[output], align=align, out_align=out_align,
+                          activation=activation, alpha=f"{float(alpha)!r}f",
                           beta=f"{float(beta) if residual else 1.0 if bias else 0.0!r}f", c_ptr=c_ptr,
                           ldc="0" if bias else "n", c_batch="0" if bias else "int64_t(m) * n",
                           layout_b="cutlass::layout::ColumnMajor" if weight == "nk" else "cutlass::layout::RowMajor",
@@ -255,22 +264,17 @@ _TREE_NODES = {
 }
 
 
-def _tree_source(dtype: str, output: str, functor: str, tiling: Sm80Tiling, align: int, out_align: int, weight: str,
+def _tree_source(fields: dict[str, Any], output: str, functor: str, align: int, out_align: int, weight: str,
                  tree: tuple[str, ...]) -> str:
     """The device part of a GEMM whose epilogue is a visitor tree (CUTLASS 2.x's `Sm80EVT`): the
-    function of the accumulator and each operand, stored by an auxiliary store."""
-    tm, tn, tk = tiling.tile
-    wm, wn, wk = tiling.warps
-    sixteen = dtype != "float32"
+    function of the accumulator and each operand, stored by an auxiliary store (`fields`: `mainloop_fields`)."""
     vectors, children = 0, []
     for kind in tree:
         children.append(_TREE_NODES[kind][1].format(j=vectors))
         vectors += kind != "mn"
     nodes = "".join(f",\n    {_TREE_NODES[kind][0]}" for kind in tree)
     return _DEVICE_TREE.format(
-        functor=functor, element=_ELEMENTS[dtype], output=_ELEMENTS[output], align=align, out_align=out_align, nodes=nodes,
-        tm=tm, tn=tn, tk=tk, wm=wm, wn=wn, wk=wk, instruction="16, 8, 16" if sixteen else "16, 8, 8",
-        operator="cutlass::arch::OpMultiplyAdd" if sixteen else "cutlass::arch::OpMultiplyAddFastF32", stages=tiling.stages,
+        **fields, functor=functor, output=ELEMENTS[output], align=align, out_align=out_align, nodes=nodes,
         layout_b="cutlass::layout::ColumnMajor" if weight == "nk" else "cutlass::layout::RowMajor", ldb="k" if weight == "nk" else "n",
         vectors="    void const* const* vectors = static_cast<void const* const*>(bias);\n" if vectors else "",
         children="".join(f"{c}, " for c in children))

@@ -274,17 +274,16 @@ def _read_conv_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
         raise Unsupported(f"{other}: {exc}" if "epilogue operand" in str(exc) else str(exc)) from None
     if operands or residual_in is not None or bias_in != (index.get(bias) if isinstance(bias, fx.Node) else None):
         raise Unsupported(other)
-    if one_by_one and channels_last and list(dilation) == [1, 1]:
-        why = gemm_unaligned(m, n, k) if xv.dtype != torch.float32 and arch == "sm90" else ""
-        if why:
-            raise Unsupported(why)
+    if one_by_one and channels_last and list(dilation) == [1, 1] and not (xv.dtype != torch.float32 and arch == "sm90"
+                                                                            and gemm_unaligned(m, n, k)):
         return GemmPlan(_spec(_DTYPES[xv.dtype], epilogue, True, n, k, arch), m, n, k, len(placeholders), index[x], index[w], bias_in,
                         conv=True, views=("return y.permute(0, 3, 1, 2)",))
-    # (the output laid out as eager's on a GPU: channels-last of a channels-last input; meta tensors say contiguous)
+    # (others, and 1x1 ones of rows TMA cannot read: the output laid out as eager's on a GPU, channels-last
+    # of a channels-last input, though meta tensors say contiguous)
     (r, s), flat = (wv.shape[2:], False) if wv.dim() == 4 else ((1, wv.shape[2]), True)
     pads, strides, dilations = ([0, *padding], [1, *stride], [1, *dilation]) if flat else (padding, stride, dilation)
     shape = Conv2d(int(r), int(s), *map(int, pads), *map(int, strides), *map(int, dilations), channels_last=channels_last)
-    out_align = next(a for a in (8, 4, 2, 1) if n % a == 0 and a * value.element_size() <= 16)
+    out_align = sm80_alignment(_DTYPES[xv.dtype], n, k)[1]  # (the output channels stored at a time)
     spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk", conv_alignment(_DTYPES[xv.dtype]), arch=arch, out_align=out_align, conv2d=shape)
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, conv1d=flat,
                     out_shape=tuple(int(d) for d in value.shape) if flat else None,

@@ -202,9 +202,7 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
         # product was off in 3 of 4.2M elements on the judge's inputs of mixed scales)
         raise Unsupported("a float32 product exponentiated after it (a softmax, a logsumexp): the float32 "
                           "kernel's 3xTF32 products are less exact than eager's, and the exponent magnifies it")
-    e = gemm.spec.epilogue
-    if dtype in (torch.float16, torch.bfloat16) and any(n.target in _MAGNIFYING for n in rest) and not (gemm.spec.sm80 and (e.bias or e.residual)):
-        # (the sm80 kernel reads its bias or residual in its output's dtype: no float32 end beside one)
+    if dtype in (torch.float16, torch.bfloat16) and any(n.target in _MAGNIFYING for n in rest) and gemm.spec.can_end_in_float32:
         wide = GemmTail(dataclasses.replace(gemm, spec=dataclasses.replace(gemm.spec, store="float32")), after(torch.float32), reads)
     return GemmTail(gemm, after(dtype), reads, wide)
 
