@@ -40,6 +40,12 @@ PROGRAMS = {
                                         f"torch.randn(32, 16, 3, 3, {BF16})"), "sm80", "8.0"),
     "conv1d-gelu-f32": (task("F.gelu(F.conv1d(v[0], v[1], v[2], padding=1))", "torch.randn(2, 8, 20), torch.randn(12, 8, 3), torch.randn(12)"),
                         "sm80", "8.0"),
+    # a 3-D convolution of a channels-last input; a transposed one (the strided gradient kernel)
+    "conv3d-channels-last-bf16": (task("torch.relu(F.conv3d(v[0], v[1], v[2], padding=1))",
+                                       f"torch.randn(2, 8, 4, 6, 6, {BF16}).contiguous(memory_format=torch.channels_last_3d), "
+                                       f"torch.randn(16, 8, 3, 3, 3, {BF16}), torch.randn(16, {BF16})"), "sm80", "8.0"),
+    "conv-transpose2d-f32": (task("torch.sigmoid(F.conv_transpose2d(v[0], v[1], v[2], stride=2, padding=1))",
+                                  "torch.randn(2, 16, 5, 6), torch.randn(16, 8, 4, 4), torch.randn(8)"), "sm80", "8.0"),
 }
 
 

@@ -461,45 +461,95 @@ def test_rows_of_odd_length_are_packed_before_the_sm80_kernel_reads_them() -> No
 
 
 def test_a_convolution_is_cutlass_2xs_implicit_gemm_with_its_layouts_made_by_the_packing_kernel() -> None:
-    from kevin_backend.generate.builtin.conv_kernel import Conv2d
+    from kevin_backend.generate.builtin.conv_kernel import Conv
     from kevin_backend.generate.builtin.gemm_kernel import F32_TILINGS, SM80_TILINGS
 
     plain = gemm_cuda_source(GemmSpec("float16", Epilogue(bias=True, activation="relu"), align=8, out_align=8,
-                                      conv2d=Conv2d(3, 3, 1, 1, 2, 2)), SM80_TILINGS[0])
+                                      convolution=Conv((3, 3), (1, 1), (2, 2))), SM80_TILINGS[0])
     assert "cutlass::conv::device::ImplicitGemmConvolution<Kernel>" in plain and "IteratorAlgorithm::kOptimized" in plain
+    assert "DefaultConv2dFprop<" in plain and "GemmIdentityThreadblockSwizzle<>" in plain
     assert "cutlass::conv::StrideSupport::kStrided, kAlign, kAlign>::Kernel" in plain and "cutlass::arch::OpMultiplyAdd," in plain
     assert "problem(n, h, w_, c, k, 3, 3, p, q, 1, 1, 2, 2, 1, 1," in plain and "kCrossCorrelation" in plain
+    assert "layout_x = cutlass::layout::TensorNHWC::packed({n, h, w_, c})" in plain
+    assert "layout_out = cutlass::layout::TensorNHWC::packed({n, p, q, k})" in plain
     assert "TensorNHWC(cutlass::layout::TensorNHWC::Stride(0))" in plain and "EpilogueOp::Params epilogue(1.0f, 1.0f)" in plain
-    # a plain input: x packed per image (H*W rows of C a column apart), w per output channel, the output transposed back
-    assert "kevin_gemm_pack(x.data_ptr(), xp.data_ptr(), static_cast<int>(n), h * wd, c, cp, c * h * wd, 1, h * wd, stream)" in plain
-    assert "kevin_gemm_pack(w.data_ptr(), wp.data_ptr(), static_cast<int>(k), 3 * 3, c, cp, c * 3 * 3, 1, 3 * 3, stream)" in plain
-    assert "if (0) return y;" in plain and "kevin_gemm_pack(y.data_ptr(), out.data_ptr(), static_cast<int>(n), k, p * q, p * q" in plain
-    assert "(c + 8 - 1) / 8 * 8" in plain and "k % 8 == 0" in plain
+    assert "kFilter[3] = {1, 3, 3}, kPad[3] = {0, 1, 1}, kStride[3] = {1, 2, 2}" in plain and "const bool transposed = 0;" in plain
+    # a plain input: x packed per image (its positions' rows of C a column apart), w per output channel, the output transposed back
+    assert ("kevin_gemm_pack(x.data_ptr(), xp.data_ptr(), static_cast<int>(n), spatial, ci, cip, ci * spatial, 1,\n"
+            "                                                 spatial, stream)") in plain
+    assert "kevin_gemm_pack(w.data_ptr(), wp.data_ptr(), static_cast<int>(rows), 9, cols, colsp, cols * 9, 1,\n" in plain
+    assert "if (0) return y;" in plain and "kevin_gemm_pack(y.data_ptr(), o.data_ptr(), static_cast<int>(n), co, out_spatial" in plain
+    assert "(ci + 8 - 1) / 8 * 8" in plain and "co % 8 == 0" in plain and "torch::empty({n, out[1], out[2], co}" in plain
     # channels-last float32 (3xTF32), a residual read in place as C, the output returned as it lies
     last = gemm_cuda_source(GemmSpec("float32", Epilogue(residual=True, beta=0.5), align=4, out_align=1,
-                                     conv2d=Conv2d(1, 3, 0, 1, channels_last=True)), F32_TILINGS[0])
-    assert "cutlass::arch::OpMultiplyAddFastF32," in last and "if (1) return y;" in last and "(c + 4 - 1) / 4 * 4" in last
+                                     convolution=Conv((1, 3), (0, 1), channels_last=True)), F32_TILINGS[0])
+    assert "cutlass::arch::OpMultiplyAddFastF32," in last and "if (1) return y;" in last and "(ci + 4 - 1) / 4 * 4" in last
     assert "static_cast<ElementD*>(const_cast<void*>(residual)), layout_out" in last and "epilogue(1.0f, 0.5f)" in last
-    assert check_program(_program(GemmSpec("float16", Epilogue(bias=True), align=8, out_align=8, conv2d=Conv2d(3, 3)),
+    assert check_program(_program(GemmSpec("float16", Epilogue(bias=True), align=8, out_align=8, convolution=Conv((3, 3))),
                                   SM80_TILINGS[0])) == ()
-    for make, message in ((lambda: GemmSpec("float16", _TREE, conv2d=Conv2d(3, 3)), "no visitor tree"),
-                          (lambda: GemmSpec("float16", weight="kn", conv2d=Conv2d(3, 3)), "K x N weight"),
-                          (lambda: Conv2d(3, 3, -1), "padding 0 or more")):
+    for make, message in ((lambda: GemmSpec("float16", _TREE, convolution=Conv((3, 3))), "no visitor tree"),
+                          (lambda: GemmSpec("float16", weight="kn", convolution=Conv((3, 3))), "K x N weight"),
+                          (lambda: Conv((3, 3), (-1, 0)), "padding 0 or more"),
+                          (lambda: Conv((3, 3), (1,)), "one per spatial dimension"),
+                          (lambda: Conv((3, 3, 3), transposed=True), "2-D \\(or 1-D\\), dilation 1"),
+                          (lambda: Conv((3, 3), stride=(2, 2), dilation=(2, 1), transposed=True), "dilation 1"),
+                          (lambda: Conv((3, 3), stride=(2, 2), output_padding=(2, 0), transposed=True), "each below its stride"),
+                          (lambda: Conv((3, 3), stride=(2, 2), output_padding=(1, 0)), "a transposed convolution's")):
         with pytest.raises(ValueError, match=message):
             make()
+
+
+def test_a_3d_convolution_is_conv3d_fprop_on_ndhwc() -> None:
+    from kevin_backend.generate.builtin.conv_kernel import Conv
+    from kevin_backend.generate.builtin.gemm_kernel import F32_TILINGS
+
+    source = gemm_cuda_source(GemmSpec("float32", Epilogue(bias=True), align=4, out_align=4,
+                                       convolution=Conv((3, 5, 5), (1, 2, 2), (2, 1, 1))), F32_TILINGS[0])
+    assert "#include <cutlass/conv/kernel/default_conv3d_fprop.h>" in source and "DefaultConv3dFprop<" in source
+    assert "problem(n, d, h, w_, c, k, 3, 5, 5, z, p, q, 1, 2, 2, 2, 1, 1, 1, 1, 1," in source
+    assert "layout_x = cutlass::layout::TensorNDHWC::packed({n, d, h, w_, c})" in source
+    assert "layout_w = cutlass::layout::TensorNDHWC::packed({k, 3, 5, 5, c})" in source
+    assert "layout_out = cutlass::layout::TensorNDHWC::packed({n, z, p, q, k})" in source
+    assert "TensorNDHWC(cutlass::layout::TensorNDHWC::Stride(0))" in source and "kStrided>::Kernel" in source
+    # the host: 5-D operands, the filter's 75 taps, the output N x Z x P x Q x C_out transposed back
+    assert "x.dim() == 3 + 2" in source and "kFilter[3] = {3, 5, 5}" in source and "kStride[3] = {2, 1, 1}" in source
+    assert "torch::empty({n, out[0], out[1], out[2], co}" in source and "static_cast<int>(rows), 75, cols" in source
+    assert "x.stride(4) == ci" in source and "i = 4; i > 2" in source  # (channels-last: NDHWC strides)
+    assert check_program(_program(GemmSpec("float32", Epilogue(bias=True), align=4, out_align=4,
+                                           convolution=Conv((3, 3, 3))), F32_TILINGS[0])) == ()
+
+
+def test_a_transposed_convolution_is_the_strided_gradient_kernel() -> None:
+    from kevin_backend.generate.builtin.conv_kernel import Conv
+    from kevin_backend.generate.builtin.gemm_kernel import SM80_TILINGS
+
+    spec = GemmSpec("bfloat16", Epilogue(bias=True, activation="relu"), align=8, out_align=8,
+                    convolution=Conv((4, 4), (1, 1), (2, 2), transposed=True, output_padding=(1, 0)))
+    source = gemm_cuda_source(spec, SM80_TILINGS[0])
+    assert "#include <cutlass/conv/kernel/default_conv2d_dgrad.h>" in source and "DefaultConv2dDgrad<" in source
+    assert "StridedDgradIdentityThreadblockSwizzle<1>" in source and "kStrided, kAlign, kAlign>::Kernel" in source
+    # it reads the transposed convolution's input as the gradient (N x P x Q x K), writes its output as the activation
+    assert "layout_x = cutlass::layout::TensorNHWC::packed({n, p, q, k})" in source
+    assert "layout_out = cutlass::layout::TensorNHWC::packed({n, h, w_, c})" in source
+    assert "const bool transposed = 1;" in source and "kOutputPadding[3] = {0, 1, 0}" in source
+    assert "(in[j] - 1) * kStride[j] - 2 * kPad[j]" in source and "co = w.size(transposed ? 1 : 0)" in source
+    assert "cip == ci && co % 8 == 0" in source  # (its channels whole accesses: no padding channels read)
+    assert "static_cast<int>(transposed ? co : cip), static_cast<int>(transposed ? ci : co)" in source
+    assert "Conv2dProblemSize problem(n, h, w_, c, k, 4, 4, p, q, 1, 1, 2, 2, 1, 1," in source
+    assert check_program(_program(spec, SM80_TILINGS[0])) == ()
 
 
 @pytest.mark.slow
 def test_the_convolution_compiles_for_an_ampere_gpu(tmp_path: Path) -> None:
     """The implicit GEMM's device part for sm_80 with its program's flags (about 15 s of nvcc)."""
-    from kevin_backend.generate.builtin.conv_kernel import Conv2d
+    from kevin_backend.generate.builtin.conv_kernel import Conv
     from kevin_backend.generate.builtin.gemm_kernel import SM80_CUDA_FLAGS, SM80_TILINGS
     from kevin_backend.toolchain.fast_build import Toolchain, device_command
 
     headers = find_cutlass()
     if headers is None or shutil.which("nvcc") is None:
         pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
-    spec = GemmSpec("bfloat16", Epilogue(bias=True, activation="relu"), align=8, out_align=8, arch="sm80", conv2d=Conv2d(3, 3, 1, 1))
+    spec = GemmSpec("bfloat16", Epilogue(bias=True, activation="relu"), align=8, out_align=8, arch="sm80", convolution=Conv((3, 3), (1, 1)))
     (tmp_path / "conv.cu").write_text(gemm_device_source(spec, SM80_TILINGS[0]))
     command = device_command(Toolchain.detect(), tmp_path / "conv.cu", tmp_path / "conv.o", "8.0", SM80_CUDA_FLAGS,
                              (str(headers.include),))

@@ -99,13 +99,17 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
      "not an elementwise op the GEMM writer fuses"),
     ("torch.softmax(v[0] @ v[1], -1)", "torch.randn(256, 512), torch.randn(512, 1024)", "3xTF32 products are less exact"),
     ("(v[0] @ v[1], v[0] + 1)", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "2 outputs not all views of one value"),
-    # convolutions: 2-D and 1-D ones of one group, their own bias and functions after; a tensor after
-    # them (its elements lie channel by channel, not as the kernel's rows), groups, 3-D, transposed: declined
+    # convolutions: 1-D, 2-D, 3-D and transposed 1-D and 2-D ones of one group, their own bias and
+    # functions after; a tensor after them (its elements lie channel by channel, not as the kernel's
+    # rows), groups, a transposed 3-D or dilated one, a transposed one of channels the kernel cannot read whole: declined
     ("F.conv2d(v[0], v[1], groups=2)", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 8, 3, 3, {BF16})",
-     "a 2-D convolution, kernel 3x3, stride [1, 1], padding [0, 0], 2 group(s)"),
-    ("F.conv3d(v[0], v[1])", f"torch.randn(2, 4, 8, 8, 8, {BF16}), torch.randn(8, 4, 3, 3, 3, {BF16})", "a 3-D convolution, kernel 3x3x3"),
-    ("F.conv_transpose2d(v[0], v[1], stride=2)", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(16, 8, 4, 4, {BF16})",
-     "a transposed 2-D convolution"),
+     "a 2-D convolution, kernel 3x3, stride [1, 1], padding [0, 0], dilation [1, 1], 2 group(s)"),
+    ("F.conv_transpose3d(v[0], v[1], stride=2)", f"torch.randn(2, 16, 4, 4, 4, {BF16}), torch.randn(16, 8, 3, 3, 3, {BF16})",
+     "a transposed 3-D convolution, kernel 3x3x3"),
+    ("F.conv_transpose2d(v[0], v[1], stride=2, dilation=2)", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(16, 8, 4, 4, {BF16})",
+     "not dilated"),
+    ("F.conv_transpose2d(v[0], v[1], stride=2)", f"torch.randn(2, 12, 8, 8, {BF16}), torch.randn(12, 8, 4, 4, {BF16})",
+     "its channels (12 in, 8 out) multiples of 8"),
     ("F.relu(F.conv2d(v[0], v[1], padding=1)) + v[2]", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 3, 3, {BF16}), "
      f"torch.randn(2, 32, 8, 8, {BF16})", "other tensors than its bias"),
     ("F.conv2d(v[0], v[1]) + v[2]", f"torch.randn(2, 16, 8, 32, {BF16}).contiguous(memory_format=torch.channels_last), "
@@ -357,8 +361,8 @@ def test_a_compiled_convolution_is_a_partition_of_its_epilogue_planned_for_the_i
     ops = {n.target.__name__.split(".")[0] for n in conv.nodes if n.op == "call_function"}
     assert ops == {"convolution", "relu"}, ops
     plan = plan_gemm(extract_task(conv).source)
-    assert isinstance(plan, GemmPlan) and plan.spec.conv2d is not None, plan
-    assert plan.spec.conv2d.channels_last == (layout == "channels_last") and plan.spec.epilogue.bias
+    assert isinstance(plan, GemmPlan) and plan.spec.convolution is not None, plan
+    assert plan.spec.convolution.channels_last == (layout == "channels_last") and plan.spec.epilogue.bias
     assert plan.spec.epilogue.activation == "relu" and (plan.m, plan.n, plan.k) == (240, 32, 144)
 
 
@@ -426,6 +430,7 @@ PLANNED = {
     "lm-head-f16-4096x768x50257", "lm-head-cross-entropy-bf16-8192x768x50257", "attn-vit-softmax-f16-8x12x197x64",
     "mm-bias-tanh-bf16-1000x513x4097", "conv2d-hardswish-f16-128x128x32x32", "conv1d-gelu-f16-64x512x1024",
     "conv2d-3x3-relu-channels-last-bf16-32x128x56x56", "conv2d-min-tanh-f32-128x3x32x32", "conv2d-groupnorm-scale-f32-128x128x32x32",
+    "conv-transpose2d-sigmoid-scale-f32-128x64x16x16", "conv3d-softmax-f32-128x3x16x32x32",
 }
 
 
@@ -463,4 +468,4 @@ def test_a_1x1_convolution_of_rows_tma_cannot_read_is_the_implicit_gemm() -> Non
     for c_in, c_out, conv2d in ((12, 20, True), (16, 24, False)):
         plan = _plan(task("F.relu(F.conv2d(v[0], v[1], v[2]))", f"torch.randn(2, {c_in}, 4, 6, {BF16}){cl}, "
                           f"torch.randn({c_out}, {c_in}, 1, 1, {BF16}), torch.randn({c_out}, {BF16})"))
-        assert (plan.spec.conv2d is not None, plan.conv) == (conv2d, not conv2d), plan.describe()
+        assert (plan.spec.convolution is not None, plan.conv) == (conv2d, not conv2d), plan.describe()

@@ -45,7 +45,7 @@ def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
 
     def gemm_epilogue(x: torch.Tensor, w: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
         calls.append((x, w, *operands))
-        if plan.spec.conv2d is not None:
+        if plan.spec.convolution is not None:
             return _convolution(plan.spec, x, w, *operands)
         assert x.is_contiguous() and w.is_contiguous(), "the kernel reads x and w row by row"
         k = x.shape[-1]
@@ -71,18 +71,25 @@ def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
 
 def _convolution(spec: Any, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
     """What the implicit GEMM's host function computes (`conv_kernel.py`): the convolution of x
-    (N x C x H x W, as laid out when it was written) by w (K x C x R x S), its epilogue, and the
-    output N x P x Q x K (a channels-last input) or N x K x P x Q."""
-    c, e = spec.conv2d, spec.epilogue
-    assert x.dim() == w.dim() == 4 and w.is_contiguous() and tuple(w.shape[2:]) == (c.r, c.s)
-    assert x.is_contiguous(memory_format=torch.channels_last) if c.channels_last else x.is_contiguous()
-    y = e.alpha * F.conv2d(x.float(), w.float(), None, (c.stride_h, c.stride_w), (c.pad_h, c.pad_w), (c.dilation_h, c.dilation_w))
+    (N x C x [D x] H x W, as laid out when it was written) by w (C_out x C x filter; a transposed
+    one's C x C_out x filter), its epilogue, and the output N x ... x C_out (a channels-last input)
+    or N x C_out x ...."""
+    c, e = spec.convolution, spec.epilogue
+    assert x.dim() == w.dim() == c.dims + 2 and w.is_contiguous() and tuple(w.shape[2:]) == c.filter
+    layout = torch.channels_last if c.dims == 2 else torch.channels_last_3d
+    assert x.is_contiguous(memory_format=layout) if c.channels_last else x.is_contiguous()
+    if c.transposed:
+        f = F.conv_transpose2d
+        y = f(x.float(), w.float(), None, c.stride, c.padding, c.output_padding, 1, c.dilation)
+    else:
+        y = (F.conv2d if c.dims == 2 else F.conv3d)(x.float(), w.float(), None, c.stride, c.padding, c.dilation)
+    y = e.alpha * y
     if e.bias:
-        y = y + bias.float().reshape(1, -1, 1, 1)
+        y = y + bias.float().reshape(1, -1, *[1] * c.dims)
     assert not e.residual and not e.tree
     activation = (lambda z: run_statements(e.function, z)) if e.function else _ACTIVATIONS[e.activation]
     y = activation(y).to(getattr(torch, spec.output))
-    return y.permute(0, 2, 3, 1).contiguous() if c.channels_last else y.contiguous()
+    return y.permute(0, *range(2, c.dims + 2), 1).contiguous() if c.channels_last else y.contiguous()
 
 
 def _made_alike(reference: types.ModuleType, new: types.ModuleType, seed: int) -> tuple[Any, Any]:
@@ -294,6 +301,9 @@ _AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel befor
                           "torch.randn(2, 3, 8, 9), torch.randn(8, 3, 3, 3), torch.randn(8)"),
     "conv-groupnorm-f32": ("F.group_norm(F.conv2d(v[0], v[1], v[2], padding=1), 4, v[3], v[4]) * 2.0",
                            "torch.randn(2, 6, 7, 5), torch.randn(16, 6, 3, 3), torch.randn(16), torch.randn(16), torch.randn(16)"),
+    # a softmax over the channels of a 3-D convolution (its output N x K x Z x P x Q), in float32
+    "conv3d-softmax-f32": ("torch.softmax(F.conv3d(v[0], v[1], v[2]), dim=1)",
+                           "torch.randn(2, 3, 5, 6, 7), torch.randn(16, 3, 3, 3, 3), torch.randn(16)"),
 }
 
 
@@ -427,6 +437,17 @@ def get_init_inputs():
      "memory_format=torch.channels_last), torch.randn(16, 8, 3, 3, dtype=torch.float16)"),
     # a 1-D convolution (as 2-D of height 1), dilated, in float32
     ("F.gelu(F.conv1d(v[0], v[1], v[2], padding=2, dilation=2))", "torch.randn(2, 8, 20), torch.randn(12, 8, 3), torch.randn(12)"),
+    # a 3-D convolution, strided and padded unevenly, of a plain input and of a channels-last one
+    ("torch.relu(F.conv3d(v[0], v[1], v[2], stride=(1, 2, 2), padding=(0, 1, 2)))", f"torch.randn(2, 8, 4, 9, 7, {BF16}), "
+     f"torch.randn(16, 8, 3, 3, 3, {BF16}), torch.randn(16, {BF16})"),
+    ("F.silu(F.conv3d(v[0], v[1], padding=1))", "torch.randn(2, 4, 3, 5, 6).contiguous(memory_format=torch.channels_last_3d), "
+     "torch.randn(8, 4, 3, 3, 3)"),
+    # transposed: a 4x4 of stride 2 (as a GAN's generator upsamples) with its bias; output padding; 1-D
+    ("torch.sigmoid(F.conv_transpose2d(v[0], v[1], v[2], stride=2, padding=1)) * 2.0", "torch.randn(2, 16, 5, 6), "
+     "torch.randn(16, 8, 4, 4), torch.randn(8)"),
+    ("F.conv_transpose2d(v[0], v[1], stride=(2, 3), padding=(1, 0), output_padding=(1, 2))",
+     f"torch.randn(2, 8, 4, 5, {F16}).contiguous(memory_format=torch.channels_last), torch.randn(8, 16, 3, 3, {F16})"),
+    ("F.gelu(F.conv_transpose1d(v[0], v[1], v[2], stride=2))", "torch.randn(2, 8, 11), torch.randn(8, 4, 5), torch.randn(4)"),
     ("module", ""),
 ])
 def test_a_convolution_reaches_the_implicit_gemm_and_returns_eagers_layout(forward: str, inputs: str,
@@ -438,8 +459,10 @@ def test_a_convolution_reaches_the_implicit_gemm_and_returns_eagers_layout(forwa
 
     source = _CONV_MODULE if forward == "module" else task(forward, inputs)
     plan = plan_gemm(source)
-    assert isinstance(plan, GemmPlan) and plan.spec.conv2d is not None, plan
-    assert plan.spec.conv2d.channels_last == ("channels_last" in inputs) and plan.conv1d == ("conv1d" in forward)
+    assert isinstance(plan, GemmPlan) and plan.spec.convolution is not None, plan
+    c = plan.spec.convolution
+    assert c.channels_last == ("channels_last" in inputs) and plan.conv1d == ("1d(" in forward)
+    assert (c.dims, c.transposed) == ((3 if "conv3d" in forward else 2), "transpose" in forward), c
     program = write_gemm_program(plan, tilings_for(plan.spec)[0], task_source=source)
     assert check_program(program) == () and "ImplicitGemmConvolution" in program
     if forward == "module":

@@ -1,61 +1,93 @@
-"""The built-in writer's 2-D convolution with its epilogue: CUTLASS 2.x's implicit GEMM for sm80
-(`cutlass::conv::device::ImplicitGemmConvolution`, forward propagation; Ampere's kernel, which runs
-on Ada and Hopper too), the same epilogue as the sm80 GEMM's (`gemm_kernel_sm80.py`: alpha, a bias
-over the output channels or a residual, an activation or any elementwise function).
+"""The built-in writer's convolutions with their epilogue: CUTLASS 2.x's implicit GEMM for sm80
+(`cutlass::conv::device::ImplicitGemmConvolution`; Ampere's kernel, which runs on Ada and Hopper
+too), the same epilogue as the sm80 GEMM's (`gemm_kernel_sm80.py`: alpha, a bias over the output
+channels or a residual, an activation or any elementwise function). Three kinds:
 
-    spec = GemmSpec("float16", Epilogue(bias=True, activation="relu"), conv2d=Conv2d(3, 3, 1, 1, 1, 1, 1, 1))
-    source = conv_cuda_source(spec, SM80_TILINGS[0])
+- a 2-D convolution (a 1-D one as height 1): forward propagation (`DefaultConv2dFprop`);
+- a 3-D convolution: `DefaultConv3dFprop`;
+- a 2-D transposed convolution (ConvTranspose2d; a 1-D one as height 1): the gradient of a
+  convolution with respect to its input, which is what a transposed convolution computes
+  (`DefaultConv2dDgrad`, strided: CUTLASS splits the output by its position modulo the stride).
+  CUTLASS 2.x has no tensor-core kernel for a transposed 3-D convolution.
 
-The kernel reads activations as N x H x W x C and filters as K x R x S x C (channels innermost) and
-writes N x P x Q x K. The program's host function (`gemm_epilogue(x, w, bias, residual)`, as the
-GEMMs': x N x C x H x W, w K x C x R x S as PyTorch lays them) gives it those layouts:
+    spec = GemmSpec("float16", Epilogue(bias=True, activation="relu"), convolution=Conv((3, 3), (1, 1)))
+    source = conv_cuda_source(spec, SM80_TILINGS[0], ...)
 
-- x is read in place when it is channels-last with C a multiple of the kernel's channel access;
-  else it is first copied into N x H x W x C' (C rounded up to that access, zeros after C) by the
-  GEMM's packing kernel (`gemm_kernel_sm80.PACK`), which transposes a plain N x C x H x W input
+The kernel reads activations with their channels innermost (N x [D x] H x W x C), filters as
+K x [T x] R x S x C, and writes N x [Z x] P x Q x K. The program's host function
+(`gemm_epilogue(x, w, bias, residual)`, as the GEMMs': x N x C x [D x] H x W and w as PyTorch lays
+them: C_out x C_in x f... for a convolution, C_in x C_out x f... for a transposed one) gives it
+those layouts:
+
+- x is read in place when it is channels-last with its channels a multiple of the kernel's
+  access; else it is first copied into N x [D x] H x W x C' (C rounded up to that access, zeros
+  after C) by the GEMM's packing kernel (`gemm_kernel_sm80.PACK`), which transposes a plain input
   through shared memory;
-- w is packed into K x R x S x C' by the same kernel (a K x C x R x S weight is small);
-- the output: returned as it lies (N x P x Q x K, which the program views as the N x K x P x Q
-  channels-last tensor eager makes of a channels-last input), or transposed by the packing kernel
-  into the N x K x P x Q tensor eager makes of a plain input (`Conv2d.channels_last`).
+- w is packed by the same kernel (the filter is small);
+- the output: returned as it lies (which the program views as the channels-last tensor eager makes
+  of a channels-last input), or transposed by the packing kernel into the N x C_out x ... tensor
+  eager makes of a plain input (`Conv.channels_last`).
+
+A transposed convolution's input and output channels must both be multiples of that access (the
+gradient's kernel reads its filter along the output channels, and would read padding channels of
+a padded input); its dilation 1 (CUTLASS's strided kernel takes no other).
 
 The kernel reads a residual in place as C, so only a channels-last one (the plan gives it none yet:
-a tensor read after the convolution declines the task, as do groups, 3-D and transposed
-convolutions: `gemm_plan._read_conv_gemm`)."""
+a tensor read after the convolution declines the task, as do groups: `conv_plan.read_conv`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import PACK, Sm80Tiling, mainloop_fields
 
-__all__ = ["Conv2d", "conv_alignment", "conv_cuda_source", "conv_device_source"]
+__all__ = ["Conv", "conv_alignment", "conv_cuda_source", "conv_device_source"]
 
 
 @dataclass(frozen=True)
-class Conv2d:
-    """The convolution's constants: the filter's R x S, the padding, stride and dilation along H
-    and W, and whether the input (and so the output eager returns) is channels-last."""
+class Conv:
+    """The convolution's constants, one per spatial dimension ((R, S), or (T, R, S) for 3-D): the
+    filter's size, the padding, stride and dilation (default 0, 1, 1), a transposed convolution's
+    output padding; whether it is transposed, and whether the input (and so the output eager
+    returns) is channels-last."""
 
-    r: int
-    s: int
-    pad_h: int = 0
-    pad_w: int = 0
-    stride_h: int = 1
-    stride_w: int = 1
-    dilation_h: int = 1
-    dilation_w: int = 1
+    filter: tuple[int, ...]
+    padding: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
     channels_last: bool = False
+    transposed: bool = False
+    output_padding: tuple[int, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if min(self.r, self.s, self.stride_h, self.stride_w, self.dilation_h, self.dilation_w) < 1 or min(self.pad_h, self.pad_w) < 0:
-            raise ValueError(f"a convolution of filter {self.r}x{self.s}, stride {self.stride_h}x{self.stride_w}, "
-                             f"dilation {self.dilation_h}x{self.dilation_w}, padding {self.pad_h}x{self.pad_w}: sizes of 1 or more, padding 0 or more")
+        dims = len(self.filter)
+        for name, default in (("padding", 0), ("stride", 1), ("dilation", 1), ("output_padding", 0)):
+            value = tuple(int(v) for v in getattr(self, name)) or (default,) * dims
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "filter", tuple(int(v) for v in self.filter))
+        if dims not in (2, 3) or any(len(getattr(self, n)) != dims for n in ("padding", "stride", "dilation", "output_padding")):
+            raise ValueError(f"a convolution's filter, padding, stride, dilation and output padding: 2 or 3 values each, "
+                             f"one per spatial dimension (filter {self.filter})")
+        if min(self.filter + self.stride + self.dilation) < 1 or min(self.padding + self.output_padding) < 0:
+            raise ValueError(f"a convolution of filter {self.filter}, stride {self.stride}, dilation {self.dilation}, padding "
+                             f"{self.padding}: sizes of 1 or more, padding 0 or more")
+        if self.transposed and (dims != 2 or self.dilation != (1, 1)):
+            raise ValueError("a transposed convolution on CUTLASS 2.x's tensor cores: 2-D (or 1-D), dilation 1")
+        if any(o >= s for o, s in zip(self.output_padding, self.stride)) or (any(self.output_padding) and not self.transposed):
+            raise ValueError(f"output padding {self.output_padding}: a transposed convolution's, each below its stride {self.stride}")
+
+    @property
+    def dims(self) -> int:
+        return len(self.filter)
 
     def describe(self) -> str:
-        return (f"a {self.r}x{self.s} convolution, stride {self.stride_h}x{self.stride_w}, padding {self.pad_h}x{self.pad_w}"
-                + (f", dilation {self.dilation_h}x{self.dilation_w}" if (self.dilation_h, self.dilation_w) != (1, 1) else "")
+        x = "x".join
+        return (f"a {x(map(str, self.filter))} {'transposed ' if self.transposed else ''}{self.dims}-D convolution, "
+                f"stride {x(map(str, self.stride))}, padding {x(map(str, self.padding))}"
+                + (f", dilation {x(map(str, self.dilation))}" if set(self.dilation) != {1} else "")
+                + (f", output padding {x(map(str, self.output_padding))}" if any(self.output_padding) else "")
                 + (" of a channels-last input" if self.channels_last else ""))
 
 
@@ -64,30 +96,67 @@ def conv_alignment(dtype: str) -> int:
     return 4 if dtype == "float32" else 8
 
 
+def _three(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
+    """(depth, height, width) of a 2-D or 3-D convolution's constants, a 2-D one's depth `fill`."""
+    return tuple([fill] * (3 - len(values)) + list(values))  # type: ignore[return-value]
+
+
 def conv_device_source(spec: Any, tiling: Sm80Tiling, activation: str, functor: str) -> str:
     """The device part: the kernel's types, `kevin_conv_run(shape, ...)` and `kevin_conv_workspace(shape)`
-    (shape: N, H, W, C, K, P, Q), and the packing kernel."""
-    e, c = spec.epilogue, spec.conv2d  # (what it may read: `GemmSpec`'s checks)
+    (shape: N, D, H, W, C, K, Z, P, Q: the activation N x D x H x W x C, the filter K x T x R x S x C,
+    the output N x Z x P x Q x K; a transposed convolution's activation is its output, its filter's
+    K its input's channels), and the packing kernel."""
+    e, c = spec.epilogue, spec.convolution  # (what it may read: `GemmSpec`'s checks)
     source = "static_cast<ElementD*>(const_cast<void*>(bias))" if e.bias else "static_cast<ElementD*>(const_cast<void*>(residual))" \
         if e.residual else "static_cast<ElementD*>(out)"
+    (t, r, s), (pd, ph, pw), (sd, sh, sw), (dd, dh, dw) = (_three(v, f) for v, f in
+                                                           ((c.filter, 1), (c.padding, 0), (c.stride, 1), (c.dilation, 1)))
+    if c.dims == 3:
+        problem = (f"cutlass::conv::Conv3dProblemSize problem(n, d, h, w_, c, k, {t}, {r}, {s}, z, p, q, {pd}, {ph}, {pw}, {sd}, {sh}, "
+                   f"{sw}, {dd}, {dh}, {dw}, cutlass::conv::Mode::kCrossCorrelation, 1, 1)")
+        layout, include, kernel = "cutlass::layout::TensorNDHWC", "default_conv3d_fprop.h", _FPROP3D
+    else:
+        problem = (f"cutlass::conv::Conv2dProblemSize problem(n, h, w_, c, k, {r}, {s}, p, q, {ph}, {pw}, {sh}, {sw}, {dh}, {dw}, "
+                   "cutlass::conv::Mode::kCrossCorrelation, 1, 1)")
+        layout = "cutlass::layout::TensorNHWC"
+        include, kernel = ("default_conv2d_dgrad.h", _DGRAD) if c.transposed else ("default_conv2d_fprop.h", _FPROP2D)
+    sizes = "n, d, h, w_, c" if c.dims == 3 else "n, h, w_, c"
+    filt = f"k, {t}, {r}, {s}, c" if c.dims == 3 else f"k, {r}, {s}, c"
+    outs = "n, z, p, q, k" if c.dims == 3 else "n, p, q, k"
+    # the activation (A of a convolution, C and D of a transposed one) and the output (the reverse)
+    act, res = (f"{layout}::packed({{{outs}}})", f"{layout}::packed({{{sizes}}})") if c.transposed else \
+        (f"{layout}::packed({{{sizes}}})", f"{layout}::packed({{{outs}}})")
     return _DEVICE.format(
         **mainloop_fields(spec.dtype, tiling), functor=functor, align=conv_alignment(spec.dtype), out_align=spec.alignments[1],
-        activation=activation, r=c.r, s=c.s, pad_h=c.pad_h, pad_w=c.pad_w, stride_h=c.stride_h, stride_w=c.stride_w, dil_h=c.dilation_h, dil_w=c.dilation_w,
+        activation=activation, include=include, **kernel, layout=layout, problem=problem,
+        layout_x=act, layout_w=f"{layout}::packed({{{filt}}})", layout_out=res,
         alpha=f"{float(e.alpha)!r}f", beta=f"{float(e.beta) if e.residual else 1.0 if e.bias else 0.0!r}f", source=source,
-        layout_c="cutlass::layout::TensorNHWC(cutlass::layout::TensorNHWC::Stride(0))" if e.bias else "layout_out") + PACK
+        layout_c=f"{layout}({layout}::Stride(0))" if e.bias else "layout_out") + PACK
 
 
 def conv_cuda_source(spec: Any, tiling: Sm80Tiling, activation: str, functor: str, scalar: str, params: str) -> str:
     """The whole CUDA source: the device part and the host function `gemm_epilogue(x, w, bias, residual)`."""
-    c = spec.conv2d
+    c = spec.convolution
+    (t, r, s), (pd, ph, pw), (sd, sh, sw), (dd, dh, dw), (od, oh, ow) = (
+        _three(v, f) for v, f in ((c.filter, 1), (c.padding, 0), (c.stride, 1), (c.dilation, 1), (c.output_padding, 0)))
     return conv_device_source(spec, tiling, activation, functor) + _HOST.format(
-        scalar=scalar, params=params, r=c.r, s=c.s, pad_h=c.pad_h, pad_w=c.pad_w, stride_h=c.stride_h, stride_w=c.stride_w,
-        dil_h=c.dilation_h, dil_w=c.dilation_w, align=conv_alignment(spec.dtype), bias=spec.epilogue.bias,
-        residual=spec.epilogue.residual, out_align=spec.alignments[1], channels_last=int(c.channels_last))
+        scalar=scalar, params=params, dims=c.dims, filter=f"{t}, {r}, {s}", pad=f"{pd}, {ph}, {pw}", stride=f"{sd}, {sh}, {sw}",
+        dilation=f"{dd}, {dh}, {dw}", output_padding=f"{od}, {oh}, {ow}", taps=math.prod(c.filter), transposed=int(c.transposed),
+        align=conv_alignment(spec.dtype), bias=spec.epilogue.bias, residual=spec.epilogue.residual, out_align=spec.alignments[1],
+        channels_last=int(c.channels_last), last=c.dims + 1, spatial=", ".join(f"out[{3 - c.dims + i}]" for i in range(c.dims)))
 
+
+# the three kernels: the name of CUTLASS's default kernel, its threadblock order, its last arguments
+_FPROP2D = dict(kernel="DefaultConv2dFprop", swizzle="cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>",
+                trailer="cutlass::conv::IteratorAlgorithm::kOptimized, cutlass::conv::StrideSupport::kStrided, kAlign, kAlign")
+_FPROP3D = dict(kernel="DefaultConv3dFprop", swizzle="cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>",
+                trailer="cutlass::conv::IteratorAlgorithm::kOptimized, cutlass::conv::StrideSupport::kStrided")  # (16-byte accesses)
+_DGRAD = dict(kernel="DefaultConv2dDgrad", swizzle="cutlass::conv::threadblock::StridedDgradIdentityThreadblockSwizzle<1>",
+              trailer="cutlass::conv::IteratorAlgorithm::kOptimized, cutlass::conv::StrideSupport::kStrided, kAlign, kAlign")
 
 _DEVICE = """#include <cutlass/cutlass.h>
-#include <cutlass/conv/kernel/default_conv2d_fprop.h>
+#include <cutlass/conv/kernel/{include}>
+#include <cutlass/conv/threadblock/threadblock_swizzle.h>
 #include <cutlass/conv/device/implicit_gemm_convolution.h>
 #include <cutlass/epilogue/thread/linear_combination_generic.h>
 #include <cutlass/epilogue/thread/activation.h>
@@ -97,25 +166,29 @@ using Element = {element};
 using ElementD = {element};  // (the output in the inputs' dtype)
 {functor}constexpr int kAlign = {align};  // channels read at a time
 constexpr int kAlignD = {out_align};  // output channels stored at a time
+static_assert(kAlign * sizeof(Element) == 16, "the channels are read 16 bytes at a time");
 using EpilogueOp = cutlass::epilogue::thread::LinearCombinationGeneric<{activation}, ElementD, kAlignD, float, float>;
-using Kernel = typename cutlass::conv::kernel::DefaultConv2dFprop<
-    Element, cutlass::layout::TensorNHWC, Element, cutlass::layout::TensorNHWC, ElementD, cutlass::layout::TensorNHWC, float,
+using Kernel = typename cutlass::conv::kernel::{kernel}<
+    Element, {layout}, Element, {layout}, ElementD, {layout}, float,
     cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
     cutlass::gemm::GemmShape<{tm}, {tn}, {tk}>, cutlass::gemm::GemmShape<{wm}, {wn}, {wk}>, cutlass::gemm::GemmShape<{instruction}>,
-    EpilogueOp, cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, {stages}, {operator},
-    cutlass::conv::IteratorAlgorithm::kOptimized, cutlass::conv::StrideSupport::kStrided, kAlign, kAlign>::Kernel;
+    EpilogueOp, {swizzle}, {stages}, {operator},
+    {trailer}>::Kernel;
 using Conv = cutlass::conv::device::ImplicitGemmConvolution<Kernel>;
 
 static typename Conv::Arguments arguments(int const* shape, void const* x, void const* w, void const* bias, void const* residual,
                                           void* out) {{
-    // shape: N, H, W, C (the packed channels), K, P, Q; x N x H x W x C, w K x R x S x C, out N x P x Q x K;
-    // C: the bias as one output row read everywhere (strides 0), the residual (N x P x Q x K), or (beta 0) not read
-    const int n = shape[0], h = shape[1], w_ = shape[2], c = shape[3], k = shape[4], p = shape[5], q = shape[6];
-    cutlass::conv::Conv2dProblemSize problem(n, h, w_, c, k, {r}, {s}, p, q, {pad_h}, {pad_w}, {stride_h}, {stride_w}, {dil_h}, {dil_w},
-                                             cutlass::conv::Mode::kCrossCorrelation, 1, 1);
-    auto layout_x = cutlass::layout::TensorNHWC::packed({{n, h, w_, c}});
-    auto layout_w = cutlass::layout::TensorNHWC::packed({{k, {r}, {s}, c}});
-    auto layout_out = cutlass::layout::TensorNHWC::packed({{n, p, q, k}});
+    // shape: N, D, H, W, C (the packed channels), K, Z, P, Q: the activation N x D x H x W x C, the filter
+    // K x T x R x S x C, the output N x Z x P x Q x K (a 2-D convolution's D and Z 1); a transposed
+    // convolution reads the output and writes the activation. C: the bias as one row of channels read
+    // everywhere (strides 0), the residual, or (beta 0) not read
+    const int n = shape[0], d = shape[1], h = shape[2], w_ = shape[3], c = shape[4], k = shape[5], z = shape[6], p = shape[7],
+              q = shape[8];
+    (void)d, (void)z;
+    {problem};
+    auto layout_x = {layout_x};
+    auto layout_w = {layout_w};
+    auto layout_out = {layout_out};
     typename EpilogueOp::Params epilogue({alpha}, {beta});
     return typename Conv::Arguments(
         problem, {{static_cast<Element*>(const_cast<void*>(x)), layout_x}}, {{static_cast<Element*>(const_cast<void*>(w)), layout_w}},
@@ -144,57 +217,86 @@ _HOST = """
 #include <ATen/cuda/CUDAContext.h>
 
 torch::Tensor gemm_epilogue({params}) {{
-    // x N x C x H x W (plain or channels-last), w K x C x {r} x {s}; the output N x P x Q x K
-    // (channels-last input) or N x K x P x Q
-    TORCH_CHECK(x.is_cuda() && w.is_cuda() && x.scalar_type() == {scalar} && w.scalar_type() == {scalar} && x.dim() == 4 && w.dim() == 4,
-                "gemm_epilogue: x and w 4-dimensional on the GPU, of the kernel's dtype");
-    const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), k = w.size(0);
-    TORCH_CHECK(w.size(1) == c && w.size(2) == {r} && w.size(3) == {s}, "gemm_epilogue: w is K x C x {r} x {s}");
-    const int64_t p = (h + 2 * {pad_h} - {dil_h} * ({r} - 1) - 1) / {stride_h} + 1, q = (wd + 2 * {pad_w} - {dil_w} * ({s} - 1) - 1) / {stride_w} + 1;
-    TORCH_CHECK(p > 0 && q > 0 && k % {out_align} == 0, "gemm_epilogue: an output of at least one row and column, K a multiple of {out_align}");
-    const int64_t cp = (c + {align} - 1) / {align} * {align};  // (channels rounded up to the kernel's access)
-    // (as the plan read it: channels-last and not contiguous, which a 1 x 1 image or one channel is both)
-    const bool channels_last = !x.is_contiguous() && x.stride(1) == 1 && x.stride(3) == c && x.stride(2) == wd * c && x.stride(0) == h * wd * c;
+    // x N x C_in x [D x] H x W (plain or channels-last); w C_out x C_in x filter (a transposed
+    // convolution's: C_in x C_out x filter); the output N x C_out x ... as eager's (channels-last
+    // of a channels-last input). Sizes along depth, height and width; a 2-D convolution's depth 1
+    const int64_t kFilter[3] = {{{filter}}}, kPad[3] = {{{pad}}}, kStride[3] = {{{stride}}}, kDilation[3] = {{{dilation}}},
+                  kOutputPadding[3] = {{{output_padding}}};
+    const bool transposed = {transposed};
+    TORCH_CHECK(x.is_cuda() && w.is_cuda() && x.scalar_type() == {scalar} && w.scalar_type() == {scalar} && x.dim() == {dims} + 2
+                && w.dim() == {dims} + 2, "gemm_epilogue: x and w of a {dims}-D convolution on the GPU, of the kernel's dtype");
+    const int64_t n = x.size(0), ci = x.size(1), co = w.size(transposed ? 1 : 0);
+    TORCH_CHECK(ci > 0 && w.size(transposed ? 0 : 1) == ci, "gemm_epilogue: w's input channels are x's");
+    int64_t in[3] = {{1, 1, 1}}, out[3] = {{1, 1, 1}};
+    for (int i = 0; i < {dims}; ++i) {{
+        const int j = 3 - {dims} + i;
+        TORCH_CHECK(w.size(2 + i) == kFilter[j], "gemm_epilogue: w's filter of the size the kernel was written for");
+        in[j] = x.size(2 + i);
+        const int64_t span = in[j] + 2 * kPad[j] - kDilation[j] * (kFilter[j] - 1) - 1;
+        TORCH_CHECK(transposed || span >= 0, "gemm_epilogue: an input smaller than the filter");
+        out[j] = transposed ? (in[j] - 1) * kStride[j] - 2 * kPad[j] + kDilation[j] * (kFilter[j] - 1) + kOutputPadding[j] + 1
+                            : span / kStride[j] + 1;
+        TORCH_CHECK(out[j] > 0, "gemm_epilogue: an output of at least one position along each dimension");
+    }}
+    const int64_t spatial = in[0] * in[1] * in[2], out_spatial = out[0] * out[1] * out[2];
+    const int64_t cip = (ci + {align} - 1) / {align} * {align};  // (input channels rounded up to the kernel's access)
+    TORCH_CHECK(co % {out_align} == 0 && (!transposed || (cip == ci && co % {align} == 0)),
+                "gemm_epilogue: output channels a multiple of {out_align} (a transposed convolution's channels multiples of {align})");
+    // channels-last as the plan read it: not contiguous, the channels innermost, the rest packed
+    // (a 1 x 1 image or one channel is both)
+    bool channels_last = !x.is_contiguous() && x.stride(1) == 1 && x.stride({last}) == ci && x.stride(0) == x.stride(2) * x.size(2);
+    for (int i = {last}; i > 2; --i) channels_last = channels_last && x.stride(i - 1) == x.stride(i) * x.size(i);
     TORCH_CHECK(channels_last == bool({channels_last}) && (channels_last || x.is_contiguous()) && w.is_contiguous(),
                 "gemm_epilogue: x laid out as the kernel was written for, w contiguous");
     cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
     const void* bias_ptr = nullptr;
     const void* residual_ptr = nullptr;
     if ({bias:d}) {{
-        TORCH_CHECK(bias.numel() == k && bias.scalar_type() == {scalar} && bias.is_contiguous(), "gemm_epilogue: a bias of K values");
+        TORCH_CHECK(bias.numel() == co && bias.scalar_type() == {scalar} && bias.is_contiguous(), "gemm_epilogue: a bias of C_out values");
         bias_ptr = bias.data_ptr();
     }}
     if ({residual:d}) {{
-        TORCH_CHECK(residual.numel() == n * k * p * q && residual.scalar_type() == {scalar} && residual.stride(1) == 1 && residual.stride(3) == k
-                    && residual.stride(2) == q * k && residual.stride(0) == p * q * k, "gemm_epilogue: a channels-last residual of the output's size");
+        bool ok = residual.dim() == x.dim() && residual.numel() == n * co * out_spatial && residual.scalar_type() == {scalar}
+                  && residual.stride(1) == 1 && residual.stride({last}) == co && residual.stride(0) == out_spatial * co;
+        for (int i = {last}; ok && i > 2; --i) ok = residual.stride(i - 1) == residual.stride(i) * residual.size(i);
+        TORCH_CHECK(ok, "gemm_epilogue: a channels-last residual of the output's size");
         residual_ptr = residual.data_ptr();
     }}
-    auto y = torch::empty({{n, p, q, k}}, x.options());
-    if (n == 0 || k == 0) return y;
-    // x as N x H x W x C': in place, or packed (from a channels-last input: its rows of C; from a
-    // plain one: per image, H*W rows of C values a column apart)
+    auto y = torch::empty({{n, {spatial}, co}}, x.options());
+    if (n == 0 || co == 0) return {channels_last} ? y : torch::empty({{n, co, {spatial}}}, x.options());
+    // x with its channels innermost: in place, or packed (from a channels-last input: its rows of
+    // channels; from a plain one: per image, its positions' rows of channels a column apart)
     const void* x_ptr = x.data_ptr();
-    torch::Tensor xp, wp = torch::empty({{k * {r} * {s} * cp}}, w.options());
+    torch::Tensor xp;
     int packed = 0;
-    if (!channels_last || cp != c) {{
-        xp = torch::empty({{n * h * wd * cp}}, x.options());
-        packed = channels_last ? kevin_gemm_pack(x.data_ptr(), xp.data_ptr(), 1, n * h * wd, c, cp, 0, c, 1, stream)
-                               : kevin_gemm_pack(x.data_ptr(), xp.data_ptr(), static_cast<int>(n), h * wd, c, cp, c * h * wd, 1, h * wd, stream);
+    if (!channels_last || cip != ci) {{
+        xp = torch::empty({{n * spatial * cip}}, x.options());
+        packed = channels_last ? kevin_gemm_pack(x.data_ptr(), xp.data_ptr(), 1, n * spatial, ci, cip, 0, ci, 1, stream)
+                               : kevin_gemm_pack(x.data_ptr(), xp.data_ptr(), static_cast<int>(n), spatial, ci, cip, ci * spatial, 1,
+                                                 spatial, stream);
         x_ptr = xp.data_ptr();
     }}
-    // w as K x R x S x C': per output channel, R*S rows of C values a column apart
-    if (packed == 0) packed = kevin_gemm_pack(w.data_ptr(), wp.data_ptr(), static_cast<int>(k), {r} * {s}, c, cp, c * {r} * {s}, 1, {r} * {s}, stream);
+    // w with its channels innermost: per filter row (C_out of a convolution, C_in of a transposed
+    // one), its taps' rows of channels a column apart
+    const int64_t rows = w.size(0), cols = w.size(1), colsp = transposed ? cols : cip;
+    auto wp = torch::empty({{rows * {taps} * colsp}}, w.options());
+    if (packed == 0) packed = kevin_gemm_pack(w.data_ptr(), wp.data_ptr(), static_cast<int>(rows), {taps}, cols, colsp, cols * {taps}, 1,
+                                              {taps}, stream);
     TORCH_CHECK(packed == 0, "gemm_epilogue: packing x and w: CUDA error ", packed);
-    const int shape[7] = {{static_cast<int>(n), static_cast<int>(h), static_cast<int>(wd), static_cast<int>(cp), static_cast<int>(k),
-                          static_cast<int>(p), static_cast<int>(q)}};
+    // the kernel's activation is x (a transposed convolution's: the output), its output the other
+    const int64_t* act = transposed ? out : in;
+    const int64_t* res = transposed ? in : out;
+    const int shape[9] = {{static_cast<int>(n), static_cast<int>(act[0]), static_cast<int>(act[1]), static_cast<int>(act[2]),
+                          static_cast<int>(transposed ? co : cip), static_cast<int>(transposed ? ci : co), static_cast<int>(res[0]),
+                          static_cast<int>(res[1]), static_cast<int>(res[2])}};
     auto workspace = torch::empty({{static_cast<int64_t>(kevin_conv_workspace(shape))}}, x.options().dtype(torch::kUInt8));
     int status = kevin_conv_run(shape, x_ptr, wp.data_ptr(), bias_ptr, residual_ptr, y.data_ptr(), workspace.data_ptr(), stream);
     TORCH_CHECK(status == 0, "gemm_epilogue: CUTLASS status ", status);
     if ({channels_last}) return y;
-    // N x P x Q x K into N x K x P x Q: per image, K rows of P*Q values a column apart
-    auto out = torch::empty({{n, k, p, q}}, x.options());
-    packed = kevin_gemm_pack(y.data_ptr(), out.data_ptr(), static_cast<int>(n), k, p * q, p * q, p * q * k, 1, k, stream);
+    // N x ... x C_out into N x C_out x ...: per image, C_out rows of its positions, a column apart
+    auto o = torch::empty({{n, co, {spatial}}}, x.options());
+    packed = kevin_gemm_pack(y.data_ptr(), o.data_ptr(), static_cast<int>(n), co, out_spatial, out_spatial, out_spatial * co, 1, co, stream);
     TORCH_CHECK(packed == 0, "gemm_epilogue: the output's transpose: CUDA error ", packed);
-    return out;
+    return o;
 }}
 """

@@ -145,8 +145,8 @@ class GemmSpec:
     # 16-bit rows no 4-byte copy reads (odd K; a K x N weight of odd N): the sm80 kernel's program
     # first packs x and w into rows of K rounded up to 8, zeros after K, w as N x K (`gemm_kernel_sm80.PACK`)
     pad_k: bool = False
-    # a 2-D convolution's constants (`conv_kernel.Conv2d`): CUTLASS 2.x's implicit GEMM instead of a GEMM
-    conv2d: Any = None
+    # a convolution's constants (`conv_kernel.Conv`): CUTLASS 2.x's implicit GEMM instead of a GEMM
+    convolution: Any = None
 
     def __post_init__(self) -> None:
         if self.dtype not in ELEMENTS:
@@ -162,7 +162,7 @@ class GemmSpec:
             raise ValueError(f"arch {self.arch!r}: 'sm90' or 'sm80'")
         if self.sm80 and self.direct_store:
             raise ValueError("the sm80 kernel stores any row: no direct store")
-        if self.conv2d is not None and (e.tree or (e.bias and e.residual) or self.pad_k or self.direct_store or self.store
+        if self.convolution is not None and (e.tree or (e.bias and e.residual) or self.pad_k or self.direct_store or self.store
                                         or self.weight != "nk"):
             raise ValueError("a convolution's epilogue: one source (a bias or a residual); no visitor tree, packed rows, direct "
                              "store, float32 end or K x N weight")
@@ -186,7 +186,7 @@ class GemmSpec:
     @property
     def sm80(self) -> bool:
         """Whether CUTLASS 2.x computes it (`gemm_kernel_sm80.py`, `conv_kernel.py`): float32, convolutions, and 16-bit on sm80."""
-        return self.dtype == "float32" or self.arch == "sm80" or self.conv2d is not None
+        return self.dtype == "float32" or self.arch == "sm80" or self.convolution is not None
 
     @property
     def output(self) -> str:
@@ -287,7 +287,7 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     if spec.sm80:
         if not isinstance(tiling, Sm80Tiling):
             raise ValueError(f"a {spec.dtype} GEMM on the sm80 kernel takes an Sm80Tiling, not {tiling!r}")
-        if spec.conv2d is not None:
+        if spec.convolution is not None:
             from kevin_backend.generate.builtin.conv_kernel import conv_device_source  # (it reads GemmSpec)
 
             return conv_device_source(spec, tiling, ACTIVATIONS[epi.activation], functor)
@@ -387,7 +387,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     workspace from torch's allocator and runs on the current stream."""
     epi = spec.epilogue
     params = gemm_cpp_source(spec).split("(", 1)[1].rsplit(")", 1)[0]
-    if spec.conv2d is not None:  # (a convolution's: `conv_kernel.py`)
+    if spec.convolution is not None:  # (a convolution's: `conv_kernel.py`)
         from kevin_backend.generate.builtin.conv_kernel import conv_cuda_source
 
         return conv_cuda_source(spec, tiling, ACTIVATIONS[epi.activation], _FUNCTION.format(body=epi.function) if epi.function else "",

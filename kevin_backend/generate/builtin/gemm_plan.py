@@ -20,14 +20,15 @@ the columns, over the rows or read whole. A task of several matmuls is a chain
 (`gemm_chain.py`); a reduction after the product, or ops computing the left operand (a cast, a
 pre-norm), are the built-in writer's own kernels around the GEMM (`gemm_tail.py`). A bmm (and a
 baddbmm: a bmm, its scale and its c added) is a batch of products, its operands the inputs they
-view in place (`gemm_chain.batched_operands`). A convolution (`_read_conv_gemm`): a 1x1 one of a
-channels-last input is the GEMM of its rows of channels; other 2-D and 1-D ones of one group are
-CUTLASS's implicit GEMM (`conv_kernel.py`), with their bias and a function after. 16-bit rows of
+view in place (`gemm_chain.batched_operands`). A convolution (`conv_plan.py`): a 1x1 one of a
+channels-last input is the GEMM of its rows of channels; other 1-D, 2-D and 3-D ones and
+transposed 1-D and 2-D ones, of one group, are CUTLASS's implicit GEMM (`conv_kernel.py`), with
+their bias and a function after. 16-bit rows of
 N that TMA cannot store (an LM head's 50257 logits) are stored directly, for a plain linear
 combination; rows TMA cannot read, or other epilogues of such rows, go to CUTLASS 2.x's sm80
 kernel (`gemm_kernel_sm80.py`), which packs rows of odd length first. Each thing it cannot take
-declines the task with the reason: another dtype than float16, bfloat16 or float32, a 3-D or
-transposed convolution, a float32 product exponentiated after it, and so on. A plan is for a GPU
+declines the task with the reason: another dtype than float16, bfloat16 or float32, a grouped
+convolution, a float32 product exponentiated after it, and so on. A plan is for a GPU
 (`plan_gemm`'s `arch`, by default the one here): Hopper's ("sm90"), or Ampere's and Ada's ("sm80":
 CUTLASS 2.x's kernels for every GEMM).
 An output that views the product in another shape (a compiled model's 3-D activations) is the
@@ -50,7 +51,6 @@ import torch
 import torch.fx as fx
 
 from kevin_backend.generate.builtin import builtin_support
-from kevin_backend.generate.builtin.conv_kernel import Conv2d, conv_alignment
 from kevin_backend.generate.builtin.gemm_kernel import (Epilogue, GemmSpec, gemm_cpp_source, gemm_cuda_flags, gemm_cuda_source,
                                                          gemm_unaligned, tilings_for)
 from kevin_backend.generate.builtin.gemm_chain import (MATMULS, ChainTiling, GemmChain, batched_operands, chain_cut, chain_tilings,
@@ -99,8 +99,8 @@ class GemmPlan:
     operands: tuple[int, ...] = ()
     batch: int = 1  # L products of M x N (bmm's; x and w hold L matrices each, the output L x M x N)
     views: tuple[str, ...] = ()  # the program's lines making the task's outputs, views of the kernel's (`y`): `_outputs`
-    conv: bool = False  # a 1x1 convolution (`_read_conv`): x passed as its N x H x W x C view, w as C_out x C
-    conv1d: bool = False  # a 1-D convolution (`spec.conv2d`'s of height 1): x and w passed with a dimension of 1 before the last
+    conv: bool = False  # a 1x1 convolution (`conv_plan.read_conv`): x passed as its N x H x W x C view, w as C_out x C
+    conv1d: bool = False  # a 1-D convolution (`spec.convolution`'s 2-D of height 1): x and w passed with a dimension of 1 before the last
 
     def describe(self) -> str:
         e = self.spec.epilogue
@@ -114,8 +114,8 @@ class GemmPlan:
                  *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else []),
                  *(["its rows stored directly (N unaligned)"] if self.spec.direct_store else []),
                  *(["x and w packed into rows of 8 first (rows of odd length)"] if self.spec.pad_k else []),
-                 *([self.spec.conv2d.describe() + (" (1-D, as height 1)" if self.conv1d else "")] if self.spec.conv2d else []),
-                 *([f"{self.views[-1].count(',') + 1} views of it returned"] if self.views and not self.conv and not self.spec.conv2d else [])]
+                 *([self.spec.convolution.describe() + (" (1-D, as height 1)" if self.conv1d else "")] if self.spec.convolution else []),
+                 *([f"{self.views[-1].count(',') + 1} views of it returned"] if self.views and not self.conv and not self.spec.convolution else [])]
         return ", ".join(parts)
 
 
@@ -131,7 +131,9 @@ def plan_gemm(task_source: str, arch: str | None = None) -> GemmPlan | GemmChain
     arch = arch or builtin_support.gemm_arch() or "sm90"
     if arch not in ("sm90", "sm80"):
         raise ValueError(f"arch {arch!r}: 'sm90' or 'sm80'")
-    _read, _read_with_tail, _read_conv = (functools.partial(f, arch=arch) for f in (_read_gemm, _read_gemm_with_tail, _read_conv_gemm))
+    from kevin_backend.generate.builtin.conv_plan import plan_conv  # (it reads this module's GemmPlan)
+
+    _read, _read_with_tail = (functools.partial(f, arch=arch) for f in (_read_gemm, _read_gemm_with_tail))
     try:
         with TRACE_LOCK:
             gm, metas, names = trace_with_parameters(task_source)
@@ -144,8 +146,7 @@ def plan_gemm(task_source: str, arch: str | None = None) -> GemmPlan | GemmChain
             chain = GemmChain(tuple(_read(graph, sub_metas) for graph, sub_metas in chain_cut(gm.graph, metas)))
             return with_parameters(chain, count, tuple(names))
         if not matmuls:  # (a convolution; a reduction after it: the writer's own kernel, as after a GEMM)
-            return _named(_conv_with_tail(gm.graph, metas, _read_conv) if _conv_tail(gm.graph) else _read_conv(gm.graph, metas),
-                          count, tuple(names))
+            return _named(plan_conv(gm.graph, metas, arch), count, tuple(names))
         if len(matmuls) == 1 and head_of(gm.graph) is not None:  # a left operand ops compute: the writer's kernel first
             return _named(plan_head(gm.graph, metas, _read_with_tail), count, tuple(names))
         return _named(_read_with_tail(gm.graph, metas), count, tuple(names))
@@ -160,19 +161,6 @@ def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPl
     reduction follows the product (`gemm_tail.py`)."""
     read = functools.partial(_read_gemm, arch=arch)
     return plan_tail(graph, metas, read) if has_tail(graph) else read(graph, metas)
-
-
-def _conv_tail(graph: fx.Graph) -> bool:
-    """Whether a reduction follows the graph's one convolution (the writer's own kernel after it)."""
-    convs = [n for n in graph.nodes if n.op == "call_function" and n.target is aten.convolution.default]
-    return len(convs) == 1 and has_tail(graph)
-
-
-def _conv_with_tail(graph: fx.Graph, metas: list[Any], read: Any) -> GemmTail:
-    tail = plan_tail(graph, metas, read)
-    if tail.gemm.views:  # (its y0 the kernel's N x P x Q x K: the tail reads N x K x P x Q)
-        raise Unsupported("a reduction after a convolution of a channels-last input")
-    return tail
 
 
 def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
@@ -233,61 +221,6 @@ def _spec(dtype: str, epilogue: Epilogue, nk: bool, n: int, k: int, arch: str, d
     pad = sm80 and not align
     return GemmSpec(dtype, epilogue, "nk" if nk else "kn", 8 if pad else align, direct_store=direct, arch=arch, out_align=out_align,
                     pad_k=pad)
-
-
-def _read_conv_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
-    """A convolution with its epilogue (a bias, a scale, an activation or any elementwise function).
-    A 1x1 one (stride 1, unpadded) of a channels-last input is the GEMM of the input's N*H*W rows
-    of C channels (as it lies) by the C_out x C weight, its output returned as the N x C_out x H x W
-    view that is channels-last as eager's. Other 2-D and 1-D ones of one group are CUTLASS's
-    implicit GEMM (`conv_kernel.py`; a 1-D one as 2-D of height 1). Others are declined with what they are."""
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    index = {p: i for i, p in enumerate(placeholders)}
-    convs = [n for n in graph.nodes if n.op == "call_function" and n.target is aten.convolution.default]
-    if len(convs) != 1:
-        raise Unsupported("no matmul (mm, addmm, bmm, baddbmm) nor one convolution")
-    (conv,) = convs
-    x, w, bias, stride, padding, dilation, transposed, _, groups = conv.args
-    if not (isinstance(x, fx.Node) and x in index and isinstance(w, fx.Node) and w in index):
-        raise Unsupported("a convolution of values computed in the task (the GEMM writer reads inputs)")
-    xv, wv = metas[index[x]], metas[index[w]]
-    if transposed or groups != 1 or wv.dim() not in (3, 4):
-        raise Unsupported(f"a {'transposed ' if transposed else ''}{wv.dim() - 2}-D convolution, kernel "
-                          f"{'x'.join(map(str, wv.shape[2:]))}, stride {list(stride)}, padding {list(padding)}, "
-                          f"{groups} group(s): the GEMM writer takes 2-D and 1-D ones of one group")
-    if xv.dtype not in _DTYPES or wv.dtype != xv.dtype:
-        raise Unsupported(f"a convolution of {xv.dtype} by {wv.dtype}: the GEMM writer takes one of float16, bfloat16, float32")
-    out, views = _outputs(graph)
-    value = out.meta.get("val")
-    if views or not isinstance(value, torch.Tensor):
-        raise Unsupported("several outputs of a convolution")
-    channels_last = xv.dim() == 4 and xv.is_contiguous(memory_format=torch.channels_last) and not xv.is_contiguous()
-    if not (channels_last or xv.is_contiguous()) or not wv.is_contiguous():
-        raise Unsupported("a convolution of an input neither contiguous nor channels-last, or of a filter not contiguous")
-    one_by_one = wv.dim() == 4 and tuple(wv.shape[2:]) == (1, 1) and list(stride) == [1, 1] and list(padding) == [0, 0]
-    n, k = int(wv.shape[0]), int(wv.shape[1]) * math.prod(int(d) for d in wv.shape[2:])
-    m = value.numel() // n
-    other = "a convolution's epilogue reading other tensors than its bias (its output lies channel by channel)"
-    try:
-        epilogue, bias_in, residual_in, operands = _epilogue(conv, out, bias, index, metas, (m, n), xv.dtype)
-    except Unsupported as exc:
-        raise Unsupported(f"{other}: {exc}" if "epilogue operand" in str(exc) else str(exc)) from None
-    if operands or residual_in is not None or bias_in != (index.get(bias) if isinstance(bias, fx.Node) else None):
-        raise Unsupported(other)
-    if one_by_one and channels_last and list(dilation) == [1, 1] and not (xv.dtype != torch.float32 and arch == "sm90"
-                                                                            and gemm_unaligned(m, n, k)):
-        return GemmPlan(_spec(_DTYPES[xv.dtype], epilogue, True, n, k, arch), m, n, k, len(placeholders), index[x], index[w], bias_in,
-                        conv=True, views=("return y.permute(0, 3, 1, 2)",))
-    # (others, and 1x1 ones of rows TMA cannot read: the output laid out as eager's on a GPU, channels-last
-    # of a channels-last input, though meta tensors say contiguous)
-    (r, s), flat = (wv.shape[2:], False) if wv.dim() == 4 else ((1, wv.shape[2]), True)
-    pads, strides, dilations = ([0, *padding], [1, *stride], [1, *dilation]) if flat else (padding, stride, dilation)
-    shape = Conv2d(int(r), int(s), *map(int, pads), *map(int, strides), *map(int, dilations), channels_last=channels_last)
-    out_align = sm80_alignment(_DTYPES[xv.dtype], n, k)[1]  # (the output channels stored at a time)
-    spec = GemmSpec(_DTYPES[xv.dtype], epilogue, "nk", conv_alignment(_DTYPES[xv.dtype]), arch=arch, out_align=out_align, conv2d=shape)
-    return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, conv1d=flat,
-                    out_shape=tuple(int(d) for d in value.shape) if flat else None,
-                    views=("return y.permute(0, 3, 1, 2)",) if channels_last else ())
 
 
 def _operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple[Any, ...]:

@@ -1,0 +1,117 @@
+"""The GEMM writer's plan of a task whose product is a convolution (`gemm_plan.plan_gemm` comes
+here when the graph holds no matmul): the convolution with its epilogue (a bias, a scale, an
+activation or any elementwise function), and the built-in writer's own kernel after it where a
+reduction follows (a min over the channels, a softmax, a group norm: `gemm_tail.plan_tail`).
+
+    plan = plan_conv(graph, metas, "sm90")    # a GemmPlan or GemmTail, or Unsupported with the reason
+
+Which kernel:
+- a 1x1 convolution (stride 1, unpadded) of a channels-last input is the GEMM of the input's
+  N*H*W rows of C channels (as it lies) by the C_out x C weight, its output returned as the
+  N x C_out x H x W view that is channels-last as eager's (`GemmPlan.conv`);
+- other 2-D, 3-D and 1-D convolutions, and 2-D and 1-D transposed ones, of one group: CUTLASS
+  2.x's implicit GEMM (`conv_kernel.py`; a 1-D one as 2-D of height 1, `GemmPlan.conv1d`).
+
+Declined, each with what it is: groups, a transposed 3-D convolution (CUTLASS 2.x has no tensor-core
+kernel for it), a dilated transposed one, a transposed one whose channels are not multiples of the
+kernel's 16-byte access, an epilogue reading other tensors than the bias (the output lies channel
+by channel), a reduction after a convolution of a channels-last input.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from kevin_backend.generate.builtin.conv_kernel import Conv, conv_alignment
+from kevin_backend.generate.builtin.gemm_kernel import GemmSpec, gemm_unaligned
+from kevin_backend.generate.builtin.gemm_kernel_sm80 import sm80_alignment
+from kevin_backend.generate.builtin.gemm_plan import _DTYPES, GemmPlan, _epilogue, _outputs, _spec
+from kevin_backend.generate.builtin.gemm_tail import GemmTail, has_tail, plan_tail
+from kevin_backend.generate.builtin.ops import Unsupported
+
+__all__ = ["plan_conv", "read_conv"]
+
+aten = torch.ops.aten
+
+
+def _convolutions(graph: fx.Graph) -> list[fx.Node]:
+    return [n for n in graph.nodes if n.op == "call_function" and n.target is aten.convolution.default]
+
+
+def plan_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan | GemmTail:
+    """The plan of a graph whose product is its one convolution (its inputs `metas`), for `arch`."""
+    read = functools.partial(read_conv, arch=arch)
+    if not (len(_convolutions(graph)) == 1 and has_tail(graph)):
+        return read(graph, metas)
+    tail = plan_tail(graph, metas, read)
+    if tail.gemm.views:  # (its y0 the kernel's N x ... x C_out: the tail reads N x C_out x ...)
+        raise Unsupported("a reduction after a convolution of a channels-last input")
+    return tail
+
+
+def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
+    """The GemmPlan of a graph of one convolution and its epilogue (the module's docstring says
+    which kernel), or Unsupported with what it is."""
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    index = {p: i for i, p in enumerate(placeholders)}
+    convs = _convolutions(graph)
+    if len(convs) != 1:
+        raise Unsupported("no matmul (mm, addmm, bmm, baddbmm) nor one convolution")
+    (conv,) = convs
+    x, w, bias, stride, padding, dilation, transposed, output_padding, groups = conv.args
+    if not (isinstance(x, fx.Node) and x in index and isinstance(w, fx.Node) and w in index):
+        raise Unsupported("a convolution of values computed in the task (the GEMM writer reads inputs)")
+    xv, wv = metas[index[x]], metas[index[w]]
+    what = (f"a {'transposed ' if transposed else ''}{wv.dim() - 2}-D convolution, kernel {'x'.join(map(str, wv.shape[2:]))}, "
+            f"stride {list(stride)}, padding {list(padding)}, dilation {list(dilation)}, {groups} group(s)")
+    if groups != 1 or wv.dim() not in (3, 4, 5):
+        raise Unsupported(f"{what}: the GEMM writer takes 1-D, 2-D and 3-D ones of one group")
+    if transposed and (wv.dim() == 5 or set(dilation) != {1}):
+        raise Unsupported(f"{what}: CUTLASS 2.x's tensor-core kernels take transposed convolutions of 1 or 2 dimensions, "
+                          "not dilated")
+    if xv.dtype not in _DTYPES or wv.dtype != xv.dtype:
+        raise Unsupported(f"a convolution of {xv.dtype} by {wv.dtype}: the GEMM writer takes one of float16, bfloat16, float32")
+    dtype = _DTYPES[xv.dtype]
+    out, views = _outputs(graph)
+    value = out.meta.get("val")
+    if views or not isinstance(value, torch.Tensor):
+        raise Unsupported("several outputs of a convolution")
+    layout = {4: torch.channels_last, 5: torch.channels_last_3d}.get(xv.dim())
+    channels_last = layout is not None and xv.is_contiguous(memory_format=layout) and not xv.is_contiguous()
+    if not (channels_last or xv.is_contiguous()) or not wv.is_contiguous():
+        raise Unsupported("a convolution of an input neither contiguous nor channels-last, or of a filter not contiguous")
+    c_in, c_out = (int(wv.shape[0]), int(wv.shape[1])) if transposed else (int(wv.shape[1]), int(wv.shape[0]))
+    if transposed and (c_in % conv_alignment(dtype) or c_out % conv_alignment(dtype)):
+        raise Unsupported(f"{what}: its channels ({c_in} in, {c_out} out) multiples of {conv_alignment(dtype)} "
+                          "(the kernel's 16-byte access)")
+    n, k = c_out, c_in * math.prod(int(d) for d in wv.shape[2:])
+    m = value.numel() // n
+    other = "a convolution's epilogue reading other tensors than its bias (its output lies channel by channel)"
+    try:
+        epilogue, bias_in, residual_in, operands = _epilogue(conv, out, bias, index, metas, (m, n), xv.dtype)
+    except Unsupported as exc:
+        raise Unsupported(f"{other}: {exc}" if "epilogue operand" in str(exc) else str(exc)) from None
+    if operands or residual_in is not None or bias_in != (index.get(bias) if isinstance(bias, fx.Node) else None):
+        raise Unsupported(other)
+    one_by_one = wv.dim() == 4 and not transposed and tuple(wv.shape[2:]) == (1, 1) and list(stride) == [1, 1] and list(padding) == [0, 0]
+    if one_by_one and channels_last and list(dilation) == [1, 1] and not (dtype != "float32" and arch == "sm90"
+                                                                            and gemm_unaligned(m, n, k)):
+        return GemmPlan(_spec(dtype, epilogue, True, n, k, arch), m, n, k, len(index), index[x], index[w], bias_in,
+                        conv=True, views=("return y.permute(0, 3, 1, 2)",))
+    # (others, and 1x1 ones of rows TMA cannot read: the output laid out as eager's on a GPU, channels-last
+    # of a channels-last input, though meta tensors say contiguous)
+    flat = wv.dim() == 3  # (1-D: as 2-D of height 1)
+    shape = Conv(((1,) if flat else ()) + tuple(wv.shape[2:]), ((0,) if flat else ()) + tuple(padding),
+                 ((1,) if flat else ()) + tuple(stride), ((1,) if flat else ()) + tuple(dilation), channels_last, bool(transposed),
+                 (((0,) if flat else ()) + tuple(output_padding)) if transposed else ())
+    out_align = sm80_alignment(dtype, n, k)[1]  # (the output channels stored at a time)
+    spec = GemmSpec(dtype, epilogue, "nk", conv_alignment(dtype), arch=arch, out_align=out_align, convolution=shape)
+    dims = wv.dim() - 2
+    return GemmPlan(spec, m, n, k, len(index), index[x], index[w], bias_in, conv1d=flat,
+                    out_shape=tuple(int(d) for d in value.shape) if flat else None,
+                    views=(f"return y.permute(0, {dims + 1}, {', '.join(str(i) for i in range(1, dims + 1))})",) if channels_last else ())
