@@ -82,6 +82,17 @@ TASKS = {
     "conv1d-gelu-f16": next(t.source for t in GEMM_SUITE if t.name == "conv1d-gelu-f16-64x512x1024"),
     # a reduction after a convolution: the min over the channels, then tanh twice (the writer's own kernel)
     "conv-tail-min-tanh-f32": next(t.source for t in GEMM_SUITE if t.name == "conv2d-min-tanh-f32-128x3x32x32"),
+    # a 3-D convolution (Conv3dFprop) of a channels-last bf16 input; the suite's softmax over a 3-D
+    # convolution's channels in float32; transposed ones (the strided gradient kernel): the suite's
+    # 4x4 of stride 2 in float32, and a bf16 one with output padding
+    "conv3d-relu-channels-last-bf16": task("torch.relu(F.conv3d(v[0], v[1], v[2], padding=1))",
+                                           f"torch.randn(8, 64, 16, 32, 32, {BF16}).contiguous(memory_format=torch.channels_last_3d), "
+                                           f"torch.randn(64, 64, 3, 3, 3, {BF16}), torch.randn(64, {BF16})"),
+    "conv-tail-3d-softmax-f32": next(t.source for t in GEMM_SUITE if t.name == "conv3d-softmax-f32-128x3x16x32x32"),
+    "conv-transpose2d-sigmoid-scale-f32": next(t.source for t in GEMM_SUITE if t.name == "conv-transpose2d-sigmoid-scale-f32-128x64x16x16"),
+    "conv-transpose2d-outpad-gelu-bf16": task("F.gelu(F.conv_transpose2d(v[0], v[1], v[2], stride=2, padding=1, output_padding=1))",
+                                              f"torch.randn(32, 128, 28, 28, {BF16}), torch.randn(128, 64, 3, 3, {BF16}), "
+                                              f"torch.randn(64, {BF16})"),
     "tree-bias-relu-residual-f32": task("F.relu(v[0] @ v[1].t() + v[2]) + v[3]",
                                         "torch.randn(1000, 512), torch.randn(777, 512), torch.randn(777), torch.randn(1000, 777)"),
 }
