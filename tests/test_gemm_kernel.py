@@ -487,7 +487,9 @@ def test_a_convolution_is_cutlass_2xs_implicit_gemm_with_its_layouts_made_by_the
     assert "static_cast<ElementD*>(const_cast<void*>(residual)), layout_out" in last and "epilogue(1.0f, 0.5f)" in last
     assert check_program(_program(GemmSpec("float16", Epilogue(bias=True), align=8, out_align=8, convolution=Conv((3, 3))),
                                   SM80_TILINGS[0])) == ()
-    for make, message in ((lambda: GemmSpec("float16", _TREE, convolution=Conv((3, 3))), "no visitor tree"),
+    for make, message in ((lambda: GemmSpec("float16", _TREE, convolution=Conv((3, 3))), "not \\['n', 'm', 'mn'\\]"),
+                          (lambda: GemmSpec("float16", Epilogue(activation="function", function="    return v + a0;", operands=("n",)),
+                                            convolution=Conv((3, 3), stride=(2, 2), transposed=True)), "no visitor tree"),
                           (lambda: GemmSpec("float16", weight="kn", convolution=Conv((3, 3))), "K x N weight"),
                           (lambda: Conv((3, 3), (-1, 0)), "padding 0 or more"),
                           (lambda: Conv((3, 3), (1,)), "one per spatial dimension"),
@@ -497,6 +499,39 @@ def test_a_convolution_is_cutlass_2xs_implicit_gemm_with_its_layouts_made_by_the
                           (lambda: Conv((3, 3), stride=(2, 2), output_padding=(1, 0)), "a transposed convolution's")):
         with pytest.raises(ValueError, match=message):
             make()
+
+
+def test_a_convolutions_tree_reads_a_broadcast_vector_and_a_source_through_its_own_output_op() -> None:
+    from kevin_backend.generate.builtin.conv_kernel import Conv
+    from kevin_backend.generate.builtin.gemm_kernel import SM80_TILINGS
+
+    # silu(conv + bias) + residual: the bias is V (broadcast), the residual C (a tensor of the output's size)
+    silu = Epilogue(activation="function", function="    float s = v + a0;\n    return s / (1.0f + expf(-s)) + a1;", operands=("n", "mn"))
+    source = gemm_cuda_source(GemmSpec("bfloat16", silu, align=8, out_align=8, convolution=Conv((3, 3), (1, 1))), SM80_TILINGS[0])
+    assert "default_conv2d_fprop_with_broadcast.h" in source and "DefaultConv2dFpropWithBroadcast<" in source
+    assert "using EpilogueOp = KevinConvTreeOp<ElementD, kAlignD>;" in source and "static float scalar(float v, float a0, float a1)" in source
+    assert "KevinTreeFn<FragmentCompute>::scalar(ab[i], vec[i], static_cast<float>(c[i]))" in source
+    assert "is_source_needed() const { return 1; }" in source
+    assert "layout_out}, {static_cast<ElementD*>(out), layout_out}, epilogue, cutlass::conv::SplitKMode::kSerial, " \
+           "const_cast<void*>(bias));" in source
+    # the host: a0 the vector, a1 packed into N x H x W x C where it is not channels-last
+    assert "bias_ptr = a0.data_ptr();" in source and "residual_ptr = a1.data_ptr();" in source
+    assert "kevin_gemm_pack(a1.data_ptr(), packed_source.data_ptr(), static_cast<int>(n), out_spatial, co, co," in source
+    assert check_program(_program(GemmSpec("bfloat16", silu, align=8, out_align=8, convolution=Conv((3, 3), (1, 1))),
+                                  SM80_TILINGS[0])) == ()
+    # a tensor first, then a vector: the vector is still V; two vectors: the second read as C with strides 0;
+    # one vector alone: no source read
+    swapped = gemm_device_source(GemmSpec("float16", Epilogue(activation="function", function="    return v * a0 + a1;",
+                                                              operands=("mn", "n")), align=8, out_align=8,
+                                          convolution=Conv((3, 3, 3))), SM80_TILINGS[0])
+    assert "DefaultConv3dFpropWithBroadcast<" in swapped and "scalar(ab[i], static_cast<float>(c[i]), vec[i])" in swapped
+    two = gemm_device_source(GemmSpec("float16", Epilogue(activation="function", function="    return fmaxf(v + a0, 0.0f) + a1;",
+                                                          operands=("n", "n")), align=8, out_align=8, convolution=Conv((3, 3))),
+                             SM80_TILINGS[0])
+    assert "{static_cast<ElementD*>(const_cast<void*>(residual)), cutlass::layout::TensorNHWC(cutlass::layout::TensorNHWC::Stride(0))}" in two
+    one = gemm_device_source(GemmSpec("float16", Epilogue(activation="function", function="    return v * a0;", operands=("n",)),
+                                      align=8, out_align=8, convolution=Conv((3, 3))), SM80_TILINGS[0])
+    assert "is_source_needed() const { return 0; }" in one and "scalar(ab[i], vec[i])" in one
 
 
 def test_a_3d_convolution_is_conv3d_fprop_on_ndhwc() -> None:

@@ -110,10 +110,15 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
      "not dilated"),
     ("F.conv_transpose2d(v[0], v[1], stride=2)", f"torch.randn(2, 12, 8, 8, {BF16}), torch.randn(12, 8, 4, 4, {BF16})",
      "its channels (12 in, 8 out) multiples of 8"),
-    ("F.relu(F.conv2d(v[0], v[1], padding=1)) + v[2]", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 3, 3, {BF16}), "
-     f"torch.randn(2, 32, 8, 8, {BF16})", "other tensors than its bias"),
+    # (a tree after a convolution: one vector over its channels and one more, or one tensor of its size)
+    ("F.relu(F.conv2d(v[0], v[1], padding=1)) * v[2] + v[3]", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 3, 3, {BF16}), "
+     f"torch.randn(2, 32, 8, 8, {BF16}), torch.randn(2, 32, 8, 8, {BF16})", "not ['mn', 'mn']"),
+    ("F.relu(F.conv2d(v[0], v[1], v[2])) * v[3] + v[4]", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 3, 3, {BF16}), "
+     f"torch.randn(32, {BF16}), torch.randn(32, 1, 1, {BF16}), torch.randn(2, 32, 6, 6, {BF16})", "not ['n', 'n', 'mn']"),
     ("F.conv2d(v[0], v[1]) + v[2]", f"torch.randn(2, 16, 8, 32, {BF16}).contiguous(memory_format=torch.channels_last), "
-     f"torch.randn(32, 16, 1, 1, {BF16}), torch.randn(32, {BF16})", "other tensors than its bias"),
+     f"torch.randn(32, 16, 1, 1, {BF16}), torch.randn(32, {BF16})", "not one value per output channel (32) nor a tensor"),
+    ("F.conv_transpose2d(v[0], v[1], stride=2) + v[2]", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(16, 8, 2, 2, {BF16}), "
+     f"torch.randn(8, 1, 1, {BF16})", "strided gradient kernel reads one source"),
     # batches: a column per row of each product (the kernel's column is one for the whole batch); a broadcast batch of weights
     ("torch.bmm(v[0], v[1]) * v[2]", f"torch.randn(4, 64, 32, {BF16}), torch.randn(4, 32, 64, {BF16}), torch.randn(4, 64, 1, {BF16})",
      "a column of values per row in a batch"),
@@ -430,7 +435,8 @@ PLANNED = {
     "lm-head-f16-4096x768x50257", "lm-head-cross-entropy-bf16-8192x768x50257", "attn-vit-softmax-f16-8x12x197x64",
     "mm-bias-tanh-bf16-1000x513x4097", "conv2d-hardswish-f16-128x128x32x32", "conv1d-gelu-f16-64x512x1024",
     "conv2d-3x3-relu-channels-last-bf16-32x128x56x56", "conv2d-min-tanh-f32-128x3x32x32", "conv2d-groupnorm-scale-f32-128x128x32x32",
-    "conv-transpose2d-sigmoid-scale-f32-128x64x16x16", "conv3d-softmax-f32-128x3x16x32x32",
+    "conv-transpose2d-sigmoid-scale-f32-128x64x16x16", "conv3d-softmax-f32-128x3x16x32x32", "conv2d-relu-bias-f32-128x128x32x32",
+    "conv2d-silu-residual-bf16-32x256x64x64",
 }
 
 

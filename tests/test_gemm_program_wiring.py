@@ -69,7 +69,7 @@ def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
     return gemm_epilogue
 
 
-def _convolution(spec: Any, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+def _convolution(spec: Any, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor = None) -> torch.Tensor:
     """What the implicit GEMM's host function computes (`conv_kernel.py`): the convolution of x
     (N x C x [D x] H x W, as laid out when it was written) by w (C_out x C x filter; a transposed
     one's C x C_out x filter), its epilogue, and the output N x ... x C_out (a channels-last input)
@@ -83,12 +83,19 @@ def _convolution(spec: Any, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor
         y = f(x.float(), w.float(), None, c.stride, c.padding, c.output_padding, 1, c.dilation)
     else:
         y = (F.conv2d if c.dims == 2 else F.conv3d)(x.float(), w.float(), None, c.stride, c.padding, c.dilation)
-    y = e.alpha * y
-    if e.bias:
-        y = y + bias.float().reshape(1, -1, *[1] * c.dims)
-    assert not e.residual and not e.tree
-    activation = (lambda z: run_statements(e.function, z)) if e.function else _ACTIVATIONS[e.activation]
-    y = activation(y).to(getattr(torch, spec.output))
+    if e.tree:  # (its operands: vectors over the output channels, a tensor of the output's size in any layout)
+        operands = (bias, residual)[:len(e.operands)]
+        assert len(operands) == len(e.operands) and all(a.numel() == (y.shape[1] if kind == "n" else y.numel())
+                                                        for a, kind in zip(operands, e.operands))
+        read = [a.reshape(1, -1, *[1] * c.dims) if kind == "n" else a for a, kind in zip(operands, e.operands)]
+        y = run_statements(e.function, y, *read).to(getattr(torch, spec.output))
+    else:
+        y = e.alpha * y
+        if e.bias:
+            y = y + bias.float().reshape(1, -1, *[1] * c.dims)
+        assert not e.residual
+        activation = (lambda z: run_statements(e.function, z)) if e.function else _ACTIVATIONS[e.activation]
+        y = activation(y).to(getattr(torch, spec.output))
     return y.permute(0, *range(2, c.dims + 2), 1).contiguous() if c.channels_last else y.contiguous()
 
 
@@ -448,6 +455,16 @@ def get_init_inputs():
     ("F.conv_transpose2d(v[0], v[1], stride=(2, 3), padding=(1, 0), output_padding=(1, 2))",
      f"torch.randn(2, 8, 4, 5, {F16}).contiguous(memory_format=torch.channels_last), torch.randn(8, 16, 3, 3, {F16})"),
     ("F.gelu(F.conv_transpose1d(v[0], v[1], v[2], stride=2))", "torch.randn(2, 8, 11), torch.randn(8, 4, 5), torch.randn(4)"),
+    # tensors read after the activation (a tree): a (C_out, 1, 1) parameter; the input itself as a residual
+    # (plain: packed by the program; channels-last: read in place); a 3-D one gated by a tensor of the output's size
+    ("torch.relu(F.conv2d(v[0], v[1], v[2], padding=1)) + v[3]", "torch.randn(2, 8, 6, 7), torch.randn(12, 8, 3, 3), "
+     "torch.randn(12), torch.randn(12, 1, 1)"),
+    ("F.silu(F.conv2d(v[0], v[1], v[2], padding=1)) + v[0]", f"torch.randn(2, 16, 6, 5, {BF16}), torch.randn(16, 16, 3, 3, {BF16}), "
+     f"torch.randn(16, {BF16})"),
+    ("F.silu(F.conv2d(v[0], v[1], v[2], padding=1)) + v[0]", f"torch.randn(2, 16, 6, 5, {BF16}).contiguous("
+     f"memory_format=torch.channels_last), torch.randn(16, 16, 3, 3, {BF16}), torch.randn(16, {BF16})"),
+    ("torch.sigmoid(F.conv3d(v[0], v[1], padding=1)) * v[2]", "torch.randn(2, 4, 3, 5, 6), torch.randn(8, 4, 3, 3, 3), "
+     "torch.randn(2, 8, 3, 5, 6)"),
     ("module", ""),
 ])
 def test_a_convolution_reaches_the_implicit_gemm_and_returns_eagers_layout(forward: str, inputs: str,
@@ -463,6 +480,7 @@ def test_a_convolution_reaches_the_implicit_gemm_and_returns_eagers_layout(forwa
     c = plan.spec.convolution
     assert c.channels_last == ("channels_last" in inputs) and plan.conv1d == ("1d(" in forward)
     assert (c.dims, c.transposed) == ((3 if "conv3d" in forward else 2), "transpose" in forward), c
+    assert plan.spec.epilogue.tree == ("v[" in forward.rsplit(")", 1)[-1]), plan.describe()  # (a tensor read after it: a tree)
     program = write_gemm_program(plan, tilings_for(plan.spec)[0], task_source=source)
     assert check_program(program) == () and "ImplicitGemmConvolution" in program
     if forward == "module":

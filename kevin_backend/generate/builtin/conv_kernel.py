@@ -43,7 +43,7 @@ from typing import Any
 
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import PACK, Sm80Tiling, mainloop_fields
 
-__all__ = ["Conv", "conv_alignment", "conv_cuda_source", "conv_device_source"]
+__all__ = ["Conv", "conv_alignment", "conv_cuda_source", "conv_device_source", "conv_tree_refusal"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,26 @@ def conv_alignment(dtype: str) -> int:
     return 4 if dtype == "float32" else 8
 
 
+def conv_tree_refusal(operands: tuple[str, ...], conv: Conv) -> str:
+    """Why the convolution's kernel cannot read a tree epilogue's `operands` ("" where it can). It
+    reads two at most: a vector over the output channels that it broadcasts (V, CUTLASS's
+    `EpilogueWithBroadcast`), and a source C: a second such vector (read with strides 0) or a tensor
+    of the output's size; not with a transposed convolution (CUTLASS 2.x has no such kernel)."""
+    if conv.transposed:
+        return "a transposed convolution's epilogue: no visitor tree (CUTLASS 2.x's strided gradient kernel reads one source)"
+    if len(operands) > 2 or set(operands) - {"n", "mn"} or operands.count("mn") > 1:
+        return (f"a convolution's tree reads one vector over the output channels and one more such vector or a tensor "
+                f"of the output's size, not {list(operands)}")
+    return ""
+
+
+def _tree_roles(operands: tuple[str, ...]) -> tuple[int | None, int | None]:
+    """Which operand the kernel broadcasts (V: the first vector) and which it reads as its source C."""
+    vector = next((j for j, kind in enumerate(operands) if kind == "n"), None)
+    source = next((j for j in range(len(operands)) if j != vector), None)
+    return vector, source
+
+
 def _three(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
     """(depth, height, width) of a 2-D or 3-D convolution's constants, a 2-D one's depth `fill`."""
     return tuple([fill] * (3 - len(values)) + list(values))  # type: ignore[return-value]
@@ -107,31 +127,44 @@ def conv_device_source(spec: Any, tiling: Sm80Tiling, activation: str, functor: 
     the output N x Z x P x Q x K; a transposed convolution's activation is its output, its filter's
     K its input's channels), and the packing kernel."""
     e, c = spec.epilogue, spec.convolution  # (what it may read: `GemmSpec`'s checks)
+    vector, from_c = _tree_roles(e.operands) if e.tree else (None, None)
     source = "static_cast<ElementD*>(const_cast<void*>(bias))" if e.bias else "static_cast<ElementD*>(const_cast<void*>(residual))" \
-        if e.residual else "static_cast<ElementD*>(out)"
+        if e.residual or from_c is not None else "static_cast<ElementD*>(out)"
     (t, r, s), (pd, ph, pw), (sd, sh, sw), (dd, dh, dw) = (_three(v, f) for v, f in
                                                            ((c.filter, 1), (c.padding, 0), (c.stride, 1), (c.dilation, 1)))
+    with_broadcast = "WithBroadcast" if e.tree else ""
     if c.dims == 3:
         problem = (f"cutlass::conv::Conv3dProblemSize problem(n, d, h, w_, c, k, {t}, {r}, {s}, z, p, q, {pd}, {ph}, {pw}, {sd}, {sh}, "
                    f"{sw}, {dd}, {dh}, {dw}, cutlass::conv::Mode::kCrossCorrelation, 1, 1)")
-        layout, include, kernel = "cutlass::layout::TensorNDHWC", "default_conv3d_fprop.h", _FPROP3D
+        layout, include, kernel = "cutlass::layout::TensorNDHWC", f"default_conv3d_fprop{'_with_broadcast' * e.tree}.h", _FPROP3D
     else:
         problem = (f"cutlass::conv::Conv2dProblemSize problem(n, h, w_, c, k, {r}, {s}, p, q, {ph}, {pw}, {sh}, {sw}, {dh}, {dw}, "
                    "cutlass::conv::Mode::kCrossCorrelation, 1, 1)")
         layout = "cutlass::layout::TensorNHWC"
-        include, kernel = ("default_conv2d_dgrad.h", _DGRAD) if c.transposed else ("default_conv2d_fprop.h", _FPROP2D)
+        include, kernel = ("default_conv2d_dgrad.h", _DGRAD) if c.transposed else \
+            (f"default_conv2d_fprop{'_with_broadcast' * e.tree}.h", _FPROP2D)
     sizes = "n, d, h, w_, c" if c.dims == 3 else "n, h, w_, c"
     filt = f"k, {t}, {r}, {s}, c" if c.dims == 3 else f"k, {r}, {s}, c"
     outs = "n, z, p, q, k" if c.dims == 3 else "n, p, q, k"
     # the activation (A of a convolution, C and D of a transposed one) and the output (the reverse)
     act, res = (f"{layout}::packed({{{outs}}})", f"{layout}::packed({{{sizes}}})") if c.transposed else \
         (f"{layout}::packed({{{sizes}}})", f"{layout}::packed({{{outs}}})")
+    if e.tree:  # (the function of the accumulator, V and C: `_TREE_OP`)
+        reads = ", ".join("vec[i]" if j == vector else "static_cast<float>(c[i])" for j in range(len(e.operands)))
+        op = _TREE_OP.format(reads=f", {reads}" if reads else "", source=int(from_c is not None))
+        epilogue_op, params = "KevinConvTreeOp<ElementD, kAlignD>", "epilogue, cutlass::conv::SplitKMode::kSerial, const_cast<void*>(bias)"
+        stride_0 = from_c is not None and e.operands[from_c] == "n"
+    else:
+        op, params, stride_0 = "", "epilogue", bool(e.bias)
+        epilogue_op = "cutlass::epilogue::thread::LinearCombinationGeneric<{activation}, ElementD, kAlignD, float, float>".format(
+            activation=activation)
     return _DEVICE.format(
-        **mainloop_fields(spec.dtype, tiling), functor=functor, align=conv_alignment(spec.dtype), out_align=spec.alignments[1],
-        activation=activation, include=include, **kernel, layout=layout, problem=problem,
-        layout_x=act, layout_w=f"{layout}::packed({{{filt}}})", layout_out=res,
-        alpha=f"{float(e.alpha)!r}f", beta=f"{float(e.beta) if e.residual else 1.0 if e.bias else 0.0!r}f", source=source,
-        layout_c=f"{layout}({layout}::Stride(0))" if e.bias else "layout_out") + PACK
+        **mainloop_fields(spec.dtype, tiling), functor=functor + op, align=conv_alignment(spec.dtype), out_align=spec.alignments[1],
+        epilogue_op=epilogue_op, include=include, **{**kernel, "kernel": kernel["kernel"] + with_broadcast}, layout=layout,
+        problem=problem, layout_x=act, layout_w=f"{layout}::packed({{{filt}}})", layout_out=res, arguments=params,
+        epilogue="typename EpilogueOp::Params epilogue" + ("" if e.tree else
+                                                             f"({float(e.alpha)!r}f, {float(e.beta) if e.residual else 1.0 if e.bias else 0.0!r}f)"),
+        source=source, layout_c=f"{layout}({layout}::Stride(0))" if stride_0 else "layout_out") + PACK
 
 
 def conv_cuda_source(spec: Any, tiling: Sm80Tiling, activation: str, functor: str, scalar: str, params: str) -> str:
@@ -139,10 +172,19 @@ def conv_cuda_source(spec: Any, tiling: Sm80Tiling, activation: str, functor: st
     c = spec.convolution
     (t, r, s), (pd, ph, pw), (sd, sh, sw), (dd, dh, dw), (od, oh, ow) = (
         _three(v, f) for v, f in ((c.filter, 1), (c.padding, 0), (c.stride, 1), (c.dilation, 1), (c.output_padding, 0)))
-    return conv_device_source(spec, tiling, activation, functor) + _HOST.format(
+    e = spec.epilogue
+    if e.tree:  # (its operands a0, a1: the vector V, the source C)
+        vector, source = _tree_roles(e.operands)
+        operands = ([_VECTOR.format(name=f"a{vector}", ptr="bias_ptr", scalar=scalar)] if vector is not None else []) + (
+            [] if source is None else [_VECTOR.format(name=f"a{source}", ptr="residual_ptr", scalar=scalar)] if e.operands[source] == "n"
+            else [_SOURCE.format(name=f"a{source}", scalar=scalar, last=c.dims + 1)])
+    else:
+        operands = ([_VECTOR.format(name="bias", ptr="bias_ptr", scalar=scalar)] if e.bias else []) + (
+            [_SOURCE.format(name="residual", scalar=scalar, last=c.dims + 1)] if e.residual else [])
+    return conv_device_source(spec, tiling, activation, functor) + _HOST.format(operands="".join(operands),
         scalar=scalar, params=params, dims=c.dims, filter=f"{t}, {r}, {s}", pad=f"{pd}, {ph}, {pw}", stride=f"{sd}, {sh}, {sw}",
         dilation=f"{dd}, {dh}, {dw}", output_padding=f"{od}, {oh}, {ow}", taps=math.prod(c.filter), transposed=int(c.transposed),
-        align=conv_alignment(spec.dtype), bias=spec.epilogue.bias, residual=spec.epilogue.residual, out_align=spec.alignments[1],
+        align=conv_alignment(spec.dtype), out_align=spec.alignments[1],
         channels_last=int(c.channels_last), last=c.dims + 1, spatial=", ".join(f"out[{3 - c.dims + i}]" for i in range(c.dims)))
 
 
@@ -167,7 +209,7 @@ using ElementD = {element};  // (the output in the inputs' dtype)
 {functor}constexpr int kAlign = {align};  // channels read at a time
 constexpr int kAlignD = {out_align};  // output channels stored at a time
 static_assert(kAlign * sizeof(Element) == 16, "the channels are read 16 bytes at a time");
-using EpilogueOp = cutlass::epilogue::thread::LinearCombinationGeneric<{activation}, ElementD, kAlignD, float, float>;
+using EpilogueOp = {epilogue_op};
 using Kernel = typename cutlass::conv::kernel::{kernel}<
     Element, {layout}, Element, {layout}, ElementD, {layout}, float,
     cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
@@ -189,10 +231,10 @@ static typename Conv::Arguments arguments(int const* shape, void const* x, void 
     auto layout_x = {layout_x};
     auto layout_w = {layout_w};
     auto layout_out = {layout_out};
-    typename EpilogueOp::Params epilogue({alpha}, {beta});
+    {epilogue};
     return typename Conv::Arguments(
         problem, {{static_cast<Element*>(const_cast<void*>(x)), layout_x}}, {{static_cast<Element*>(const_cast<void*>(w)), layout_w}},
-        {{{source}, {layout_c}}}, {{static_cast<ElementD*>(out), layout_out}}, epilogue);
+        {{{source}, {layout_c}}}, {{static_cast<ElementD*>(out), layout_out}}, {arguments});
 }}
 }}  // namespace kevin_gemm
 
@@ -210,6 +252,31 @@ extern "C" int kevin_conv_run(int const* shape, void const* x, void const* w, vo
     if (status != cutlass::Status::kSuccess) return static_cast<int>(status);
     return static_cast<int>(conv.run(stream));
 }}
+"""
+
+# a vector over the output channels the kernel reads (a bias, or a tree's operand)
+_VECTOR = """    TORCH_CHECK({name}.numel() == co && {name}.scalar_type() == {scalar} && {name}.is_contiguous(),
+                "gemm_epilogue: {name}, a vector of C_out values of the kernel's dtype");
+    {ptr} = {name}.data_ptr();
+"""
+
+# a tensor of the output's size the kernel reads as its source C, channels innermost: in place where
+# it lies so (channels-last), else packed as x is (per image, its positions' rows of channels)
+_SOURCE = """    {{
+        TORCH_CHECK({name}.dim() == x.dim() && {name}.numel() == n * co * out_spatial && {name}.scalar_type() == {scalar}
+                    && {name}.size(0) == n && {name}.size(1) == co, "gemm_epilogue: {name}, a tensor of the output's size");
+        bool last = !{name}.is_contiguous() && {name}.stride(1) == 1 && {name}.stride({last}) == co && {name}.stride(0) == out_spatial * co;
+        for (int i = {last}; last && i > 2; --i) last = {name}.stride(i - 1) == {name}.stride(i) * {name}.size(i);
+        TORCH_CHECK(last || {name}.is_contiguous(), "gemm_epilogue: {name} contiguous or channels-last");
+        residual_ptr = {name}.data_ptr();
+        if (!last && co > 1 && out_spatial > 1) {{
+            packed_source = torch::empty({{n * out_spatial * co}}, {name}.options());
+            int status = kevin_gemm_pack({name}.data_ptr(), packed_source.data_ptr(), static_cast<int>(n), out_spatial, co, co,
+                                         co * out_spatial, 1, out_spatial, at::cuda::getCurrentCUDAStream().stream());
+            TORCH_CHECK(status == 0, "gemm_epilogue: packing {name}: CUDA error ", status);
+            residual_ptr = packed_source.data_ptr();
+        }}
+    }}
 """
 
 _HOST = """
@@ -249,20 +316,10 @@ torch::Tensor gemm_epilogue({params}) {{
     TORCH_CHECK(channels_last == bool({channels_last}) && (channels_last || x.is_contiguous()) && w.is_contiguous(),
                 "gemm_epilogue: x laid out as the kernel was written for, w contiguous");
     cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
-    const void* bias_ptr = nullptr;
-    const void* residual_ptr = nullptr;
-    if ({bias:d}) {{
-        TORCH_CHECK(bias.numel() == co && bias.scalar_type() == {scalar} && bias.is_contiguous(), "gemm_epilogue: a bias of C_out values");
-        bias_ptr = bias.data_ptr();
-    }}
-    if ({residual:d}) {{
-        bool ok = residual.dim() == x.dim() && residual.numel() == n * co * out_spatial && residual.scalar_type() == {scalar}
-                  && residual.stride(1) == 1 && residual.stride({last}) == co && residual.stride(0) == out_spatial * co;
-        for (int i = {last}; ok && i > 2; --i) ok = residual.stride(i - 1) == residual.stride(i) * residual.size(i);
-        TORCH_CHECK(ok, "gemm_epilogue: a channels-last residual of the output's size");
-        residual_ptr = residual.data_ptr();
-    }}
-    auto y = torch::empty({{n, {spatial}, co}}, x.options());
+    const void* bias_ptr = nullptr;  // (a bias over the output channels; a tree's vector V)
+    const void* residual_ptr = nullptr;  // (the residual; a tree's source C)
+    torch::Tensor packed_source;
+{operands}    auto y = torch::empty({{n, {spatial}, co}}, x.options());
     if (n == 0 || co == 0) return {channels_last} ? y : torch::empty({{n, co, {spatial}}}, x.options());
     // x with its channels innermost: in place, or packed (from a channels-last input: its rows of
     // channels; from a plain one: per image, its positions' rows of channels a column apart)
@@ -299,4 +356,45 @@ torch::Tensor gemm_epilogue({params}) {{
     TORCH_CHECK(packed == 0, "gemm_epilogue: the output's transpose: CUDA error ", packed);
     return o;
 }}
+"""
+
+# A tree epilogue's output operation for CUTLASS's `EpilogueWithBroadcast` (in place of its
+# `LinearCombinationResidualBlock`): the tree's function (`KevinTreeFn`, `gemm_kernel._tree`) of the
+# accumulator and its operands, one the broadcast vector V, the other the source C (`_tree_roles`)
+_TREE_OP = """template <typename ElementOutput_, int Count>
+struct KevinConvTreeOp {{
+  static bool const kIsSingleSource = true;
+  static bool const kIsHeavy = true;
+  static bool const kStoreZ = true;
+  static bool const kStoreT = false;
+  static int const kElementsPerAccess = Count;
+  static int const kCount = Count;
+  using ElementOutput = ElementOutput_;
+  using ElementC = ElementOutput_;
+  using ElementZ = ElementOutput_;
+  using ElementT = ElementOutput_;
+  using ElementVector = ElementOutput_;
+  using ElementAccumulator = float;
+  using ElementCompute = float;
+  using FragmentAccumulator = cutlass::Array<float, Count>;
+  using FragmentCompute = cutlass::Array<float, Count>;
+  using FragmentC = cutlass::Array<ElementC, Count>;
+  using FragmentOutput = cutlass::Array<ElementOutput, Count>;
+  using FragmentZ = FragmentOutput;
+  using FragmentT = FragmentOutput;
+  struct Params {{}};
+  CUTLASS_HOST_DEVICE explicit KevinConvTreeOp(Params const&) {{}}
+  CUTLASS_HOST_DEVICE bool is_source_needed() const {{ return {source}; }}
+  CUTLASS_HOST_DEVICE void set_k_partition(int, int) {{}}
+  CUTLASS_HOST_DEVICE void operator()(FragmentZ& z, FragmentT&, FragmentAccumulator const& ab, FragmentC const& c,
+                                      FragmentCompute const& vec) const {{
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < Count; ++i) {{ z[i] = ElementOutput(KevinTreeFn<FragmentCompute>::scalar(ab[i]{reads})); }}
+  }}
+  CUTLASS_HOST_DEVICE void operator()(FragmentZ& z, FragmentT& t, FragmentAccumulator const& ab, FragmentCompute const& vec) const {{
+    FragmentC c;
+    c.clear();
+    (*this)(z, t, ab, c, vec);
+  }}
+}};
 """

@@ -27,10 +27,10 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from kevin_backend.generate.builtin.conv_kernel import Conv, conv_alignment
-from kevin_backend.generate.builtin.gemm_kernel import GemmSpec, gemm_unaligned
+from kevin_backend.generate.builtin.conv_kernel import Conv, conv_alignment, conv_tree_refusal
+from kevin_backend.generate.builtin.gemm_kernel import Epilogue, GemmSpec, gemm_unaligned
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import sm80_alignment
-from kevin_backend.generate.builtin.gemm_plan import _DTYPES, GemmPlan, _epilogue, _outputs, _spec
+from kevin_backend.generate.builtin.gemm_plan import _DTYPES, _RESHAPES, GemmPlan, _epilogue, _float_cast, _outputs, _spec
 from kevin_backend.generate.builtin.gemm_tail import GemmTail, has_tail, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
 
@@ -91,14 +91,20 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
                           "(the kernel's 16-byte access)")
     n, k = c_out, c_in * math.prod(int(d) for d in wv.shape[2:])
     m = value.numel() // n
-    other = "a convolution's epilogue reading other tensors than its bias (its output lies channel by channel)"
     try:
         epilogue, bias_in, residual_in, operands = _epilogue(conv, out, bias, index, metas, (m, n), xv.dtype)
+        plain = not (operands or residual_in is not None or bias_in != (index.get(bias) if isinstance(bias, fx.Node) else None))
     except Unsupported as exc:
-        raise Unsupported(f"{other}: {exc}" if "epilogue operand" in str(exc) else str(exc)) from None
-    if operands or residual_in is not None or bias_in != (index.get(bias) if isinstance(bias, fx.Node) else None):
-        raise Unsupported(other)
-    one_by_one = wv.dim() == 4 and not transposed and tuple(wv.shape[2:]) == (1, 1) and list(stride) == [1, 1] and list(padding) == [0, 0]
+        if "epilogue operand" not in str(exc):
+            raise
+        plain = False
+    if not plain:  # (other tensors read: its elements lie channel by channel, not as a GEMM's rows)
+        epilogue, operands = _conv_tree(conv, out, bias, index, metas, tuple(int(d) for d in value.shape), xv.dtype)
+        bias_in = residual_in = None
+        if transposed:
+            raise Unsupported(f"{what}, its epilogue reading other tensors than its bias: CUTLASS 2.x's strided gradient "
+                              "kernel reads one source")
+    one_by_one = not epilogue.tree and wv.dim() == 4 and not transposed and tuple(wv.shape[2:]) == (1, 1) and list(stride) == [1, 1] and list(padding) == [0, 0]
     if one_by_one and channels_last and list(dilation) == [1, 1] and not (dtype != "float32" and arch == "sm90"
                                                                             and gemm_unaligned(m, n, k)):
         return GemmPlan(_spec(dtype, epilogue, True, n, k, arch), m, n, k, len(index), index[x], index[w], bias_in,
@@ -112,6 +118,51 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     out_align = sm80_alignment(dtype, n, k)[1]  # (the output channels stored at a time)
     spec = GemmSpec(dtype, epilogue, "nk", conv_alignment(dtype), arch=arch, out_align=out_align, convolution=shape)
     dims = wv.dim() - 2
-    return GemmPlan(spec, m, n, k, len(index), index[x], index[w], bias_in, conv1d=flat,
+    return GemmPlan(spec, m, n, k, len(index), index[x], index[w], bias_in, conv1d=flat, operands=operands,
                     out_shape=tuple(int(d) for d in value.shape) if flat else None,
                     views=(f"return y.permute(0, {dims + 1}, {', '.join(str(i) for i in range(1, dims + 1))})",) if channels_last else ())
+
+
+def _conv_tree(conv: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], shape: tuple[int, ...],
+               dtype: torch.dtype) -> tuple[Epilogue, tuple[int, ...]]:
+    """The epilogue as one function of the accumulator and the tensors it reads (`conv_kernel`'s
+    tree: `conv_tree_refusal` says which), the convolution's bias the first; each operand a vector
+    over the output channels ("n": C_out values, as a `(C_out, 1, 1)` parameter broadcasts) or a
+    tensor of the output's `shape` ("mn"). The task's inputs they are, in order."""
+    from kevin_backend.generate.builtin.gemm_function import elementwise_function
+
+    channels = shape[1]
+    kinds: list[str] = []
+    inputs: list[int] = []
+
+    def operand(node: fx.Node) -> str:
+        source = node
+        while isinstance(source, fx.Node) and (source.target in _RESHAPES or _float_cast(source, dtype)):
+            source = source.args[0]
+        if source not in index:
+            raise Unsupported(f"{node.name} in the convolution's epilogue is neither computed from it nor an input")
+        value = metas[index[source]]
+        if value.dtype != dtype:
+            raise Unsupported(f"an epilogue operand of {value.dtype}: the kernel reads {dtype} values")
+        read = node.meta.get("val")  # (its shape as the epilogue reads it: through its views)
+        seen = tuple(read.shape) if isinstance(read, torch.Tensor) and node is not bias else (channels,) + (1,) * (len(shape) - 2)
+        seen = (1,) * (len(shape) - len(seen)) + seen
+        if value.numel() == channels and len(seen) == len(shape) and seen[1] == channels and value.is_contiguous():
+            kind = "n"
+        elif tuple(value.shape) == shape and seen == shape and (value.is_contiguous() or value.is_contiguous(
+                memory_format={4: torch.channels_last, 5: torch.channels_last_3d}.get(len(shape), torch.contiguous_format))):
+            kind = "mn"
+        else:
+            raise Unsupported(f"an epilogue operand of shape {tuple(value.shape)}: not one value per output channel "
+                              f"({channels}) nor a tensor of the output's size {list(shape)}")
+        if (index[source], kind) not in zip(inputs, kinds):  # (an input read twice in one shape is one operand)
+            inputs.append(index[source])
+            kinds.append(kind)
+        return f"a{list(zip(inputs, kinds)).index((index[source], kind))}"
+
+    start = f"(v + {operand(bias)})" if isinstance(bias, fx.Node) else "v"
+    function = elementwise_function(conv, out, dtype, operand=operand, start=start)
+    why = conv_tree_refusal(tuple(kinds), Conv((1, 1)))
+    if why:
+        raise Unsupported(why)
+    return Epilogue(activation="function", function=function, operands=tuple(kinds)), tuple(inputs)

@@ -162,10 +162,16 @@ class GemmSpec:
             raise ValueError(f"arch {self.arch!r}: 'sm90' or 'sm80'")
         if self.sm80 and self.direct_store:
             raise ValueError("the sm80 kernel stores any row: no direct store")
-        if self.convolution is not None and (e.tree or (e.bias and e.residual) or self.pad_k or self.direct_store or self.store
-                                        or self.weight != "nk"):
-            raise ValueError("a convolution's epilogue: one source (a bias or a residual); no visitor tree, packed rows, direct "
+        if self.convolution is not None and ((e.bias and e.residual) or self.pad_k or self.direct_store or self.store
+                                             or self.weight != "nk"):
+            raise ValueError("a convolution's epilogue: one source (a bias or a residual); no packed rows, direct "
                              "store, float32 end or K x N weight")
+        if self.convolution is not None and e.tree:
+            from kevin_backend.generate.builtin.conv_kernel import conv_tree_refusal  # (it reads GemmSpec)
+
+            why = conv_tree_refusal(e.operands, self.convolution)
+            if why:
+                raise ValueError(why)
         if self.pad_k and (self.dtype == "float32" or not self.sm80 or self.align not in (0, 8)):
             raise ValueError("packed rows are the sm80 kernel's for 16-bit values, read 8 at a time")
         if self.output != self.dtype and not self.can_end_in_float32:
@@ -290,7 +296,7 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
         if spec.convolution is not None:
             from kevin_backend.generate.builtin.conv_kernel import conv_device_source  # (it reads GemmSpec)
 
-            return conv_device_source(spec, tiling, ACTIVATIONS[epi.activation], functor)
+            return conv_device_source(spec, tiling, ACTIVATIONS[epi.activation], _tree(epi)[0] if epi.tree else functor)
         if epi.tree:  # (CUTLASS 2.x's visitor tree: `Sm80EVT`, the same functor)
             functor = _tree(epi)[0]
         return sm80_device_source(spec.dtype, spec.output, ACTIVATIONS[epi.activation], functor, epi.alpha, epi.beta, epi.bias,
@@ -390,8 +396,8 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     if spec.convolution is not None:  # (a convolution's: `conv_kernel.py`)
         from kevin_backend.generate.builtin.conv_kernel import conv_cuda_source
 
-        return conv_cuda_source(spec, tiling, ACTIVATIONS[epi.activation], _FUNCTION.format(body=epi.function) if epi.function else "",
-                                _SCALARS[spec.dtype], params)
+        functor = _tree(epi)[0] if epi.tree else _FUNCTION.format(body=epi.function) if epi.function else ""
+        return conv_cuda_source(spec, tiling, ACTIVATIONS[epi.activation], functor, _SCALARS[spec.dtype], params)
     align, n_align = spec.alignments if spec.sm80 else (8, 1 if spec.direct_store else 8)
     if spec.sm80 and spec.weight == "kn":
         n_align = max(align, n_align)  # (w's rows are N long)
