@@ -44,6 +44,10 @@ PROGRAMS = {
     "conv3d-channels-last-bf16": (task("torch.relu(F.conv3d(v[0], v[1], v[2], padding=1))",
                                        f"torch.randn(2, 8, 4, 6, 6, {BF16}).contiguous(memory_format=torch.channels_last_3d), "
                                        f"torch.randn(16, 8, 3, 3, 3, {BF16}), torch.randn(16, {BF16})"), "sm80", "8.0"),
+    # a tree after a convolution: the input added after SiLU (packed to channels-last by the program)
+    "conv-tree-silu-residual-bf16": (task("F.silu(F.conv2d(v[0], v[1], v[2], padding=1)) + v[0]",
+                                          f"torch.randn(2, 16, 6, 5, {BF16}), torch.randn(16, 16, 3, 3, {BF16}), torch.randn(16, {BF16})"),
+                                     "sm90", "9.0"),
     "conv-transpose2d-f32": (task("torch.sigmoid(F.conv_transpose2d(v[0], v[1], v[2], stride=2, padding=1))",
                                   "torch.randn(2, 16, 5, 6), torch.randn(16, 8, 4, 4), torch.randn(8)"), "sm80", "8.0"),
 }

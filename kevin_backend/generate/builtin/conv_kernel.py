@@ -32,8 +32,14 @@ A transposed convolution's input and output channels must both be multiples of t
 gradient's kernel reads its filter along the output channels, and would read padding channels of
 a padded input); its dilation 1 (CUTLASS's strided kernel takes no other).
 
-The kernel reads a residual in place as C, so only a channels-last one (the plan gives it none yet:
-a tensor read after the convolution declines the task, as do groups: `conv_plan.read_conv`)."""
+The epilogue is CUTLASS's `LinearCombinationGeneric` (D = f(alpha * acc + beta * C), C the bias
+read with strides 0, or a residual), or, where it reads other tensors (a per-channel parameter
+after the activation, the input added back), a tree: CUTLASS's `EpilogueWithBroadcast` with the
+writer's own output operation (`KevinConvTreeOp`), the tree's function (`gemm_kernel._tree`'s
+`KevinTreeFn`) of the accumulator, a vector over the output channels it broadcasts (V) and its
+source C: a second vector (strides 0) or a tensor of the output's size, read channels innermost
+(in place where channels-last, else packed first by the program). Groups are declined by the plan
+(`conv_plan.read_conv`)."""
 
 from __future__ import annotations
 

@@ -10,12 +10,16 @@ Which kernel:
   N*H*W rows of C channels (as it lies) by the C_out x C weight, its output returned as the
   N x C_out x H x W view that is channels-last as eager's (`GemmPlan.conv`);
 - other 2-D, 3-D and 1-D convolutions, and 2-D and 1-D transposed ones, of one group: CUTLASS
-  2.x's implicit GEMM (`conv_kernel.py`; a 1-D one as 2-D of height 1, `GemmPlan.conv1d`).
+  2.x's implicit GEMM (`conv_kernel.py`; a 1-D one as 2-D of height 1, `GemmPlan.conv1d`);
+- an epilogue reading other tensors than the convolution's bias (a `(C_out, 1, 1)` parameter added
+  after the activation, the input added back): a tree (`_conv_tree`), one function of the
+  accumulator and its operands, each a vector over the output channels or a tensor of the
+  output's size (`conv_kernel.conv_tree_refusal` says how many the kernel reads).
 
 Declined, each with what it is: groups, a transposed 3-D convolution (CUTLASS 2.x has no tensor-core
 kernel for it), a dilated transposed one, a transposed one whose channels are not multiples of the
-kernel's 16-byte access, an epilogue reading other tensors than the bias (the output lies channel
-by channel), a reduction after a convolution of a channels-last input.
+kernel's 16-byte access or whose epilogue reads other tensors, an operand of another shape (one
+value per column of the output, say), a reduction after a convolution of a channels-last input.
 """
 
 from __future__ import annotations
