@@ -607,6 +607,40 @@ def test_the_gpus_multiprocessors_are_read_from_the_device(monkeypatch: pytest.M
         gpu.gpu_properties.cache_clear()
 
 
+@pytest.mark.parametrize("name, verdicts", [
+    ("linear-gelu-f32-128x1024x512", [0.040, None, 0.031, 0.050, 0.030, None, 0.045]),
+    # a softmax after a 16-bit product: a turn not accepted brings the variants keeping it in float32 forward
+    ("attn-vit-softmax-f16-8x12x197x64", [None, 0.031, None, 0.050, 0.030, 0.045, 0.029, 0.060]),
+])
+def test_a_gemm_searchs_later_programs_are_all_foreseen_at_its_first_turn(name: str, verdicts: list[float | None],
+                                                                        hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
+    # a GEMM's build takes a minute: at the first turn every tiling not tried yet is foreseen (built
+    # side by side while the first is judged), so each later turn, whatever the verdicts, writes a
+    # program foreseen then or one an earlier turn wrote (the fastest again)
+    from kevin_backend.generate.builtin.gemm_plan import plan_gemm, plan_tilings
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+
+    source = next(t.source for t in GEMM_SUITE if t.name == name)
+    tilings = plan_tilings(plan_gemm(source))
+    policy = BuiltinPolicy()
+    turns: list[Turn] = []
+    written: list[str] = []
+    first: list[str] = []
+    for k, ms in enumerate(verdicts[:len(tilings) + 2]):
+        messages = build_messages(source, "NVIDIA H200", turns, 100_000)
+        earlier = [EarlierTurn(s.reply, s.result) for s in turns]
+        (reply,) = policy.generate_after([messages], [earlier], Sampling())
+        (program,) = re.findall(r"```python\n(.*?)```", reply.text, re.S)
+        assert k == 0 or program in first or program in written, (k, reply.extra["variant"])
+        foreseen = policy.foresee([messages], [[*earlier, EarlierTurn(reply, None)]])
+        assert len(foreseen) == len(tilings) - 1 - k if k < len(tilings) else not foreseen, (k, len(foreseen))
+        assert program not in foreseen and all("class ModelNew" in p and "CUTLASS" in p for p in foreseen)
+        first = first or foreseen
+        written.append(program)
+        turns.append(Turn.of(reply, _feedback(ms)))
+    assert len(set(written[:len(tilings)])) == len(tilings)  # (each tiling once, then the fastest again)
+
+
 def test_every_ranking_rule_says_why() -> None:
     from kevin_backend.generate.builtin.variant_ranking import POINTWISE_ORDERS, ROW_GROUPS, ROW_PLACEMENTS
 

@@ -21,7 +21,9 @@ code that says why, with `finish_reason="declined"`, which ends that trajectory.
 
 It is `Foreseeing`: while a turn is judged, `foresee` says the programs each trajectory would write
 next whatever the verdict (the turn's variant rejected, or the fastest yet), so the search has them
-built in the background and the next turn finds its build done.
+built in the background and the next turn finds its build done. For a GEMM, whose builds take a
+minute, that is every tiling the trajectory has not tried (`gemm_plan.gemm_ahead`), from the
+first turn on: they build side by side while the first is judged.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from functools import lru_cache
 from typing import Callable, Sequence
 
 from kevin_backend.generate.builtin.builtin_support import gemm_available
-from kevin_backend.generate.builtin.gemm_plan import GemmChain, GemmHead, GemmPlan, GemmTail, gemm_turn, plan_gemm
+from kevin_backend.generate.builtin.gemm_plan import GemmChain, GemmHead, GemmPlan, GemmTail, gemm_ahead, gemm_turn, plan_gemm
 from kevin_backend.generate.builtin.plan import Declined, Plan
 from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.generate.builtin.program import write_program
@@ -111,6 +113,11 @@ class BuiltinPolicy:
         for index, (messages, turns) in enumerate(zip(conversations, earlier, strict=True)):
             source = task_from_messages(list(messages))
             plan = _plan(source) if source is not None else None
+            if isinstance(plan, Declined) and turns and gemm_available():  # (a GEMM: every tiling not tried yet)
+                gemm = _gemm_plan(source)  # type: ignore[arg-type]
+                if isinstance(gemm, (GemmPlan, GemmChain, GemmTail, GemmHead)):
+                    programs += [p for p in gemm_ahead(source, gemm, _history(turns)) if p not in programs]  # type: ignore[arg-type]
+                continue
             if plan is None or isinstance(plan, Declined) or not turns:
                 continue
             variants = {v.name: v for v in variants_for(plan)}

@@ -613,6 +613,21 @@ def gemm_turn(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, ind
         choice, why = min(timed)[1], "every tiling tried: the fastest again"
     else:
         choice, why = names[index % len(names)], "no tiling accepted yet"
-    tiling = tilings[names.index(choice)]
+    return choice, _turn_program(source, plan, tilings, names.index(choice)), why
+
+
+def _turn_program(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, tilings: tuple[Any, ...], number: int) -> str:
+    """The program of a search's turn in tiling `tilings[number]` (its extension named by the task
+    and the number, so a program written ahead is the very one its turn writes)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:10]
-    return choice, write_gemm_program(plan, tiling, name=f"kevin_gemm_{digest}_{names.index(choice)}", task_source=source), why
+    return write_gemm_program(plan, tilings[number], name=f"kevin_gemm_{digest}_{number}", task_source=source)
+
+
+def gemm_ahead(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, history: list[tuple[str, Any]]) -> list[str]:
+    """The programs a GEMM search's later turns may write, whatever the judge says of the turns
+    before: one per tiling this trajectory has not tried (`history`: the tilings' names so far, the
+    last one's verdict still unknown); `gemm_turn` writes one of them, or one built already (the
+    fastest again). Built ahead while a turn is judged, a change of tiling finds its program built."""
+    tilings = plan_tilings(plan)
+    tried = {name for name, _ in history}
+    return [_turn_program(source, plan, tilings, j) for j, t in enumerate(tilings) if t.name not in tried]
