@@ -6,6 +6,12 @@ the timings), the best correct kernel's speedup over eager and over Inductor. En
 geometric means the goals are stated in: over eager on chains of three or more ops, over
 Inductor on reductions and norms.
 
+`--suite gemm` runs the GEMM-epilogue suite (`gemm_suite.py`) through the same search: the
+CUTLASS GEMM writer's turns, each a tiling, the ones not yet tried built ahead while the first is
+judged (`BuiltinPolicy.foresee`); each turn's build and judge seconds are kept, so the JSON says how
+long a new variant took cold (the first turn) and when only its tiling changed (the later ones).
+`--no-build-ahead` measures the same without building ahead.
+
 `--suite roofline` runs `kevin_backend/generate/builtin/roofline_suite.py`'s tasks instead. Every
 row carries the judge's roofline of the best kernel (`measure/roofline.py`): the bytes the task
 moves, and the kernel's and Inductor's fractions of the GPU's copy bandwidth, measured once
@@ -22,7 +28,7 @@ denominator (the task's bytes over the copy bandwidth measured here). Each row t
 (why not, or what QuACK runs). Without QuACK installed the bench says so once and has no such
 columns.
 
-Usage: python benchmarks/bench_builtin.py [--suite default|roofline] [--tasks a,b]
+Usage: python benchmarks/bench_builtin.py [--suite default|roofline|gemm] [--tasks a,b] [--no-build-ahead]
        [--categories norm,reduction] [--turns 3] [--trajectories 1] [--at-once 16] [--json FILE]
        [--peers auto|quack|none] [--peer-limit 300]
 """
@@ -57,7 +63,29 @@ def suite_tasks(name: str) -> tuple:  # type: ignore[type-arg]
         from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
 
         return tuple(ROOFLINE_SUITE)
+    if name == "gemm":
+        from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+
+        return tuple(GEMM_SUITE)
     return tuple(SUITE)
+
+
+class _NotForeseeing:
+    """The built-in policy without `foresee` (`--no-build-ahead`): each turn builds its own program."""
+
+    name = "builtin"
+
+    def __init__(self) -> None:
+        self._policy = BuiltinPolicy()
+
+    def generate(self, conversations, sampling):  # type: ignore[no-untyped-def]
+        return self._policy.generate(conversations, sampling)
+
+    def generate_after(self, conversations, earlier, sampling):  # type: ignore[no-untyped-def]
+        return self._policy.generate_after(conversations, earlier, sampling)
+
+    def count_tokens(self, text: str) -> int:
+        return self._policy.count_tokens(text)
 
 
 def roofline_columns(best_result: object) -> dict[str, object]:
@@ -171,7 +199,8 @@ def geomean(values: list[float]) -> float | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suite", choices=("default", "roofline"), default="default",
+    parser.add_argument("--no-build-ahead", action="store_true", help="no program built before its turn")
+    parser.add_argument("--suite", choices=("default", "roofline", "gemm"), default="default",
                         help="the built-in writer's suite, or the memory-bound roofline suite")
     parser.add_argument("--tasks", help="comma-separated task names (default: all)")
     parser.add_argument("--categories", help="comma-separated categories: chain1, chain2, chain3+, reduction, norm")
@@ -193,7 +222,8 @@ def main() -> int:
     start = time.perf_counter()
     meta: dict[str, object] = {"suite": args.suite, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                                "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"),
-                               "trajectories": args.trajectories, "turns": args.turns, "trials": args.trials}
+                               "trajectories": args.trajectories, "turns": args.turns, "trials": args.trials,
+                               "build_ahead": not args.no_build_ahead}
     with tempfile.TemporaryDirectory() as tmp:
         judge = Judge(Path(tmp) / "builds", RunConfig(trials=args.trials, warmup=5))
         # measured here, before any search, with the GPU idle; the judge's workers read it back
@@ -201,7 +231,7 @@ def main() -> int:
         peer = quack_times(tasks, meta["copy_gbps"], args.trials, args.peer_limit) if quack_wanted(args.peers, args.suite) else None  # type: ignore[arg-type]
         if peer is not None:
             meta["peers"] = ["quack"]
-        engine = Engine(BuiltinPolicy(), judge, SearchConfig(trajectories=args.trajectories, turns=args.turns),
+        engine = Engine(_NotForeseeing() if args.no_build_ahead else BuiltinPolicy(), judge, SearchConfig(trajectories=args.trajectories, turns=args.turns),
                         gpu=torch.cuda.get_device_name(), capability="%d.%d" % torch.cuda.get_device_capability())
 
         def one(task):  # type: ignore[no-untyped-def]
@@ -227,6 +257,7 @@ def main() -> int:
                     # each turn: its variant, its build's seconds and, when correct, its time
                     "turns": [{"variant": r.step.reply.extra.get("variant"),
                                "build_seconds": round(r.result.build_seconds or 0, 1) if r.result else None,
+                               "judge_seconds": round(r.judge_seconds, 1),
                                "kernel_ms": r.result.timings.kernel_ms if r.result else None} for r in result.records],
                     **(quack_columns(peer.get(task.name), t.kernel_ms if t else None) if peer is not None else {})}
 

@@ -325,3 +325,15 @@ def test_the_bench_runs_quack_in_a_process_of_its_own(bench: Any, capfd: pytest.
     assert bench.quack_times([TASKS["softmax-last-f32-16384x8192"]], 3000.0, 5, 120) is None
     err = capfd.readouterr().err
     assert "quack_peer needs a CUDA GPU" in err and "QuACK measured nothing" in err
+
+
+def test_the_gemm_suite_runs_through_the_search_with_and_without_building_ahead(bench: Any) -> None:
+    # `--suite gemm`: the GEMM-epilogue suite's tasks; `--no-build-ahead`: the same writer, no
+    # `foresee`, so the search builds each turn's program in its turn (the baseline of the tile-change time)
+    from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+    from kevin_backend.generate.policy import Foreseeing, TurnReader
+
+    assert [t.name for t in bench.suite_tasks("gemm")] == [t.name for t in GEMM_SUITE]
+    plain = bench._NotForeseeing()
+    assert isinstance(plain, TurnReader) and not isinstance(plain, Foreseeing) and isinstance(BuiltinPolicy(), Foreseeing)
