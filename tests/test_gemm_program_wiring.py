@@ -465,6 +465,9 @@ def get_init_inputs():
      f"memory_format=torch.channels_last), torch.randn(16, 16, 3, 3, {BF16}), torch.randn(16, {BF16})"),
     ("torch.sigmoid(F.conv3d(v[0], v[1], padding=1)) * v[2]", "torch.randn(2, 4, 3, 5, 6), torch.randn(8, 4, 3, 3, 3), "
      "torch.randn(2, 8, 3, 5, 6)"),
+    # a 1-D one (as 2-D of height 1): its tensor of the output's size passed with the height too; a (C_out, 1) parameter
+    ("F.gelu(F.conv1d(v[0], v[1], padding=1)) * v[2] - v[3]", "torch.randn(2, 8, 20), torch.randn(12, 8, 3), "
+     "torch.randn(2, 12, 20), torch.randn(12, 1)"),
     ("module", ""),
 ])
 def test_a_convolution_reaches_the_implicit_gemm_and_returns_eagers_layout(forward: str, inputs: str,

@@ -103,12 +103,13 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
             raise
         plain = False
     if not plain:  # (other tensors read: its elements lie channel by channel, not as a GEMM's rows)
-        epilogue, operands = _conv_tree(conv, out, bias, index, metas, tuple(int(d) for d in value.shape), xv.dtype)
-        bias_in = residual_in = None
         if transposed:
             raise Unsupported(f"{what}, its epilogue reading other tensors than its bias: CUTLASS 2.x's strided gradient "
                               "kernel reads one source")
-    one_by_one = not epilogue.tree and wv.dim() == 4 and not transposed and tuple(wv.shape[2:]) == (1, 1) and list(stride) == [1, 1] and list(padding) == [0, 0]
+        epilogue, operands = _conv_tree(conv, out, bias, index, metas, tuple(int(d) for d in value.shape), xv.dtype)
+        bias_in = residual_in = None
+    one_by_one = (not epilogue.tree and wv.dim() == 4 and not transposed and tuple(wv.shape[2:]) == (1, 1)
+                  and list(stride) == [1, 1] and list(padding) == [0, 0])
     if one_by_one and channels_last and list(dilation) == [1, 1] and not (dtype != "float32" and arch == "sm90"
                                                                             and gemm_unaligned(m, n, k)):
         return GemmPlan(_spec(dtype, epilogue, True, n, k, arch), m, n, k, len(index), index[x], index[w], bias_in,

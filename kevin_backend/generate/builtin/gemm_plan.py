@@ -110,7 +110,8 @@ class GemmPlan:
                  *([f"alpha {e.alpha:g}"] if e.alpha != 1 else []), *([f"+ {e.beta:g} x residual"] if e.residual else []),
                  *([e.activation] if e.activation not in ("identity", "function") else []),
                  *([f"an elementwise function ({e.function.count(chr(10))} statements)"] if e.function and not e.tree else []),
-                 *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands)}"] if e.tree else []),
+                 *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands, self.spec.convolution)}"]
+                   if e.tree else []),
                  *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else []),
                  *(["its rows stored directly (N unaligned)"] if self.spec.direct_store else []),
                  *(["x and w packed into rows of 8 first (rows of odd length)"] if self.spec.pad_k else []),
@@ -119,8 +120,9 @@ class GemmPlan:
         return ", ".join(parts)
 
 
-def _kinds(operands: tuple[str, ...]) -> str:
-    words = {"n": "a vector over N", "m": "a vector over M", "mn": "a tensor of the output's size"}
+def _kinds(operands: tuple[str, ...], convolution: Any = None) -> str:
+    words = {"n": "a vector over the output channels" if convolution else "a vector over N", "m": "a vector over M",
+             "mn": "a tensor of the output's size"}
     return ", ".join(words[k] for k in operands)
 
 
@@ -572,8 +574,10 @@ def _call(plan: GemmPlan) -> str:
         w = f"{w}.t()"
     if plan.conv:
         x, w = f"{x}.permute(0, 2, 3, 1)", f"{w}.flatten(1)"
-    if plan.conv1d:
+    if plan.conv1d:  # (and a tree's tensors of the output's size: 2-D, of height 1)
         x, w = f"{x}.unsqueeze(2)", f"{w}.unsqueeze(2)"
+        operands = [f"{a}.unsqueeze(2)" if kind == "mn" else a for a, kind in zip(operands, plan.spec.epilogue.operands)] \
+            if plan.spec.epilogue.tree else operands
     return ", ".join([x, w, *operands])
 
 
