@@ -44,7 +44,7 @@ source C: a second vector (strides 0) or a tensor of the output's size, read cha
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import PACK, Sm80Tiling, mainloop_fields
@@ -65,7 +65,7 @@ class Conv:
     dilation: tuple[int, ...] = ()
     channels_last: bool = False
     transposed: bool = False
-    output_padding: tuple[int, ...] = field(default=())
+    output_padding: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         dims = len(self.filter)
@@ -178,15 +178,15 @@ def conv_cuda_source(spec: Any, tiling: Sm80Tiling, activation: str, functor: st
     c = spec.convolution
     (t, r, s), (pd, ph, pw), (sd, sh, sw), (dd, dh, dw), (od, oh, ow) = (
         _three(v, f) for v, f in ((c.filter, 1), (c.padding, 0), (c.stride, 1), (c.dilation, 1), (c.output_padding, 0)))
-    e = spec.epilogue
+    e, align = spec.epilogue, spec.alignments[1]  # (the epilogue reads its vectors and source as it stores)
     if e.tree:  # (its operands a0, a1: the vector V, the source C)
         vector, source = _tree_roles(e.operands)
-        operands = ([_VECTOR.format(name=f"a{vector}", ptr="bias_ptr", scalar=scalar)] if vector is not None else []) + (
-            [] if source is None else [_VECTOR.format(name=f"a{source}", ptr="residual_ptr", scalar=scalar)] if e.operands[source] == "n"
-            else [_SOURCE.format(name=f"a{source}", scalar=scalar, last=c.dims + 1)])
+        operands = ([_VECTOR.format(name=f"a{vector}", ptr="bias_ptr", scalar=scalar, align=align)] if vector is not None else []) + (
+            [] if source is None else [_VECTOR.format(name=f"a{source}", ptr="residual_ptr", scalar=scalar, align=align)] if e.operands[source] == "n"
+            else [_SOURCE.format(name=f"a{source}", scalar=scalar, last=c.dims + 1, align=align)])
     else:
-        operands = ([_VECTOR.format(name="bias", ptr="bias_ptr", scalar=scalar)] if e.bias else []) + (
-            [_SOURCE.format(name="residual", scalar=scalar, last=c.dims + 1)] if e.residual else [])
+        operands = ([_VECTOR.format(name="bias", ptr="bias_ptr", scalar=scalar, align=align)] if e.bias else []) + (
+            [_SOURCE.format(name="residual", scalar=scalar, last=c.dims + 1, align=align)] if e.residual else [])
     return conv_device_source(spec, tiling, activation, functor) + _HOST.format(operands="".join(operands),
         scalar=scalar, params=params, dims=c.dims, filter=f"{t}, {r}, {s}", pad=f"{pd}, {ph}, {pw}", stride=f"{sd}, {sh}, {sw}",
         dilation=f"{dd}, {dh}, {dw}", output_padding=f"{od}, {oh}, {ow}", taps=math.prod(c.filter), transposed=int(c.transposed),
@@ -261,8 +261,9 @@ extern "C" int kevin_conv_run(int const* shape, void const* x, void const* w, vo
 """
 
 # a vector over the output channels the kernel reads (a bias, or a tree's operand)
-_VECTOR = """    TORCH_CHECK({name}.numel() == co && {name}.scalar_type() == {scalar} && {name}.is_contiguous(),
-                "gemm_epilogue: {name}, a vector of C_out values of the kernel's dtype");
+_VECTOR = """    TORCH_CHECK({name}.numel() == co && {name}.scalar_type() == {scalar} && {name}.is_contiguous()
+                && reinterpret_cast<uintptr_t>({name}.data_ptr()) % ({align} * {name}.element_size()) == 0,
+                "gemm_epilogue: {name}, a vector of C_out values of the kernel's dtype, aligned to its accesses");
     {ptr} = {name}.data_ptr();
 """
 
@@ -273,7 +274,8 @@ _SOURCE = """    {{
                     && {name}.size(0) == n && {name}.size(1) == co, "gemm_epilogue: {name}, a tensor of the output's size");
         bool last = !{name}.is_contiguous() && {name}.stride(1) == 1 && {name}.stride({last}) == co && {name}.stride(0) == out_spatial * co;
         for (int i = {last}; last && i > 2; --i) last = {name}.stride(i - 1) == {name}.stride(i) * {name}.size(i);
-        TORCH_CHECK(last || {name}.is_contiguous(), "gemm_epilogue: {name} contiguous or channels-last");
+        TORCH_CHECK((last || {name}.is_contiguous()) && reinterpret_cast<uintptr_t>({name}.data_ptr()) % ({align} * {name}.element_size()) == 0,
+                    "gemm_epilogue: {name} contiguous or channels-last, aligned to the kernel's accesses");
         residual_ptr = {name}.data_ptr();
         if (!last && co > 1 && out_spatial > 1) {{
             packed_source = torch::empty({{n * out_spatial * co}}, {name}.options());
