@@ -34,7 +34,7 @@ import torch.fx as fx
 from kevin_backend.generate.builtin.conv_kernel import Conv, conv_alignment, conv_tree_refusal
 from kevin_backend.generate.builtin.gemm_kernel import Epilogue, GemmSpec, gemm_unaligned
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import sm80_alignment
-from kevin_backend.generate.builtin.gemm_plan import _DTYPES, _RESHAPES, GemmPlan, _epilogue, _float_cast, _outputs, _spec
+from kevin_backend.generate.builtin.gemm_plan import _DTYPES, GemmPlan, TreeOperands, _epilogue, _outputs, _spec, epilogue_input
 from kevin_backend.generate.builtin.gemm_tail import GemmTail, has_tail, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
 
@@ -137,18 +137,10 @@ def _conv_tree(conv: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int]
     from kevin_backend.generate.builtin.gemm_function import elementwise_function
 
     channels = shape[1]
-    kinds: list[str] = []
-    inputs: list[int] = []
+    operands = TreeOperands()
 
     def operand(node: fx.Node) -> str:
-        source = node
-        while isinstance(source, fx.Node) and (source.target in _RESHAPES or _float_cast(source, dtype)):
-            source = source.args[0]
-        if source not in index:
-            raise Unsupported(f"{node.name} in the convolution's epilogue is neither computed from it nor an input")
-        value = metas[index[source]]
-        if value.dtype != dtype:
-            raise Unsupported(f"an epilogue operand of {value.dtype}: the kernel reads {dtype} values")
+        source, value = epilogue_input(node, index, metas, dtype)
         read = node.meta.get("val")  # (its shape as the epilogue reads it: through its views)
         seen = tuple(read.shape) if isinstance(read, torch.Tensor) and node is not bias else (channels,) + (1,) * (len(shape) - 2)
         seen = (1,) * (len(shape) - len(seen)) + seen
@@ -160,14 +152,11 @@ def _conv_tree(conv: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int]
         else:
             raise Unsupported(f"an epilogue operand of shape {tuple(value.shape)}: not one value per output channel "
                               f"({channels}) nor a tensor of the output's size {list(shape)}")
-        if (index[source], kind) not in zip(inputs, kinds):  # (an input read twice in one shape is one operand)
-            inputs.append(index[source])
-            kinds.append(kind)
-        return f"a{list(zip(inputs, kinds)).index((index[source], kind))}"
+        return operands.name(index[source], kind)
 
     start = f"(v + {operand(bias)})" if isinstance(bias, fx.Node) else "v"
     function = elementwise_function(conv, out, dtype, operand=operand, start=start)
-    why = conv_tree_refusal(tuple(kinds), Conv((1, 1)))
+    why = conv_tree_refusal(tuple(operands.kinds), Conv((1, 1)))
     if why:
         raise Unsupported(why)
-    return Epilogue(activation="function", function=function, operands=tuple(kinds)), tuple(inputs)
+    return Epilogue(activation="function", function=function, operands=tuple(operands.kinds)), tuple(operands.inputs)

@@ -320,18 +320,11 @@ def _tree(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas
     from kevin_backend.generate.builtin.gemm_function import elementwise_function
 
     m, n = mn
-    kinds: list[str] = []
-    inputs: list[int] = []
+    operands = TreeOperands()
+    inputs, kinds = operands.inputs, operands.kinds
 
     def operand(node: fx.Node) -> str:
-        source = node
-        while isinstance(source, fx.Node) and (source.target in _RESHAPES or _float_cast(source, dtype)):
-            source = source.args[0]
-        if source not in index:
-            raise Unsupported(f"{node.name} in the epilogue is neither computed from the product nor an input")
-        value = metas[index[source]]
-        if value.dtype != dtype:
-            raise Unsupported(f"an epilogue operand of {value.dtype}: the kernel reads {dtype} values")
+        source, value = epilogue_input(node, index, metas, dtype)
         if not value.is_contiguous():
             raise Unsupported(f"an epilogue operand that is not contiguous (strides {tuple(value.stride())})")
         read = node.meta.get("val")  # (its shape as the epilogue reads it: through its views)
@@ -344,18 +337,44 @@ def _tree(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas
                               f"per row (M = {m}) nor per element")
         if kind == "mn" and "mn" in kinds and inputs[kinds.index("mn")] != index[source]:
             raise Unsupported("an epilogue reading two tensors of the output's size (the kernel reads one, as its source C)")
-        read_as = list(zip(inputs, kinds))
-        if (index[source], kind) not in read_as:  # (an input read twice in one shape is one operand)
-            read_as.append((index[source], kind))
-            inputs.append(index[source])
-            kinds.append(kind)
-        return f"a{read_as.index((index[source], kind))}"
+        return operands.name(index[source], kind)
 
     start = "v"
     if bias is not None:  # addmm: its bias added to the product before eager rounds it
         start = f"(v + {operand(bias)})"
     function = elementwise_function(mm, out, dtype, operand=operand, start=start)
     return Epilogue(activation="function", function=function, operands=tuple(kinds)), None, None, tuple(inputs)
+
+
+class TreeOperands:
+    """A tree's operands as its function reads them (`a0, a1, ...`): the task's inputs and their
+    kinds, an input read twice in one kind one operand."""
+
+    def __init__(self) -> None:
+        self.inputs: list[int] = []
+        self.kinds: list[str] = []
+
+    def name(self, input_index: int, kind: str) -> str:
+        read_as = list(zip(self.inputs, self.kinds))
+        if (input_index, kind) not in read_as:
+            read_as.append((input_index, kind))
+            self.inputs.append(input_index)
+            self.kinds.append(kind)
+        return f"a{read_as.index((input_index, kind))}"
+
+
+def epilogue_input(node: fx.Node, index: dict[fx.Node, int], metas: list[Any], dtype: torch.dtype) -> tuple[fx.Node, Any]:
+    """The task's input an epilogue operand reads (through views and float casts) and its value,
+    or why it cannot be one (computed in the task, of another dtype)."""
+    source = node
+    while isinstance(source, fx.Node) and (source.target in _RESHAPES or _float_cast(source, dtype)):
+        source = source.args[0]
+    if source not in index:
+        raise Unsupported(f"{node.name} in the epilogue is neither computed from the product nor an input")
+    value = metas[index[source]]
+    if value.dtype != dtype:
+        raise Unsupported(f"an epilogue operand of {value.dtype}: the kernel reads {dtype} values")
+    return source, value
 
 
 def _named_activation(pre: fx.Node, out: fx.Node, dtype: torch.dtype) -> str | None:
