@@ -345,7 +345,7 @@ def test_a_compiled_linear_is_planned_from_its_partition(hopper_with_cutlass) ->
     assert f"v{plan.w}.t()" in call and call.endswith(".view([2, 16, 128])"), call
 
 
-@pytest.mark.parametrize("layout", ["plain", "channels_last"])
+@pytest.mark.parametrize("layout", ["plain", "channels_last", "conv3d", "transposed"])
 def test_a_compiled_convolution_is_a_partition_of_its_epilogue_planned_for_the_implicit_gemm(
         layout: str, hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
     import torch
@@ -355,20 +355,27 @@ def test_a_compiled_convolution_is_a_partition_of_its_epilogue_planned_for_the_i
     from kevin_backend.backend.task import extract_task
     from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
 
-    def model(x, w, b):  # type: ignore[no-untyped-def]
-        return F.relu(F.conv2d(torch.tanh(x) * 2.0, w, b, padding=1))  # (the prologue: a partition of its own)
+    bf16 = dict(dtype=torch.bfloat16)
+    conv = {"conv3d": F.conv3d, "transposed": F.conv_transpose2d}.get(layout, F.conv2d)
 
-    x = torch.randn(2, 16, 10, 12, dtype=torch.bfloat16)
+    def model(x, w, b):  # type: ignore[no-untyped-def]
+        return F.relu(conv(torch.tanh(x) * 2.0, w, b, padding=1))  # (the prologue: a partition of its own)
+
+    x = torch.randn(2, 16, 4, 10, 12, **bf16) if layout == "conv3d" else torch.randn(2, 16, 10, 12, **bf16)
     x = x.contiguous(memory_format=torch.channels_last) if layout == "channels_last" else x
-    graph = compiled_graph(model, x, torch.randn(32, 16, 3, 3, dtype=torch.bfloat16), torch.randn(32, dtype=torch.bfloat16))
+    w = torch.randn(32, 16, 3, 3, 3, **bf16) if layout == "conv3d" else torch.randn(16, 32, 3, 3, **bf16) \
+        if layout == "transposed" else torch.randn(32, 16, 3, 3, **bf16)
+    graph = compiled_graph(model, x, w, torch.randn(32, **bf16))
     partitions = partition_graph(graph, BuiltinSupport()).partitions
-    (conv,) = [p for p in partitions if any(n.target is torch.ops.aten.convolution.default for n in p.nodes)]
-    ops = {n.target.__name__.split(".")[0] for n in conv.nodes if n.op == "call_function"}
+    (part,) = [p for p in partitions if any(n.target is torch.ops.aten.convolution.default for n in p.nodes)]
+    ops = {n.target.__name__.split(".")[0] for n in part.nodes if n.op == "call_function"}
     assert ops == {"convolution", "relu"}, ops
-    plan = plan_gemm(extract_task(conv).source)
+    plan = plan_gemm(extract_task(part).source)
     assert isinstance(plan, GemmPlan) and plan.spec.convolution is not None, plan
-    assert plan.spec.convolution.channels_last == (layout == "channels_last") and plan.spec.epilogue.bias
-    assert plan.spec.epilogue.activation == "relu" and (plan.m, plan.n, plan.k) == (240, 32, 144)
+    c = plan.spec.convolution
+    assert c.channels_last == (layout == "channels_last") and plan.spec.epilogue.bias and plan.spec.epilogue.activation == "relu"
+    assert (c.dims, c.transposed) == (3 if layout == "conv3d" else 2, layout == "transposed"), c
+    assert (plan.m, plan.n, plan.k) == ((960, 32, 432) if layout == "conv3d" else (240, 32, 144)), (plan.m, plan.n, plan.k)
 
 
 def test_each_matmul_partition_of_a_compiled_gated_mlp_is_planned(hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
