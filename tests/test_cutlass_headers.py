@@ -75,6 +75,20 @@ def test_the_installed_package_when_there_is_one() -> None:
     assert headers.version.count(".") == 2 and headers.source.startswith("nvidia-cutlass ")
 
 
+def test_cutlass_utilities_beside_the_include_folder_are_on_the_include_path(tmp_path: Path) -> None:
+    # CUTLASS 3.x's convolutions include cutlass/util/packed_stride.hpp, which the package and a
+    # checkout keep in tools/util/include beside include/
+    include = _include(tmp_path / "source" / "include", (4, 2, 0), cute=True)
+    headers = cutlass_headers.headers_in(include, "test")
+    assert headers.includes == (include.resolve(),)
+    util = tmp_path / "source" / "tools" / "util" / "include"
+    (util / "cutlass" / "util").mkdir(parents=True)
+    assert headers.includes == (include.resolve(), util.resolve())
+    installed = find_cutlass()
+    if installed is not None:  # (the package's own layout)
+        assert len(installed.includes) == 2 and (installed.includes[1] / "cutlass" / "util" / "packed_stride.hpp").is_file()
+
+
 def test_the_environment_names_the_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     include = _include(tmp_path / "include", (3, 8, 0), cute=False)
     monkeypatch.setenv("KEVIN_CUTLASS_INCLUDE", str(include))

@@ -81,7 +81,7 @@ def test_the_gemm_writers_programs_compile_and_link_through_the_fast_build(tmp_p
         work = tmp_path / name
         join = (lambda s: s if isinstance(s, str) else "\n".join(s))
         outcome = build_fast(sources, work, work / "ext.so", capability, pch, ext.extra_cflags, ext.extra_cuda_cflags,
-                             join(ext.cuda_sources), 900, toolchain, (str(headers.include),))
+                             join(ext.cuda_sources), 900, toolchain, tuple(str(d) for d in headers.includes))
         if not outcome.ok:
             return name, f"{outcome.fallback}\n{outcome.log[-3000:]}"
         undefined = subprocess.run(["nm", "-C", "--undefined-only", str(work / "ext.so")], capture_output=True, text=True).stdout

@@ -1,6 +1,7 @@
 """The built-in writer's CUTLASS 3.x GEMM with its epilogue through the real judge on a Hopper GPU:
 each epilogue kind (a chain of two GEMMs, split-K, the writer's own kernels before and after too,
-batches, unaligned rows stored directly, several views of one product, a 1x1 convolution) built for sm_90a,
+batches, unaligned rows stored directly, several views of one product, convolutions on CUTLASS
+3.x's and 2.x's implicit GEMM) built for sm_90a,
 and CUTLASS 2.x's sm80 kernel (Ampere's) built for sm_90, checked against PyTorch on fresh inputs and timed beside
 Inductor (the times printed; a benchmark, not this test, says how fast)."""
 
@@ -78,6 +79,8 @@ TASKS = {
     # convolutions on CUTLASS's implicit GEMM: the suite's 3x3 of a plain f16 input (packed, the output
     # transposed back), a ResNet 3x3 of a channels-last bf16 input (read in place), and a 1-D one
     "conv3x3-hardswish-f16": next(t.source for t in GEMM_SUITE if t.name == "conv2d-hardswish-f16-128x128x32x32"),
+    # the same on CUTLASS 2.x's kernel (a convolution Hopper's own kernel takes tries both: its first tiling is Hopper's)
+    "conv3x3-hardswish-f16-cutlass2x": next(t.source for t in GEMM_SUITE if t.name == "conv2d-hardswish-f16-128x128x32x32"),
     "conv3x3-relu-channels-last-bf16": next(t.source for t in GEMM_SUITE if t.name == "conv2d-3x3-relu-channels-last-bf16-32x128x56x56"),
     "conv1d-gelu-f16": next(t.source for t in GEMM_SUITE if t.name == "conv1d-gelu-f16-64x512x1024"),
     # a reduction after a convolution: the min over the channels, then tanh twice (the writer's own kernel)
@@ -115,6 +118,7 @@ TREES = {"tree-bias-gate-rows-bf16": ("n", "mn", "m"), "sm80-tree-bias-gate-rows
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="needs a Hopper GPU (sm_90a)")
 def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Path) -> None:
+    from kevin_backend.generate.builtin.conv_kernel import sm90_conv_fits
     from kevin_backend.generate.builtin.gemm_plan import (GemmChain, GemmHead, GemmPlan, GemmTail, WideEnd, plan_gemm, plan_tilings,
                                                           write_gemm_program)
     from kevin_backend.judge.judge import Judge
@@ -151,7 +155,11 @@ def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Pa
             assert (plan.spec.direct_store, plan.conv or plan.spec.convolution is not None, len(plan.views) > 1 and not plan.spec.convolution) == (
                 "direct" in name, "conv" in name, "views" in name)
         tilings = plan_tilings(plan)
-        programs[name] = write_gemm_program(plan, tilings[0], task_source=source)
+        if isinstance(plan, GemmPlan) and plan.spec.convolution is not None:  # (Hopper's convolution first where it takes it)
+            assert type(tilings[0]).__name__ == ("ConvTiling" if sm90_conv_fits(plan.spec) else "Sm80Tiling"), (name, tilings[0])
+            assert sm90_conv_fits(plan.spec) == (name.startswith(("conv3x3", "conv1d", "conv3d")) and "f32" not in name), name
+        tiling = next(t for t in tilings if type(t).__name__ == "Sm80Tiling") if name.endswith("-cutlass2x") else tilings[0]
+        programs[name] = write_gemm_program(plan, tiling, task_source=source)
         if name in WIDE:
             assert isinstance(tilings[-1], WideEnd), tilings
             programs[name + "-narrow"] = programs[name]

@@ -301,7 +301,7 @@ def test_the_kernel_compiles_for_sm90a_through_the_fast_builds_nvcc_command(epil
         pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
     (tmp_path / "gemm.cu").write_text(gemm_device_source(GemmSpec("bfloat16", epilogue), GemmTiling()))
     command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "9.0", GEMM_CUDA_FLAGS,
-                             (str(headers.include),))
+                             tuple(str(d) for d in headers.includes))
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     symbols = subprocess.run(["nm", str(tmp_path / "gemm.o")], capture_output=True, text=True).stdout
@@ -321,7 +321,7 @@ def test_the_sm80_kernel_compiles_for_an_ampere_gpu_through_the_fast_builds_nvcc
     spec = GemmSpec("float16", epilogue, "nk", 8, arch="sm80", out_align=1)
     (tmp_path / "gemm.cu").write_text(gemm_device_source(spec, SM80_TILINGS[0]))
     command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "8.0", SM80_CUDA_FLAGS,
-                             (str(headers.include),))
+                             tuple(str(d) for d in headers.includes))
     assert "-gencode=arch=compute_80,code=sm_80" in command
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -534,6 +534,59 @@ def test_a_convolutions_tree_reads_a_broadcast_vector_and_a_source_through_its_o
     assert "is_source_needed() const { return 0; }" in one and "scalar(ab[i], vec[i])" in one
 
 
+def test_on_hopper_a_convolution_is_also_cutlass_3xs_implicit_gemm_tried_in_turn_with_cutlass_2xs() -> None:
+    from kevin_backend.generate.builtin.conv_kernel import SM90_CONV_TILINGS, Conv, ConvTiling, sm90_conv_fits
+    from kevin_backend.generate.builtin.gemm_kernel import SM80_TILINGS, tilings_for
+
+    spec = GemmSpec("bfloat16", Epilogue(bias=True, activation="relu"), align=8, out_align=8, convolution=Conv((3, 3), (1, 1), (2, 2)))
+    kinds = [type(t).__name__ for t in tilings_for(spec)]
+    assert kinds[:6] == ["ConvTiling", "Sm80Tiling"] * 3 and set(kinds[6:]) == {"Sm80Tiling"}, kinds  # (one of each first)
+    source = gemm_cuda_source(spec, SM90_CONV_TILINGS[0])
+    assert "cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>" in source
+    assert "cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>" in source and "cutlass::epilogue::TmaWarpSpecialized, Fusion>" in source
+    assert "LinCombPerColBiasEltAct<cutlass::epilogue::thread::ReLu, ElementD, float, Element, void, float>" in source
+    assert "{n, h, w_, c}, {k, 3, 3, c}, {1, 1}, {1, 1}, {2, 2}, {1, 1}, 1);" in source and "Shape<_128, _128, Shape<_64>>" in source
+    assert "args.epilogue.thread.bias_ptr" in source and "kevin_conv_run" in source and "kevin_gemm_pack" in source
+    assert "problem(n, h, w_, c, k" not in source  # (CUTLASS 2.x's problem size: not in this kernel)
+    assert check_program(_program(spec, SM90_CONV_TILINGS[1])) == ()
+    # 3-D, a function after it: NDHWC and the GEMM's elementwise fusion
+    three = gemm_device_source(GemmSpec("float16", Epilogue(activation="function", function="    return v * 0.5f;"), align=8, out_align=8,
+                                        convolution=Conv((3, 3, 3), (1, 1, 1), (1, 2, 2))), SM90_CONV_TILINGS[1])
+    assert "cutlass::layout::TensorNDHWC" in three and "{n, d, h, w_, c}, {k, 3, 3, 3, c}, {1, 1, 1}, {1, 1, 1}, {1, 2, 2}" in three
+    assert "LinCombEltAct<KevinEpilogueFn, ElementD, float, void, float>" in three and "ClusterShape = Shape<_2, _1, _1>" in three
+    # what it does not take stays on CUTLASS 2.x's alone: float32, Ampere, transposed, trees, output channels TMA cannot store
+    for other in (dataclasses.replace(spec, dtype="float32", align=4, out_align=4), dataclasses.replace(spec, arch="sm80"),
+                  dataclasses.replace(spec, convolution=Conv((3, 3), stride=(2, 2), transposed=True)),
+                  dataclasses.replace(spec, epilogue=Epilogue(activation="function", function="    return v + a0;", operands=("mn",))),
+                  dataclasses.replace(spec, out_align=4)):
+        assert not sm90_conv_fits(other) and all(not isinstance(t, ConvTiling) for t in tilings_for(other)), other
+    with pytest.raises(ValueError, match="Hopper's convolution takes"):
+        gemm_device_source(dataclasses.replace(spec, out_align=4), SM90_CONV_TILINGS[0])
+    for bad in (dict(tile=(256, 128, 64)), dict(tile=(128, 128, 32)), dict(cluster=(2, 2))):
+        with pytest.raises(ValueError, match="one warp group"):
+            ConvTiling(**bad)  # type: ignore[arg-type]
+    assert SM80_TILINGS[0] in tilings_for(spec)
+
+
+@pytest.mark.slow
+def test_hoppers_convolution_compiles_for_sm_90a(tmp_path: Path) -> None:
+    """CUTLASS 3.x's implicit GEMM with its bias and ReLU, with CUTLASS's utility headers (about a minute of nvcc)."""
+    from kevin_backend.generate.builtin.conv_kernel import SM90_CONV_TILINGS, Conv
+    from kevin_backend.toolchain.fast_build import Toolchain, device_command
+
+    headers = find_cutlass()
+    if headers is None or shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
+    spec = GemmSpec("bfloat16", Epilogue(bias=True, activation="relu"), align=8, out_align=8, convolution=Conv((3, 3), (1, 1)))
+    (tmp_path / "conv.cu").write_text(gemm_device_source(spec, SM90_CONV_TILINGS[0]))
+    command = device_command(Toolchain.detect(), tmp_path / "conv.cu", tmp_path / "conv.o", "9.0", GEMM_CUDA_FLAGS,
+                             tuple(str(d) for d in headers.includes))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    symbols = subprocess.run(["nm", "-C", str(tmp_path / "conv.o")], capture_output=True, text=True).stdout
+    assert "kevin_conv_run" in symbols and "ConvUniversal" in symbols
+
+
 def test_a_3d_convolution_is_conv3d_fprop_on_ndhwc() -> None:
     from kevin_backend.generate.builtin.conv_kernel import Conv
     from kevin_backend.generate.builtin.gemm_kernel import F32_TILINGS
@@ -587,7 +640,7 @@ def test_the_convolution_compiles_for_an_ampere_gpu(tmp_path: Path) -> None:
     spec = GemmSpec("bfloat16", Epilogue(bias=True, activation="relu"), align=8, out_align=8, arch="sm80", convolution=Conv((3, 3), (1, 1)))
     (tmp_path / "conv.cu").write_text(gemm_device_source(spec, SM80_TILINGS[0]))
     command = device_command(Toolchain.detect(), tmp_path / "conv.cu", tmp_path / "conv.o", "8.0", SM80_CUDA_FLAGS,
-                             (str(headers.include),))
+                             tuple(str(d) for d in headers.includes))
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     symbols = subprocess.run(["nm", "-C", str(tmp_path / "conv.o")], capture_output=True, text=True).stdout

@@ -191,6 +191,7 @@ def test_a_kernelbench_linear_uses_the_parameters_its_model_makes(monkeypatch: p
 ])
 @pytest.mark.parametrize("arch", ["sm90", "sm80"])
 def test_each_operand_reaches_the_kernel(forward: str, inputs: str, arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin.conv_kernel import sm90_conv_fits
     from kevin_backend.generate.builtin.gemm_kernel import tilings_for
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.types import load_program
@@ -224,6 +225,7 @@ def test_each_operand_reaches_the_kernel(forward: str, inputs: str, arch: str, m
 ])
 @pytest.mark.parametrize("arch", ["sm90", "sm80"])
 def test_a_trees_operands_reach_the_kernel_in_order(forward: str, inputs: str, arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin.conv_kernel import sm90_conv_fits
     from kevin_backend.generate.builtin.gemm_kernel import tilings_for
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.types import load_program
@@ -246,6 +248,7 @@ def test_a_trees_operands_reach_the_kernel_in_order(forward: str, inputs: str, a
 def test_a_kernelbench_suite_task_is_wired_with_its_parameters(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # level-2 problems as KernelBench publishes them: float32, nn.Linear, an elementwise chain
     # after it (the second with K = 999 and N = 777: rows that are not 16-byte aligned)
+    from kevin_backend.generate.builtin.conv_kernel import sm90_conv_fits
     from kevin_backend.generate.builtin.gemm_kernel import tilings_for
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
@@ -472,6 +475,7 @@ def get_init_inputs():
 ])
 def test_a_convolution_reaches_the_implicit_gemm_and_returns_eagers_layout(forward: str, inputs: str,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin.conv_kernel import sm90_conv_fits
     from kevin_backend.generate.builtin.gemm_kernel import tilings_for
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.toolchain.static_rules import check_program
@@ -485,7 +489,8 @@ def test_a_convolution_reaches_the_implicit_gemm_and_returns_eagers_layout(forwa
     assert (c.dims, c.transposed) == ((3 if "conv3d" in forward else 2), "transpose" in forward), c
     assert plan.spec.epilogue.tree == ("v[" in forward.rsplit(")", 1)[-1]), plan.describe()  # (a tensor read after it: a tree)
     program = write_gemm_program(plan, tilings_for(plan.spec)[0], task_source=source)
-    assert check_program(program) == () and "ImplicitGemmConvolution" in program
+    assert check_program(program) == () and ("ConvUniversal" if sm90_conv_fits(plan.spec) else "ImplicitGemmConvolution") in program
+    assert ("CUTLASS 3.x (sm90)" in program) == sm90_conv_fits(plan.spec)
     if forward == "module":
         assert plan.state == ("conv.weight", "conv.bias"), plan.state
         _runs_as_its_model(source, program, plan, monkeypatch, 5, 1e-4)

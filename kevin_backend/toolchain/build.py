@@ -91,7 +91,7 @@ class BuildSpec:
     @property
     def include_dirs(self) -> tuple[str, ...]:
         """The header libraries' folders the compilers are given besides torch's and CUDA's."""
-        return (str(self.cutlass.include),) if self.cutlass is not None else ()
+        return tuple(str(d) for d in self.cutlass.includes) if self.cutlass is not None else ()
 
     @property
     def digest(self) -> str:

@@ -45,6 +45,14 @@ class CutlassHeaders:
     cute: bool  # cute/tensor.hpp is there too (CUTLASS 3 and later)
     source: str  # "nvidia-cutlass 4.2.0.0" or "KEVIN_CUTLASS_INCLUDE"
 
+    @property
+    def includes(self) -> tuple[Path, ...]:
+        """What -I names: the include folder, and CUTLASS's utilities (`cutlass/util/...`, which
+        CUTLASS 3.x's convolutions include) where the package or checkout has them beside it
+        (`tools/util/include`)."""
+        util = self.include.parent / "tools" / "util" / "include"
+        return (self.include, util) if (util / "cutlass" / "util").is_dir() else (self.include,)
+
 
 def find_cutlass() -> CutlassHeaders | None:
     """The headers KEVIN_CUTLASS_INCLUDE names (CutlassHeadersError when that folder lacks them),

@@ -47,9 +47,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kevin_backend.generate.builtin.gemm_kernel_sm80 import PACK, Sm80Tiling, mainloop_fields
+from kevin_backend.generate.builtin.gemm_kernel_sm80 import ELEMENTS, PACK, Sm80Tiling, mainloop_fields
 
-__all__ = ["Conv", "conv_alignment", "conv_cuda_source", "conv_device_source", "conv_tree_refusal"]
+__all__ = ["Conv", "ConvTiling", "SM90_CONV_TILINGS", "conv_alignment", "conv_cuda_source", "conv_device_source",
+           "conv_tree_refusal", "sm90_conv_fits"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,40 @@ class Conv:
                 + (" of a channels-last input" if self.channels_last else ""))
 
 
+@dataclass(frozen=True)
+class ConvTiling:
+    """A variant of Hopper's convolution (CUTLASS 3.x's implicit GEMM: im2col TMA loads into shared
+    memory, wgmma, one consumer warp group, a TMA store): the CTA's tile (M, N, K) and the cluster's
+    shape along M and N."""
+
+    tile: tuple[int, int, int] = (128, 128, 64)
+    cluster: tuple[int, int] = (1, 1)
+
+    def __post_init__(self) -> None:
+        m, n, k = self.tile
+        if m not in (64, 128) or n % 16 or not 16 <= n <= 256 or k != 64 or self.cluster not in ((1, 1), (2, 1), (1, 2)):
+            raise ValueError(f"tile {self.tile}, cluster {self.cluster}: M 64 or 128 (one warp group), N a multiple of 16 "
+                             "up to 256, K 64; a cluster of 1 or 2 CTAs")
+
+    @property
+    def name(self) -> str:
+        return f"sm90 conv tile {'x'.join(map(str, self.tile))} cluster {'x'.join(map(str, self.cluster))}"
+
+
+# Hopper's convolution variants, tried before CUTLASS 2.x's (`SM80_TILINGS`) on a Hopper GPU; one
+# consumer warp group holds a 128 x 128 float32 accumulator at most
+SM90_CONV_TILINGS = (ConvTiling((128, 128, 64), (1, 1)), ConvTiling((128, 128, 64), (2, 1)), ConvTiling((128, 64, 64), (1, 1)))
+
+
+def sm90_conv_fits(spec: Any) -> bool:
+    """Whether Hopper's convolution takes `spec`: a 16-bit forward convolution on sm90 whose output
+    channels TMA stores whole (a multiple of 8), its epilogue a bias and a function (no tree, no
+    residual: those stay on CUTLASS 2.x's)."""
+    e, c = spec.epilogue, spec.convolution
+    return (c is not None and spec.arch == "sm90" and spec.dtype != "float32" and not c.transposed and not e.tree
+            and not e.residual and spec.alignments[1] == 8)
+
+
 def conv_alignment(dtype: str) -> int:
     """The channels the kernel reads at a time (16 bytes): C is rounded up to a multiple of it."""
     return 4 if dtype == "float32" else 8
@@ -132,6 +167,8 @@ def conv_device_source(spec: Any, tiling: Sm80Tiling, activation: str, functor: 
     (shape: N, D, H, W, C, K, Z, P, Q: the activation N x D x H x W x C, the filter K x T x R x S x C,
     the output N x Z x P x Q x K; a transposed convolution's activation is its output, its filter's
     K its input's channels), and the packing kernel."""
+    if isinstance(tiling, ConvTiling):
+        return _sm90_device_source(spec, tiling, activation, functor) + PACK
     e, c = spec.epilogue, spec.convolution  # (what it may read: `GemmSpec`'s checks)
     vector, from_c = _tree_roles(e.operands) if e.tree else (None, None)
     source = "static_cast<ElementD*>(const_cast<void*>(bias))" if e.bias else "static_cast<ElementD*>(const_cast<void*>(residual))" \
@@ -170,10 +207,30 @@ def conv_device_source(spec: Any, tiling: Sm80Tiling, activation: str, functor: 
         problem=problem, layout_x=act, layout_w=f"{layout}::packed({{{filt}}})", layout_out=res, arguments=params,
         epilogue="typename EpilogueOp::Params epilogue" + ("" if e.tree else
                                                              f"({float(e.alpha)!r}f, {float(e.beta) if e.residual else 1.0 if e.bias else 0.0!r}f)"),
-        source=source, layout_c=f"{layout}({layout}::Stride(0))" if stride_0 else "layout_out") + PACK
+        source=source, layout_c=f"{layout}({layout}::Stride(0))" if stride_0 else "layout_out") + _ENTRY + PACK
 
 
-def conv_cuda_source(spec: Any, tiling: Sm80Tiling, activation: str, functor: str, scalar: str, params: str) -> str:
+def _sm90_device_source(spec: Any, tiling: ConvTiling, activation: str, functor: str) -> str:
+    """Hopper's device part (`ConvTiling`): CUTLASS 3.x's `ConvUniversal` with the GEMM's fusions (a
+    bias over the output channels and an activation or function), the same entry points."""
+    if not sm90_conv_fits(spec):
+        raise ValueError(f"{tiling.name}: Hopper's convolution takes a 16-bit forward convolution on sm90 with a bias and "
+                         "a function after it, output channels a multiple of 8")
+    e, c = spec.epilogue, spec.convolution
+    pads, strides, dilations = (", ".join(map(str, v)) for v in (c.padding, c.stride, c.dilation))
+    taps = ", ".join(map(str, c.filter))
+    fusion = (f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{activation}, ElementD, float, Element, void, float>" if e.bias
+              else f"cutlass::epilogue::fusion::LinCombEltAct<{activation}, ElementD, float, void, float>")
+    (tm, tn, tk), (cm, cn) = tiling.tile, tiling.cluster
+    return _DEVICE_SM90.format(
+        element=ELEMENTS[spec.dtype], functor=functor, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn, fusion=fusion,
+        layout="cutlass::layout::TensorNDHWC" if c.dims == 3 else "cutlass::layout::TensorNHWC",
+        act="{n, d, h, w_, c}" if c.dims == 3 else "{n, h, w_, c}", flt=f"{{k, {taps}, c}}", pads=f"{{{pads}}}",
+        strides=f"{{{strides}}}", dilations=f"{{{dilations}}}", alpha=f"{float(e.alpha)!r}f",
+        bias="    args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);\n" if e.bias else "") + _ENTRY
+
+
+def conv_cuda_source(spec: Any, tiling: Sm80Tiling | ConvTiling, activation: str, functor: str, scalar: str, params: str) -> str:
     """The whole CUDA source: the device part and the host function `gemm_epilogue(x, w, bias, residual)`."""
     c = spec.convolution
     (t, r, s), (pd, ph, pw), (sd, sh, sw), (dd, dh, dw), (od, oh, ow) = (
@@ -244,12 +301,17 @@ static typename Conv::Arguments arguments(int const* shape, void const* x, void 
 }}
 }}  // namespace kevin_gemm
 
-extern "C" size_t kevin_conv_workspace(int const* shape) {{
+"""
+
+# The entry points both kernels' device parts end with: the workspace's bytes, and a run (0, or
+# CUTLASS's status where it cannot take the problem or fails to start)
+_ENTRY = """
+extern "C" size_t kevin_conv_workspace(int const* shape) {
     return kevin_gemm::Conv::get_workspace_size(kevin_gemm::arguments(shape, nullptr, nullptr, nullptr, nullptr, nullptr));
-}}
+}
 
 extern "C" int kevin_conv_run(int const* shape, void const* x, void const* w, void const* bias, void const* residual, void* out,
-                              void* workspace, cudaStream_t stream) {{
+                              void* workspace, cudaStream_t stream) {
     kevin_gemm::Conv conv;
     auto args = kevin_gemm::arguments(shape, x, w, bias, residual, out);
     cutlass::Status status = conv.can_implement(args);
@@ -257,7 +319,62 @@ extern "C" int kevin_conv_run(int const* shape, void const* x, void const* w, vo
     status = conv.initialize(args, workspace, stream);
     if (status != cutlass::Status::kSuccess) return static_cast<int>(status);
     return static_cast<int>(conv.run(stream));
+}
+"""
+
+# Hopper's: CUTLASS 3.x's convolution (the GEMM's epilogue builder and fusions; CUTLASS's utility
+# headers, `cutlass_headers.CutlassHeaders.includes`, for its strides)
+_DEVICE_SM90 = """#include <cutlass/cutlass.h>
+#include <cutlass/kernel_hardware_info.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/conv/convnd_problem_shape.hpp>
+#include <cutlass/conv/collective/collective_builder.hpp>
+#include <cutlass/conv/kernel/conv_universal.hpp>
+#include <cutlass/conv/device/conv_universal_adapter.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/operations.hpp>
+#include <cutlass/epilogue/thread/activation.h>
+
+namespace kevin_gemm {{
+using namespace cute;
+using Element = {element};
+using ElementD = {element};  // (the output in the inputs' dtype)
+{functor}constexpr int kAlign = 8;  // channels read and stored at a time: TMA's 16 bytes
+using TileShape = Shape<_{tm}, _{tn}, Shape<_{tk}>>;
+using ClusterShape = Shape<_{cm}, _{cn}, _1>;
+using Layout = {layout};
+using Fusion = {fusion};
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+    void, Layout, kAlign, ElementD, Layout, kAlign, cutlass::epilogue::TmaWarpSpecialized, Fusion>::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    Element, Layout, kAlign, Element, Layout, kAlign, float, TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kFprop, CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
+using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+using Conv = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
+
+static typename Conv::Arguments arguments(int const* shape, void const* x, void const* w, void const* bias, void const* residual,
+                                          void* out) {{
+    // shape: N, D, H, W, C (the packed channels), K, Z, P, Q (`conv_device_source`); the problem
+    // computes the output's extent and packed strides itself
+    const int n = shape[0], d = shape[1], h = shape[2], w_ = shape[3], c = shape[4], k = shape[5];
+    (void)d, (void)residual;
+    ProblemShape problem(cutlass::conv::Mode::kCrossCorrelation, {act}, {flt}, {pads}, {pads}, {strides}, {dilations}, 1);
+    typename Kernel::StrideD stride_d;
+    cute::for_each(cute::make_seq<cute::rank<0>(typename Kernel::StrideD{{}})>{{}}, [&](auto i) {{
+        cute::get<0, i>(stride_d) = problem.stride_C[ProblemShape::RankT - 2 - i];
+    }});
+    typename Conv::Arguments args{{problem, {{static_cast<Element const*>(x), static_cast<Element const*>(w)}},
+                                  {{{{}}, nullptr, stride_d, static_cast<ElementD*>(out), stride_d}}}};
+    args.epilogue.thread.alpha = {alpha};
+    args.epilogue.thread.beta = 0.0f;
+{bias}    return args;
 }}
+}}  // namespace kevin_gemm
 """
 
 # a vector over the output channels the kernel reads (a bias, or a tree's operand)

@@ -27,6 +27,7 @@ rows: K and N multiples of 8 for 16-bit values (`gemm_unaligned`)."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -268,10 +269,16 @@ _SMS = 132
 
 def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tuple[Any, ...]:
     """The search's variants for this GEMM of `shape` (M, N, K): the float32 kernel's
-    (`gemm_kernel_sm80.sm80_tilings`: float32's, and 16-bit ones on sm80) or the sm90 16-bit ones. A 16-bit GEMM whose output has fewer 128 x 128
+    (`gemm_kernel_sm80.sm80_tilings`: float32's, and 16-bit ones on sm80) or the sm90 16-bit ones; a
+    convolution's, Hopper's own and CUTLASS 2.x's in turn where Hopper's takes it (`conv_kernel.SM90_CONV_TILINGS`). A 16-bit GEMM whose output has fewer 128 x 128
     tiles than the GPU has SMs, over a K long enough to share (a long reduction into a small output),
     tries split-K and stream-K first: one CTA a tile would leave most SMs idle."""
     if spec.sm80:
+        if spec.convolution is not None:  # (on Hopper, its own convolution's first where it takes the task)
+            from kevin_backend.generate.builtin.conv_kernel import SM90_CONV_TILINGS, sm90_conv_fits
+
+            own, older = (SM90_CONV_TILINGS if sm90_conv_fits(spec) else ()), sm80_tilings(spec.dtype, shape)
+            return tuple(t for pair in itertools.zip_longest(own, older) for t in pair if t is not None)  # (one of each first)
         return sm80_tilings(spec.dtype, shape)
     if shape is None or spec.direct_store:  # (a direct store: each tile's output whole, no split)
         return GEMM_TILINGS
@@ -291,9 +298,9 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     epi = spec.epilogue
     functor = _FUNCTION.format(body=epi.function) if epi.function else ""
     if spec.sm80:
-        if not isinstance(tiling, Sm80Tiling):
+        if not isinstance(tiling, Sm80Tiling) and spec.convolution is None:
             raise ValueError(f"a {spec.dtype} GEMM on the sm80 kernel takes an Sm80Tiling, not {tiling!r}")
-        if spec.convolution is not None:
+        if spec.convolution is not None:  # (an Sm80Tiling, or Hopper's `conv_kernel.ConvTiling`)
             from kevin_backend.generate.builtin.conv_kernel import conv_device_source  # (it reads GemmSpec)
 
             return conv_device_source(spec, tiling, ACTIVATIONS[epi.activation], _tree(epi)[0] if epi.tree else functor)

@@ -547,7 +547,8 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
     model = (f"\n\n# The task's module without its forward: ModelNew makes the same parameters under the same seed\n"
              f"{_parameters_module(task_source)}\n\n\nclass ModelNew(KevinTaskParameters):\n" if plan.state else
              "class ModelNew(nn.Module):\n    def __init__(self, *init_inputs):\n        super().__init__()\n\n")
-    family = "CUTLASS 2.x (sm80)" if plans[0].spec.sm80 else "CUTLASS 3.x (sm90)"
+    sm90 = not plans[0].spec.sm80 or type(tiling).__name__ == "ConvTiling"  # (Hopper's convolution: `conv_kernel.ConvTiling`)
+    family = "CUTLASS 3.x (sm90)" if sm90 else "CUTLASS 2.x (sm80)"
     what = (f"a chain of {len(plans)} {family} GEMMs with their epilogues ({plan.describe()})" if chained else
             f"a {family} GEMM with its epilogue and its own kernels around it ({(head or tail).describe()})" if head or tail else
             f"a {family} GEMM with its epilogue ({plan.describe()})")
