@@ -34,7 +34,7 @@ import torch.fx as fx
 from kevin_backend.generate.builtin.conv_kernel import Conv, conv_alignment, conv_tree_refusal
 from kevin_backend.generate.builtin.gemm_kernel import Epilogue, GemmSpec, gemm_unaligned
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import sm80_alignment
-from kevin_backend.generate.builtin.gemm_plan import _DTYPES, GemmPlan, TreeOperands, _epilogue, _outputs, _spec, epilogue_input
+from kevin_backend.generate.builtin.gemm_reading import DTYPES, GemmPlan, TreeOperands, epilogue_input, gemm_spec, read_epilogue, read_outputs
 from kevin_backend.generate.builtin.gemm_tail import GemmTail, has_tail, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
 
@@ -78,10 +78,10 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     if transposed and (wv.dim() == 5 or set(dilation) != {1}):
         raise Unsupported(f"{what}: CUTLASS 2.x's tensor-core kernels take transposed convolutions of 1 or 2 dimensions, "
                           "not dilated")
-    if xv.dtype not in _DTYPES or wv.dtype != xv.dtype:
+    if xv.dtype not in DTYPES or wv.dtype != xv.dtype:
         raise Unsupported(f"a convolution of {xv.dtype} by {wv.dtype}: the GEMM writer takes one of float16, bfloat16, float32")
-    dtype = _DTYPES[xv.dtype]
-    out, views = _outputs(graph)
+    dtype = DTYPES[xv.dtype]
+    out, views = read_outputs(graph)
     value = out.meta.get("val")
     if views or not isinstance(value, torch.Tensor):
         raise Unsupported("several outputs of a convolution")
@@ -96,7 +96,7 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     n, k = c_out, c_in * math.prod(int(d) for d in wv.shape[2:])
     m = value.numel() // n
     try:
-        epilogue, bias_in, residual_in, operands = _epilogue(conv, out, bias, index, metas, (m, n), xv.dtype)
+        epilogue, bias_in, residual_in, operands = read_epilogue(conv, out, bias, index, metas, (m, n), xv.dtype)
         plain = not (operands or residual_in is not None or bias_in != (index.get(bias) if isinstance(bias, fx.Node) else None))
     except Unsupported as exc:
         if "epilogue operand" not in str(exc):
@@ -112,7 +112,7 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
                   and list(stride) == [1, 1] and list(padding) == [0, 0])
     if one_by_one and channels_last and list(dilation) == [1, 1] and not (dtype != "float32" and arch == "sm90"
                                                                             and gemm_unaligned(m, n, k)):
-        return GemmPlan(_spec(dtype, epilogue, True, n, k, arch), m, n, k, len(index), index[x], index[w], bias_in,
+        return GemmPlan(gemm_spec(dtype, epilogue, True, n, k, arch), m, n, k, len(index), index[x], index[w], bias_in,
                         conv=True, views=("return y.permute(0, 3, 1, 2)",))
     # (others, and 1x1 ones of rows TMA cannot read: the output laid out as eager's on a GPU, channels-last
     # of a channels-last input, though meta tensors say contiguous)

@@ -9,6 +9,8 @@ inputs after the forward's: `tracing.trace_with_parameters`) is traced on meta t
 
     out = f(alpha * (x @ w.T) + bias + beta * residual)
 
+(the epilogue read by `gemm_reading.py`, which the convolutions' plan shares)
+
 x an input of (..., K) values, w an input of N x K (as `nn.Linear` keeps its weight, read through
 `t` or `permute`, or given as that K x N view: a compiled model's partition gets its weights so) or
 of K x N (`x @ w`), bias an input of N values (added, or addmm's), residual an input of the
@@ -33,7 +35,7 @@ convolution, a float32 product exponentiated after it, and so on. A plan is for 
 CUTLASS 2.x's kernels for every GEMM).
 An output that views the product in another shape (a compiled model's 3-D activations) is the
 kernel's M x N output viewed so; several outputs that view it (a QKV split) are made from it by
-the program (`_outputs`).
+the program (`gemm_reading.read_outputs`).
 """
 
 from __future__ import annotations
@@ -42,20 +44,18 @@ import ast
 import dataclasses
 import functools
 import hashlib
-import math
-import operator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx as fx
 
 from kevin_backend.generate.builtin import builtin_support
-from kevin_backend.generate.builtin.gemm_kernel import (Epilogue, GemmSpec, gemm_cpp_source, gemm_cuda_flags, gemm_cuda_source,
-                                                         gemm_unaligned, tilings_for)
+from kevin_backend.generate.builtin.gemm_kernel import (gemm_cpp_source, gemm_cuda_flags, gemm_cuda_source, gemm_unaligned,
+                                                         tilings_for)
+from kevin_backend.generate.builtin.conv_plan import plan_conv
 from kevin_backend.generate.builtin.gemm_chain import (MATMULS, ChainTiling, GemmChain, batched_operands, chain_cut, chain_tilings,
                                                         decompose_baddbmm, with_parameters)
-from kevin_backend.generate.builtin.gemm_kernel_sm80 import sm80_alignment
+from kevin_backend.generate.builtin.gemm_reading import DTYPES, RESHAPES, GemmPlan, gemm_spec, read_epilogue, read_outputs
 from kevin_backend.generate.builtin.gemm_tail import GemmHead, GemmTail, WideEnd, has_tail, head_of, plan_head, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.program import extension
@@ -66,64 +66,8 @@ from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace_with_parame
 __all__ = ["ChainTiling", "GemmChain", "GemmHead", "GemmPlan", "GemmTail", "WideEnd", "gemm_turn", "plan_gemm", "plan_tilings", "write_gemm_program"]
 
 aten = torch.ops.aten
-_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
-_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-# ops that view a value without computing: a task's outputs made so from the kernel's (`_outputs`)
-_VIEW_OPS = {aten.view.default: "view", aten._unsafe_view.default: "view", aten.reshape.default: "view", aten.t.default: "t",
-             aten.transpose.int: "transpose", aten.permute.default: "permute", aten.split.Tensor: "split",
-             aten.split_with_sizes.default: "split", aten.select.int: "select", aten.unsqueeze.default: "unsqueeze",
-             aten.squeeze.dim: "squeeze", aten.chunk.default: "chunk", aten.unbind.int: "unbind"}  # (the Tensor method each is)
 _CHAIN = 4  # the most matmuls a chain takes (a program builds every kernel of it in one compile)
-
-
-@dataclass(frozen=True)
-class GemmPlan:
-    spec: GemmSpec
-    m: int
-    n: int
-    k: int
-    inputs: int  # the forward's inputs, in order (v0, v1, ...); the model's parameters and buffers after them
-    x: int  # which input is x, w, the bias and the residual (None: absent)
-    w: int
-    bias: int | None = None
-    residual: int | None = None
-    # w is given as the K x N view of an N x K weight (strides (1, K): a graph's `t(weight)` made
-    # outside the partition, as a compiled `nn.Linear` gives it): the program passes `w.t()`
-    w_view: bool = False
-    out_shape: tuple[int, ...] | None = None  # the output's shape where it is not x's leading dimensions and N
-    # the model's parameters and buffers the GEMM reads (a KernelBench task's nn.Linear), numbered
-    # from `inputs` on: their paths ("buffer:" before a buffer's)
-    state: tuple[str, ...] = ()
-    # a tree epilogue's operands (`Epilogue.operands`), the task's input each is, in order
-    operands: tuple[int, ...] = ()
-    batch: int = 1  # L products of M x N (bmm's; x and w hold L matrices each, the output L x M x N)
-    views: tuple[str, ...] = ()  # the program's lines making the task's outputs, views of the kernel's (`y`): `_outputs`
-    conv: bool = False  # a 1x1 convolution (`conv_plan.read_conv`): x passed as its N x H x W x C view, w as C_out x C
-    conv1d: bool = False  # a 1-D convolution (`spec.convolution`'s 2-D of height 1): x and w passed with a dimension of 1 before the last
-
-    def describe(self) -> str:
-        e = self.spec.epilogue
-        parts = [f"{self.batch} x " * (self.batch > 1) + f"{self.m}x{self.n}x{self.k} {self.spec.dtype}",
-                 *(["a 1x1 convolution's channels-last rows"] if self.conv else []), *(["K x N weight"] if self.spec.weight == "kn" else []),
-                 *(["bias"] if e.bias else []),
-                 *([f"alpha {e.alpha:g}"] if e.alpha != 1 else []), *([f"+ {e.beta:g} x residual"] if e.residual else []),
-                 *([e.activation] if e.activation not in ("identity", "function") else []),
-                 *([f"an elementwise function ({e.function.count(chr(10))} statements)"] if e.function and not e.tree else []),
-                 *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands, self.spec.convolution)}"]
-                   if e.tree else []),
-                 *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else []),
-                 *(["its rows stored directly (N unaligned)"] if self.spec.direct_store else []),
-                 *(["x and w packed into rows of 8 first (rows of odd length)"] if self.spec.pad_k else []),
-                 *([self.spec.convolution.describe() + (" (1-D, as height 1)" if self.conv1d else "")] if self.spec.convolution else []),
-                 *([f"{self.views[-1].count(',') + 1} views of it returned"] if self.views and not self.conv and not self.spec.convolution else [])]
-        return ", ".join(parts)
-
-
-def _kinds(operands: tuple[str, ...], convolution: Any = None) -> str:
-    words = {"n": "a vector over the output channels" if convolution else "a vector over N", "m": "a vector over M",
-             "mn": "a tensor of the output's size"}
-    return ", ".join(words[k] for k in operands)
 
 
 def plan_gemm(task_source: str, arch: str | None = None) -> GemmPlan | GemmChain | GemmTail | GemmHead | Declined:
@@ -133,8 +77,6 @@ def plan_gemm(task_source: str, arch: str | None = None) -> GemmPlan | GemmChain
     arch = arch or builtin_support.gemm_arch() or "sm90"
     if arch not in ("sm90", "sm80"):
         raise ValueError(f"arch {arch!r}: 'sm90' or 'sm80'")
-    from kevin_backend.generate.builtin.conv_plan import plan_conv  # (it reads this module's GemmPlan)
-
     _read, _read_with_tail = (functools.partial(f, arch=arch) for f in (_read_gemm, _read_gemm_with_tail))
     try:
         with TRACE_LOCK:
@@ -178,7 +120,7 @@ def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
 def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     index = {p: i for i, p in enumerate(placeholders)}
-    out, views = _outputs(graph)
+    out, views = read_outputs(graph)
     matmuls = [n for n in graph.nodes if n.op == "call_function" and n.target in MATMULS]
     if len(matmuls) != 1:
         raise Unsupported(f"{len(matmuls)} matmuls (mm, addmm or bmm): the GEMM writer takes one")
@@ -191,7 +133,7 @@ def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
         shape = tuple(value.shape) if isinstance(value, torch.Tensor) else "?"
         raise Unsupported(f"an output of shape {shape}: not the {m} x {n} product's values, row by row")
     out_shape = None if tuple(value.shape) == (*xv.shape[:-1], n) else tuple(int(d) for d in value.shape)
-    epilogue, bias_in, residual_in, operands = _epilogue(mm, out, bias, index, metas, (batch * m, n), xv.dtype)
+    epilogue, bias_in, residual_in, operands = read_epilogue(mm, out, bias, index, metas, (batch * m, n), xv.dtype)
     if batch > 1 and "m" in epilogue.operands:
         raise Unsupported("a column of values per row in a batch of products (the kernel reads one column for all)")
     if value.dtype != xv.dtype:
@@ -201,28 +143,13 @@ def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     direct = bool(why) and k % 8 == 0 and nk and not (epilogue.bias or epilogue.tree or epilogue.activation != "identity")
     if why and not direct:  # else CUTLASS 2.x's kernel (cp.async's 4-byte copies, stores of any size), on Hopper too
         try:
-            spec = _spec(_DTYPES[xv.dtype], epilogue, nk, n, k, "sm80")
+            spec = gemm_spec(DTYPES[xv.dtype], epilogue, nk, n, k, "sm80")
         except Unsupported as exc:
             raise Unsupported(f"{why}, and {exc}") from None
     else:
-        spec = _spec(_DTYPES[xv.dtype], epilogue, nk, n, k, arch, direct)
+        spec = gemm_spec(DTYPES[xv.dtype], epilogue, nk, n, k, arch, direct)
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape,
                     operands=operands, batch=batch, views=views)
-
-
-def _spec(dtype: str, epilogue: Epilogue, nk: bool, n: int, k: int, arch: str, direct: bool = False) -> GemmSpec:
-    """The kernel's spec, or why the kernel for `arch` cannot take this GEMM: the sm80 kernel
-    (float32's everywhere, 16-bit values' on sm80) reads one source beside a visitor tree, not a
-    bias and a residual both; rows its accesses cannot read are packed first."""
-    sm80 = dtype == "float32" or arch == "sm80"
-    align, out_align = sm80_alignment(dtype, n, k, "nk" if nk else "kn") if sm80 else (0, 0)
-    if sm80:
-        if epilogue.bias and epilogue.residual:
-            raise Unsupported(f"a {dtype} GEMM on the sm80 kernel with both a bias and a residual (its epilogue reads one source)")
-    # 16-bit rows of odd length (cp.async copies 4 bytes at least): x and w packed into rows of K rounded up to 8
-    pad = sm80 and not align
-    return GemmSpec(dtype, epilogue, "nk" if nk else "kn", 8 if pad else align, direct_store=direct, arch=arch, out_align=out_align,
-                    pad_k=pad)
 
 
 def _operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple[Any, ...]:
@@ -241,7 +168,7 @@ def _operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple
             bias, a, b = mm.args[:3]
         else:
             a, b = mm.args[:2]
-        x = _through(a, _RESHAPES)
+        x = _through(a, RESHAPES)
         transposed = isinstance(b, fx.Node) and b.target in _TRANSPOSES
         w = b.args[0] if transposed else b
         if not isinstance(x, fx.Node) or x.op != "placeholder":
@@ -254,7 +181,7 @@ def _operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple
         nk, sizes = transposed or w_view, None
     xv, wv = metas[index[x]], metas[index[w]]
     for v, what in ((xv, "x"), (wv, "w")):
-        if v.dtype not in _DTYPES:
+        if v.dtype not in DTYPES:
             raise Unsupported(f"{what} is {v.dtype}: the GEMM writer takes float16, bfloat16 and float32")
         if not v.is_contiguous() and not (what == "w" and w_view):
             raise Unsupported(f"{what} is not contiguous (nor the transpose of a contiguous N x K weight)")
@@ -266,209 +193,10 @@ def _operands(mm: fx.Node, index: dict[fx.Node, int], metas: list[Any]) -> tuple
     return x, w, bias, nk, w_view, sizes
 
 
-def _epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], mn: tuple[int, int],
-              dtype: torch.dtype) -> tuple[Epilogue, int | None, int | None, tuple[int, ...]]:
-    """The linear part (views, casts, a scale, a bias over N, a residual) walked from the matmul
-    while each value is read once; what follows, up to the output, is one of CUTLASS's activations
-    where it is one (`_named_activation`), else one elementwise function of that value
-    (`gemm_function.py`). Where that function reads other tensors (a second bias, a column of M
-    values, a tensor added after the activation), the whole epilogue is one function of the
-    accumulator and those operands instead: a visitor tree (`_tree`)."""
-    from kevin_backend.generate.builtin.gemm_function import elementwise_function
-
-    m, n = mn
-    alpha, beta, residual = 1.0, 1.0, None
-    bias_in = _bias(bias, index, metas, n, dtype) if bias is not None else None
-    node = mm
-    while node is not out and len(node.users) == 1:
-        nxt = next(iter(node.users))
-        other = [a for a in nxt.args if a is not node]
-        if nxt.target in _RESHAPES or _float_cast(nxt, dtype):
-            pass  # (a cast to float32 and back, as decompositions of 16-bit ops write: the kernel computes in float32)
-        elif nxt.target in (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar) and _number(other) \
-                and bias_in is None and residual is None:
-            alpha *= float(other[0]) if nxt.target in (aten.mul.Tensor, aten.mul.Scalar) else 1.0 / float(other[0])
-        elif nxt.target is aten.add.Tensor and len(other) == 1 and isinstance(other[0], fx.Node):
-            # (another tensor: the function after the linear part reads the product alone)
-            scale = float(nxt.kwargs.get("alpha", 1))
-            value = metas[index[other[0]]] if other[0] in index else None
-            if value is not None and tuple(value.shape) == (n,) and bias_in is None and residual is None and scale == 1:
-                bias_in = _bias(other[0], index, metas, n, dtype)
-            elif value is not None and value.numel() == _numel(nxt) and residual is None and value.dtype == dtype \
-                    and value.is_contiguous():
-                residual, beta = index[other[0]], scale
-            else:
-                break  # (something else added: the function reads it, as a tree's operand)
-        else:
-            break
-        node = nxt
-    epilogue = Epilogue(bias=bias_in is not None, alpha=alpha, residual=residual is not None, beta=beta)
-    activation = _named_activation(node, out, dtype)
-    if activation is not None:
-        return dataclasses.replace(epilogue, activation=activation), bias_in, residual, ()
-    reads: list[fx.Node] = []
-    function = elementwise_function(node, out, dtype, operand=lambda other: reads.append(other) or "a")
-    if not reads:
-        return dataclasses.replace(epilogue, activation="function", function=function), bias_in, residual, ()
-    return _tree(mm, out, bias, index, metas, mn, dtype)
-
-
-def _tree(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], mn: tuple[int, int],
-          dtype: torch.dtype) -> tuple[Epilogue, None, None, tuple[int, ...]]:
-    """The whole epilogue as one function of the accumulator and the tensors it reads, each an
-    operand of the kind its shape makes it (`gemm_kernel.OPERAND_KINDS`); addmm's bias the first."""
-    from kevin_backend.generate.builtin.gemm_function import elementwise_function
-
-    m, n = mn
-    operands = TreeOperands()
-    inputs, kinds = operands.inputs, operands.kinds
-
-    def operand(node: fx.Node) -> str:
-        source, value = epilogue_input(node, index, metas, dtype)
-        if not value.is_contiguous():
-            raise Unsupported(f"an epilogue operand that is not contiguous (strides {tuple(value.stride())})")
-        read = node.meta.get("val")  # (its shape as the epilogue reads it: through its views)
-        shape = tuple(read.shape) if isinstance(read, torch.Tensor) else tuple(value.shape)
-        kind = ("n" if value.numel() == n and shape[-1:] == (n,) else
-                "m" if value.numel() == m and shape[-1:] == (1,) else
-                "mn" if value.numel() == m * n and shape[-1:] == (n,) else None)
-        if kind is None:
-            raise Unsupported(f"an epilogue operand of shape {shape}: not one value per column (N = {n}), "
-                              f"per row (M = {m}) nor per element")
-        if kind == "mn" and "mn" in kinds and inputs[kinds.index("mn")] != index[source]:
-            raise Unsupported("an epilogue reading two tensors of the output's size (the kernel reads one, as its source C)")
-        return operands.name(index[source], kind)
-
-    start = "v"
-    if bias is not None:  # addmm: its bias added to the product before eager rounds it
-        start = f"(v + {operand(bias)})"
-    function = elementwise_function(mm, out, dtype, operand=operand, start=start)
-    return Epilogue(activation="function", function=function, operands=tuple(kinds)), None, None, tuple(inputs)
-
-
-class TreeOperands:
-    """A tree's operands as its function reads them (`a0, a1, ...`): the task's inputs and their
-    kinds, an input read twice in one kind one operand."""
-
-    def __init__(self) -> None:
-        self.inputs: list[int] = []
-        self.kinds: list[str] = []
-
-    def name(self, input_index: int, kind: str) -> str:
-        read_as = list(zip(self.inputs, self.kinds))
-        if (input_index, kind) not in read_as:
-            read_as.append((input_index, kind))
-            self.inputs.append(input_index)
-            self.kinds.append(kind)
-        return f"a{read_as.index((input_index, kind))}"
-
-
-def epilogue_input(node: fx.Node, index: dict[fx.Node, int], metas: list[Any], dtype: torch.dtype) -> tuple[fx.Node, Any]:
-    """The task's input an epilogue operand reads (through views and float casts) and its value,
-    or why it cannot be one (computed in the task, of another dtype)."""
-    source = node
-    while isinstance(source, fx.Node) and (source.target in _RESHAPES or _float_cast(source, dtype)):
-        source = source.args[0]
-    if source not in index:
-        raise Unsupported(f"{node.name} in the epilogue is neither computed from the product nor an input")
-    value = metas[index[source]]
-    if value.dtype != dtype:
-        raise Unsupported(f"an epilogue operand of {value.dtype}: the kernel reads {dtype} values")
-    return source, value
-
-
-def _named_activation(pre: fx.Node, out: fx.Node, dtype: torch.dtype) -> str | None:
-    """The CUTLASS activation (`gemm_kernel.ACTIVATIONS`) the chain from `pre` to `out` is, views
-    and float casts around it (SiLU as the tracer decomposes it: `v * sigmoid(v)`); "identity" for
-    none; None where the chain is something else."""
-    activation, node = "identity", pre
-    while node is not out:
-        users = list(node.users)
-        silu = _silu(node, users)
-        if silu is not None and activation == "identity":
-            activation, node = "silu", silu
-            continue
-        if len(users) != 1:
-            return None
-        node = users[0]
-        if node.target in _RESHAPES or _float_cast(node, dtype):
-            continue
-        named = {aten.relu.default: "relu", aten.sigmoid.default: "sigmoid",
-                 aten.gelu.default: "gelu_tanh" if node.kwargs.get("approximate", "none") == "tanh" else "gelu"}.get(node.target)
-        if named is None or activation != "identity":
-            return None
-        activation = named
-    return activation
-
-
-def _silu(value: fx.Node, users: list[fx.Node]) -> fx.Node | None:
-    """The `v * sigmoid(v)` node when `value`'s users are SiLU as the tracer decomposes it."""
-    sigmoids = [u for u in users if u.target is aten.sigmoid.default]
-    products = [u for u in users if u.target is aten.mul.Tensor and set(u.args) == {value, *sigmoids}]
-    if len(users) == 2 and len(sigmoids) == 1 and len(products) == 1 and list(sigmoids[0].users) == products:
-        return products[0]
-    return None
-
-
-def _float_cast(node: fx.Node, dtype: torch.dtype) -> bool:
-    """A cast between the task's dtype and float32, nothing else changed."""
-    casts = (aten._to_copy.default, torch.ops.prims.convert_element_type.default)
-    if node.target not in casts:
-        return False
-    to = node.kwargs.get("dtype") if node.target is aten._to_copy.default else (node.args[1] if len(node.args) > 1 else None)
-    return to in (torch.float32, dtype) and not node.kwargs.get("memory_format") and node.kwargs.get("device") in (None,)
-
-
-def _bias(node: Any, index: dict[fx.Node, int], metas: list[Any], n: int, dtype: torch.dtype) -> int:
-    if node not in index or tuple(metas[index[node]].shape) != (n,) or metas[index[node]].dtype != dtype:
-        raise Unsupported(f"a bias that is not an input of {n} {dtype} values")
-    return index[node]
-
-
 def _through(node: Any, targets: tuple[Any, ...]) -> Any:
     while isinstance(node, fx.Node) and node.target in targets:
         node = node.args[0]
     return node
-
-
-def _number(args: list[Any]) -> bool:
-    return len(args) == 1 and isinstance(args[0], (int, float)) and math.isfinite(float(args[0]))
-
-
-def _numel(node: fx.Node) -> int:
-    value = node.meta.get("val")
-    return value.numel() if isinstance(value, torch.Tensor) else -1
-
-
-def _outputs(graph: fx.Graph) -> tuple[fx.Node, tuple[str, ...]]:
-    """The value the kernel computes and, where the task returns several views of it (a QKV
-    projection's split into queries, keys and values), the program's lines making them from it
-    (`y`), the last returning them; () for a task returning that value itself."""
-    (output,) = [n for n in graph.nodes if n.op == "output"]
-    values = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-    if not values or not all(isinstance(v, fx.Node) for v in values):
-        raise Unsupported("the GEMM writer takes a task whose outputs are tensors")
-    if len(values) == 1:
-        return values[0], ()
-    ends, viewed = set(), []
-    for v in values:
-        node = v
-        while node.op == "call_function" and (node.target in _VIEW_OPS or node.target is operator.getitem):
-            viewed.append(node)
-            node = node.args[0]
-        ends.add(node)
-    if len(ends) != 1:
-        raise Unsupported(f"{len(values)} outputs not all views of one value (the GEMM writer computes one)")
-    (end,) = ends
-    names = {end: "y"}
-    lines = []
-    for node in graph.nodes:  # (in the graph's order: each view after what it views)
-        if node in viewed and node not in names:
-            names[node] = f"o{len(names)}"
-            source, args = names[node.args[0]], ", ".join(repr(a) for a in node.args[1:])
-            lines.append(f"{names[node]} = {source}[{node.args[1]!r}]" if node.target is operator.getitem else
-                         f"{names[node]} = {source}.{_VIEW_OPS[node.target]}({args})")
-    return end, (*lines, f"return ({', '.join(names[v] for v in values)})")
 
 
 def _value(plan: GemmPlan, i: int) -> str:
