@@ -31,7 +31,8 @@ PROGRAMS = {
                             f"torch.randn(64, 96, {BF16}), torch.randn(64, 1, {BF16})"), "sm80", "8.0"),
     "sm80-bmm-f16": (task("torch.relu(torch.bmm(v[0], v[1]))", f"torch.randn(4, 64, 32, {F16}), torch.randn(4, 32, 48, {F16})"),
                      "sm80", "8.0"),
-    # convolutions: a plain input (packed, the output transposed back), a channels-last one, a 1-D one
+    # convolutions: a plain input (packed, the output transposed back; on Hopper its first tiling is
+    # CUTLASS 3.x's convolution, with CUTLASS's utility headers), a channels-last one, a 1-D one
     "conv3x3-bias-relu-f16": (task("F.relu(F.conv2d(v[0], v[1], v[2], padding=1))",
                                    f"torch.randn(2, 6, 10, 12, {F16}), torch.randn(16, 6, 3, 3, {F16}), torch.randn(16, {F16})"),
                               "sm90", "9.0"),
