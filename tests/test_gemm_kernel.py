@@ -554,11 +554,20 @@ def test_on_hopper_a_convolution_is_also_cutlass_3xs_implicit_gemm_tried_in_turn
                                         convolution=Conv((3, 3, 3), (1, 1, 1), (1, 2, 2))), SM90_CONV_TILINGS[1])
     assert "cutlass::layout::TensorNDHWC" in three and "{n, d, h, w_, c}, {k, 3, 3, 3, c}, {1, 1, 1}, {1, 1, 1}, {1, 2, 2}" in three
     assert "LinCombEltAct<KevinEpilogueFn, ElementD, float, void, float>" in three and "ClusterShape = Shape<_2, _1, _1>" in three
-    # what it does not take stays on CUTLASS 2.x's alone: float32, Ampere, transposed, trees, output channels TMA cannot store
+    # a tree: the GEMM's visitor tree, its vector from `bias` (V), its tensor of the output's size read as the source C
+    silu = Epilogue(activation="function", function="    float s = v + a0;\n    return s / (1.0f + expf(-s)) + a1;", operands=("n", "mn"))
+    tree = gemm_device_source(dataclasses.replace(spec, epilogue=silu), SM90_CONV_TILINGS[0])
+    assert "cutlass::epilogue::fusion::Sm90EVT<" in tree and "Sm90RowBroadcast<0, TileShape, Element, float>" in tree
+    assert "args.epilogue.thread = {{}, {static_cast<Element const*>(bias)}, {}, {}};" in tree
+    assert "{{}, static_cast<Element const*>(residual), stride_d" in tree and "    Element, Layout, kAlign, ElementD" in tree
+    two = gemm_device_source(dataclasses.replace(spec, epilogue=Epilogue(activation="function", function="    return v * a0 + a1;",
+                                                                         operands=("n", "n"))), SM90_CONV_TILINGS[0])
+    assert "{{}, {static_cast<Element const*>(bias)}, {static_cast<Element const*>(residual)}, {}}" in two
+    assert "{{}, nullptr, stride_d" in two and "    void, Layout, kAlign, ElementD" in two
+    # what it does not take stays on CUTLASS 2.x's alone: float32, Ampere, transposed, a residual, output channels TMA cannot store
     for other in (dataclasses.replace(spec, dtype="float32", align=4, out_align=4), dataclasses.replace(spec, arch="sm80"),
                   dataclasses.replace(spec, convolution=Conv((3, 3), stride=(2, 2), transposed=True)),
-                  dataclasses.replace(spec, epilogue=Epilogue(activation="function", function="    return v + a0;", operands=("mn",))),
-                  dataclasses.replace(spec, out_align=4)):
+                  dataclasses.replace(spec, epilogue=Epilogue(residual=True)), dataclasses.replace(spec, out_align=4)):
         assert not sm90_conv_fits(other) and all(not isinstance(t, ConvTiling) for t in tilings_for(other)), other
     with pytest.raises(ValueError, match="Hopper's convolution takes"):
         gemm_device_source(dataclasses.replace(spec, out_align=4), SM90_CONV_TILINGS[0])

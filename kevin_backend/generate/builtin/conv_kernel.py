@@ -125,11 +125,11 @@ SM90_CONV_TILINGS = (ConvTiling((128, 128, 64), (1, 1)), ConvTiling((128, 128, 6
 
 def sm90_conv_fits(spec: Any) -> bool:
     """Whether Hopper's convolution takes `spec`: a 16-bit forward convolution on sm90 whose output
-    channels TMA stores whole (a multiple of 8), its epilogue a bias and a function (no tree, no
-    residual: those stay on CUTLASS 2.x's)."""
+    channels TMA stores whole (a multiple of 8), its epilogue a bias and a function, or a tree of
+    the operands CUTLASS 2.x's reads (`conv_tree_refusal`); no residual beside a bias."""
     e, c = spec.epilogue, spec.convolution
-    return (c is not None and spec.arch == "sm90" and spec.dtype != "float32" and not c.transposed and not e.tree
-            and not e.residual and spec.alignments[1] == 8)
+    return (c is not None and spec.arch == "sm90" and spec.dtype != "float32" and not c.transposed and not e.residual
+            and spec.alignments[1] == 8 and not (e.tree and conv_tree_refusal(e.operands, c)))
 
 
 def conv_alignment(dtype: str) -> int:
@@ -162,13 +162,14 @@ def _three(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
     return tuple([fill] * (3 - len(values)) + list(values))  # type: ignore[return-value]
 
 
-def conv_device_source(spec: Any, tiling: Sm80Tiling, activation: str, functor: str) -> str:
+def conv_device_source(spec: Any, tiling: Sm80Tiling | ConvTiling, activation: str, functor: str, tree_fusion: str = "") -> str:
     """The device part: the kernel's types, `kevin_conv_run(shape, ...)` and `kevin_conv_workspace(shape)`
     (shape: N, D, H, W, C, K, Z, P, Q: the activation N x D x H x W x C, the filter K x T x R x S x C,
     the output N x Z x P x Q x K; a transposed convolution's activation is its output, its filter's
-    K its input's channels), and the packing kernel."""
+    K its input's channels), and the packing kernel. `tree_fusion`: a tree's visitor tree for
+    Hopper's kernel (`gemm_kernel._tree`)."""
     if isinstance(tiling, ConvTiling):
-        return _sm90_device_source(spec, tiling, activation, functor) + PACK
+        return _sm90_device_source(spec, tiling, activation, functor, tree_fusion) + PACK
     e, c = spec.epilogue, spec.convolution  # (what it may read: `GemmSpec`'s checks)
     vector, from_c = _tree_roles(e.operands) if e.tree else (None, None)
     source = "static_cast<ElementD*>(const_cast<void*>(bias))" if e.bias else "static_cast<ElementD*>(const_cast<void*>(residual))" \
@@ -210,27 +211,39 @@ def conv_device_source(spec: Any, tiling: Sm80Tiling, activation: str, functor: 
         source=source, layout_c=f"{layout}({layout}::Stride(0))" if stride_0 else "layout_out") + _ENTRY + PACK
 
 
-def _sm90_device_source(spec: Any, tiling: ConvTiling, activation: str, functor: str) -> str:
+def _sm90_device_source(spec: Any, tiling: ConvTiling, activation: str, functor: str, tree_fusion: str) -> str:
     """Hopper's device part (`ConvTiling`): CUTLASS 3.x's `ConvUniversal` with the GEMM's fusions (a
-    bias over the output channels and an activation or function), the same entry points."""
+    bias over the output channels and an activation or function; a tree: `tree_fusion`, the GEMM's
+    visitor tree, its vectors and its tensor of the output's size read as `_tree_roles` gives them:
+    V from `bias`, C from `residual`), the same entry points."""
     if not sm90_conv_fits(spec):
-        raise ValueError(f"{tiling.name}: Hopper's convolution takes a 16-bit forward convolution on sm90 with a bias and "
-                         "a function after it, output channels a multiple of 8")
+        raise ValueError(f"{tiling.name}: Hopper's convolution takes a 16-bit forward convolution on sm90, its output "
+                         "channels a multiple of 8, no residual")
     e, c = spec.epilogue, spec.convolution
     pads, strides, dilations = (", ".join(map(str, v)) for v in (c.padding, c.stride, c.dilation))
     taps = ", ".join(map(str, c.filter))
-    fusion = (f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{activation}, ElementD, float, Element, void, float>" if e.bias
-              else f"cutlass::epilogue::fusion::LinCombEltAct<{activation}, ElementD, float, void, float>")
+    reads_c = "mn" in e.operands
+    if e.tree:
+        vector, _ = _tree_roles(e.operands)
+        children = ["{}"] + ["{}" if kind == "mn" else f"{{static_cast<Element const*>({'bias' if j == vector else 'residual'})}}"
+                             for j, kind in enumerate(e.operands)]
+        fusion, thread_args = tree_fusion, f"    args.epilogue.thread = {{{', '.join(children)}, {{}}}};\n"
+    else:
+        fusion = (f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{activation}, ElementD, float, Element, void, float>" if e.bias
+                  else f"cutlass::epilogue::fusion::LinCombEltAct<{activation}, ElementD, float, void, float>")
+        thread_args = (f"    args.epilogue.thread.alpha = {float(e.alpha)!r}f;\n    args.epilogue.thread.beta = 0.0f;\n"
+                       + ("    args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);\n" if e.bias else ""))
     (tm, tn, tk), (cm, cn) = tiling.tile, tiling.cluster
     return _DEVICE_SM90.format(
         element=ELEMENTS[spec.dtype], functor=functor, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn, fusion=fusion,
         layout="cutlass::layout::TensorNDHWC" if c.dims == 3 else "cutlass::layout::TensorNHWC",
         act="{n, d, h, w_, c}" if c.dims == 3 else "{n, h, w_, c}", flt=f"{{k, {taps}, c}}", pads=f"{{{pads}}}",
-        strides=f"{{{strides}}}", dilations=f"{{{dilations}}}", alpha=f"{float(e.alpha)!r}f",
-        bias="    args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);\n" if e.bias else "") + _ENTRY
+        strides=f"{{{strides}}}", dilations=f"{{{dilations}}}", thread_args=thread_args,
+        source_element="Element" if reads_c else "void", c_ptr="static_cast<Element const*>(residual)" if reads_c else "nullptr") + _ENTRY
 
 
-def conv_cuda_source(spec: Any, tiling: Sm80Tiling | ConvTiling, activation: str, functor: str, scalar: str, params: str) -> str:
+def conv_cuda_source(spec: Any, tiling: Sm80Tiling | ConvTiling, activation: str, functor: str, scalar: str, params: str,
+                     tree_fusion: str = "") -> str:
     """The whole CUDA source: the device part and the host function `gemm_epilogue(x, w, bias, residual)`."""
     c = spec.convolution
     (t, r, s), (pd, ph, pw), (sd, sh, sw), (dd, dh, dw), (od, oh, ow) = (
@@ -244,7 +257,7 @@ def conv_cuda_source(spec: Any, tiling: Sm80Tiling | ConvTiling, activation: str
     else:
         operands = ([_VECTOR.format(name="bias", ptr="bias_ptr", scalar=scalar, align=align)] if e.bias else []) + (
             [_SOURCE.format(name="residual", scalar=scalar, last=c.dims + 1, align=align)] if e.residual else [])
-    return conv_device_source(spec, tiling, activation, functor) + _HOST.format(operands="".join(operands),
+    return conv_device_source(spec, tiling, activation, functor, tree_fusion) + _HOST.format(operands="".join(operands),
         scalar=scalar, params=params, dims=c.dims, filter=f"{t}, {r}, {s}", pad=f"{pd}, {ph}, {pw}", stride=f"{sd}, {sh}, {sw}",
         dilation=f"{dd}, {dh}, {dw}", output_padding=f"{od}, {oh}, {ow}", taps=math.prod(c.filter), transposed=int(c.transposed),
         align=conv_alignment(spec.dtype), out_align=spec.alignments[1],
@@ -347,7 +360,7 @@ using Fusion = {fusion};
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-    void, Layout, kAlign, ElementD, Layout, kAlign, cutlass::epilogue::TmaWarpSpecialized, Fusion>::CollectiveOp;
+    {source_element}, Layout, kAlign, ElementD, Layout, kAlign, cutlass::epilogue::TmaWarpSpecialized, Fusion>::CollectiveOp;
 using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
     Element, Layout, kAlign, Element, Layout, kAlign, float, TileShape, ClusterShape,
@@ -362,17 +375,15 @@ static typename Conv::Arguments arguments(int const* shape, void const* x, void 
     // shape: N, D, H, W, C (the packed channels), K, Z, P, Q (`conv_device_source`); the problem
     // computes the output's extent and packed strides itself
     const int n = shape[0], d = shape[1], h = shape[2], w_ = shape[3], c = shape[4], k = shape[5];
-    (void)d, (void)residual;
+    (void)d, (void)bias, (void)residual;
     ProblemShape problem(cutlass::conv::Mode::kCrossCorrelation, {act}, {flt}, {pads}, {pads}, {strides}, {dilations}, 1);
     typename Kernel::StrideD stride_d;
     cute::for_each(cute::make_seq<cute::rank<0>(typename Kernel::StrideD{{}})>{{}}, [&](auto i) {{
         cute::get<0, i>(stride_d) = problem.stride_C[ProblemShape::RankT - 2 - i];
     }});
     typename Conv::Arguments args{{problem, {{static_cast<Element const*>(x), static_cast<Element const*>(w)}},
-                                  {{{{}}, nullptr, stride_d, static_cast<ElementD*>(out), stride_d}}}};
-    args.epilogue.thread.alpha = {alpha};
-    args.epilogue.thread.beta = 0.0f;
-{bias}    return args;
+                                  {{{{}}, {c_ptr}, stride_d, static_cast<ElementD*>(out), stride_d}}}};
+{thread_args}    return args;
 }}
 }}  // namespace kevin_gemm
 """

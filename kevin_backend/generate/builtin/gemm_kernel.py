@@ -303,7 +303,8 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
         if spec.convolution is not None:  # (an Sm80Tiling, or Hopper's `conv_kernel.ConvTiling`)
             from kevin_backend.generate.builtin.conv_kernel import conv_device_source  # (it reads GemmSpec)
 
-            return conv_device_source(spec, tiling, ACTIVATIONS[epi.activation], _tree(epi)[0] if epi.tree else functor)
+            functor, fusion = _tree(epi)[:2] if epi.tree else (functor, "")
+            return conv_device_source(spec, tiling, ACTIVATIONS[epi.activation], functor, fusion)
         if epi.tree:  # (CUTLASS 2.x's visitor tree: `Sm80EVT`, the same functor)
             functor = _tree(epi)[0]
         return sm80_device_source(spec.dtype, spec.output, ACTIVATIONS[epi.activation], functor, epi.alpha, epi.beta, epi.bias,
@@ -403,8 +404,8 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     if spec.convolution is not None:  # (a convolution's: `conv_kernel.py`)
         from kevin_backend.generate.builtin.conv_kernel import conv_cuda_source
 
-        functor = _tree(epi)[0] if epi.tree else _FUNCTION.format(body=epi.function) if epi.function else ""
-        return conv_cuda_source(spec, tiling, ACTIVATIONS[epi.activation], functor, _SCALARS[spec.dtype], params)
+        functor, fusion = _tree(epi)[:2] if epi.tree else (_FUNCTION.format(body=epi.function) if epi.function else "", "")
+        return conv_cuda_source(spec, tiling, ACTIVATIONS[epi.activation], functor, _SCALARS[spec.dtype], params, fusion)
     align, n_align = spec.alignments if spec.sm80 else (8, 1 if spec.direct_store else 8)
     if spec.sm80 and spec.weight == "kn":
         n_align = max(align, n_align)  # (w's rows are N long)
