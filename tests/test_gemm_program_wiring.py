@@ -191,7 +191,6 @@ def test_a_kernelbench_linear_uses_the_parameters_its_model_makes(monkeypatch: p
 ])
 @pytest.mark.parametrize("arch", ["sm90", "sm80"])
 def test_each_operand_reaches_the_kernel(forward: str, inputs: str, arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kevin_backend.generate.builtin.conv_kernel import sm90_conv_fits
     from kevin_backend.generate.builtin.gemm_kernel import tilings_for
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.types import load_program
@@ -225,7 +224,6 @@ def test_each_operand_reaches_the_kernel(forward: str, inputs: str, arch: str, m
 ])
 @pytest.mark.parametrize("arch", ["sm90", "sm80"])
 def test_a_trees_operands_reach_the_kernel_in_order(forward: str, inputs: str, arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kevin_backend.generate.builtin.conv_kernel import sm90_conv_fits
     from kevin_backend.generate.builtin.gemm_kernel import tilings_for
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.types import load_program
@@ -248,7 +246,6 @@ def test_a_trees_operands_reach_the_kernel_in_order(forward: str, inputs: str, a
 def test_a_kernelbench_suite_task_is_wired_with_its_parameters(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # level-2 problems as KernelBench publishes them: float32, nn.Linear, an elementwise chain
     # after it (the second with K = 999 and N = 777: rows that are not 16-byte aligned)
-    from kevin_backend.generate.builtin.conv_kernel import sm90_conv_fits
     from kevin_backend.generate.builtin.gemm_kernel import tilings_for
     from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
     from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
