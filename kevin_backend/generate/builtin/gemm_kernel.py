@@ -146,7 +146,8 @@ class GemmSpec:
     # 16-bit rows no 4-byte copy reads (odd K; a K x N weight of odd N): the sm80 kernel's program
     # first packs x and w into rows of K rounded up to 8, zeros after K, w as N x K (`gemm_kernel_sm80.PACK`)
     pad_k: bool = False
-    # a convolution's constants (`conv_kernel.Conv`): CUTLASS 2.x's implicit GEMM instead of a GEMM
+    # a convolution's constants (`conv_kernel.Conv`): CUTLASS's implicit GEMM instead of a GEMM (2.x's;
+    # on Hopper 3.x's too, as tilings of their own: `conv_kernel.ConvTiling`)
     convolution: Any = None
 
     def __post_init__(self) -> None:
@@ -192,7 +193,8 @@ class GemmSpec:
 
     @property
     def sm80(self) -> bool:
-        """Whether CUTLASS 2.x computes it (`gemm_kernel_sm80.py`, `conv_kernel.py`): float32, convolutions, and 16-bit on sm80."""
+        """Whether CUTLASS 2.x computes it (`gemm_kernel_sm80.py`, `conv_kernel.py`): float32, convolutions (their
+        host code and 2.x tilings; Hopper's own convolution is a tiling of theirs), and 16-bit on sm80."""
         return self.dtype == "float32" or self.arch == "sm80" or self.convolution is not None
 
     @property
@@ -269,12 +271,13 @@ _SMS = 132
 
 def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tuple[Any, ...]:
     """The search's variants for this GEMM of `shape` (M, N, K): the float32 kernel's
-    (`gemm_kernel_sm80.sm80_tilings`: float32's, and 16-bit ones on sm80) or the sm90 16-bit ones; a
-    convolution's, Hopper's own and CUTLASS 2.x's in turn where Hopper's takes it (`conv_kernel.SM90_CONV_TILINGS`). A 16-bit GEMM whose output has fewer 128 x 128
-    tiles than the GPU has SMs, over a K long enough to share (a long reduction into a small output),
-    tries split-K and stream-K first: one CTA a tile would leave most SMs idle."""
+    (`gemm_kernel_sm80.sm80_tilings`: float32's, and 16-bit ones on sm80) or the sm90 16-bit ones;
+    a convolution's: Hopper's own and CUTLASS 2.x's in turn where Hopper's takes it
+    (`conv_kernel.SM90_CONV_TILINGS`), else CUTLASS 2.x's. A 16-bit GEMM whose output has fewer
+    128 x 128 tiles than the GPU has SMs, over a K long enough to share (a long reduction into a
+    small output), tries split-K and stream-K first: one CTA a tile would leave most SMs idle."""
     if spec.sm80:
-        if spec.convolution is not None:  # (on Hopper, its own convolution's first where it takes the task)
+        if spec.convolution is not None:  # (on Hopper, its own convolution's and CUTLASS 2.x's in turn)
             from kevin_backend.generate.builtin.conv_kernel import SM90_CONV_TILINGS, sm90_conv_fits
 
             own, older = (SM90_CONV_TILINGS if sm90_conv_fits(spec) else ()), sm80_tilings(spec.dtype, shape)
