@@ -113,3 +113,21 @@ def test_suite_coverage() -> None:
     assert any(50257 in d for d in dims) and any(d % 8 for ds in dims for d in ds if d > 100)  # vocab, awkward sizes
     assert any(not t.is_contiguous() for r in runs.values() for t in r.inputs if isinstance(t, torch.Tensor))
     assert any(len(r.outputs) == 3 for r in runs.values())  # Q, K and V
+
+
+def test_the_convolution_goals_tasks_are_those_whose_epilogue_moves_a_fifth_of_the_convolutions_bytes() -> None:
+    # what a convolution's epilogue moves as a kernel of its own (its output read, the tensors it
+    # reads, the task's output written) over what the convolution moves: every suite convolution
+    # counts; one whose output is far smaller than its input (64 -> 1 channel, stride 4) does not
+    from kevin_backend.generate.builtin.gemm_suite import epilogue_share
+    from test_gemm_plan import task
+
+    shares = {t.name: epilogue_share(t.source) for t in GEMM_SUITE if t.category == "conv"}
+    assert all(share is not None and share >= 0.2 for share in shares.values()), shares
+    # a 3x3 f16 convolution 128 -> 128 of 128 images of 32 x 32, padded: its input and output the same size;
+    # the epilogue reads that output and writes one as large
+    image = 128 * 128 * 32 * 32 * 2
+    assert shares["conv2d-hardswish-f16-128x128x32x32"] == pytest.approx(2 * image / (2 * image + 128 * 128 * 9 * 2 + 128 * 2))
+    small = epilogue_share(task("torch.relu(F.conv2d(v[0], v[1], stride=4))", "torch.randn(8, 64, 64, 64), torch.randn(1, 64, 3, 3)"))
+    assert small is not None and small < 0.05, small
+    assert epilogue_share(task("torch.relu(v[0] @ v[1])", "torch.randn(64, 32), torch.randn(32, 16)")) is None

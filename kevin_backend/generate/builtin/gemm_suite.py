@@ -271,3 +271,35 @@ ATTENTION: tuple[SuiteTask, ...] = (
 )
 
 GEMM_SUITE: tuple[SuiteTask, ...] = LINEAR + GEMM + CONV + TRANSFORMER + ATTENTION
+
+
+
+def epilogue_share(task_source: str) -> float | None:
+    """What a convolution task's epilogue moves as a kernel of its own (reading the convolution's
+    output and the other tensors it reads, writing the task's outputs, as Inductor's fused kernel
+    after cuDNN's does) over what the convolution moves (its input, filter, bias and output), from
+    the task traced on meta tensors; None for a task without one convolution. The issue's
+    convolution goal counts the tasks where it is at least a fifth."""
+    import torch
+    import torch.fx as fx
+
+    from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace_with_parameters
+
+    with TRACE_LOCK:
+        gm, _, _ = trace_with_parameters(task_source)
+    nodes = list(gm.graph.nodes)
+    convs = [n for n in nodes if n.op == "call_function" and n.target is torch.ops.aten.convolution.default]
+    if len(convs) != 1:
+        return None
+
+    def size(node: fx.Node) -> int:
+        value = node.meta.get("val")
+        return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
+
+    (conv,) = convs
+    after = nodes[nodes.index(conv) + 1:]
+    read = {a for n in after if n.op == "call_function" for a in n.all_input_nodes if a.op == "placeholder"}
+    (output,) = [n for n in nodes if n.op == "output"]
+    written = sum(size(n) for n in output.all_input_nodes)
+    own = sum(size(a) for a in conv.all_input_nodes) + size(conv)
+    return (size(conv) + sum(size(a) for a in read) + written) / own if own else None
