@@ -129,7 +129,7 @@ def sm90_conv_fits(spec: Any) -> bool:
     the operands CUTLASS 2.x's reads (`conv_tree_refusal`); no residual beside a bias."""
     e, c = spec.epilogue, spec.convolution
     return (c is not None and spec.arch == "sm90" and spec.dtype != "float32" and not c.transposed and not e.residual
-            and spec.alignments[1] == 8 and not (e.tree and conv_tree_refusal(e.operands, c)))
+            and spec.alignments[1] == 8 and not (e.tree and conv_tree_refusal(e.operands, c.transposed)))
 
 
 def conv_alignment(dtype: str) -> int:
@@ -137,12 +137,12 @@ def conv_alignment(dtype: str) -> int:
     return 4 if dtype == "float32" else 8
 
 
-def conv_tree_refusal(operands: tuple[str, ...], conv: Conv) -> str:
+def conv_tree_refusal(operands: tuple[str, ...], transposed: bool = False) -> str:
     """Why the convolution's kernel cannot read a tree epilogue's `operands` ("" where it can). It
     reads two at most: a vector over the output channels that it broadcasts (V, CUTLASS's
     `EpilogueWithBroadcast`), and a source C: a second such vector (read with strides 0) or a tensor
     of the output's size; not with a transposed convolution (CUTLASS 2.x has no such kernel)."""
-    if conv.transposed:
+    if transposed:
         return "a transposed convolution's epilogue: no visitor tree (CUTLASS 2.x's strided gradient kernel reads one source)"
     if len(operands) > 2 or set(operands) - {"n", "mn"} or operands.count("mn") > 1:
         return (f"a convolution's tree reads one vector over the output channels and one more such vector or a tensor "

@@ -47,6 +47,12 @@ def _convolutions(graph: fx.Graph) -> list[fx.Node]:
     return [n for n in graph.nodes if n.op == "call_function" and n.target is aten.convolution.default]
 
 
+def _channels_last(value: torch.Tensor) -> bool:
+    """Whether a 4-D or 5-D tensor lies channels-last (channels innermost)."""
+    layout = {4: torch.channels_last, 5: torch.channels_last_3d}.get(value.dim())
+    return layout is not None and value.is_contiguous(memory_format=layout)
+
+
 def plan_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan | GemmTail:
     """The plan of a graph whose product is its one convolution (its inputs `metas`), for `arch`."""
     read = functools.partial(read_conv, arch=arch)
@@ -85,8 +91,7 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     value = out.meta.get("val")
     if views or not isinstance(value, torch.Tensor):
         raise Unsupported("several outputs of a convolution")
-    layout = {4: torch.channels_last, 5: torch.channels_last_3d}.get(xv.dim())
-    channels_last = layout is not None and xv.is_contiguous(memory_format=layout) and not xv.is_contiguous()
+    channels_last = _channels_last(xv) and not xv.is_contiguous()
     if not (channels_last or xv.is_contiguous()) or not wv.is_contiguous():
         raise Unsupported("a convolution of an input neither contiguous nor channels-last, or of a filter not contiguous")
     c_in, c_out = (int(wv.shape[0]), int(wv.shape[1])) if transposed else (int(wv.shape[1]), int(wv.shape[0]))
@@ -146,8 +151,7 @@ def _conv_tree(conv: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int]
         seen = (1,) * (len(shape) - len(seen)) + seen
         if value.numel() == channels and len(seen) == len(shape) and seen[1] == channels and value.is_contiguous():
             kind = "n"
-        elif tuple(value.shape) == shape and seen == shape and (value.is_contiguous() or value.is_contiguous(
-                memory_format={4: torch.channels_last, 5: torch.channels_last_3d}.get(len(shape), torch.contiguous_format))):
+        elif tuple(value.shape) == shape and seen == shape and (value.is_contiguous() or _channels_last(value)):
             kind = "mn"
         else:
             raise Unsupported(f"an epilogue operand of shape {tuple(value.shape)}: not one value per output channel "
@@ -156,7 +160,7 @@ def _conv_tree(conv: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int]
 
     start = f"(v + {operand(bias)})" if isinstance(bias, fx.Node) else "v"
     function = elementwise_function(conv, out, dtype, operand=operand, start=start)
-    why = conv_tree_refusal(tuple(operands.kinds), Conv((1, 1)))
+    why = conv_tree_refusal(tuple(operands.kinds))
     if why:
         raise Unsupported(why)
     return Epilogue(activation="function", function=function, operands=tuple(operands.kinds)), tuple(operands.inputs)

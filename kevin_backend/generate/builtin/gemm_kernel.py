@@ -171,7 +171,7 @@ class GemmSpec:
         if self.convolution is not None and e.tree:
             from kevin_backend.generate.builtin.conv_kernel import conv_tree_refusal  # (it reads GemmSpec)
 
-            why = conv_tree_refusal(e.operands, self.convolution)
+            why = conv_tree_refusal(e.operands, self.convolution.transposed)
             if why:
                 raise ValueError(why)
         if self.pad_k and (self.dtype == "float32" or not self.sm80 or self.align not in (0, 8)):
