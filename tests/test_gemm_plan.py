@@ -119,6 +119,9 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
      f"torch.randn(32, 16, 1, 1, {BF16}), torch.randn(32, {BF16})", "not one value per output channel (32) nor a tensor"),
     ("F.conv_transpose2d(v[0], v[1], stride=2) + v[2]", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(16, 8, 2, 2, {BF16}), "
      f"torch.randn(8, 1, 1, {BF16})", "strided gradient kernel reads one source"),
+    # a channels-last convolution's output viewed in another shape (eager copies it: no view of the kernel's)
+    ("torch.relu(F.conv2d(v[0], v[1], padding=1)).flatten(1)", f"torch.randn(2, 16, 8, 8, {BF16}).contiguous("
+     f"memory_format=torch.channels_last), torch.randn(32, 16, 3, 3, {BF16})", "a view of a channels-last convolution's output"),
     # batches: a column per row of each product (the kernel's column is one for the whole batch); a broadcast batch of weights
     ("torch.bmm(v[0], v[1]) * v[2]", f"torch.randn(4, 64, 32, {BF16}), torch.randn(4, 32, 64, {BF16}), torch.randn(4, 64, 1, {BF16})",
      "a column of values per row in a batch"),

@@ -356,14 +356,16 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     assert ("dtype(at::kFloat)" in program) == (wide or "f32" in name) or "conv" in name  # (a convolution's output: x's options)
     if wide:
         tail = tail.wide
-    own = {kind: (write_program(part, variants_for(part)[0]), returned(part))
+    own = {kind: (write_program(part, variants_for(part)[0]), returned(part), part.inputs)
            for kind, part in (("_head", head and head.head), ("_tail", tail and tail.tail)) if part is not None}
     gemm = _kernel(tail.gemm if tail else (head.gemm if head else plan), [])
 
     def run(kind: str) -> Any:
-        written, outputs = own[kind]
+        written, outputs, inputs = own[kind]
 
         def kevin_run(*a: torch.Tensor) -> Any:
+            # (the host function's checks: each input of the sizes and strides the kernel was written for)
+            assert [(tuple(t.shape), t.stride()) for t in a] == [(i.shape, i.stride) for i in inputs], (kind, inputs)
             got = emulate(written, [t.detach().contiguous() for t in a], outputs, workdir=tmp_path)
             return got[0] if len(outputs) == 1 else got
         return kevin_run
@@ -468,6 +470,12 @@ def get_init_inputs():
     # a 1-D one (as 2-D of height 1): its tensor of the output's size passed with the height too; a (C_out, 1) parameter
     ("F.gelu(F.conv1d(v[0], v[1], padding=1)) * v[2] - v[3]", "torch.randn(2, 8, 20), torch.randn(12, 8, 3), "
      "torch.randn(2, 12, 20), torch.randn(12, 1)"),
+    # an output viewed in another shape (flattened for a classifier's head; channels and positions apart), the kernel's viewed
+    ("torch.relu(F.conv2d(v[0], v[1], v[2], padding=1)).flatten(1)", "torch.randn(2, 16, 8, 8), torch.randn(32, 16, 3, 3), "
+     "torch.randn(32)"),
+    ("torch.relu(F.conv2d(v[0], v[1], v[2], padding=1).view(2, 32, 64) * 2.0) + v[3]", f"torch.randn(2, 16, 8, 8, {F16}), "
+     f"torch.randn(32, 16, 3, 3, {F16}), torch.randn(32, {F16}), torch.randn(32, 1, {F16})"),
+    ("F.gelu(F.conv1d(v[0], v[1], v[2], padding=1)).flatten(1)", "torch.randn(2, 16, 8), torch.randn(32, 16, 3), torch.randn(32)"),
     ("module", ""),
 ])
 def test_a_convolution_reaches_the_implicit_gemm_and_returns_eagers_layout(forward: str, inputs: str,

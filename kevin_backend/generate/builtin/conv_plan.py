@@ -94,6 +94,10 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     channels_last = _channels_last(xv) and not xv.is_contiguous()
     if not (channels_last or xv.is_contiguous()) or not wv.is_contiguous():
         raise Unsupported("a convolution of an input neither contiguous nor channels-last, or of a filter not contiguous")
+    # (an output viewed in another shape, a group norm's groups or a flatten: the kernel's contiguous output, viewed)
+    reshaped = tuple(value.shape) != tuple(conv.meta["val"].shape)
+    if reshaped and channels_last:
+        raise Unsupported(f"a view of a channels-last convolution's output as {list(value.shape)} (eager's is no view of it)")
     c_in, c_out = (int(wv.shape[0]), int(wv.shape[1])) if transposed else (int(wv.shape[1]), int(wv.shape[0]))
     if transposed and (c_in % conv_alignment(dtype) or c_out % conv_alignment(dtype)):
         raise Unsupported(f"{what}: its channels ({c_in} in, {c_out} out) multiples of {conv_alignment(dtype)} "
@@ -129,7 +133,7 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     spec = GemmSpec(dtype, epilogue, "nk", conv_alignment(dtype), arch=arch, out_align=out_align, convolution=shape)
     dims = wv.dim() - 2
     return GemmPlan(spec, m, n, k, len(index), index[x], index[w], bias_in, conv1d=flat, operands=operands,
-                    out_shape=tuple(int(d) for d in value.shape) if flat else None,
+                    out_shape=tuple(int(d) for d in value.shape) if flat or reshaped else None,
                     views=(f"return y.permute(0, {dims + 1}, {', '.join(str(i) for i in range(1, dims + 1))})",) if channels_last else ())
 
 
