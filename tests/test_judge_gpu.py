@@ -10,6 +10,7 @@ import pytest
 
 from judge_cases import GATED_TASK, HONEST, RUNTIME_HACKS, STATIC_HACKS, Case
 from kevin_backend.judge.judge import Judge
+from kevin_backend.measure.memory import JUDGE_FLOOR
 from kevin_backend.judge.result import Reason, Stage
 from kevin_backend.judge.sandbox import RunConfig
 
@@ -72,7 +73,7 @@ def test_kevin_eval_json_on_the_gpu(tmp_path: Path, capsys: pytest.CaptureFixtur
     print(verdict)
     assert code == 0 and verdict["reason"] == "ACCEPTED" and verdict["timings"]["speedup_vs_eager"] > 0
     memory = verdict["memory"]  # a small task: the judge's extra stays within 3x it plus the flush buffer
-    assert 0 <= memory["judge_extra_bytes"] <= memory["budget_bytes"] == 3 * memory["task_bytes"] + memory["fixed_bytes"]
+    assert 0 <= memory["judge_extra_bytes"] <= memory["budget_bytes"] == max(3 * memory["task_bytes"], JUDGE_FLOOR) + memory["fixed_bytes"]
     # the timing's slots, reported apart: within the judge's bound beside its extra, or their own allowance (<= 4 GiB)
     assert 0 < memory["slot_bytes"] <= max(4 << 30, memory["budget_bytes"] - memory["judge_extra_bytes"])
 

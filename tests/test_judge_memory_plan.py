@@ -21,14 +21,15 @@ MIB = 1 << 20
 
 
 def _plan(monkeypatch: pytest.MonkeyPatch, free_mib: int, in_mib: int = 7, out_mib: int = 7,
-          held_mib: int | None = None) -> tuple[torch.dtype | None, list[str]]:
+          held_mib: int | None = None, floor_mib: int = 0) -> tuple[torch.dtype | None, list[str]]:
     x = torch.zeros(in_mib * MIB // 4)  # float32 in and out; eager's temporaries none
     want = [torch.zeros(out_mib * MIB // 4)]
     held = (in_mib + out_mib if held_mib is None else held_mib) * MIB
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: held)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: held)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free_mib * MIB, 140 * MIB))
-    ledger = MemoryLedger(torch.device("cuda", 0), task_bytes=(in_mib + out_mib) * MIB)  # the bound: task + 3 x task
+    ledger = MemoryLedger(torch.device("cuda", 0), task_bytes=(in_mib + out_mib) * MIB,  # the bound: task + 3 x task
+                          floor=floor_mib * MIB)  # (or task + the floor)
     run = SimpleNamespace(reference=torch.nn.Identity(), ledger=ledger)
     return plan_exact(run, InputSet([x], 11, 0), want, 0), ledger.notes  # type: ignore[arg-type]
 
@@ -53,6 +54,24 @@ def test_the_plan_counts_the_exact_outputs_beside_the_judges_copy_of_the_candida
     assert dtype is None
     assert any("a torch.float64 reference needs about 0.02 GiB more" in n for n in notes), notes
     assert _plan(monkeypatch, 10_000, in_mib=1, out_mib=7, held_mib=11)[0] is torch.float64  # 11 + 21 <= 32
+
+
+def test_a_small_task_may_take_the_judges_floor_for_its_exact_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # as above, 12 + 21 > 8 + 3 x 8; with a floor of 32 (the judge's 1 GiB, for a task of 8 GiB), 12 + 21 <= 8 + 32
+    assert _plan(monkeypatch, 10_000, in_mib=1, out_mib=7, held_mib=12, floor_mib=24)[0] is None
+    assert _plan(monkeypatch, 10_000, in_mib=1, out_mib=7, held_mib=12, floor_mib=32)[0] is torch.float64
+    # a floor under 3 x task changes nothing; the device's free memory still bounds it
+    assert _plan(monkeypatch, 10_000, in_mib=7, out_mib=7, floor_mib=1)[0] is torch.float64
+    assert _plan(monkeypatch, 54, floor_mib=1024)[0] is None
+
+
+def test_the_judges_runs_have_the_floor() -> None:
+    import inspect
+
+    from kevin_backend.judge import run_worker
+    from kevin_backend.measure.memory import JUDGE_FLOOR
+
+    assert JUDGE_FLOOR == 1 << 30 and "floor=JUDGE_FLOOR" in inspect.getsource(run_worker._run)
 
 
 def test_the_judges_own_bound_still_applies(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,7 +61,7 @@ from kevin_backend.judge.replay_check import accepted
 from kevin_backend.judge.task_state import TaskState, TaskStates, device_of, task_state_of
 from kevin_backend.judge.timing_phase import time_candidate
 from kevin_backend.locks import gpu_hold
-from kevin_backend.measure.memory import MemoryLedger
+from kevin_backend.measure.memory import JUDGE_FLOOR, MemoryLedger
 from kevin_backend.measure.timer import flush_bytes
 
 __all__ = ["main", "run", "serve"]
@@ -140,7 +140,7 @@ def _run(job: Job, announce: _PhaseClock, states: TaskStates | None) -> dict[str
         apply_numerics(dict(job.numerics))  # the numerics the task's cache key names
     task_state = task_state_of(job, device, states)
     reference = task_state.reference
-    ledger = MemoryLedger(device, job.memory_factor, fixed=flush_bytes(device))
+    ledger = MemoryLedger(device, job.memory_factor, fixed=flush_bytes(device), floor=JUDGE_FLOOR)
     # until the inputs are known, the bound for the candidate's own parameters is the reference's
     ledger.params = sum(p.numel() * p.element_size() for p in reference.parameters())
     ledger.task_bytes = ledger.params + (1 << 30)

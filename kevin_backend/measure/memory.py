@@ -5,9 +5,14 @@ it takes memory in proportion to the task, not to the GPU:
 
     task = bytes of the task's inputs (the memory they span) + bytes of its outputs
     the judge's own extra (exact reference, eager outputs, poison, comparisons)
-        <= factor x task + fixed
+        <= max(factor x task, floor) + fixed
     fixed = the timer's L2 flush buffer (twice the GPU's L2 cache), the one cost that does not
             grow with the task
+    floor = what the judge may take however small the task (`JUDGE_FLOOR`, 1 GiB in the judge's
+            runs): a small task's exact run upcasts eager's temporaries too, and a chain of three
+            full-size values after a convolution (its output, an activation's, the result) needed
+            more than 3 x task in float64 on an H200, so it was judged against eager's TF32
+            convolution with KernelBench's tolerance instead
     apart, with allowances of their own: the timing's input slots and the candidate's copy of
             its inputs, shared with its process (`note_outside`)
 
@@ -29,9 +34,10 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["MEMORY_FACTOR", "MemoryLedger", "MemoryReport", "candidate_workspace", "note_outside", "outside_bytes", "poison"]
+__all__ = ["JUDGE_FLOOR", "MEMORY_FACTOR", "MemoryLedger", "MemoryReport", "candidate_workspace", "note_outside", "outside_bytes", "poison"]
 
 MEMORY_FACTOR = 3.0  # the judge's extra memory, at most this many times the task's inputs + outputs
+JUDGE_FLOOR = 1 << 30  # ... or at most this much, whichever is more (the judge's runs: `judge/run_worker.py`)
 _POISON_SLACK = 64 << 20  # besides blocks of the outputs' sizes, this much of the allocator's free cache is poisoned
 _OUTSIDE: dict[int, int] = {}  # device index -> bytes this process holds outside torch's caching allocator
 # device index -> of those, what has an allowance of its own (`note_outside`), by kind
@@ -98,7 +104,7 @@ class MemoryReport:
     task_bytes: int  # the task's inputs (memory spanned) + outputs
     peak_bytes: int  # the most the run held at once beyond the models' parameters
     judge_extra_bytes: int  # peak_bytes - task_bytes: what the judge added
-    budget_bytes: int  # MEMORY_FACTOR x task_bytes + fixed_bytes
+    budget_bytes: int  # max(MEMORY_FACTOR x task_bytes, floor) + fixed_bytes
     exact: str  # the dtype of the exact reference ("float64", "float32"), or "eager" (none fitted)
     fixed_bytes: int = 0  # the timer's L2 flush buffer, allowed whatever the task's size
     slot_bytes: int = 0  # the timing's input slots at most (not in peak_bytes: see `note_outside`)
@@ -122,6 +128,7 @@ class MemoryLedger:
     exact: str = "eager"
     notes: list[str] = field(default_factory=list)
     fixed: int = 0  # allowed besides factor x task: the timer's L2 flush buffer
+    floor: int = 0  # the least factor x task stands for (`JUDGE_FLOOR` in the judge's runs)
     params: int = 0  # the reference's parameters: what a candidate's own may take
     output_bytes: int = 0  # one call's outputs, as the reference's are (0: not known yet)
     own_baseline: int = 0  # held outside torch's allocator when the models were in place, no kind apart (`note_outside`)
@@ -197,7 +204,7 @@ class MemoryLedger:
 
     @property
     def budget(self) -> int:
-        return int(self.factor * self.task_bytes) + self.fixed
+        return max(int(self.factor * self.task_bytes), self.floor) + self.fixed
 
     def held(self) -> int:
         """What the run holds now: torch's tensors and the buffers outside its allocator."""
