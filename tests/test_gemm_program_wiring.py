@@ -329,11 +329,10 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     import torch.utils.cpp_extension as cpp_extension
 
     from kernel_emulator import emulate, has_cuda_headers
-    from kevin_backend.generate.builtin.gemm_plan import GemmHead, GemmTail, WideEnd, plan_gemm, plan_tilings, write_gemm_program
+    from kevin_backend.generate.builtin.gemm_plan import GemmHead, GemmTail, WideEnd, own_variant, plan_gemm, plan_tilings, write_gemm_program
     from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
     from kevin_backend.generate.builtin.host_function import returned
     from kevin_backend.generate.builtin.program import write_program
-    from kevin_backend.generate.builtin.variants import variants_for
     from kevin_backend.toolchain.static_rules import check_program
     from kevin_backend.types import load_program
 
@@ -356,9 +355,15 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     assert ("dtype(at::kFloat)" in program) == (wide or "f32" in name) or "conv" in name  # (a convolution's output: x's options)
     if wide:
         tail = tail.wide
-    own = {kind: (write_program(part, variants_for(part)[0]), returned(part), part.inputs)
+    own = {kind: (write_program(part, own_variant(part)), returned(part), part.inputs)
            for kind, part in (("_head", head and head.head), ("_tail", tail and tail.tail)) if part is not None}
     gemm = _kernel(tail.gemm if tail else (head.gemm if head else plan), [])
+    # the own kernel's variant as ranked for its shape: rows of 16 channels (after a convolution) one
+    # thread a row, rows read across the threads; rows of 512 a warp's vectors or more
+    if tail is not None and tail.tail.cols <= 16:
+        assert own_variant(tail.tail).columns, own_variant(tail.tail)
+    elif tail is not None and tail.tail.cols >= 512:
+        assert not own_variant(tail.tail).columns and own_variant(tail.tail).name != "t256", own_variant(tail.tail)
 
     def run(kind: str) -> Any:
         written, outputs, inputs = own[kind]
