@@ -669,6 +669,10 @@ def test_a_float32_convolution_tries_tf32_and_3xtf32_in_turn_and_a_float32_gemm_
     assert [t.name.split()[0] for t in tilings] == ["tf32", "3xtf32"] * len(F32_TILINGS)
     assert [t.tile for t in tilings[::2]] == [t.tile for t in tilings[1::2]] == [t.tile for t in F32_TILINGS]
     assert [t.name for t in tilings_for(GemmSpec("float32", Epilogue(bias=True), align=4, out_align=4))] == [t.name for t in F32_TILINGS]
+    # 16 output channels: a tile 32 wide first (in TF32, then three), then the rest as for 128
+    narrow = tilings_for(conv, (115200, 16, 27))
+    assert [t.name for t in narrow] == ["tf32 tile 128x32x32 stages 4", "3xtf32 tile 128x32x32 stages 4"] + [t.name for t in tilings]
+    assert tilings_for(conv, (115200, 64, 27)) == tilings
     one, three = gemm_cuda_source(conv, tilings[0]), gemm_cuda_source(conv, tilings[1])
     assert "cutlass::arch::OpMultiplyAdd," in one and "OpMultiplyAddFastF32" not in one
     assert "cutlass::arch::OpMultiplyAddFastF32," in three
@@ -677,7 +681,7 @@ def test_a_float32_convolution_tries_tf32_and_3xtf32_in_turn_and_a_float32_gemm_
     headers = find_cutlass()
     if headers is None or shutil.which("nvcc") is None:
         pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
-    (tmp_path / "conv.cu").write_text(gemm_device_source(dataclasses.replace(conv, arch="sm80"), tilings[0]))
+    (tmp_path / "conv.cu").write_text(gemm_device_source(dataclasses.replace(conv, arch="sm80"), narrow[0]))
     command = device_command(Toolchain.detect(), tmp_path / "conv.cu", tmp_path / "conv.o", "8.0", SM80_CUDA_FLAGS,
                              tuple(str(d) for d in headers.includes))
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
