@@ -39,8 +39,8 @@ writer's own output operation (`KevinConvTreeOp`), the tree's function (`gemm_ke
 `KevinTreeFn`) of the accumulator, a vector over the output channels it broadcasts (V) and its
 source C: a second vector (strides 0) or a tensor of the output's size, read channels innermost
 (in place where channels-last, else packed first by the program). Groups are declined by the plan
-(`conv_plan.read_conv`). A float32 convolution's mainloop is TF32's or 3xTF32's
-(`gemm_kernel_sm80.F32_CONV_TILINGS`: eager's own is TF32's under torch's defaults)."""
+(`conv_plan.read_conv`). A float32 convolution's mainloop is 3xTF32's, as a float32 GEMM's
+(`gemm_kernel_sm80.py` says why not plain TF32's)."""
 
 from __future__ import annotations
 
