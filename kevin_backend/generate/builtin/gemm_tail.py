@@ -11,7 +11,7 @@ read once, by an elementwise op (a bias, an activation, a scale), up to the firs
 or by a reduction (its end). The GEMM kernel computes the matmul and that epilogue (`read`:
 `gemm_plan._read` on the first part) and keeps its end (`y0`); the rest reads y0 and the task's
 inputs it needs, a task of its own for the built-in writer's planner (`planner.plan_graph`: its
-row kernels), written with its first variant.
+row kernels), written with the variant its ranking puts first for its shape (`gemm_plan.own_variant`).
 """
 
 from __future__ import annotations
