@@ -215,3 +215,31 @@ def test_the_judge_builds_ahead_in_the_background(monkeypatch: pytest.MonkeyPatc
             break
         time.sleep(0.01)
     assert built == [("kevin-build-ahead", ["a", "b"])]
+
+
+def test_a_batchs_verdicts_carry_the_seconds_their_builds_took_in_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The judge builds a batch's candidates side by side before judging each (its build then a
+    cache hit): each verdict's build time is its own builds' in the batch, the slowest of its
+    extensions (bench_builtin's per-turn build seconds read it)."""
+    import types
+
+    import torch
+
+    from kevin_backend.judge import judge as judge_module
+    from kevin_backend.judge.judge import Judge
+    from kevin_backend.judge.result import JudgeResult, Reason, Stage
+
+    judge = Judge(tmp_path / "builds", workers=0)
+    parsed = {"a": ["a1", "a2"], "b": ["b1"], "c": []}  # c: a candidate without an extension
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(Judge, "device", property(lambda self: torch.device("cuda", 0)))
+    monkeypatch.setattr(judge_module, "_static_rules_warmed", lambda: None)
+    monkeypatch.setattr(judge_module, "judge_static", lambda source: types.SimpleNamespace(reason=Reason.STATIC_OK))
+    monkeypatch.setattr(judge_module.Candidate, "parse", staticmethod(lambda source: types.SimpleNamespace(extensions=parsed[source])))
+    monkeypatch.setattr(judge_module.BuildSpec, "of", staticmethod(lambda ext, arch: ext))
+    seconds = {"a1": 3.0, "a2": 41.5, "b1": 0.2}
+    monkeypatch.setattr(judge.builder, "build_many", lambda specs: [types.SimpleNamespace(seconds=seconds[s]) for s in specs])
+    monkeypatch.setattr(Judge, "judge", lambda self, task, source: JudgeResult(Stage.RUN, Reason.ACCEPTED, build_seconds=0.01))
+    got = [r.build_seconds for r in judge.evaluate_many("task", ["a", "b", "c"])]
+    assert got == [41.5, 0.2, 0.01]

@@ -168,11 +168,14 @@ class Judge:
         as each verdict arrives (a progress display)."""
         if not candidates:
             return []
-        self._prebuild(candidates)
+        built = self._prebuild(candidates)
         at_once = at_once or max(1, self.workers)
 
         def one(index: int) -> JudgeResult:
             result = self.judge(task_source, candidates[index])
+            if index in built and result.build_seconds is not None and built[index] > result.build_seconds:
+                # (its builds ran in the batch: the verdict's build time is theirs, not the cache's lookup)
+                result = dataclasses.replace(result, build_seconds=built[index])
             if done is not None:
                 done(index, result)
             return result
@@ -180,27 +183,34 @@ class Judge:
         with concurrent.futures.ThreadPoolExecutor(min(at_once, len(candidates))) as threads:
             return list(threads.map(one, range(len(candidates))))
 
-    def _prebuild(self, candidates: Sequence[str]) -> None:
-        """Build every extension of `candidates` at once (failures are reported by `judge`)."""
+    def _prebuild(self, candidates: Sequence[str]) -> dict[int, float]:
+        """Build every extension of `candidates` at once (failures are reported by `judge`); per
+        candidate (its index), the seconds its slowest extension's build took in the batch (a cache
+        hit's: its lookup)."""
         import torch
 
         if not torch.cuda.is_available():
-            return
+            return {}
         _static_rules_warmed()
         major, minor = torch.cuda.get_device_capability(self.device)
-        specs = []
-        for source in candidates:
+        specs, owners = [], []
+        for index, source in enumerate(candidates):
             if judge_static(source).reason is not Reason.STATIC_OK:
                 continue
             try:
-                specs += [BuildSpec.of(ext, f"{major}.{minor}") for ext in Candidate.parse(source).extensions]
+                mine = [BuildSpec.of(ext, f"{major}.{minor}") for ext in Candidate.parse(source).extensions]
             except Exception:  # noqa: BLE001 - a candidate the parser refuses is judged (and refused) later
                 continue
+            specs += mine
+            owners += [index] * len(mine)
+        seconds: dict[int, float] = {}
         if specs:
             try:
-                self.builder.build_many(specs)
+                for index, result in zip(owners, self.builder.build_many(specs)):
+                    seconds[index] = max(seconds.get(index, 0.0), result.seconds)
             except Exception:  # noqa: BLE001 - each candidate's own build is tried again in `judge`
                 log.exception("building a batch of candidates failed")
+        return seconds
 
     def judge(self, task_source: str, candidate_source: str) -> JudgeResult:
         """The verdict on one candidate. A failure of the judge's own machinery (memory, a build
