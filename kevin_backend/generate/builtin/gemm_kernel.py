@@ -273,9 +273,10 @@ def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tu
     """The search's variants for this GEMM of `shape` (M, N, K): the float32 kernel's
     (`gemm_kernel_sm80.sm80_tilings`: float32's, and 16-bit ones on sm80) or the sm90 16-bit ones;
     a convolution's: Hopper's own and CUTLASS 2.x's in turn where Hopper's takes it
-    (`conv_kernel.SM90_CONV_TILINGS`), else CUTLASS 2.x's (float32's of few channels: a narrow tile first). A 16-bit GEMM whose output has fewer
-    128 x 128 tiles than the GPU has SMs, over a K long enough to share (a long reduction into a
-    small output), tries split-K and stream-K first: one CTA a tile would leave most SMs idle."""
+    (`conv_kernel.SM90_CONV_TILINGS`), else CUTLASS 2.x's (a float32 one of few channels: a narrow
+    tile first). A 16-bit GEMM whose output has fewer 128 x 128 tiles than the GPU has SMs, over a
+    K long enough to share (a long reduction into a small output), tries split-K and stream-K
+    first: one CTA a tile would leave most SMs idle."""
     if spec.sm80:
         if spec.convolution is not None:  # (on Hopper, its own convolution's and CUTLASS 2.x's in turn)
             from kevin_backend.generate.builtin.conv_kernel import SM90_CONV_TILINGS, sm90_conv_fits

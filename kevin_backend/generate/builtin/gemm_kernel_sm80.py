@@ -61,8 +61,7 @@ class Sm80Tiling:
     @property
     def name(self) -> str:
         warp = f" warp {'x'.join(map(str, self.warps[:2]))}" if self.warp else ""
-        kind = "sm80" if self.half else "3xtf32"
-        return f"{kind} tile {'x'.join(map(str, self.tile))}{warp} stages {self.stages}"
+        return f"{'sm80' if self.half else '3xtf32'} tile {'x'.join(map(str, self.tile))}{warp} stages {self.stages}"
 
 
 # The search's variants for float32, in the order a search tries them: as the H200 ranked them on the
