@@ -460,6 +460,12 @@ def gemm_suite(data: dict[str, Any]) -> dict[str, str]:
                f"{sum(x >= 1.0 for x in xs)} of {len(xs)} at or above Inductor; "
                + (f"against the peers {min(against):.3f}x to {max(against):.3f}x\n" if against else "no peer timed\n")
                ) if worst else "no task accepted\n"
+    # (the goals are apart: the matmuls' geomean, the convolutions'; a table of both says each)
+    kinds = {kind: {t: r["x_peer"] for t, (_, r) in best.items() if ("convolution" in r["plan"]) == (kind == "convolutions")}
+             for kind in ("matmuls", "convolutions")}
+    if all(kinds.values()):
+        summary += "; ".join(f"{kind}: {len(x)} tasks, geomean {_geomean(list(x.values())):.3f}x Inductor, worst "
+                             f"{min(x.values()):.3f}x ({min(x, key=x.__getitem__)})" for kind, x in kinds.items()) + "\n"
     header = ["task", "run", "plan", "best tiling", "kernel ms", "Inductor ms", "x Inductor", "x max-autotune", "x cuBLASLt"]
     return {"tasks": _table(header, rows), "summary": summary}
 

@@ -159,3 +159,9 @@ def test_the_gemm_suite_table_takes_each_task_from_the_last_run_that_judged_it()
     assert lines == ["| a | bbb | p | t3 | 1.5000 | 1.9500 | 1.300x | - | - |",  # (run aaa's row and peer replaced)
                      "| b | aaa | p | t2 | 0.8000 | 1.2000 | 1.500x | - | - |"]
     assert blocks["summary"].startswith("2 tasks: geomean 1.396x Inductor, worst 1.300x (a)")
+    assert "matmuls:" not in blocks["summary"]  # (no convolution: one line)
+    # a convolution beside them: each kind's geomean and worst on a line of its own
+    conv = dict(row("c", "t1", "inductor", 0.25, 4.0), plan="128x64x576 float16, a 3x3 2-D convolution")
+    blocks = tables.gemm_suite({"runs": runs + [{"tree": "ccc", "rows": [conv]}]})
+    assert blocks["summary"].splitlines()[1] == ("matmuls: 2 tasks, geomean 1.396x Inductor, worst 1.300x (a); "
+                                                 "convolutions: 1 tasks, geomean 0.250x Inductor, worst 0.250x (c)")
