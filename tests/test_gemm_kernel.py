@@ -554,16 +554,33 @@ def test_on_hopper_a_convolution_is_also_cutlass_3xs_implicit_gemm_tried_in_turn
                                         convolution=Conv((3, 3, 3), (1, 1, 1), (1, 2, 2))), SM90_CONV_TILINGS[1])
     assert "cutlass::layout::TensorNDHWC" in three and "{n, d, h, w_, c}, {k, 3, 3, 3, c}, {1, 1, 1}, {1, 1, 1}, {1, 2, 2}" in three
     assert "LinCombEltAct<KevinEpilogueFn, ElementD, float, void, float>" in three and "ClusterShape = Shape<_2, _1, _1>" in three
-    # a tree: the GEMM's visitor tree, its vector from `bias` (V), its tensor of the output's size read as the source C
+    # a tree: the GEMM's visitor tree, its vectors' pointers in the array `bias` points to, its tensor
+    # of the output's size read as the source C
     silu = Epilogue(activation="function", function="    float s = v + a0;\n    return s / (1.0f + expf(-s)) + a1;", operands=("n", "mn"))
     tree = gemm_device_source(dataclasses.replace(spec, epilogue=silu), SM90_CONV_TILINGS[0])
     assert "cutlass::epilogue::fusion::Sm90EVT<" in tree and "Sm90RowBroadcast<0, TileShape, Element, float>" in tree
-    assert "args.epilogue.thread = {{}, {static_cast<Element const*>(bias)}, {}, {}};" in tree
+    assert "void const* const* vectors = static_cast<void const* const*>(bias);" in tree
+    assert "args.epilogue.thread = {{}, {vectors ? static_cast<Element const*>(vectors[0]) : nullptr}, {}, {}};" in tree
     assert "{{}, static_cast<Element const*>(residual), stride_d" in tree and "    Element, Layout, kAlign, ElementD" in tree
     two = gemm_device_source(dataclasses.replace(spec, epilogue=Epilogue(activation="function", function="    return v * a0 + a1;",
                                                                          operands=("n", "n"))), SM90_CONV_TILINGS[0])
-    assert "{{}, {static_cast<Element const*>(bias)}, {static_cast<Element const*>(residual)}, {}}" in two
+    assert "{vectors ? static_cast<Element const*>(vectors[0]) : nullptr}, {vectors ? static_cast<Element const*>(vectors[1]) : nullptr}" in two
     assert "{{}, nullptr, stride_d" in two and "    void, Layout, kAlign, ElementD" in two
+    # an inference batch norm's four vectors and the input added back (a ResNet block's end): Hopper's
+    # alone reads them, so its tilings alone are tried; the host passes the vectors' pointers in an array
+    norm = Epilogue(activation="function", function="    return fmaxf((v - a0) * rsqrtf(a1 + 1e-05f) * a2 + a3 + a4, 0.0f);",
+                    operands=("n", "n", "n", "n", "mn"))
+    block = dataclasses.replace(spec, epilogue=norm)
+    assert sm90_conv_fits(block) and tilings_for(block) == SM90_CONV_TILINGS
+    host = gemm_cuda_source(block, SM90_CONV_TILINGS[2])
+    assert host.count("Sm90RowBroadcast<0, TileShape, Element, float>") == 4 and "Sm90SrcFetch<Element>" in host
+    assert "const void* vectors[4] = {};" in host and "vectors[3] = a3.data_ptr();" in host and "bias_ptr = vectors;" in host
+    assert "residual_ptr = a4.data_ptr();" in host and "torch::Tensor a4)" in host
+    with pytest.raises(ValueError, match="tree of 5 operands: CUTLASS 2.x's reads one vector"):
+        gemm_device_source(block, SM80_TILINGS[0])
+    for other in (dict(dtype="float32", align=4, out_align=4), dict(arch="sm80"), dict(out_align=4)):
+        with pytest.raises(ValueError, match="tree of 5 operands"):
+            dataclasses.replace(block, **other)
     # what it does not take stays on CUTLASS 2.x's alone: float32, Ampere, transposed, a residual, output channels TMA cannot store
     for other in (dataclasses.replace(spec, dtype="float32", align=4, out_align=4), dataclasses.replace(spec, arch="sm80"),
                   dataclasses.replace(spec, convolution=Conv((3, 3), stride=(2, 2), transposed=True)),

@@ -110,11 +110,18 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
      "not dilated"),
     ("F.conv_transpose2d(v[0], v[1], stride=2)", f"torch.randn(2, 12, 8, 8, {BF16}), torch.randn(12, 8, 4, 4, {BF16})",
      "its channels (12 in, 8 out) multiples of 8"),
-    # (a tree after a convolution: one vector over its channels and one more, or one tensor of its size)
+    # (a tree after a convolution: vectors over its channels and one tensor of its size; CUTLASS 2.x's,
+    # which computes a float32 one, two of them at most)
     ("F.relu(F.conv2d(v[0], v[1], padding=1)) * v[2] + v[3]", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 3, 3, {BF16}), "
      f"torch.randn(2, 32, 8, 8, {BF16}), torch.randn(2, 32, 8, 8, {BF16})", "not ['mn', 'mn']"),
-    ("F.relu(F.conv2d(v[0], v[1], v[2])) * v[3] + v[4]", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 3, 3, {BF16}), "
-     f"torch.randn(32, {BF16}), torch.randn(32, 1, 1, {BF16}), torch.randn(2, 32, 6, 6, {BF16})", "not ['n', 'n', 'mn']"),
+    ("F.relu(F.conv2d(v[0], v[1], v[2])) * v[3] + v[4]", "torch.randn(2, 16, 8, 8), torch.randn(32, 16, 3, 3), "
+     "torch.randn(32), torch.randn(32, 1, 1), torch.randn(2, 32, 6, 6)", "a convolution's tree of 3 operands: CUTLASS 2.x's"),
+    # (an operand broadcast against another before it meets the convolution's output: not one value per channel)
+    ("F.conv2d(v[0], v[1]) + (v[2].unsqueeze(-1) + v[3])", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 16, 3, 3, {BF16}), "
+     f"torch.randn(32, 1, {BF16}), torch.randn(6, {BF16})", "broadcast against another operand first"),
+    # (a value of operands alone read in two shapes: once per channel, once per column)
+    ("F.conv2d(v[0], v[1]) * (s := v[2] * 2.0).view(32, 1, 1) + s.view(1, 1, 32)", f"torch.randn(2, 16, 8, 34, {BF16}), "
+     f"torch.randn(32, 16, 3, 3, {BF16}), torch.randn(32, {BF16})", "meets the product in shapes"),
     ("F.conv2d(v[0], v[1]) + v[2]", f"torch.randn(2, 16, 8, 32, {BF16}).contiguous(memory_format=torch.channels_last), "
      f"torch.randn(32, 16, 1, 1, {BF16}), torch.randn(32, {BF16})", "not one value per output channel (32) nor a tensor"),
     ("F.conv_transpose2d(v[0], v[1], stride=2) + v[2]", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(16, 8, 2, 2, {BF16}), "

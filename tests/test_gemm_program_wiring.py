@@ -69,7 +69,7 @@ def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
     return gemm_epilogue
 
 
-def _convolution(spec: Any, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor = None) -> torch.Tensor:
+def _convolution(spec: Any, x: torch.Tensor, w: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
     """What the implicit GEMM's host function computes (`conv_kernel.py`): the convolution of x
     (N x C x [D x] H x W, as laid out when it was written) by w (C_out x C x filter; a transposed
     one's C x C_out x filter), its epilogue, and the output N x ... x C_out (a channels-last input)
@@ -84,12 +84,12 @@ def _convolution(spec: Any, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor
     else:
         y = (F.conv2d if c.dims == 2 else F.conv3d)(x.float(), w.float(), None, c.stride, c.padding, c.dilation)
     if e.tree:  # (its operands: vectors over the output channels, a tensor of the output's size in any layout)
-        operands = (bias, residual)[:len(e.operands)]
         assert len(operands) == len(e.operands) and all(a.numel() == (y.shape[1] if kind == "n" else y.numel())
                                                         for a, kind in zip(operands, e.operands))
         read = [a.reshape(1, -1, *[1] * c.dims) if kind == "n" else a for a, kind in zip(operands, e.operands)]
         y = run_statements(e.function, y, *read).to(getattr(torch, spec.output))
     else:
+        bias, _ = operands
         y = e.alpha * y
         if e.bias:
             y = y + bias.float().reshape(1, -1, *[1] * c.dims)
@@ -486,6 +486,18 @@ def get_init_inputs():
     ("torch.relu(F.conv2d(v[0], v[1], v[2], padding=1).view(2, 32, 64) * 2.0) + v[3]", f"torch.randn(2, 16, 8, 8, {F16}), "
      f"torch.randn(32, 16, 3, 3, {F16}), torch.randn(32, {F16}), torch.randn(32, 1, {F16})"),
     ("F.gelu(F.conv1d(v[0], v[1], v[2], padding=1)).flatten(1)", "torch.randn(2, 16, 8), torch.randn(32, 16, 3), torch.randn(32)"),
+    # a ResNet block's convolution, then an inference batch norm (its running mean and variance,
+    # weight and bias: four vectors, unsqueezed to C x 1 x 1) and ReLU, of a channels-last input and
+    # of a plain one; the block's end, the input added back before the ReLU (four vectors and a tensor)
+    ("F.relu(F.batch_norm(F.conv2d(v[0], v[1], padding=1), v[2], v[3], v[4], v[5], False, 0.1, 1e-5))",
+     f"torch.randn(2, 16, 8, 8, {BF16}).contiguous(memory_format=torch.channels_last), torch.randn(32, 16, 3, 3, {BF16}), "
+     f"torch.randn(32, {BF16}), torch.rand(32, {BF16}) + 0.5, torch.randn(32, {BF16}), torch.randn(32, {BF16})"),
+    ("F.relu(F.batch_norm(F.conv2d(v[0], v[1], v[2], stride=2, padding=1), v[3], v[4], v[5], v[6], False, 0.1, 1e-3))",
+     f"torch.randn(2, 8, 9, 7, {F16}), torch.randn(16, 8, 3, 3, {F16}), torch.randn(16, {F16}), torch.randn(16, {F16}), "
+     f"torch.rand(16, {F16}) + 0.5, torch.randn(16, {F16}), torch.randn(16, {F16})"),
+    ("F.relu(F.batch_norm(F.conv2d(v[0], v[1], padding=1), v[2], v[3], v[4], v[5], False, 0.1, 1e-5) + v[0])",
+     f"torch.randn(2, 16, 6, 5, {BF16}).contiguous(memory_format=torch.channels_last), torch.randn(16, 16, 3, 3, {BF16}), "
+     f"torch.randn(16, {BF16}), torch.rand(16, {BF16}) + 0.5, torch.randn(16, {BF16}), torch.randn(16, {BF16})"),
     ("module", ""),
 ])
 def test_a_convolution_reaches_the_implicit_gemm_and_returns_eagers_layout(forward: str, inputs: str,
@@ -502,7 +514,8 @@ def test_a_convolution_reaches_the_implicit_gemm_and_returns_eagers_layout(forwa
     c = plan.spec.convolution
     assert c.channels_last == ("channels_last" in inputs) and plan.conv1d == ("1d(" in forward)
     assert (c.dims, c.transposed) == ((3 if "conv3d" in forward else 2), "transpose" in forward), c
-    assert plan.spec.epilogue.tree == ("v[" in forward.rsplit(")", 1)[-1]), plan.describe()  # (a tensor read after it: a tree)
+    # (a tensor read after it: a tree)
+    assert plan.spec.epilogue.tree == ("v[" in forward.rsplit(")", 1)[-1] or "batch_norm" in forward), plan.describe()
     program = write_gemm_program(plan, tilings_for(plan.spec)[0], task_source=source)
     assert check_program(program) == () and ("ConvUniversal" if sm90_conv_fits(plan.spec) else "ImplicitGemmConvolution") in program
     assert ("CUTLASS 3.x (sm90)" in program) == sm90_conv_fits(plan.spec)

@@ -38,7 +38,9 @@ after the activation, the input added back), a tree: CUTLASS's `EpilogueWithBroa
 writer's own output operation (`KevinConvTreeOp`), the tree's function (`gemm_kernel._tree`'s
 `KevinTreeFn`) of the accumulator, a vector over the output channels it broadcasts (V) and its
 source C: a second vector (strides 0) or a tensor of the output's size, read channels innermost
-(in place where channels-last, else packed first by the program). Groups are declined by the plan
+(in place where channels-last, else packed first by the program). Hopper's kernel reads a tree as
+the GEMM's visitor tree does: any vectors over the output channels (their pointers in a host array)
+and a tensor of the output's size. Groups are declined by the plan
 (`conv_plan.read_conv`). A float32 convolution's mainloop is 3xTF32's, as a float32 GEMM's
 (`gemm_kernel_sm80.py` says why not plain TF32's)."""
 
@@ -51,7 +53,7 @@ from typing import Any
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import ELEMENTS, PACK, Sm80Tiling, mainloop_fields
 
 __all__ = ["Conv", "ConvTiling", "SM90_CONV_TILINGS", "conv_alignment", "conv_cuda_source", "conv_device_source",
-           "conv_tree_refusal", "sm90_conv_fits"]
+           "conv_tree_refusal", "hopper_conv", "sm90_conv_fits"]
 
 
 @dataclass(frozen=True)
@@ -124,13 +126,20 @@ class ConvTiling:
 SM90_CONV_TILINGS = (ConvTiling((128, 128, 64), (1, 1)), ConvTiling((128, 128, 64), (2, 1)), ConvTiling((128, 64, 64), (1, 1)))
 
 
-def sm90_conv_fits(spec: Any) -> bool:
-    """Whether Hopper's convolution takes `spec`: a 16-bit forward convolution on sm90 whose output
-    channels TMA stores whole (a multiple of 8), its epilogue a bias and a function, or a tree of
-    the operands CUTLASS 2.x's reads (`conv_tree_refusal`); no residual beside a bias."""
+def hopper_conv(spec: Any) -> bool:
+    """Whether `spec` is what Hopper's convolution computes, its epilogue aside: a 16-bit forward
+    convolution on sm90 whose output channels TMA stores whole (a multiple of 8), no residual
+    beside a bias."""
     e, c = spec.epilogue, spec.convolution
     return (c is not None and spec.arch == "sm90" and spec.dtype != "float32" and not c.transposed and not e.residual
-            and spec.alignments[1] == 8 and not (e.tree and conv_tree_refusal(e.operands, c.transposed)))
+            and spec.alignments[1] == 8)
+
+
+def sm90_conv_fits(spec: Any) -> bool:
+    """Whether Hopper's convolution takes `spec` (`hopper_conv`), its epilogue a bias and a function
+    or a tree it reads (`conv_tree_refusal`)."""
+    e = spec.epilogue
+    return hopper_conv(spec) and not (e.tree and conv_tree_refusal(e.operands, hopper=True))
 
 
 def conv_alignment(dtype: str) -> int:
@@ -138,16 +147,20 @@ def conv_alignment(dtype: str) -> int:
     return 4 if dtype == "float32" else 8
 
 
-def conv_tree_refusal(operands: tuple[str, ...], transposed: bool = False) -> str:
-    """Why the convolution's kernel cannot read a tree epilogue's `operands` ("" where it can). It
-    reads two at most: a vector over the output channels that it broadcasts (V, CUTLASS's
-    `EpilogueWithBroadcast`), and a source C: a second such vector (read with strides 0) or a tensor
-    of the output's size; not with a transposed convolution (CUTLASS 2.x has no such kernel)."""
+def conv_tree_refusal(operands: tuple[str, ...], transposed: bool = False, hopper: bool = False) -> str:
+    """Why a convolution's kernel cannot read a tree epilogue's `operands` ("" where it can).
+    CUTLASS 2.x's reads two at most: a vector over the output channels that it broadcasts (V, its
+    `EpilogueWithBroadcast`), and a source C: a second such vector (read with strides 0) or a
+    tensor of the output's size; not with a transposed convolution (it has no such kernel).
+    Hopper's (`hopper`: the GEMM's visitor tree) reads any vectors over the output channels (an
+    inference batch norm's four, say) and one tensor of the output's size."""
     if transposed:
         return "a transposed convolution's epilogue: no visitor tree (CUTLASS 2.x's strided gradient kernel reads one source)"
-    if len(operands) > 2 or set(operands) - {"n", "mn"} or operands.count("mn") > 1:
-        return (f"a convolution's tree reads one vector over the output channels and one more such vector or a tensor "
-                f"of the output's size, not {list(operands)}")
+    if set(operands) - {"n", "mn"} or operands.count("mn") > 1:
+        return f"a convolution's tree reads vectors over the output channels and one tensor of the output's size, not {list(operands)}"
+    if len(operands) > 2 and not hopper:
+        return (f"a convolution's tree of {len(operands)} operands: CUTLASS 2.x's reads one vector over the output channels "
+                "and one more such vector or a tensor of the output's size (Hopper's, of a 16-bit convolution, reads more)")
     return ""
 
 
@@ -163,15 +176,18 @@ def _three(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
     return tuple([fill] * (3 - len(values)) + list(values))  # type: ignore[return-value]
 
 
-def conv_device_source(spec: Any, tiling: Sm80Tiling | ConvTiling, activation: str, functor: str, tree_fusion: str = "") -> str:
+def conv_device_source(spec: Any, tiling: Sm80Tiling | ConvTiling, activation: str, functor: str,
+                       tree_fusion: tuple[str, str] = ("", "")) -> str:
     """The device part: the kernel's types, `kevin_conv_run(shape, ...)` and `kevin_conv_workspace(shape)`
     (shape: N, D, H, W, C, K, Z, P, Q: the activation N x D x H x W x C, the filter K x T x R x S x C,
     the output N x Z x P x Q x K; a transposed convolution's activation is its output, its filter's
     K its input's channels), and the packing kernel. `tree_fusion`: a tree's visitor tree for
-    Hopper's kernel (`gemm_kernel._tree`)."""
+    Hopper's kernel and the lines setting its arguments (`gemm_kernel._tree`)."""
     if isinstance(tiling, ConvTiling):
         return _sm90_device_source(spec, tiling, activation, functor, tree_fusion) + PACK
     e, c = spec.epilogue, spec.convolution  # (what it may read: `GemmSpec`'s checks)
+    if e.tree and conv_tree_refusal(e.operands, c.transposed):
+        raise ValueError(f"{tiling.name}: {conv_tree_refusal(e.operands, c.transposed)}")
     vector, from_c = _tree_roles(e.operands) if e.tree else (None, None)
     source = "static_cast<ElementD*>(const_cast<void*>(bias))" if e.bias else "static_cast<ElementD*>(const_cast<void*>(residual))" \
         if e.residual or from_c is not None else "static_cast<ElementD*>(out)"
@@ -212,23 +228,20 @@ def conv_device_source(spec: Any, tiling: Sm80Tiling | ConvTiling, activation: s
         source=source, layout_c=f"{layout}({layout}::Stride(0))" if stride_0 else "layout_out") + _ENTRY + PACK
 
 
-def _sm90_device_source(spec: Any, tiling: ConvTiling, activation: str, functor: str, tree_fusion: str) -> str:
+def _sm90_device_source(spec: Any, tiling: ConvTiling, activation: str, functor: str, tree_fusion: tuple[str, str]) -> str:
     """Hopper's device part (`ConvTiling`): CUTLASS 3.x's `ConvUniversal` with the GEMM's fusions (a
     bias over the output channels and an activation or function; a tree: `tree_fusion`, the GEMM's
-    visitor tree, its vectors and its tensor of the output's size read as `_tree_roles` gives them:
-    V from `bias`, C from `residual`), the same entry points."""
+    visitor tree and the lines setting its arguments, as the GEMM's reads them: `bias` the host
+    array of its vectors' pointers, `residual` its tensor of the output's size), the same entry points."""
     if not sm90_conv_fits(spec):
         raise ValueError(f"{tiling.name}: Hopper's convolution takes a 16-bit forward convolution on sm90, its output "
-                         "channels a multiple of 8, no residual")
+                         "channels a multiple of 8, no residual, a tree of vectors and one tensor of the output's size")
     e, c = spec.epilogue, spec.convolution
     pads, strides, dilations = (", ".join(map(str, v)) for v in (c.padding, c.stride, c.dilation))
     taps = ", ".join(map(str, c.filter))
     reads_c = "mn" in e.operands
     if e.tree:
-        vector, _ = _tree_roles(e.operands)
-        children = ["{}"] + ["{}" if kind == "mn" else f"{{static_cast<Element const*>({'bias' if j == vector else 'residual'})}}"
-                             for j, kind in enumerate(e.operands)]
-        fusion, thread_args = tree_fusion, f"    args.epilogue.thread = {{{', '.join(children)}, {{}}}};\n"
+        fusion, thread_args = tree_fusion
     else:
         fusion = (f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{activation}, ElementD, float, Element, void, float>" if e.bias
                   else f"cutlass::epilogue::fusion::LinCombEltAct<{activation}, ElementD, float, void, float>")
@@ -244,13 +257,20 @@ def _sm90_device_source(spec: Any, tiling: ConvTiling, activation: str, functor:
 
 
 def conv_cuda_source(spec: Any, tiling: Sm80Tiling | ConvTiling, activation: str, functor: str, scalar: str, params: str,
-                     tree_fusion: str = "") -> str:
-    """The whole CUDA source: the device part and the host function `gemm_epilogue(x, w, bias, residual)`."""
+                     tree_fusion: tuple[str, str] = ("", "")) -> str:
+    """The whole CUDA source: the device part and the host function `gemm_epilogue(x, w, bias, residual)`
+    (a tree's: `gemm_epilogue(x, w, a0, a1, ...)`)."""
     c = spec.convolution
     (t, r, s), (pd, ph, pw), (sd, sh, sw), (dd, dh, dw), (od, oh, ow) = (
         _three(v, f) for v, f in ((c.filter, 1), (c.padding, 0), (c.stride, 1), (c.dilation, 1), (c.output_padding, 0)))
     e, align = spec.epilogue, spec.alignments[1]  # (the epilogue reads its vectors and source as it stores)
-    if e.tree:  # (its operands a0, a1: the vector V, the source C)
+    if e.tree and isinstance(tiling, ConvTiling):  # (Hopper's: its vectors' pointers in an array, as the GEMM's tree)
+        vectors = [j for j, kind in enumerate(e.operands) if kind == "n"]
+        operands = ([f"    const void* vectors[{len(vectors)}] = {{}};\n"] if vectors else []) + [
+            _VECTOR.format(name=f"a{j}", ptr=f"vectors[{i}]", scalar=scalar, align=align) for i, j in enumerate(vectors)] + (
+            ["    bias_ptr = vectors;\n"] if vectors else []) + [
+            _SOURCE.format(name=f"a{j}", scalar=scalar, last=c.dims + 1, align=align) for j, kind in enumerate(e.operands) if kind == "mn"]
+    elif e.tree:  # (CUTLASS 2.x's: its operands a0, a1 the vector V and the source C)
         vector, source = _tree_roles(e.operands)
         operands = ([_VECTOR.format(name=f"a{vector}", ptr="bias_ptr", scalar=scalar, align=align)] if vector is not None else []) + (
             [] if source is None else [_VECTOR.format(name=f"a{source}", ptr="residual_ptr", scalar=scalar, align=align)] if e.operands[source] == "n"

@@ -12,14 +12,17 @@ Which kernel:
 - other 2-D, 3-D and 1-D convolutions, and 2-D and 1-D transposed ones, of one group: CUTLASS
   2.x's implicit GEMM (`conv_kernel.py`; a 1-D one as 2-D of height 1, `GemmPlan.conv1d`);
 - an epilogue reading other tensors than the convolution's bias (a `(C_out, 1, 1)` parameter added
-  after the activation, the input added back): a tree (`_conv_tree`), one function of the
-  accumulator and its operands, each a vector over the output channels or a tensor of the
-  output's size (`conv_kernel.conv_tree_refusal` says how many the kernel reads).
+  after the activation, the input added back, an inference batch norm's running mean and variance,
+  weight and bias): a tree (`_conv_tree`), one function of the accumulator and its operands, each a
+  vector over the output channels or a tensor of the output's size, as the values meet the
+  convolution's (through unsqueezes and ops of operands alone: `gemm_reading.broadcast_shape`);
+  `conv_kernel.conv_tree_refusal` says how many each kernel reads (CUTLASS 2.x's two).
 
 Declined, each with what it is: groups, a transposed 3-D convolution (CUTLASS 2.x has no tensor-core
 kernel for it), a dilated transposed one, a transposed one whose channels are not multiples of the
 kernel's 16-byte access or whose epilogue reads other tensors, an operand of another shape (one
-value per column of the output, say), a reduction after a convolution of a channels-last input.
+value per column of the output, say), a tree of more operands than the kernels for the
+convolution read, a reduction after a convolution of a channels-last input.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ import torch.fx as fx
 from kevin_backend.generate.builtin.conv_kernel import Conv, conv_alignment, conv_tree_refusal
 from kevin_backend.generate.builtin.gemm_kernel import Epilogue, GemmSpec, gemm_unaligned
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import sm80_alignment
-from kevin_backend.generate.builtin.gemm_reading import DTYPES, GemmPlan, TreeOperands, epilogue_input, gemm_spec, read_epilogue, read_outputs
+from kevin_backend.generate.builtin.gemm_reading import (DTYPES, GemmPlan, TreeOperands, broadcast_shape, epilogue_input, gemm_spec,
+                                                         read_epilogue, read_outputs)
 from kevin_backend.generate.builtin.gemm_tail import GemmTail, has_tail, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
 
@@ -130,7 +134,10 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
                  ((1,) if flat else ()) + tuple(stride), ((1,) if flat else ()) + tuple(dilation), channels_last, bool(transposed),
                  (((0,) if flat else ()) + tuple(output_padding)) if transposed else ())
     out_align = sm80_alignment(dtype, n, k)[1]  # (the output channels stored at a time)
-    spec = GemmSpec(dtype, epilogue, "nk", conv_alignment(dtype), arch=arch, out_align=out_align, convolution=shape)
+    try:
+        spec = GemmSpec(dtype, epilogue, "nk", conv_alignment(dtype), arch=arch, out_align=out_align, convolution=shape)
+    except ValueError as exc:  # (a tree of more operands than the kernels for this one read)
+        raise Unsupported(f"{what}: {exc}") from None
     dims = wv.dim() - 2
     return GemmPlan(spec, m, n, k, len(index), index[x], index[w], bias_in, conv1d=flat, operands=operands,
                     out_shape=tuple(int(d) for d in value.shape) if flat or reshaped else None,
@@ -148,10 +155,10 @@ def _conv_tree(conv: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int]
     channels = shape[1]
     operands = TreeOperands()
 
-    def operand(node: fx.Node) -> str:
+    def operand(node: fx.Node, reader: fx.Node | None = None) -> str:
         source, value = epilogue_input(node, index, metas, dtype)
-        read = node.meta.get("val")  # (its shape as the epilogue reads it: through its views)
-        seen = tuple(read.shape) if isinstance(read, torch.Tensor) and node is not bias else (channels,) + (1,) * (len(shape) - 2)
+        # (its shape as the epilogue reads it: through its views and the ops of operands alone)
+        seen = (channels,) + (1,) * (len(shape) - 2) if node is bias else broadcast_shape(node, conv, reader) or tuple(value.shape)
         seen = (1,) * (len(shape) - len(seen)) + seen
         if value.numel() == channels and len(seen) == len(shape) and seen[1] == channels and value.is_contiguous():
             kind = "n"
@@ -164,7 +171,7 @@ def _conv_tree(conv: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int]
 
     start = f"(v + {operand(bias)})" if isinstance(bias, fx.Node) else "v"
     function = elementwise_function(conv, out, dtype, operand=operand, start=start)
-    why = conv_tree_refusal(tuple(operands.kinds))
+    why = conv_tree_refusal(tuple(operands.kinds), hopper=True)  # (how many the kernel reads: `GemmSpec`'s check)
     if why:
         raise Unsupported(why)
     return Epilogue(activation="function", function=function, operands=tuple(operands.kinds)), tuple(operands.inputs)

@@ -28,8 +28,10 @@ from kevin_backend.generate.builtin.ops import Unsupported
 
 __all__ = ["ELEMENTWISE", "Operand", "elementwise_function"]
 
-# names a tensor the function reads beside the product (`a0`, `a1`, ...), or raises Unsupported
-Operand = Callable[[fx.Node], str]
+# names a tensor the function reads beside the product (`a0`, `a1`, ...), or raises Unsupported: the
+# node read and its reader, where that is an op of operands alone (the shape in which the values meet
+# the product's is then what the ops after it make: `gemm_reading.broadcast_shape`), else None
+Operand = Callable[[fx.Node, "fx.Node | None"], str]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -140,11 +142,13 @@ def elementwise_function(pre: fx.Node, out: fx.Node, dtype: torch.dtype, operand
         lines.append(f"    float t0 = {start};")
         names[pre] = "t0"
     derived = {pre}  # (the values computed from the product; the others come from operands alone)
+    leaves: set[fx.Node] = set()  # (the operands' nodes read, and views of them)
     node = pre.next
     while True:
         if node.op != "call_function":
             raise Unsupported(f"{node.op} {node.name} after the matmul: the epilogue is elementwise ops only")
-        lines.append(f"    float t{len(lines)} = {_statement(node, names, derived, dtype, last=node is out, operand=operand)};")
+        statement = _statement(node, names, derived, dtype, last=node is out, operand=operand, leaves=leaves)
+        lines.append(f"    float t{len(lines)} = {statement};")
         names[node] = f"t{len(lines) - 1}"
         if any(a in derived for a in node.all_input_nodes):
             derived.add(node)
@@ -156,16 +160,23 @@ def elementwise_function(pre: fx.Node, out: fx.Node, dtype: torch.dtype, operand
 
 
 def _statement(node: fx.Node, names: dict[fx.Node, str], derived: set[fx.Node], dtype: torch.dtype, last: bool,
-               operand: Operand | None) -> str:
-    if node.target not in _OPS and node.target not in _CASTS and node.target not in _VIEWS:
+               operand: Operand | None, leaves: set[fx.Node]) -> str:
+    source = node.args[0] if node.args else None
+    view = node.target in _VIEWS or (node.target is aten.unsqueeze.default and source not in derived and operand is not None)
+    if node.target not in _OPS and node.target not in _CASTS and not view:
         raise Unsupported(f"{node.target} in the epilogue: not an elementwise op the GEMM writer fuses")
-    if node.target in _VIEWS:  # (the product's values in another shape: elementwise, nothing to compute)
-        if node.args[0] not in derived and operand is not None:
-            return operand(node)  # (an operand, read in the shape this view gives it: broadcast as that shape says)
-        return _operand(node.args[0], names, node)
+    if view:  # (values in another shape: elementwise, nothing to compute)
+        if source not in derived and operand is not None:
+            if source in names and source not in leaves:
+                return names[source]  # (computed from operands alone, read in the shape this view leads to)
+            leaves.add(node)
+            return operand(node, node)  # (an operand, read in the shape in which this view of it meets the product's)
+        return _operand(source, names, node)
+    reader = None if any(a in derived for a in node.all_input_nodes) else node
     for a in node.args:
         if isinstance(a, fx.Node) and a not in names and operand is not None:
-            names[a] = operand(a)
+            names[a] = operand(a, reader)
+            leaves.add(a)
     args = [_operand(a, names, node) for a in node.args]
     if not any(isinstance(a, fx.Node) for a in node.args):
         raise Unsupported(f"{node.target} reads no value of the product")

@@ -169,9 +169,9 @@ class GemmSpec:
             raise ValueError("a convolution's epilogue: one source (a bias or a residual); no packed rows, direct "
                              "store, float32 end or K x N weight")
         if self.convolution is not None and e.tree:
-            from kevin_backend.generate.builtin.conv_kernel import conv_tree_refusal  # (it reads GemmSpec)
+            from kevin_backend.generate.builtin.conv_kernel import conv_tree_refusal, hopper_conv  # (they read GemmSpec)
 
-            why = conv_tree_refusal(e.operands, self.convolution.transposed)
+            why = conv_tree_refusal(e.operands, self.convolution.transposed, hopper=hopper_conv(self))
             if why:
                 raise ValueError(why)
         if self.pad_k and (self.dtype == "float32" or not self.sm80 or self.align not in (0, 8)):
@@ -273,15 +273,17 @@ def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tu
     """The search's variants for this GEMM of `shape` (M, N, K): the float32 kernel's
     (`gemm_kernel_sm80.sm80_tilings`: float32's, and 16-bit ones on sm80) or the sm90 16-bit ones;
     a convolution's: Hopper's own and CUTLASS 2.x's in turn where Hopper's takes it
-    (`conv_kernel.SM90_CONV_TILINGS`), else CUTLASS 2.x's (a float32 one of few channels: a narrow
-    tile first). A 16-bit GEMM whose output has fewer 128 x 128 tiles than the GPU has SMs, over a
+    (`conv_kernel.SM90_CONV_TILINGS`; Hopper's alone for a tree of more operands than 2.x's
+    reads), else CUTLASS 2.x's (a float32 one of few channels: a narrow tile first). A 16-bit GEMM whose output has fewer 128 x 128 tiles than the GPU has SMs, over a
     K long enough to share (a long reduction into a small output), tries split-K and stream-K
     first: one CTA a tile would leave most SMs idle."""
     if spec.sm80:
         if spec.convolution is not None:  # (on Hopper, its own convolution's and CUTLASS 2.x's in turn)
-            from kevin_backend.generate.builtin.conv_kernel import SM90_CONV_TILINGS, sm90_conv_fits
+            from kevin_backend.generate.builtin.conv_kernel import SM90_CONV_TILINGS, conv_tree_refusal, sm90_conv_fits
 
-            own, older = (SM90_CONV_TILINGS if sm90_conv_fits(spec) else ()), sm80_tilings(spec.dtype, shape, convolution=True)
+            e = spec.epilogue  # (a tree only Hopper's reads: its tilings alone)
+            older = () if e.tree and conv_tree_refusal(e.operands) else sm80_tilings(spec.dtype, shape, convolution=True)
+            own = SM90_CONV_TILINGS if sm90_conv_fits(spec) else ()
             return tuple(t for pair in itertools.zip_longest(own, older) for t in pair if t is not None)  # (one of each first)
         return sm80_tilings(spec.dtype, shape)
     if shape is None or spec.direct_store:  # (a direct store: each tile's output whole, no split)
@@ -307,8 +309,8 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
         if spec.convolution is not None:  # (an Sm80Tiling, or Hopper's `conv_kernel.ConvTiling`)
             from kevin_backend.generate.builtin.conv_kernel import conv_device_source  # (it reads GemmSpec)
 
-            functor, fusion = _tree(epi)[:2] if epi.tree else (functor, "")
-            return conv_device_source(spec, tiling, ACTIVATIONS[epi.activation], functor, fusion)
+            functor, fusion, thread_args = _tree(epi) if epi.tree else (functor, "", "")
+            return conv_device_source(spec, tiling, ACTIVATIONS[epi.activation], functor, (fusion, thread_args))
         if epi.tree:  # (CUTLASS 2.x's visitor tree: `Sm80EVT`, the same functor)
             functor = _tree(epi)[0]
         return sm80_device_source(spec.dtype, spec.output, ACTIVATIONS[epi.activation], functor, epi.alpha, epi.beta, epi.bias,
@@ -408,8 +410,9 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     if spec.convolution is not None:  # (a convolution's: `conv_kernel.py`)
         from kevin_backend.generate.builtin.conv_kernel import conv_cuda_source
 
-        functor, fusion = _tree(epi)[:2] if epi.tree else (_FUNCTION.format(body=epi.function) if epi.function else "", "")
-        return conv_cuda_source(spec, tiling, ACTIVATIONS[epi.activation], functor, _SCALARS[spec.dtype], params, fusion)
+        functor, fusion, thread_args = _tree(epi) if epi.tree else (_FUNCTION.format(body=epi.function) if epi.function else "", "", "")
+        return conv_cuda_source(spec, tiling, ACTIVATIONS[epi.activation], functor, _SCALARS[spec.dtype], params,
+                                (fusion, thread_args))
     align, n_align = spec.alignments if spec.sm80 else (8, 1 if spec.direct_store else 8)
     if spec.sm80 and spec.weight == "kn":
         n_align = max(align, n_align)  # (w's rows are N long)

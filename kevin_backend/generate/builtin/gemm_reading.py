@@ -20,8 +20,8 @@ from kevin_backend.generate.builtin.gemm_kernel import Epilogue, GemmSpec
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import sm80_alignment
 from kevin_backend.generate.builtin.ops import Unsupported
 
-__all__ = ["DTYPES", "RESHAPES", "GemmPlan", "TreeOperands", "epilogue_input", "float_cast", "gemm_spec", "read_epilogue",
-           "read_outputs"]
+__all__ = ["DTYPES", "RESHAPES", "GemmPlan", "TreeOperands", "broadcast_shape", "epilogue_input", "float_cast", "gemm_spec",
+           "read_epilogue", "read_outputs"]
 
 aten = torch.ops.aten
 DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -77,9 +77,11 @@ class GemmPlan:
 
 
 def _kinds(operands: tuple[str, ...], convolution: Any = None) -> str:
-    words = {"n": "a vector over the output channels" if convolution else "a vector over N", "m": "a vector over M",
-             "mn": "a tensor of the output's size"}
-    return ", ".join(words[k] for k in operands)
+    """The operands in words, in their order, each kind counted ("2 vectors over N, a tensor of the output's size")."""
+    words = {"n": ("a vector", "vectors", " over the output channels" if convolution else " over N"), "m": ("a vector", "vectors", " over M"),
+             "mn": ("a tensor", "tensors", " of the output's size")}
+    kinds = list(dict.fromkeys(operands))
+    return ", ".join(f"{words[k][0] if operands.count(k) == 1 else f'{operands.count(k)} {words[k][1]}'}{words[k][2]}" for k in kinds)
 
 
 
@@ -140,7 +142,7 @@ def read_epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int
     if activation is not None:
         return dataclasses.replace(epilogue, activation=activation), bias_in, residual, ()
     reads: list[fx.Node] = []
-    function = elementwise_function(node, out, dtype, operand=lambda other: reads.append(other) or "a")
+    function = elementwise_function(node, out, dtype, operand=lambda other, _: reads.append(other) or "a")
     if not reads:
         return dataclasses.replace(epilogue, activation="function", function=function), bias_in, residual, ()
     return _tree(mm, out, bias, index, metas, mn, dtype)
@@ -156,12 +158,11 @@ def _tree(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas
     operands = TreeOperands()
     inputs, kinds = operands.inputs, operands.kinds
 
-    def operand(node: fx.Node) -> str:
+    def operand(node: fx.Node, reader: fx.Node | None = None) -> str:
         source, value = epilogue_input(node, index, metas, dtype)
         if not value.is_contiguous():
             raise Unsupported(f"an epilogue operand that is not contiguous (strides {tuple(value.stride())})")
-        read = node.meta.get("val")  # (its shape as the epilogue reads it: through its views)
-        shape = tuple(read.shape) if isinstance(read, torch.Tensor) else tuple(value.shape)
+        shape = broadcast_shape(node, mm, reader) or tuple(value.shape)  # (as the epilogue reads it: through its views)
         kind = ("n" if value.numel() == n and shape[-1:] == (n,) else
                 "m" if value.numel() == m and shape[-1:] == (1,) else
                 "mn" if value.numel() == m * n and shape[-1:] == (n,) else None)
@@ -196,11 +197,47 @@ class TreeOperands:
         return f"a{read_as.index((input_index, kind))}"
 
 
+def broadcast_shape(node: fx.Node, product: fx.Node, reader: fx.Node | None = None) -> tuple[int, ...] | None:
+    """The shape in which `node`'s values meet those computed from `product`: its own where a value
+    of the product's reads it (`reader` None), else the one the ops of operands alone from `reader`
+    on give them first (an inference batch norm's running variance made `rsqrt(var + eps)` and
+    unsqueezed to C x 1 x 1); None where it has no shape. Unsupported where they meet it in two
+    shapes, or grown by a broadcast against another operand."""
+    own = node.meta.get("val")
+    own_shape = tuple(own.shape) if isinstance(own, torch.Tensor) else None
+    if reader is None:
+        return own_shape
+    derived, todo = {product}, [product]
+    while todo:
+        for user in todo.pop().users:
+            if user not in derived:
+                derived.add(user)
+                todo.append(user)
+    shapes, seen, todo = set(), {reader}, [reader]
+    while todo:
+        value = todo.pop()
+        for user in value.users:
+            if user in derived:
+                meta = value.meta.get("val")
+                shapes.add(tuple(meta.shape) if isinstance(meta, torch.Tensor) else None)
+            elif user not in seen:
+                seen.add(user)
+                todo.append(user)
+    if len(shapes) > 1:
+        raise Unsupported(f"{node.name} meets the product in shapes {sorted(map(str, shapes))} (the kernel reads an operand in one)")
+    shape = next(iter(shapes), own_shape)
+    if shape is not None and own_shape is not None and math.prod(shape) != math.prod(own_shape):
+        raise Unsupported(f"{node.name} {list(own_shape)} meets the product in shape {list(shape)}, broadcast against "
+                          "another operand first (the kernel reads each operand's own values)")
+    return shape
+
+
 def epilogue_input(node: fx.Node, index: dict[fx.Node, int], metas: list[Any], dtype: torch.dtype) -> tuple[fx.Node, Any]:
     """The task's input an epilogue operand reads (through views and float casts) and its value,
     or why it cannot be one (computed in the task, of another dtype)."""
     source = node
-    while isinstance(source, fx.Node) and (source.target in RESHAPES or float_cast(source, dtype)):
+    while isinstance(source, fx.Node) and (source.target in RESHAPES or source.target is aten.unsqueeze.default
+                                           or float_cast(source, dtype)):
         source = source.args[0]
     if source not in index:
         raise Unsupported(f"{node.name} in the epilogue is neither computed from the product nor an input")
