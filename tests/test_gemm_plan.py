@@ -140,6 +140,24 @@ def test_what_it_cannot_fuse_is_declined_with_the_reason(forward: str, inputs: s
     assert isinstance(declined, Declined) and reason in declined.reason, declined
 
 
+def test_a_16_bit_trees_float32_vectors_are_read_as_float32_by_hoppers_kernel() -> None:
+    # a Linear, then an inference batch norm as a compiled model hands it on: its running mean and
+    # reciprocal deviation computed in float32 by another kernel, its weight and bias in bfloat16
+    source = task("F.relu(((F.linear(v[0], v[1], v[2]) - v[3]) * v[4] * v[5] + v[6]).to(torch.bfloat16))",
+                  f"torch.randn(64, 32, {BF16}), torch.randn(48, 32, {BF16}), torch.randn(48, {BF16}), torch.randn(48), "
+                  f"torch.rand(48) + 0.5, torch.randn(48, {BF16}), torch.randn(48, {BF16})")
+    plan = plan_gemm(source, arch="sm90")
+    assert isinstance(plan, GemmPlan) and plan.spec.epilogue.operands == ("n",) * 5 and plan.spec.epilogue.wide == (1, 2), plan
+    program = write_gemm_program(plan, GemmTiling())
+    assert program.count("Sm90RowBroadcast<0, TileShape, float, float>") == 2 and program.count("Sm90RowBroadcast<0, TileShape, Element") == 3
+    assert "static_cast<float const*>(vectors[1])" in program and "a2.scalar_type() == at::kFloat" in program
+    assert "a3.scalar_type() == at::kBFloat16" in program and check_program(program) == ()
+    declined = plan_gemm(source, arch="sm80")  # (CUTLASS 2.x's tree reads its dtype's values)
+    assert isinstance(declined, Declined) and "Hopper's visitor tree reads them" in declined.reason, declined
+    full = plan_gemm(task("F.linear(v[0], v[1]) * v[2]", f"torch.randn(64, 32, {BF16}), torch.randn(48, 32, {BF16}), torch.randn(64, 48)"))
+    assert isinstance(full, Declined) and "of the output's size of torch.float32" in full.reason, full
+
+
 def test_the_program_calls_the_kernel_with_the_tasks_inputs_and_passes_the_static_rules() -> None:
     program = write_gemm_program(_plan(LINEAR_GELU), GemmTiling((128, 256, 64), (1, 2, 1)))
     assert "return ext.gemm_epilogue(v0, v1, v2, torch.empty(0, device=v0.device, dtype=v0.dtype))" in program

@@ -75,8 +75,9 @@ def _convolution(spec: Any, x: torch.Tensor, w: torch.Tensor, *operands: torch.T
     one's C x C_out x filter), its epilogue, and the output N x ... x C_out (a channels-last input)
     or N x C_out x ...."""
     c, e = spec.convolution, spec.epilogue
-    assert x.dim() == w.dim() == c.dims + 2 and w.is_contiguous() and tuple(w.shape[2:]) == c.filter
     layout = torch.channels_last if c.dims == 2 else torch.channels_last_3d
+    assert x.dim() == w.dim() == c.dims + 2 and tuple(w.shape[2:]) == c.filter
+    assert w.is_contiguous() or (w.is_contiguous(memory_format=layout) and not c.transposed), "w plain, or a channels-last filter"
     assert x.is_contiguous(memory_format=layout) if c.channels_last else x.is_contiguous()
     if c.transposed:
         f = F.conv_transpose2d
@@ -530,3 +531,49 @@ def test_a_convolution_reaches_the_implicit_gemm_and_returns_eagers_layout(forwa
     tolerance = 1e-4 if want.dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance)
     assert got.shape == want.shape and got.stride() == want.stride()  # (eager's layout: channels-last of a channels-last input)
+
+
+@pytest.mark.parametrize("dtype, channels_last", [(torch.bfloat16, True), (torch.float16, False)])
+def test_a_compiled_resnet_blocks_convolutions_take_their_batch_norm_and_relu(dtype: torch.dtype, channels_last: bool,
+                                                                               hopper_with_cutlass: Any,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # the example CNN in inference, as the kevin pass partitions it: each convolution with its bias,
+    # the batch norm a compiled model makes of it (the running mean and reciprocal deviation in
+    # float32, computed by another kernel; the weight and bias in the model's dtype, each C x 1 x 1)
+    # and ReLU, the second with the block's input added back; a channels-last model's filters too
+    from conftest import builtin_partitions
+    from kevin_backend.backend.task import extract_task
+    from kevin_backend.example_models import make_example
+    from kevin_backend.generate.builtin.conv_kernel import ConvTiling
+    from kevin_backend.generate.builtin.gemm_kernel import tilings_for
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
+    from kevin_backend.generate.builtin.plan import Declined
+    from kevin_backend.toolchain.static_rules import check_program
+    from kevin_backend.types import load_program
+
+    model, (x,) = make_example("cnn", dtype=dtype)
+    model.eval()
+    if channels_last:
+        model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    parts = [p for p in builtin_partitions(model, x).partitions if "aten.convolution.default" in p.ops]
+    assert len(parts) == 2 and all({"aten.sub.Tensor", "aten.relu.default"} <= set(p.ops) for p in parts), [p.ops for p in parts]
+    for part in parts:
+        source = extract_task(part).source
+        plan = plan_gemm(source, arch="sm90")
+        assert isinstance(plan, GemmPlan) and plan.spec.convolution.channels_last == channels_last, plan
+        e = plan.spec.epilogue
+        assert e.operands.count("n") == 5 and len(e.wide) == 2 and "(2 of float32 values)" in plan.describe(), plan.describe()
+        assert all(isinstance(t, ConvTiling) for t in tilings_for(plan.spec))  # (Hopper's alone reads float32 vectors)
+        declined = plan_gemm(source, arch="sm80")
+        assert isinstance(declined, Declined) and "CUTLASS 2.x's reads" in declined.reason, declined
+        program = write_gemm_program(plan, tilings_for(plan.spec)[0], task_source=source)
+        assert check_program(program) == () and program.count("Sm90RowBroadcast<0, TileShape, float, float>") == 2
+        new = _load(program, plan, monkeypatch)
+        reference = load_program(source, "kevin_test_gemm_wiring_task")
+        values = reference.get_inputs()
+        got, want = new.ModelNew()(*values), reference.Model()(*values)
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+        assert got.shape == want.shape and got.stride() == want.stride()
+        (call,) = new.calls
+        assert [a.dtype for a in call[2:] if a.numel() == a.shape[0]].count(torch.float32) == 2  # (the vectors as they are)
+        assert call[1].data_ptr() == values[1].data_ptr()  # (the filter as it lies: packed by the kernel's program, if at all)

@@ -23,7 +23,9 @@ those layouts:
   access; else it is first copied into N x [D x] H x W x C' (C rounded up to that access, zeros
   after C) by the GEMM's packing kernel (`gemm_kernel_sm80.PACK`), which transposes a plain input
   through shared memory;
-- w is packed by the same kernel (the filter is small);
+- w is packed by the same kernel (the filter is small), or read in place where a convolution's
+  filter is channels-last (as `model.to(memory_format=torch.channels_last)` makes it) with its
+  channels a multiple of the access: that is the kernel's K x [T x] R x S x C;
 - the output: returned as it lies (which the program views as the channels-last tensor eager makes
   of a channels-last input), or transposed by the packing kernel into the N x C_out x ... tensor
   eager makes of a plain input (`Conv.channels_last`).
@@ -186,8 +188,8 @@ def conv_device_source(spec: Any, tiling: Sm80Tiling | ConvTiling, activation: s
     if isinstance(tiling, ConvTiling):
         return _sm90_device_source(spec, tiling, activation, functor, tree_fusion) + PACK
     e, c = spec.epilogue, spec.convolution  # (what it may read: `GemmSpec`'s checks)
-    if e.tree and conv_tree_refusal(e.operands, c.transposed):
-        raise ValueError(f"{tiling.name}: {conv_tree_refusal(e.operands, c.transposed)}")
+    if e.tree and (conv_tree_refusal(e.operands, c.transposed) or e.wide):
+        raise ValueError(f"{tiling.name}: {conv_tree_refusal(e.operands, c.transposed) or 'float32 vectors: Hopper reads them'}")
     vector, from_c = _tree_roles(e.operands) if e.tree else (None, None)
     source = "static_cast<ElementD*>(const_cast<void*>(bias))" if e.bias else "static_cast<ElementD*>(const_cast<void*>(residual))" \
         if e.residual or from_c is not None else "static_cast<ElementD*>(out)"
@@ -267,7 +269,8 @@ def conv_cuda_source(spec: Any, tiling: Sm80Tiling | ConvTiling, activation: str
     if e.tree and isinstance(tiling, ConvTiling):  # (Hopper's: its vectors' pointers in an array, as the GEMM's tree)
         vectors = [j for j, kind in enumerate(e.operands) if kind == "n"]
         operands = ([f"    const void* vectors[{len(vectors)}] = {{}};\n"] if vectors else []) + [
-            _VECTOR.format(name=f"a{j}", ptr=f"vectors[{i}]", scalar=scalar, align=align) for i, j in enumerate(vectors)] + (
+            _VECTOR.format(name=f"a{j}", ptr=f"vectors[{i}]", scalar="at::kFloat" if j in e.wide else scalar, align=align)
+            for i, j in enumerate(vectors)] + (
             ["    bias_ptr = vectors;\n"] if vectors else []) + [
             _SOURCE.format(name=f"a{j}", scalar=scalar, last=c.dims + 1, align=align) for j, kind in enumerate(e.operands) if kind == "mn"]
     elif e.tree:  # (CUTLASS 2.x's: its operands a0, a1 the vector V and the source C)
@@ -470,8 +473,11 @@ torch::Tensor gemm_epilogue({params}) {{
     // (a 1 x 1 image or one channel is both)
     bool channels_last = !x.is_contiguous() && x.stride(1) == 1 && x.stride({last}) == ci && x.stride(0) == x.stride(2) * x.size(2);
     for (int i = {last}; i > 2; --i) channels_last = channels_last && x.stride(i - 1) == x.stride(i) * x.size(i);
-    TORCH_CHECK(channels_last == bool({channels_last}) && (channels_last || x.is_contiguous()) && w.is_contiguous(),
-                "gemm_epilogue: x laid out as the kernel was written for, w contiguous");
+    // w as it lies: contiguous, or (a convolution's) channels-last, which is the kernel's K x [T x] R x S x C
+    bool w_last = !transposed && !w.is_contiguous() && w.stride(1) == 1 && w.stride({last}) == ci && w.stride(0) == {taps} * ci;
+    for (int i = {last}; i > 2; --i) w_last = w_last && w.stride(i - 1) == w.stride(i) * w.size(i);
+    TORCH_CHECK(channels_last == bool({channels_last}) && (channels_last || x.is_contiguous()) && (w_last || w.is_contiguous()),
+                "gemm_epilogue: x laid out as the kernel was written for, w contiguous or channels-last");
     cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
     const void* bias_ptr = nullptr;  // (a bias over the output channels; a tree's vector V)
     const void* residual_ptr = nullptr;  // (the residual; a tree's source C)
@@ -490,12 +496,19 @@ torch::Tensor gemm_epilogue({params}) {{
                                                  spatial, stream);
         x_ptr = xp.data_ptr();
     }}
-    // w with its channels innermost: per filter row (C_out of a convolution, C_in of a transposed
-    // one), its taps' rows of channels a column apart
+    // w with its channels innermost: in place (channels-last, its channels a multiple of the access), or
+    // packed: per filter row (C_out of a convolution, C_in of a transposed one), its taps' rows of
+    // channels a column apart (plain), or its rows of channels (channels-last)
     const int64_t rows = w.size(0), cols = w.size(1), colsp = transposed ? cols : cip;
-    auto wp = torch::empty({{rows * {taps} * colsp}}, w.options());
-    if (packed == 0) packed = kevin_gemm_pack(w.data_ptr(), wp.data_ptr(), static_cast<int>(rows), {taps}, cols, colsp, cols * {taps}, 1,
-                                              {taps}, stream);
+    const void* w_ptr = w.data_ptr();
+    torch::Tensor wp;
+    if (!w_last || colsp != cols) {{
+        wp = torch::empty({{rows * {taps} * colsp}}, w.options());
+        if (packed == 0) packed = w_last ? kevin_gemm_pack(w.data_ptr(), wp.data_ptr(), 1, rows * {taps}, cols, colsp, 0, cols, 1, stream)
+                                         : kevin_gemm_pack(w.data_ptr(), wp.data_ptr(), static_cast<int>(rows), {taps}, cols, colsp,
+                                                           cols * {taps}, 1, {taps}, stream);
+        w_ptr = wp.data_ptr();
+    }}
     TORCH_CHECK(packed == 0, "gemm_epilogue: packing x and w: CUDA error ", packed);
     // the kernel's activation is x (a transposed convolution's: the output), its output the other
     const int64_t* act = transposed ? out : in;
@@ -504,7 +517,7 @@ torch::Tensor gemm_epilogue({params}) {{
                           static_cast<int>(transposed ? co : cip), static_cast<int>(transposed ? ci : co), static_cast<int>(res[0]),
                           static_cast<int>(res[1]), static_cast<int>(res[2])}};
     auto workspace = torch::empty({{static_cast<int64_t>(kevin_conv_workspace(shape))}}, x.options().dtype(torch::kUInt8));
-    int status = kevin_conv_run(shape, x_ptr, wp.data_ptr(), bias_ptr, residual_ptr, y.data_ptr(), workspace.data_ptr(), stream);
+    int status = kevin_conv_run(shape, x_ptr, w_ptr, bias_ptr, residual_ptr, y.data_ptr(), workspace.data_ptr(), stream);
     TORCH_CHECK(status == 0, "gemm_epilogue: CUTLASS status ", status);
     if ({channels_last}) return y;
     // N x ... x C_out into N x C_out x ...: per image, C_out rows of its positions, a column apart

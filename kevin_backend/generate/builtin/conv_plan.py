@@ -38,7 +38,7 @@ from kevin_backend.generate.builtin.conv_kernel import Conv, conv_alignment, con
 from kevin_backend.generate.builtin.gemm_kernel import Epilogue, GemmSpec, gemm_unaligned
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import sm80_alignment
 from kevin_backend.generate.builtin.gemm_reading import (DTYPES, GemmPlan, TreeOperands, broadcast_shape, epilogue_input, gemm_spec,
-                                                         read_epilogue, read_outputs)
+                                                         read_epilogue, read_outputs, wide_operand)
 from kevin_backend.generate.builtin.gemm_tail import GemmTail, has_tail, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
 
@@ -96,8 +96,9 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     if views or not isinstance(value, torch.Tensor):
         raise Unsupported("several outputs of a convolution")
     channels_last = _channels_last(xv) and not xv.is_contiguous()
-    if not (channels_last or xv.is_contiguous()) or not wv.is_contiguous():
-        raise Unsupported("a convolution of an input neither contiguous nor channels-last, or of a filter not contiguous")
+    if not (channels_last or xv.is_contiguous()) or not (wv.is_contiguous() or (_channels_last(wv) and not transposed)):
+        raise Unsupported("a convolution of an input neither contiguous nor channels-last, or of a filter neither contiguous nor "
+                          "(not transposed) channels-last")
     # (an output viewed in another shape, a group norm's groups or a flatten: the kernel's contiguous output, viewed)
     reshaped = tuple(value.shape) != tuple(conv.meta["val"].shape)
     if reshaped and channels_last:
@@ -156,7 +157,7 @@ def _conv_tree(conv: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int]
     operands = TreeOperands()
 
     def operand(node: fx.Node, reader: fx.Node | None = None) -> str:
-        source, value = epilogue_input(node, index, metas, dtype)
+        source, value = epilogue_input(node, index, metas, dtype, wide=True)
         # (its shape as the epilogue reads it: through its views and the ops of operands alone)
         seen = (channels,) + (1,) * (len(shape) - 2) if node is bias else broadcast_shape(node, conv, reader) or tuple(value.shape)
         seen = (1,) * (len(shape) - len(seen)) + seen
@@ -167,11 +168,12 @@ def _conv_tree(conv: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int]
         else:
             raise Unsupported(f"an epilogue operand of shape {tuple(value.shape)}: not one value per output channel "
                               f"({channels}) nor a tensor of the output's size {list(shape)}")
-        return operands.name(index[source], kind)
+        return operands.name(index[source], kind, wide=wide_operand(value, kind, dtype))
 
     start = f"(v + {operand(bias)})" if isinstance(bias, fx.Node) else "v"
     function = elementwise_function(conv, out, dtype, operand=operand, start=start)
     why = conv_tree_refusal(tuple(operands.kinds), hopper=True)  # (how many the kernel reads: `GemmSpec`'s check)
     if why:
         raise Unsupported(why)
-    return Epilogue(activation="function", function=function, operands=tuple(operands.kinds)), tuple(operands.inputs)
+    return (Epilogue(activation="function", function=function, operands=tuple(operands.kinds), wide=tuple(operands.wide)),
+            tuple(operands.inputs))

@@ -103,6 +103,10 @@ class Epilogue:
     # a tree: the function reads the accumulator `v` and these operands `a0, a1, ...` (OPERAND_KINDS),
     # and is the whole epilogue (no alpha, bias or residual of its own)
     operands: tuple[str, ...] = ()
+    # which of them (their numbers) are vectors of float32 values read by a 16-bit kernel (an
+    # inference batch norm's mean and reciprocal deviation as a compiled model computes them):
+    # Hopper's visitor tree reads them so; the others are the kernel's dtype
+    wide: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
@@ -117,6 +121,8 @@ class Epilogue:
                 raise ValueError("a tree reads at most one tensor of the output's size (CUTLASS's source C)")
             if self.activation != "function" or self.bias or self.residual or self.alpha != 1:
                 raise ValueError("a tree's function is its whole epilogue: no activation, alpha, bias or residual beside it")
+        if any(not 0 <= j < len(self.operands) or self.operands[j] == "mn" for j in self.wide):
+            raise ValueError(f"float32 operands {list(self.wide)}: vectors among the tree's operands {list(self.operands)}")
 
     @property
     def tree(self) -> bool:
@@ -174,6 +180,8 @@ class GemmSpec:
             why = conv_tree_refusal(e.operands, self.convolution.transposed, hopper=hopper_conv(self))
             if why:
                 raise ValueError(why)
+        if e.wide and (self.dtype == "float32" or self.arch != "sm90" or (self.convolution is not None and not hopper_conv(self))):
+            raise ValueError("float32 vectors read by a 16-bit kernel: Hopper's visitor tree reads them, not CUTLASS 2.x's")
         if self.pad_k and (self.dtype == "float32" or not self.sm80 or self.align not in (0, 8)):
             raise ValueError("packed rows are the sm80 kernel's for 16-bit values, read 8 at a time")
         if self.output != self.dtype and not self.can_end_in_float32:
@@ -282,7 +290,7 @@ def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tu
             from kevin_backend.generate.builtin.conv_kernel import SM90_CONV_TILINGS, conv_tree_refusal, sm90_conv_fits
 
             e = spec.epilogue  # (a tree only Hopper's reads: its tilings alone)
-            older = () if e.tree and conv_tree_refusal(e.operands) else sm80_tilings(spec.dtype, shape, convolution=True)
+            older = () if e.wide or (e.tree and conv_tree_refusal(e.operands)) else sm80_tilings(spec.dtype, shape, convolution=True)
             own = SM90_CONV_TILINGS if sm90_conv_fits(spec) else ()
             return tuple(t for pair in itertools.zip_longest(own, older) for t in pair if t is not None)  # (one of each first)
         return sm80_tilings(spec.dtype, shape)
@@ -366,15 +374,17 @@ def _tree(epi: Epilogue) -> tuple[str, str, str]:
     arrays = "".join(f", cutlass::Array<float, N> const& {a}" for a in names)
     functor = _TREE_FUNCTION.format(params=params, arrays=arrays, body=epi.function,
                                     values="".join(f", {a}[i]" for a in names))
+    types = ["float" if j in epi.wide else "Element" for j in range(len(epi.operands))]  # (each operand's values in memory)
     fusion = ("cutlass::epilogue::fusion::Sm90EVT<\n"
               "    cutlass::epilogue::fusion::Sm90Compute<KevinTreeFn, ElementD, float, cutlass::FloatRoundStyle::round_to_nearest>,\n"
-              "    cutlass::epilogue::fusion::Sm90AccFetch" + "".join(f",\n    {OPERAND_KINDS[kind]}" for kind in epi.operands) + ">")
+              "    cutlass::epilogue::fusion::Sm90AccFetch" + "".join(
+                  f",\n    {OPERAND_KINDS[kind].replace('Element, float>', f'{t}, float>')}" for kind, t in zip(epi.operands, types)) + ">")
     children, vector = ["{}"], 0
-    for kind in epi.operands:
+    for kind, t in zip(epi.operands, types):
         if kind == "mn":
             children.append("{}")
         else:
-            children.append(f"{{vectors ? static_cast<Element const*>(vectors[{vector}]) : nullptr}}")
+            children.append(f"{{vectors ? static_cast<{t} const*>(vectors[{vector}]) : nullptr}}")
             vector += 1
     thread_args = (("    void const* const* vectors = static_cast<void const* const*>(bias);\n" if vector else "")
                    + f"    args.epilogue.thread = {{{', '.join(children)}, {{}}}};\n")
@@ -424,7 +434,8 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     if epi.tree:
         sizes = {"n": ("n", "N values"), "m": ("m", "M values (one per output row)"), "mn": ("batch * m * n", "the output's size")}
         checks = "".join(
-            f'    TORCH_CHECK(a{j}.numel() == {sizes[kind][0]} && a{j}.scalar_type() == {scalar}, "gemm_epilogue: a{j} of {sizes[kind][1]}");\n'
+            f'    TORCH_CHECK(a{j}.numel() == {sizes[kind][0]} && a{j}.scalar_type() == {"at::kFloat" if j in epi.wide else scalar}, '
+            f'"gemm_epilogue: a{j} of {sizes[kind][1]}");\n'
             f"    a{j} = a{j}.contiguous();\n" for j, kind in enumerate(epi.operands))
         vectors = [f"a{j}.data_ptr()" for j, kind in enumerate(epi.operands) if kind != "mn"]
         full = [f"a{j}.data_ptr()" for j, kind in enumerate(epi.operands) if kind == "mn"]

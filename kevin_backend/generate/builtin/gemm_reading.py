@@ -21,7 +21,7 @@ from kevin_backend.generate.builtin.gemm_kernel_sm80 import sm80_alignment
 from kevin_backend.generate.builtin.ops import Unsupported
 
 __all__ = ["DTYPES", "RESHAPES", "GemmPlan", "TreeOperands", "broadcast_shape", "epilogue_input", "float_cast", "gemm_spec",
-           "read_epilogue", "read_outputs"]
+           "read_epilogue", "read_outputs", "wide_operand"]
 
 aten = torch.ops.aten
 DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -66,7 +66,8 @@ class GemmPlan:
                  *([f"alpha {e.alpha:g}"] if e.alpha != 1 else []), *([f"+ {e.beta:g} x residual"] if e.residual else []),
                  *([e.activation] if e.activation not in ("identity", "function") else []),
                  *([f"an elementwise function ({e.function.count(chr(10))} statements)"] if e.function and not e.tree else []),
-                 *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands, self.spec.convolution)}"]
+                 *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands, self.spec.convolution)}"
+                   + (f" ({len(e.wide)} of float32 values)" if e.wide else "")]
                    if e.tree else []),
                  *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else []),
                  *(["its rows stored directly (N unaligned)"] if self.spec.direct_store else []),
@@ -96,8 +97,11 @@ def gemm_spec(dtype: str, epilogue: Epilogue, nk: bool, n: int, k: int, arch: st
             raise Unsupported(f"a {dtype} GEMM on the sm80 kernel with both a bias and a residual (its epilogue reads one source)")
     # 16-bit rows of odd length (cp.async copies 4 bytes at least): x and w packed into rows of K rounded up to 8
     pad = sm80 and not align
-    return GemmSpec(dtype, epilogue, "nk" if nk else "kn", 8 if pad else align, direct_store=direct, arch=arch, out_align=out_align,
-                    pad_k=pad)
+    try:
+        return GemmSpec(dtype, epilogue, "nk" if nk else "kn", 8 if pad else align, direct_store=direct, arch=arch,
+                        out_align=out_align, pad_k=pad)
+    except ValueError as exc:  # (float32 vectors for CUTLASS 2.x's tree, say)
+        raise Unsupported(f"a {dtype} GEMM for {arch}: {exc}") from None
 
 
 
@@ -159,7 +163,7 @@ def _tree(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas
     inputs, kinds = operands.inputs, operands.kinds
 
     def operand(node: fx.Node, reader: fx.Node | None = None) -> str:
-        source, value = epilogue_input(node, index, metas, dtype)
+        source, value = epilogue_input(node, index, metas, dtype, wide=True)
         if not value.is_contiguous():
             raise Unsupported(f"an epilogue operand that is not contiguous (strides {tuple(value.stride())})")
         shape = broadcast_shape(node, mm, reader) or tuple(value.shape)  # (as the epilogue reads it: through its views)
@@ -171,13 +175,24 @@ def _tree(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas
                               f"per row (M = {m}) nor per element")
         if kind == "mn" and "mn" in kinds and inputs[kinds.index("mn")] != index[source]:
             raise Unsupported("an epilogue reading two tensors of the output's size (the kernel reads one, as its source C)")
-        return operands.name(index[source], kind)
+        return operands.name(index[source], kind, wide=wide_operand(value, kind, dtype))
 
     start = "v"
     if bias is not None:  # addmm: its bias added to the product before eager rounds it
         start = f"(v + {operand(bias)})"
     function = elementwise_function(mm, out, dtype, operand=operand, start=start)
-    return Epilogue(activation="function", function=function, operands=tuple(kinds)), None, None, tuple(inputs)
+    return (Epilogue(activation="function", function=function, operands=tuple(kinds), wide=tuple(operands.wide)), None, None,
+            tuple(inputs))
+
+
+def wide_operand(value: torch.Tensor, kind: str, dtype: torch.dtype) -> bool:
+    """Whether a tree's operand is a vector of float32 values a 16-bit kernel reads (`Epilogue.wide`);
+    Unsupported for a float32 tensor of the output's size (the kernel's source C is its dtype)."""
+    if value.dtype == dtype:
+        return False
+    if kind == "mn":
+        raise Unsupported(f"an epilogue operand of the output's size of {value.dtype}: the kernel reads {dtype} values as its source")
+    return True
 
 
 class TreeOperands:
@@ -187,13 +202,16 @@ class TreeOperands:
     def __init__(self) -> None:
         self.inputs: list[int] = []
         self.kinds: list[str] = []
+        self.wide: list[int] = []  # (the operands of float32 values read by a 16-bit kernel: `Epilogue.wide`)
 
-    def name(self, input_index: int, kind: str) -> str:
+    def name(self, input_index: int, kind: str, wide: bool = False) -> str:
         read_as = list(zip(self.inputs, self.kinds))
         if (input_index, kind) not in read_as:
             read_as.append((input_index, kind))
             self.inputs.append(input_index)
             self.kinds.append(kind)
+            if wide:
+                self.wide.append(len(read_as) - 1)
         return f"a{read_as.index((input_index, kind))}"
 
 
@@ -232,9 +250,11 @@ def broadcast_shape(node: fx.Node, product: fx.Node, reader: fx.Node | None = No
     return shape
 
 
-def epilogue_input(node: fx.Node, index: dict[fx.Node, int], metas: list[Any], dtype: torch.dtype) -> tuple[fx.Node, Any]:
+def epilogue_input(node: fx.Node, index: dict[fx.Node, int], metas: list[Any], dtype: torch.dtype,
+                   wide: bool = False) -> tuple[fx.Node, Any]:
     """The task's input an epilogue operand reads (through views and float casts) and its value,
-    or why it cannot be one (computed in the task, of another dtype)."""
+    or why it cannot be one (computed in the task, of another dtype; `wide`: float32 may be read
+    by a 16-bit kernel too)."""
     source = node
     while isinstance(source, fx.Node) and (source.target in RESHAPES or source.target is aten.unsqueeze.default
                                            or float_cast(source, dtype)):
@@ -242,7 +262,7 @@ def epilogue_input(node: fx.Node, index: dict[fx.Node, int], metas: list[Any], d
     if source not in index:
         raise Unsupported(f"{node.name} in the epilogue is neither computed from the product nor an input")
     value = metas[index[source]]
-    if value.dtype != dtype:
+    if value.dtype != dtype and not (wide and value.dtype == torch.float32):
         raise Unsupported(f"an epilogue operand of {value.dtype}: the kernel reads {dtype} values")
     return source, value
 
