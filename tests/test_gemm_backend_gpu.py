@@ -1,6 +1,8 @@
-"""A compiled bf16 nn.Linear + GELU on a Hopper GPU with CUTLASS's headers: the backend gives its
-partition (the weight's transpose and the activations' views outside it) to the built-in writer's
-CUTLASS GEMM, the judge checks and times it, and the model's output stays right whatever is kept."""
+"""A compiled bf16 nn.Linear + GELU, and a compiled ResNet-style CNN in inference, on a Hopper GPU
+with CUTLASS's headers: the backend gives the partitions (the weight's transpose and the
+activations' views outside it; each convolution with its batch norm and ReLU) to the built-in
+writer's CUTLASS kernels, the judge checks and times them, and the model's output stays right
+whatever is kept."""
 
 from __future__ import annotations
 
@@ -42,3 +44,32 @@ def test_a_compiled_linear_is_searched_with_the_cutlass_gemm(kevin_dir: Path) ->
         assert gemm.speedup_vs_inductor is not None
     for failure in ("MISMATCH", "COMPILE", "NAN_INF", "RUNTIME_ERROR", "ILLEGAL"):
         assert failure not in gemm.detail, gemm.detail
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="needs a Hopper GPU (sm_90a)")
+def test_a_compiled_cnns_convolutions_are_searched_with_their_batch_norm(kevin_dir: Path) -> None:
+    from kevin_backend.example_models import make_example
+    from kevin_backend.toolchain.cutlass_headers import find_cutlass
+
+    if find_cutlass() is None:
+        pytest.skip("needs CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
+    model, (x,) = make_example("cnn", device="cuda", dtype=torch.bfloat16, size="large")
+    model = model.eval().to(memory_format=torch.channels_last)
+    x = x.contiguous(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(model, backend="kevin", options={
+            "mode": "generate", "cache_dir": str(kevin_dir), "policy": "builtin", "trajectories": 1, "turns": 1,
+            "seed_cache": False})(x)
+        want = model(x)
+    report = kevin_backend.last_report()
+    print(report)
+    torch.testing.assert_close(got, want, rtol=3e-2, atol=3e-2)
+    convs = [r for r in report.records() if "aten.convolution.default" in r.ops]
+    assert len(convs) == 2 and all("aten.relu.default" in r.ops for r in convs), [r.ops for r in convs]
+    for conv in convs:
+        assert conv.status in (Status.GENERATED, Status.INDUCTOR), (conv.status, conv.reason, conv.detail)
+        assert conv.search is not None and (conv.search.candidates or 0) >= 1, conv.search
+        for failure in ("MISMATCH", "COMPILE", "NAN_INF", "RUNTIME_ERROR", "ILLEGAL"):
+            assert failure not in conv.detail, conv.detail

@@ -102,6 +102,13 @@ TASKS = {
     # per-channel parameter after ReLU (float32), and its input added after SiLU (bf16, packed to channels-last)
     "conv-tree-relu-bias-f32": next(t.source for t in GEMM_SUITE if t.name == "conv2d-relu-bias-f32-128x128x32x32"),
     "conv-tree-silu-residual-bf16": next(t.source for t in GEMM_SUITE if t.name == "conv2d-silu-residual-bf16-32x256x64x64"),
+    # a ResNet's convolution with its inference batch norm as a compiled model hands it on (float32
+    # mean and reciprocal deviation: Hopper's visitor tree reads four vectors, two of float32), then
+    # ReLU; the block's end (its input added back: a tensor of the output's size too); a plain f16 one
+    "conv-tree-bn-relu-channels-last-bf16": next(t.source for t in GEMM_SUITE if t.name == "conv2d-bn-relu-channels-last-bf16-64x256x28x28"),
+    "conv-tree-bn-add-relu-channels-last-bf16": next(t.source for t in GEMM_SUITE
+                                                     if t.name == "conv2d-bn-add-relu-channels-last-bf16-64x128x56x56"),
+    "conv-tree-bn-relu-f16": next(t.source for t in GEMM_SUITE if t.name == "conv2d-bn-relu-f16-64x256x28x28"),
     "tree-bias-relu-residual-f32": task("F.relu(v[0] @ v[1].t() + v[2]) + v[3]",
                                         "torch.randn(1000, 512), torch.randn(777, 512), torch.randn(777), torch.randn(1000, 777)"),
 }

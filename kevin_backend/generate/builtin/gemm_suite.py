@@ -204,6 +204,32 @@ CONV: tuple[SuiteTask, ...] = (
        "return F.silu(F.conv2d(x, weight, bias, padding=1)) + x",
        [("x", _randn("batch_size, channels, height, width", "bf16")), ("weight", _randn("channels, channels, 3, 3", "bf16")),
         ("bias", _randn("channels", "bf16"))]),
+    # a ResNet's convolution with its inference batch norm as a compiled model hands it on (the
+    # running mean and reciprocal deviation in float32, made by a kernel before; the norm's weight
+    # and bias C x 1 x 1), then ReLU; the block's end with its input added back; a plain f16 one
+    _t("conv2d-bn-relu-channels-last-bf16-64x256x28x28", "conv", "A ResNet layer's 3x3 convolution (256 -> 256, padding 1) "
+       "of a channels-last model, its inference batch norm, then ReLU.", "[64, 256, 28, 28] bfloat16",
+       {"batch_size": 64, "channels": 256, "height": 28, "width": 28},
+       "y = F.conv2d(x, weight, padding=1)\nreturn torch.relu(((y - mean) * invstd * gamma + beta).to(torch.bfloat16))",
+       [("x", _randn("batch_size, channels, height, width", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
+        ("weight", _randn("channels, channels, 3, 3", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
+        ("mean", _randn("channels, 1, 1", "f32")), ("invstd", "torch.rand(channels, 1, 1) + 0.5"),
+        ("gamma", _randn("channels, 1, 1", "bf16")), ("beta", _randn("channels, 1, 1", "bf16"))]),
+    _t("conv2d-bn-add-relu-channels-last-bf16-64x128x56x56", "conv", "A ResNet block's end: 3x3 convolution (128 -> 128, "
+       "padding 1) of a channels-last model, its inference batch norm, the block's input added, then ReLU.",
+       "[64, 128, 56, 56] bfloat16", {"batch_size": 64, "channels": 128, "height": 56, "width": 56},
+       "y = F.conv2d(x, weight, padding=1)\nreturn torch.relu(((y - mean) * invstd * gamma + beta).to(torch.bfloat16) + x)",
+       [("x", _randn("batch_size, channels, height, width", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
+        ("weight", _randn("channels, channels, 3, 3", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
+        ("mean", _randn("channels, 1, 1", "f32")), ("invstd", "torch.rand(channels, 1, 1) + 0.5"),
+        ("gamma", _randn("channels, 1, 1", "bf16")), ("beta", _randn("channels, 1, 1", "bf16"))]),
+    _t("conv2d-bn-relu-f16-64x256x28x28", "conv", "A 3x3 convolution (256 -> 256, padding 1) of a plain f16 model, its "
+       "inference batch norm, then ReLU.", "[64, 256, 28, 28] float16",
+       {"batch_size": 64, "channels": 256, "height": 28, "width": 28},
+       "y = F.conv2d(x, weight, padding=1)\nreturn torch.relu(((y - mean) * invstd * gamma + beta).to(torch.float16))",
+       [("x", _randn("batch_size, channels, height, width", "f16")), ("weight", _randn("channels, channels, 3, 3", "f16")),
+        ("mean", _randn("channels, 1, 1", "f32")), ("invstd", "torch.rand(channels, 1, 1) + 0.5"),
+        ("gamma", _randn("channels, 1, 1", "f16")), ("beta", _randn("channels, 1, 1", "f16"))]),
 )
 
 TRANSFORMER: tuple[SuiteTask, ...] = (
