@@ -49,6 +49,13 @@ PROGRAMS = {
     "conv-tree-silu-residual-bf16": (task("F.silu(F.conv2d(v[0], v[1], v[2], padding=1)) + v[0]",
                                           f"torch.randn(2, 16, 6, 5, {BF16}), torch.randn(16, 16, 3, 3, {BF16}), torch.randn(16, {BF16})"),
                                      "sm90", "9.0"),
+    # a ResNet block's end as a compiled channels-last model hands it on: the filter channels-last (read
+    # in place), the batch norm's float32 mean and reciprocal deviation, its bf16 weight and bias, the input added back
+    "conv-tree-bn-add-relu-bf16": (task("torch.relu(((F.conv2d(v[0], v[1], padding=1) - v[2]) * v[3] * v[4] + v[5]).to(torch.bfloat16) + v[0])",
+                                        f"torch.randn(2, 16, 6, 5, {BF16}).contiguous(memory_format=torch.channels_last), "
+                                        f"torch.randn(16, 16, 3, 3, {BF16}).contiguous(memory_format=torch.channels_last), "
+                                        f"torch.randn(16, 1, 1), torch.rand(16, 1, 1), torch.randn(16, 1, 1, {BF16}), "
+                                        f"torch.randn(16, 1, 1, {BF16})"), "sm90", "9.0"),
     "conv-transpose2d-f32": (task("torch.sigmoid(F.conv_transpose2d(v[0], v[1], v[2], stride=2, padding=1))",
                                   "torch.randn(2, 16, 5, 6), torch.randn(16, 8, 4, 4), torch.randn(8)"), "sm80", "8.0"),
 }
