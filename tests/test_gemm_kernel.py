@@ -477,7 +477,10 @@ def test_a_convolution_is_cutlass_2xs_implicit_gemm_with_its_layouts_made_by_the
     # a plain input: x packed per image (its positions' rows of C a column apart), w per output channel, the output transposed back
     assert ("kevin_gemm_pack(x.data_ptr(), xp.data_ptr(), static_cast<int>(n), spatial, ci, cip, ci * spatial, 1,\n"
             "                                                 spatial, stream)") in plain
-    assert "kevin_gemm_pack(w.data_ptr(), wp.data_ptr(), static_cast<int>(rows), 9, cols, colsp, cols * 9, 1,\n" in plain
+    assert ": kevin_gemm_pack(w.data_ptr(), wp.data_ptr(), static_cast<int>(rows), 9, cols, colsp,\n" in plain
+    # (a channels-last filter: its rows of channels packed, or read in place where they are the kernel's)
+    assert "w_last ? kevin_gemm_pack(w.data_ptr(), wp.data_ptr(), 1, rows * 9, cols, colsp, 0, cols, 1, stream)" in plain
+    assert "if (!w_last || colsp != cols) {" in plain and "kevin_conv_run(shape, x_ptr, w_ptr," in plain
     assert "if (0) return y;" in plain and "kevin_gemm_pack(y.data_ptr(), o.data_ptr(), static_cast<int>(n), co, out_spatial" in plain
     assert "(ci + 8 - 1) / 8 * 8" in plain and "co % 8 == 0" in plain and "torch::empty({n, out[1], out[2], co}" in plain
     # channels-last float32 (3xTF32), a residual read in place as C, the output returned as it lies
