@@ -514,3 +514,20 @@ def test_a_1x1_convolution_of_rows_tma_cannot_read_is_the_implicit_gemm() -> Non
         plan = _plan(task("F.relu(F.conv2d(v[0], v[1], v[2]))", f"torch.randn(2, {c_in}, 4, 6, {BF16}){cl}, "
                           f"torch.randn({c_out}, {c_in}, 1, 1, {BF16}), torch.randn({c_out}, {BF16})"))
         assert (plan.spec.convolution is not None, plan.conv) == (conv2d, not conv2d), plan.describe()
+
+
+@pytest.mark.slow
+def test_every_convolution_of_the_benchmarks_resnet_in_inference_is_planned(hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
+    # `kevin bench`'s ResNet-18 in bfloat16, as the kevin pass partitions it: each convolution with
+    # its batch norm (and ReLU, and the block's input added back) one CUTLASS kernel on Hopper
+    import torch
+    from conftest import builtin_partitions
+
+    from kevin_backend.backend.task import extract_task
+    from kevin_backend.bench.models import make_model
+
+    model, inputs = make_model("cnn", "infer", device="cpu", dtype=torch.bfloat16, size="small")
+    parts = [p for p in builtin_partitions(model, *inputs).partitions if "aten.convolution.default" in p.ops]
+    plans = [plan_gemm(extract_task(p).source, arch="sm90") for p in parts]
+    assert len(parts) == 20 and all(isinstance(p, GemmPlan) for p in plans), [p for p in plans if not isinstance(p, GemmPlan)]
+    assert sum("aten.relu.default" in p.ops for p in parts) == 17 and all(p.spec.epilogue.wide for p in plans)
