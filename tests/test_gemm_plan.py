@@ -273,7 +273,8 @@ def test_on_ampere_each_planned_task_is_cutlass_2x_visitor_trees_too() -> None:
     for t in GEMM_SUITE:
         plan = plan_gemm(t.source, arch="sm80")
         if isinstance(plan, Declined):
-            assert t.name not in PLANNED, (t.name, plan.reason)
+            assert t.name not in PLANNED - HOPPER_ONLY, (t.name, plan.reason)
+            assert t.name not in HOPPER_ONLY or "CUTLASS 2.x's reads" in plan.reason, (t.name, plan.reason)
             continue
         planned[t.name] = plan
         assert all(s.arch == "sm80" and s.sm80 and not s.direct_store for s in _specs(plan)), (t.name, _specs(plan))
@@ -281,7 +282,7 @@ def test_on_ampere_each_planned_task_is_cutlass_2x_visitor_trees_too() -> None:
         assert "cutlass::arch::Sm80" in program and "Sm90" not in program and "compute_90a" not in program, t.name
         assert "extra_cuda_cflags=['--expt-relaxed-constexpr', '-DNDEBUG']" in program and check_program(program) == (), t.name
         assert ("Sm80EVT" in program) == (t.name in TREES), t.name
-    assert set(planned) == PLANNED, sorted(set(planned) ^ PLANNED)
+    assert set(planned) == PLANNED - HOPPER_ONLY, sorted(set(planned) ^ (PLANNED - HOPPER_ONLY))
     # an LM head's logits: x and w read 8 values at a time, the 50257 logits stored one by one
     assert [(s.align, s.out_align) for s in _specs(planned["lm-head-f16-4096x768x50257"])] == [(8, 1)]
 
@@ -458,6 +459,10 @@ def test_a_reduction_after_the_product_is_the_gemm_then_the_writers_own_kernel()
 
 
 # The suite's tasks the GEMM writer plans: one that stops being planned turns this red
+# a convolution's tree of more operands than CUTLASS 2.x's reads (an inference batch norm's four
+# vectors, two of them float32): Hopper's alone
+HOPPER_ONLY = {"conv2d-bn-relu-channels-last-bf16-64x256x28x28", "conv2d-bn-add-relu-channels-last-bf16-64x128x56x56",
+               "conv2d-bn-relu-f16-64x256x28x28"}
 PLANNED = {
     "linear-gelu-f32-128x1024x512", "linear-relu-scale-f32-128x1024x512", "linear-sigmoid-sum-f32-128x1024x512",
     "linear-bias-swish-scale-f16-1024x4096x4096", "linear-softmax-f16-512x4096x8192", "linear-logsumexp-bf16-2048x4096x4096",

@@ -97,7 +97,7 @@ def _convolution(spec: Any, x: torch.Tensor, w: torch.Tensor, *operands: torch.T
         assert not e.residual
         activation = (lambda z: run_statements(e.function, z)) if e.function else _ACTIVATIONS[e.activation]
         y = activation(y).to(getattr(torch, spec.output))
-    return y.permute(0, *range(2, c.dims + 2), 1).contiguous() if c.channels_last else y.contiguous()
+    return y.permute(0, *range(2, c.dims + 2), 1).contiguous() if c.channels_last or c.out_as_it_lies else y.contiguous()
 
 
 def _made_alike(reference: types.ModuleType, new: types.ModuleType, seed: int) -> tuple[Any, Any]:
@@ -317,6 +317,14 @@ _AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel befor
     # a softmax over the channels of a 3-D convolution (its output N x K x Z x P x Q), in float32
     "conv3d-softmax-f32": ("torch.softmax(F.conv3d(v[0], v[1], v[2]), dim=1)",
                            "torch.randn(2, 3, 5, 6, 7), torch.randn(16, 3, 3, 3, 3), torch.randn(16)"),
+    # after a convolution of a channels-last input (its output as it lies): a softmax over the
+    # channels; ReLU then the mean over the positions (a classifier's pooling)
+    "conv-softmax-channels-last-bf16": ("torch.softmax(F.conv2d(v[0], v[1], v[2]), dim=1)",
+                                        f"torch.randn(2, 16, 8, 9, {BF16}).contiguous(memory_format=torch.channels_last), "
+                                        f"torch.randn(16, 16, 3, 3, {BF16}), torch.randn(16, {BF16})"),
+    "conv-pool-channels-last-bf16": ("F.relu(F.conv2d(v[0], v[1], v[2], padding=1)).mean(dim=(2, 3))",
+                                     f"torch.randn(2, 16, 8, 9, {BF16}).contiguous(memory_format=torch.channels_last), "
+                                     f"torch.randn(32, 16, 3, 3, {BF16}), torch.randn(32, {BF16})"),
 }
 
 
@@ -351,7 +359,8 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     assert (head is not None) == ("prenorm" in name or "prologue" in name) and (tail is not None) == ("cast" not in name
                                                                                                      and "small-f16" not in name), plan
     # a 16-bit product the tail exponentiates has variants storing it unrounded (float32), tried last
-    magnified = tail is not None and tail.gemm.spec.dtype != "float32" and ("softmax" in name or "logsumexp" in name)
+    # (not a convolution's: its kernel stores the inputs' dtype)
+    magnified = tail is not None and tail.gemm.spec.dtype != "float32" and ("softmax" in name or "logsumexp" in name) and "conv" not in name
     tilings = plan_tilings(plan)
     assert (tail is not None and tail.wide is not None) == magnified
     assert [isinstance(t, WideEnd) for t in tilings] == [False] * (len(tilings) - 2 * magnified) + [True] * (2 * magnified)
@@ -365,9 +374,15 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
            for kind, part in (("_head", head and head.head), ("_tail", tail and tail.tail)) if part is not None}
     gemm = _kernel(tail.gemm if tail else (head.gemm if head else plan), [])
     # the own kernel's variant as ranked for its shape: rows of 16 channels (after a convolution) one
-    # thread a row, rows read across the threads; rows of 512 a warp's vectors or more
+    # thread a row, rows read across the threads, where they lie a column apart (N x C x ...); each
+    # read along the row where the convolution's output lies as the kernel leaves it (channels
+    # innermost: a reduction over the channels alone, or of a channels-last input); rows of 512 a
+    # warp's vectors or more
+    c = tail.gemm.spec.convolution if tail is not None else None
+    lies = c is not None and (c.channels_last or c.out_as_it_lies)
+    assert lies == (name in ("conv-min-tanh-f32", "conv3d-softmax-f32") or "channels-last" in name), (name, c)
     if tail is not None and tail.tail.cols <= 16:
-        assert own_variant(tail.tail).columns, own_variant(tail.tail)
+        assert own_variant(tail.tail).columns != lies, own_variant(tail.tail)
     elif tail is not None and tail.tail.cols >= 512:
         assert not own_variant(tail.tail).columns and own_variant(tail.tail).name != "t256", own_variant(tail.tail)
 
@@ -377,7 +392,7 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
         def kevin_run(*a: torch.Tensor) -> Any:
             # (the host function's checks: each input of the sizes and strides the kernel was written for)
             assert [(tuple(t.shape), t.stride()) for t in a] == [(i.shape, i.stride) for i in inputs], (kind, inputs)
-            got = emulate(written, [t.detach().contiguous() for t in a], outputs, workdir=tmp_path)
+            got = emulate(written, [t.detach() for t in a], outputs, workdir=tmp_path)  # (as laid out: their memory)
             return got[0] if len(outputs) == 1 else got
         return kevin_run
 

@@ -62,8 +62,10 @@ __all__ = ["Conv", "ConvTiling", "SM90_CONV_TILINGS", "conv_alignment", "conv_cu
 class Conv:
     """The convolution's constants, one per spatial dimension ((R, S), or (T, R, S) for 3-D): the
     filter's size, the padding, stride and dilation (default 0, 1, 1), a transposed convolution's
-    output padding; whether it is transposed, and whether the input (and so the output eager
-    returns) is channels-last."""
+    output padding; whether it is transposed, whether the input (and so the output eager
+    returns) is channels-last, and whether the output of a plain input is returned as it lies
+    too, N x ... x C_out (`out_as_it_lies`: for the built-in writer's kernel after it, reading its
+    channels contiguous, without the transpose back)."""
 
     filter: tuple[int, ...]
     padding: tuple[int, ...] = ()
@@ -72,6 +74,7 @@ class Conv:
     channels_last: bool = False
     transposed: bool = False
     output_padding: tuple[int, ...] = ()
+    out_as_it_lies: bool = False
 
     def __post_init__(self) -> None:
         dims = len(self.filter)
@@ -100,7 +103,8 @@ class Conv:
                 f"stride {x(map(str, self.stride))}, padding {x(map(str, self.padding))}"
                 + (f", dilation {x(map(str, self.dilation))}" if set(self.dilation) != {1} else "")
                 + (f", output padding {x(map(str, self.output_padding))}" if any(self.output_padding) else "")
-                + (" of a channels-last input" if self.channels_last else ""))
+                + (" of a channels-last input" if self.channels_last else "")
+                + (", its output channels innermost as it lies" if self.out_as_it_lies and not self.channels_last else ""))
 
 
 @dataclass(frozen=True)
@@ -285,7 +289,7 @@ def conv_cuda_source(spec: Any, tiling: Sm80Tiling | ConvTiling, activation: str
         scalar=scalar, params=params, dims=c.dims, filter=f"{t}, {r}, {s}", pad=f"{pd}, {ph}, {pw}", stride=f"{sd}, {sh}, {sw}",
         dilation=f"{dd}, {dh}, {dw}", output_padding=f"{od}, {oh}, {ow}", taps=math.prod(c.filter), transposed=int(c.transposed),
         align=conv_alignment(spec.dtype), out_align=spec.alignments[1],
-        channels_last=int(c.channels_last), last=c.dims + 1, spatial=", ".join(f"out[{3 - c.dims + i}]" for i in range(c.dims)))
+        channels_last=int(c.channels_last), as_it_lies=int(c.channels_last or c.out_as_it_lies), last=c.dims + 1, spatial=", ".join(f"out[{3 - c.dims + i}]" for i in range(c.dims)))
 
 
 # the three kernels: the name of CUTLASS's default kernel, its threadblock order, its last arguments
@@ -483,7 +487,7 @@ torch::Tensor gemm_epilogue({params}) {{
     const void* residual_ptr = nullptr;  // (the residual; a tree's source C)
     torch::Tensor packed_source;
 {operands}    auto y = torch::empty({{n, {spatial}, co}}, x.options());
-    if (n == 0 || co == 0) return {channels_last} ? y : torch::empty({{n, co, {spatial}}}, x.options());
+    if (n == 0 || co == 0) return {as_it_lies} ? y : torch::empty({{n, co, {spatial}}}, x.options());
     // x with its channels innermost: in place, or packed (from a channels-last input: its rows of
     // channels; from a plain one: per image, its positions' rows of channels a column apart)
     const void* x_ptr = x.data_ptr();
@@ -519,7 +523,7 @@ torch::Tensor gemm_epilogue({params}) {{
     auto workspace = torch::empty({{static_cast<int64_t>(kevin_conv_workspace(shape))}}, x.options().dtype(torch::kUInt8));
     int status = kevin_conv_run(shape, x_ptr, w_ptr, bias_ptr, residual_ptr, y.data_ptr(), workspace.data_ptr(), stream);
     TORCH_CHECK(status == 0, "gemm_epilogue: CUTLASS status ", status);
-    if ({channels_last}) return y;
+    if ({as_it_lies}) return y;  // (N x ... x C_out: channels-last, or for the writer's kernel after it)
     // N x ... x C_out into N x C_out x ...: per image, C_out rows of its positions, a column apart
     auto o = torch::empty({{n, co, {spatial}}}, x.options());
     packed = kevin_gemm_pack(y.data_ptr(), o.data_ptr(), static_cast<int>(n), co, out_spatial, out_spatial, out_spatial * co, 1, co, stream);

@@ -58,19 +58,50 @@ def _channels_last(value: torch.Tensor) -> bool:
 
 
 def plan_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan | GemmTail:
-    """The plan of a graph whose product is its one convolution (its inputs `metas`), for `arch`."""
+    """The plan of a graph whose product is its one convolution (its inputs `metas`), for `arch`.
+    A reduction after it reads the kernel's output as it lies, channels innermost (no transpose
+    back), where the input is channels-last or each reduction is over the channels alone (a
+    softmax, a min over them: rows the writer's kernel reads contiguous); else N x C_out x ...."""
     read = functools.partial(read_conv, arch=arch)
-    if not (len(_convolutions(graph)) == 1 and has_tail(graph)):
+    convs = _convolutions(graph)
+    if not (len(convs) == 1 and has_tail(graph)):
         return read(graph, metas)
-    tail = plan_tail(graph, metas, read)
-    if tail.gemm.views:  # (its y0 the kernel's N x ... x C_out: the tail reads N x C_out x ...)
-        raise Unsupported("a reduction after a convolution of a channels-last input")
+    (conv,) = convs
+    dims = conv.meta["val"].dim()
+    x = conv.args[0]
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    channels_last = x in placeholders and _channels_last(metas[placeholders.index(x)])
+    layout = {4: torch.channels_last, 5: torch.channels_last_3d}.get(dims)
+    if layout is not None and (channels_last or _over_channels_alone(graph, conv)):
+        tail = plan_tail(graph, metas, functools.partial(read_conv, arch=arch, as_it_lies=True), end_layout=layout)
+    else:
+        tail = plan_tail(graph, metas, read)
+    if tail.gemm.views and tail.gemm.out_shape:  # (its y0 the kernel's N x ... x C_out, viewed in another shape)
+        raise Unsupported("a reduction after a convolution of a channels-last input, its output viewed in another shape")
     return tail
 
 
-def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
+def _over_channels_alone(graph: fx.Graph, conv: fx.Node) -> bool:
+    """Whether every reduction after the convolution reduces over its output's channels alone
+    (dimension 1), the values the reductions read of the convolution's output's shape."""
+    from kevin_backend.generate.builtin.graph_nodes import REDUCTIONS
+
+    shape = tuple(conv.meta["val"].shape)
+    after = list(graph.nodes)[list(graph.nodes).index(conv) + 1:]
+    reductions = [n for n in after if n.op == "call_function" and n.target in REDUCTIONS]
+    for n in reductions:
+        dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
+        dims = [dims] if isinstance(dims, int) else list(dims or [])
+        source = n.args[0].meta.get("val") if isinstance(n.args[0], fx.Node) else None
+        if not isinstance(source, torch.Tensor) or tuple(source.shape) != shape or [d % len(shape) for d in dims] != [1]:
+            return False
+    return bool(reductions)
+
+
+def read_conv(graph: fx.Graph, metas: list[Any], arch: str, as_it_lies: bool = False) -> GemmPlan:
     """The GemmPlan of a graph of one convolution and its epilogue (the module's docstring says
-    which kernel), or Unsupported with what it is."""
+    which kernel), or Unsupported with what it is; `as_it_lies`: its output returned as the kernel
+    leaves it, N x ... x C_out, for the built-in writer's kernel after it (`Conv.out_as_it_lies`)."""
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     index = {p: i for i, p in enumerate(placeholders)}
     convs = _convolutions(graph)
@@ -131,9 +162,11 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     # (others, and 1x1 ones of rows TMA cannot read: the output laid out as eager's on a GPU, channels-last
     # of a channels-last input, though meta tensors say contiguous)
     flat = wv.dim() == 3  # (1-D: as 2-D of height 1)
+    if as_it_lies and (flat or reshaped):
+        raise Unsupported("a convolution's output as it lies, channels innermost, for a 1-D one or one viewed in another shape")
     shape = Conv(((1,) if flat else ()) + tuple(wv.shape[2:]), ((0,) if flat else ()) + tuple(padding),
                  ((1,) if flat else ()) + tuple(stride), ((1,) if flat else ()) + tuple(dilation), channels_last, bool(transposed),
-                 (((0,) if flat else ()) + tuple(output_padding)) if transposed else ())
+                 (((0,) if flat else ()) + tuple(output_padding)) if transposed else (), out_as_it_lies=as_it_lies and not channels_last)
     out_align = sm80_alignment(dtype, n, k)[1]  # (the output channels stored at a time)
     try:
         spec = GemmSpec(dtype, epilogue, "nk", conv_alignment(dtype), arch=arch, out_align=out_align, convolution=shape)
@@ -142,7 +175,8 @@ def read_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     dims = wv.dim() - 2
     return GemmPlan(spec, m, n, k, len(index), index[x], index[w], bias_in, conv1d=flat, operands=operands,
                     out_shape=tuple(int(d) for d in value.shape) if flat or reshaped else None,
-                    views=(f"return y.permute(0, {dims + 1}, {', '.join(str(i) for i in range(1, dims + 1))})",) if channels_last else ())
+                    views=(f"return y.permute(0, {dims + 1}, {', '.join(str(i) for i in range(1, dims + 1))})",) if channels_last or as_it_lies
+                    else ())
 
 
 def _conv_tree(conv: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], shape: tuple[int, ...],

@@ -266,6 +266,9 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
         hosts.append(_HOST_START + host)
         declarations.append(declaration)
         shaped = f".view({list(p.out_shape)})" if p.out_shape else ""
+        if tail and p.views and (p.conv or p.spec.convolution is not None):  # (its output as it lies: the tail reads it viewed)
+            (view,) = p.views
+            shaped += view.removeprefix("return y")
         last = j == len(plans) - 1 and not tail
         lines.append(f"{'y =' if last and p.views else 'return' if last else f'y{j + first} ='} ext.{function}({_call(p)}){shaped}")
         lines.extend(p.views if last else ())

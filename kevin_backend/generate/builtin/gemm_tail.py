@@ -153,7 +153,11 @@ def has_tail(graph: fx.Graph) -> bool:
     return any(n.op == "call_function" and n.target in REDUCTIONS and n not in before for n in graph.nodes)
 
 
-def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[Any]], Any]) -> GemmTail:
+def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[Any]], Any],
+              end_layout: torch.memory_format | None = None) -> GemmTail:
+    """The GEMM (`read` of the graph up to the end) and the built-in writer's plan of the rest,
+    reading the end as the GEMM kernel leaves it: contiguous, or in `end_layout` (a convolution's
+    output as it lies, channels innermost: `conv_plan.plan_conv`)."""
     from kevin_backend.generate.builtin.planner import plan_graph
 
     nodes = list(graph.nodes)
@@ -188,6 +192,8 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
         tail_graph = fx.Graph()
         env = {p: copy_placeholder(tail_graph, p) for p in used}
         env[end] = value_placeholder(tail_graph, "y0", end, stored)  # (the GEMM's output)
+        if end_layout is not None:
+            env[end].meta["val"] = env[end].meta["val"].contiguous(memory_format=end_layout)
         for n in rest:
             env[n] = tail_graph.node_copy(n, lambda i: env[i])
         (output,) = [n for n in nodes if n.op == "output"]
