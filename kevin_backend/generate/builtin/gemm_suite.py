@@ -139,6 +139,16 @@ GEMM: tuple[SuiteTask, ...] = (
         "[512, 512] float16", "f16", 512, 16384, 512, "a @ b + c", [("c", _randn("M, 1", "f16"))]),
 )
 
+def _norm_inputs(dt: str, channels_last: bool) -> list[tuple[str, str]]:
+    """A convolution's input and 3x3 filter (channels-last, as a model moved to that layout has
+    both) and its inference batch norm as a compiled model hands it on: the running mean and
+    reciprocal deviation in float32, the weight and bias in `dt`, each C x 1 x 1."""
+    layout = ".contiguous(memory_format=torch.channels_last)" if channels_last else ""
+    return [("x", _randn("batch_size, channels, height, width", dt) + layout), ("weight", _randn("channels, channels, 3, 3", dt) + layout),
+            ("mean", _randn("channels, 1, 1", "f32")), ("invstd", "torch.rand(channels, 1, 1) + 0.5"),
+            ("gamma", _randn("channels, 1, 1", dt)), ("beta", _randn("channels, 1, 1", dt))]
+
+
 _CONV = {"batch_size": 128, "in_channels": 128, "out_channels": 128, "height": 32, "width": 32, "kernel_size": 3}
 _CONV_INIT = "in_channels, out_channels, kernel_size"
 
@@ -211,25 +221,17 @@ CONV: tuple[SuiteTask, ...] = (
        "of a channels-last model, its inference batch norm, then ReLU.", "[64, 256, 28, 28] bfloat16",
        {"batch_size": 64, "channels": 256, "height": 28, "width": 28},
        "y = F.conv2d(x, weight, padding=1)\nreturn torch.relu(((y - mean) * invstd * gamma + beta).to(torch.bfloat16))",
-       [("x", _randn("batch_size, channels, height, width", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
-        ("weight", _randn("channels, channels, 3, 3", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
-        ("mean", _randn("channels, 1, 1", "f32")), ("invstd", "torch.rand(channels, 1, 1) + 0.5"),
-        ("gamma", _randn("channels, 1, 1", "bf16")), ("beta", _randn("channels, 1, 1", "bf16"))]),
+       _norm_inputs("bf16", channels_last=True)),
     _t("conv2d-bn-add-relu-channels-last-bf16-64x128x56x56", "conv", "A ResNet block's end: 3x3 convolution (128 -> 128, "
        "padding 1) of a channels-last model, its inference batch norm, the block's input added, then ReLU.",
        "[64, 128, 56, 56] bfloat16", {"batch_size": 64, "channels": 128, "height": 56, "width": 56},
        "y = F.conv2d(x, weight, padding=1)\nreturn torch.relu(((y - mean) * invstd * gamma + beta).to(torch.bfloat16) + x)",
-       [("x", _randn("batch_size, channels, height, width", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
-        ("weight", _randn("channels, channels, 3, 3", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
-        ("mean", _randn("channels, 1, 1", "f32")), ("invstd", "torch.rand(channels, 1, 1) + 0.5"),
-        ("gamma", _randn("channels, 1, 1", "bf16")), ("beta", _randn("channels, 1, 1", "bf16"))]),
+       _norm_inputs("bf16", channels_last=True)),
     _t("conv2d-bn-relu-f16-64x256x28x28", "conv", "A 3x3 convolution (256 -> 256, padding 1) of a plain f16 model, its "
        "inference batch norm, then ReLU.", "[64, 256, 28, 28] float16",
        {"batch_size": 64, "channels": 256, "height": 28, "width": 28},
        "y = F.conv2d(x, weight, padding=1)\nreturn torch.relu(((y - mean) * invstd * gamma + beta).to(torch.float16))",
-       [("x", _randn("batch_size, channels, height, width", "f16")), ("weight", _randn("channels, channels, 3, 3", "f16")),
-        ("mean", _randn("channels, 1, 1", "f32")), ("invstd", "torch.rand(channels, 1, 1) + 0.5"),
-        ("gamma", _randn("channels, 1, 1", "f16")), ("beta", _randn("channels, 1, 1", "f16"))]),
+       _norm_inputs("f16", channels_last=False)),
 )
 
 TRANSFORMER: tuple[SuiteTask, ...] = (
