@@ -536,3 +536,47 @@ def test_every_convolution_of_the_benchmarks_resnet_in_inference_is_planned(hopp
     plans = [plan_gemm(extract_task(p).source, arch="sm90") for p in parts]
     assert len(parts) == 20 and all(isinstance(p, GemmPlan) for p in plans), [p for p in plans if not isinstance(p, GemmPlan)]
     assert sum("aten.relu.default" in p.ops for p in parts) == 17 and all(p.spec.epilogue.wide for p in plans)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("workload", ["infer", "train"])
+def test_the_matmuls_of_the_benchmarks_transformers_are_planned(name: str, workload: str, hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
+    # `kevin bench`'s GPT-2 and Llama in bfloat16, every graph the kevin pass gets (the backward's
+    # too): each matmul's partition is a CUTLASS GEMM, most with the writer's kernel after it where
+    # the partition returns more than its end (the residual stream and its float32 copy, the
+    # pre-activation the backward pass reads); one of the backward's adds two tensors of the
+    # output's size (the kernel reads one as its source)
+    import collections
+
+    import torch
+    import torch._inductor.config as inductor_config
+
+    from kevin_backend.backend.partition import partition_graph
+    from kevin_backend.backend.task import extract_task
+    from kevin_backend.bench.models import make_model, needs_transformers
+    from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
+
+    if needs_transformers(name):
+        pytest.importorskip("transformers")
+    plans = []
+    model, inputs = make_model(name, workload, device="cpu", dtype=torch.bfloat16, size="tiny")
+    torch._dynamo.reset()
+    try:
+        with inductor_config.patch(post_grad_custom_post_pass=lambda g: plans.append(partition_graph(g, BuiltinSupport()))):
+            if workload == "train":
+                torch.compile(model, dynamic=False)(*inputs).backward()
+            else:
+                with torch.no_grad():
+                    torch.compile(model, dynamic=False)(*inputs)
+    finally:
+        torch._dynamo.reset()
+    matmuls = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default")
+    got = collections.Counter()
+    for part in (p for plan in plans for p in plan.partitions if set(p.ops) & set(matmuls)):
+        plan = plan_gemm(extract_task(part).source, arch="sm90")
+        got[type(plan).__name__ if not isinstance(plan, Declined) else plan.reason] += 1
+    declined = {k: v for k, v in got.items() if k not in ("GemmPlan", "GemmTail", "GemmChain", "GemmHead")}
+    assert got["GemmTail"] >= 2 and declined in ({}, {"an epilogue reading two tensors of the output's size (the kernel reads "
+                                                       "one, as its source C)": 1}), got
+    assert not declined or workload == "train", got

@@ -322,6 +322,19 @@ _AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel befor
     "conv-softmax-channels-last-bf16": ("torch.softmax(F.conv2d(v[0], v[1], v[2]), dim=1)",
                                         f"torch.randn(2, 16, 8, 9, {BF16}).contiguous(memory_format=torch.channels_last), "
                                         f"torch.randn(16, 16, 3, 3, {BF16}), torch.randn(16, {BF16})"),
+    # the partitions a compiled transformer hands on (GPT-2's and Llama's in bf16): the residual
+    # stream after a projection with its float32 copy for the next norm (and its square: an RMS
+    # norm's); the pre-activation saved for the backward pass beside the activation; a float32 output
+    "residual-stream-bf16": ("(h := F.linear(v[0], v[1], v[2]).view(2, 8, 32) + v[3], h.float())",
+                             f"torch.randn(16, 64, {BF16}), torch.randn(32, 64, {BF16}), torch.randn(32, {BF16}), "
+                             f"torch.randn(2, 8, 32, {BF16})"),
+    "residual-square-bf16": ("(h := v[2] + (v[0] @ v[1]).view(2, 8, 32), f := h.float(), f.pow(2))",
+                             f"torch.randn(16, 64, {BF16}), torch.randn(64, 32, {BF16}), torch.randn(2, 8, 32, {BF16})"),
+    "pre-activation-gelu-bf16": ("(y := F.linear(v[0], v[1], v[2]), F.gelu(y.view(2, 8, 96), approximate='tanh'))",
+                                 f"torch.randn(16, 32, {BF16}), torch.randn(96, 32, {BF16}), torch.randn(96, {BF16})"),
+    "residual-float-out-bf16": ("(v[3] + F.linear(v[0], v[1], v[2])).float()",
+                                f"torch.randn(16, 64, {BF16}), torch.randn(32, 64, {BF16}), torch.randn(32, {BF16}), "
+                                f"torch.randn(16, 32, {BF16})"),
     "conv-pool-channels-last-bf16": ("F.relu(F.conv2d(v[0], v[1], v[2], padding=1)).mean(dim=(2, 3))",
                                      f"torch.randn(2, 16, 8, 9, {BF16}).contiguous(memory_format=torch.channels_last), "
                                      f"torch.randn(32, 16, 3, 3, {BF16}), torch.randn(32, {BF16})"),

@@ -275,7 +275,13 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
     if tail:  # the built-in writer's kernel after the GEMM, in an extension of its own
         around += _own_extension("tail", tail.tail, name)
         call = f"tail.kevin_run({', '.join(_value(plans[0], i) for i in tail.reads)})"
-        lines.append(f"return {call}" if len(tail.tail.outputs) == 1 else f"return tuple({call})")
+        if tail.ends:  # (the GEMM's output returned too, among the tail's in the task's order)
+            made = iter(["t"] if len(tail.tail.outputs) == 1 else [f"t[{k}]" for k in range(len(tail.tail.outputs))])
+            end = _value(plans[0], tail.reads[-1])
+            lines += [f"t = {call}", "return (" + ", ".join(end if i in tail.ends else next(made)
+                                                          for i in range(len(tail.ends) + len(tail.tail.outputs))) + ",)"]
+        else:
+            lines.append(f"return {call}" if len(tail.tail.outputs) == 1 else f"return tuple({call})")
     args = ", ".join(f"v{i}" for i in range(plan.inputs))
     model = (f"\n\n# The task's module without its forward: ModelNew makes the same parameters under the same seed\n"
              f"{_parameters_module(task_source)}\n\n\nclass ModelNew(KevinTaskParameters):\n" if plan.state else

@@ -64,9 +64,13 @@ class GemmTail(_AroundGemm):
     tail: Plan
     reads: tuple[int, ...]
     wide: GemmTail | None = None  # the same with the end stored in float32 (a 16-bit end the tail exponentiates)
+    # the task's outputs (their numbers) that are the end itself, the GEMM kernel's output; the
+    # tail's outputs are the others, in order
+    ends: tuple[int, ...] = ()
 
     def describe(self) -> str:
-        return f"[{self.gemm.describe()}] -> {_own_kernel(self.tail)}"
+        returned = f", the GEMM's output returned as output {', '.join(map(str, self.ends))} too" if self.ends else ""
+        return f"[{self.gemm.describe()}] -> {_own_kernel(self.tail)}{returned}"
 
 
 @dataclass(frozen=True)
@@ -148,9 +152,23 @@ def plan_head(graph: fx.Graph, metas: list[Any], plan_rest: Callable[[fx.Graph, 
 
 
 def has_tail(graph: fx.Graph) -> bool:
-    """Whether a reduction follows the task's matmul (the tail's kind of task)."""
-    before = _ancestors(the_matmul(graph))
-    return any(n.op == "call_function" and n.target in REDUCTIONS and n not in before for n in graph.nodes)
+    """Whether the built-in writer's own kernel follows the task's matmul: a reduction follows it,
+    or the task's outputs are more than the GEMM kernel stores (values besides its end, as a
+    compiled model's partitions return the residual stream with its float32 copy for the next
+    norm, or the pre-activation it saves for the backward pass with the activation; a float32
+    output of a 16-bit product)."""
+    from kevin_backend.generate.builtin.gemm_reading import read_outputs
+
+    mm = the_matmul(graph)
+    before = _ancestors(mm)
+    if any(n.op == "call_function" and n.target in REDUCTIONS and n not in before for n in graph.nodes):
+        return True
+    try:
+        end, _ = read_outputs(graph)
+    except Unsupported:
+        return True  # (several values)
+    value, product = end.meta.get("val"), mm.meta.get("val")
+    return isinstance(value, torch.Tensor) and isinstance(product, torch.Tensor) and value.dtype != product.dtype
 
 
 def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[Any]], Any],
@@ -187,6 +205,13 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
     if any(i in head and i is not end and i.op != "placeholder" for i in outside):
         raise Unsupported("the reduction reads a value of the matmul's epilogue before its end")
     used = [p for p in placeholders if p in outside]
+    (output,) = [n for n in nodes if n.op == "output"]
+    several = isinstance(output.args[0], (list, tuple))
+    values = list(output.args[0]) if several else [output.args[0]]
+    ends = tuple(i for i, v in enumerate(values) if v is end)  # (the task's outputs that are the end itself)
+    computed = [v for v in values if v is not end]
+    if not computed:
+        raise Unsupported("no output of the writer's kernel after the matmul: its outputs are the GEMM's")
 
     def after(stored: torch.dtype) -> Plan:  # the built-in writer's plan of the rest, its y0 stored so
         tail_graph = fx.Graph()
@@ -196,12 +221,17 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
             env[end].meta["val"] = env[end].meta["val"].contiguous(memory_format=end_layout)
         for n in rest:
             env[n] = tail_graph.node_copy(n, lambda i: env[i])
-        (output,) = [n for n in nodes if n.op == "output"]
-        tail_graph.output(fx.map_arg(output.args[0], lambda i: env[i]))
+        if ends:  # (the others: the tail's outputs)
+            made = [env[v] for v in computed]
+            tail_graph.output(tuple(made) if len(made) > 1 else made[0])
+        else:
+            tail_graph.output(fx.map_arg(output.args[0], lambda i: env[i]))
         tail_metas = [metas[placeholders.index(p)] for p in used] + [env[end].meta["val"]]
         return plan_graph(fx.GraphModule(torch.nn.Module(), tail_graph), tail_metas)
 
     reads = tuple(placeholders.index(p) for p in used) + (len(placeholders),)
+    if ends:  # (the task returns the end itself too: the GEMM kernel's output, as it stores it)
+        return GemmTail(gemm, after(dtype), reads, ends=ends)
     wide = None
     # (3xTF32's products hold about 21 bits: on the H200 a softmax of a 2048 x 2048 float32
     # product was off in 3 of 4.2M elements on the judge's inputs of mixed scales. Not so after a
