@@ -324,7 +324,7 @@ _AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel befor
                                         f"torch.randn(16, 16, 3, 3, {BF16}), torch.randn(16, {BF16})"),
     # the partitions a compiled transformer hands on (GPT-2's and Llama's in bf16): the residual
     # stream after a projection with its float32 copy for the next norm (and its square: an RMS
-    # norm's); the pre-activation saved for the backward pass beside the activation; a float32 output
+    # norm's); the pre-activation saved for the backward pass beside the activation
     "residual-stream-bf16": ("(h := F.linear(v[0], v[1], v[2]).view(2, 8, 32) + v[3], h.float())",
                              f"torch.randn(16, 64, {BF16}), torch.randn(32, 64, {BF16}), torch.randn(32, {BF16}), "
                              f"torch.randn(2, 8, 32, {BF16})"),
@@ -332,9 +332,6 @@ _AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel befor
                              f"torch.randn(16, 64, {BF16}), torch.randn(64, 32, {BF16}), torch.randn(2, 8, 32, {BF16})"),
     "pre-activation-gelu-bf16": ("(y := F.linear(v[0], v[1], v[2]), F.gelu(y.view(2, 8, 96), approximate='tanh'))",
                                  f"torch.randn(16, 32, {BF16}), torch.randn(96, 32, {BF16}), torch.randn(96, {BF16})"),
-    "residual-float-out-bf16": ("(v[3] + F.linear(v[0], v[1], v[2])).float()",
-                                f"torch.randn(16, 64, {BF16}), torch.randn(32, 64, {BF16}), torch.randn(32, {BF16}), "
-                                f"torch.randn(16, 32, {BF16})"),
     "conv-pool-channels-last-bf16": ("F.relu(F.conv2d(v[0], v[1], v[2], padding=1)).mean(dim=(2, 3))",
                                      f"torch.randn(2, 16, 8, 9, {BF16}).contiguous(memory_format=torch.channels_last), "
                                      f"torch.randn(32, 16, 3, 3, {BF16}), torch.randn(32, {BF16})"),
@@ -605,3 +602,28 @@ def test_a_compiled_resnet_blocks_convolutions_take_their_batch_norm_and_relu(dt
         (call,) = new.calls
         assert [a.dtype for a in call[2:] if a.numel() == a.shape[0]].count(torch.float32) == 2  # (the vectors as they are)
         assert call[1].data_ptr() == values[1].data_ptr()  # (the filter as it lies: packed by the kernel's program, if at all)
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm80"])
+def test_a_float32_output_of_a_16_bit_product_is_stored_by_the_gemm_or_cast_after_it(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a compiled transformer's last residual stream, handed on in float32: Hopper's kernel stores
+    # its end in float32; the sm80 kernel, which reads its bias in the output's dtype, stores the
+    # inputs' dtype and the writer's cast kernel follows
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, GemmTail, plan_gemm, plan_tilings, write_gemm_program
+    from kevin_backend.types import load_program
+
+    source = task("(F.linear(v[0], v[1], v[2]).view(2, 8, 32) + 1.0).float()",
+                  f"torch.randn(16, 64, {BF16}), torch.randn(32, 64, {BF16}), torch.randn(32, {BF16})")
+    plan = plan_gemm(source, arch=arch)
+    if arch == "sm80":
+        assert isinstance(plan, GemmTail) and plan.gemm.spec.output == "bfloat16" and plan.tail.ops == ("aten._to_copy.default",), plan
+        return
+    assert isinstance(plan, GemmPlan) and plan.spec.output == "float32" and "stored in float32" in plan.describe(), plan
+    program = write_gemm_program(plan, plan_tilings(plan)[0])
+    assert "using ElementD = float;" in program
+    new = _load(program, plan, monkeypatch)
+    reference = load_program(source, "kevin_test_gemm_wiring_task")
+    values = reference.get_inputs()
+    got, want = new.ModelNew()(*values), reference.Model()(*values)
+    assert got.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)

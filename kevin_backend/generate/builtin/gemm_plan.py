@@ -106,7 +106,12 @@ def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPl
     """The GEMM of a graph of one matmul, with the built-in writer's kernel after it where a
     reduction follows the product (`gemm_tail.py`)."""
     read = functools.partial(_read_gemm, arch=arch)
-    return plan_tail(graph, metas, read) if has_tail(graph) else read(graph, metas)
+    if not has_tail(graph):
+        return read(graph, metas)
+    try:  # (a float32 end the GEMM kernel stores itself, where it can)
+        return read(graph, metas)
+    except Unsupported:
+        return plan_tail(graph, metas, read)
 
 
 def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
@@ -138,8 +143,8 @@ def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
     epilogue, bias_in, residual_in, operands = read_epilogue(mm, out, bias, index, metas, (batch * m, n), xv.dtype)
     if batch > 1 and "m" in epilogue.operands:
         raise Unsupported("a column of values per row in a batch of products (the kernel reads one column for all)")
-    if value.dtype != xv.dtype:
-        raise Unsupported(f"an output of {value.dtype} from {xv.dtype} inputs (the kernel stores its inputs' dtype)")
+    if value.dtype != xv.dtype and value.dtype != torch.float32:
+        raise Unsupported(f"an output of {value.dtype} from {xv.dtype} inputs (the kernel stores its inputs' dtype or float32)")
     # only the output's rows unaligned (an LM head's N = 50257; w's rows are K long), a plain linear
     # combination after the product (a scale, a residual): stored directly by the sm90 kernel
     direct = bool(why) and k % 8 == 0 and nk and not (epilogue.bias or epilogue.tree or epilogue.activation != "identity")
@@ -150,6 +155,11 @@ def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
             raise Unsupported(f"{why}, and {exc}") from None
     else:
         spec = gemm_spec(DTYPES[xv.dtype], epilogue, nk, n, k, arch, direct)
+    if value.dtype != xv.dtype:  # (a float32 output of a 16-bit product, as a compiled model's residual stream for its norm)
+        if spec.direct_store or not spec.can_end_in_float32:
+            raise Unsupported(f"an output of {value.dtype} from {xv.dtype} inputs: the sm80 kernel beside a bias or a residual, "
+                              "and a direct store, store the inputs' dtype")
+        spec = dataclasses.replace(spec, store="float32")
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape,
                     operands=operands, batch=batch, views=views)
 
