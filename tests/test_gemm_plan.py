@@ -370,7 +370,7 @@ def test_a_compiled_linear_is_planned_from_its_partition(hopper_with_cutlass) ->
     from kevin_backend.backend.task import extract_task
     from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
     from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
-    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, GemmTail, plan_gemm, write_gemm_program
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm, write_gemm_program
 
     def model(x, w, b):  # type: ignore[no-untyped-def]
         return F.gelu(F.linear(x, w, b), approximate="tanh")
