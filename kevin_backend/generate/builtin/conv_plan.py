@@ -22,7 +22,7 @@ Declined, each with what it is: groups, a transposed 3-D convolution (CUTLASS 2.
 kernel for it), a dilated transposed one, a transposed one whose channels are not multiples of the
 kernel's 16-byte access or whose epilogue reads other tensors, an operand of another shape (one
 value per column of the output, say), a tree of more operands than the kernels for the
-convolution read, a reduction after a convolution of a channels-last input.
+convolution read, a channels-last convolution's output viewed in another shape (a group norm's).
 """
 
 from __future__ import annotations
@@ -76,8 +76,6 @@ def plan_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan | GemmTa
         tail = plan_tail(graph, metas, functools.partial(read_conv, arch=arch, as_it_lies=True), end_layout=layout)
     else:
         tail = plan_tail(graph, metas, read)
-    if tail.gemm.views and tail.gemm.out_shape:  # (its y0 the kernel's N x ... x C_out, viewed in another shape)
-        raise Unsupported("a reduction after a convolution of a channels-last input, its output viewed in another shape")
     return tail
 
 
