@@ -330,6 +330,8 @@ _AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel befor
                              f"torch.randn(2, 8, 32, {BF16})"),
     "residual-square-bf16": ("(h := v[2] + (v[0] @ v[1]).view(2, 8, 32), f := h.float(), f.pow(2))",
                              f"torch.randn(16, 64, {BF16}), torch.randn(64, 32, {BF16}), torch.randn(2, 8, 32, {BF16})"),
+    "residual-stream-second-bf16": ("((h := v[2] + (v[0] @ v[1]).view(2, 8, 32)).float(), h)",
+                                    f"torch.randn(16, 64, {BF16}), torch.randn(64, 32, {BF16}), torch.randn(2, 8, 32, {BF16})"),
     "pre-activation-gelu-bf16": ("(y := F.linear(v[0], v[1], v[2]), F.gelu(y.view(2, 8, 96), approximate='tanh'))",
                                  f"torch.randn(16, 32, {BF16}), torch.randn(96, 32, {BF16}), torch.randn(96, {BF16})"),
     "conv-pool-channels-last-bf16": ("F.relu(F.conv2d(v[0], v[1], v[2], padding=1)).mean(dim=(2, 3))",
