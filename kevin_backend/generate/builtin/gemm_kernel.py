@@ -177,10 +177,11 @@ class GemmSpec:
         if self.convolution is not None and e.tree:
             from kevin_backend.generate.builtin.conv_kernel import conv_tree_refusal, hopper_conv  # (they read GemmSpec)
 
-            why = conv_tree_refusal(e.operands, self.convolution.transposed, hopper=hopper_conv(self))
-            if why:
-                raise ValueError(why)
-        if e.wide and (self.dtype == "float32" or self.arch != "sm90" or (self.convolution is not None and not hopper_conv(self))):
+            hopper = hopper_conv(self)
+            why = conv_tree_refusal(e.operands, self.convolution.transposed, hopper=hopper)
+            if why or (e.wide and not hopper):
+                raise ValueError(why or "float32 vectors read by a 16-bit convolution: Hopper's visitor tree reads them, not CUTLASS 2.x's")
+        if e.wide and (self.dtype == "float32" or self.arch != "sm90"):
             raise ValueError("float32 vectors read by a 16-bit kernel: Hopper's visitor tree reads them, not CUTLASS 2.x's")
         if self.pad_k and (self.dtype == "float32" or not self.sm80 or self.align not in (0, 8)):
             raise ValueError("packed rows are the sm80 kernel's for 16-bit values, read 8 at a time")

@@ -103,14 +103,15 @@ def plan_gemm(task_source: str, arch: str | None = None) -> GemmPlan | GemmChain
 
 
 def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan | GemmTail:
-    """The GEMM of a graph of one matmul, with the built-in writer's kernel after it where a
-    reduction follows the product (`gemm_tail.py`)."""
+    """The GEMM of a graph of one matmul, with the built-in writer's kernel after it where the GEMM
+    kernel alone cannot compute the task (`gemm_tail.has_tail`: a reduction after the product,
+    values besides its end; a float32 end it cannot store)."""
     read = functools.partial(_read_gemm, arch=arch)
-    if not has_tail(graph):
-        return read(graph, metas)
-    try:  # (a float32 end the GEMM kernel stores itself, where it can)
+    try:
         return read(graph, metas)
     except Unsupported:
+        if not has_tail(graph):
+            raise
         return plan_tail(graph, metas, read)
 
 
