@@ -201,7 +201,6 @@ def test_what_the_sm80_kernel_cannot_build_is_refused_with_its_reason(make, mess
     (lambda: GemmSpec("bfloat16", store="float16"), "the inputs' dtype or float32"),
     (lambda: GemmSpec("bfloat16", Epilogue(bias=True), direct_store=True), "a direct store is a 16-bit kernel's plain linear"),
     (lambda: Epilogue(activation="function", function="    return static_cast<T>(v);", operands=("k",)), "each one of n, m, mn"),
-    (lambda: Epilogue(activation="function", function="    return static_cast<T>(v);", operands=("mn", "mn")), "at most one"),
     (lambda: Epilogue(bias=True, activation="function", function="    return static_cast<T>(v);", operands=("n",)),
      "whole epilogue"),
     (lambda: GemmTiling(scheduler="splitk"), "2 or more"),
@@ -235,6 +234,31 @@ def test_a_tree_visits_the_accumulator_and_each_operand_in_order() -> None:
     vectors = gemm_cuda_source(GemmSpec("float16", Epilogue(activation="function", operands=("m",),
                                                              function="    return static_cast<T>(v * a0);")), GemmTiling())
     assert "using ElementC = void;" in vectors and "Sm90SrcFetch" not in vectors and "residual_ptr = nullptr;" in vectors
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm80"])
+def test_a_trees_second_tensor_of_the_outputs_size_is_loaded_beside_the_source_c(arch: str) -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import tilings_for
+
+    spec = GemmSpec("bfloat16", Epilogue(activation="function", operands=("mn", "n", "mn"),
+                                         function="    return static_cast<T>((v + a1) * a0 + a2);"), arch=arch)
+    source = gemm_cuda_source(spec, tilings_for(spec)[0])
+    # the first the source C (the launcher's `residual`), the vector and the second from `vectors`, in order
+    assert "const void* vectors[] = {a1.data_ptr(), a2.data_ptr()};" in source and "residual_ptr = a0.data_ptr();" in source
+    assert 'a2.numel() == batch * m * n && a2.scalar_type() == at::kBFloat16' in source
+    if arch == "sm90":
+        tree = source[source.index("using Fusion = "):]
+        order = [tree.index(node) for node in ("Sm90AccFetch", "Sm90SrcFetch", "Sm90RowBroadcast", "Sm90AuxLoad<0, TileShape, Element")]
+        assert order == sorted(order) and tree.count("Sm90SrcFetch") == 1, tree[:800]
+        assert ("args.epilogue.thread = {{}, {}, {vectors ? static_cast<Element const*>(vectors[0]) : nullptr}, "
+                "{static_cast<Element const*>(vectors[1]), Element(0), {int64_t(n), cute::Int<1>{}, int64_t(m) * n}}, {}};") in source
+    else:
+        assert source.count("VisitorAuxLoad<") == 2 and "static_cast<Element*>(const_cast<void*>(residual))" in source
+        assert "static_cast<Element*>(const_cast<void*>(vectors[1])), Element(0), {int64_t(n), _1{}, int64_t(m) * n}" in source
+    # a convolution's kernel reads one
+    from kevin_backend.generate.builtin.conv_kernel import conv_tree_refusal
+
+    assert "one tensor of the output's size" in conv_tree_refusal(("mn", "n", "mn"), hopper=True)
 
 
 def test_a_long_reduction_into_a_small_output_tries_split_k_and_stream_k_first() -> None:

@@ -79,8 +79,6 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
     ("v[0] @ v[1].exp()", f"torch.randn(256, 512, {BF16}), torch.randn(512, 1024, {BF16})", "right operand is not an input"),
     ("v[0] @ v[1].t() + v[2].t()", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), torch.randn(1024, 256, {BF16})",
      "aten.t.default in the epilogue"),
-    ("(v[0] @ v[1].t() + v[2]) * v[3]", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), "
-     f"torch.randn(256, 1024, {BF16}), torch.randn(256, 1024, {BF16})", "two tensors of the output's size"),
     ("(v[0] @ v[1].t()).view(4, 64, 1024) + v[2]", f"torch.randn(256, 512, {BF16}), torch.randn(1024, 512, {BF16}), "
      f"torch.randn(1, 64, 1024, {BF16})", "per row (M = 256) nor per element"),
     ("(((((v[0] @ v[1]) @ v[1]) @ v[1]) @ v[1]) @ v[1])", f"torch.randn(256, 512, {BF16}), torch.randn(512, 512, {BF16})",
@@ -590,6 +588,4 @@ def test_the_matmuls_of_the_benchmarks_transformers_are_planned(name: str, workl
         plan = plan_gemm(extract_task(part).source, arch="sm90")
         got[type(plan).__name__ if not isinstance(plan, Declined) else plan.reason] += 1
     declined = {k: v for k, v in got.items() if k not in ("GemmPlan", "GemmTail", "GemmChain", "GemmHead")}
-    assert got["GemmTail"] >= 1 and declined in ({}, {"an epilogue reading two tensors of the output's size (the kernel reads "
-                                                       "one, as its source C)": 1}), got
-    assert not declined or workload == "train", got
+    assert got["GemmTail"] >= 1 and not declined, got

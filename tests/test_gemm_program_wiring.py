@@ -227,6 +227,12 @@ def test_each_operand_reaches_the_kernel(forward: str, inputs: str, arch: str, m
     ("F.relu(F.batch_norm(F.linear(v[0], v[1], v[2]), v[3], v[4], v[5], v[6], False, 0.1, 1e-5))",
      f"torch.randn(32, 64, {BF16}), torch.randn(48, 64, {BF16}), torch.randn(48, {BF16}), torch.randn(48, {BF16}), "
      f"torch.rand(48, {BF16}) + 0.5, torch.randn(48, {BF16}), torch.randn(48, {BF16})"),
+    # two tensors of the output's size (a backward pass's gradients summed with the product's): the
+    # first the kernel's source C, the other loaded beside it
+    ("(v[0] @ v[1].t() + v[2]) * v[3]", f"torch.randn(32, 64, {BF16}), torch.randn(48, 64, {BF16}), "
+     f"torch.randn(32, 48, {BF16}), torch.randn(32, 48, {BF16})"),
+    ("v[3] + (v[0] @ v[1] + v[2]) + v[4]", f"torch.randn(2, 16, 64, {BF16}), torch.randn(64, 48, {BF16}), "
+     f"torch.randn(2, 16, 48, {BF16}), torch.randn(48, {BF16}), torch.randn(2, 16, 48, {BF16})"),
 ])
 @pytest.mark.parametrize("arch", ["sm90", "sm80"])
 def test_a_trees_operands_reach_the_kernel_in_order(forward: str, inputs: str, arch: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,7 +31,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from kevin_backend.generate.builtin.gemm_kernel_sm80 import ELEMENTS, ENTRY_POINTS, F32_TILINGS, SM80_TILINGS, Sm80Tiling, sm80_device_source, sm80_tilings
+from kevin_backend.generate.builtin.gemm_kernel_sm80 import ELEMENTS, ENTRY_POINTS, F32_TILINGS, SM80_TILINGS, Sm80Tiling, sm80_device_source, sm80_tilings, source_operand
 
 __all__ = ["F32_TILINGS", "SM80_TILINGS", "Sm80Tiling", "tilings_for", "gemm_cuda_flags", "SM80_CUDA_FLAGS", "ACTIVATIONS", "OPERAND_KINDS", "Epilogue", "GEMM_CPP_SOURCE", "gemm_cpp_source", "GEMM_CUDA_FLAGS", "GEMM_TILINGS", "GemmSpec", "GemmTiling",
            "gemm_cuda_source", "gemm_device_source", "gemm_unaligned"]
@@ -72,10 +72,12 @@ template <class T, int N> struct KevinEpilogueFn<cutlass::Array<T, N>> {{
 
 # What a tree's operand is (`Epilogue.operands`): one value per output column (a bias over N: CUTLASS's
 # row broadcast), one per output row (a column of M values: its column broadcast), or one per element
-# (a tensor of the output's size: read as the GEMM's source C)
+# (a tensor of the output's size: the first read as the GEMM's source C, any other loaded from global
+# memory beside it, `_MORE_MN`)
 OPERAND_KINDS = {"n": "cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, Element, float>",
                  "m": "cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, Element, float>",
                  "mn": "cutlass::epilogue::fusion::Sm90SrcFetch<Element>"}
+_MORE_MN = "cutlass::epilogue::fusion::Sm90AuxLoad<0, TileShape, Element, cutlass::layout::RowMajor, void, void, 128 / cute::sizeof_bits_v<Element>>"
 
 _SCHEDULERS = {"persistent": "void", "splitk": "cutlass::gemm::StreamKScheduler", "streamk": "cutlass::gemm::StreamKScheduler"}
 
@@ -117,8 +119,6 @@ class Epilogue:
             unknown = set(self.operands) - set(OPERAND_KINDS)
             if unknown:
                 raise ValueError(f"operands {sorted(unknown)}: each one of {', '.join(OPERAND_KINDS)}")
-            if self.operands.count("mn") > 1:
-                raise ValueError("a tree reads at most one tensor of the output's size (CUTLASS's source C)")
             if self.activation != "function" or self.bias or self.residual or self.alpha != 1:
                 raise ValueError("a tree's function is its whole epilogue: no activation, alpha, bias or residual beside it")
         if any(not 0 <= j < len(self.operands) or self.operands[j] == "mn" for j in self.wide):
@@ -376,14 +376,20 @@ def _tree(epi: Epilogue) -> tuple[str, str, str]:
     functor = _TREE_FUNCTION.format(params=params, arrays=arrays, body=epi.function,
                                     values="".join(f", {a}[i]" for a in names))
     types = ["float" if j in epi.wide else "Element" for j in range(len(epi.operands))]  # (each operand's values in memory)
+    source = source_operand(epi.operands)
+    nodes = [_MORE_MN if kind == "mn" and j != source else OPERAND_KINDS[kind].replace("Element, float>", f"{t}, float>")
+             for j, (kind, t) in enumerate(zip(epi.operands, types))]
     fusion = ("cutlass::epilogue::fusion::Sm90EVT<\n"
               "    cutlass::epilogue::fusion::Sm90Compute<KevinTreeFn, ElementD, float, cutlass::FloatRoundStyle::round_to_nearest>,\n"
-              "    cutlass::epilogue::fusion::Sm90AccFetch" + "".join(
-                  f",\n    {OPERAND_KINDS[kind].replace('Element, float>', f'{t}, float>')}" for kind, t in zip(epi.operands, types)) + ">")
+              "    cutlass::epilogue::fusion::Sm90AccFetch" + "".join(f",\n    {node}" for node in nodes) + ">")
     children, vector = ["{}"], 0
-    for kind, t in zip(epi.operands, types):
-        if kind == "mn":
+    for j, (kind, t) in enumerate(zip(epi.operands, types)):
+        if j == source:
             children.append("{}")
+        elif kind == "mn":  # (its pointer, the value where it is null, its (row, column, batch) strides)
+            children.append(f"{{static_cast<Element const*>(vectors[{vector}]), Element(0), "
+                            "{int64_t(n), cute::Int<1>{}, int64_t(m) * n}}")
+            vector += 1
         else:
             children.append(f"{{vectors ? static_cast<{t} const*>(vectors[{vector}]) : nullptr}}")
             vector += 1
@@ -438,11 +444,11 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
             f'    TORCH_CHECK(a{j}.numel() == {sizes[kind][0]} && a{j}.scalar_type() == {"at::kFloat" if j in epi.wide else scalar}, '
             f'"gemm_epilogue: a{j} of {sizes[kind][1]}");\n'
             f"    a{j} = a{j}.contiguous();\n" for j, kind in enumerate(epi.operands))
-        vectors = [f"a{j}.data_ptr()" for j, kind in enumerate(epi.operands) if kind != "mn"]
-        full = [f"a{j}.data_ptr()" for j, kind in enumerate(epi.operands) if kind == "mn"]
+        source = source_operand(epi.operands)
+        vectors = [f"a{j}.data_ptr()" for j in range(len(epi.operands)) if j != source]
         operands = (checks + f"    const void* vectors[] = {{{', '.join(vectors) or 'nullptr'}}};\n"
                     "    const void* bias_ptr = vectors;\n"
-                    f"    const void* residual_ptr = {full[0] if full else 'nullptr'};\n")
+                    f"    const void* residual_ptr = {'nullptr' if source is None else f'a{source}.data_ptr()'};\n")
     else:
         operands = _CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
     return gemm_device_source(spec, tiling) + _HOST.format(

@@ -30,7 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ELEMENTS", "ENTRY_POINTS", "PACK", "PACK_KERNEL", "mainloop_fields", "F32_TILINGS", "NARROW_CONV_TILINGS", "SM80_TILINGS", "Sm80Tiling", "sm80_alignment", "sm80_device_source", "sm80_tilings"]
+__all__ = ["ELEMENTS", "ENTRY_POINTS", "PACK", "PACK_KERNEL", "mainloop_fields", "F32_TILINGS", "NARROW_CONV_TILINGS", "SM80_TILINGS", "Sm80Tiling", "sm80_alignment", "sm80_device_source", "sm80_tilings",
+           "source_operand"]
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,12 @@ static typename Gemm::Arguments arguments(int m, int n, int k, int batch, void c
 """ + ENTRY_POINTS
 
 
+def source_operand(operands: tuple[str, ...]) -> int | None:
+    """Which of a tree's operands the kernel reads as its source C (its first of the output's size;
+    the launcher's `residual`), None where it reads none; each other is the launcher's `vectors`'."""
+    return operands.index("mn") if "mn" in operands else None
+
+
 # A tree's operands as CUTLASS 2.x's epilogue visitors read them (the sm80 twins of `gemm_kernel.OPERAND_KINDS`):
 # a vector over N (a row broadcast), over M (a column broadcast), a tensor of the output's size; and
 # each one's arguments (a vector's pointer from the launcher's `vectors`, the tensor's `residual`: CUTLASS
@@ -267,7 +274,7 @@ _TREE_NODES = {
     "m": ("cutlass::epilogue::threadblock::VisitorColBroadcast<OutputTileThreadMap, Element, cute::Stride<_1, _0, int32_t>>",
           "{{vectors ? static_cast<Element const*>(vectors[{j}]) : nullptr, Element(0), {{_1{{}}, _0{{}}, int32_t(0)}}}}"),
     "mn": ("cutlass::epilogue::threadblock::VisitorAuxLoad<OutputTileThreadMap, Element, cute::Stride<int64_t, _1, int64_t>>",
-           "{{static_cast<Element*>(const_cast<void*>(residual)), Element(0), {{int64_t(n), _1{{}}, int64_t(m) * n}}}}"),
+           "{{static_cast<Element*>(const_cast<void*>({ptr})), Element(0), {{int64_t(n), _1{{}}, int64_t(m) * n}}}}"),
 }
 
 
@@ -275,10 +282,10 @@ def _tree_source(fields: dict[str, Any], output: str, functor: str, align: int, 
                  tree: tuple[str, ...]) -> str:
     """The device part of a GEMM whose epilogue is a visitor tree (CUTLASS 2.x's `Sm80EVT`): the
     function of the accumulator and each operand, stored by an auxiliary store (`fields`: `mainloop_fields`)."""
-    vectors, children = 0, []
-    for kind in tree:
-        children.append(_TREE_NODES[kind][1].format(j=vectors))
-        vectors += kind != "mn"
+    vectors, children, source = 0, [], source_operand(tree)
+    for j, kind in enumerate(tree):
+        children.append(_TREE_NODES[kind][1].format(j=vectors, ptr="residual" if j == source else f"vectors[{vectors}]"))
+        vectors += j != source
     nodes = "".join(f",\n    {_TREE_NODES[kind][0]}" for kind in tree)
     return _DEVICE_TREE.format(
         **fields, functor=functor, output=ELEMENTS[output], align=align, out_align=out_align, nodes=nodes,

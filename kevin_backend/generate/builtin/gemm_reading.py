@@ -173,8 +173,6 @@ def _tree(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas
         if kind is None:
             raise Unsupported(f"an epilogue operand of shape {shape}: not one value per column (N = {n}), "
                               f"per row (M = {m}) nor per element")
-        if kind == "mn" and "mn" in kinds and inputs[kinds.index("mn")] != index[source]:
-            raise Unsupported("an epilogue reading two tensors of the output's size (the kernel reads one, as its source C)")
         return operands.name(index[source], kind, wide=wide_operand(value, kind, dtype))
 
     start = "v"
