@@ -56,6 +56,12 @@ PROGRAMS = {
                                         f"torch.randn(16, 16, 3, 3, {BF16}).contiguous(memory_format=torch.channels_last), "
                                         f"torch.randn(16, 1, 1), torch.rand(16, 1, 1), torch.randn(16, 1, 1, {BF16}), "
                                         f"torch.randn(16, 1, 1, {BF16})"), "sm90", "9.0"),
+    # a backward pass's sum of the product with two gradients of its size: the first the source C,
+    # the second loaded beside it
+    "sm90-tree-two-outputs-size-bf16": (task("v[3] + (v[0] @ v[1] + v[2]) + v[4]",
+                                             f"torch.randn(2, 16, 64, {BF16}), torch.randn(64, 48, {BF16}), "
+                                             f"torch.randn(2, 16, 48, {BF16}), torch.randn(48, {BF16}), torch.randn(2, 16, 48, {BF16})"),
+                                        "sm90", "9.0"),
     "conv-transpose2d-f32": (task("torch.sigmoid(F.conv_transpose2d(v[0], v[1], v[2], stride=2, padding=1))",
                                   "torch.randn(2, 16, 5, 6), torch.randn(16, 8, 4, 4), torch.randn(8)"), "sm80", "8.0"),
 }

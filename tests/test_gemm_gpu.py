@@ -117,11 +117,20 @@ TASKS = {
                                        f"torch.randn(8, 1024, 768, {BF16})"),
     "stream-pre-activation-gelu-bf16": task("(y := F.linear(v[0], v[1], v[2]), F.gelu(y, approximate='tanh'))",
                                             f"torch.randn(8192, 768, {BF16}), torch.randn(3072, 768, {BF16}), torch.randn(3072, {BF16})"),
+    # a backward pass's gradient summed with two of the output's size (GPT-2's sizes): the first the
+    # kernel's source C, the second loaded beside it; on Hopper's kernel and on CUTLASS 2.x's
+    "tree-two-gradients-bf16": task("v[3] + (v[0] @ v[1] + v[2]) + v[4]",
+                                    f"torch.randn(8, 1024, 3072, {BF16}), torch.randn(3072, 768, {BF16}), "
+                                    f"torch.randn(8, 1024, 768, {BF16}), torch.randn(768, {BF16}), torch.randn(8, 1024, 768, {BF16})"),
+    "sm80-tree-two-gradients-bf16": task("v[3] + (v[0] @ v[1] + v[2]) + v[4]",
+                                       f"torch.randn(8, 1024, 3072, {BF16}), torch.randn(3072, 768, {BF16}), "
+                                       f"torch.randn(8, 1024, 768, {BF16}), torch.randn(768, {BF16}), torch.randn(8, 1024, 768, {BF16})"),
     "tree-bias-relu-residual-f32": task("F.relu(v[0] @ v[1].t() + v[2]) + v[3]",
                                         "torch.randn(1000, 512), torch.randn(777, 512), torch.randn(777), torch.randn(1000, 777)"),
 }
 SM80 = {"sm80-linear-gelu-bf16", "sm80-residual-silu-f16", "sm80-attn-scores-softmax-f16", "odd-k-bias-relu-f16", "lm-head-bias-gelu-f16",
-        "packed-odd-k-bias-tanh-bf16", "packed-kn-odd-n-f16", "sm80-tree-bias-gate-rows-bf16"}
+        "packed-odd-k-bias-tanh-bf16", "packed-kn-odd-n-f16", "sm80-tree-bias-gate-rows-bf16",
+        "sm80-tree-two-gradients-bf16"}
 # the softmax of unscaled bf16 logits (|x| ~ 100, and far more in the judge's input sets of mixed
 # scales): with the product rounded to bf16 it is off by more than the judge's bound allows (on the
 # H200, 7005 of 8.4M elements); the variant keeping the product in float32 is judged beside it and
@@ -129,7 +138,8 @@ SM80 = {"sm80-linear-gelu-bf16", "sm80-residual-silu-f16", "sm80-attn-scores-sof
 # set whose logits reach 1e4, where float32's own accumulation is 0.05 off)
 WIDE = {"softmax-tail-bf16"}
 TREES = {"tree-bias-gate-rows-bf16": ("n", "mn", "m"), "sm80-tree-bias-gate-rows-bf16": ("n", "mn", "m"),
-         "tree-bias-relu-residual-f32": ("n", "mn"), "linear-bias-swish-scale-f16": ("n", "n"), "mm-bias-rows-f16": ("m",)}
+         "tree-bias-relu-residual-f32": ("n", "mn"), "linear-bias-swish-scale-f16": ("n", "n"), "mm-bias-rows-f16": ("m",),
+         "tree-two-gradients-bf16": ("mn", "n", "mn"), "sm80-tree-two-gradients-bf16": ("mn", "n", "mn")}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
