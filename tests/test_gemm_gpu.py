@@ -122,6 +122,10 @@ TASKS = {
     "tree-two-gradients-bf16": task("v[3] + (v[0] @ v[1] + v[2]) + v[4]",
                                     f"torch.randn(8, 1024, 3072, {BF16}), torch.randn(3072, 768, {BF16}), "
                                     f"torch.randn(8, 1024, 768, {BF16}), torch.randn(768, {BF16}), torch.randn(8, 1024, 768, {BF16})"),
+    # (the second float32: loaded as float32, the output stored in float32)
+    "tree-two-gradients-float-bf16": task("(v[0] @ v[1] + v[2]).float() + v[3]",
+                                          f"torch.randn(8192, 3072, {BF16}), torch.randn(3072, 768, {BF16}), "
+                                          f"torch.randn(8192, 768, {BF16}), torch.randn(8192, 768)"),
     "sm80-tree-two-gradients-bf16": task("v[3] + (v[0] @ v[1] + v[2]) + v[4]",
                                        f"torch.randn(8, 1024, 3072, {BF16}), torch.randn(3072, 768, {BF16}), "
                                        f"torch.randn(8, 1024, 768, {BF16}), torch.randn(768, {BF16}), torch.randn(8, 1024, 768, {BF16})"),
@@ -139,7 +143,8 @@ SM80 = {"sm80-linear-gelu-bf16", "sm80-residual-silu-f16", "sm80-attn-scores-sof
 WIDE = {"softmax-tail-bf16"}
 TREES = {"tree-bias-gate-rows-bf16": ("n", "mn", "m"), "sm80-tree-bias-gate-rows-bf16": ("n", "mn", "m"),
          "tree-bias-relu-residual-f32": ("n", "mn"), "linear-bias-swish-scale-f16": ("n", "n"), "mm-bias-rows-f16": ("m",),
-         "tree-two-gradients-bf16": ("mn", "n", "mn"), "sm80-tree-two-gradients-bf16": ("mn", "n", "mn")}
+         "tree-two-gradients-bf16": ("mn", "n", "mn"), "tree-two-gradients-float-bf16": ("mn", "mn"),
+         "sm80-tree-two-gradients-bf16": ("mn", "n", "mn")}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),

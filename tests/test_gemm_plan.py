@@ -147,8 +147,16 @@ def test_a_16_bit_trees_float32_vectors_are_read_as_float32_by_hoppers_kernel() 
     assert "a3.scalar_type() == at::kBFloat16" in program and check_program(program) == ()
     declined = plan_gemm(source, arch="sm80")  # (CUTLASS 2.x's tree reads its dtype's values)
     assert isinstance(declined, Declined) and "Hopper's visitor tree reads them" in declined.reason, declined
-    # (a float32 tensor of the output's size: the kernel's source C is its dtype; the writer's kernel after it reads it)
-    full = plan_gemm(task("F.linear(v[0], v[1]) * v[2]", f"torch.randn(64, 32, {BF16}), torch.randn(48, 32, {BF16}), torch.randn(64, 48)"))
+    # a float32 tensor of the output's size: Hopper's tree loads it as float32 beside the source C
+    # (which is its dtype's; here none), the output stored in float32; CUTLASS 2.x's reads its dtype's:
+    # the writer's kernel after the GEMM reads it
+    product = task("F.linear(v[0], v[1]) * v[2]", f"torch.randn(64, 32, {BF16}), torch.randn(48, 32, {BF16}), torch.randn(64, 48)")
+    full = plan_gemm(product, arch="sm90")
+    assert isinstance(full, GemmPlan) and full.spec.epilogue.operands == ("mn",) and full.spec.epilogue.wide == (0,), full
+    program = write_gemm_program(full, GemmTiling())
+    assert "Sm90AuxLoad<0, TileShape, float," in program and "Sm90SrcFetch" not in program and "using ElementC = void;" in program
+    assert "static_cast<float const*>(vectors[0])" in program and "residual_ptr = nullptr;" in program and check_program(program) == ()
+    full = plan_gemm(product, arch="sm80")
     assert isinstance(full, GemmTail) and full.tail.ops == ("aten.mul.Tensor",) and not full.gemm.spec.epilogue.tree, full
 
 

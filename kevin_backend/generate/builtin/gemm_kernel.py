@@ -77,7 +77,7 @@ template <class T, int N> struct KevinEpilogueFn<cutlass::Array<T, N>> {{
 OPERAND_KINDS = {"n": "cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, Element, float>",
                  "m": "cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, Element, float>",
                  "mn": "cutlass::epilogue::fusion::Sm90SrcFetch<Element>"}
-_MORE_MN = "cutlass::epilogue::fusion::Sm90AuxLoad<0, TileShape, Element, cutlass::layout::RowMajor, void, void, 128 / cute::sizeof_bits_v<Element>>"
+_MORE_MN = "cutlass::epilogue::fusion::Sm90AuxLoad<0, TileShape, {t}, cutlass::layout::RowMajor, void, void, 128 / cute::sizeof_bits_v<{t}>>"
 
 _SCHEDULERS = {"persistent": "void", "splitk": "cutlass::gemm::StreamKScheduler", "streamk": "cutlass::gemm::StreamKScheduler"}
 
@@ -121,8 +121,8 @@ class Epilogue:
                 raise ValueError(f"operands {sorted(unknown)}: each one of {', '.join(OPERAND_KINDS)}")
             if self.activation != "function" or self.bias or self.residual or self.alpha != 1:
                 raise ValueError("a tree's function is its whole epilogue: no activation, alpha, bias or residual beside it")
-        if any(not 0 <= j < len(self.operands) or self.operands[j] == "mn" for j in self.wide):
-            raise ValueError(f"float32 operands {list(self.wide)}: vectors among the tree's operands {list(self.operands)}")
+        if any(not 0 <= j < len(self.operands) for j in self.wide):
+            raise ValueError(f"float32 operands {list(self.wide)}: not among the tree's operands {list(self.operands)}")
 
     @property
     def tree(self) -> bool:
@@ -179,6 +179,8 @@ class GemmSpec:
 
             hopper = hopper_conv(self)
             why = conv_tree_refusal(e.operands, self.convolution.transposed, hopper=hopper)
+            if not why and any(e.operands[j] == "mn" for j in e.wide):
+                why = "a convolution's tensor of the output's size of float32: its kernel reads one in its own dtype"
             if why or (e.wide and not hopper):
                 raise ValueError(why or "float32 vectors read by a 16-bit convolution: Hopper's visitor tree reads them, not CUTLASS 2.x's")
         if e.wide and (self.dtype == "float32" or self.arch != "sm90"):
@@ -330,7 +332,7 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     mainloop_schedule, epilogue_schedule = _SCHEDULES[tiling.schedule]
     if spec.direct_store:
         epilogue_schedule = "cutlass::epilogue::NoSmemWarpSpecialized"
-    reads_c = epi.residual or "mn" in epi.operands
+    reads_c = epi.residual or source_operand(epi.operands, epi.wide) is not None
     source_element = element if reads_c else "void"
     if epi.tree:
         functor, fusion, thread_args = _tree(epi)
@@ -376,8 +378,8 @@ def _tree(epi: Epilogue) -> tuple[str, str, str]:
     functor = _TREE_FUNCTION.format(params=params, arrays=arrays, body=epi.function,
                                     values="".join(f", {a}[i]" for a in names))
     types = ["float" if j in epi.wide else "Element" for j in range(len(epi.operands))]  # (each operand's values in memory)
-    source = source_operand(epi.operands)
-    nodes = [_MORE_MN if kind == "mn" and j != source else OPERAND_KINDS[kind].replace("Element, float>", f"{t}, float>")
+    source = source_operand(epi.operands, epi.wide)
+    nodes = [_MORE_MN.format(t=t) if kind == "mn" and j != source else OPERAND_KINDS[kind].replace("Element, float>", f"{t}, float>")
              for j, (kind, t) in enumerate(zip(epi.operands, types))]
     fusion = ("cutlass::epilogue::fusion::Sm90EVT<\n"
               "    cutlass::epilogue::fusion::Sm90Compute<KevinTreeFn, ElementD, float, cutlass::FloatRoundStyle::round_to_nearest>,\n"
@@ -387,7 +389,7 @@ def _tree(epi: Epilogue) -> tuple[str, str, str]:
         if j == source:
             children.append("{}")
         elif kind == "mn":  # (its pointer, the value where it is null, its (row, column, batch) strides)
-            children.append(f"{{static_cast<Element const*>(vectors[{vector}]), Element(0), "
+            children.append(f"{{static_cast<{t} const*>(vectors[{vector}]), {t}(0), "
                             "{int64_t(n), cute::Int<1>{}, int64_t(m) * n}}")
             vector += 1
         else:
@@ -444,7 +446,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
             f'    TORCH_CHECK(a{j}.numel() == {sizes[kind][0]} && a{j}.scalar_type() == {"at::kFloat" if j in epi.wide else scalar}, '
             f'"gemm_epilogue: a{j} of {sizes[kind][1]}");\n'
             f"    a{j} = a{j}.contiguous();\n" for j, kind in enumerate(epi.operands))
-        source = source_operand(epi.operands)
+        source = source_operand(epi.operands, epi.wide)
         vectors = [f"a{j}.data_ptr()" for j in range(len(epi.operands)) if j != source]
         operands = (checks + f"    const void* vectors[] = {{{', '.join(vectors) or 'nullptr'}}};\n"
                     "    const void* bias_ptr = vectors;\n"

@@ -258,10 +258,10 @@ static typename Gemm::Arguments arguments(int m, int n, int k, int batch, void c
 """ + ENTRY_POINTS
 
 
-def source_operand(operands: tuple[str, ...]) -> int | None:
-    """Which of a tree's operands the kernel reads as its source C (its first of the output's size;
-    the launcher's `residual`), None where it reads none; each other is the launcher's `vectors`'."""
-    return operands.index("mn") if "mn" in operands else None
+def source_operand(operands: tuple[str, ...], wide: tuple[int, ...] = ()) -> int | None:
+    """Which of a tree's operands the kernel reads as its source C (its first of the output's size
+    and dtype; the launcher's `residual`), None where it reads none; each other is the launcher's `vectors`'."""
+    return next((j for j, kind in enumerate(operands) if kind == "mn" and j not in wide), None)
 
 
 # A tree's operands as CUTLASS 2.x's epilogue visitors read them (the sm80 twins of `gemm_kernel.OPERAND_KINDS`):

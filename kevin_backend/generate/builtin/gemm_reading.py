@@ -173,7 +173,7 @@ def _tree(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas
         if kind is None:
             raise Unsupported(f"an epilogue operand of shape {shape}: not one value per column (N = {n}), "
                               f"per row (M = {m}) nor per element")
-        return operands.name(index[source], kind, wide=wide_operand(value, kind, dtype))
+        return operands.name(index[source], kind, wide=wide_operand(value, kind, dtype, loaded=True))
 
     start = "v"
     if bias is not None:  # addmm: its bias added to the product before eager rounds it
@@ -183,12 +183,13 @@ def _tree(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas
             tuple(inputs))
 
 
-def wide_operand(value: torch.Tensor, kind: str, dtype: torch.dtype) -> bool:
-    """Whether a tree's operand is a vector of float32 values a 16-bit kernel reads (`Epilogue.wide`);
-    Unsupported for a float32 tensor of the output's size (the kernel's source C is its dtype)."""
+def wide_operand(value: torch.Tensor, kind: str, dtype: torch.dtype, loaded: bool = False) -> bool:
+    """Whether a tree's operand is of float32 values a 16-bit kernel reads (`Epilogue.wide`): a
+    vector, or a tensor of the output's size where the kernel can load one beside its source C
+    (`loaded`: Hopper's GEMM); else Unsupported for such a tensor (a convolution reads its dtype's)."""
     if value.dtype == dtype:
         return False
-    if kind == "mn":
+    if kind == "mn" and not loaded:
         raise Unsupported(f"an epilogue operand of the output's size of {value.dtype}: the kernel reads {dtype} values as its source")
     return True
 
