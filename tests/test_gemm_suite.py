@@ -64,12 +64,15 @@ def _run(name: str) -> Run:
     return Run(inputs, outputs, frozenset(recorder.ops), frozenset(recorder.matmul_dtypes), list(model.parameters()))
 
 
-def _claimed(source: str) -> tuple[list[list[int]], torch.dtype]:
-    """The shapes and dtype of the Model docstring's `Output:` line."""
+def _claimed(source: str) -> tuple[list[list[int]], list[torch.dtype]]:
+    """The shapes and dtypes of the Model docstring's `Output:` line: each shape's dtype after it,
+    or one after them all."""
     line = re.search(r"^\s*Output: (.*)$", source, re.M)
     assert line, "the docstring names no output"
-    shapes = [[int(d) for d in re.findall(r"\d+", s)] for s in re.findall(r"\[[\d, ]*\]", line.group(1))]
-    return shapes, getattr(torch, line.group(1).split()[-1])
+    found = re.findall(r"(\[[\d, ]*\])\s*([a-z]\w*)?", line.group(1))
+    last = getattr(torch, line.group(1).rstrip(")").split()[-1])
+    return ([[int(d) for d in re.findall(r"\d+", s)] for s, _ in found],
+            [getattr(torch, dtype) if dtype else last for _, dtype in found])
 
 
 def _made_on_cpu(source: str) -> str:
@@ -86,9 +89,9 @@ def test_task_does_what_it_says(name: str) -> None:
     assert not re.search(r"device\s*=|\.cuda\(|\.to\(", _made_on_cpu(source))
 
     run = _run(name)
-    shapes, dtype = _claimed(source)
+    shapes, dtypes = _claimed(source)
     assert [list(t.shape) for t in run.outputs] == shapes
-    assert all(t.dtype == dtype for t in run.outputs)
+    assert [t.dtype for t in run.outputs] == dtypes
     assert run.ops & MATMULS, f"no matmul or convolution in {sorted(map(str, run.ops))}"
     named = DTYPES[next(part for part in name.split("-") if part in DTYPES)]
     assert run.matmul_dtypes == {named}, run.matmul_dtypes

@@ -6,8 +6,8 @@ epilogues can be measured where level-2 problems and real models spend their tim
 
 Each task's name ends in its dtype and its sizes (M x K x N for a GEMM: rows, reduced dimension,
 columns; batch x channels x height x width for a convolution's input), and its Model's docstring
-ends in a line `Output: SHAPE DTYPE` (several shapes for several outputs), which
-`tests/test_gemm_suite.py` checks against the forward run on meta tensors.
+ends in a line `Output: SHAPE DTYPE` (several shapes for several outputs, each with its own dtype
+where they differ), which `tests/test_gemm_suite.py` checks against the forward run on meta tensors.
 
 Categories:
     `linear`       level-2 chains after an `nn.Linear` (the weight and bias are parameters, as in
@@ -24,7 +24,9 @@ Categories:
     `transformer`  blocks of real models: QKV with bias (three outputs), an MLP up projection with
                    GELU, a SiLU-gated MLP, a down projection with the residual add, a pre-norm
                    QKV, a GPT-2 MLP with its parameters, LM heads over 50257 classes (logits, and
-                   cross-entropy);
+                   cross-entropy); and what a compiled model in training hands on: the residual
+                   stream with its float32 copy, the pre-activation beside its GELU, a backward
+                   matmul summed with two gradients;
     `attention`    batched matmuls of attention shapes: scores and softmax, the whole softmax(QK^T)V,
                    baddbmm with a scale, ViT's 197 tokens.
 
@@ -266,6 +268,27 @@ TRANSFORMER: tuple[SuiteTask, ...] = (
     _fc("lm-head-f16-4096x768x50257", "GPT-2's LM head: the logits over a vocabulary of 50257 (odd) classes.",
         "[4096, 50257] float16", "f16", {"tokens": 4096, "hidden": 768, "vocab": 50257}, "F.linear(x, w_vocab)",
         "tokens, hidden", [("w_vocab", "vocab, hidden")]),
+    # partitions a compiled GPT-2 in training hands on: the attention's output projection with the
+    # residual stream and its float32 copy for the next norm; the MLP's pre-activation saved for the
+    # backward pass beside its GELU; a backward matmul summed with two gradients of its size
+    _t("stream-residual-float-bf16-8192x768x768", "transformer", "GPT-2's attention output projection with bias, the "
+       "residual stream added, returned with its float32 copy (what the next layer norm reads).",
+       "([8, 1024, 768] bfloat16, [8, 1024, 768] float32)", {"batch_size": 8, "seq_len": 1024, "hidden": 768},
+       "h = F.linear(a, w_proj, b_proj) + residual\nreturn h, h.float()",
+       [("a", _randn("batch_size, seq_len, hidden", "bf16")), ("w_proj", _randn("hidden, hidden", "bf16")),
+        ("b_proj", _randn("hidden", "bf16")), ("residual", _randn("batch_size, seq_len, hidden", "bf16"))]),
+    _t("mlp-up-pre-activation-gelu-bf16-8192x768x3072", "transformer", "GPT-2's MLP up projection in training: the "
+       "pre-activation (saved for the backward pass) and its tanh GELU.", "([8, 1024, 3072], [8, 1024, 3072]) bfloat16",
+       {"batch_size": 8, "seq_len": 1024, "hidden": 768, "ffn": 3072},
+       "y = F.linear(x, w_fc, b_fc)\nreturn y, F.gelu(y, approximate='tanh')",
+       [("x", _randn("batch_size, seq_len, hidden", "bf16")), ("w_fc", _randn("ffn, hidden", "bf16")),
+        ("b_fc", _randn("ffn", "bf16"))]),
+    _t("backward-two-gradients-bf16-8192x3072x768", "transformer", "A backward pass's input gradient of GPT-2's MLP "
+       "down projection (its weight K x N), summed with two other gradients of its size.", "[8, 1024, 768] bfloat16",
+       {"batch_size": 8, "seq_len": 1024, "hidden": 768, "ffn": 3072},
+       "return grad_a + (torch.matmul(grad_h, w_down) + grad_b)",
+       [("grad_h", _randn("batch_size, seq_len, ffn", "bf16")), ("w_down", _randn("ffn, hidden", "bf16")),
+        ("grad_a", _randn("batch_size, seq_len, hidden", "bf16")), ("grad_b", _randn("batch_size, seq_len, hidden", "bf16"))]),
     _t("lm-head-cross-entropy-bf16-8192x768x50257", "transformer", "The LM head and its cross-entropy loss: logits over "
        "50257 classes in bf16, the loss in f32 against int64 targets.", "[] float32",
        {"tokens": 8192, "hidden": 768, "vocab": 50257}, "F.cross_entropy(F.linear(x, w_vocab).float(), targets)",
