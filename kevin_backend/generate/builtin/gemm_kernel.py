@@ -389,7 +389,7 @@ def _tree(epi: Epilogue) -> tuple[str, str, str]:
         if j == source:
             children.append("{}")
         elif kind == "mn":  # (its pointer, the value where it is null, its (row, column, batch) strides)
-            children.append(f"{{static_cast<{t} const*>(vectors[{vector}]), {t}(0), "
+            children.append(f"{{vectors ? static_cast<{t} const*>(vectors[{vector}]) : nullptr, {t}(0), "
                             "{int64_t(n), cute::Int<1>{}, int64_t(m) * n}}")
             vector += 1
         else:

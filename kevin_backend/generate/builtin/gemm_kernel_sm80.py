@@ -284,7 +284,7 @@ def _tree_source(fields: dict[str, Any], output: str, functor: str, align: int, 
     function of the accumulator and each operand, stored by an auxiliary store (`fields`: `mainloop_fields`)."""
     vectors, children, source = 0, [], source_operand(tree)
     for j, kind in enumerate(tree):
-        children.append(_TREE_NODES[kind][1].format(j=vectors, ptr="residual" if j == source else f"vectors[{vectors}]"))
+        children.append(_TREE_NODES[kind][1].format(j=vectors, ptr="residual" if j == source else f"vectors ? vectors[{vectors}] : nullptr"))
         vectors += j != source
     nodes = "".join(f",\n    {_TREE_NODES[kind][0]}" for kind in tree)
     return _DEVICE_TREE.format(
