@@ -62,6 +62,11 @@ PROGRAMS = {
                                              f"torch.randn(2, 16, 64, {BF16}), torch.randn(64, 48, {BF16}), "
                                              f"torch.randn(2, 16, 48, {BF16}), torch.randn(48, {BF16}), torch.randn(2, 16, 48, {BF16})"),
                                         "sm90", "9.0"),
+    # a compiled GPT-2's MLP up projection in training: one kernel keeping the pre-activation beside its
+    # GELU (`KeptEnd`, the first variant)
+    "sm90-kept-pre-activation-gelu-bf16": (task("(y := F.linear(v[0], v[1], v[2]), F.gelu(y, approximate='tanh'))",
+                                                f"torch.randn(64, 32, {BF16}), torch.randn(48, 32, {BF16}), torch.randn(48, {BF16})"),
+                                           "sm90", "9.0"),
     "conv-transpose2d-f32": (task("torch.sigmoid(F.conv_transpose2d(v[0], v[1], v[2], stride=2, padding=1))",
                                   "torch.randn(2, 16, 5, 6), torch.randn(16, 8, 4, 4), torch.randn(8)"), "sm80", "8.0"),
 }

@@ -151,7 +151,7 @@ TREES = {"tree-bias-gate-rows-bf16": ("n", "mn", "m"), "sm80-tree-bias-gate-rows
                     reason="needs a Hopper GPU (sm_90a)")
 def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Path) -> None:
     from kevin_backend.generate.builtin.conv_kernel import sm90_conv_fits
-    from kevin_backend.generate.builtin.gemm_plan import (GemmChain, GemmHead, GemmPlan, GemmTail, WideEnd, plan_gemm, plan_tilings,
+    from kevin_backend.generate.builtin.gemm_plan import (GemmChain, GemmHead, GemmPlan, GemmTail, KeptEnd, WideEnd, plan_gemm, plan_tilings,
                                                           write_gemm_program)
     from kevin_backend.judge.judge import Judge
     from kevin_backend.judge.sandbox import RunConfig
@@ -195,6 +195,10 @@ def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Pa
         tiling = next(t for t in tilings if type(t).__name__ == "Sm80Tiling") if name.endswith("-cutlass2x") else tilings[0]
         # (a float32 convolution of 16 or 32 channels: its narrow tile first)
         assert (tiling.name == "3xtf32 tile 128x32x32 stages 4") == name.startswith(("conv-tail-min", "conv-tail-3d", "conv-transpose2d-sigmoid")), (name, tiling.name)
+        if isinstance(tiling, KeptEnd):  # (the one GEMM keeping its end; and the GEMM, then the writer's kernel)
+            assert name.startswith("stream-") and isinstance(plan, GemmTail) and plan.kept.spec.epilogue.after, (name, plan)
+            programs[name + "-kept"] = write_gemm_program(plan, tiling, task_source=source)
+            tiling = next(t for t in tilings if not isinstance(t, KeptEnd))
         programs[name] = write_gemm_program(plan, tiling, task_source=source)
         if name in WIDE:
             assert isinstance(tilings[-1], WideEnd), tilings

@@ -56,6 +56,9 @@ def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
             assert len(operands) == len(e.operands)
             shapes = {"n": (1, -1), "m": (-1, 1), "mn": tuple(product.shape)}
             read = [a.reshape(shapes[kind]) for a, kind in zip(operands, e.operands)]
+            if e.after:  # (the tree's value kept in the kernel's dtype; the output its function)
+                value = run_statements(e.function, product, *read)
+                return [run_statements(e.after, value).to(stored).reshape(*x.shape[:-1], -1), value.to(x.dtype).reshape(*x.shape[:-1], -1)]
             return run_statements(e.function, product, *read).to(stored).reshape(*x.shape[:-1], -1)
         bias, residual = operands
         y = e.alpha * product
@@ -365,7 +368,8 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     import torch.utils.cpp_extension as cpp_extension
 
     from kernel_emulator import emulate, has_cuda_headers
-    from kevin_backend.generate.builtin.gemm_plan import GemmHead, GemmTail, WideEnd, own_variant, plan_gemm, plan_tilings, write_gemm_program
+    from kevin_backend.generate.builtin.gemm_plan import (GemmHead, GemmTail, KeptEnd, WideEnd, own_variant, plan_gemm, plan_tilings,
+                                                          write_gemm_program)
     from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
     from kevin_backend.generate.builtin.host_function import returned
     from kevin_backend.generate.builtin.program import write_program
@@ -386,7 +390,10 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     tilings = plan_tilings(plan)
     assert (tail is not None and tail.wide is not None) == magnified
     assert [isinstance(t, WideEnd) for t in tilings] == [False] * (len(tilings) - 2 * magnified) + [True] * (2 * magnified)
-    program = write_gemm_program(plan, tilings[-1 if wide else 0], task_source=source)
+    # (a tail whose end the task returns too: its one-kernel variants first, `test_a_gemm_keeps_its_end_beside_its_output`)
+    kept = [isinstance(t, KeptEnd) for t in tilings]
+    assert kept == [True] * 2 * (tail is not None and tail.kept is not None) + [False] * (len(tilings) - kept.count(True)), tilings
+    program = write_gemm_program(plan, tilings[-1 if wide else kept.count(True)], task_source=source)
     assert check_program(program) == () and program.count("load_inline(") == 1 + bool(head) + bool(tail)
     assert ("using ElementD = float;" in program) == (wide or "f32" in name)
     assert ("dtype(at::kFloat)" in program) == (wide or "f32" in name) or "conv" in name  # (a convolution's output: x's options)
@@ -432,6 +439,37 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     values = reference.get_inputs()
     tolerance = 1e-4 if "f32" in name else 2e-2
     torch.testing.assert_close(candidate(*values), model(*values), rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("name", ["residual-stream-bf16", "residual-stream-second-bf16", "pre-activation-gelu-bf16", "residual-square-bf16",
+                                  "stream-residual-float-bf16-8192x768x768", "mlp-up-pre-activation-gelu-bf16-8192x768x3072"])
+@pytest.mark.parametrize("arch", ["sm90", "sm80"])
+def test_a_gemm_keeps_its_end_beside_its_output(name: str, arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a compiled model's partition returning the GEMM's end and one value computed from it alone (the
+    # residual stream and its float32 copy, the pre-activation and its GELU): on Hopper, one kernel
+    # storing the end beside that value (`Epilogue.after`), its variants first; two values computed
+    # from it (the float32 copy and its square) and CUTLASS 2.x's kernel keep the writer's kernel after it
+    from kevin_backend.generate.builtin.gemm_plan import GemmTail, KeptEnd, plan_gemm, plan_tilings, write_gemm_program
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+    from kevin_backend.toolchain.static_rules import check_program
+
+    source = task(*_AROUND[name]) if name in _AROUND else next(t.source for t in GEMM_SUITE if t.name == name)
+    plan = plan_gemm(source, arch=arch)
+    if arch == "sm80" or "square" in name:  # (the sm80 kernel declines a bias beside a residual)
+        assert not isinstance(plan, GemmTail) or (plan.kept is None and not any(isinstance(t, KeptEnd) for t in plan_tilings(plan))), plan
+        return
+    assert isinstance(plan, GemmTail) and plan.ends, plan
+    assert plan.kept is not None and plan.kept.spec.epilogue.after and plan.kept.spec.epilogue.tree, plan
+    assert plan.kept.spec.output == ("float32" if "stream" in name else "bfloat16"), plan.kept.describe()
+    tilings = plan_tilings(plan)
+    assert [isinstance(t, KeptEnd) for t in tilings[:3]] == [True, True, False], tilings
+    program = write_gemm_program(plan, tilings[0], task_source=source)
+    assert check_program(program) == () and program.count("load_inline(") == 1 and "Sm90AuxStore<0, TileShape, Element" in program
+    assert "std::vector<torch::Tensor> gemm_epilogue(" in program and "return {out, kept};" in program
+    assert ("view([2, 8, 96])" in program) == (name == "pre-activation-gelu-bf16"), program[program.index("def forward"):]
+    new, values = _runs_as_its_model(source, program, plan.kept, monkeypatch, 5, 2e-2)
+    (call,) = new.calls
+    assert [a.data_ptr() for a in call[2:]] == [values[i].data_ptr() for i in plan.kept.operands]
 
 
 def test_a_compiled_models_attention_scores_are_one_batched_gemm(hopper_with_cutlass, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]

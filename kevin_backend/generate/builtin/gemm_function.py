@@ -144,7 +144,7 @@ def elementwise_function(pre: fx.Node, out: fx.Node, dtype: torch.dtype, operand
     derived = {pre}  # (the values computed from the product; the others come from operands alone)
     leaves: set[fx.Node] = set()  # (the operands' nodes read, and views of them)
     node = pre.next
-    while True:
+    while pre is not out:  # (none where the value is `pre`'s: an addmm's own, kept as it is)
         if node.op != "call_function":
             raise Unsupported(f"{node.op} {node.name} after the matmul: the epilogue is elementwise ops only")
         statement = _statement(node, names, derived, dtype, last=node is out, operand=operand, leaves=leaves)

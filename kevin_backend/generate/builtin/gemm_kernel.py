@@ -77,6 +77,9 @@ template <class T, int N> struct KevinEpilogueFn<cutlass::Array<T, N>> {{
 OPERAND_KINDS = {"n": "cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, Element, float>",
                  "m": "cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, Element, float>",
                  "mn": "cutlass::epilogue::fusion::Sm90SrcFetch<Element>"}
+# the store of a kept value (`Epilogue.after`): from registers, beside the output's
+_KEPT = ("cutlass::epilogue::fusion::Sm90AuxStore<0, TileShape, Element, cutlass::FloatRoundStyle::round_to_nearest, "
+         "cutlass::layout::RowMajor, void, void, 128 / cute::sizeof_bits_v<Element>>")
 _MORE_MN = "cutlass::epilogue::fusion::Sm90AuxLoad<0, TileShape, {t}, cutlass::layout::RowMajor, void, void, 128 / cute::sizeof_bits_v<{t}>>"
 
 _SCHEDULERS = {"persistent": "void", "splitk": "cutlass::gemm::StreamKScheduler", "streamk": "cutlass::gemm::StreamKScheduler"}
@@ -109,6 +112,10 @@ class Epilogue:
     # inference batch norm's mean and reciprocal deviation as a compiled model computes them):
     # Hopper's visitor tree reads them so; the others are the kernel's dtype
     wide: tuple[int, ...] = ()
+    # a tree that keeps its value (`kept`: a compiled model's pre-activation saved for the backward
+    # pass, its residual stream): Hopper's kernel stores the function's value in its dtype beside the
+    # output, and the output is this second function of it (statements on `v`, `function`'s form)
+    after: str = ""
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
@@ -121,6 +128,8 @@ class Epilogue:
                 raise ValueError(f"operands {sorted(unknown)}: each one of {', '.join(OPERAND_KINDS)}")
             if self.activation != "function" or self.bias or self.residual or self.alpha != 1:
                 raise ValueError("a tree's function is its whole epilogue: no activation, alpha, bias or residual beside it")
+        if self.after and not self.operands:
+            raise ValueError("a value kept beside the output is a tree's")
         if any(not 0 <= j < len(self.operands) for j in self.wide):
             raise ValueError(f"float32 operands {list(self.wide)}: not among the tree's operands {list(self.operands)}")
 
@@ -170,6 +179,8 @@ class GemmSpec:
             raise ValueError(f"arch {self.arch!r}: 'sm90' or 'sm80'")
         if self.sm80 and self.direct_store:
             raise ValueError("the sm80 kernel stores any row: no direct store")
+        if e.after and (self.sm80 or self.convolution is not None or self.dtype == "float32"):
+            raise ValueError("a value kept beside the output: Hopper's 16-bit GEMM stores it, no other kernel")
         if self.convolution is not None and ((e.bias and e.residual) or self.pad_k or self.direct_store or self.store
                                              or self.weight != "nk"):
             raise ValueError("a convolution's epilogue: one source (a bias or a residual); no packed rows, direct "
@@ -382,7 +393,8 @@ def _tree(epi: Epilogue) -> tuple[str, str, str]:
     nodes = [_MORE_MN.format(t=t) if kind == "mn" and j != source else OPERAND_KINDS[kind].replace("Element, float>", f"{t}, float>")
              for j, (kind, t) in enumerate(zip(epi.operands, types))]
     fusion = ("cutlass::epilogue::fusion::Sm90EVT<\n"
-              "    cutlass::epilogue::fusion::Sm90Compute<KevinTreeFn, ElementD, float, cutlass::FloatRoundStyle::round_to_nearest>,\n"
+              f"    cutlass::epilogue::fusion::Sm90Compute<KevinTreeFn, {'float' if epi.after else 'ElementD'}, float, "
+              "cutlass::FloatRoundStyle::round_to_nearest>,\n"
               "    cutlass::epilogue::fusion::Sm90AccFetch" + "".join(f",\n    {node}" for node in nodes) + ">")
     children, vector = ["{}"], 0
     for j, (kind, t) in enumerate(zip(epi.operands, types)):
@@ -395,8 +407,18 @@ def _tree(epi: Epilogue) -> tuple[str, str, str]:
         else:
             children.append(f"{{vectors ? static_cast<{t} const*>(vectors[{vector}]) : nullptr}}")
             vector += 1
+    arguments = f"{{{', '.join(children)}, {{}}}}"
+    if epi.after:  # (the tree's value stored beside the output, the launcher's last vector; the output its function)
+        functor += _TREE_FUNCTION.format(params="", arrays="", body=epi.after, values="").replace("KevinTreeFn", "KevinAfterFn")
+        fusion = ("cutlass::epilogue::fusion::Sm90EVT<\n"
+                  "  cutlass::epilogue::fusion::Sm90Compute<KevinAfterFn, ElementD, float, cutlass::FloatRoundStyle::round_to_nearest>,\n"
+                  "  cutlass::epilogue::fusion::Sm90EVT<\n"
+                  f"    {_KEPT},\n    {fusion}>>")
+        arguments = (f"{{{{{arguments}, {{vectors ? static_cast<Element*>(const_cast<void*>(vectors[{vector}])) : nullptr, "
+                     "{int64_t(n), cute::Int<1>{}, int64_t(m) * n}}}, {}}")
+        vector += 1
     thread_args = (("    void const* const* vectors = static_cast<void const* const*>(bias);\n" if vector else "")
-                   + f"    args.epilogue.thread = {{{', '.join(children)}, {{}}}};\n")
+                   + f"    args.epilogue.thread = {arguments};\n")
     return functor, fusion, thread_args
 
 
@@ -447,17 +469,22 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
             f'"gemm_epilogue: a{j} of {sizes[kind][1]}");\n'
             f"    a{j} = a{j}.contiguous();\n" for j, kind in enumerate(epi.operands))
         source = source_operand(epi.operands, epi.wide)
-        vectors = [f"a{j}.data_ptr()" for j in range(len(epi.operands)) if j != source]
-        operands = (checks + f"    const void* vectors[] = {{{', '.join(vectors) or 'nullptr'}}};\n"
+        vectors = [f"a{j}.data_ptr()" for j in range(len(epi.operands)) if j != source] + (["kept.data_ptr()"] if epi.after else [])
+        kept = "    auto kept = torch::empty(out_sizes, x.options());  // (the tree's value, stored beside the output)\n"
+        operands = (checks + (kept if epi.after else "") + f"    const void* vectors[] = {{{', '.join(vectors) or 'nullptr'}}};\n"
                     "    const void* bias_ptr = vectors;\n"
                     f"    const void* residual_ptr = {'nullptr' if source is None else f'a{source}.data_ptr()'};\n")
     else:
         operands = _CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
-    return gemm_device_source(spec, tiling) + _HOST.format(
+    host = _HOST.format(
         scalar=scalar, stored=_SCALARS[spec.output], align=align, n_align=n_align,
         params=params, operands=operands, pack=pack,
         n="w.size(-2)" if spec.weight == "nk" else "w.size(-1)", kdim=-1 if spec.weight == "nk" else -2,
         shape="N x K" if spec.weight == "nk" else "K x N")
+    if epi.after:  # (both returned: the output, then the kept value)
+        host = host.replace("torch::Tensor gemm_epilogue(", "std::vector<torch::Tensor> gemm_epilogue(").replace(
+            "return out;", "return {out, kept};")
+    return gemm_device_source(spec, tiling) + host
 
 
 def gemm_cuda_flags(spec: GemmSpec) -> tuple[str, ...]:
@@ -471,7 +498,8 @@ def gemm_cpp_source(spec: GemmSpec) -> str:
     if not spec.epilogue.tree:
         return GEMM_CPP_SOURCE
     operands = "".join(f", torch::Tensor a{j}" for j in range(len(spec.epilogue.operands)))
-    return f"torch::Tensor gemm_epilogue(torch::Tensor x, torch::Tensor w{operands});"
+    returned = "std::vector<torch::Tensor>" if spec.epilogue.after else "torch::Tensor"
+    return f"{returned} gemm_epilogue(torch::Tensor x, torch::Tensor w{operands});"
 
 
 _CLASSIC_OPERANDS = """    const void* bias_ptr = nullptr;

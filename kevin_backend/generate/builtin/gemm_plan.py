@@ -56,7 +56,7 @@ from kevin_backend.generate.builtin.conv_plan import plan_conv
 from kevin_backend.generate.builtin.gemm_chain import (MATMULS, ChainTiling, GemmChain, batched_operands, chain_cut, chain_tilings,
                                                         decompose_baddbmm, with_parameters)
 from kevin_backend.generate.builtin.gemm_reading import DTYPES, RESHAPES, GemmPlan, gemm_spec, read_epilogue, read_outputs
-from kevin_backend.generate.builtin.gemm_tail import GemmHead, GemmTail, WideEnd, has_tail, head_of, plan_head, plan_tail
+from kevin_backend.generate.builtin.gemm_tail import GemmHead, GemmTail, KeptEnd, WideEnd, has_tail, head_of, plan_head, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.program import extension
 from kevin_backend.generate.builtin.variant_ranking import preferred_order
@@ -64,7 +64,7 @@ from kevin_backend.generate.builtin.variants import Variant, variant_named
 from kevin_backend.generate.builtin.plan import Declined, Plan
 from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace_with_parameters
 
-__all__ = ["ChainTiling", "GemmChain", "GemmHead", "GemmPlan", "GemmTail", "WideEnd", "gemm_turn", "own_variant", "plan_gemm", "plan_tilings",
+__all__ = ["ChainTiling", "GemmChain", "GemmHead", "GemmPlan", "GemmTail", "KeptEnd", "WideEnd", "gemm_turn", "own_variant", "plan_gemm", "plan_tilings",
            "write_gemm_program"]
 
 aten = torch.ops.aten
@@ -112,7 +112,7 @@ def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPl
     except Unsupported:
         if not has_tail(graph):
             raise
-        return plan_tail(graph, metas, read)
+        return plan_tail(graph, metas, read, read_tree=functools.partial(_read_gemm, arch=arch, tree=True))
 
 
 def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
@@ -120,12 +120,14 @@ def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
     its parameters named (`GemmPlan.state`)."""
     if isinstance(plan, GemmTail) and plan.wide is not None:
         plan = dataclasses.replace(plan, wide=_named(plan.wide, inputs, state))
+    if isinstance(plan, GemmTail) and plan.kept is not None:
+        plan = dataclasses.replace(plan, kept=_named(plan.kept, inputs, state))
     if isinstance(plan, (GemmHead, GemmTail)):
         return dataclasses.replace(plan, gemm=_named(plan.gemm, inputs, state))
     return dataclasses.replace(plan, inputs=inputs, state=state)
 
 
-def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
+def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str, tree: bool = False) -> GemmPlan:
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     index = {p: i for i, p in enumerate(placeholders)}
     out, views = read_outputs(graph)
@@ -141,7 +143,7 @@ def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan:
         shape = tuple(value.shape) if isinstance(value, torch.Tensor) else "?"
         raise Unsupported(f"an output of shape {shape}: not the {m} x {n} product's values, row by row")
     out_shape = None if tuple(value.shape) == (*xv.shape[:-1], n) else tuple(int(d) for d in value.shape)
-    epilogue, bias_in, residual_in, operands = read_epilogue(mm, out, bias, index, metas, (batch * m, n), xv.dtype)
+    epilogue, bias_in, residual_in, operands = read_epilogue(mm, out, bias, index, metas, (batch * m, n), xv.dtype, tree)
     if batch > 1 and "m" in epilogue.operands:
         raise Unsupported("a column of values per row in a batch of products (the kernel reads one column for all)")
     if value.dtype != xv.dtype and value.dtype != torch.float32:
@@ -254,6 +256,11 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
         if tail is None or tail.wide is None:
             raise ValueError(f"{tiling.name}: a variant of a tail that exponentiates a 16-bit end")
         tail, tiling = tail.wide, tiling.tiling
+    kept = None
+    if isinstance(tiling, KeptEnd):  # (the tail's variant of one GEMM keeping its end beside its output)
+        if tail is None or tail.kept is None:
+            raise ValueError(f"{tiling.name}: a variant of a tail whose GEMM keeps its end")
+        kept, plan, tail, tiling = tail, tail.kept, None, tiling.tiling
     plan = tail.gemm if tail else plan
     chained = isinstance(plan, GemmChain)
     plans = plan.plans if chained else (plan,)
@@ -280,6 +287,12 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
         if tail and p.views and (p.conv or p.spec.convolution is not None):  # (its output as it lies: the tail reads it viewed)
             (view,) = p.views
             shaped += view.removeprefix("return y")
+        if kept:  # (its output, then the end it kept: each where the task returns it)
+            lines += [f"y = ext.{function}({_call(p)})",
+                      "return (" + ", ".join(f"y[1]{shaped}" if i in kept.ends else
+                                             f"y[0].view({list(kept.kept_shape)})" if kept.kept_shape else f"y[0]{shaped}"
+                                             for i in range(len(kept.ends) + 1)) + ",)"]
+            continue
         last = j == len(plans) - 1 and not tail
         lines.append(f"{'y =' if last and p.views else 'return' if last else f'y{j + first} ='} ext.{function}({_call(p)}){shaped}")
         lines.extend(p.views if last else ())
@@ -365,6 +378,8 @@ def plan_tilings(plan: GemmPlan | GemmChain | GemmTail | GemmHead) -> tuple[Any,
     if isinstance(plan, GemmTail) and plan.wide is not None:  # then its end in float32, with the first two
         own = plan_tilings(plan.gemm)
         return own + tuple(WideEnd(t) for t in own[:2])
+    if isinstance(plan, GemmTail) and plan.kept is not None:  # one kernel keeping the end first, in two tilings
+        return tuple(KeptEnd(t) for t in plan_tilings(plan.kept)[:2]) + plan_tilings(plan.gemm)
     if isinstance(plan, (GemmTail, GemmHead)):
         return plan_tilings(plan.gemm)
     if isinstance(plan, GemmChain):

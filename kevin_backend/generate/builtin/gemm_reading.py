@@ -69,6 +69,7 @@ class GemmPlan:
                  *([f"a visitor tree ({e.function.count(chr(10))} statements) reading {_kinds(e.operands, self.spec.convolution)}"
                    + (f" ({len(e.wide)} of float32 values)" if e.wide else "")]
                    if e.tree else []),
+                 *(["its value kept beside the output, a function of it stored"] if e.after else []),
                  *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else []),
                  *(["its rows stored directly (N unaligned)"] if self.spec.direct_store else []),
                  *(["x and w packed into rows of 8 first (rows of odd length)"] if self.spec.pad_k else []),
@@ -106,15 +107,17 @@ def gemm_spec(dtype: str, epilogue: Epilogue, nk: bool, n: int, k: int, arch: st
 
 
 def read_epilogue(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas: list[Any], mn: tuple[int, int],
-              dtype: torch.dtype) -> tuple[Epilogue, int | None, int | None, tuple[int, ...]]:
+                  dtype: torch.dtype, tree: bool = False) -> tuple[Epilogue, int | None, int | None, tuple[int, ...]]:
     """The linear part (views, casts, a scale, a bias over N, a residual) walked from the matmul
     while each value is read once; what follows, up to the output, is one of CUTLASS's activations
     where it is one (`_named_activation`), else one elementwise function of that value
     (`gemm_function.py`). Where that function reads other tensors (a second bias, a column of M
     values, a tensor added after the activation), the whole epilogue is one function of the
-    accumulator and those operands instead: a visitor tree (`_tree`)."""
+    accumulator and those operands instead: a visitor tree (`_tree`), as always with `tree`."""
     from kevin_backend.generate.builtin.gemm_function import elementwise_function
 
+    if tree:
+        return _tree(mm, out, bias, index, metas, mn, dtype)
     m, n = mn
     alpha, beta, residual = 1.0, 1.0, None
     bias_in = read_bias(bias, index, metas, n, dtype) if bias is not None else None

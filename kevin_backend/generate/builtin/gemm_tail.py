@@ -29,7 +29,7 @@ from kevin_backend.generate.builtin.graph_nodes import REDUCTIONS
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.plan import Plan
 
-__all__ = ["GemmHead", "GemmTail", "WideEnd", "has_tail", "head_of", "plan_head", "plan_tail"]
+__all__ = ["GemmHead", "GemmTail", "KeptEnd", "WideEnd", "has_tail", "head_of", "plan_head", "plan_tail"]
 
 aten = torch.ops.aten
 # Reductions that exponentiate their operand: a 16-bit end's rounding (half an ulp of a logit of
@@ -67,6 +67,11 @@ class GemmTail(_AroundGemm):
     # the task's outputs (their numbers) that are the end itself, the GEMM kernel's output; the
     # tail's outputs are the others, in order
     ends: tuple[int, ...] = ()
+    # the same as one GEMM where the tail is one elementwise function of the end alone (a
+    # pre-activation and its GELU, the residual stream and its float32 copy): Hopper's kernel
+    # keeps the end beside its output, the function's value (`Epilogue.after`; variants `KeptEnd`)
+    kept: Any = None
+    kept_shape: tuple[int, ...] | None = None  # (that value's shape, where a view makes it another than the end's)
 
     def describe(self) -> str:
         returned = f", the GEMM's output returned as output {', '.join(map(str, self.ends))} too" if self.ends else ""
@@ -82,6 +87,18 @@ class WideEnd:
     @property
     def name(self) -> str:
         return f"{self.tiling.name}, its end in float32"
+
+
+@dataclass(frozen=True)
+class KeptEnd:
+    """A variant of a tail whose GEMM keeps its end beside the tail's value (`GemmTail.kept`): one
+    kernel, the end not read back; `tiling` the kept GEMM's."""
+
+    tiling: Any
+
+    @property
+    def name(self) -> str:
+        return f"{self.tiling.name}, its end kept beside the output"
 
 
 @dataclass(frozen=True)
@@ -172,10 +189,11 @@ def has_tail(graph: fx.Graph) -> bool:
 
 
 def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[Any]], Any],
-              end_layout: torch.memory_format | None = None) -> GemmTail:
+              end_layout: torch.memory_format | None = None, read_tree: Callable[[fx.Graph, list[Any]], Any] | None = None) -> GemmTail:
     """The GEMM (`read` of the graph up to the end) and the built-in writer's plan of the rest,
     reading the end as the GEMM kernel leaves it: contiguous, or in `end_layout` (a convolution's
-    output as it lies, channels innermost: `conv_plan.plan_conv`)."""
+    output as it lies, channels innermost: `conv_plan.plan_conv`). Where the task returns the end
+    too, also the one GEMM keeping it (`GemmTail.kept`: `read_tree` reads the GEMM as a tree)."""
     from kevin_backend.generate.builtin.planner import plan_graph
 
     nodes = list(graph.nodes)
@@ -231,7 +249,10 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
 
     reads = tuple(placeholders.index(p) for p in used) + (len(placeholders),)
     if ends:  # (the task returns the end itself too: the GEMM kernel's output, as it stores it)
-        return GemmTail(gemm, after(dtype), reads, ends=ends)
+        kept = _kept(end, computed, gemm_graph, metas, read_tree) if read_tree is not None else None
+        shape = tuple(computed[0].meta["val"].shape)
+        return GemmTail(gemm, after(dtype), reads, ends=ends, kept=kept,
+                        kept_shape=shape if kept is not None and shape != tuple(end.meta["val"].shape) else None)
     wide = None
     # (3xTF32's products hold about 21 bits: on the H200 a softmax of a 2048 x 2048 float32
     # product was off in 3 of 4.2M elements on the judge's inputs of mixed scales. Not so after a
@@ -244,6 +265,30 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
     if dtype in (torch.float16, torch.bfloat16) and any(n.target in _MAGNIFYING for n in rest) and gemm.spec.can_end_in_float32:
         wide = GemmTail(dataclasses.replace(gemm, spec=dataclasses.replace(gemm.spec, store="float32")), after(torch.float32), reads)
     return GemmTail(gemm, after(dtype), reads, wide)
+
+
+def _kept(end: fx.Node, computed: list[fx.Node], gemm_graph: fx.Graph, metas: list[Any],
+          read_tree: Callable[[fx.Graph, list[Any]], Any]) -> Any:
+    """The GEMM (a tree: `read_tree` of `gemm_graph`) keeping `end` beside the one value `computed`
+    from it alone, elementwise (through views: its values in the end's order; its dtype or float32),
+    or None where there is no such one value or the kernel cannot keep it."""
+    from kevin_backend.generate.builtin.gemm_function import elementwise_function
+
+    value = end.meta.get("val")
+    made = computed[0].meta.get("val") if len(computed) == 1 else None
+    if not (isinstance(made, torch.Tensor) and isinstance(value, torch.Tensor) and made.numel() == value.numel()
+            and made.is_contiguous() and value.is_contiguous() and made.dtype in (value.dtype, torch.float32)):
+        return None
+    try:
+        after = elementwise_function(end, computed[0], value.dtype)  # (Unsupported where it reads anything else)
+        plan = read_tree(gemm_graph, metas)
+        if plan.views:
+            return None
+        return dataclasses.replace(plan, spec=dataclasses.replace(
+            plan.spec, epilogue=dataclasses.replace(plan.spec.epilogue, after=after),
+            store="float32" if made.dtype == torch.float32 else plan.spec.store))
+    except (Unsupported, ValueError):  # (ValueError: a spec no kernel builds, CUTLASS 2.x's or a tree of no operand)
+        return None
 
 
 def _ancestors(node: fx.Node) -> set[fx.Node]:
