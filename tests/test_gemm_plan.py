@@ -274,7 +274,8 @@ def test_the_builtin_policy_writes_chains_and_reductions_after_the_product(hoppe
 
 
 # the planned suite tasks whose epilogue is a visitor tree
-TREES = {"linear-bias-swish-scale-f16-1024x4096x4096", "mm-bias-rows-f16-512x16384x512", "swiglu-mlp-bf16-8192x4096x11008"}
+TREES = {"linear-bias-swish-scale-f16-1024x4096x4096", "mm-bias-rows-f16-512x16384x512", "swiglu-mlp-bf16-8192x4096x11008",
+         "backward-two-gradients-bf16-8192x3072x768"}
 
 
 def _specs(plan) -> list:  # type: ignore[no-untyped-def]
@@ -490,6 +491,7 @@ PLANNED = {
     "mm-scale-residual-bf16-8192x8192x8192", "mm-rowsum-f32-4096x4096x4096", "addmm-silu-f16-16384x1024x4096",
 "mm-cast-prologue-bf16-4096x4096x4096", "mm-bias-rows-f16-512x16384x512",
     "mlp-up-gelu-f16-8192x768x3072", "swiglu-mlp-bf16-8192x4096x11008", "down-proj-residual-bf16-8192x11008x4096",
+    "stream-residual-float-bf16-8192x768x768", "mlp-up-pre-activation-gelu-bf16-8192x768x3072", "backward-two-gradients-bf16-8192x3072x768",
     "prenorm-qkv-f16-4096x1024x3072", "gpt2-mlp-f32-2048x768x3072", "attn-scores-softmax-f16-32x16x512x64",
     "baddbmm-scale-relu-f32-128x512x256x512", "qkv-bias-bf16-8192x4096x12288",
     "conv2d-1x1-relu-channels-last-bf16-64x256x56x56", "linear-max-sub-gelu-f32-128x1024x512",

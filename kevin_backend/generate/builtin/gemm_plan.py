@@ -157,7 +157,12 @@ def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str, tree: bool = False)
         except Unsupported as exc:
             raise Unsupported(f"{why}, and {exc}") from None
     else:
-        spec = gemm_spec(DTYPES[xv.dtype], epilogue, nk, n, k, arch, direct)
+        try:
+            spec = gemm_spec(DTYPES[xv.dtype], epilogue, nk, n, k, arch, direct)
+        except Unsupported:
+            if tree or not (epilogue.bias and epilogue.residual):
+                raise
+            return _read_gemm(graph, metas, arch, tree=True)  # (CUTLASS 2.x's kernel reads one source; its tree reads both)
     if value.dtype != xv.dtype:  # (a float32 output of a 16-bit product, as a compiled model's residual stream for its norm)
         if spec.direct_store or not spec.can_end_in_float32:
             raise Unsupported(f"an output of {value.dtype} from {xv.dtype} inputs: the sm80 kernel beside a bias or a residual, "
