@@ -301,7 +301,8 @@ def test_on_ampere_each_planned_task_is_cutlass_2x_visitor_trees_too() -> None:
         program = write_gemm_program(plan, plan_tilings(plan)[0], task_source=t.source)
         assert "cutlass::arch::Sm80" in program and "Sm90" not in program and "compute_90a" not in program, t.name
         assert "extra_cuda_cflags=['--expt-relaxed-constexpr', '-DNDEBUG']" in program and check_program(program) == (), t.name
-        assert ("Sm80EVT" in program) == (t.name in TREES), t.name
+        # (and a bias beside a residual: CUTLASS 2.x's plain epilogue reads one source)
+        assert ("Sm80EVT" in program) == (t.name in TREES or t.name == "stream-residual-float-bf16-8192x768x768"), t.name
     assert set(planned) == PLANNED - HOPPER_ONLY, sorted(set(planned) ^ (PLANNED - HOPPER_ONLY))
     # an LM head's logits: x and w read 8 values at a time, the 50257 logits stored one by one
     assert [(s.align, s.out_align) for s in _specs(planned["lm-head-f16-4096x768x50257"])] == [(8, 1)]
