@@ -67,6 +67,11 @@ PROGRAMS = {
     "sm90-kept-pre-activation-gelu-bf16": (task("(y := F.linear(v[0], v[1], v[2]), F.gelu(y, approximate='tanh'))",
                                                 f"torch.randn(64, 32, {BF16}), torch.randn(48, 32, {BF16}), torch.randn(48, {BF16})"),
                                            "sm90", "9.0"),
+    # Llama's gate projection in training: kept beside its SiLU times the up projection's output (an
+    # operand of the second function, loaded beside)
+    "sm90-kept-gate-silu-up-bf16": (task("(g := v[0] @ v[1], F.silu(g.view(2, 8, 64).float()).to(torch.bfloat16) * v[2])",
+                                         f"torch.randn(16, 32, {BF16}), torch.randn(32, 64, {BF16}), torch.randn(2, 8, 64, {BF16})"),
+                                    "sm90", "9.0"),
     "conv-transpose2d-f32": (task("torch.sigmoid(F.conv_transpose2d(v[0], v[1], v[2], stride=2, padding=1))",
                                   "torch.randn(2, 16, 5, 6), torch.randn(16, 8, 4, 4), torch.randn(8)"), "sm80", "8.0"),
 }

@@ -117,6 +117,11 @@ TASKS = {
                                        f"torch.randn(8, 1024, 768, {BF16})"),
     "stream-pre-activation-gelu-bf16": task("(y := F.linear(v[0], v[1], v[2]), F.gelu(y, approximate='tanh'))",
                                             f"torch.randn(8192, 768, {BF16}), torch.randn(3072, 768, {BF16}), torch.randn(3072, {BF16})"),
+    # Llama's gate projection in training (its sizes): the product kept, and its SiLU times the up
+    # projection's output (a tensor the second function reads)
+    "stream-gate-silu-up-bf16": task("(g := v[0] @ v[1].t(), F.silu(g.view(4, 2048, 11008).float()).to(torch.bfloat16) * v[2])",
+                                     f"torch.randn(8192, 4096, {BF16}), torch.randn(11008, 4096, {BF16}), "
+                                     f"torch.randn(4, 2048, 11008, {BF16})"),
     # a backward pass's gradient summed with two of the output's size (GPT-2's sizes): the first the
     # kernel's source C, the second loaded beside it; on Hopper's kernel and on CUTLASS 2.x's
     "tree-two-gradients-bf16": task("v[3] + (v[0] @ v[1] + v[2]) + v[4]",

@@ -58,7 +58,8 @@ def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
             read = [a.reshape(shapes[kind]) for a, kind in zip(operands, e.operands)]
             if e.after:  # (the tree's value kept in the kernel's dtype; the output its function)
                 value = run_statements(e.function, product, *read)
-                return [run_statements(e.after, value).to(stored).reshape(*x.shape[:-1], -1), value.to(x.dtype).reshape(*x.shape[:-1], -1)]
+                return [run_statements(e.after, value, *read).to(stored).reshape(*x.shape[:-1], -1),
+                        value.to(x.dtype).reshape(*x.shape[:-1], -1)]
             return run_statements(e.function, product, *read).to(stored).reshape(*x.shape[:-1], -1)
         bias, residual = operands
         y = e.alpha * product
@@ -343,6 +344,9 @@ _AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel befor
                                     f"torch.randn(16, 64, {BF16}), torch.randn(64, 32, {BF16}), torch.randn(2, 8, 32, {BF16})"),
     "pre-activation-gelu-bf16": ("(y := F.linear(v[0], v[1], v[2]), F.gelu(y.view(2, 8, 96), approximate='tanh'))",
                                  f"torch.randn(16, 32, {BF16}), torch.randn(96, 32, {BF16}), torch.randn(96, {BF16})"),
+    # Llama's gate projection in training: kept, and its SiLU times the up projection's output
+    "gate-silu-up-bf16": ("(g := v[0] @ v[1], F.silu(g.view(2, 8, 64).float()).to(torch.bfloat16) * v[2])",
+                          f"torch.randn(16, 32, {BF16}), torch.randn(32, 64, {BF16}), torch.randn(2, 8, 64, {BF16})"),
     # a ResNet's convolution in training, as a compiled model hands it on: its output and the float32
     # copy its batch statistics read (the writer's cast kernel after the convolution)
     "conv-float-copy-bf16": ("(y := F.conv2d(v[0], v[1], padding=1), y.float())",
@@ -442,6 +446,7 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
 
 
 @pytest.mark.parametrize("name", ["residual-stream-bf16", "residual-stream-second-bf16", "pre-activation-gelu-bf16", "residual-square-bf16",
+                                  "gate-silu-up-bf16",
                                   "stream-residual-float-bf16-8192x768x768", "mlp-up-pre-activation-gelu-bf16-8192x768x3072"])
 @pytest.mark.parametrize("arch", ["sm90", "sm80"])
 def test_a_gemm_keeps_its_end_beside_its_output(name: str, arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -466,7 +471,10 @@ def test_a_gemm_keeps_its_end_beside_its_output(name: str, arch: str, monkeypatc
     program = write_gemm_program(plan, tilings[0], task_source=source)
     assert check_program(program) == () and program.count("load_inline(") == 1 and "Sm90AuxStore<0, TileShape, Element" in program
     assert "std::vector<torch::Tensor> gemm_epilogue(" in program and "return {out, kept};" in program
-    assert ("view([2, 8, 96])" in program) == (name == "pre-activation-gelu-bf16"), program[program.index("def forward"):]
+    assert ("view([2, 8, 96])" in program or "view([2, 8, 64])" in program) == (name in ("pre-activation-gelu-bf16", "gate-silu-up-bf16"))
+    # (the second function's operands after the tree's own: the up projection's, loaded beside)
+    e = plan.kept.spec.epilogue
+    assert len(e.operands) - e.after_from == ("gate" in name) and ("Sm90AuxLoad" in program) == ("gate" in name), plan.kept
     new, values = _runs_as_its_model(source, program, plan.kept, monkeypatch, 5, 2e-2)
     (call,) = new.calls
     assert [a.data_ptr() for a in call[2:]] == [values[i].data_ptr() for i in plan.kept.operands]

@@ -116,6 +116,7 @@ class Epilogue:
     # pass, its residual stream): Hopper's kernel stores the function's value in its dtype beside the
     # output, and the output is this second function of it (statements on `v`, `function`'s form)
     after: str = ""
+    after_from: int = 0  # (the operands `after` reads: those from this one on; the tree's value reads the others)
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
@@ -128,14 +129,19 @@ class Epilogue:
                 raise ValueError(f"operands {sorted(unknown)}: each one of {', '.join(OPERAND_KINDS)}")
             if self.activation != "function" or self.bias or self.residual or self.alpha != 1:
                 raise ValueError("a tree's function is its whole epilogue: no activation, alpha, bias or residual beside it")
-        if self.after and not self.operands:
-            raise ValueError("a value kept beside the output is a tree's")
+        if self.after and not (self.operands and 0 <= self.after_from <= len(self.operands)):
+            raise ValueError("a value kept beside the output is a tree's (its second function's operands among the tree's)")
         if any(not 0 <= j < len(self.operands) for j in self.wide):
             raise ValueError(f"float32 operands {list(self.wide)}: not among the tree's operands {list(self.operands)}")
 
     @property
     def tree(self) -> bool:
         return bool(self.operands)
+
+    @property
+    def source(self) -> int | None:
+        """The operand the kernel reads as its source C (`source_operand`: among the tree's value's own)."""
+        return source_operand(self.operands[:self.after_from] if self.after else self.operands, self.wide)
 
 
 @dataclass(frozen=True)
@@ -343,7 +349,7 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     mainloop_schedule, epilogue_schedule = _SCHEDULES[tiling.schedule]
     if spec.direct_store:
         epilogue_schedule = "cutlass::epilogue::NoSmemWarpSpecialized"
-    reads_c = epi.residual or source_operand(epi.operands, epi.wide) is not None
+    reads_c = epi.residual or epi.source is not None
     source_element = element if reads_c else "void"
     if epi.tree:
         functor, fusion, thread_args = _tree(epi)
@@ -381,45 +387,53 @@ def _scheduler_args(tiling: GemmTiling) -> str:
 def _tree(epi: Epilogue) -> tuple[str, str, str]:
     """A tree epilogue's functor, its visitor tree (the function over the accumulator and each
     operand: `OPERAND_KINDS`) and the lines setting its arguments. The launcher's `bias` pointer
-    is then the host array of the vector operands' pointers, in order; `residual` the tensor of
-    the output's size, where there is one."""
-    names = [f"a{j}" for j in range(len(epi.operands))]
-    params = "".join(f", float {a}" for a in names)
-    arrays = "".join(f", cutlass::Array<float, N> const& {a}" for a in names)
-    functor = _TREE_FUNCTION.format(params=params, arrays=arrays, body=epi.function,
-                                    values="".join(f", {a}[i]" for a in names))
+    is then the host array of the operands' pointers, in order, but the source C's (`residual`,
+    `Epilogue.source`), then a kept value's (`Epilogue.after`: the tree's value stored beside the
+    output, the output the second function of it and of the operands from `after_from` on)."""
     types = ["float" if j in epi.wide else "Element" for j in range(len(epi.operands))]  # (each operand's values in memory)
-    source = source_operand(epi.operands, epi.wide)
-    nodes = [_MORE_MN.format(t=t) if kind == "mn" and j != source else OPERAND_KINDS[kind].replace("Element, float>", f"{t}, float>")
-             for j, (kind, t) in enumerate(zip(epi.operands, types))]
-    fusion = ("cutlass::epilogue::fusion::Sm90EVT<\n"
-              f"    cutlass::epilogue::fusion::Sm90Compute<KevinTreeFn, {'float' if epi.after else 'ElementD'}, float, "
-              "cutlass::FloatRoundStyle::round_to_nearest>,\n"
-              "    cutlass::epilogue::fusion::Sm90AccFetch" + "".join(f",\n    {node}" for node in nodes) + ">")
-    children, vector = ["{}"], 0
+    source = epi.source
+    vectors = {j: k for k, j in enumerate(j for j in range(len(epi.operands)) if j != source)}
+    nodes, children = [], []
     for j, (kind, t) in enumerate(zip(epi.operands, types)):
         if j == source:
+            nodes.append(OPERAND_KINDS[kind])
             children.append("{}")
         elif kind == "mn":  # (its pointer, the value where it is null, its (row, column, batch) strides)
-            children.append(f"{{vectors ? static_cast<{t} const*>(vectors[{vector}]) : nullptr, {t}(0), "
+            nodes.append(_MORE_MN.format(t=t))
+            children.append(f"{{vectors ? static_cast<{t} const*>(vectors[{vectors[j]}]) : nullptr, {t}(0), "
                             "{int64_t(n), cute::Int<1>{}, int64_t(m) * n}}")
-            vector += 1
         else:
-            children.append(f"{{vectors ? static_cast<{t} const*>(vectors[{vector}]) : nullptr}}")
-            vector += 1
-    arguments = f"{{{', '.join(children)}, {{}}}}"
-    if epi.after:  # (the tree's value stored beside the output, the launcher's last vector; the output its function)
-        functor += _TREE_FUNCTION.format(params="", arrays="", body=epi.after, values="").replace("KevinTreeFn", "KevinAfterFn")
-        fusion = ("cutlass::epilogue::fusion::Sm90EVT<\n"
-                  "  cutlass::epilogue::fusion::Sm90Compute<KevinAfterFn, ElementD, float, cutlass::FloatRoundStyle::round_to_nearest>,\n"
-                  "  cutlass::epilogue::fusion::Sm90EVT<\n"
-                  f"    {_KEPT},\n    {fusion}>>")
-        arguments = (f"{{{{{arguments}, {{vectors ? static_cast<Element*>(const_cast<void*>(vectors[{vector}])) : nullptr, "
-                     "{int64_t(n), cute::Int<1>{}, int64_t(m) * n}}}, {}}")
-        vector += 1
-    thread_args = (("    void const* const* vectors = static_cast<void const* const*>(bias);\n" if vector else "")
+            nodes.append(OPERAND_KINDS[kind].replace("Element, float>", f"{t}, float>"))
+            children.append(f"{{vectors ? static_cast<{t} const*>(vectors[{vectors[j]}]) : nullptr}}")
+    first = epi.after_from if epi.after else len(epi.operands)
+    functor = _tree_function("KevinTreeFn", epi.function, range(first))
+    fusion = _evt("KevinTreeFn", "float" if epi.after else "ElementD", ["cutlass::epilogue::fusion::Sm90AccFetch", *nodes[:first]])
+    arguments = f"{{{{}}, {''.join(c + ', ' for c in children[:first])}{{}}}}"
+    if epi.after:  # (the tree's value stored beside the output, the launcher's last pointer; the output its function)
+        functor += _tree_function("KevinAfterFn", epi.after, range(first, len(epi.operands)))
+        kept = f"cutlass::epilogue::fusion::Sm90EVT<{_KEPT}, {fusion}>"
+        fusion = _evt("KevinAfterFn", "ElementD", [kept, *nodes[first:]])
+        kept_args = (f"{{{arguments}, {{vectors ? static_cast<Element*>(const_cast<void*>(vectors[{len(vectors)}])) : nullptr, "
+                     "{int64_t(n), cute::Int<1>{}, int64_t(m) * n}}}")
+        arguments = f"{{{kept_args}, {''.join(c + ', ' for c in children[first:])}{{}}}}"
+    thread_args = (("    void const* const* vectors = static_cast<void const* const*>(bias);\n" if vectors or epi.after else "")
                    + f"    args.epilogue.thread = {arguments};\n")
     return functor, fusion, thread_args
+
+
+def _evt(functor: str, output: str, children: list[str]) -> str:
+    """A visitor tree's node computing `functor` (stored as `output`) of its children's values."""
+    return ("cutlass::epilogue::fusion::Sm90EVT<\n"
+            f"    cutlass::epilogue::fusion::Sm90Compute<{functor}, {output}, float, cutlass::FloatRoundStyle::round_to_nearest>"
+            + "".join(f",\n    {child}" for child in children) + ">")
+
+
+def _tree_function(name: str, body: str, operands: range) -> str:
+    """The functor `name` of the value `v` and the operands numbered `operands` (`_TREE_FUNCTION`)."""
+    names = [f"a{j}" for j in operands]
+    return _TREE_FUNCTION.format(params="".join(f", float {a}" for a in names), body=body,
+                                 arrays="".join(f", cutlass::Array<float, N> const& {a}" for a in names),
+                                 values="".join(f", {a}[i]" for a in names)).replace("KevinTreeFn", name)
 
 
 # A tree's functor: the function of the accumulator `v` and the operands `a0, a1, ...`, each a float32
@@ -468,7 +482,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
             f'    TORCH_CHECK(a{j}.numel() == {sizes[kind][0]} && a{j}.scalar_type() == {"at::kFloat" if j in epi.wide else scalar}, '
             f'"gemm_epilogue: a{j} of {sizes[kind][1]}");\n'
             f"    a{j} = a{j}.contiguous();\n" for j, kind in enumerate(epi.operands))
-        source = source_operand(epi.operands, epi.wide)
+        source = epi.source
         vectors = [f"a{j}.data_ptr()" for j in range(len(epi.operands)) if j != source] + (["kept.data_ptr()"] if epi.after else [])
         kept = "    auto kept = torch::empty(out_sizes, x.options());  // (the tree's value, stored beside the output)\n"
         operands = (checks + (kept if epi.after else "") + f"    const void* vectors[] = {{{', '.join(vectors) or 'nullptr'}}};\n"

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.fx as fx
@@ -161,29 +161,14 @@ def _tree(mm: fx.Node, out: fx.Node, bias: Any, index: dict[fx.Node, int], metas
     operand of the kind its shape makes it (`gemm_kernel.OPERAND_KINDS`); addmm's bias the first."""
     from kevin_backend.generate.builtin.gemm_function import elementwise_function
 
-    m, n = mn
     operands = TreeOperands()
-    inputs, kinds = operands.inputs, operands.kinds
-
-    def operand(node: fx.Node, reader: fx.Node | None = None) -> str:
-        source, value = epilogue_input(node, index, metas, dtype, wide=True)
-        if not value.is_contiguous():
-            raise Unsupported(f"an epilogue operand that is not contiguous (strides {tuple(value.stride())})")
-        shape = broadcast_shape(node, mm, reader) or tuple(value.shape)  # (as the epilogue reads it: through its views)
-        kind = ("n" if value.numel() == n and shape[-1:] == (n,) else
-                "m" if value.numel() == m and shape[-1:] == (1,) else
-                "mn" if value.numel() == m * n and shape[-1:] == (n,) else None)
-        if kind is None:
-            raise Unsupported(f"an epilogue operand of shape {shape}: not one value per column (N = {n}), "
-                              f"per row (M = {m}) nor per element")
-        return operands.name(index[source], kind, wide=wide_operand(value, kind, dtype, loaded=True))
-
+    operand = operands.reader(mm, index, metas, mn, dtype)
     start = "v"
     if bias is not None:  # addmm: its bias added to the product before eager rounds it
         start = f"(v + {operand(bias)})"
     function = elementwise_function(mm, out, dtype, operand=operand, start=start)
-    return (Epilogue(activation="function", function=function, operands=tuple(kinds), wide=tuple(operands.wide)), None, None,
-            tuple(inputs))
+    return (Epilogue(activation="function", function=function, operands=tuple(operands.kinds), wide=tuple(operands.wide)), None,
+            None, tuple(operands.inputs))
 
 
 def wide_operand(value: torch.Tensor, kind: str, dtype: torch.dtype, loaded: bool = False) -> bool:
@@ -198,13 +183,15 @@ def wide_operand(value: torch.Tensor, kind: str, dtype: torch.dtype, loaded: boo
 
 
 class TreeOperands:
-    """A tree's operands as its function reads them (`a0, a1, ...`): the task's inputs and their
-    kinds, an input read twice in one kind one operand."""
+    """A tree's operands as its function reads them (`a0, a1, ...`; from `a{first}` on, for a
+    second function after others): the task's inputs and their kinds, an input read twice in one
+    kind one operand."""
 
-    def __init__(self) -> None:
+    def __init__(self, first: int = 0) -> None:
+        self.first = first
         self.inputs: list[int] = []
         self.kinds: list[str] = []
-        self.wide: list[int] = []  # (the operands of float32 values read by a 16-bit kernel: `Epilogue.wide`)
+        self.wide: list[int] = []  # (the operands of float32 values read by a 16-bit kernel, their numbers: `Epilogue.wide`)
 
     def name(self, input_index: int, kind: str, wide: bool = False) -> str:
         read_as = list(zip(self.inputs, self.kinds))
@@ -213,8 +200,28 @@ class TreeOperands:
             self.inputs.append(input_index)
             self.kinds.append(kind)
             if wide:
-                self.wide.append(len(read_as) - 1)
-        return f"a{read_as.index((input_index, kind))}"
+                self.wide.append(self.first + len(read_as) - 1)
+        return f"a{self.first + read_as.index((input_index, kind))}"
+
+    def reader(self, product: fx.Node, index: dict[fx.Node, int], metas: list[Any], mn: tuple[int, int],
+               dtype: torch.dtype) -> Callable[[fx.Node, fx.Node | None], str]:
+        """The function naming each tensor an epilogue of `product` (M x N values) reads: an operand
+        of the kind its shape makes it (`gemm_kernel.OPERAND_KINDS`), or Unsupported."""
+        m, n = mn
+
+        def operand(node: fx.Node, reader: fx.Node | None = None) -> str:
+            source, value = epilogue_input(node, index, metas, dtype, wide=True)
+            if not value.is_contiguous():
+                raise Unsupported(f"an epilogue operand that is not contiguous (strides {tuple(value.stride())})")
+            shape = broadcast_shape(node, product, reader) or tuple(value.shape)  # (as the epilogue reads it: through its views)
+            kind = ("n" if value.numel() == n and shape[-1:] == (n,) else
+                    "m" if value.numel() == m and shape[-1:] == (1,) else
+                    "mn" if value.numel() == m * n and shape[-1:] == (n,) else None)
+            if kind is None:
+                raise Unsupported(f"an epilogue operand of shape {shape}: not one value per column (N = {n}), "
+                                  f"per row (M = {m}) nor per element")
+            return self.name(index[source], kind, wide=wide_operand(value, kind, dtype, loaded=True))
+        return operand
 
 
 def broadcast_shape(node: fx.Node, product: fx.Node, reader: fx.Node | None = None) -> tuple[int, ...] | None:

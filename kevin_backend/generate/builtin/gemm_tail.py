@@ -270,9 +270,11 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
 def _kept(end: fx.Node, computed: list[fx.Node], gemm_graph: fx.Graph, metas: list[Any],
           read_tree: Callable[[fx.Graph, list[Any]], Any]) -> Any:
     """The GEMM (a tree: `read_tree` of `gemm_graph`) keeping `end` beside the one value `computed`
-    from it alone, elementwise (through views: its values in the end's order; its dtype or float32),
-    or None where there is no such one value or the kernel cannot keep it."""
+    from it, elementwise, and from the task's inputs it reads as a tree's operands (Llama's gate
+    and its SiLU times the up projection; through views: its values in the end's order; its dtype
+    or float32), or None where there is no such one value or the kernel cannot keep it."""
     from kevin_backend.generate.builtin.gemm_function import elementwise_function
+    from kevin_backend.generate.builtin.gemm_reading import TreeOperands
 
     value = end.meta.get("val")
     made = computed[0].meta.get("val") if len(computed) == 1 else None
@@ -280,13 +282,18 @@ def _kept(end: fx.Node, computed: list[fx.Node], gemm_graph: fx.Graph, metas: li
             and made.is_contiguous() and value.is_contiguous() and made.dtype in (value.dtype, torch.float32)):
         return None
     try:
-        after = elementwise_function(end, computed[0], value.dtype)  # (Unsupported where it reads anything else)
         plan = read_tree(gemm_graph, metas)
         if plan.views:
             return None
-        return dataclasses.replace(plan, spec=dataclasses.replace(
-            plan.spec, epilogue=dataclasses.replace(plan.spec.epilogue, after=after),
-            store="float32" if made.dtype == torch.float32 else plan.spec.store))
+        e = plan.spec.epilogue
+        index = {p: i for i, p in enumerate(n for n in end.graph.nodes if n.op == "placeholder")}
+        more = TreeOperands(first=len(e.operands))
+        after = elementwise_function(end, computed[0], value.dtype,
+                                     operand=more.reader(end, index, metas, (plan.batch * plan.m, plan.n), value.dtype))
+        epilogue = dataclasses.replace(e, activation="function", operands=e.operands + tuple(more.kinds), wide=e.wide + tuple(more.wide),
+                                       after=after, after_from=len(e.operands))
+        return dataclasses.replace(plan, operands=plan.operands + tuple(more.inputs), spec=dataclasses.replace(
+            plan.spec, epilogue=epilogue, store="float32" if made.dtype == torch.float32 else plan.spec.store))
     except (Unsupported, ValueError):  # (ValueError: a spec no kernel builds, CUTLASS 2.x's or a tree of no operand)
         return None
 
