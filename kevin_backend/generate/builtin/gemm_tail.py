@@ -75,7 +75,8 @@ class GemmTail(_AroundGemm):
 
     def describe(self) -> str:
         returned = f", the GEMM's output returned as output {', '.join(map(str, self.ends))} too" if self.ends else ""
-        return f"[{self.gemm.describe()}] -> {_own_kernel(self.tail)}{returned}"
+        kept = "; or one GEMM keeping its end beside that value (tried first)" if self.kept is not None else ""
+        return f"[{self.gemm.describe()}] -> {_own_kernel(self.tail)}{returned}{kept}"
 
 
 @dataclass(frozen=True)
