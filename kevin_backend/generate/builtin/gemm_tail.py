@@ -67,9 +67,10 @@ class GemmTail(_AroundGemm):
     # the task's outputs (their numbers) that are the end itself, the GEMM kernel's output; the
     # tail's outputs are the others, in order
     ends: tuple[int, ...] = ()
-    # the same as one GEMM where the tail is one elementwise function of the end alone (a
-    # pre-activation and its GELU, the residual stream and its float32 copy): Hopper's kernel
-    # keeps the end beside its output, the function's value (`Epilogue.after`; variants `KeptEnd`)
+    # the same as one GEMM where the tail is one elementwise function of the end (and of tensors
+    # a tree reads: a pre-activation and its GELU, the residual stream and its float32 copy, a gate
+    # and its SiLU times the up projection): Hopper's kernel keeps the end beside its output, the
+    # function's value (`Epilogue.after`; variants `KeptEnd`)
     kept: Any = None
     kept_shape: tuple[int, ...] | None = None  # (that value's shape, where a view makes it another than the end's)
 
@@ -291,6 +292,8 @@ def _kept(end: fx.Node, computed: list[fx.Node], gemm_graph: fx.Graph, metas: li
         more = TreeOperands(first=len(e.operands))
         after = elementwise_function(end, computed[0], value.dtype,
                                      operand=more.reader(end, index, metas, (plan.batch * plan.m, plan.n), value.dtype))
+        if plan.batch > 1 and "m" in more.kinds:
+            return None  # (a column of values per row in a batch of products: the kernel reads one column for all)
         epilogue = dataclasses.replace(e, activation="function", operands=e.operands + tuple(more.kinds), wide=e.wide + tuple(more.wide),
                                        after=after, after_from=len(e.operands))
         return dataclasses.replace(plan, operands=plan.operands + tuple(more.inputs), spec=dataclasses.replace(
