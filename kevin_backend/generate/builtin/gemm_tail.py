@@ -76,7 +76,7 @@ class GemmTail(_AroundGemm):
 
     def describe(self) -> str:
         returned = f", the GEMM's output returned as output {', '.join(map(str, self.ends))} too" if self.ends else ""
-        kept = "; or one GEMM keeping its end beside that value (tried first)" if self.kept is not None else ""
+        kept = "; or one GEMM keeping its end beside that value (its variants last)" if self.kept is not None else ""
         return f"[{self.gemm.describe()}] -> {_own_kernel(self.tail)}{returned}{kept}"
 
 
