@@ -414,8 +414,8 @@ def gemm_turn(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, ind
     if untried:
         choice, why = untried[0], f"{len(tried & set(names))} of {len(names)} tilings tried"
         if failed and choice in wide:
-            why += ("; a turn was not accepted: the end kept in float32" if any(isinstance(t, WideEnd) for t in tilings) else
-                    "; a turn was not accepted: the end kept beside the tail's value, in one kernel")
+            kind = type(tilings[names.index(choice)])
+            why += "; a turn was not accepted: the end kept " + ("in float32" if kind is WideEnd else "beside the tail's value, in one kernel")
     elif timed:
         choice, why = min(timed)[1], "every tiling tried: the fastest again"
     else:
