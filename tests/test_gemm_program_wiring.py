@@ -394,9 +394,12 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     tilings = plan_tilings(plan)
     assert (tail is not None and tail.wide is not None) == magnified
     assert [isinstance(t, WideEnd) for t in tilings] == [False] * (len(tilings) - 2 * magnified) + [True] * (2 * magnified)
-    # (a tail whose end the task returns too: its one-kernel variants last, `test_a_gemm_keeps_its_end_beside_its_output`)
+    # (a tail whose end the task returns too: its one-kernel variants last, or first where its value is a
+    # float32 one of the 16-bit end, `test_a_gemm_keeps_its_end_beside_its_output`)
     kept = [isinstance(t, KeptEnd) for t in tilings]
-    assert kept == [False] * (len(tilings) - kept.count(True)) + [True] * 2 * (tail is not None and tail.kept is not None), tilings
+    twice = [True] * 2 * (tail is not None and tail.kept is not None)
+    rest = [False] * (len(tilings) - len(twice))
+    assert kept == (twice + rest if tail is not None and tail.kept_first else rest + twice), tilings
     program = write_gemm_program(plan, tilings[-1 if wide else 0], task_source=source)
     assert check_program(program) == () and program.count("load_inline(") == 1 + bool(head) + bool(tail)
     assert ("using ElementD = float;" in program) == (wide or "f32" in name)
@@ -452,9 +455,11 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
 def test_a_gemm_keeps_its_end_beside_its_output(name: str, arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # a compiled model's partition returning the GEMM's end and one value computed from it alone (the
     # residual stream and its float32 copy, the pre-activation and its GELU): on Hopper, one kernel
-    # storing the end beside that value (`Epilogue.after`), its variants last (slower on the H200, but
-    # the one whose float32 copy the judge takes: `gemm_turn` tries them next after a refusal); two values computed
-    # from it (the float32 copy and its square) and CUTLASS 2.x's kernel keep the writer's kernel after it
+    # storing the end beside that value (`Epilogue.after`), its variants last (slower on the H200:
+    # `gemm_turn` tries them next after a refusal) except where that value is a float32 one of the
+    # bf16 end (the two kernels' copy of the rounded end the judge refused on the H200: first); two
+    # values computed from it (the float32 copy and its square) and CUTLASS 2.x's kernel keep the
+    # writer's kernel after it
     from kevin_backend.generate.builtin.gemm_plan import GemmTail, KeptEnd, plan_gemm, plan_tilings, write_gemm_program
     from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
     from kevin_backend.toolchain.static_rules import check_program
@@ -468,14 +473,19 @@ def test_a_gemm_keeps_its_end_beside_its_output(name: str, arch: str, monkeypatc
     assert plan.kept is not None and plan.kept.spec.epilogue.after and plan.kept.spec.epilogue.tree, plan
     assert plan.kept.spec.output == ("float32" if "stream" in name else "bfloat16"), plan.kept.describe()
     tilings = plan_tilings(plan)
-    assert [isinstance(t, KeptEnd) for t in tilings[-3:]] == [False, True, True], tilings
-    program = write_gemm_program(plan, tilings[-2], task_source=source)
-    # a turn not accepted (the two kernels' float32 copy of the stored bf16 end): the kept variant next
+    kept = [i for i, t in enumerate(tilings) if isinstance(t, KeptEnd)]
+    assert plan.kept_first == ("stream" in name) and kept == ([0, 1] if plan.kept_first else [len(tilings) - 2, len(tilings) - 1]), tilings
+    program = write_gemm_program(plan, tilings[kept[0]], task_source=source)
     from kevin_backend.generate.builtin.gemm_plan import gemm_turn
 
-    choice, again, why = gemm_turn(source, plan, 0, [(tilings[0].name, None)])
-    assert choice == tilings[-2].name and "in one kernel" in why and again.count("load_inline(") == 1, (choice, why)
-    assert gemm_turn(source, plan, 0, [(tilings[0].name, 0.5)])[0] == tilings[1].name
+    if plan.kept_first:  # (the first turn keeps the end, and its second the other tiling)
+        choice, _, why = gemm_turn(source, plan, 0, [])
+        assert choice == tilings[0].name and "a float32 one of the 16-bit end" in why, (choice, why)
+        assert gemm_turn(source, plan, 0, [(tilings[0].name, 0.5)])[0] == tilings[1].name
+    else:  # a turn not accepted: the kept variant next
+        choice, again, why = gemm_turn(source, plan, 0, [(tilings[0].name, None)])
+        assert choice == tilings[kept[0]].name and "in one kernel" in why and again.count("load_inline(") == 1, (choice, why)
+        assert gemm_turn(source, plan, 0, [(tilings[0].name, 0.5)])[0] == tilings[1].name
     assert check_program(program) == () and program.count("load_inline(") == 1 and "Sm90AuxStore<0, TileShape, Element" in program
     assert "std::vector<torch::Tensor> gemm_epilogue(" in program and "return {out, kept};" in program
     assert ("view([2, 8, 96])" in program or "view([2, 8, 64])" in program) == (name in ("pre-activation-gelu-bf16", "gate-silu-up-bf16"))
@@ -500,7 +510,7 @@ def test_a_float_copy_kept_beside_a_16_bit_end_is_within_the_judges_bound(monkey
                   f"torch.randn(512, 768, {BF16}), torch.randn(768, 768, {BF16}), torch.randn(768, {BF16}), "
                   f"torch.randn(4, 128, 768, {BF16})")
     plan = plan_gemm(source, arch="sm90")
-    tiling = plan_tilings(plan)[-2]
+    tiling = plan_tilings(plan)[0]
     assert isinstance(tiling, KeptEnd), plan
     new = _load(write_gemm_program(plan, tiling, task_source=source), plan.kept, monkeypatch)
     reference = load_program(source, "kevin_test_gemm_wiring_task")

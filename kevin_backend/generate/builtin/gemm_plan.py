@@ -385,9 +385,12 @@ def plan_tilings(plan: GemmPlan | GemmChain | GemmTail | GemmHead) -> tuple[Any,
         return own + tuple(WideEnd(t) for t in own[:2])
     # one kernel keeping the end, in two tilings, after the GEMM and the writer's kernel: on the H200 its
     # store from registers made it slower (a GPT-2 pre-activation and GELU 1.03x Inductor, the two kernels
-    # 1.29x), but it is the variant whose float32 copy of the end the judge takes (`gemm_turn`)
+    # 1.29x), but it is the variant whose float32 copy of the end the judge takes: first where the
+    # tail's value is such a copy (`GemmTail.kept_first`), else tried first once a turn is refused
+    # (`gemm_turn`)
     if isinstance(plan, GemmTail) and plan.kept is not None:
-        return plan_tilings(plan.gemm) + tuple(KeptEnd(t) for t in plan_tilings(plan.kept)[:2])
+        kept = tuple(KeptEnd(t) for t in plan_tilings(plan.kept)[:2])
+        return kept + plan_tilings(plan.gemm) if plan.kept_first else plan_tilings(plan.gemm) + kept
     if isinstance(plan, (GemmTail, GemmHead)):
         return plan_tilings(plan.gemm)
     if isinstance(plan, GemmChain):
@@ -401,7 +404,8 @@ def gemm_turn(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, ind
     where not accepted). Untried tilings first, in `tilings_for` order from this trajectory's
     own start (`index`), then the fastest again. A tail's variants storing its end in float32
     (`WideEnd`) or keeping it beside the tail's value (`KeptEnd`: the tail's float32 copy of it
-    unrounded) come last, or first once a turn was not accepted."""
+    unrounded) come last, or first once a turn was not accepted or where the tail's value is a
+    float32 one of a 16-bit end (`GemmTail.kept_first`)."""
     tilings = plan_tilings(plan)
     names = [t.name for t in tilings]
     tried = {name for name, _ in history}
@@ -409,13 +413,15 @@ def gemm_turn(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, ind
     narrow = [name for name in names if name not in wide]
     failed = any(ms is None for _, ms in history)
     order = [narrow[(index + k) % len(narrow)] for k in range(len(narrow))]
-    untried = [name for name in (wide + order if failed else order + wide) if name not in tried]
+    first = failed or (isinstance(plan, GemmTail) and plan.kept_first)
+    untried = [name for name in (wide + order if first else order + wide) if name not in tried]
     timed = [(ms, name) for name, ms in history if ms is not None and name in names]
     if untried:
         choice, why = untried[0], f"{len(tried & set(names))} of {len(names)} tilings tried"
-        if failed and choice in wide:
+        if first and choice in wide:
             kind = type(tilings[names.index(choice)])
-            why += "; a turn was not accepted: the end kept " + ("in float32" if kind is WideEnd else "beside the tail's value, in one kernel")
+            why += ("; a turn was not accepted" if failed else "; the tail's value is a float32 one of the 16-bit end") + \
+                ": the end kept " + ("in float32" if kind is WideEnd else "beside the tail's value, in one kernel")
     elif timed:
         choice, why = min(timed)[1], "every tiling tried: the fastest again"
     else:

@@ -73,10 +73,14 @@ class GemmTail(_AroundGemm):
     # function's value (`Epilogue.after`; variants `KeptEnd`)
     kept: Any = None
     kept_shape: tuple[int, ...] | None = None  # (that value's shape, where a view makes it another than the end's)
+    # the kept variants first: the value is a float32 one of a 16-bit end, which the two kernels
+    # compute from the end rounded as stored, and the judge's exact reference rounds nothing
+    kept_first: bool = False
 
     def describe(self) -> str:
         returned = f", the GEMM's output returned as output {', '.join(map(str, self.ends))} too" if self.ends else ""
-        kept = "; or one GEMM keeping its end beside that value (its variants last)" if self.kept is not None else ""
+        kept = f"; or one GEMM keeping its end beside that value (its variants {'first' if self.kept_first else 'last'})" \
+            if self.kept is not None else ""
         return f"[{self.gemm.describe()}] -> {_own_kernel(self.tail)}{returned}{kept}"
 
 
@@ -252,9 +256,11 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
     reads = tuple(placeholders.index(p) for p in used) + (len(placeholders),)
     if ends:  # (the task returns the end itself too: the GEMM kernel's output, as it stores it)
         kept = _kept(end, computed, gemm_graph, metas, read_tree) if read_tree is not None else None
-        shape = tuple(computed[0].meta["val"].shape)
+        made = computed[0].meta["val"]
+        shape = tuple(made.shape)
         return GemmTail(gemm, after(dtype), reads, ends=ends, kept=kept,
-                        kept_shape=shape if kept is not None and shape != tuple(end.meta["val"].shape) else None)
+                        kept_shape=shape if kept is not None and shape != tuple(end.meta["val"].shape) else None,
+                        kept_first=kept is not None and made.dtype == torch.float32 and dtype != torch.float32)
     wide = None
     # (3xTF32's products hold about 21 bits: on the H200 a softmax of a 2048 x 2048 float32
     # product was off in 3 of 4.2M elements on the judge's inputs of mixed scales. Not so after a
