@@ -146,7 +146,7 @@ class Judge:
         later `judge` finds them built); returns at once. A failure is found again, and said, when
         such a candidate is judged."""
         if candidates:
-            threading.Thread(target=self._prebuild, args=(list(candidates),), name="kevin-build-ahead", daemon=True).start()
+            threading.Thread(target=self._prebuild, args=(list(candidates), True), name="kevin-build-ahead", daemon=True).start()
 
     def close(self) -> None:
         """End the pool's workers (a later call starts new ones)."""
@@ -183,10 +183,10 @@ class Judge:
         with concurrent.futures.ThreadPoolExecutor(min(at_once, len(candidates))) as threads:
             return list(threads.map(one, range(len(candidates))))
 
-    def _prebuild(self, candidates: Sequence[str]) -> dict[int, float]:
-        """Build every extension of `candidates` at once (failures are reported by `judge`); per
-        candidate (its index), the seconds its slowest extension's build took in the batch (a cache
-        hit's: its lookup)."""
+    def _prebuild(self, candidates: Sequence[str], background: bool = False) -> dict[int, float]:
+        """Build every extension of `candidates` at once (failures are reported by `judge`; in the
+        `background`: at a lower priority than the turn's own builds); per candidate (its index),
+        the seconds its slowest extension's build took in the batch (a cache hit's: its lookup)."""
         import torch
 
         if not torch.cuda.is_available():
@@ -206,7 +206,7 @@ class Judge:
         seconds: dict[int, float] = {}
         if specs:
             try:
-                for index, result in zip(owners, self.builder.build_many(specs)):
+                for index, result in zip(owners, self.builder.build_many(specs, background)):
                     seconds[index] = max(seconds.get(index, 0.0), result.seconds)
             except Exception:  # noqa: BLE001 - each candidate's own build is tried again in `judge`
                 log.exception("building a batch of candidates failed")

@@ -48,7 +48,7 @@ from kevin_backend.config import child_env
 from kevin_backend.toolchain.candidate import InlineExtension
 from kevin_backend.toolchain.build_errors import SourceFile, trim_compiler_output
 from kevin_backend.toolchain.cutlass_headers import CutlassHeaders, find_cutlass
-from kevin_backend.toolchain.fast_build import FAST_BUILD_VERSION, Toolchain, build_arch, build_fast, ensure_pch, fast_sources
+from kevin_backend.toolchain.fast_build import FAST_BUILD_VERSION, Toolchain, build_arch, build_fast, ensure_pch, fast_sources, niced
 from kevin_backend.toolchain.host_device import SplitError
 from kevin_backend.locks import file_lock
 
@@ -283,25 +283,26 @@ class Builder:
                            spec.functions, bool(data.get("final", True)), str(data.get("how", "")),
                            fast_fallback=str(data.get("fallback", "")))
 
-    def build(self, spec: BuildSpec) -> BuildResult:
+    def build(self, spec: BuildSpec, background: bool = False) -> BuildResult:
         """Build `spec` the fastest way that works (module docstring); the result's `seconds`
-        count every way tried."""
+        count every way tried. `background`: a build ahead of its turn, its compilers at
+        `BACKGROUND_NICENESS` so that a turn's own build, started beside it, gets the cores."""
         spent, fallback = 0.0, ""
         if spec.fast and spec.arch and spec.cuda_sources.strip():
-            result = self._build(spec)
+            result = self._build(spec, background)
             if result.ok or result.final:
                 return result
             spent = result.seconds
             fallback = result.fast_fallback or result.error or "the fast build failed"
         whole = dataclasses.replace(spec, fast=False)
-        result = self._build(whole)
+        result = self._build(whole, background)
         if not result.ok and not result.timed_out and not result.infra and whole.light_headers \
                 and light_cuda_sources(whole.cuda_sources) != whole.cuda_sources:
-            again = self._build(dataclasses.replace(whole, light_headers=False))
+            again = self._build(dataclasses.replace(whole, light_headers=False), background)
             result = dataclasses.replace(again, seconds=result.seconds + again.seconds)
         return dataclasses.replace(result, seconds=spent + result.seconds, fast_fallback=fallback)
 
-    def _build(self, spec: BuildSpec) -> BuildResult:
+    def _build(self, spec: BuildSpec, background: bool = False) -> BuildResult:
         start = time.perf_counter()
         hit = self.cached(spec)
         if hit is not None:
@@ -315,9 +316,10 @@ class Builder:
             if hit is not None:
                 return dataclasses.replace(hit, seconds=time.perf_counter() - start)
             with self._slots:
-                return self._build_fast(spec, start) if spec.fast else self._build_whole(spec, start)
+                niceness = BACKGROUND_NICENESS if background else 0
+                return self._build_fast(spec, start, niceness) if spec.fast else self._build_whole(spec, start, niceness)
 
-    def _build_whole(self, spec: BuildSpec, start: float) -> BuildResult:
+    def _build_whole(self, spec: BuildSpec, start: float, niceness: int = 0) -> BuildResult:
         folder = self._folder(spec)
         work = folder / "build"
         shutil.rmtree(work, ignore_errors=True)
@@ -327,7 +329,7 @@ class Builder:
         # once. Only the present GPU's architecture: most of a default build's time is others'.
         arch = build_arch(spec.arch, spec.extra_cuda_cflags) if spec.arch else None
         env = child_env(MAX_JOBS="1", **({"TORCH_CUDA_ARCH_LIST": arch} if arch else {}))
-        output, ok, timed_out = _run_worker(folder, env, self.timeout)
+        output, ok, timed_out = _run_worker(folder, env, self.timeout, niceness)
         built = work / f"{spec.module_name}.so"
         error = ""
         if ok and built.exists():
@@ -350,7 +352,7 @@ class Builder:
         return BuildResult(spec.digest, ok, folder / built.name if ok else None, spec.module_name,
                            time.perf_counter() - start, False, error, timed_out, how=how, infra=bool(infra))
 
-    def _build_fast(self, spec: BuildSpec, start: float) -> BuildResult:
+    def _build_fast(self, spec: BuildSpec, start: float, niceness: int = 0) -> BuildResult:
         folder = self._folder(spec)
         try:
             sources = fast_sources(spec.cpp_sources, spec.cuda_sources, spec.functions, spec.digest)
@@ -367,7 +369,7 @@ class Builder:
         (folder / "spec.json").write_text(json.dumps(_spec_dict(spec)))
         built = folder / f"{spec.module_name}.so"
         outcome = build_fast(sources, work, built, spec.arch, pch, spec.extra_cflags, spec.extra_cuda_cflags,
-                             spec.cuda_sources, self.timeout, toolchain, include_dirs=spec.include_dirs)
+                             spec.cuda_sources, self.timeout, toolchain, include_dirs=spec.include_dirs, niceness=niceness)
         error = outcome.error
         infra = "" if outcome.ok else judge_side_build_failure(outcome.log, outcome.timed_out)
         if not outcome.ok:
@@ -384,17 +386,17 @@ class Builder:
                            sources.namespace if outcome.ok else "", spec.functions, outcome.ok or outcome.final or bool(infra),
                            "fast", infra=bool(infra), fast_fallback=outcome.fallback)
 
-    def build_many(self, specs: Sequence[BuildSpec]) -> list[BuildResult]:
-        """Build several specs, `jobs` at a time (each in its own worker process)."""
+    def build_many(self, specs: Sequence[BuildSpec], background: bool = False) -> list[BuildResult]:
+        """Build several specs, `jobs` at a time (each in its own worker process; `background`: `build`'s)."""
         with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            return list(pool.map(self.build, specs))
+            return list(pool.map(lambda spec: self.build(spec, background), specs))
 
 
-def _run_worker(folder: Path, env: dict[str, str], timeout: float) -> tuple[str, bool, bool]:
-    """Run the build worker in its own process group; on timeout the whole group (ninja, nvcc,
-    the compilers it started) is killed. Returns (output, succeeded, timed out)."""
+def _run_worker(folder: Path, env: dict[str, str], timeout: float, niceness: int = 0) -> tuple[str, bool, bool]:
+    """Run the build worker in its own process group (at `niceness`); on timeout the whole group
+    (ninja, nvcc, the compilers it started) is killed. Returns (output, succeeded, timed out)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kevin_backend.toolchain.build_worker", str(folder)],
+        niced([sys.executable, "-m", "kevin_backend.toolchain.build_worker", str(folder)], niceness),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     try:
@@ -408,6 +410,10 @@ def _run_worker(folder: Path, env: dict[str, str], timeout: float) -> tuple[str,
         output, _ = proc.communicate()
         return output, False, True
 
+
+# A build ahead of its turn runs at this niceness: the turn's own build, started at the same time
+# (the engine hands the foreseen programs over as it judges a turn), gets the cores first.
+BACKGROUND_NICENESS = 10
 
 # Compiler output that says the machine, not the source, failed.
 _MACHINE_FAILURES = ("no space left on device", "cannot allocate memory", "virtual memory exhausted",
