@@ -198,12 +198,12 @@ def test_a_foreseeing_writers_next_programs_are_built_while_its_turn_is_judged()
 def test_the_judge_builds_ahead_in_the_background(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from kevin_backend.judge.judge import Judge
 
-    built: list[tuple[str, list[str]]] = []
+    built: list[tuple[str, list[str], bool]] = []
     release = threading.Event()
 
-    def prebuild(self: Judge, candidates: list[str]) -> None:
+    def prebuild(self: Judge, candidates: list[str], background: bool = False) -> None:
         release.wait(timeout=30)
-        built.append((threading.current_thread().name, candidates))
+        built.append((threading.current_thread().name, candidates, background))
 
     monkeypatch.setattr(Judge, "_prebuild", prebuild)
     judge = Judge(tmp_path / "builds", workers=0)
@@ -214,7 +214,8 @@ def test_the_judge_builds_ahead_in_the_background(monkeypatch: pytest.MonkeyPatc
         if built:
             break
         time.sleep(0.01)
-    assert built == [("kevin-build-ahead", ["a", "b"])]
+    # (in the background: its compilers at a lower priority than a turn's own, `test_nvcc_chains`)
+    assert built == [("kevin-build-ahead", ["a", "b"], True)]
 
 
 def test_a_batchs_verdicts_carry_the_seconds_their_builds_took_in_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
