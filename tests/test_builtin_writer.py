@@ -672,3 +672,20 @@ def test_the_next_turns_program_is_foreseen_whatever_the_verdict(name: str) -> N
         foreseen = policy.foresee([messages], [[*earlier, EarlierTurn(reply, None)]])
         assert 1 <= len(foreseen) <= 3 and all("class ModelNew" in p for p in foreseen)
         turns.append(Turn.of(reply, _feedback(ms)))
+
+
+def test_a_gemms_first_turn_is_foreseen_before_it_is_asked(hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
+    # before any turn (a compile's later partition, built while the one before it is searched):
+    # each trajectory's first program, the very one `generate` then writes; a task of the
+    # writer's own kernels foresees nothing there (its builds take seconds)
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+
+    source = next(t.source for t in GEMM_SUITE if t.name == "mlp-up-gelu-f16-8192x768x3072")
+    policy = BuiltinPolicy()
+    messages = build_messages(source, "NVIDIA H200", [], 100_000)
+    foreseen = policy.foresee([messages] * 3, [[], [], []])
+    written = [re.findall(r"```python\n(.*?)```", r.text, re.S)[0] for r in policy.generate([messages] * 3, Sampling())]
+    assert foreseen == list(dict.fromkeys(written)) and len(foreseen) == 3, [r[:80] for r in foreseen]
+    pointwise = build_messages(_task("torch.relu(x) * 2", "torch.randn(64, 4096, device='cuda'), torch.randn(1, device='cuda')"),
+                               "NVIDIA H200", [], 100_000)
+    assert policy.foresee([pointwise], [[]]) == []

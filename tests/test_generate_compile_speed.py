@@ -244,3 +244,22 @@ def test_a_batchs_verdicts_carry_the_seconds_their_builds_took_in_it(monkeypatch
     monkeypatch.setattr(Judge, "judge", lambda self, task, source: JudgeResult(Stage.RUN, Reason.ACCEPTED, build_seconds=0.01))
     got = [r.build_seconds for r in judge.evaluate_many("task", ["a", "b", "c"])]
     assert got == [41.5, 0.2, 0.01]
+
+
+def test_a_compiles_later_tasks_first_programs_are_built_before_their_searches() -> None:
+    # `SearchGenerator.foresee` -> `Engine.build_first_turns`: each later task's conversation as its
+    # first turn would have it, one per trajectory, no turn before; what the writer foresees goes to
+    # the judge's builds ahead; a writer or judge that cannot, or a foresight that fails, is no error
+    from kevin_backend.cache.key import CacheKey
+    from kevin_backend.generate.generator import SearchGenerator
+    from kevin_backend.types import KernelTask
+
+    said: list[str] = []
+    writer = _Foreseeing(said)
+    generator = SearchGenerator(writer, _BuildingJudge(said), SearchConfig(trajectories=2, turns=3, roofline_stop=None))
+    tasks = [KernelTask(f"t{i}", f"{TASK}\n# task {i}\n", (), (), (), f"h{i}") for i in range(2)]
+    generator.foresee(tasks, CacheKey("g", (), "NVIDIA H200", "9.0", "2.11", "13.0"))
+    assert said == ["build ahead # turn 1"]  # (the same program from both tasks: handed over once)
+    assert writer.earlier == [[[], []], [[], []]]  # each task: two trajectories, no turn yet
+    Engine(writer, _Judge(said), SearchConfig(trajectories=1, turns=1)).build_first_turns([TASK])  # (a judge that builds nothing ahead)
+    assert said == ["build ahead # turn 1"]

@@ -337,3 +337,25 @@ def test_repeated_partitions_load_their_kernel_once(kevin_dir: Path) -> None:
     repeated = max(set(keys), key=keys.count)
     loaded = runtime.lookup(repeated)
     assert runtime.load_entry(KernelCache(kevin_dir, None).get_digest(repeated), Config(cache_dir=kevin_dir)) is loaded
+
+
+def test_a_graphs_later_partitions_are_foreseen_before_its_first_search(kevin_dir: Path) -> None:
+    # a generator that foresees (`ForeseeingGenerator`) is told, before the graph's first search,
+    # the tasks of the partitions searched after it (their first turns' builds start then, not
+    # each after the search before it); a failure of that foresight loses nothing
+    said: list[str] = []
+
+    class Foreseeing(ReferenceGenerator):
+        def foresee(self, tasks: Any, key: Any) -> None:
+            said.append("foresee " + " ".join(t.name for t in tasks))
+            raise RuntimeError("a foresight that fails")
+
+        def generate(self, task: Any, key: Any) -> CacheEntry:
+            said.append("generate " + task.name)
+            return super().generate(task, key)
+
+    got, want = compile_and_run({"mode": "generate", "generator": Foreseeing(), "cache_dir": str(kevin_dir), "cpu_kernels": True})
+    assert_close_tree(got, want)
+    generated = [s.removeprefix("generate ") for s in said if s.startswith("generate ")]
+    assert len(generated) >= 2 and statuses() == [Status.GENERATED] * len(generated)
+    assert said[0] == "foresee " + " ".join(generated[1:]) and said.count(said[0]) == 1, said

@@ -61,7 +61,7 @@ from kevin_backend.config import Config, Mode
 from kevin_backend.generate.engine import SearchIncomplete
 from kevin_backend.generate.op_support import OpSupport
 from kevin_backend.generate.policy import PolicyError
-from kevin_backend.generate.kernel_generator import AccountedGenerator, KernelGenerator
+from kevin_backend.generate.kernel_generator import AccountedGenerator, ForeseeingGenerator, KernelGenerator
 from kevin_backend.generate.writers import op_support_for
 from kevin_backend.measure.roofline import record_fraction
 from kevin_backend.types import KernelTask
@@ -180,6 +180,7 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
                 runtime.prebuild(kernels, self.config)
             except Exception as exc:  # noqa: BLE001
                 log.info("kevin: building the cached kernels at once failed: %s", exc)
+        self._foresee([f for f in looked if isinstance(f, _Found) and f.entry is None])
         swaps: list[_Swap] = []
         for partition, found in zip(plan.partitions, looked):
             self._count("partitions")
@@ -189,6 +190,19 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
             if swap is not None:
                 swaps.append(swap)
         return swaps
+
+    def _foresee(self, missing: list["_Found"]) -> None:
+        """In generate mode, the tasks searched after the first of this graph told to a generator
+        that foresees (`ForeseeingGenerator`): their first turns' builds start now, in the
+        background, instead of each after the search before it."""
+        if self.config.mode is not Mode.GENERATE or len(missing) < 2 or self._policy_down is not None:
+            return
+        try:
+            generator = self._generator()
+            if isinstance(generator, ForeseeingGenerator):
+                generator.foresee([f.task for f in missing[1:]], missing[0].key)
+        except Exception as exc:  # noqa: BLE001 - each search builds its own programs anyway
+            log.info("kevin: building the later partitions' first programs ahead failed: %s", exc)
 
     def _known_kernel(self, generator: KernelGenerator, task: KernelTask, key: CacheKey) -> CacheEntry | None:
         """The same task's kernel from another GPU, torch or CUDA in the cache, judged again here

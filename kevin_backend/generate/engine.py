@@ -293,6 +293,23 @@ class Engine:
         except Exception:  # noqa: BLE001 - a guess that failed: the builds happen in their turn
             log.exception("building the foreseen programs ahead failed")
 
+    def build_first_turns(self, task_sources: Sequence[str]) -> None:
+        """Hand a judge that builds ahead the programs the first turns of searches of
+        `task_sources` will bring, where a `Foreseeing` policy can say them before it is asked (a
+        compile's later partitions, built in the background while its first is searched)."""
+        if not isinstance(self.policy, Foreseeing) or not isinstance(self.judge, BuildingAhead):
+            return
+        programs: list[str] = []
+        try:
+            for source in task_sources:
+                first = build_messages(source, self.gpu, [], self.config.max_prompt_tokens, self._count, capability=self.capability)
+                conversations = [first] * self.config.trajectories
+                programs += [p for p in self.policy.foresee(conversations, [[] for _ in conversations]) if p and p not in programs]
+            if programs:
+                self.judge.build_ahead(programs)
+        except Exception:  # noqa: BLE001 - a guess that failed: the builds happen in their turn
+            log.exception("building the first turns' programs ahead failed")
+
     def _stopped(self, trajectories: Sequence[_Trajectory], records: Sequence[TurnRecord]) -> str:
         """Why a search ended before its last turn: every trajectory stopped early (declined,
         patience, or at the roofline); the most telling reason first."""

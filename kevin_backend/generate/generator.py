@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from kevin_backend.cache.format import CacheEntry
 from kevin_backend.cache.key import CacheKey
@@ -80,6 +80,13 @@ class SearchGenerator:
         result = engine.search(task.source, task.name)
         self.results.append(result)
         return result
+
+    def foresee(self, tasks: Sequence[KernelTask], key: CacheKey) -> None:
+        """`tasks` will be searched after the present one (`kernel_generator.ForeseeingGenerator`):
+        the programs their first turns bring are built now, in the background, where the policy
+        can say them (`Engine.build_first_turns`)."""
+        engine = Engine(self.policy, self.judge, self.search, gpu=key.gpu, capability=key.capability)
+        engine.build_first_turns([task.source for task in tasks])
 
     def generate(self, task: KernelTask, key: CacheKey) -> CacheEntry:
         """The search's decision; raises PolicyError when the policy never answered and

@@ -10,18 +10,19 @@ that raises `SearchIncomplete` (the judge could not finish: its own failure, mem
 leaves the task pending for `kevin prewarm`, no decision stored.
 
 A generator may also say where its last `generate` call spent its time (`AccountedGenerator`);
-the compile report shows it beside each partition's search time.
+the compile report shows it beside each partition's search time. One told which tasks come after
+the first of a compile (`ForeseeingGenerator`) may start their builds meanwhile.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from kevin_backend.cache.format import CacheEntry
 from kevin_backend.cache.key import CacheKey
 from kevin_backend.types import KernelTask
 
-__all__ = ["KernelGenerator", "AccountedGenerator"]
+__all__ = ["KernelGenerator", "AccountedGenerator", "ForeseeingGenerator"]
 
 
 @runtime_checkable
@@ -41,4 +42,15 @@ class AccountedGenerator(Protocol):
         """Where the last search spent its time: `writer_seconds` (the policy's calls),
         `judge_seconds` (the verdicts), `retime_seconds` (the winner re-timed against Inductor),
         `turns` and `candidates`; None when that call made no search."""
+        ...
+
+
+@runtime_checkable
+class ForeseeingGenerator(Protocol):
+    """A generator told, before a compile's first search, which tasks it will be asked next."""
+
+    def foresee(self, tasks: Sequence[KernelTask], key: CacheKey) -> None:
+        """Prepare for `tasks` (searched after the present one, on the device `key` names): build
+        what their first turns need, in the background; returns at once. A failure here is met,
+        and reported, when the task is searched."""
         ...

@@ -113,10 +113,12 @@ class BuiltinPolicy:
         for index, (messages, turns) in enumerate(zip(conversations, earlier, strict=True)):
             source = task_from_messages(list(messages))
             plan = _plan(source) if source is not None else None
-            if isinstance(plan, Declined) and turns and gemm_available():  # (a GEMM: every tiling not tried yet)
+            if isinstance(plan, Declined) and gemm_available():  # (a GEMM: every tiling not tried yet)
                 gemm = _gemm_plan(source)  # type: ignore[arg-type]
                 if isinstance(gemm, (GemmPlan, GemmChain, GemmTail, GemmHead)):
-                    programs += [p for p in gemm_ahead(source, gemm, _history(turns)) if p not in programs]  # type: ignore[arg-type]
+                    # (before its first turn: that turn's program, as `generate` writes it)
+                    later = gemm_ahead(source, gemm, _history(turns)) if turns else [gemm_turn(source, gemm, index, [])[1]]  # type: ignore[arg-type]
+                    programs += [p for p in later if p not in programs]
                 continue
             if plan is None or isinstance(plan, Declined) or not turns:
                 continue
