@@ -12,7 +12,9 @@ For each graph:
      compile's cache folder); a miss is recorded as pending (mode cache) or generated (mode
      generate, by the configured `KernelGenerator`, after the same task's kernel from another GPU,
      torch or CUDA in the cache, judged again here: generate/revalidation.py); an INDUCTOR entry
-     leaves the partition alone. Before the compile's first search this process gives back the
+     leaves the partition alone. The partitions are searched one after another; a generator
+     that foresees (`ForeseeingGenerator`) is told the later ones first, so their first turns'
+     builds run meanwhile. Before the compile's first search this process gives back the
      GPU memory its allocator caches but does not use (cached_memory.py): the judge's workers are
      other processes. A search the judge could not finish (SearchIncomplete: no memory for it, its
      own error) stores no decision: the task is recorded as pending, with the reason
