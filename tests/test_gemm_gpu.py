@@ -197,12 +197,16 @@ def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Pa
         if isinstance(plan, GemmPlan) and plan.spec.convolution is not None:  # (Hopper's convolution first where it takes it)
             assert type(tilings[0]).__name__ == ("ConvTiling" if sm90_conv_fits(plan.spec) else "Sm80Tiling"), (name, tilings[0])
             assert sm90_conv_fits(plan.spec) == (name.startswith(("conv3x3", "conv1d", "conv3d", "conv-tree")) and "f32" not in name), name
-        tiling = next(t for t in tilings if type(t).__name__ == "Sm80Tiling") if name.endswith("-cutlass2x") else tilings[0]
+        tiling = next(t for t in tilings if type(t).__name__ == "Sm80Tiling") if name.endswith("-cutlass2x") else \
+            next(t for t in tilings if not isinstance(t, KeptEnd))
         # (a float32 convolution of 16 or 32 channels: its narrow tile first)
         assert (tiling.name == "3xtf32 tile 128x32x32 stages 4") == name.startswith(("conv-tail-min", "conv-tail-3d", "conv-transpose2d-sigmoid")), (name, tiling.name)
-        if isinstance(tilings[-1], KeptEnd):  # (the one GEMM keeping its end; and the GEMM, then the writer's kernel)
+        kept = [t for t in tilings if isinstance(t, KeptEnd)]
+        if kept:  # (the one GEMM keeping its end, staged through shared memory and from registers; and the GEMM, then the writer's kernel)
             assert name.startswith("stream-") and isinstance(plan, GemmTail) and plan.kept.spec.epilogue.after, (name, plan)
-            programs[name + "-kept"] = write_gemm_program(plan, tilings[-2], task_source=source)
+            assert kept[0].staged and not kept[-1].staged, kept
+            programs[name + "-kept"] = write_gemm_program(plan, kept[0], task_source=source)
+            programs[name + "-kept-registers"] = write_gemm_program(plan, kept[-1], task_source=source)
             if plan.kept.spec.output == "float32":  # (a float32 copy of the GEMM's stored bf16 end: past the
                 continue                            # judge's float32 rule, 74492 of 6.3M elements on the H200)
         programs[name] = write_gemm_program(plan, tiling, task_source=source)
@@ -218,7 +222,7 @@ def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Pa
           [(r.how, round(r.seconds, 1)) for r in built])
     wrong, bad = [], {}
     for name, program in programs.items():
-        result = judge.judge(TASKS[name.removesuffix("-narrow").removesuffix("-kept")], program)
+        result = judge.judge(TASKS[name.removesuffix("-narrow").removesuffix("-registers").removesuffix("-kept")], program)
         bad[name] = result.mismatch.bad_elements if result.mismatch is not None else 0
         t = result.timings
         print(f"{name}: {result.reason.name} kernel {t.kernel_ms} ms, Inductor {t.inductor_ms} ms, eager {t.eager_ms} ms, "

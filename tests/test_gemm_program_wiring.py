@@ -397,10 +397,11 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     # (a tail whose end the task returns too: its one-kernel variants last, or first where its value is a
     # float32 one of the 16-bit end, `test_a_gemm_keeps_its_end_beside_its_output`)
     kept = [isinstance(t, KeptEnd) for t in tilings]
-    twice = [True] * 2 * (tail is not None and tail.kept is not None)
+    twice = [True] * 3 * (tail is not None and tail.kept is not None)
     rest = [False] * (len(tilings) - len(twice))
     assert kept == (twice + rest if tail is not None and tail.kept_first else rest + twice), tilings
-    program = write_gemm_program(plan, tilings[-1 if wide else 0], task_source=source)
+    # (the GEMM and the writer's kernels: the first variant not keeping the end)
+    program = write_gemm_program(plan, tilings[-1] if wide else next(t for t in tilings if not isinstance(t, KeptEnd)), task_source=source)
     assert check_program(program) == () and program.count("load_inline(") == 1 + bool(head) + bool(tail)
     assert ("using ElementD = float;" in program) == (wide or "f32" in name)
     assert ("dtype(at::kFloat)" in program) == (wide or "f32" in name) or "conv" in name  # (a convolution's output: x's options)
@@ -474,8 +475,14 @@ def test_a_gemm_keeps_its_end_beside_its_output(name: str, arch: str, monkeypatc
     assert plan.kept.spec.output == ("float32" if "stream" in name else "bfloat16"), plan.kept.describe()
     tilings = plan_tilings(plan)
     kept = [i for i, t in enumerate(tilings) if isinstance(t, KeptEnd)]
-    assert plan.kept_first == ("stream" in name) and kept == ([0, 1] if plan.kept_first else [len(tilings) - 2, len(tilings) - 1]), tilings
+    assert plan.kept_first == ("stream" in name) and kept == ([0, 1, 2] if plan.kept_first else [len(tilings) - 3, len(tilings) - 2, len(tilings) - 1]), tilings
+    # (stored through shared memory and TMA in two tilings, as the output is; then from registers in the first)
+    assert [tilings[i].staged for i in kept] == [True, True, False] and tilings[kept[2]].tiling == tilings[kept[0]].tiling
     program = write_gemm_program(plan, tilings[kept[0]], task_source=source)
+    registers = write_gemm_program(plan, tilings[kept[2]], task_source=source)
+    assert "Sm90AuxStore<0, TileShape, Element" in registers and "EpilogueTileAuto, float, float" in registers
+    assert "Sm90AuxStore<2, EpilogueTile, Element" in program and "sm90_get_smem_store_op_for_accumulator<KeptStride" in program
+    assert "using EpilogueTile = decltype(" in program and "    EpilogueTile, float, float," in program
     from kevin_backend.generate.builtin.gemm_plan import gemm_turn
 
     if plan.kept_first:  # (the first turn keeps the end, and its second the other tiling)
@@ -486,7 +493,7 @@ def test_a_gemm_keeps_its_end_beside_its_output(name: str, arch: str, monkeypatc
         choice, again, why = gemm_turn(source, plan, 0, [(tilings[0].name, None)])
         assert choice == tilings[kept[0]].name and "in one kernel" in why and again.count("load_inline(") == 1, (choice, why)
         assert gemm_turn(source, plan, 0, [(tilings[0].name, 0.5)])[0] == tilings[1].name
-    assert check_program(program) == () and program.count("load_inline(") == 1 and "Sm90AuxStore<0, TileShape, Element" in program
+    assert check_program(program) == () and check_program(registers) == () and program.count("load_inline(") == 1
     assert "std::vector<torch::Tensor> gemm_epilogue(" in program and "return {out, kept};" in program
     assert ("view([2, 8, 96])" in program or "view([2, 8, 64])" in program) == (name in ("pre-activation-gelu-bf16", "gate-silu-up-bf16"))
     # (the second function's operands after the tree's own: the up projection's, loaded beside)

@@ -77,7 +77,17 @@ template <class T, int N> struct KevinEpilogueFn<cutlass::Array<T, N>> {{
 OPERAND_KINDS = {"n": "cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, Element, float>",
                  "m": "cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, Element, float>",
                  "mn": "cutlass::epilogue::fusion::Sm90SrcFetch<Element>"}
-# the store of a kept value (`Epilogue.after`): from registers, beside the output's
+# the store of a kept value (`Epilogue.after`): from registers, beside the output's; or staged
+# (`Epilogue.after_staged`) through shared memory and TMA, in the epilogue's subtiles as the output is
+# stored (`_STAGED_TYPES`: that subtile, the kept tensor's row-major strides)
+_KEPT_STAGED = ("cutlass::epilogue::fusion::Sm90AuxStore<2, EpilogueTile, Element, cutlass::FloatRoundStyle::round_to_nearest, KeptStride, "
+                "decltype(cutlass::epilogue::collective::detail::sm90_get_epilogue_smem_swizzle_layout_atom<KeptStride, Element, EpilogueTile>()), "
+                "decltype(cutlass::epilogue::collective::detail::sm90_get_smem_store_op_for_accumulator<KeptStride, Element, EpilogueTile>()), "
+                "128 / cute::sizeof_bits_v<Element>>")
+_STAGED_TYPES = """using EpilogueTile = decltype(cutlass::epilogue::collective::detail::sm90_compute_tile_shape_or_override<
+    ElementD, cutlass::epilogue::collective::EpilogueTileAuto, {epilogue_schedule}, TileShape>());
+using KeptStride = cute::Stride<int64_t, cute::Int<1>, int64_t>;
+"""
 _KEPT = ("cutlass::epilogue::fusion::Sm90AuxStore<0, TileShape, Element, cutlass::FloatRoundStyle::round_to_nearest, "
          "cutlass::layout::RowMajor, void, void, 128 / cute::sizeof_bits_v<Element>>")
 _MORE_MN = "cutlass::epilogue::fusion::Sm90AuxLoad<0, TileShape, {t}, cutlass::layout::RowMajor, void, void, 128 / cute::sizeof_bits_v<{t}>>"
@@ -117,6 +127,7 @@ class Epilogue:
     # output, and the output is this second function of it (statements on `v`, `function`'s form)
     after: str = ""
     after_from: int = 0  # (the operands `after` reads: those from this one on; the tree's value reads the others)
+    after_staged: bool = False  # (the kept value stored through shared memory and TMA, else from registers)
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
@@ -131,6 +142,8 @@ class Epilogue:
                 raise ValueError("a tree's function is its whole epilogue: no activation, alpha, bias or residual beside it")
         if self.after and not (self.operands and 0 <= self.after_from <= len(self.operands)):
             raise ValueError("a value kept beside the output is a tree's (its second function's operands among the tree's)")
+        if self.after_staged and not self.after:
+            raise ValueError("a staged store is a kept value's")
         if any(not 0 <= j < len(self.operands) for j in self.wide):
             raise ValueError(f"float32 operands {list(self.wide)}: not among the tree's operands {list(self.operands)}")
 
@@ -368,6 +381,8 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     cm, cn, _ = tiling.cluster
     return _DEVICE.format(functor=functor, element=element, output=ELEMENTS[spec.output], source_element=source_element,
                           store_align="1" if spec.direct_store else "0", fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
+                          epilogue_types=_STAGED_TYPES.format(epilogue_schedule=epilogue_schedule) if epi.after_staged else "",
+                          epilogue_tile="EpilogueTile" if epi.after_staged else "cutlass::epilogue::collective::EpilogueTileAuto",
                           mainloop_schedule=mainloop_schedule, epilogue_schedule=epilogue_schedule,
                           thread_args=thread_args, scheduler=_SCHEDULERS[tiling.scheduler],
                           scheduler_args=_scheduler_args(tiling), c_ptr="static_cast<Element const*>(residual)" if reads_c else "nullptr",
@@ -411,7 +426,7 @@ def _tree(epi: Epilogue) -> tuple[str, str, str]:
     arguments = f"{{{{}}, {''.join(c + ', ' for c in children[:first])}{{}}}}"
     if epi.after:  # (the tree's value stored beside the output, the launcher's last pointer; the output its function)
         functor += _tree_function("KevinAfterFn", epi.after, range(first, len(epi.operands)))
-        kept = f"cutlass::epilogue::fusion::Sm90EVT<{_KEPT}, {fusion}>"
+        kept = f"cutlass::epilogue::fusion::Sm90EVT<{_KEPT_STAGED if epi.after_staged else _KEPT}, {fusion}>"
         fusion = _evt("KevinAfterFn", "ElementD", [kept, *nodes[first:]])
         kept_args = (f"{{{arguments}, {{vectors ? static_cast<Element*>(const_cast<void*>(vectors[{len(vectors)}])) : nullptr, "
                      "{int64_t(n), cute::Int<1>{}, int64_t(m) * n}}}")
@@ -591,10 +606,10 @@ constexpr int kAlignD = {store_align} ? 1 : 128 / cutlass::sizeof_bits<ElementD>
 constexpr int kAlignC = {store_align} ? 1 : kAlign;
 using TileShape = Shape<_{tm}, _{tn}, _{tk}>;
 using ClusterShape = Shape<_{cm}, _{cn}, _1>;
-using Fusion = {fusion};
+{epilogue_types}using Fusion = {fusion};
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+    {epilogue_tile}, float, float,
     ElementC, cutlass::layout::RowMajor, kAlignC,
     ElementD, cutlass::layout::RowMajor, kAlignD,
     {epilogue_schedule}, Fusion>::CollectiveOp;

@@ -265,7 +265,11 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
     if isinstance(tiling, KeptEnd):  # (the tail's variant of one GEMM keeping its end beside its output)
         if tail is None or tail.kept is None:
             raise ValueError(f"{tiling.name}: a variant of a tail whose GEMM keeps its end")
-        kept, plan, tail, tiling = tail, tail.kept, None, tiling.tiling
+        kept, plan, tail = tail, tail.kept, None
+        if tiling.staged:
+            plan = dataclasses.replace(plan, spec=dataclasses.replace(
+                plan.spec, epilogue=dataclasses.replace(plan.spec.epilogue, after_staged=True)))
+        tiling = tiling.tiling
     plan = tail.gemm if tail else plan
     chained = isinstance(plan, GemmChain)
     plans = plan.plans if chained else (plan,)
@@ -383,13 +387,14 @@ def plan_tilings(plan: GemmPlan | GemmChain | GemmTail | GemmHead) -> tuple[Any,
     if isinstance(plan, GemmTail) and plan.wide is not None:  # then its end in float32, with the first two
         own = plan_tilings(plan.gemm)
         return own + tuple(WideEnd(t) for t in own[:2])
-    # one kernel keeping the end, in two tilings, after the GEMM and the writer's kernel: on the H200 its
-    # store from registers made it slower (a GPT-2 pre-activation and GELU 1.03x Inductor, the two kernels
-    # 1.29x), but it is the variant whose float32 copy of the end the judge takes: first where the
-    # tail's value is such a copy (`GemmTail.kept_first`), else tried first once a turn is refused
-    # (`gemm_turn`)
+    # one kernel keeping the end, after the GEMM and the writer's kernel: on the H200 its store from
+    # registers made it slower (a GPT-2 pre-activation and GELU 1.03x Inductor, the two kernels 1.29x),
+    # so its end is staged through shared memory as the output is, in two tilings, then from registers
+    # in one. It is the variant whose float32 copy of the end the judge takes: first where the tail's
+    # value is such a copy (`GemmTail.kept_first`), else tried first once a turn is refused (`gemm_turn`)
     if isinstance(plan, GemmTail) and plan.kept is not None:
-        kept = tuple(KeptEnd(t) for t in plan_tilings(plan.kept)[:2])
+        own = plan_tilings(plan.kept)
+        kept = tuple(KeptEnd(t, staged=True) for t in own[:2]) + (KeptEnd(own[0]),)
         return kept + plan_tilings(plan.gemm) if plan.kept_first else plan_tilings(plan.gemm) + kept
     if isinstance(plan, (GemmTail, GemmHead)):
         return plan_tilings(plan.gemm)

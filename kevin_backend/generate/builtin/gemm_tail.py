@@ -98,13 +98,15 @@ class WideEnd:
 @dataclass(frozen=True)
 class KeptEnd:
     """A variant of a tail whose GEMM keeps its end beside the tail's value (`GemmTail.kept`): one
-    kernel, the end not read back; `tiling` the kept GEMM's."""
+    kernel, the end not read back; `tiling` the kept GEMM's; `staged`: the end stored through
+    shared memory and TMA as the output is (`Epilogue.after_staged`), else from registers."""
 
     tiling: Any
+    staged: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.tiling.name}, its end kept beside the output"
+        return f"{self.tiling.name}, its end kept beside the output" + (" through shared memory" if self.staged else "")
 
 
 @dataclass(frozen=True)
