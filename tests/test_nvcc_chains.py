@@ -117,3 +117,16 @@ def test_a_build_ahead_runs_its_compilers_at_a_lower_priority(tmp_path: Path, mo
     builder.build_many([specs[0]], background=True)
     builder.build(specs[1])
     assert seen == [build_module.BACKGROUND_NICENESS, 0], seen
+
+
+def test_a_failed_host_pass_stops_the_device_pass() -> None:
+    # nvcc stops at the host pass's error; the chains' device pass, its output no longer wanted, is killed then
+    import time
+
+    from kevin_backend.toolchain.fast_build import _run_each
+
+    start = time.monotonic()
+    results, timed_out = _run_each([[sys.executable, "-c", "raise SystemExit(2)"], ["sleep", "60"], ["true"]], 120, stops={0: 1})
+    assert not timed_out and [code for _, code in results] == [2, -9, 0] and time.monotonic() - start < 30, results
+    results, _ = _run_each([["true"], ["sleep", "0.2"]], 120, stops={0: 1})
+    assert [code for _, code in results] == [0, 0]

@@ -331,7 +331,9 @@ def compile_parts(device_cmd: Sequence[str], host_cmd: Sequence[str], keep: Path
     host part's compiler: [(the device part's output, status), (the host part's)], timed out."""
     start = time.monotonic()
     chains = nvcc_chains(device_cmd, keep, module_id)
-    results, timed_out = _run_each([*chains.first, host_cmd] if chains else [device_cmd, host_cmd], timeout, niceness)
+    # (where the host pass fails, nvcc would stop there: so does the device pass)
+    results, timed_out = _run_each([*chains.first, host_cmd] if chains else [device_cmd, host_cmd], timeout, niceness,
+                                   stops={0: 1} if chains else None)
     if chains is None or timed_out:
         return results[-2:] if chains is None else [("".join(out for out, _ in results[:2]), 1), results[2]], timed_out
     # each chain stops at its first failure: nvcc's own output, in nvcc's order
@@ -418,8 +420,10 @@ def run_group(commands: Sequence[Sequence[str]], timeout: float, niceness: int =
     return "".join(out for out, _ in results), not timed_out and all(code == 0 for _, code in results), timed_out
 
 
-def _run_each(commands: Sequence[Sequence[str]], timeout: float, niceness: int = 0) -> tuple[list[tuple[str, int]], bool]:
-    """`run_group`, each command's output and exit status apart."""
+def _run_each(commands: Sequence[Sequence[str]], timeout: float, niceness: int = 0,
+              stops: dict[int, int] | None = None) -> tuple[list[tuple[str, int]], bool]:
+    """`run_group`, each command's output and exit status apart; `stops`: where command i fails,
+    command j is killed (its output no longer wanted; i before j in `commands`)."""
     env = child_env()
     commands = [niced(c, niceness) for c in commands]
     procs = [subprocess.Popen(list(c), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -439,6 +443,12 @@ def _run_each(commands: Sequence[Sequence[str]], timeout: float, niceness: int =
                     pass
             out, _ = proc.communicate()
         outputs.append(out or "")
+        after = (stops or {}).get(len(outputs) - 1)
+        if after is not None and proc.returncode:
+            try:
+                os.killpg(procs[after].pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     return [(out, proc.returncode if proc.returncode is not None else -1) for out, proc in zip(outputs, procs)], timed_out
 
 
