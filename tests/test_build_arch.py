@@ -36,7 +36,7 @@ def test_both_builds_take_the_arch_specific_form(tmp_path: Path, monkeypatch: py
     command = device_command(tc, tmp_path / "d.cu", tmp_path / "d.o", "9.0", (SPECIFIC,))
     assert [c for c in command if c.startswith("-gencode")] == [SPECIFIC, SPECIFIC]  # no plain compute_90 pass
     seen: dict = {}
-    monkeypatch.setattr(build_module, "_run_worker", lambda folder, env, timeout: seen.update(env) or ("stopped", False, False))
+    monkeypatch.setattr(build_module, "_run_worker", lambda folder, env, timeout, niceness=0: seen.update(env) or ("stopped", False, False))
     spec = BuildSpec("k", "torch::Tensor run(torch::Tensor x);", "__global__ void k() {}", ("run",), (), (SPECIFIC,), arch="9.0",
                      fast=False)
     Builder(tmp_path / "builds").build(spec)

@@ -240,7 +240,7 @@ def test_a_batchs_verdicts_carry_the_seconds_their_builds_took_in_it(monkeypatch
     monkeypatch.setattr(judge_module.Candidate, "parse", staticmethod(lambda source: types.SimpleNamespace(extensions=parsed[source])))
     monkeypatch.setattr(judge_module.BuildSpec, "of", staticmethod(lambda ext, arch: ext))
     seconds = {"a1": 3.0, "a2": 41.5, "b1": 0.2}
-    monkeypatch.setattr(judge.builder, "build_many", lambda specs: [types.SimpleNamespace(seconds=seconds[s]) for s in specs])
+    monkeypatch.setattr(judge.builder, "build_many", lambda specs, background=False: [types.SimpleNamespace(seconds=seconds[s]) for s in specs])
     monkeypatch.setattr(Judge, "judge", lambda self, task, source: JudgeResult(Stage.RUN, Reason.ACCEPTED, build_seconds=0.01))
     got = [r.build_seconds for r in judge.evaluate_many("task", ["a", "b", "c"])]
     assert got == [41.5, 0.2, 0.01]
