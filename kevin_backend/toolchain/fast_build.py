@@ -335,7 +335,7 @@ def compile_parts(device_cmd: Sequence[str], host_cmd: Sequence[str], keep: Path
     results, timed_out = _run_each([*chains.first, host_cmd] if chains else [device_cmd, host_cmd], timeout, niceness,
                                    stops={0: 1} if chains else None)
     if chains is None or timed_out:
-        return results[-2:] if chains is None else [("".join(out for out, _ in results[:2]), 1), results[2]], timed_out
+        return results if chains is None else [("".join(out for out, _ in results[:2]), 1), results[2]], timed_out
     # each chain stops at its first failure: nvcc's own output, in nvcc's order
     (host_pass, host_code), (device_pass, device_code), host = results
     device = (host_pass, host_code) if host_code else (host_pass + device_pass, device_code)
