@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
-from kevin_backend.generate.builtin.gemm_plan import GemmChain, GemmHead, GemmPlan, GemmTail, plan_gemm, plan_tilings, write_gemm_program
+from kevin_backend.generate.builtin.gemm_plan import GEMM_PLANS, AnyGemm, GemmPlan, plan_gemm, plan_tilings, write_gemm_program
 from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE, epilogue_share
 
 
@@ -48,7 +48,7 @@ def max_autotune_numerics() -> dict[str, str]:
     return {"inductor_config": inductor_config(list_mode_options("max-autotune-no-cudagraphs"))}
 
 
-def cublaslt_task(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead) -> str | None:
+def cublaslt_task(source: str, plan: AnyGemm) -> str | None:
     """The task as cuBLASLt's fused epilogue computes it (`torch._addmm_activation`: bias, then
     ReLU or tanh-GELU), as a task of its own whose eager time is cuBLASLt's; None where the plan's
     epilogue is not one cuBLASLt fuses (or the task is more than one GEMM with its epilogue)."""
@@ -114,16 +114,16 @@ def main() -> int:
     wanted = set(filter(None, args.tasks.split(",")))
     order = list(filter(None, args.tasks.split(",")))  # (in the order given: a run cut short has judged those first)
     tasks = sorted((t for t in GEMM_SUITE if not wanted or t.name in wanted), key=lambda t: order.index(t.name) if wanted else 0)
-    plans: dict[str, GemmPlan | GemmChain | GemmTail | GemmHead] = {}
+    plans: dict[str, AnyGemm] = {}
     declined: dict[str, str] = {}
     for t in tasks:
         plan = plan_gemm(t.source, arch=args.arch)
-        if isinstance(plan, (GemmPlan, GemmChain, GemmTail, GemmHead)):
+        if isinstance(plan, GEMM_PLANS):
             plans[t.name] = plan
         else:
             declined[t.name] = plan.reason
     sources = {t.name: t.source for t in tasks}
-    def tilings(plan: GemmPlan | GemmChain | GemmTail | GemmHead) -> tuple:
+    def tilings(plan: AnyGemm) -> tuple:
         extra = args.extra_tilings and isinstance(plan, GemmPlan) and plan.spec.dtype != "float32"
         return plan_tilings(plan)[:args.first or None] + (EXTRA_TILINGS if extra else ())
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from direct_conv_tasks import DIRECT_TASKS
 from test_fast_build_styles import _cuda_toolchain
 from test_gemm_plan import task
 
@@ -74,6 +75,8 @@ PROGRAMS = {
                                     "sm90", "9.0"),
     "conv-transpose2d-f32": (task("torch.sigmoid(F.conv_transpose2d(v[0], v[1], v[2], stride=2, padding=1))",
                                   "torch.randn(2, 16, 5, 6), torch.randn(16, 8, 4, 4), torch.randn(8)"), "sm80", "8.0"),
+    # the direct convolutions of few input channels with their whole epilogues (`direct_conv.py`)
+    **{f"direct-{name}": (source, "sm90", "9.0") for name, source in DIRECT_TASKS.items()},
 }
 
 

@@ -34,7 +34,7 @@ from functools import lru_cache
 from typing import Callable, Sequence
 
 from kevin_backend.generate.builtin.builtin_support import gemm_available
-from kevin_backend.generate.builtin.gemm_plan import GemmChain, GemmHead, GemmPlan, GemmTail, gemm_ahead, gemm_turn, plan_gemm
+from kevin_backend.generate.builtin.gemm_plan import GEMM_PLANS, AnyGemm, DirectConv, GemmChain, GemmHead, GemmTail, gemm_ahead, gemm_turn, plan_gemm
 from kevin_backend.generate.builtin.plan import Declined, Plan
 from kevin_backend.generate.builtin.planner import plan_task
 from kevin_backend.generate.builtin.program import write_program
@@ -85,7 +85,7 @@ class BuiltinPolicy:
         plan = _plan(source)
         if isinstance(plan, Declined):
             gemm = _gemm_plan(source) if gemm_available() else None
-            if isinstance(gemm, (GemmPlan, GemmChain, GemmTail, GemmHead)):
+            if isinstance(gemm, GEMM_PLANS):
                 return _gemm_reply(source, gemm, index, history)
             why = plan.reason + (f"; as a GEMM: {gemm.reason}" if isinstance(gemm, Declined) else "")
             return Reply(f"The built-in writer does not take this task: {why}.", finish_reason="declined")
@@ -115,7 +115,7 @@ class BuiltinPolicy:
             plan = _plan(source) if source is not None else None
             if isinstance(plan, Declined) and gemm_available():  # (a GEMM: every tiling not tried yet)
                 gemm = _gemm_plan(source)  # type: ignore[arg-type]
-                if isinstance(gemm, (GemmPlan, GemmChain, GemmTail, GemmHead)):
+                if isinstance(gemm, GEMM_PLANS):
                     # (before its first turn: that turn's program, as `generate` writes it)
                     later = gemm_ahead(source, gemm, _history(turns)) if turns else [gemm_turn(source, gemm, index, [])[1]]  # type: ignore[arg-type]
                     programs += [p for p in later if p not in programs]
@@ -142,14 +142,15 @@ class BuiltinPolicy:
 
 
 @lru_cache(maxsize=256)
-def _gemm_plan(source: str) -> GemmPlan | GemmChain | GemmTail | GemmHead | Declined:
+def _gemm_plan(source: str) -> AnyGemm | Declined:
     return plan_gemm(source)
 
 
-def _gemm_reply(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, index: int, history: list[tuple[str, float | None]]) -> Reply:
+def _gemm_reply(source: str, plan: AnyGemm, index: int, history: list[tuple[str, float | None]]) -> Reply:
     choice, program, why = gemm_turn(source, plan, index, history)
     measured = [f"{name}: {'x' if ms is None else f'{ms:.4f}'}" for name, ms in history]
-    what = ("A chain of CUTLASS GEMMs" if isinstance(plan, GemmChain) else
+    what = ("A direct convolution with its whole epilogue in one kernel" if isinstance(plan, DirectConv) else
+            "A chain of CUTLASS GEMMs" if isinstance(plan, GemmChain) else
             "A CUTLASS GEMM with its epilogue and my own kernels around it" if isinstance(plan, (GemmTail, GemmHead)) else
             "A CUTLASS GEMM with its epilogue")
     text = (f"{what} ({plan.describe()}), {choice}.\n\n```python\n{program}```\n\n"

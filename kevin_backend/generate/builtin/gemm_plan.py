@@ -53,6 +53,7 @@ from kevin_backend.generate.builtin import builtin_support
 from kevin_backend.generate.builtin.gemm_kernel import (gemm_cpp_source, gemm_cuda_flags, gemm_cuda_source, gemm_unaligned,
                                                          tilings_for)
 from kevin_backend.generate.builtin.conv_plan import plan_conv
+from kevin_backend.generate.builtin.direct_conv import DirectConv, DirectTiling, direct_extension, direct_tilings, plan_direct
 from kevin_backend.generate.builtin.gemm_chain import (MATMULS, ChainTiling, GemmChain, batched_operands, chain_cut, chain_tilings,
                                                         decompose_baddbmm, with_parameters)
 from kevin_backend.generate.builtin.gemm_reading import DTYPES, RESHAPES, GemmPlan, gemm_spec, read_epilogue, read_outputs
@@ -64,15 +65,18 @@ from kevin_backend.generate.builtin.variants import Variant, variant_named
 from kevin_backend.generate.builtin.plan import Declined, Plan
 from kevin_backend.generate.builtin.tracing import TRACE_LOCK, trace_with_parameters
 
-__all__ = ["ChainTiling", "GemmChain", "GemmHead", "GemmPlan", "GemmTail", "KeptEnd", "WideEnd", "gemm_turn", "own_variant", "plan_gemm", "plan_tilings",
+__all__ = ["AnyGemm", "GEMM_PLANS", "ChainTiling", "DirectConv", "GemmChain", "GemmHead", "GemmPlan", "GemmTail", "KeptEnd", "WideEnd", "gemm_turn", "own_variant", "plan_gemm", "plan_tilings",
            "write_gemm_program"]
 
 aten = torch.ops.aten
 _TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
 _CHAIN = 4  # the most matmuls a chain takes (a program builds every kernel of it in one compile)
+# the plans this writer's GEMM programs compute (else `plan_gemm` says Declined)
+GEMM_PLANS = (GemmPlan, GemmChain, GemmTail, GemmHead, DirectConv)
+AnyGemm = GemmPlan | GemmChain | GemmTail | GemmHead | DirectConv
 
 
-def plan_gemm(task_source: str, arch: str | None = None) -> GemmPlan | GemmChain | GemmTail | GemmHead | Declined:
+def plan_gemm(task_source: str, arch: str | None = None) -> AnyGemm | Declined:
     """The task's GEMM plan (a chain of them for a task of several matmuls: `gemm_chain.py`), or
     why the built-in writer's GEMM declines it; for the GPU `arch` ("sm90": Hopper's kernels,
     "sm80": Ampere's), by default the one here (`builtin_support.gemm_arch`; Hopper's without one)."""
@@ -92,7 +96,7 @@ def plan_gemm(task_source: str, arch: str | None = None) -> GemmPlan | GemmChain
             chain = GemmChain(tuple(_read(graph, sub_metas) for graph, sub_metas in chain_cut(gm.graph, metas)))
             return with_parameters(chain, count, tuple(names))
         if not matmuls:  # (a convolution; a reduction after it: the writer's own kernel, as after a GEMM)
-            return _named(plan_conv(gm.graph, metas, arch), count, tuple(names))
+            return _named(_plan_convolution(gm.graph, metas, arch), count, tuple(names))
         if len(matmuls) == 1 and head_of(gm.graph) is not None:  # a left operand ops compute: the writer's kernel first
             return _named(plan_head(gm.graph, metas, _read_with_tail), count, tuple(names))
         return _named(_read_with_tail(gm.graph, metas), count, tuple(names))
@@ -100,6 +104,20 @@ def plan_gemm(task_source: str, arch: str | None = None) -> GemmPlan | GemmChain
         return Declined(str(exc))
     except Exception as exc:  # a task the tracer cannot take is declined, not an error
         return Declined(f"the task could not be traced on meta tensors: {type(exc).__name__}: {exc}")
+
+
+def _plan_convolution(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan | GemmTail | DirectConv:
+    """A convolution's plan: the direct kernel with its whole epilogue where it takes the
+    convolution (few input channels: `direct_conv.py`), the implicit GEMM's plan as its fallback;
+    else the implicit GEMM's."""
+    try:
+        direct = plan_direct(graph, metas)
+    except Unsupported:
+        return plan_conv(graph, metas, arch)
+    try:
+        return dataclasses.replace(direct, fallback=plan_conv(graph, metas, arch))
+    except Unsupported:
+        return direct
 
 
 def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan | GemmTail:
@@ -118,6 +136,8 @@ def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPl
 def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
     """`plan` (a GemmPlan, or a head or tail around one) with the task's forward inputs counted and
     its parameters named (`GemmPlan.state`)."""
+    if isinstance(plan, DirectConv) and plan.fallback is not None:
+        plan = dataclasses.replace(plan, fallback=_named(plan.fallback, inputs, state))
     if isinstance(plan, GemmTail) and plan.wide is not None:
         plan = dataclasses.replace(plan, wide=_named(plan.wide, inputs, state))
     if isinstance(plan, GemmTail) and plan.kept is not None:
@@ -245,7 +265,7 @@ def _parameters_module(task_source: str) -> str:
     return ast.unparse(tree)
 
 
-def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling: Any, name: str | None = None, task_source: str = "") -> str:
+def write_gemm_program(plan: AnyGemm, tiling: Any, name: str | None = None, task_source: str = "") -> str:
     """A KernelBench-format candidate (ModelNew through load_inline) computing `plan` with CUTLASS
     (a chain: its kernels one after the other, each its own host function, with a `ChainTiling`).
     A task with parameters (`plan.state`) needs its own source (`task_source`): ModelNew inherits
@@ -254,6 +274,12 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
     name = name or "kevin_gemm_" + hashlib.sha256(repr((plan, tiling)).encode()).hexdigest()[:10]
     if plan.state and not task_source:
         raise ValueError("a task with parameters: its source is needed (ModelNew makes its parameters as its Model does)")
+    if isinstance(plan, DirectConv):  # (the direct kernel, or a tiling of its implicit GEMM's plan)
+        if isinstance(tiling, DirectTiling):
+            return _direct_program(plan, tiling, name, task_source)
+        if plan.fallback is None:
+            raise ValueError(f"{tiling.name}: a direct convolution without an implicit GEMM's plan")
+        return write_gemm_program(plan.fallback, tiling, name, task_source)
     head = plan if isinstance(plan, GemmHead) else None
     plan = head.gemm if head else plan
     tail = plan if isinstance(plan, GemmTail) else None
@@ -316,9 +342,7 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
         else:
             lines.append(f"return {call}" if len(tail.tail.outputs) == 1 else f"return tuple({call})")
     args = ", ".join(f"v{i}" for i in range(plan.inputs))
-    model = (f"\n\n# The task's module without its forward: ModelNew makes the same parameters under the same seed\n"
-             f"{_parameters_module(task_source)}\n\n\nclass ModelNew(KevinTaskParameters):\n" if plan.state else
-             "class ModelNew(nn.Module):\n    def __init__(self, *init_inputs):\n        super().__init__()\n\n")
+    model = _model_class(plan, task_source)
     sm90 = not plans[0].spec.sm80 or type(tiling).__name__ == "ConvTiling"  # (Hopper's convolution: `conv_kernel.ConvTiling`)
     family = "CUTLASS 3.x (sm90)" if sm90 else "CUTLASS 2.x (sm80)"
     what = (f"a chain of {len(plans)} {family} GEMMs with their epilogues ({plan.describe()})" if chained else
@@ -336,6 +360,32 @@ def write_gemm_program(plan: GemmPlan | GemmChain | GemmTail | GemmHead, tiling:
         f"{around}\n{model}"
         f"    def forward(self, {args}):\n"
         f"{body}"
+    )
+
+
+def _model_class(plan: Any, task_source: str) -> str:
+    """The program's ModelNew class line (and `__init__`): the task's own module without its forward
+    where the plan reads the model's parameters (`plan.state`)."""
+    return (f"\n\n# The task's module without its forward: ModelNew makes the same parameters under the same seed\n"
+            f"{_parameters_module(task_source)}\n\n\nclass ModelNew(KevinTaskParameters):\n" if plan.state else
+            "class ModelNew(nn.Module):\n    def __init__(self, *init_inputs):\n        super().__init__()\n\n")
+
+
+def _direct_program(plan: DirectConv, tiling: DirectTiling, name: str, task_source: str) -> str:
+    """The KernelBench-format program of a direct convolution (`direct_conv.py`) in `tiling`."""
+    cuda, declaration = direct_extension(plan, tiling)
+    call = f"ext.kevin_run({', '.join(_value(plan, i) for i in plan.reads)})"  # type: ignore[arg-type]
+    args = ", ".join(f"v{i}" for i in range(plan.inputs))
+    return (
+        f'"""Written by kevin\'s built-in writer: {plan.describe()}, {tiling.name}."""\n'
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
+        f"cuda_source = r'''{cuda}'''\n\n"
+        f"cpp_source = '{declaration}'\n\n"
+        f"ext = load_inline(name='{name}', cpp_sources=cpp_source, cuda_sources=cuda_source, functions=['kevin_run'],\n"
+        "                  extra_cuda_cflags=['-O3'])\n\n"
+        f"{_model_class(plan, task_source)}"
+        f"    def forward(self, {args}):\n"
+        f"        return {call if len(plan.outputs) == 1 else f'tuple({call})'}\n"
     )
 
 
@@ -381,7 +431,7 @@ def _call(plan: GemmPlan) -> str:
     return ", ".join([x, w, *operands])
 
 
-def plan_tilings(plan: GemmPlan | GemmChain | GemmTail | GemmHead) -> tuple[Any, ...]:
+def plan_tilings(plan: AnyGemm) -> tuple[Any, ...]:
     """The variants a search of `plan` tries, in order (`gemm_kernel.tilings_for`; a chain's:
     `chain_tilings`; a GEMM with the writer's own kernels around it: its GEMM's)."""
     if isinstance(plan, GemmTail) and plan.wide is not None:  # then its end in float32, with the first two
@@ -398,12 +448,14 @@ def plan_tilings(plan: GemmPlan | GemmChain | GemmTail | GemmHead) -> tuple[Any,
         return kept + plan_tilings(plan.gemm) if plan.kept_first else plan_tilings(plan.gemm) + kept
     if isinstance(plan, (GemmTail, GemmHead)):
         return plan_tilings(plan.gemm)
+    if isinstance(plan, DirectConv):  # (the direct kernel's, then its implicit GEMM's)
+        return direct_tilings(plan) + (plan_tilings(plan.fallback) if plan.fallback is not None else ())
     if isinstance(plan, GemmChain):
         return chain_tilings(plan)
     return tilings_for(plan.spec, (plan.batch * plan.m, plan.n, plan.k))
 
 
-def gemm_turn(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, index: int, history: list[tuple[str, float | None]]) -> tuple[str, str, str]:
+def gemm_turn(source: str, plan: AnyGemm, index: int, history: list[tuple[str, float | None]]) -> tuple[str, str, str]:
     """One turn of a GEMM search: (the tiling's name, the program, why this one), from the
     trajectory's earlier turns (`history`: each tiling's name and the judge's kernel ms, None
     where not accepted). Untried tilings first, in `tilings_for` order from this trajectory's
@@ -434,14 +486,14 @@ def gemm_turn(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, ind
     return choice, _turn_program(source, plan, tilings, names.index(choice)), why
 
 
-def _turn_program(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, tilings: tuple[Any, ...], number: int) -> str:
+def _turn_program(source: str, plan: AnyGemm, tilings: tuple[Any, ...], number: int) -> str:
     """The program of a search's turn in tiling `tilings[number]` (its extension named by the task
     and the number, so a program written ahead is the very one its turn writes)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:10]
     return write_gemm_program(plan, tilings[number], name=f"kevin_gemm_{digest}_{number}", task_source=source)
 
 
-def gemm_ahead(source: str, plan: GemmPlan | GemmChain | GemmTail | GemmHead, history: list[tuple[str, Any]]) -> list[str]:
+def gemm_ahead(source: str, plan: AnyGemm, history: list[tuple[str, Any]]) -> list[str]:
     """The programs a GEMM search's later turns may write, whatever the judge says of the turns
     before: one per tiling this trajectory has not tried (`history`: the tilings' names so far, the
     last one's verdict still unknown); `gemm_turn` writes one of them, or one built already (the

@@ -1,0 +1,494 @@
+"""A direct convolution with its whole epilogue in one kernel, for convolutions of few input
+channels: KernelBench's level-2 habit (3 -> 16 channels through a 3x3 or 3x3x3 window, then a min
+or a softmax over the channels, an activation, a bias). There an implicit GEMM's K (input
+channels x window) is too short for tensor cores to pay, and the time is the output's round trip
+through memory between the convolution's kernel and the epilogue's: on the H200 CUTLASS's implicit
+GEMM and the writer's row kernel after it took 5.9 ms for a softmax over the 16 channels of a 3-D
+convolution where Inductor (cuDNN, then its own kernel) took 0.56.
+
+    plan = plan_direct(graph, metas)              # a DirectConv, or raises Unsupported with the reason
+    tiling = direct_tilings(plan)[0]
+    cuda, declaration = direct_extension(plan, tiling)
+
+The kernel: each thread takes `positions` neighbouring output positions along the innermost
+spatial dimension, every output channel of each in registers. The filter (and the bias) is read
+once per block into shared memory, laid out so that one window tap's output channels are
+consecutive (a thread reads them four at a time, the same words for the whole warp); the input's
+taps are read from memory, each tap's value used for every output channel. The multiply-adds are
+float32 FMAs whatever the dtype (no TF32: a float32 convolution is as exact as float32 makes it).
+Then the epilogue, per position, on the channels in registers:
+
+- a pointwise op (`ops.py`'s table) of the convolution's values, of values over the channels
+  reduced, and of the task's other tensors, read where they broadcast (a per-channel bias, a
+  tensor of the output's size, a scalar);
+- a sum, mean, max or min over the channels (kept as a dimension of 1 or not): a softmax over the
+  channels is its max, an exp, its sum and a division, all in registers;
+- the outputs, each stored once: a value over the channels, or one per position.
+
+Declined, each with what it is: a transposed or grouped convolution, a filter or input made by
+ops (not an input), more than `MAX_TAPS` input values per output (input channels x window) or
+`MAX_CHANNELS` output channels, a reduction over other dimensions than the channels, an index
+(argmin), a value of another shape (a group norm's groups), an op outside the table.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from kevin_backend.generate.builtin.codegen import C_TYPES, TORCH_DTYPES, cuda_code
+from kevin_backend.generate.builtin.ops import Unsupported, float_literal, is_pointwise, pointwise_expr
+
+__all__ = ["DirectConv", "DirectTiling", "plan_direct", "direct_tilings", "direct_extension", "MAX_TAPS", "MAX_CHANNELS"]
+
+aten = torch.ops.aten
+
+MAX_TAPS = 128  # input values per output value (input channels x window): beyond, an implicit GEMM's K pays
+MAX_CHANNELS = 64  # output channels a thread holds in registers per position
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# the reductions over the channels: (initial value, combine)
+_FOLDS = {"sum": ("0.0f", "{a} + {b}"), "mean": ("0.0f", "{a} + {b}"), "amax": ("-INFINITY", "kevin_maximum({a}, {b})"),
+          "amin": ("INFINITY", "kevin_minimum({a}, {b})")}
+_REDUCTIONS = {aten.sum.dim_IntList: "sum", aten.mean.dim: "mean", aten.amax.default: "amax", aten.amin.default: "amin",
+               aten.max.dim: "amax", aten.min.dim: "amin"}
+# views of the task's own tensors, their strides those of the input's storage
+_STORAGE_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default,
+                  aten.expand.default, aten.alias.default, aten.t.default, aten.permute.default)
+_FORMS = {"C": "over the channels", "K": "per position, the channels' dimension kept", "R": "per position, the channels' dimension gone"}
+_VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.squeeze.dim, aten.squeeze.dims,
+          aten.unsqueeze.default, aten.clone.default, aten.alias.default)
+
+
+@dataclass(frozen=True)
+class DirectTiling:
+    """A direct kernel's shape: threads a block, output positions a thread."""
+
+    threads: int
+    positions: int
+
+    @property
+    def name(self) -> str:
+        return f"direct {self.threads} threads x {self.positions} position{'s' if self.positions > 1 else ''}"
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """An input the kernel reads (the task's input `index`) as the host function checks it."""
+
+    index: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Output:
+    """A value the kernel stores: over the channels (`per_channel`) or one per position; `steps`
+    its element step along (n, channel, spatial...) of the convolution's output."""
+
+    var: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    per_channel: bool
+    steps: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DirectConv:
+    """The plan of a convolution and its epilogue as one direct kernel (`plan_direct`).
+    `fallback`: the implicit GEMM's plan of the same task where it has one (its tilings come after
+    the direct ones); `inputs`, `state`: as `GemmPlan`'s (the forward's inputs, then the model's
+    parameters by path)."""
+
+    x: _Tensor
+    w: _Tensor
+    bias: _Tensor | None
+    operands: tuple[_Tensor, ...]  # the epilogue's other tensors
+    out_spatial: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    body: tuple[str, ...]  # the epilogue's lines for one position `p` (the convolution's values acc[p][c])
+    outputs: tuple[_Output, ...]
+    ops: tuple[str, ...]  # the epilogue's ops, in words
+    inputs: int = 0
+    state: tuple[str, ...] = ()
+    fallback: Any = None
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        """The task's inputs the host function takes, in order."""
+        return tuple(sorted({t.index for t in (self.x, self.w, self.bias, *self.operands) if t is not None}))
+
+    @property
+    def channels(self) -> tuple[int, int]:
+        return self.w.shape[1], self.w.shape[0]
+
+    @property
+    def taps(self) -> int:
+        return math.prod(self.w.shape[1:])
+
+    def describe(self) -> str:
+        cin, cout = self.channels
+        window = "x".join(map(str, self.w.shape[2:]))
+        positions = "x".join(map(str, (self.x.shape[0], *self.out_spatial)))
+        return (f"a direct {len(self.out_spatial)}-D convolution {cin} -> {cout} channels, window {window}, "
+                f"{positions} positions, {str(self.x.dtype).replace('torch.', '')}"
+                + (", its bias" if self.bias else "") + (f", then {', '.join(dict.fromkeys(self.ops))}" if self.ops else "")
+                + f", {len(self.outputs)} output{'s' if len(self.outputs) > 1 else ''}")
+
+
+def direct_tilings(plan: DirectConv) -> tuple[DirectTiling, ...]:
+    """The direct kernel's variants, in the order a search tries them: two positions a thread
+    first (each filter word read from shared memory serves both), then one, then four where the
+    channels are few enough for the registers."""
+    _, cout = plan.channels
+    return tuple(t for t in (DirectTiling(128, 2), DirectTiling(256, 1), DirectTiling(64, 4)) if t.positions * cout <= 128)
+
+
+# ----------------------------------------------------------------------------------------------
+# The plan
+
+
+def _tensor(node: Any, placeholders: list[fx.Node], metas: list[Any], what: str) -> _Tensor:
+    if not isinstance(node, fx.Node) or node not in placeholders:
+        raise Unsupported(f"the convolution's {what} is computed in the graph (the direct kernel reads it as an input)")
+    meta = metas[placeholders.index(node)]
+    if meta.dtype not in _DTYPES:
+        raise Unsupported(f"the convolution's {what} is {meta.dtype}")
+    return _Tensor(placeholders.index(node), meta.dtype, tuple(meta.shape), tuple(meta.stride()))
+
+
+def _steps(shape: tuple[int, ...], stride: tuple[int, ...], target: tuple[int, ...], name: str) -> tuple[int, ...]:
+    """The element steps of a tensor of `shape` and `stride` broadcast to `target` (0 where it
+    broadcasts), or Unsupported where it does not."""
+    if len(shape) > len(target):
+        raise Unsupported(f"{name} of shape {list(shape)} does not broadcast to {list(target)}")
+    pad = len(target) - len(shape)
+    steps = []
+    for d, size in enumerate(target):
+        own = shape[d - pad] if d >= pad else 1
+        if own == 1:
+            steps.append(0)
+        elif own == size:
+            steps.append(stride[d - pad])
+        else:
+            raise Unsupported(f"{name} of shape {list(shape)} does not broadcast to {list(target)}")
+    return tuple(steps)
+
+
+class _Epilogue:
+    """Reads the nodes after the convolution: each value's form ("C": over the channels, "K": one
+    per position kept as a channel of 1, "R": one per position, the channels' dimension gone,
+    "lazy": an op of the task's other tensors alone, written where it is read) and its code."""
+
+    def __init__(self, conv: fx.Node, placeholders: list[fx.Node], metas: list[Any]) -> None:
+        self.conv, self.placeholders, self.metas = conv, placeholders, metas
+        self.out = tuple(conv.meta["val"].shape)
+        self.cout = self.out[1]
+        self.form: dict[fx.Node, str] = {conv: "C"}
+        self.var: dict[fx.Node, str] = {conv: "acc[p]"}
+        self.lines: list[str] = []
+        self.operands: dict[int, _Tensor] = {}
+        self.views: dict[fx.Node, tuple[fx.Node, tuple[int, ...], tuple[int, ...]]] = {}
+        self.ops: list[str] = []
+
+    def shape_form(self, node: fx.Node) -> str:
+        shape = tuple(node.meta["val"].shape)
+        if shape == self.out:
+            return "C"
+        if shape == (self.out[0], 1, *self.out[2:]):
+            return "K"
+        if shape == (self.out[0], *self.out[2:]):
+            return "R"
+        raise Unsupported(f"{node.target} makes a value of shape {list(shape)}: the direct kernel keeps the convolution's "
+                          f"{list(self.out)}, one per position, or the task's other tensors")
+
+    def load(self, node: fx.Node, form: str, target: tuple[int, ...]) -> str:
+        """A placeholder's value where a value of `form` (shape `target`) reads it, at channel `c`."""
+        source, shape, stride = self.views.get(node, (node, None, None))
+        index = self.placeholders.index(source)
+        meta = self.metas[index]
+        if meta.dtype not in (*_DTYPES, torch.bool):
+            raise Unsupported(f"the epilogue reads {source.name} of {meta.dtype}")
+        self.operands[index] = _Tensor(index, meta.dtype, tuple(meta.shape), tuple(meta.stride()))
+        shape, stride = (shape, stride) if shape is not None else (tuple(meta.shape), tuple(meta.stride()))
+        steps = _steps(shape, stride, target, node.name)
+        if form == "R":
+            steps = (steps[0], 0, *steps[1:])
+        if form != "C" and steps[1]:
+            raise Unsupported(f"{node.name} varies over the channels where a value per position reads it")
+        return f"kevin_ld(p_in{index}, {_offset(steps, 'c')})"
+
+    def value(self, arg: fx.Node, form: str, target: tuple[int, ...]) -> str:
+        """`arg`'s expression where a value of `form` reads it (at channel `c` over the channels)."""
+        if arg in self.placeholders or arg in self.views:
+            return self.load(arg, form, target)
+        own = self.form.get(arg)
+        if own is None:
+            raise Unsupported(f"{arg.name} is computed before the convolution")
+        if own == "lazy":
+            return "(" + pointwise_expr(arg, lambda a: self.value(a, form, target)) + ")"
+        # over the channels: read where a value over them is; one per position kept as a channel of
+        # 1: broadcast over the channels too; one per position without it: where such values are
+        if own == "C" and form != "C" or own == "R" and form != "R" or own == "K" and form == "R":
+            raise Unsupported(f"{arg.name} (a value {_FORMS[own]}) where a value {_FORMS[form]} reads it")
+        return f"{self.var[arg]}[c]" if own == "C" else self.var[arg]
+
+    def read(self, node: fx.Node) -> None:
+        if node.op != "call_function":
+            raise Unsupported(f"{node.op} {node.target} after the convolution")
+        lineage = [a for a in node.all_input_nodes if self.form.get(a) in ("C", "K", "R")]
+        name = f"v{len(self.var)}"
+        if node.target is operator.getitem:
+            (source, index) = node.args
+            if index != 0:
+                raise Unsupported("the index of a min or max over the channels (the direct kernel keeps their values)")
+            self.form[node], self.var[node] = self.form[source], self.var[source]
+            return
+        if not lineage and node.target in _STORAGE_VIEWS and (node.args[0] in self.placeholders or node.args[0] in self.views):
+            # (a view of an input, as a compiled model reshapes a parameter: read through the view's strides)
+            source = self.views.get(node.args[0], (node.args[0],))[0]
+            val = node.meta["val"]
+            self.views[node] = (source, tuple(val.shape), tuple(val.stride()))
+            return
+        if not lineage:  # (an op of the task's other tensors alone: written where it is read)
+            if not is_pointwise(node):
+                raise Unsupported(f"{node.target} of the task's other tensors after the convolution")
+            self.form[node] = "lazy"
+            return
+        if node.target in _VIEWS:
+            (source,) = lineage
+            form = self.shape_form(node)
+            if (self.form[source] == "C") != (form == "C") or node.args[0] is not source:
+                raise Unsupported(f"{node.target} reshapes the convolution's values")
+            self.form[node], self.var[node] = form, self.var[source]
+            return
+        if node.target in _REDUCTIONS:
+            self.reduce(node, name)
+            return
+        if not is_pointwise(node):
+            raise Unsupported(f"{node.target} after the convolution (the direct kernel takes pointwise ops and "
+                              "reductions over the channels)")
+        form = self.shape_form(node)
+        target = tuple(node.meta["val"].shape)
+        self.ops.append(str(node.target).split(".")[-2] if "." in str(node.target) else str(node.target))
+        if form == "C":
+            expr = pointwise_expr(node, lambda a: self.value(a, "C", target))
+            self.lines += [f"float {name}[{self.cout}];", "#pragma unroll",
+                           f"for (int c = 0; c < {self.cout}; ++c) {name}[c] = {expr};"]
+        else:
+            expr = pointwise_expr(node, lambda a: self.value(a, form, target))
+            self.lines.append(f"const float {name} = {expr};")
+        self.form[node], self.var[node] = form, name
+
+    def reduce(self, node: fx.Node, name: str) -> None:
+        kind = _REDUCTIONS[node.target]
+        source = node.args[0]
+        dims = node.args[1] if len(node.args) > 1 else None
+        dims = [dims] if isinstance(dims, int) else list(dims or [])
+        rank = len(self.out)
+        if self.form.get(source) != "C" or [d % rank for d in dims] != [1]:
+            raise Unsupported(f"{node.target} over dims {dims}: the direct kernel reduces over the channels alone")
+        keep = bool(node.args[2]) if len(node.args) > 2 else bool(node.kwargs.get("keepdim", False))
+        init, combine = _FOLDS[kind]
+        self.lines += [f"float {name} = {init};", "#pragma unroll",
+                       f"for (int c = 0; c < {self.cout}; ++c) {name} = {combine.format(a=name, b=f'{self.var[source]}[c]')};"]
+        if kind == "mean":
+            self.lines.append(f"{name} = {name} / {float_literal(self.cout)};")
+        self.ops.append(f"{kind} over the channels")
+        self.form[node], self.var[node] = ("K" if keep else "R"), name
+
+
+def _offset(steps: tuple[int, ...], channel: str) -> str:
+    """The element offset at (n, channel, o0, ..., ol + p) for `steps`."""
+    spatial = len(steps) - 2
+    names = [f"o{d}" for d in range(spatial - 1)] + ["(ol + p)"]
+    terms = [f"n * {steps[0]}LL"] * bool(steps[0]) + [f"{channel} * {steps[1]}LL"] * bool(steps[1]) + \
+            [f"{name} * {s}LL" for name, s in zip(names, steps[2:]) if s]
+    return " + ".join(terms) or "0"
+
+
+def plan_direct(graph: fx.Graph, metas: list[Any]) -> DirectConv:
+    """The direct kernel's plan of a graph whose product is its one convolution, or Unsupported."""
+    convs = [n for n in graph.nodes if n.op == "call_function" and n.target is aten.convolution.default]
+    if len(convs) != 1:
+        raise Unsupported(f"{len(convs)} convolutions (the direct kernel takes one)")
+    (conv,) = convs
+    x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
+    if transposed or groups != 1:
+        raise Unsupported("a transposed convolution" if transposed else f"a convolution of {groups} groups")
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    xt, wt = _tensor(x, placeholders, metas, "input"), _tensor(w, placeholders, metas, "filter")
+    bt = _tensor(b, placeholders, metas, "bias") if b is not None else None
+    if len({t.dtype for t in (xt, wt, bt) if t}) != 1:
+        raise Unsupported("the convolution's input, filter and bias are of different dtypes")
+    cout, taps = wt.shape[0], math.prod(wt.shape[1:])
+    if taps > MAX_TAPS or cout > MAX_CHANNELS:
+        raise Unsupported(f"{taps} input values per output and {cout} output channels: the direct kernel takes at most "
+                          f"{MAX_TAPS} and {MAX_CHANNELS} (an implicit GEMM's K pays beyond)")
+    epilogue = _Epilogue(conv, placeholders, metas)
+    after = list(graph.nodes)[list(graph.nodes).index(conv) + 1:]
+    output = next(n for n in after if n.op == "output")
+    for node in after:
+        if node.op != "output":
+            epilogue.read(node)
+    results = output.args[0] if isinstance(output.args[0], (tuple, list)) else (output.args[0],)
+    outputs = []
+    for node in results:
+        if not isinstance(node, fx.Node) or epilogue.form.get(node) not in ("C", "K", "R"):
+            raise Unsupported(f"the task returns {getattr(node, 'name', node)}, not a value of the convolution's")
+        val = node.meta["val"]
+        if val.dtype not in _DTYPES:
+            raise Unsupported(f"the task returns a value of {val.dtype}")
+        form = epilogue.form[node]
+        steps = tuple(val.stride())
+        steps = (steps[0], 0, *steps[1:]) if form == "R" else (steps[0], 0, *steps[2:]) if form == "K" else steps
+        outputs.append(_Output(epilogue.var[node], val.dtype, tuple(val.shape), tuple(val.stride()), form == "C", steps))
+    return DirectConv(xt, wt, bt, tuple(sorted(epilogue.operands.values(), key=lambda t: t.index)),
+                      tuple(conv.meta["val"].shape[2:]), tuple(stride), tuple(padding), tuple(dilation),
+                      tuple(epilogue.lines), tuple(outputs), tuple(epilogue.ops))
+
+
+# ----------------------------------------------------------------------------------------------
+# The kernel and its host function
+
+
+def _filter_fill(plan: DirectConv, threads: int) -> list[str]:
+    """Lines filling shared memory with the filter, one tap's output channels consecutive, and the bias."""
+    cin, cout = plan.channels
+    window = plan.w.shape[2:]
+    lines = [f"__shared__ __align__(16) float ws[{plan.taps * cout}];",
+             f"for (int i = threadIdx.x; i < {plan.taps * cout}; i += {threads}) {{",
+             f"    const int co = i % {cout}; int tap = i / {cout};"]
+    terms = [f"co * {plan.w.stride[0]}LL"]
+    for d in reversed(range(len(window))):
+        lines.append(f"    const int k{d} = tap % {window[d]}; tap /= {window[d]};")
+        terms.append(f"k{d} * {plan.w.stride[2 + d]}LL")
+    terms.append(f"tap * {plan.w.stride[1]}LL")
+    lines += [f"    ws[i] = kevin_ld(p_in{plan.w.index}, {' + '.join(terms)});", "}"]
+    if plan.bias is not None:
+        lines += [f"__shared__ float bs[{cout}];",
+                  f"for (int i = threadIdx.x; i < {cout}; i += {threads}) bs[i] = kevin_ld(p_in{plan.bias.index}, i * {plan.bias.stride[0]}LL);"]
+    return lines + ["__syncthreads();"]
+
+
+def _taps(plan: DirectConv, positions: int) -> list[str]:
+    """The multiply-adds: for each input channel and window tap, the positions' input values, then
+    each output channel's filter word times each."""
+    cin, cout = plan.channels
+    window, spatial = plan.w.shape[2:], plan.x.shape[2:]
+    dims = len(window)
+    last = dims - 1
+    lines = [f"for (int ci = 0; ci < {cin}; ++ci) {{"]
+    depth = 1
+    for d in range(dims - 1):  # the outer window dims: a row of input at a time
+        pad = "    " * depth
+        lines += [f"{pad}#pragma unroll", f"{pad}for (int k{d} = 0; k{d} < {window[d]}; ++k{d}) {{",
+                  f"{pad}    const int i{d} = o{d} * {plan.stride[d]} - {plan.padding[d]} + k{d} * {plan.dilation[d]};"]
+        if plan.padding[d]:
+            lines.append(f"{pad}    if ((unsigned)i{d} >= {spatial[d]}u) continue;")
+        depth += 1
+    pad = "    " * depth
+    tap = "ci"
+    for d in range(dims):
+        tap = f"({tap} * {window[d]} + k{d})"
+    base = " + ".join([f"n * {plan.x.stride[0]}LL", f"ci * {plan.x.stride[1]}LL",
+                       *(f"i{d} * {plan.x.stride[2 + d]}LL" for d in range(dims - 1))])
+    guard = f"(unsigned)il < {spatial[last]}u" if plan.padding[last] or plan.out_spatial[last] % positions else "true"
+    lines += [f"{pad}#pragma unroll", f"{pad}for (int k{last} = 0; k{last} < {window[last]}; ++k{last}) {{",
+              f"{pad}    const float* wt = ws + {tap} * {cout};",
+              f"{pad}    float xv[{positions}];",
+              f"{pad}    #pragma unroll",
+              f"{pad}    for (int p = 0; p < {positions}; ++p) {{",
+              f"{pad}        const int il = (ol + p) * {plan.stride[last]} - {plan.padding[last]} + k{last} * {plan.dilation[last]};",
+              f"{pad}        xv[p] = ({guard}) ? kevin_ld(p_in{plan.x.index}, {base} + il * {plan.x.stride[-1]}LL) : 0.0f;",
+              f"{pad}    }}",
+              f"{pad}    #pragma unroll",
+              f"{pad}    for (int c = 0; c < {cout}; ++c) {{",
+              f"{pad}        const float wv = wt[c];",
+              f"{pad}        #pragma unroll",
+              f"{pad}        for (int p = 0; p < {positions}; ++p) acc[p][c] = fmaf(xv[p], wv, acc[p][c]);",
+              f"{pad}    }}", f"{pad}}}"]
+    for d in reversed(range(depth)):
+        lines.append("    " * d + "}")
+    return lines
+
+
+def _stores(plan: DirectConv) -> list[str]:
+    _, cout = plan.channels
+    lines = []
+    for k, o in enumerate(plan.outputs):
+        if o.per_channel:
+            lines += ["#pragma unroll", f"for (int c = 0; c < {cout}; ++c) kevin_st(p_out{k}, {_offset(o.steps, 'c')}, {o.var}[c]);"]
+        else:
+            lines.append(f"kevin_st(p_out{k}, {_offset(o.steps, '0')}, {o.var});")
+    return lines
+
+
+def _kernel(plan: DirectConv, tiling: DirectTiling) -> tuple[str, int]:
+    """The kernel's source and the threads it launches."""
+    threads, positions = tiling.threads, tiling.positions
+    _, cout = plan.channels
+    spatial = plan.out_spatial
+    chunks = -(-spatial[-1] // positions)
+    total = plan.x.shape[0] * math.prod(spatial[:-1]) * chunks
+    tensors = {t.index: t for t in (plan.x, plan.w, plan.bias, *plan.operands) if t is not None}
+    params = [f"const {C_TYPES[tensors[i].dtype]}* __restrict__ p_in{i}" for i in plan.reads] + \
+             [f"{C_TYPES[o.dtype]}* __restrict__ p_out{k}" for k, o in enumerate(plan.outputs)]
+    index = [f"const int ol = (int)(t % {chunks}) * {positions}; long long r = t / {chunks};"]
+    for d in reversed(range(len(spatial) - 1)):
+        index.append(f"const int o{d} = (int)(r % {spatial[d]}); r /= {spatial[d]};")
+    index.append("const long long n = r;")
+    init = "bs[c]" if plan.bias is not None else "0.0f"
+    body = [*_filter_fill(plan, threads),
+            f"const long long t = (long long)blockIdx.x * {threads} + threadIdx.x;",
+            f"if (t >= {total}LL) return;", *index,
+            f"float acc[{positions}][{cout}];", "#pragma unroll",
+            f"for (int p = 0; p < {positions}; ++p) {{", "    #pragma unroll",
+            f"    for (int c = 0; c < {cout}; ++c) acc[p][c] = {init};", "}",
+            *_taps(plan, positions),
+            "#pragma unroll", f"for (int p = 0; p < {positions}; ++p) {{",
+            f"    if (ol + p >= {spatial[-1]}) break;",
+            *("    " + line for line in (*plan.body, *_stores(plan))), "}"]
+    return (f"__global__ void __launch_bounds__({threads}) kevin_direct_conv({', '.join(params)}) {{\n"
+            + "\n".join("    " + line for line in body) + "\n}\n"), total
+
+
+def direct_extension(plan: DirectConv, tiling: DirectTiling) -> tuple[str, str]:
+    """The CUDA source of `plan`'s kernel in `tiling` and its host function `kevin_run`, and the
+    host function's declaration."""
+    kernel, total = _kernel(plan, tiling)
+    tensors = {t.index: t for t in (plan.x, plan.w, plan.bias, *plan.operands) if t is not None}
+    first = f"in{plan.x.index}"
+    checks = []
+    for i in plan.reads:
+        t = tensors[i]
+        sizes, strides = ", ".join(map(str, t.shape)), ", ".join(map(str, t.stride))
+        checks.append(f'    TORCH_CHECK(in{i}.is_cuda() && in{i}.scalar_type() == {TORCH_DTYPES.get(t.dtype, "torch::kBool")} && '
+                      f'in{i}.sizes() == torch::IntArrayRef({{{sizes}}}) && in{i}.strides() == torch::IntArrayRef({{{strides}}}), '
+                      f'"kevin kernel: input {i} must be {str(t.dtype).replace("torch.", "")} of sizes [{sizes}] and strides [{strides}]");')
+    allocs = [f"    auto out{k} = torch::empty_strided({{{', '.join(map(str, o.shape))}}}, {{{', '.join(map(str, o.stride))}}}, "
+              f"{first}.options().dtype({TORCH_DTYPES[o.dtype]}));" for k, o in enumerate(plan.outputs)]
+    args = [f"reinterpret_cast<const {C_TYPES[tensors[i].dtype]}*>(in{i}.data_ptr())" for i in plan.reads] + \
+           [f"reinterpret_cast<{C_TYPES[o.dtype]}*>(out{k}.data_ptr())" for k, o in enumerate(plan.outputs)]
+    params = ", ".join(f"torch::Tensor in{i}" for i in plan.reads)
+    returns = "torch::Tensor" if len(plan.outputs) == 1 else "std::vector<torch::Tensor>"
+    ret = "out0" if len(plan.outputs) == 1 else "{" + ", ".join(f"out{k}" for k in range(len(plan.outputs))) + "}"
+    host = (f"{returns} kevin_run({params}) {{\n" + "\n".join(checks) + "\n"
+            f"    const c10::cuda::CUDAGuard guard({first}.device());\n"
+            f"    cudaStream_t stream = c10::cuda::getCurrentCUDAStream({first}.get_device()).stream();\n"
+            + "\n".join(allocs) + "\n"
+            f"    const long long blocks = ({total}LL + {tiling.threads - 1}) / {tiling.threads};\n"
+            f"    kevin_direct_conv<<<(unsigned)blocks, {tiling.threads}, 0, stream>>>({', '.join(args)});\n"
+            f"    return {ret};\n}}\n")
+    fast = all(o.dtype in (torch.float16, torch.bfloat16) for o in plan.outputs)
+    cuda = "\n".join([cuda_code("prelude.cuh"), *(["#define KEVIN_FAST_MATH 1"] if fast else []), cuda_code("device_helpers.cuh"),
+                      cuda_code("access.cuh"), kernel, host])
+    return cuda, f"{returns} kevin_run({params});"

@@ -1,0 +1,40 @@
+"""Convolutions of few input channels with their epilogues, as the direct kernel takes them
+(`direct_conv.py`): KernelBench level-2's habits (3 -> 16 channels, a bias, a min or softmax over the
+channels) and what a compiled model hands on (a channels-last input, a parameter reshaped, the
+input added back, a 1-D convolution padded and dilated). Shared by the CPU tests, the fast build's
+test and the GPU test."""
+
+from __future__ import annotations
+
+from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+from test_gemm_plan import task
+
+F16, BF16 = "dtype=torch.float16", "dtype=torch.bfloat16"
+
+
+def _suite(name: str) -> str:
+    return next(t.source for t in GEMM_SUITE if t.name == name)
+
+
+DIRECT_TASKS = {
+    # the suite's KernelBench tasks: nn.Conv2d / nn.Conv3d parameters, a min over the channels then tanh
+    # twice; a softmax over the channels of a 3-D convolution
+    "min-tanh-f32": _suite("conv2d-min-tanh-f32-128x3x32x32"),
+    "conv3d-softmax-f32": _suite("conv3d-softmax-f32-128x3x16x32x32"),
+    # strided and padded, bf16, a tensor of the output's size added after the activation
+    "strided-relu-residual-bf16": task("torch.relu(F.conv2d(v[0], v[1], v[2], stride=2, padding=1)) + v[3]",
+                                       f"torch.randn(16, 4, 65, 63, {BF16}), torch.randn(24, 4, 3, 3, {BF16}), "
+                                       f"torch.randn(24, {BF16}), torch.randn(16, 24, 33, 32, {BF16})"),
+    # a channels-last f16 input without a bias, scaled per channel by a (1, C, 1, 1) tensor, then the
+    # mean over the channels kept and subtracted (two outputs: the value and the mean)
+    "channels-last-scale-mean-f16": task("(lambda y: (y - y.mean(1, keepdim=True), y.mean(1)))"
+                                         "(torch.tanh(F.conv2d(v[0], v[1]) * v[2]))",
+                                         f"torch.randn(8, 3, 40, 40, {F16}).contiguous(memory_format=torch.channels_last), "
+                                         f"torch.randn(16, 3, 5, 5, {F16}), torch.randn(1, 16, 1, 1, {F16})"),
+    # a 1-D convolution padded and dilated, its max over the channels (no dimension kept), then GELU
+    "conv1d-dilated-max-gelu-f32": task("F.gelu(F.conv1d(v[0], v[1], v[2], padding=2, dilation=2).amax(1))",
+                                        "torch.randn(32, 8, 1000), torch.randn(32, 8, 3), torch.randn(32)"),
+    # a compiled model's partition: the bias given as (C,) and viewed (C, 1, 1) in the graph
+    "viewed-bias-sigmoid-f32": task("torch.sigmoid(F.conv2d(v[0], v[1]) + v[2].view(-1, 1, 1))",
+                                    "torch.randn(64, 3, 30, 30), torch.randn(16, 3, 3, 3), torch.randn(16)"),
+}

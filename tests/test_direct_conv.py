@@ -1,0 +1,137 @@
+"""The direct convolution (`direct_conv.py`): which convolutions and epilogues it takes, which it
+leaves to the implicit GEMM and why, the structure of its kernel and host function, and its place in
+a search's turns. Its values against PyTorch on a GPU: test_direct_conv_gpu.py; its programs through
+the judge's fast build: test_gemm_fast_build.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from direct_conv_tasks import DIRECT_TASKS
+from kevin_backend.generate.builtin.direct_conv import MAX_TAPS, DirectTiling, direct_extension, plan_direct
+from kevin_backend.generate.builtin.gemm_plan import DirectConv, gemm_turn, plan_gemm, plan_tilings, write_gemm_program
+from kevin_backend.generate.builtin.ops import Unsupported
+from kevin_backend.generate.builtin.plan import Declined
+from kevin_backend.generate.builtin.tracing import trace_with_parameters
+from test_gemm_plan import task
+
+# what each task's plan reads: (its epilogue's ops, outputs over the channels or per position)
+EXPECTED = {
+    "min-tanh-f32": (["amin over the channels", "tanh", "tanh"], [False]),
+    "conv3d-softmax-f32": (["amax over the channels", "sub", "exp", "sum over the channels", "div"], [True]),
+    "strided-relu-residual-bf16": (["relu", "add"], [True]),
+    "channels-last-scale-mean-f16": (["mul", "tanh", "mean over the channels", "sub", "mean over the channels"], [True, False]),
+    "conv1d-dilated-max-gelu-f32": (["amax over the channels", "gelu"], [False]),
+    "viewed-bias-sigmoid-f32": (["add", "sigmoid"], [True]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIRECT_TASKS))
+def test_a_convolution_of_few_input_channels_is_one_direct_kernel_with_its_whole_epilogue(name: str) -> None:
+    plan = plan_gemm(DIRECT_TASKS[name], arch="sm90")
+    assert isinstance(plan, DirectConv), (name, plan)
+    ops, per_channel = EXPECTED[name]
+    assert list(plan.ops) == ops
+    assert [o.per_channel for o in plan.outputs] == per_channel
+    assert plan.taps <= MAX_TAPS and "convolution" in plan.describe()
+    # the direct variants first, then the implicit GEMM's (its fallback), whose program is CUTLASS's
+    tilings = plan_tilings(plan)
+    direct = [t for t in tilings if isinstance(t, DirectTiling)]
+    assert tilings[:len(direct)] == tuple(direct) and len(direct) >= 2
+    assert plan.fallback is not None and len(tilings) > len(direct)
+    program = write_gemm_program(plan, tilings[len(direct)], task_source=DIRECT_TASKS[name])
+    assert "cutlass" in program and "kevin_direct_conv" not in program
+
+
+def _graph(source: str):  # type: ignore[no-untyped-def]
+    gm, metas, _ = trace_with_parameters(source)
+    return gm.graph, metas
+
+
+DECLINED = {
+    "a transposed convolution": ("torch.relu(F.conv_transpose2d(v[0], v[1]))", "torch.randn(2, 3, 8, 8), torch.randn(3, 16, 3, 3)"),
+    "a convolution of 3 groups": ("torch.relu(F.conv2d(v[0], v[1], groups=3))", "torch.randn(2, 3, 8, 8), torch.randn(15, 1, 3, 3)"),
+    "input values per output": ("torch.relu(F.conv2d(v[0], v[1]))", "torch.randn(2, 64, 8, 8), torch.randn(16, 64, 3, 3)"),
+    "reduces over the channels alone": ("F.conv2d(v[0], v[1]).amax(-1)", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
+    "the index of a min or max": ("torch.min(F.conv2d(v[0], v[1]), dim=1)[1]", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
+    "makes a value of shape": ("F.group_norm(F.conv2d(v[0], v[1]), 4)", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
+    "computed in the graph": ("F.conv2d(v[0], v[1] * 2.0)", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
+    # (a max over the channels without their dimension, broadcast back over them: right-aligned, it lines up
+    # with the channels only by the batch's being 1)
+    "the channels' dimension gone) where a value over the channels": ("(lambda y: y + y.amax(1))(F.conv2d(v[0], v[1]))",
+                                                                       "torch.randn(1, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
+}
+
+
+@pytest.mark.parametrize("why", sorted(DECLINED))
+def test_what_the_direct_kernel_leaves_to_the_implicit_gemm_says_why(why: str) -> None:
+    forward, inputs = DECLINED[why]
+    graph, metas = _graph(task(forward, inputs))
+    with pytest.raises(Unsupported, match=re.escape(why)):
+        plan_direct(graph, metas)
+    assert not isinstance(plan_gemm(task(forward, inputs), arch="sm90"), DirectConv)
+
+
+def _kernel(name: str, positions: int = 2) -> str:
+    plan = plan_gemm(DIRECT_TASKS[name], arch="sm90")
+    assert isinstance(plan, DirectConv)
+    cuda, _ = direct_extension(plan, next(t for t in plan_tilings(plan) if getattr(t, "positions", 0) == positions))
+    return cuda
+
+
+def test_the_kernel_reads_the_filter_once_a_block_and_multiplies_in_float32() -> None:
+    cuda = _kernel("conv3d-softmax-f32")
+    assert "__shared__ __align__(16) float ws[1296];" in cuda  # 3 x 27 taps x 16 channels
+    assert "__shared__ float bs[16];" in cuda and "acc[p][c] = bs[c]" in cuda
+    assert "acc[p][c] = fmaf(xv[p], wv, acc[p][c]);" in cuda
+    assert "__constant__" not in cuda and "tf32" not in cuda.lower()
+    assert "#define KEVIN_FAST_MATH" not in cuda  # (a float32 output: the precise math)
+    assert "kevin_maximum(" in cuda and "expf(" in cuda  # the softmax's max and exp in registers
+    # an unpadded window whose positions divide evenly reads without a bound check; the host checks the strides
+    assert "xv[p] = (true)" in cuda
+    assert "in0.strides() == torch::IntArrayRef({49152, 16384, 1024, 32, 1})" in cuda
+    assert "torch::empty_strided({128, 16, 14, 30, 30}, {201600, 12600, 900, 30, 1}" in cuda
+
+
+def test_padding_and_strides_bound_each_read_and_operands_broadcast_by_their_own_strides() -> None:
+    cuda = _kernel("strided-relu-residual-bf16")
+    assert "if ((unsigned)i0 >= 65u) continue;" in cuda  # the padded rows
+    assert "((unsigned)il < 63u)" in cuda  # the padded columns
+    assert "(ol + p) * 2 - 1" in cuda  # stride 2, padding 1
+    assert "kevin_ld(p_in3, n * 25344LL + c * 1056LL + o0 * 32LL + (ol + p) * 1LL)" in cuda  # the residual, whole
+    viewed = _kernel("viewed-bias-sigmoid-f32")
+    assert "kevin_ld(p_in2, c * 1LL)" in viewed  # the (C,) bias viewed (C, 1, 1): one value per channel
+    half = _kernel("channels-last-scale-mean-f16", positions=1)
+    assert "#define KEVIN_FAST_MATH 1" in half
+    # the channels-last input read in place (channels innermost), its outputs stored as eager lays them out
+    assert "n * 4800LL + ci * 1LL + i0 * 120LL + il * 3LL" in half
+    assert "std::vector<torch::Tensor> kevin_run" in half and half.count("kevin_st(p_out") == 2
+
+
+def test_a_search_tries_the_direct_variants_first_then_the_implicit_gemm() -> None:
+    source = DIRECT_TASKS["min-tanh-f32"]
+    plan = plan_gemm(source, arch="sm90")
+    assert isinstance(plan, DirectConv)
+    history: list[tuple[str, float | None]] = []
+    names = []
+    for _ in range(4):
+        choice, program, _ = gemm_turn(source, plan, 0, history)
+        names.append(choice)
+        history.append((choice, 1.0))
+    assert [n.startswith("direct") for n in names] == [True, True, True, False]
+    first = gemm_turn(source, plan, 0, [])[1]
+    assert "kevin_direct_conv<<<" in first and "class ModelNew(KevinTaskParameters)" in first
+    assert "self.get_parameter('conv.weight')" in first and "self.get_parameter('conv.bias')" in first
+
+
+def test_a_plan_without_an_implicit_gemm_keeps_its_direct_variants_alone() -> None:
+    # (a float32 value exponentiated after a float32 convolution: the implicit GEMM's 3xTF32 declines it)
+    source = DIRECT_TASKS["conv3d-softmax-f32"]
+    plan = plan_gemm(source, arch="sm90")
+    assert not isinstance(plan, Declined)
+    bare = DirectConv(**{**plan.__dict__, "fallback": None})
+    assert all(isinstance(t, DirectTiling) for t in plan_tilings(bare))
+    with pytest.raises(ValueError, match="without an implicit GEMM"):
+        write_gemm_program(bare, plan_tilings(plan)[-1], task_source=source)
