@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
-from kevin_backend.generate.builtin.gemm_plan import GemmPlan, GemmTail, plan_gemm, write_gemm_program
+from kevin_backend.generate.builtin.gemm_plan import DirectConv, GemmPlan, GemmTail, plan_gemm, write_gemm_program
 from kevin_backend.generate.builtin.plan import Declined
 from kevin_backend.toolchain.static_rules import check_program
 
@@ -39,6 +39,7 @@ LINEAR_GELU = task("F.gelu(F.linear(v[0], v[1], v[2]))",
 
 def _plan(source: str) -> GemmPlan:
     plan = plan_gemm(source)
+    plan = getattr(plan, "fallback", None) or plan  # (a direct convolution's implicit GEMM: test_direct_conv.py tests the direct kernel)
     assert isinstance(plan, GemmPlan), plan
     return plan
 
@@ -115,8 +116,9 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
     # (a value of operands alone read in two shapes: once per channel, once per column)
     ("F.conv2d(v[0], v[1]) * (s := v[2] * 2.0).view(32, 1, 1) + s.view(1, 1, 32)", f"torch.randn(2, 16, 8, 34, {BF16}), "
      f"torch.randn(32, 16, 3, 3, {BF16}), torch.randn(32, {BF16})", "meets the product in shapes"),
-    ("F.conv2d(v[0], v[1]) + v[2]", f"torch.randn(2, 16, 8, 32, {BF16}).contiguous(memory_format=torch.channels_last), "
-     f"torch.randn(32, 16, 1, 1, {BF16}), torch.randn(32, {BF16})", "not one value per output channel (32) nor a tensor"),
+    # (of 160 input channels: 16 would be the direct kernel's, which reads any operand that broadcasts)
+    ("F.conv2d(v[0], v[1]) + v[2]", f"torch.randn(2, 160, 8, 32, {BF16}).contiguous(memory_format=torch.channels_last), "
+     f"torch.randn(32, 160, 1, 1, {BF16}), torch.randn(32, {BF16})", "not one value per output channel (32) nor a tensor"),
     ("F.conv_transpose2d(v[0], v[1], stride=2) + v[2]", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(16, 8, 2, 2, {BF16}), "
      f"torch.randn(8, 1, 1, {BF16})", "strided gradient kernel reads one source"),
     # a channels-last convolution's output viewed in another shape (eager copies it: no view of the kernel's)
@@ -296,6 +298,9 @@ def test_on_ampere_each_planned_task_is_cutlass_2x_visitor_trees_too() -> None:
             assert t.name not in PLANNED - HOPPER_ONLY, (t.name, plan.reason)
             assert t.name not in HOPPER_ONLY or "CUTLASS 2.x's reads" in plan.reason, (t.name, plan.reason)
             continue
+        if isinstance(plan, DirectConv):  # (a direct convolution first: its implicit GEMM's plan is CUTLASS 2.x's)
+            assert "conv" in t.name and plan.fallback is not None, t.name
+            plan = plan.fallback
         planned[t.name] = plan
         assert all(s.arch == "sm80" and s.sm80 and not s.direct_store for s in _specs(plan)), (t.name, _specs(plan))
         program = write_gemm_program(plan, plan_tilings(plan)[0], task_source=t.source)
@@ -556,6 +561,9 @@ def test_every_convolution_of_the_benchmarks_resnet_in_inference_is_planned(hopp
     model, inputs = make_model("cnn", "infer", device="cpu", dtype=torch.bfloat16, size="small")
     parts = [p for p in builtin_partitions(model, *inputs).partitions if "aten.convolution.default" in p.ops]
     plans = [plan_gemm(extract_task(p).source, arch="sm90") for p in parts]
+    # (the stem's, of 3 input channels, the direct kernel first: its implicit GEMM after)
+    assert [isinstance(p, DirectConv) for p in plans] == [True] + [False] * 19
+    plans = [getattr(p, "fallback", None) or p for p in plans]
     assert len(parts) == 20 and all(isinstance(p, GemmPlan) for p in plans), [p for p in plans if not isinstance(p, GemmPlan)]
     assert sum("aten.relu.default" in p.ops for p in parts) == 17 and all(p.spec.epilogue.wide for p in plans)
 
