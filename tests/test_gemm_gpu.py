@@ -173,6 +173,7 @@ def test_each_epilogue_kind_is_built_checked_and_timed_by_the_judge(tmp_path: Pa
         if wanted and not name.startswith(wanted):
             continue
         plan = plan_gemm(source, arch="sm80" if name.startswith("sm80-") else "sm90")
+        plan = getattr(plan, "fallback", None) or plan  # (a direct convolution's implicit GEMM: test_direct_conv_gpu.py judges the direct kernel)
         gemm = plan.gemm if isinstance(plan, (GemmTail, GemmHead)) else plan
         assert isinstance(plan, GemmChain) or gemm.spec.arch == ("sm80" if name in SM80 else "sm90"), (name, plan)
         assert isinstance(plan, GemmChain) or gemm.spec.pad_k == name.startswith("packed-"), (name, plan)
