@@ -104,7 +104,7 @@ def test_padding_and_strides_bound_each_read_and_operands_broadcast_by_their_own
     viewed = _kernel("viewed-bias-sigmoid-f32")
     assert "kevin_ld(p_in2, c * 1LL)" in viewed  # the (C,) bias viewed (C, 1, 1): one value per channel
     half = _kernel("channels-last-scale-mean-f16", positions=1)
-    assert "#define KEVIN_FAST_MATH 1" in half
+    assert "#define KEVIN_FAST_MATH" not in half  # (16-bit outputs too: the precise math)
     # the channels-last input read in place (channels innermost), its outputs stored as eager lays them out
     assert "n * 4800LL + ci * 1LL + i0 * 120LL + il * 3LL" in half
     assert "std::vector<torch::Tensor> kevin_run" in half and half.count("kevin_st(p_out") == 2
@@ -135,3 +135,42 @@ def test_a_plan_without_an_implicit_gemm_keeps_its_direct_variants_alone() -> No
     assert all(isinstance(t, DirectTiling) for t in plan_tilings(bare))
     with pytest.raises(ValueError, match="without an implicit GEMM"):
         write_gemm_program(bare, plan_tilings(plan)[-1], task_source=source)
+
+
+class _ConvReduce(__import__("torch").nn.Module):
+    """A convolution, then a min or a softmax over its channels (KernelBench level 2's habit)."""
+
+    def __init__(self, c_in: int, softmax: bool) -> None:
+        import torch
+
+        super().__init__()
+        self.conv, self.softmax = torch.nn.Conv2d(c_in, 16, 3), softmax
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        import torch
+
+        y = self.conv(x)
+        return torch.softmax(y, dim=1) if self.softmax else torch.tanh(torch.min(y, dim=1, keepdim=True)[0])
+
+
+@pytest.mark.parametrize("softmax", [False, True])
+def test_a_compiled_models_reduction_over_a_direct_convolutions_channels_shares_its_partition(
+        hopper_with_cutlass, softmax: bool) -> None:  # type: ignore[no-untyped-def]
+    import torch
+    from conftest import builtin_partitions
+
+    from kevin_backend.backend.task import extract_task
+
+    def partitions(c_in: int) -> list:  # type: ignore[type-arg]
+        return list(builtin_partitions(_ConvReduce(c_in, softmax), torch.randn(2, c_in, 12, 12)).partitions)
+
+    (few,) = partitions(3)
+    assert "aten.convolution.default" in few.ops
+    reduction = "aten.amax.default" if softmax else "aten.min.dim"
+    assert reduction in few.ops and ("aten.exp.default" if softmax else "aten.tanh.default") in few.ops, few.ops
+    plan = plan_gemm(extract_task(few).source, arch="sm90")
+    assert isinstance(plan, DirectConv) and len(plan.outputs) == 1, plan
+    # (of 64 input channels, 576 values per output: the implicit GEMM's, which no reduction joins)
+    many = partitions(64)
+    assert any(reduction in p.ops for p in many) and not any(
+        reduction in p.ops and "aten.convolution.default" in p.ops for p in many), [p.ops for p in many]

@@ -84,7 +84,9 @@ def test_a_compiled_kernelbench_convolution_keeps_its_direct_kernel(kevin_dir: P
         want = model(x)
     report = kevin_backend.last_report()
     print(report)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    # (eager's float32 convolution is TF32's under torch's defaults: 5e-4 from the kernel's on the H100)
+    torch.testing.assert_close(got, want, rtol=3e-3, atol=3e-3)
     (conv,) = [r for r in report.records() if "aten.convolution.default" in r.ops]
+    assert "aten.min.dim" in conv.ops and "aten.tanh.default" in conv.ops, conv.ops  # (one partition: the reduction joins it)
     assert conv.status is Status.GENERATED, (conv.status, conv.reason, conv.detail)
     assert conv.speedup_vs_inductor is not None and conv.speedup_vs_inductor > 1.0, conv.speedup_vs_inductor

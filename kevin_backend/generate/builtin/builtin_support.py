@@ -6,7 +6,9 @@ and what a reduction must share with the other reductions of its kernel.
 Matmuls (mm, addmm, bmm, baddbmm) it declares where its CUTLASS GEMM can run (`gemm_available`: CUTLASS's
 headers found, a GPU of compute capability 8.0 or later: `gemm_arch`), each in a partition of its own with the epilogue that follows it
 (`epilogue_only`: no prologue, no other partition merged in, no reduction), and convolutions alike
-(its plan declines those it cannot write: 3-D, transposed, grouped; Inductor keeps them). The
+(its plan declines those it cannot write: 3-D, transposed, grouped; Inductor keeps them), except that
+a convolution the direct kernel may take (`direct_conv.py`) shares its partition with the reductions
+over its channels that follow it (`reduction_key`). The
 reason says what is missing (`no_matmul_reason`), so the report tells a user what to install."""
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch.fx as fx
 
 from kevin_backend.config import ConfigError
 from kevin_backend.generate.builtin.cross_entropy import match_decomposed_nll
+from kevin_backend.generate.builtin.direct_conv import MAX_CHANNELS, MAX_TAPS
 from kevin_backend.generate.builtin.graph_nodes import REDUCTIONS, VIEWS, node_value, op_name, reduced_dims
 from kevin_backend.generate.builtin.ops import check as check_pointwise, is_pointwise
 from kevin_backend.generate.op_support import MATMUL_OPS
@@ -77,6 +80,10 @@ class BuiltinSupport:
         """What a reduction node must share with every other reduction of its kernel (a plan
         reduces one set of dimensions of one iteration space): the reduced value's shape and the
         dimensions; None for other nodes. The partitioner keeps reductions of different keys apart."""
+        if node.op == "call_function" and node.target is aten.convolution.default and _direct(node):
+            # (a convolution the direct kernel takes: its reductions over the channels share its
+            # kernel, as KernelBench's min or softmax over them after a 3 -> 16 convolution)
+            return tuple(node.meta["val"].shape), (1,)
         if node.op == "call_function" and node.target in _GEMM_OPS:
             return ("gemm", node.name)  # (no reduction shares a kernel with a matmul)
         if node.op != "call_function" or node.target not in REDUCTIONS or node in self._nll_nodes(node.graph):
@@ -86,6 +93,19 @@ class BuiltinSupport:
             return None
         # (a symbolic size, under dynamic shapes, by its expression: SymInts do not hash)
         return tuple(d if isinstance(d, int) else str(d) for d in val.shape), reduced_dims(node, val.dim())
+
+
+def _direct(conv: fx.Node) -> bool:
+    """Whether a convolution node is one the direct kernel may take (`direct_conv.plan_direct`:
+    one group, not transposed, few input values per output and few output channels)."""
+    w, val = conv.args[1], conv.meta.get("val")
+    shape = getattr(w.meta.get("val"), "shape", None) if isinstance(w, fx.Node) else None
+    if shape is None or not isinstance(val, torch.Tensor) or conv.args[6] or conv.args[8] != 1:
+        return False
+    taps = 1
+    for size in shape[1:]:
+        taps *= size
+    return all(isinstance(d, int) for d in (*shape, *val.shape)) and taps <= MAX_TAPS and shape[0] <= MAX_CHANNELS
 
 
 def no_matmul_reason(op: str) -> str:
