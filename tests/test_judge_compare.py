@@ -164,5 +164,11 @@ def test_the_replay_check_tells_a_stale_output_from_rounding() -> None:
     assert stale(Mismatch(0, "MISMATCH", n // 2, n, (0, 0), 1.0, -0.3, 0.01, 3.0, 5.0, 300.0))
     assert stale(Mismatch(0, "MISMATCH", 10, n, (0, 0), 1.0, 2.0, 0.01, 1.0, 1.0, 100.0))  # few, but far
     assert stale(Mismatch(0, "MISMATCH", n // 100, n, (0, 0), 1.0, 1.02, 0.01, 0.02, 0.02, 2.0))  # near, but many
+    # against a stand-in for the exact reference (Inductor's TF32 convolution in a re-timing): a
+    # float32-exact kernel's few elements 12.6 times past the float32 bound are its reference's error
+    tf32 = Mismatch(0, "MISMATCH", 25, 115200, (10, 0, 5, 25), -0.686122, -0.686363, 0.000145, 0.0014, 0.0014, 12.6)
+    assert stale(tf32) and not stale(tf32, stand_in=True)
+    assert stale(Mismatch(0, "MISMATCH", 10, n, (0, 0), 1.0, 2.0, 0.01, 1.0, 1.0, 100.0), stand_in=True)  # few, but farther
+    assert stale(Mismatch(0, "MISMATCH", n // 100, n, (0, 0), 1.0, 1.02, 0.01, 0.02, 0.02, 2.0), stand_in=True)  # many
     assert stale(Mismatch(0, "NAN_INF", 1, n))
     assert stale(Mismatch(0, "SHAPE_MISMATCH", message="returns 2 outputs, expected 1"))
