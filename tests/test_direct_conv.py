@@ -93,6 +93,7 @@ def test_the_kernel_reads_the_filter_once_a_block_and_multiplies_in_float32() ->
     assert "xv[p] = (true)" in cuda
     assert "in0.strides() == torch::IntArrayRef({49152, 16384, 1024, 32, 1})" in cuda
     assert "torch::empty_strided({128, 16, 14, 30, 30}, {201600, 12600, 900, 30, 1}" in cuda
+    assert "if (blocks > 0) kevin_direct_conv<<<" in cuda  # (an empty batch launches nothing)
 
 
 def test_padding_and_strides_bound_each_read_and_operands_broadcast_by_their_own_strides() -> None:

@@ -486,7 +486,7 @@ def direct_extension(plan: DirectConv, tiling: DirectTiling) -> tuple[str, str]:
             f"    cudaStream_t stream = c10::cuda::getCurrentCUDAStream({first}.get_device()).stream();\n"
             + "\n".join(allocs) + "\n"
             f"    const long long blocks = ({total}LL + {tiling.threads - 1}) / {tiling.threads};\n"
-            f"    kevin_direct_conv<<<(unsigned)blocks, {tiling.threads}, 0, stream>>>({', '.join(args)});\n"
+            f"    if (blocks > 0) kevin_direct_conv<<<(unsigned)blocks, {tiling.threads}, 0, stream>>>({', '.join(args)});\n"
             f"    return {ret};\n}}\n")
     # (the precise math whatever the outputs' dtype: the multiply-adds take the time, and a fast tanh's
     # 2^-11 before a subtraction cost an f16 value its bound on the H100, 1 element of 165888)
