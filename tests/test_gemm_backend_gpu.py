@@ -17,13 +17,13 @@ from kevin_backend.backend.report import Status
 pytestmark = pytest.mark.gpu
 
 
-def _searched(model: torch.nn.Module, x: torch.Tensor, kevin_dir: Path, tolerance: float):  # type: ignore[no-untyped-def]
-    """The compile report of `model` compiled with the built-in writer (a search of one turn per
-    partition), its output on `x` checked against eager's."""
+def _searched(model: torch.nn.Module, x: torch.Tensor, kevin_dir: Path, tolerance: float, turns: int = 1):  # type: ignore[no-untyped-def]
+    """The compile report of `model` compiled with the built-in writer (a search of `turns` turns
+    per partition), its output on `x` checked against eager's."""
     torch._dynamo.reset()
     with torch.no_grad():
         got = torch.compile(model, backend="kevin", options={
-            "mode": "generate", "cache_dir": str(kevin_dir), "policy": "builtin", "trajectories": 1, "turns": 1,
+            "mode": "generate", "cache_dir": str(kevin_dir), "policy": "builtin", "trajectories": 1, "turns": turns,
             "seed_cache": False})(x)
         want = model(x)
     report = kevin_backend.last_report()
