@@ -172,3 +172,27 @@ def test_the_replay_check_tells_a_stale_output_from_rounding() -> None:
     assert stale(Mismatch(0, "MISMATCH", n // 100, n, (0, 0), 1.0, 1.02, 0.01, 0.02, 0.02, 2.0), stand_in=True)  # many
     assert stale(Mismatch(0, "NAN_INF", 1, n))
     assert stale(Mismatch(0, "SHAPE_MISMATCH", message="returns 2 outputs, expected 1"))
+
+
+def test_a_timed_call_checked_against_a_stand_in_allows_the_stand_ins_own_error() -> None:
+    """The timing's replay check (`timed_output_wrong`) against eager's or Inductor's float32
+    output (no exact run): a few elements 12 times past the fallback bound, a TF32 reference's
+    error, are not a stale output; against the exact reference they are."""
+    import torch
+
+    from kevin_backend.judge.timing_phase import timed_output_wrong
+
+    class _Remote:  # the kernel's process, read again: the same output
+        def __init__(self, out: torch.Tensor) -> None:
+            self.out = out
+
+        def read(self, desc: object, what: str, copy: bool = True) -> list[torch.Tensor]:
+            return [self.out]
+
+    gen = torch.Generator().manual_seed(0)
+    want = torch.rand(115200, generator=gen) * 2 - 1
+    got = want.clone()
+    got[:25] += 12 * 1e-4 * (want[:25].abs() + want.abs().mean())
+    assert timed_output_wrong(_Remote(got), None, [got], [want], None, 3) == ""
+    wrong = timed_output_wrong(_Remote(got), None, [got], [want], [want.double()], 3)
+    assert "timed call 3 of a batch returned a wrong output" in wrong, wrong
