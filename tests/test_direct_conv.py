@@ -175,3 +175,34 @@ def test_a_compiled_models_reduction_over_a_direct_convolutions_channels_shares_
     many = partitions(64)
     assert any(reduction in p.ops for p in many) and not any(
         reduction in p.ops and "aten.convolution.default" in p.ops for p in many), [p.ops for p in many]
+
+
+@pytest.mark.parametrize("name", sorted(__import__("level2_conv_tasks").LEVEL2))
+def test_kernelbench_level2_convolutions_compile_to_direct_kernels_with_their_epilogues(
+        hopper_with_cutlass, name: str) -> None:  # type: ignore[no-untyped-def]
+    # a KernelBench level-2 problem compiled as a user's model: the partition holding its convolution
+    # plans to the direct kernel with every op the partitioner gave it; poolings and norms over the
+    # positions stay outside it (not declared, or other reductions)
+    from conftest import builtin_partitions
+    from level2_conv_tasks import LEVEL2
+
+    from kevin_backend.backend.task import extract_task
+    from kevin_backend.types import load_program
+
+    source, inside, outside = LEVEL2[name]
+    module = load_program(source, "kevin_level2_" + name.replace("-", "_"))
+    model = module.Model(*module.get_init_inputs()).eval()
+    plan = builtin_partitions(model, *(t[:2] for t in module.get_inputs()))
+    convs = [p for p in plan.partitions if "aten.convolution.default" in p.ops]
+    if not inside:  # (the convolution alone: left to Inductor, as too small a partition)
+        assert not convs and any(o.node == "convolution" for o in plan.left_out), plan
+        return
+    (part,) = convs
+    short = {op.split(".")[1] for op in part.ops if op.startswith("aten.")}
+    assert inside <= short and not any(o in op for o in outside for op in part.ops), part.ops
+    direct = plan_gemm(extract_task(part).source, arch="sm90")
+    # (the implicit GEMM after it where its epilogue takes the ops: not a comparison, as a compiled
+    # LeakyReLU or Mish has; the direct kernel takes any op of the writer's table)
+    no_gemm = ("conv2d-mish-mish", "conv2d-multiply-leakyrelu-gelu")
+    assert isinstance(direct, DirectConv) and (direct.fallback is None) == (name in no_gemm), direct
+    assert len(direct.outputs) == len(part.outputs)
