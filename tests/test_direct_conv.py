@@ -206,3 +206,44 @@ def test_kernelbench_level2_convolutions_compile_to_direct_kernels_with_their_ep
     no_gemm = ("conv2d-mish-mish", "conv2d-multiply-leakyrelu-gelu")
     assert isinstance(direct, DirectConv) and (direct.fallback is None) == (name in no_gemm), direct
     assert len(direct.outputs) == len(part.outputs)
+
+
+def test_without_cutlass_a_gpu_still_gets_the_direct_convolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (CUTLASS's headers missing: the writer declares no matmul and no convolution an implicit GEMM
+    # needs, but the direct kernel is plain CUDA for any GPU of compute capability 7.0 or later)
+    import torch
+    import torch.nn.functional as F
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from kevin_backend.generate.builtin import builtin_policy, builtin_support
+    from kevin_backend.generate.builtin.builtin_support import BuiltinSupport
+    from kevin_backend.generate.policy import Sampling
+    from kevin_backend.toolchain import cutlass_headers
+
+    monkeypatch.delenv("KEVIN_CUTLASS_INCLUDE", raising=False)
+    monkeypatch.setattr(cutlass_headers, "PACKAGE", "kevin-no-such-package")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    assert not builtin_support.gemm_available() and builtin_support.direct_available()
+    graph = make_fx(lambda x, w, v, u: (torch.relu(F.conv2d(x, w)), F.conv2d(v, u), torch.mm(x[0, 0], x[0, 1])))(
+        torch.randn(1, 3, 4, 4), torch.randn(2, 3, 3, 3), torch.randn(1, 64, 4, 4), torch.randn(8, 64, 3, 3)).graph
+    few, many, mm = [n for n in graph.nodes if n.target in (torch.ops.aten.convolution.default, torch.ops.aten.mm.default)]
+    support = BuiltinSupport()
+    assert support.supports(few) == (True, "")
+    assert not support.supports(many)[0] and "CUTLASS's headers are not installed" in support.supports(many)[1]
+    assert not support.supports(mm)[0]
+
+    messages = [{"role": "user", "content": f"```python\n{DIRECT_TASKS['min-tanh-f32']}```"}]
+    policy = builtin_policy.BuiltinPolicy()
+    (reply,) = policy.generate([messages], Sampling())
+    assert reply.finish_reason != "declined" and "kevin_direct_conv<<<" in reply.text and "cutlass" not in reply.text.lower()
+    # every later turn a direct variant (the implicit GEMM's dropped), foreseen alike
+    history = [(name, 1.0) for name in ("direct 128 threads x 2 positions", "direct 256 threads x 1 position",
+                                        "direct 64 threads x 4 positions")]
+    plan = builtin_policy._gemm_here(DIRECT_TASKS["min-tanh-f32"])
+    assert isinstance(plan, DirectConv) and plan.fallback is None
+    assert gemm_turn(DIRECT_TASKS["min-tanh-f32"], plan, 0, history)[0].startswith("direct")
+    assert all("cutlass" not in p.lower() for p in policy.foresee([messages], [()]))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (6, 1))  # (no GPU it runs on: declined)
+    (reply,) = policy.generate([messages], Sampling())
+    assert reply.finish_reason == "declined"

@@ -29,12 +29,13 @@ first turn on: they build side by side while the first is judged.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from functools import lru_cache
 from typing import Callable, Sequence
 
-from kevin_backend.generate.builtin.builtin_support import gemm_available
+from kevin_backend.generate.builtin.builtin_support import direct_available, gemm_available
 from kevin_backend.generate.builtin.gemm_plan import GEMM_PLANS, AnyGemm, DirectConv, GemmChain, GemmHead, GemmTail, gemm_ahead, gemm_turn, plan_gemm
 from kevin_backend.generate.builtin.plan import Declined, Plan
 from kevin_backend.generate.builtin.planner import plan_task
@@ -85,7 +86,7 @@ class BuiltinPolicy:
                          finish_reason="declined")
         plan = _plan(source)
         if isinstance(plan, Declined):
-            gemm = _gemm_plan(source) if gemm_available() else None
+            gemm = _gemm_here(source)
             if isinstance(gemm, GEMM_PLANS):
                 return _gemm_reply(source, gemm, index, history)
             why = plan.reason + (f"; as a GEMM: {gemm.reason}" if isinstance(gemm, Declined) else "")
@@ -114,8 +115,8 @@ class BuiltinPolicy:
         for index, (messages, turns) in enumerate(zip(conversations, earlier, strict=True)):
             source = task_from_messages(list(messages))
             plan = _plan(source) if source is not None else None
-            if isinstance(plan, Declined) and gemm_available():  # (a GEMM: every tiling not tried yet)
-                gemm = _gemm_plan(source)  # type: ignore[arg-type]
+            gemm = _gemm_here(source) if isinstance(plan, Declined) else None  # type: ignore[arg-type]
+            if gemm is not None:  # (a GEMM: every tiling not tried yet)
                 if isinstance(gemm, GEMM_PLANS):
                     # (before its first turn: that turn's program, as `generate` writes it)
                     later = gemm_ahead(source, gemm, _history(turns)) if turns else [gemm_turn(source, gemm, index, [])[1]]  # type: ignore[arg-type]
@@ -145,6 +146,19 @@ class BuiltinPolicy:
 @lru_cache(maxsize=256)
 def _gemm_plan(source: str) -> AnyGemm | Declined:
     return plan_gemm(source)
+
+
+def _gemm_here(source: str) -> AnyGemm | Declined | None:
+    """The GEMM writer's plan of `source` where its kernels run here: any with CUTLASS's headers
+    (`gemm_available`); without them, a direct convolution alone (its implicit GEMM's variants
+    dropped: `direct_available`); else None."""
+    if gemm_available():
+        return _gemm_plan(source)
+    if direct_available():
+        plan = _gemm_plan(source)
+        if isinstance(plan, DirectConv):
+            return dataclasses.replace(plan, fallback=None)
+    return None
 
 
 def _gemm_reply(source: str, plan: AnyGemm, index: int, history: list[tuple[str, float | None]]) -> Reply:

@@ -8,7 +8,8 @@ headers found, a GPU of compute capability 8.0 or later: `gemm_arch`), each in a
 (`epilogue_only`: no prologue, no other partition merged in, no reduction), and convolutions alike
 (its plan declines those it cannot write: 3-D, transposed, grouped; Inductor keeps them), except that
 a convolution the direct kernel may take (`direct_conv.py`) shares its partition with the reductions
-over its channels that follow it (`reduction_key`). The
+over its channels that follow it (`reduction_key`), and is declared without CUTLASS too
+(`direct_available`). The
 reason says what is missing (`no_matmul_reason`), so the report tells a user what to install."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from kevin_backend.generate.builtin.ops import check as check_pointwise, is_poin
 from kevin_backend.generate.op_support import MATMUL_OPS
 from kevin_backend.toolchain.cutlass_headers import find_cutlass
 
-__all__ = ["BuiltinSupport", "gemm_arch", "gemm_available", "no_matmul_reason"]
+__all__ = ["BuiltinSupport", "direct_available", "gemm_arch", "gemm_available", "no_matmul_reason"]
 
 _GEMM_OPS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default,
              torch.ops.aten.convolution.default)
@@ -73,6 +74,8 @@ class BuiltinSupport:
             return (True, "") if reason is None else (False, reason)
         if target in MATMUL_OPS or target is aten.convolution.default:
             reason = no_matmul_reason(op_name(node))
+            if reason and target is aten.convolution.default and _direct(node) and direct_available():
+                return True, ""  # (the direct kernel: no CUTLASS, any GPU of compute capability 7.0 or later)
             return not reason, reason
         return False, f"{op_name(node)} not declared by writer 'builtin'"
 
@@ -128,6 +131,12 @@ def no_matmul_reason(op: str) -> str:
 def gemm_available() -> bool:
     """Whether the built-in writer writes CUTLASS GEMMs here."""
     return not no_matmul_reason("mm")
+
+
+def direct_available() -> bool:
+    """Whether the direct convolution (`direct_conv.py`: plain CUDA, no CUTLASS) runs here: a GPU of
+    compute capability 7.0 or later."""
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (7, 0)
 
 
 def gemm_arch() -> str:
