@@ -34,7 +34,9 @@ DIRECT_TASKS = {
     # a 1-D convolution padded and dilated, its max over the channels (no dimension kept), then GELU
     "conv1d-dilated-max-gelu-f32": task("F.gelu(F.conv1d(v[0], v[1], v[2], padding=2, dilation=2).amax(1))",
                                         "torch.randn(32, 8, 1000), torch.randn(32, 8, 3), torch.randn(32)"),
-    # a compiled model's partition: the bias given as (C,) and viewed (C, 1, 1) in the graph
-    "viewed-bias-sigmoid-f32": task("torch.sigmoid(F.conv2d(v[0], v[1]) + v[2].view(-1, 1, 1))",
-                                    "torch.randn(64, 3, 30, 30), torch.randn(16, 3, 3, 3), torch.randn(16)"),
+    # a compiled model's partition: the bias given as (C,) and viewed (C, 1, 1) in the graph (the view
+    # before the convolution: its scale, of two tensors, then too)
+    "viewed-bias-sigmoid-f32": task("(lambda b, s: torch.sigmoid(F.conv2d(v[0], v[1]) * s + b))"
+                                    "(v[2].view(-1, 1, 1), v[3].view(-1, 1, 1) * v[3].view(-1, 1, 1))",
+                                    "torch.randn(64, 3, 30, 30), torch.randn(16, 3, 3, 3), torch.randn(16), torch.randn(16)"),
 }

@@ -24,7 +24,7 @@ EXPECTED = {
     "strided-relu-residual-bf16": (["relu", "add"], [True]),
     "channels-last-scale-mean-f16": (["mul", "tanh", "mean over the channels", "sub", "mean over the channels"], [True, False]),
     "conv1d-dilated-max-gelu-f32": (["amax over the channels", "gelu"], [False]),
-    "viewed-bias-sigmoid-f32": (["add", "sigmoid"], [True]),
+    "viewed-bias-sigmoid-f32": (["mul", "add", "sigmoid"], [True]),
 }
 
 
@@ -40,6 +40,10 @@ def test_a_convolution_of_few_input_channels_is_one_direct_kernel_with_its_whole
     tilings = plan_tilings(plan)
     direct = [t for t in tilings if isinstance(t, DirectTiling)]
     assert tilings[:len(direct)] == tuple(direct) and len(direct) >= 2
+    # (the implicit GEMM's plan reads no product of two tensors before the convolution: none after the direct variants)
+    if name == "viewed-bias-sigmoid-f32":
+        assert plan.fallback is None and len(tilings) == len(direct)
+        return
     assert plan.fallback is not None and len(tilings) > len(direct)
     program = write_gemm_program(plan, tilings[len(direct)], task_source=DIRECT_TASKS[name])
     assert "cutlass" in program and "kevin_direct_conv" not in program

@@ -248,6 +248,8 @@ class _Epilogue:
         name = f"v{len(self.var)}"
         if node.target is operator.getitem:
             (source, index) = node.args
+            if source not in self.var:
+                raise Unsupported(f"an item of {getattr(source, 'name', source)}, which is not a reduction over the channels")
             if index != 0:
                 raise Unsupported("the index of a min or max over the channels (the direct kernel keeps their values)")
             self.form[node], self.var[node] = self.form[source], self.var[source]
@@ -334,10 +336,9 @@ def plan_direct(graph: fx.Graph, metas: list[Any]) -> DirectConv:
         raise Unsupported(f"{taps} input values per output and {cout} output channels: the direct kernel takes at most "
                           f"{MAX_TAPS} and {MAX_CHANNELS} (an implicit GEMM's K pays beyond)")
     epilogue = _Epilogue(conv, placeholders, metas)
-    after = list(graph.nodes)[list(graph.nodes).index(conv) + 1:]
-    output = next(n for n in after if n.op == "output")
-    for node in after:
-        if node.op != "output":
+    output = next(n for n in graph.nodes if n.op == "output")
+    for node in graph.nodes:  # (before the convolution too: views and ops of the other tensors alone)
+        if node.op not in ("placeholder", "output") and node is not conv:
             epilogue.read(node)
     results = output.args[0] if isinstance(output.args[0], (tuple, list)) else (output.args[0],)
     outputs = []
