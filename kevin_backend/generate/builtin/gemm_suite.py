@@ -19,8 +19,11 @@ Categories:
                    f32 -> bf16 cast before the GEMM (a prologue), awkward sizes (1000, 4097, 513);
     `conv`         conv1d/2d/3d and transposed convolutions with their epilogues (bias, activations,
                    group norm, softmax over the channels, min, a residual add): 3x3 on 128
-                   channels at 32x32 with batch 128, KernelBench's 3 -> 16 channel problems, a
-                   1x1 convolution on a channels-last input, weights as parameters and as inputs;
+                   channels at 32x32 with batch 128, KernelBench's 3 -> 16 channel problems (a
+                   min, a softmax, Mish, LeakyReLU and GELU, per-channel parameters), a mobile
+                   network's strided bf16 stem with its batch norm, a 1x1 convolution on a
+                   channels-last input, ResNet layers with their batch norm, weights as
+                   parameters and as inputs;
     `transformer`  blocks of real models: QKV with bias (three outputs), an MLP up projection with
                    GELU, a SiLU-gated MLP, a down projection with the residual add, a pre-norm
                    QKV, a GPT-2 MLP with its parameters, LM heads over 50257 classes (logits, and
@@ -206,6 +209,27 @@ CONV: tuple[SuiteTask, ...] = (
           {"batch_size": 128, "in_channels": 3, "out_channels": 16, "depth": 16, "height": 32, "width": 32, "kernel_size": 3},
           "Conv3d(in_channels, out_channels, kernel_size", "return torch.softmax(x, dim=1)",
           x="batch_size, in_channels, depth, height, width"),
+    # KernelBench level 2's habit: a 3 -> 16 convolution of 128 images of 32x32, then activations and
+    # per-channel parameters; and a mobile network's stem (a strided 3 -> 32 convolution of 224x224
+    # bf16 images, its inference batch norm and SiLU): the direct kernel's (`direct_conv.py`)
+    _conv("conv2d-relu-biasadd-f32-128x3x32x32", "Conv2d 3 -> 16 channels, ReLU, then a per-channel bias parameter added.",
+          "[128, 16, 30, 30] float32", "f32", {**_CONV, "in_channels": 3, "out_channels": 16, "bias_shape": "(out_channels, 1, 1)"},
+          "Conv2d(in_channels, out_channels, kernel_size", "return torch.relu(x) + self.bias",
+          extra_init="self.bias = nn.Parameter(torch.randn(bias_shape))", extra_params="bias_shape"),
+    _conv("conv2d-mish-mish-f32-128x3x32x32", "Conv2d 3 -> 16 channels, then Mish twice.", "[128, 16, 30, 30] float32", "f32",
+          {**_CONV, "in_channels": 3, "out_channels": 16}, "Conv2d(in_channels, out_channels, kernel_size", "return F.mish(F.mish(x))"),
+    _conv("conv2d-multiply-leakyrelu-gelu-f32-128x3x32x32", "Conv2d 3 -> 16 channels, times a per-channel multiplier parameter, "
+          "LeakyReLU, then GELU.", "[128, 16, 30, 30] float32", "f32",
+          {**_CONV, "in_channels": 3, "out_channels": 16, "multiplier_shape": "(out_channels, 1, 1)"},
+          "Conv2d(in_channels, out_channels, kernel_size", "return F.gelu(F.leaky_relu(x * self.multiplier))",
+          extra_init="self.multiplier = nn.Parameter(torch.randn(multiplier_shape))", extra_params="multiplier_shape"),
+    _t("conv2d-stem-bn-silu-bf16-32x3x224x224", "conv", "A mobile network's stem: a 3x3 convolution (3 -> 32, stride 2, padding 1) "
+       "of bf16 images, its inference batch norm, then SiLU.", "[32, 32, 112, 112] bfloat16",
+       {"batch_size": 32, "height": 224, "width": 224},
+       "y = F.conv2d(x, weight, stride=2, padding=1)\nreturn F.silu(((y - mean) * invstd * gamma + beta).to(torch.bfloat16))",
+       [("x", _randn("batch_size, 3, height, width", "bf16")), ("weight", _randn("32, 3, 3, 3", "bf16")),
+        ("mean", _randn("32, 1, 1", "f32")), ("invstd", "torch.rand(32, 1, 1) + 0.5"), ("gamma", _randn("32, 1, 1", "bf16")),
+        ("beta", _randn("32, 1, 1", "bf16"))]),
     _conv("conv1d-gelu-f16-64x512x1024", "Conv1d 3 (padding 1) over a sequence of 1024, 512 -> 512 channels, then GELU.",
           "[64, 512, 1024] float16", "f16",
           {"batch_size": 64, "in_channels": 512, "out_channels": 512, "length": 1024, "kernel_size": 3},
