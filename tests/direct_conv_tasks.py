@@ -21,6 +21,10 @@ DIRECT_TASKS = {
     # twice; a softmax over the channels of a 3-D convolution
     "min-tanh-f32": _suite("conv2d-min-tanh-f32-128x3x32x32"),
     "conv3d-softmax-f32": _suite("conv3d-softmax-f32-128x3x16x32x32"),
+    # Mish twice (softplus, tanh, a product); a mobile network's bf16 stem, strided and padded, with its
+    # inference batch norm (float32 statistics) and SiLU
+    "mish-mish-f32": _suite("conv2d-mish-mish-f32-128x3x32x32"),
+    "stem-bn-silu-bf16": _suite("conv2d-stem-bn-silu-bf16-32x3x224x224"),
     # strided and padded, bf16, a tensor of the output's size added after the activation
     "strided-relu-residual-bf16": task("torch.relu(F.conv2d(v[0], v[1], v[2], stride=2, padding=1)) + v[3]",
                                        f"torch.randn(16, 4, 65, 63, {BF16}), torch.randn(24, 4, 3, 3, {BF16}), "

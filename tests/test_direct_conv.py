@@ -22,6 +22,8 @@ EXPECTED = {
     "min-tanh-f32": (["amin over the channels", "tanh", "tanh"], [False]),
     "conv3d-softmax-f32": (["amax over the channels", "sub", "exp", "sum over the channels", "div"], [True]),
     "strided-relu-residual-bf16": (["relu", "add"], [True]),
+    "mish-mish-f32": (["softplus", "tanh", "mul", "softplus", "tanh", "mul"], [True]),
+    "stem-bn-silu-bf16": (["sub", "mul", "mul", "add", "_to_copy", "_to_copy", "sigmoid", "mul", "_to_copy"], [True]),
     "channels-last-scale-mean-f16": (["mul", "tanh", "mean over the channels", "sub", "mean over the channels"], [True, False]),
     "conv1d-dilated-max-gelu-f32": (["amax over the channels", "gelu"], [False]),
     "viewed-bias-sigmoid-f32": (["mul", "add", "sigmoid"], [True]),
