@@ -253,3 +253,12 @@ def test_without_cutlass_a_gpu_still_gets_the_direct_convolution(monkeypatch: py
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (6, 1))  # (no GPU it runs on: declined)
     (reply,) = policy.generate([messages], Sampling())
     assert reply.finish_reason == "declined"
+
+
+def test_wide_outputs_take_fewer_positions_a_thread_first() -> None:
+    # (16 channels: two positions first; 24 and 32: one first, at most two; the registers a thread holds)
+    names = {name: [t.name for t in plan_tilings(plan_gemm(DIRECT_TASKS[name], arch="sm90")) if isinstance(t, DirectTiling)]
+             for name in ("min-tanh-f32", "strided-relu-residual-bf16", "stem-bn-silu-bf16")}
+    assert names == {"min-tanh-f32": ["direct 128 threads x 2 positions", "direct 256 threads x 1 position", "direct 64 threads x 4 positions"],
+                     "strided-relu-residual-bf16": ["direct 256 threads x 1 position", "direct 128 threads x 2 positions"],
+                     "stem-bn-silu-bf16": ["direct 256 threads x 1 position", "direct 128 threads x 2 positions"]}, names

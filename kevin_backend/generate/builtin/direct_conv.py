@@ -146,10 +146,12 @@ class DirectConv:
 
 def direct_tilings(plan: DirectConv) -> tuple[DirectTiling, ...]:
     """The direct kernel's variants, in the order a search tries them: two positions a thread
-    first (each filter word read from shared memory serves both), then one, then four where the
-    channels are few enough for the registers."""
+    first (each filter word read from shared memory serves both), then one, then four; at most 64
+    values a thread (a bf16 stem's 32 channels at two positions took 240 registers), and where
+    two positions hold more than 32, one position first (its registers leave room for threads)."""
     _, cout = plan.channels
-    return tuple(t for t in (DirectTiling(128, 2), DirectTiling(256, 1), DirectTiling(64, 4)) if t.positions * cout <= 128)
+    fits = [t for t in (DirectTiling(128, 2), DirectTiling(256, 1), DirectTiling(64, 4)) if t.positions * cout <= 64]
+    return tuple(sorted(fits, key=lambda t: t.positions * cout > 32))
 
 
 # ----------------------------------------------------------------------------------------------
