@@ -21,7 +21,7 @@ import torch.fx as fx
 
 from kevin_backend.config import ConfigError
 from kevin_backend.generate.builtin.cross_entropy import match_decomposed_nll
-from kevin_backend.generate.builtin.direct_conv import MAX_CHANNELS, MAX_TAPS
+from kevin_backend.generate.builtin.direct_conv import takes
 from kevin_backend.generate.builtin.graph_nodes import REDUCTIONS, VIEWS, node_value, op_name, reduced_dims
 from kevin_backend.generate.builtin.ops import check as check_pointwise, is_pointwise
 from kevin_backend.generate.op_support import MATMUL_OPS
@@ -105,10 +105,7 @@ def _direct(conv: fx.Node) -> bool:
     shape = getattr(w.meta.get("val"), "shape", None) if isinstance(w, fx.Node) else None
     if shape is None or not isinstance(val, torch.Tensor) or conv.args[6] or conv.args[8] != 1:
         return False
-    taps = 1
-    for size in shape[1:]:
-        taps *= size
-    return all(isinstance(d, int) for d in (*shape, *val.shape)) and taps <= MAX_TAPS and shape[0] <= MAX_CHANNELS
+    return all(isinstance(d, int) for d in (*shape, *val.shape)) and takes(tuple(shape))
 
 
 def no_matmul_reason(op: str) -> str:

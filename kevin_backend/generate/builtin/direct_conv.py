@@ -42,20 +42,22 @@ import torch
 import torch.fx as fx
 
 from kevin_backend.generate.builtin.codegen import C_TYPES, TORCH_DTYPES, cuda_code
+from kevin_backend.generate.builtin.graph_nodes import REDUCTIONS, op_name, reduced_dims
 from kevin_backend.generate.builtin.ops import Unsupported, float_literal, is_pointwise, pointwise_expr
+from kevin_backend.generate.builtin.plan import Reduction
+from kevin_backend.generate.builtin.plan_builder import aligned
+from kevin_backend.generate.builtin.rows_kernel import REDUCTION_COMBINE, REDUCTION_INIT
 
-__all__ = ["DirectConv", "DirectTiling", "plan_direct", "direct_tilings", "direct_extension", "MAX_TAPS", "MAX_CHANNELS"]
+__all__ = ["DirectConv", "DirectTiling", "plan_direct", "direct_tilings", "direct_extension", "takes", "MAX_TAPS", "MAX_CHANNELS"]
 
 aten = torch.ops.aten
 
 MAX_TAPS = 128  # input values per output value (input channels x window): beyond, an implicit GEMM's K pays
 MAX_CHANNELS = 64  # output channels a thread holds in registers per position
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# the reductions over the channels: (initial value, combine)
-_FOLDS = {"sum": ("0.0f", "{a} + {b}"), "mean": ("0.0f", "{a} + {b}"), "amax": ("-INFINITY", "kevin_maximum({a}, {b})"),
-          "amin": ("INFINITY", "kevin_minimum({a}, {b})")}
-_REDUCTIONS = {aten.sum.dim_IntList: "sum", aten.mean.dim: "mean", aten.amax.default: "amax", aten.amin.default: "amin",
-               aten.max.dim: "amax", aten.min.dim: "amin"}
+# the reductions over the channels (a min or max with its index: its values alone)
+_FOLDS = {Reduction.SUM: Reduction.SUM, Reduction.MEAN: Reduction.MEAN, Reduction.AMAX: Reduction.AMAX, Reduction.AMIN: Reduction.AMIN,
+          Reduction.MAX_DIM: Reduction.AMAX, Reduction.MIN_DIM: Reduction.AMIN}
 # views of the task's own tensors, their strides those of the input's storage
 _STORAGE_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default,
                   aten.expand.default, aten.alias.default, aten.t.default, aten.permute.default)
@@ -167,22 +169,17 @@ def _tensor(node: Any, placeholders: list[fx.Node], metas: list[Any], what: str)
     return _Tensor(placeholders.index(node), meta.dtype, tuple(meta.shape), tuple(meta.stride()))
 
 
-def _steps(shape: tuple[int, ...], stride: tuple[int, ...], target: tuple[int, ...], name: str) -> tuple[int, ...]:
-    """The element steps of a tensor of `shape` and `stride` broadcast to `target` (0 where it
-    broadcasts), or Unsupported where it does not."""
-    if len(shape) > len(target):
-        raise Unsupported(f"{name} of shape {list(shape)} does not broadcast to {list(target)}")
-    pad = len(target) - len(shape)
-    steps = []
-    for d, size in enumerate(target):
-        own = shape[d - pad] if d >= pad else 1
-        if own == 1:
-            steps.append(0)
-        elif own == size:
-            steps.append(stride[d - pad])
-        else:
-            raise Unsupported(f"{name} of shape {list(shape)} does not broadcast to {list(target)}")
-    return tuple(steps)
+def takes(weight_shape: tuple[int, ...]) -> bool:
+    """Whether a filter of `weight_shape` (C_out, C_in, window...) is few enough values per output
+    and few enough output channels for the direct kernel."""
+    return math.prod(weight_shape[1:]) <= MAX_TAPS and weight_shape[0] <= MAX_CHANNELS
+
+
+def _steps(shape: tuple[int, ...], stride: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
+    """The element steps of a tensor of `shape` and `stride` broadcast to `target`: 0 where it
+    broadcasts, and along `target`'s dimensions of 1 (whose index is always 0)."""
+    _, steps = aligned(shape, stride, target)
+    return tuple(0 if size == 1 else step for size, step in zip(target, steps))
 
 
 class _Epilogue:
@@ -221,7 +218,7 @@ class _Epilogue:
             raise Unsupported(f"the epilogue reads {source.name} of {meta.dtype}")
         self.operands[index] = _Tensor(index, meta.dtype, tuple(meta.shape), tuple(meta.stride()))
         shape, stride = (shape, stride) if shape is not None else (tuple(meta.shape), tuple(meta.stride()))
-        steps = _steps(shape, stride, target, node.name)
+        steps = _steps(shape, stride, target)
         if form == "R":
             steps = (steps[0], 0, *steps[1:])
         if form != "C" and steps[1]:
@@ -274,7 +271,7 @@ class _Epilogue:
                 raise Unsupported(f"{node.target} reshapes the convolution's values")
             self.form[node], self.var[node] = form, self.var[source]
             return
-        if node.target in _REDUCTIONS:
+        if REDUCTIONS.get(node.target) in _FOLDS:
             self.reduce(node, name)
             return
         if not is_pointwise(node):
@@ -282,7 +279,7 @@ class _Epilogue:
                               "reductions over the channels)")
         form = self.shape_form(node)
         target = tuple(node.meta["val"].shape)
-        self.ops.append(str(node.target).split(".")[-2] if "." in str(node.target) else str(node.target))
+        self.ops.append(op_name(node).split(".")[1])
         if form == "C":
             expr = pointwise_expr(node, lambda a: self.value(a, "C", target))
             self.lines += [f"float {name}[{self.cout}];", "#pragma unroll",
@@ -293,20 +290,17 @@ class _Epilogue:
         self.form[node], self.var[node] = form, name
 
     def reduce(self, node: fx.Node, name: str) -> None:
-        kind = _REDUCTIONS[node.target]
+        kind = _FOLDS[REDUCTIONS[node.target]]
         source = node.args[0]
-        dims = node.args[1] if len(node.args) > 1 else None
-        dims = [dims] if isinstance(dims, int) else list(dims or [])
-        rank = len(self.out)
-        if self.form.get(source) != "C" or [d % rank for d in dims] != [1]:
-            raise Unsupported(f"{node.target} over dims {dims}: the direct kernel reduces over the channels alone")
+        dims = reduced_dims(node, len(self.out))
+        if self.form.get(source) != "C" or dims != (1,):
+            raise Unsupported(f"{node.target} over dims {list(dims)}: the direct kernel reduces over the channels alone")
         keep = bool(node.args[2]) if len(node.args) > 2 else bool(node.kwargs.get("keepdim", False))
-        init, combine = _FOLDS[kind]
-        self.lines += [f"float {name} = {init};", "#pragma unroll",
-                       f"for (int c = 0; c < {self.cout}; ++c) {name} = {combine.format(a=name, b=f'{self.var[source]}[c]')};"]
-        if kind == "mean":
+        combine = REDUCTION_COMBINE[kind].format(a=name, b=f"{self.var[source]}[c]")
+        self.lines += [f"float {name} = {REDUCTION_INIT[kind]};", "#pragma unroll", f"for (int c = 0; c < {self.cout}; ++c) {name} = {combine};"]
+        if kind is Reduction.MEAN:
             self.lines.append(f"{name} = {name} / {float_literal(self.cout)};")
-        self.ops.append(f"{kind} over the channels")
+        self.ops.append(f"{kind.value} over the channels")
         self.form[node], self.var[node] = ("K" if keep else "R"), name
 
 
@@ -334,7 +328,7 @@ def plan_direct(graph: fx.Graph, metas: list[Any]) -> DirectConv:
     if len({t.dtype for t in (xt, wt, bt) if t}) != 1:
         raise Unsupported("the convolution's input, filter and bias are of different dtypes")
     cout, taps = wt.shape[0], math.prod(wt.shape[1:])
-    if taps > MAX_TAPS or cout > MAX_CHANNELS:
+    if not takes(wt.shape):
         raise Unsupported(f"{taps} input values per output and {cout} output channels: the direct kernel takes at most "
                           f"{MAX_TAPS} and {MAX_CHANNELS} (an implicit GEMM's K pays beyond)")
     epilogue = _Epilogue(conv, placeholders, metas)

@@ -30,12 +30,12 @@ from kevin_backend.generate.builtin.plan import CENTERED, INDEXED, Kind, Plan, P
 from kevin_backend.generate.builtin.variant_fit import cached_values, row_width
 from kevin_backend.generate.builtin.variants import Variant
 
-__all__ = ["RowsWriter"]
+__all__ = ["RowsWriter", "REDUCTION_INIT", "REDUCTION_COMBINE"]
 
-_INIT = {Reduction.SUM: "0.0f", Reduction.MEAN: "0.0f", Reduction.AMAX: "-INFINITY", Reduction.AMIN: "INFINITY",
+REDUCTION_INIT = {Reduction.SUM: "0.0f", Reduction.MEAN: "0.0f", Reduction.AMAX: "-INFINITY", Reduction.AMIN: "INFINITY",
          Reduction.VAR: "0.0f", Reduction.VAR_MEAN: "0.0f", Reduction.STD: "0.0f"}
 # The combine of each reduction (device_helpers.cuh's maximum/minimum propagate NaN, as torch's do).
-_COMBINE = {Reduction.SUM: "{a} + {b}", Reduction.MEAN: "{a} + {b}", Reduction.AMAX: "kevin_maximum({a}, {b})",
+REDUCTION_COMBINE = {Reduction.SUM: "{a} + {b}", Reduction.MEAN: "{a} + {b}", Reduction.AMAX: "kevin_maximum({a}, {b})",
             Reduction.AMIN: "kevin_minimum({a}, {b})", Reduction.VAR: "{a} + {b}", Reduction.VAR_MEAN: "{a} + {b}",
             Reduction.STD: "{a} + {b}"}
 
@@ -319,7 +319,7 @@ class RowsWriter(KernelWriter):
         cols, vector, width = self.plan.cols, self.vector, self.width
         needed = closure(self.plan, [operand], self.available | set(self.kept))
         acc = f"{red.var}_acc" if kind == "sum" else f"{red.var}_m2"
-        combine = _COMBINE[red.reduction] if kind == "sum" else "{a} + {b}"  # type: ignore[index]
+        combine = REDUCTION_COMBINE[red.reduction] if kind == "sum" else "{a} + {b}"  # type: ignore[index]
         value = operand if center is None else f"({operand} - {center}) * ({operand} - {center})"
         last = kind == "sq" or red.reduction not in CENTERED
         # vector path: one partial per position in the access (as PyTorch's reductions keep
@@ -334,7 +334,7 @@ class RowsWriter(KernelWriter):
             f"{into} = {combine.format(a=into, b=value)};"
         body = [*self.loads(needed, [operand]), *(self.code(n) for n in needed), *self.keep(needed, red.var if last else None), step]
         op = {Reduction.AMAX: "max", Reduction.AMIN: "min"}.get(red.reduction, "add") if kind == "sum" else "add"  # type: ignore[arg-type]
-        init = _INIT[red.reduction] if kind == "sum" else "0.0f"  # type: ignore[index]
+        init = REDUCTION_INIT[red.reduction] if kind == "sum" else "0.0f"  # type: ignore[index]
         if compensated:
             self.emit(f"float {acc}_c[{width}] = {{0.0f}};" if vector else f"float {acc}_c = 0.0f;")
         if vector:
