@@ -51,14 +51,24 @@ def max_autotune_numerics() -> dict[str, str]:
 def cublaslt_task(source: str, plan: AnyGemm) -> str | None:
     """The task as cuBLASLt's fused epilogue computes it (`torch._addmm_activation`: bias, then
     ReLU or tanh-GELU), as a task of its own whose eager time is cuBLASLt's; None where the plan's
-    epilogue is not one cuBLASLt fuses (or the task is more than one GEMM with its epilogue)."""
-    if not isinstance(plan, GemmPlan):
+    epilogue is not one cuBLASLt fuses (or the task is more than one GEMM with its epilogue, or a
+    convolution other than a 1x1 one, whose product is a GEMM of its channels-last rows)."""
+    if not isinstance(plan, GemmPlan) or (plan.spec.convolution is not None and not plan.conv):
         return None
     e = plan.spec.epilogue
     if not e.bias or e.residual or e.alpha != 1 or e.activation not in ("relu", "gelu_tanh"):
         return None
+    if plan.conv:  # N x C x H x W (channels-last) times C_out x C x 1 x 1: rows of C channels, out N x C_out x H x W
+        return source + _CUBLASLT_MODEL.format(
+            rows=f"x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])", w=f"v[{plan.w}].reshape(v[{plan.w}].shape[0], -1).t()",
+            bias=plan.bias, x=plan.x, gelu=e.activation == "gelu_tanh",
+            out="out.reshape(x.shape[0], x.shape[2], x.shape[3], out.shape[-1]).permute(0, 3, 1, 2)")
     w = f"v[{plan.w}].t()" if plan.spec.weight == "nk" else f"v[{plan.w}]"
-    return source + f"""
+    return source + _CUBLASLT_MODEL.format(rows="x.reshape(-1, x.shape[-1])", w=w, bias=plan.bias, x=plan.x,
+                                           gelu=e.activation == "gelu_tanh", out="out.reshape(*x.shape[:-1], out.shape[-1])")
+
+
+_CUBLASLT_MODEL = """
 
 import torch.nn as nn
 
@@ -68,9 +78,9 @@ class Model(nn.Module):  # the same inputs, through cuBLASLt's fused epilogue: a
         super().__init__()
 
     def forward(self, *v):
-        x = v[{plan.x}]
-        out = torch._addmm_activation(v[{plan.bias}], x.reshape(-1, x.shape[-1]), {w}, use_gelu={e.activation == "gelu_tanh"})
-        return out.reshape(*x.shape[:-1], out.shape[-1])
+        x = v[{x}]
+        out = torch._addmm_activation(v[{bias}], {rows}, {w}, use_gelu={gelu})
+        return {out}
 """
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from test_gemm_plan import LINEAR_GELU, task
 
@@ -42,6 +43,31 @@ def test_the_cublaslt_peer_computes_the_task(forward: str, gelu: bool) -> None:
     x, w, b = module.get_inputs()
     got = module.Model(*module.get_init_inputs())(x, w, b)
     torch.testing.assert_close(got, torch.relu(x @ w.t() + b), rtol=1e-4, atol=1e-4)
+
+
+def test_a_1x1_convolutions_peer_multiplies_its_channels_last_rows() -> None:
+    """A 1x1 convolution of a channels-last input is a GEMM of its rows of channels: cuBLASLt's peer
+    multiplies those rows and gives the output back as N x C_out x H x W; a 3x3 one has no peer."""
+    from kevin_backend.generate.builtin.gemm_plan import GemmPlan, plan_gemm
+    from kevin_backend.types import load_program
+
+    def conv(size: int, dtype: str) -> str:
+        return task("F.relu(F.conv2d(v[0], v[1], v[2], padding=%d))" % (size // 2),
+                    f"torch.randn(2, 32, 6, 5, {dtype}).to(memory_format=torch.channels_last), "
+                    f"torch.randn(80, 32, {size}, {size}, {dtype}), torch.randn(80, {dtype})")  # (80 output channels: past the direct kernel's 64)
+
+    bench = _bench()
+    plan = plan_gemm(conv(1, "dtype=torch.float16"))
+    assert isinstance(plan, GemmPlan) and plan.conv, plan
+    peer = bench.cublaslt_task(conv(1, "dtype=torch.float32"), plan)  # (run on the CPU in float32)
+    assert peer is not None
+    module = load_program(peer, "kevin_test_cublaslt_conv_peer")
+    x, w, b = module.get_inputs()
+    got = module.Model(*module.get_init_inputs())(x, w, b)
+    torch.testing.assert_close(got, torch.relu(F.conv2d(x, w, b)), rtol=1e-4, atol=1e-4)
+    three = plan_gemm(conv(3, "dtype=torch.float16"))
+    assert isinstance(three, GemmPlan) and three.spec.convolution is not None, three
+    assert bench.cublaslt_task(conv(3, "dtype=torch.float32"), three) is None
 
 
 def test_epilogues_cublaslt_does_not_fuse_have_no_peer() -> None:
