@@ -447,15 +447,17 @@ def test_the_float32_tilings_are_tried_in_the_order_the_h200_ranked_them() -> No
 
 
 @pytest.mark.parametrize(("layout", "batch", "rows", "k"), [("rows", 1, 37, 13), ("rows", 2, 70, 33), ("columns", 1, 37, 13),
-                                                            ("columns", 3, 33, 65), ("rows", 1, 5, 1)])
+                                                            ("columns", 3, 33, 65), ("rows", 1, 5, 1), ("rows", 2, 130, 70),
+                                                            ("columns", 2, 129, 131)])
 def test_the_pack_kernel_copies_odd_rows_into_rows_of_eight_with_zeros_after_k(layout: str, batch: int, rows: int, k: int) -> None:
     """`gemm_kernel_sm80.PACK_KERNEL`, as written, on the CPU (tests/kernel_emulator.py): `batch`
     matrices of `rows` rows of K bf16 values, lying as rows (x, an N x K weight) or as columns (a
-    K x N weight), copied into rows of K rounded up to 8, zeros after K; partial tiles at both edges."""
+    K x N weight), copied into rows of K rounded up to 8, zeros after K; partial tiles at both edges,
+    and more than one tile along both."""
     import torch
 
     from kernel_emulator import has_cuda_headers, run_device_code
-    from kevin_backend.generate.builtin.gemm_kernel_sm80 import PACK_KERNEL
+    from kevin_backend.generate.builtin.gemm_kernel_sm80 import PACK_KERNEL, PACK_TILE
 
     if shutil.which("g++") is None or not has_cuda_headers():
         pytest.skip("needs g++ and CUDA's headers")
@@ -463,7 +465,7 @@ def test_the_pack_kernel_copies_odd_rows_into_rows_of_eight_with_zeros_after_k(l
     want = torch.randn(batch, rows, k).to(torch.bfloat16)
     src = want.contiguous() if layout == "rows" else want.transpose(1, 2).contiguous()  # (a K x N weight: its columns are the rows)
     strides = f"{rows * k}, {k}, 1" if layout == "rows" else f"{rows * k}, 1, {rows}"
-    blocks = -(-kp // 32) * -(-rows // 32) * batch
+    blocks = -(-kp // PACK_TILE) * -(-rows // PACK_TILE) * batch
     device = "namespace kevin_gemm { using Element = __nv_bfloat16; }\n" + PACK_KERNEL
     (got,) = run_device_code(device, [src], [((batch, rows, kp), torch.bfloat16)],
                              [(blocks, 256, f"kevin_gemm::pack_rows<__nv_bfloat16>(in0, out0, {rows}, {k}, {kp}, {strides})")])

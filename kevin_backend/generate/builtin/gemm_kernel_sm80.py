@@ -163,39 +163,57 @@ def sm80_device_source(dtype: str, output: str, activation: str, functor: str, a
                           ldb="k" if weight == "nk" else "n") + (PACK if pack else "")
 
 
-# The device part's packing of rows for the sm80 kernel (`GemmSpec.pad_k`): `kevin_gemm_pack` copies
-# `batch` matrices of `rows` rows of K values, each read at `src + b * batch_stride + r * row_stride
-# + c * col_stride`, into packed rows of kp values (zeros after K), through 32 x 32 tiles of shared
-# memory: reads along whichever of rows and columns is contiguous, writes along the packed rows
+# The device part's packing of rows for the sm80 kernel (`GemmSpec.pad_k`) and around a convolution
+# (a plain layout's channels moved innermost, and back): `kevin_gemm_pack` copies `batch` matrices
+# of `rows` rows of K values, each read at `src + b * batch_stride + r * row_stride + c * col_stride`,
+# into packed rows of kp values (zeros after K), through PACK_TILE x PACK_TILE tiles of shared
+# memory: reads along whichever of rows and columns is contiguous, writes along the packed rows.
+# Each of a block's 256 threads loads its 16 values before it stores any: a 32 x 32 tile's 4 loads a
+# thread kept too few bytes in flight (a 16-bit image's transposes ran at about 45% of a copy's
+# bandwidth on an H100). A tile's rows are padded to an odd number of 4-byte words, so a column of
+# it falls in 32 different banks.
+PACK_TILE = 64
 PACK_KERNEL = """
 namespace kevin_gemm {
+constexpr int kPackTile = %d;
 template <class T>
-__global__ void pack_rows(T const* src, T* dst, int64_t rows, int64_t k, int64_t kp, int64_t batch_stride, int64_t row_stride,
-                          int64_t col_stride) {
-    // one block of 256 threads a 32 x 32 tile of one matrix's packed rows
-    __shared__ T tile[32][33];
-    const int64_t tiles_c = (kp + 31) / 32, tiles_r = (rows + 31) / 32, block = blockIdx.x;
-    const int64_t c0 = block % tiles_c * 32, r0 = block / tiles_c % tiles_r * 32, b = block / (tiles_c * tiles_r);
-    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+__global__ void __launch_bounds__(256) pack_rows(T const* __restrict__ src, T* __restrict__ dst, int64_t rows, int64_t k, int64_t kp,
+                                                 int64_t batch_stride, int64_t row_stride, int64_t col_stride) {
+    // one block of 256 threads a kPackTile x kPackTile tile of one matrix's packed rows, 16 values a thread:
+    // value i of a thread at the tile's row (or column) ty + 8 * (i / 2), column (or row) tx + 32 * (i %% 2)
+    __shared__ T tile[kPackTile][kPackTile + (sizeof(T) >= 4 ? 1 : 4 / sizeof(T))];
+    const int64_t tiles_c = (kp + kPackTile - 1) / kPackTile, tiles_r = (rows + kPackTile - 1) / kPackTile, block = blockIdx.x;
+    const int64_t c0 = block %% tiles_c * kPackTile, r0 = block / tiles_c %% tiles_r * kPackTile, b = block / (tiles_c * tiles_r);
+    const int tx = threadIdx.x %% 32, ty = threadIdx.x / 32;
     const bool along_rows = row_stride == 1 && col_stride != 1;  // (a K x N weight read as N x K)
-    for (int j = ty; j < 32; j += 8) {
-        const int a = along_rows ? tx : j, e = along_rows ? j : tx;  // (the tile's row and column)
+    T v[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const int j = ty + 8 * (i / 2), t = tx + 32 * (i %% 2);
+        const int a = along_rows ? t : j, e = along_rows ? j : t;  // (the tile's row and column)
         const int64_t r = r0 + a, c = c0 + e;
-        tile[a][e] = r < rows && c < k ? src[b * batch_stride + r * row_stride + c * col_stride] : T(0.0f);
+        v[i] = r < rows && c < k ? src[b * batch_stride + r * row_stride + c * col_stride] : T(0.0f);
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const int j = ty + 8 * (i / 2), t = tx + 32 * (i %% 2);
+        tile[along_rows ? t : j][along_rows ? j : t] = v[i];
     }
     __syncthreads();
-    for (int j = ty; j < 32; j += 8) {
-        const int64_t r = r0 + j, c = c0 + tx;
-        if (r < rows && c < kp) dst[(b * rows + r) * kp + c] = tile[j][tx];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const int j = ty + 8 * (i / 2), t = tx + 32 * (i %% 2);
+        const int64_t r = r0 + j, c = c0 + t;
+        if (r < rows && c < kp) dst[(b * rows + r) * kp + c] = tile[j][t];
     }
 }
 }  // namespace kevin_gemm
-"""
+""" % PACK_TILE
 
 PACK = PACK_KERNEL + """
 extern "C" int kevin_gemm_pack(void const* src, void* dst, int batch, int64_t rows, int64_t k, int64_t kp, int64_t batch_stride,
                                int64_t row_stride, int64_t col_stride, cudaStream_t stream) {
-    const int64_t blocks = (kp + 31) / 32 * ((rows + 31) / 32) * batch;
+    const int64_t tile = kevin_gemm::kPackTile, blocks = (kp + tile - 1) / tile * ((rows + tile - 1) / tile) * batch;
     if (blocks == 0) return 0;
     kevin_gemm::pack_rows<kevin_gemm::Element><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
         static_cast<kevin_gemm::Element const*>(src), static_cast<kevin_gemm::Element*>(dst), rows, k, kp, batch_stride, row_stride,
