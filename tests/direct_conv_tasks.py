@@ -43,4 +43,15 @@ DIRECT_TASKS = {
     "viewed-bias-sigmoid-f32": task("(lambda b, s: torch.sigmoid(F.conv2d(v[0], v[1]) * s + b))"
                                     "(v[2].view(-1, 1, 1), v[3].view(-1, 1, 1) * v[3].view(-1, 1, 1))",
                                     "torch.randn(64, 3, 30, 30), torch.randn(16, 3, 3, 3), torch.randn(16), torch.randn(16)"),
+    # transposed (gathered: a tap where its position divides by the stride): KernelBench's ConvTranspose2d
+    # 3 -> 16, stride 2, padding 1, output padding 1, a bias parameter added, clamped, scaled
+    "transpose2d-bias-clamp-f32": task("torch.clamp(F.conv_transpose2d(v[0], v[1], v[2], stride=2, padding=1, output_padding=1)"
+                                       " + v[3], 0.0, 1.0) * 2.0",
+                                       "torch.randn(32, 3, 16, 16), torch.randn(3, 16, 3, 3), torch.randn(16), torch.randn(16, 1, 1)"),
+    # a 3-D one of a stride 1 and 2 by dimension, a tensor of the output's size added, then hardswish
+    "transpose3d-add-hardswish-f32": task("F.hardswish(F.conv_transpose3d(v[0], v[1], stride=(1, 2, 1), padding=(1, 1, 0)) + v[2])",
+                                          "torch.randn(2, 3, 5, 6, 7), torch.randn(3, 8, 3, 3, 3), torch.randn(2, 8, 5, 11, 9)"),
+    # a 1-D bf16 one, stride 3 and dilated, its bias, then a softmax over the channels
+    "transpose1d-dilated-softmax-bf16": task("torch.softmax(F.conv_transpose1d(v[0], v[1], v[2], stride=3, padding=2, dilation=2), dim=1)",
+                                             f"torch.randn(4, 5, 50, {BF16}), torch.randn(5, 12, 4, {BF16}), torch.randn(12, {BF16})"),
 }

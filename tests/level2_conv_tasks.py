@@ -91,4 +91,24 @@ LEVEL2 = {
               "x = self.conv(x)\nx = F.hardswish(x)\nx = torch.relu(x)\nx = torch.softmax(x, dim=1)\nreturn torch.mean(x, dim=[2, 3, 4])",
               _3D, inputs=_3D_INPUT),
         {"relu", "amax", "exp", "div"}, {"mean"}),
+    # transposed: a 3 -> 16 ConvTranspose2d (stride 2, padding 1, output padding 1) with a bias parameter,
+    # clamps and a scaling; a ConvTranspose3d scaled, then an average pool (outside), a bias and a scale
+    "convtranspose2d-biasadd-clamp-scaling-clamp-divide": (
+        _task("in_channels, out_channels, kernel_size, stride, padding, output_padding, bias_shape, scaling_factor",
+              "self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding, "
+              "output_padding=output_padding)\nself.bias = nn.Parameter(torch.randn(bias_shape))\nself.scaling_factor = scaling_factor",
+              "x = self.conv_transpose(x)\nx = x + self.bias\nx = torch.clamp(x, min=0.0, max=1.0)\nx = x * self.scaling_factor\n"
+              "x = torch.clamp(x, min=0.0, max=1.0)\nreturn x / self.scaling_factor",
+              _2D + "\nstride = 2\npadding = 1\noutput_padding = 1\nbias_shape = (out_channels, 1, 1)\nscaling_factor = 2.0",
+              init_inputs="in_channels, out_channels, kernel_size, stride, padding, output_padding, bias_shape, scaling_factor"),
+        {"add", "mul", "div"}, set()),
+    "convtranspose3d-scale-avgpool-biasadd-scale": (
+        _task("in_channels, out_channels, kernel_size, stride, padding, scale1, scale2, bias_shape",
+              "self.conv_transpose = nn.ConvTranspose3d(in_channels, out_channels, kernel_size, stride=stride, padding=padding)\n"
+              "self.scale1 = nn.Parameter(torch.tensor(scale1))\nself.avg_pool = nn.AvgPool3d(kernel_size=2)\n"
+              "self.bias = nn.Parameter(torch.randn(bias_shape))\nself.scale2 = nn.Parameter(torch.tensor(scale2))",
+              "x = self.conv_transpose(x)\nx = x * self.scale1\nx = self.avg_pool(x)\nx = x + self.bias\nreturn x * self.scale2",
+              _3D + "\nstride = 2\npadding = 1\nscale1 = 0.5\nscale2 = 1.0\nbias_shape = (out_channels, 1, 1, 1)", inputs=_3D_INPUT,
+              init_inputs="in_channels, out_channels, kernel_size, stride, padding, scale1, scale2, bias_shape"),
+        {"mul"}, {"avg_pool"}),
 }

@@ -27,6 +27,10 @@ EXPECTED = {
     "channels-last-scale-mean-f16": (["mul", "tanh", "mean over the channels", "sub", "mean over the channels"], [True, False]),
     "conv1d-dilated-max-gelu-f32": (["amax over the channels", "gelu"], [False]),
     "viewed-bias-sigmoid-f32": (["mul", "add", "sigmoid"], [True]),
+    "transpose2d-bias-clamp-f32": (["add", "clamp", "mul"], [True]),
+    "transpose3d-add-hardswish-f32": (["add", "add", "clamp", "clamp", "mul", "div"], [True]),
+    "transpose1d-dilated-softmax-bf16": (["_to_copy", "amax over the channels", "sub", "exp", "sum over the channels", "div", "_to_copy"],
+                                         [True]),
 }
 
 
@@ -42,8 +46,9 @@ def test_a_convolution_of_few_input_channels_is_one_direct_kernel_with_its_whole
     tilings = plan_tilings(plan)
     direct = [t for t in tilings if isinstance(t, DirectTiling)]
     assert tilings[:len(direct)] == tuple(direct) and len(direct) >= 2
-    # (the implicit GEMM's plan reads no product of two tensors before the convolution: none after the direct variants)
-    if name == "viewed-bias-sigmoid-f32":
+    # (the implicit GEMM's plan reads no product of two tensors before the convolution, nor these transposed
+    # convolutions: 3 input channels, 3 dimensions, a dilation; none after the direct variants)
+    if name == "viewed-bias-sigmoid-f32" or name.startswith("transpose"):
         assert plan.fallback is None and len(tilings) == len(direct)
         return
     assert plan.fallback is not None and len(tilings) > len(direct)
@@ -57,7 +62,7 @@ def _graph(source: str):  # type: ignore[no-untyped-def]
 
 
 DECLINED = {
-    "a transposed convolution": ("torch.relu(F.conv_transpose2d(v[0], v[1]))", "torch.randn(2, 3, 8, 8), torch.randn(3, 16, 3, 3)"),
+    "576 input values per output": ("torch.relu(F.conv_transpose2d(v[0], v[1]))", "torch.randn(2, 64, 8, 8), torch.randn(64, 16, 3, 3)"),
     "a convolution of 3 groups": ("torch.relu(F.conv2d(v[0], v[1], groups=3))", "torch.randn(2, 3, 8, 8), torch.randn(15, 1, 3, 3)"),
     "input values per output": ("torch.relu(F.conv2d(v[0], v[1]))", "torch.randn(2, 64, 8, 8), torch.randn(16, 64, 3, 3)"),
     "reduces over the channels alone": ("F.conv2d(v[0], v[1]).amax(-1)", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
@@ -208,8 +213,10 @@ def test_kernelbench_level2_convolutions_compile_to_direct_kernels_with_their_ep
     assert inside <= short and not any(o in op for o in outside for op in part.ops), part.ops
     direct = plan_gemm(extract_task(part).source, arch="sm90")
     # (the implicit GEMM after it where its epilogue takes the ops: not a comparison, as a compiled
-    # LeakyReLU or Mish has; the direct kernel takes any op of the writer's table)
-    no_gemm = ("conv2d-mish-mish", "conv2d-multiply-leakyrelu-gelu")
+    # LeakyReLU or Mish has; the direct kernel takes any op of the writer's table), and no implicit GEMM of
+    # a transposed convolution of 3 input channels (CUTLASS reads them 4 at a time) or of 3 dimensions
+    no_gemm = ("conv2d-mish-mish", "conv2d-multiply-leakyrelu-gelu", "convtranspose2d-biasadd-clamp-scaling-clamp-divide",
+               "convtranspose3d-scale-avgpool-biasadd-scale")
     assert isinstance(direct, DirectConv) and (direct.fallback is None) == (name in no_gemm), direct
     assert len(direct.outputs) == len(part.outputs)
 

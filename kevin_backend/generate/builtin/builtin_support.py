@@ -6,7 +6,8 @@ and what a reduction must share with the other reductions of its kernel.
 Matmuls (mm, addmm, bmm, baddbmm) it declares where its CUTLASS GEMM can run (`gemm_available`: CUTLASS's
 headers found, a GPU of compute capability 8.0 or later: `gemm_arch`), each in a partition of its own with the epilogue that follows it
 (`epilogue_only`: no prologue, no other partition merged in, no reduction), and convolutions alike
-(its plan declines those it cannot write: 3-D, transposed, grouped; Inductor keeps them), except that
+(its plan declines those it cannot write: grouped ones, transposed 3-D ones of many channels; Inductor
+keeps them), except that
 a convolution the direct kernel may take (`direct_conv.py`) shares its partition with the reductions
 over its channels that follow it (`reduction_key`), and is declared without CUTLASS too
 (`direct_available`). The
@@ -100,12 +101,12 @@ class BuiltinSupport:
 
 def _direct(conv: fx.Node) -> bool:
     """Whether a convolution node is one the direct kernel may take (`direct_conv.plan_direct`:
-    one group, not transposed, few input values per output and few output channels)."""
+    one group, transposed or not, few input values per output and few output channels)."""
     w, val = conv.args[1], conv.meta.get("val")
     shape = getattr(w.meta.get("val"), "shape", None) if isinstance(w, fx.Node) else None
-    if shape is None or not isinstance(val, torch.Tensor) or conv.args[6] or conv.args[8] != 1:
+    if shape is None or not isinstance(val, torch.Tensor) or conv.args[8] != 1:
         return False
-    return all(isinstance(d, int) for d in (*shape, *val.shape)) and takes(tuple(shape))
+    return all(isinstance(d, int) for d in (*shape, *val.shape)) and takes(tuple(shape), bool(conv.args[6]))
 
 
 def no_matmul_reason(op: str) -> str:

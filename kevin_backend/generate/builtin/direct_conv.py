@@ -25,10 +25,16 @@ Then the epilogue, per position, on the channels in registers:
   channels is its max, an exp, its sum and a division, all in registers;
 - the outputs, each stored once: a value over the channels, or one per position.
 
-Declined, each with what it is: a transposed or grouped convolution, a filter or input made by
-ops (not an input), more than `MAX_TAPS` input values per output (input channels x window) or
-`MAX_CHANNELS` output channels, a reduction over other dimensions than the channels, an index
-(argmin), a value of another shape (a group norm's groups), an op outside the table.
+A transposed convolution (KernelBench's ConvTranspose2d/3d, 3 -> 16 channels, stride 2) is
+computed the same way, gathered: an output position reads the input position `(o + padding -
+k * dilation) / stride` of each window tap where that divides evenly and lies in the input, its
+filter read as C_in x C_out x window. An outer spatial dimension's taps that do not divide are
+skipped; the innermost dimension's multiply a zero (its positions differ in which taps divide).
+
+Declined, each with what it is: a grouped convolution, a filter or input made by ops (not an
+input), more than `MAX_TAPS` input values per output (input channels x window) or `MAX_CHANNELS`
+output channels, a reduction over other dimensions than the channels, an index (argmin), a value
+of another shape (a group norm's groups), an op outside the table.
 """
 
 from __future__ import annotations
@@ -119,6 +125,7 @@ class DirectConv:
     body: tuple[str, ...]  # the epilogue's lines for one position `p` (the convolution's values acc[p][c])
     outputs: tuple[_Output, ...]
     ops: tuple[str, ...]  # the epilogue's ops, in words
+    transposed: bool = False  # a transposed convolution: its filter C_in x C_out x window, its taps gathered
     inputs: int = 0
     state: tuple[str, ...] = ()
     fallback: Any = None
@@ -130,17 +137,21 @@ class DirectConv:
 
     @property
     def channels(self) -> tuple[int, int]:
-        return self.w.shape[1], self.w.shape[0]
+        """(input channels, output channels)."""
+        return (self.w.shape[0], self.w.shape[1]) if self.transposed else (self.w.shape[1], self.w.shape[0])
 
     @property
     def taps(self) -> int:
-        return math.prod(self.w.shape[1:])
+        """Input values per output: input channels x window."""
+        return self.channels[0] * math.prod(self.w.shape[2:])
 
     def describe(self) -> str:
         cin, cout = self.channels
         window = "x".join(map(str, self.w.shape[2:]))
         positions = "x".join(map(str, (self.x.shape[0], *self.out_spatial)))
-        return (f"a direct {len(self.out_spatial)}-D convolution {cin} -> {cout} channels, window {window}, "
+        stride = f", stride {'x'.join(map(str, self.stride))}" if self.transposed else ""
+        return (f"a direct {'transposed ' * self.transposed}{len(self.out_spatial)}-D convolution {cin} -> {cout} channels, "
+                f"window {window}{stride}, "
                 f"{positions} positions, {str(self.x.dtype).replace('torch.', '')}"
                 + (", its bias" if self.bias else "") + (f", then {', '.join(dict.fromkeys(self.ops))}" if self.ops else "")
                 + f", {len(self.outputs)} output{'s' if len(self.outputs) > 1 else ''}")
@@ -169,10 +180,12 @@ def _tensor(node: Any, placeholders: list[fx.Node], metas: list[Any], what: str)
     return _Tensor(placeholders.index(node), meta.dtype, tuple(meta.shape), tuple(meta.stride()))
 
 
-def takes(weight_shape: tuple[int, ...]) -> bool:
-    """Whether a filter of `weight_shape` (C_out, C_in, window...) is few enough values per output
-    and few enough output channels for the direct kernel."""
-    return math.prod(weight_shape[1:]) <= MAX_TAPS and weight_shape[0] <= MAX_CHANNELS
+def takes(weight_shape: tuple[int, ...], transposed: bool = False) -> bool:
+    """Whether a filter of `weight_shape` (C_out, C_in, window...; a transposed convolution's
+    C_in, C_out, window...) is few enough values per output and few enough output channels for the
+    direct kernel."""
+    cin, cout = (weight_shape[0], weight_shape[1]) if transposed else (weight_shape[1], weight_shape[0])
+    return cin * math.prod(weight_shape[2:]) <= MAX_TAPS and cout <= MAX_CHANNELS
 
 
 def _steps(shape: tuple[int, ...], stride: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
@@ -319,16 +332,16 @@ def plan_direct(graph: fx.Graph, metas: list[Any]) -> DirectConv:
     if len(convs) != 1:
         raise Unsupported(f"{len(convs)} convolutions (the direct kernel takes one)")
     (conv,) = convs
-    x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
-    if transposed or groups != 1:
-        raise Unsupported("a transposed convolution" if transposed else f"a convolution of {groups} groups")
+    x, w, b, stride, padding, dilation, transposed, _, groups = conv.args  # (output padding: in the output's size)
+    if groups != 1:
+        raise Unsupported(f"a convolution of {groups} groups")
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     xt, wt = _tensor(x, placeholders, metas, "input"), _tensor(w, placeholders, metas, "filter")
     bt = _tensor(b, placeholders, metas, "bias") if b is not None else None
     if len({t.dtype for t in (xt, wt, bt) if t}) != 1:
         raise Unsupported("the convolution's input, filter and bias are of different dtypes")
-    cout, taps = wt.shape[0], math.prod(wt.shape[1:])
-    if not takes(wt.shape):
+    cout, taps = (wt.shape[1], wt.shape[0] * math.prod(wt.shape[2:])) if transposed else (wt.shape[0], math.prod(wt.shape[1:]))
+    if not takes(wt.shape, bool(transposed)):
         raise Unsupported(f"{taps} input values per output and {cout} output channels: the direct kernel takes at most "
                           f"{MAX_TAPS} and {MAX_CHANNELS} (an implicit GEMM's K pays beyond)")
     epilogue = _Epilogue(conv, placeholders, metas)
@@ -350,7 +363,7 @@ def plan_direct(graph: fx.Graph, metas: list[Any]) -> DirectConv:
         outputs.append(_Output(epilogue.var[node], val.dtype, tuple(val.shape), tuple(val.stride()), form == "C", steps))
     return DirectConv(xt, wt, bt, tuple(sorted(epilogue.operands.values(), key=lambda t: t.index)),
                       tuple(conv.meta["val"].shape[2:]), tuple(stride), tuple(padding), tuple(dilation),
-                      tuple(epilogue.lines), tuple(outputs), tuple(epilogue.ops))
+                      tuple(epilogue.lines), tuple(outputs), tuple(epilogue.ops), bool(transposed))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -364,16 +377,44 @@ def _filter_fill(plan: DirectConv, threads: int) -> list[str]:
     lines = [f"__shared__ __align__(16) float ws[{plan.taps * cout}];",
              f"for (int i = threadIdx.x; i < {plan.taps * cout}; i += {threads}) {{",
              f"    const int co = i % {cout}; int tap = i / {cout};"]
-    terms = [f"co * {plan.w.stride[0]}LL"]
+    out_dim, in_dim = (1, 0) if plan.transposed else (0, 1)  # (a transposed convolution's filter: C_in x C_out x window)
+    terms = [f"co * {plan.w.stride[out_dim]}LL"]
     for d in reversed(range(len(window))):
         lines.append(f"    const int k{d} = tap % {window[d]}; tap /= {window[d]};")
         terms.append(f"k{d} * {plan.w.stride[2 + d]}LL")
-    terms.append(f"tap * {plan.w.stride[1]}LL")
+    terms.append(f"tap * {plan.w.stride[in_dim]}LL")
     lines += [f"    ws[i] = kevin_ld(p_in{plan.w.index}, {' + '.join(terms)});", "}"]
     if plan.bias is not None:
         lines += [f"__shared__ float bs[{cout}];",
                   f"for (int i = threadIdx.x; i < {cout}; i += {threads}) bs[i] = kevin_ld(p_in{plan.bias.index}, i * {plan.bias.stride[0]}LL);"]
     return lines + ["__syncthreads();"]
+
+
+def _outer_index(plan: DirectConv, d: int, size: int) -> list[str]:
+    """The input index i{d} of an outer spatial dimension's window tap k{d} at output o{d}, and the
+    `continue` of a tap outside the input (or, transposed, one whose position does not divide)."""
+    stride, pad, dil = plan.stride[d], plan.padding[d], plan.dilation[d]
+    if not plan.transposed:
+        return [f"const int i{d} = o{d} * {stride} - {pad} + k{d} * {dil};"] + \
+            [f"if ((unsigned)i{d} >= {size}u) continue;"] * bool(pad)
+    if stride == 1:
+        return [f"const int i{d} = o{d} + {pad} - k{d} * {dil};", f"if ((unsigned)i{d} >= {size}u) continue;"]
+    return [f"const int t{d} = o{d} + {pad} - k{d} * {dil};", f"if (t{d} < 0 || t{d} % {stride} != 0) continue;",
+            f"const int i{d} = t{d} / {stride};", f"if (i{d} >= {size}) continue;"]
+
+
+def _inner_index(plan: DirectConv, positions: int, size: int) -> tuple[list[str], str]:
+    """The innermost dimension's input index `il` of position `ol + p` at tap k, and the condition
+    of reading it (else a zero): inside the input, and, transposed, a position that divides."""
+    last = len(plan.out_spatial) - 1
+    stride, pad, dil = plan.stride[last], plan.padding[last], plan.dilation[last]
+    if not plan.transposed:
+        guard = f"(unsigned)il < {size}u" if pad or plan.out_spatial[last] % positions else "true"
+        return [f"const int il = (ol + p) * {stride} - {pad} + k{last} * {dil};"], guard
+    if stride == 1:
+        return [f"const int il = (ol + p) + {pad} - k{last} * {dil};"], f"(unsigned)il < {size}u"
+    return ([f"const int tl = (ol + p) + {pad} - k{last} * {dil};", f"const int il = tl / {stride};"],
+            f"tl >= 0 && tl % {stride} == 0 && il < {size}")
 
 
 def _taps(plan: DirectConv, positions: int) -> list[str]:
@@ -387,10 +428,8 @@ def _taps(plan: DirectConv, positions: int) -> list[str]:
     depth = 1
     for d in range(dims - 1):  # the outer window dims: a row of input at a time
         pad = "    " * depth
-        lines += [f"{pad}#pragma unroll", f"{pad}for (int k{d} = 0; k{d} < {window[d]}; ++k{d}) {{",
-                  f"{pad}    const int i{d} = o{d} * {plan.stride[d]} - {plan.padding[d]} + k{d} * {plan.dilation[d]};"]
-        if plan.padding[d]:
-            lines.append(f"{pad}    if ((unsigned)i{d} >= {spatial[d]}u) continue;")
+        lines += [f"{pad}#pragma unroll", f"{pad}for (int k{d} = 0; k{d} < {window[d]}; ++k{d}) {{"]
+        lines += [pad + "    " + line for line in _outer_index(plan, d, spatial[d])]
         depth += 1
     pad = "    " * depth
     tap = "ci"
@@ -398,13 +437,13 @@ def _taps(plan: DirectConv, positions: int) -> list[str]:
         tap = f"({tap} * {window[d]} + k{d})"
     base = " + ".join([f"n * {plan.x.stride[0]}LL", f"ci * {plan.x.stride[1]}LL",
                        *(f"i{d} * {plan.x.stride[2 + d]}LL" for d in range(dims - 1))])
-    guard = f"(unsigned)il < {spatial[last]}u" if plan.padding[last] or plan.out_spatial[last] % positions else "true"
+    index, guard = _inner_index(plan, positions, spatial[last])
     lines += [f"{pad}#pragma unroll", f"{pad}for (int k{last} = 0; k{last} < {window[last]}; ++k{last}) {{",
               f"{pad}    const float* wt = ws + {tap} * {cout};",
               f"{pad}    float xv[{positions}];",
               f"{pad}    #pragma unroll",
               f"{pad}    for (int p = 0; p < {positions}; ++p) {{",
-              f"{pad}        const int il = (ol + p) * {plan.stride[last]} - {plan.padding[last]} + k{last} * {plan.dilation[last]};",
+              *(f"{pad}        {line}" for line in index),
               f"{pad}        xv[p] = ({guard}) ? kevin_ld(p_in{plan.x.index}, {base} + il * {plan.x.stride[-1]}LL) : 0.0f;",
               f"{pad}    }}",
               f"{pad}    #pragma unroll",

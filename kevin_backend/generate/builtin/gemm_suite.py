@@ -230,6 +230,15 @@ CONV: tuple[SuiteTask, ...] = (
        [("x", _randn("batch_size, 3, height, width", "bf16")), ("weight", _randn("32, 3, 3, 3", "bf16")),
         ("mean", _randn("32, 1, 1", "f32")), ("invstd", "torch.rand(32, 1, 1) + 0.5"), ("gamma", _randn("32, 1, 1", "bf16")),
         ("beta", _randn("32, 1, 1", "bf16"))]),
+    # KernelBench's ConvTranspose2d of 3 -> 16 channels with its bias, clamps and scaling: the direct
+    # kernel's transposed form (CUTLASS reads channels 4 at a time)
+    _conv("conv-transpose2d-biasadd-clamp-f32-128x3x32x32", "KernelBench's ConvTranspose2d 3 -> 16 channels (3x3, stride 2, "
+          "padding 1, output padding 1: 32x32 -> 64x64), a per-channel bias parameter added, clamped to [0, 1], scaled by 2, "
+          "clamped, then divided by 2.", "[128, 16, 64, 64] float32", "f32",
+          {**_CONV, "in_channels": 3, "out_channels": 16, "bias_shape": "(out_channels, 1, 1)"},
+          "ConvTranspose2d(in_channels, out_channels, kernel_size, stride=2, padding=1, output_padding=1",
+          "x = torch.clamp(x + self.bias, min=0.0, max=1.0)\nx = torch.clamp(x * 2.0, min=0.0, max=1.0)\nreturn x / 2.0",
+          extra_init="self.bias = nn.Parameter(torch.randn(bias_shape))", extra_params="bias_shape"),
     _conv("conv1d-gelu-f16-64x512x1024", "Conv1d 3 (padding 1) over a sequence of 1024, 512 -> 512 channels, then GELU.",
           "[64, 512, 1024] float16", "f16",
           {"batch_size": 64, "in_channels": 512, "out_channels": 512, "length": 1024, "kernel_size": 3},
