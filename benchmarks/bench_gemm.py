@@ -60,7 +60,7 @@ def cublaslt_task(source: str, plan: AnyGemm) -> str | None:
         return None
     if plan.conv:  # N x C x H x W (channels-last) times C_out x C x 1 x 1: rows of C channels, out N x C_out x H x W
         return source + _CUBLASLT_MODEL.format(
-            rows=f"x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])", w=f"v[{plan.w}].reshape(v[{plan.w}].shape[0], -1).t()",
+            rows="x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])", w=f"v[{plan.w}].reshape(v[{plan.w}].shape[0], -1).t()",
             bias=plan.bias, x=plan.x, gelu=e.activation == "gelu_tanh",
             out="out.reshape(x.shape[0], x.shape[2], x.shape[3], out.shape[-1]).permute(0, 3, 1, 2)")
     w = f"v[{plan.w}].t()" if plan.spec.weight == "nk" else f"v[{plan.w}]"
