@@ -150,13 +150,15 @@ def test_a_plan_without_an_implicit_gemm_keeps_its_direct_variants_alone() -> No
 
 
 class _ConvReduce(__import__("torch").nn.Module):
-    """A convolution, then a min or a softmax over its channels (KernelBench level 2's habit)."""
+    """A convolution (or a transposed one), then a min or a softmax over its channels (KernelBench
+    level 2's habit)."""
 
-    def __init__(self, c_in: int, softmax: bool) -> None:
+    def __init__(self, c_in: int, softmax: bool, transposed: bool = False) -> None:
         import torch
 
         super().__init__()
-        self.conv, self.softmax = torch.nn.Conv2d(c_in, 16, 3), softmax
+        conv = torch.nn.ConvTranspose2d(c_in, 16, 3, stride=2) if transposed else torch.nn.Conv2d(c_in, 16, 3)
+        self.conv, self.softmax = conv, softmax
 
     def forward(self, x):  # type: ignore[no-untyped-def]
         import torch
@@ -165,16 +167,17 @@ class _ConvReduce(__import__("torch").nn.Module):
         return torch.softmax(y, dim=1) if self.softmax else torch.tanh(torch.min(y, dim=1, keepdim=True)[0])
 
 
+@pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("softmax", [False, True])
 def test_a_compiled_models_reduction_over_a_direct_convolutions_channels_shares_its_partition(
-        hopper_with_cutlass, softmax: bool) -> None:  # type: ignore[no-untyped-def]
+        hopper_with_cutlass, softmax: bool, transposed: bool) -> None:  # type: ignore[no-untyped-def]
     import torch
     from conftest import builtin_partitions
 
     from kevin_backend.backend.task import extract_task
 
     def partitions(c_in: int) -> list:  # type: ignore[type-arg]
-        return list(builtin_partitions(_ConvReduce(c_in, softmax), torch.randn(2, c_in, 12, 12)).partitions)
+        return list(builtin_partitions(_ConvReduce(c_in, softmax, transposed), torch.randn(2, c_in, 12, 12)).partitions)
 
     (few,) = partitions(3)
     assert "aten.convolution.default" in few.ops
@@ -182,7 +185,8 @@ def test_a_compiled_models_reduction_over_a_direct_convolutions_channels_shares_
     assert reduction in few.ops and ("aten.exp.default" if softmax else "aten.tanh.default") in few.ops, few.ops
     plan = plan_gemm(extract_task(few).source, arch="sm90")
     assert isinstance(plan, DirectConv) and len(plan.outputs) == 1, plan
-    # (of 64 input channels, 576 values per output: the implicit GEMM's, which no reduction joins)
+    # (of 64 input channels, 576 values per output: the implicit GEMM's, which no reduction joins; its
+    # transposed twin's too)
     many = partitions(64)
     assert any(reduction in p.ops for p in many) and not any(
         reduction in p.ops and "aten.convolution.default" in p.ops for p in many), [p.ops for p in many]
