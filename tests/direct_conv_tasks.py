@@ -54,4 +54,14 @@ DIRECT_TASKS = {
     # a 1-D bf16 one, stride 3 and dilated, its bias, then a softmax over the channels
     "transpose1d-dilated-softmax-bf16": task("torch.softmax(F.conv_transpose1d(v[0], v[1], v[2], stride=3, padding=2, dilation=2), dim=1)",
                                              f"torch.randn(4, 5, 50, {BF16}), torch.randn(5, 12, 4, {BF16}), torch.randn(12, {BF16})"),
+    # depthwise (one channel a group): MobileNet's 3x3 with its inference batch norm and ReLU6; a ConvNeXt's
+    # 7x7 of a channels-last bf16 input with its bias; a strided f16 one of 20 channels (4 a thread) with SiLU
+    "depthwise-bn-relu6-f32": task("F.hardtanh((F.conv2d(v[0], v[1], padding=1, groups=32) - v[2]) * v[3] + v[4], 0.0, 6.0)",
+                                   "torch.randn(4, 32, 14, 15), torch.randn(32, 1, 3, 3), torch.randn(32, 1, 1), "
+                                   "torch.rand(32, 1, 1) + 0.5, torch.randn(32, 1, 1)"),
+    "depthwise7x7-channels-last-bf16": task("F.conv2d(v[0], v[1], v[2], padding=3, groups=48)",
+                                            f"torch.randn(2, 48, 14, 14, {BF16}).contiguous(memory_format=torch.channels_last), "
+                                            f"torch.randn(48, 1, 7, 7, {BF16}), torch.randn(48, {BF16})"),
+    "depthwise-strided-silu-f16": task("F.silu(F.conv2d(v[0], v[1], v[2], stride=2, padding=1, groups=20))",
+                                       f"torch.randn(3, 20, 17, 16, {F16}), torch.randn(20, 1, 3, 3, {F16}), torch.randn(20, {F16})"),
 }

@@ -31,6 +31,9 @@ EXPECTED = {
     "transpose3d-add-hardswish-f32": (["add", "add", "clamp", "clamp", "mul", "div"], [True]),
     "transpose1d-dilated-softmax-bf16": (["_to_copy", "amax over the channels", "sub", "exp", "sum over the channels", "div", "_to_copy"],
                                          [True]),
+    "depthwise-bn-relu6-f32": (["sub", "mul", "add", "hardtanh"], [True]),
+    "depthwise7x7-channels-last-bf16": ([], [True]),
+    "depthwise-strided-silu-f16": (["_to_copy", "sigmoid", "mul", "_to_copy"], [True]),
 }
 
 
@@ -47,8 +50,8 @@ def test_a_convolution_of_few_input_channels_is_one_direct_kernel_with_its_whole
     direct = [t for t in tilings if isinstance(t, DirectTiling)]
     assert tilings[:len(direct)] == tuple(direct) and len(direct) >= 2
     # (the implicit GEMM's plan reads no product of two tensors before the convolution, nor these transposed
-    # convolutions: 3 input channels, 3 dimensions, a dilation; none after the direct variants)
-    if name == "viewed-bias-sigmoid-f32" or name.startswith("transpose"):
+    # convolutions: 3 input channels, 3 dimensions, a dilation; nor grouped ones: none after the direct variants)
+    if name == "viewed-bias-sigmoid-f32" or name.startswith(("transpose", "depthwise")):
         assert plan.fallback is None and len(tilings) == len(direct)
         return
     assert plan.fallback is not None and len(tilings) > len(direct)
@@ -66,6 +69,7 @@ DECLINED = {
     "a convolution of 3 groups": ("torch.relu(F.conv2d(v[0], v[1], groups=3))", "torch.randn(2, 3, 8, 8), torch.randn(15, 1, 3, 3)"),
     "input values per output": ("torch.relu(F.conv2d(v[0], v[1]))", "torch.randn(2, 64, 8, 8), torch.randn(16, 64, 3, 3)"),
     "reduces over the channels alone": ("F.conv2d(v[0], v[1]).amax(-1)", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
+    "over a depthwise convolution's channels": ("F.conv2d(v[0], v[1], groups=8).amax(1)", "torch.randn(2, 8, 8, 8), torch.randn(8, 1, 3, 3)"),
     "the index of a min or max": ("torch.min(F.conv2d(v[0], v[1]), dim=1)[1]", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
     "makes a value of shape": ("F.group_norm(F.conv2d(v[0], v[1]), 4)", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
     "computed in the graph": ("F.conv2d(v[0], v[1] * 2.0)", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
@@ -273,3 +277,36 @@ def test_wide_outputs_take_fewer_positions_a_thread_first() -> None:
     assert names == {"min-tanh-f32": ["direct 128 threads x 2 positions", "direct 256 threads x 1 position", "direct 64 threads x 4 positions"],
                      "strided-relu-residual-bf16": ["direct 256 threads x 1 position", "direct 128 threads x 2 positions"],
                      "stem-bn-silu-bf16": ["direct 256 threads x 1 position", "direct 128 threads x 2 positions"]}, names
+
+
+@pytest.mark.parametrize("reduce", [False, True])
+def test_a_compiled_mobilenet_depthwise_block_is_one_direct_kernel(hopper_with_cutlass, reduce: bool) -> None:  # type: ignore[no-untyped-def]
+    # MobileNet's depthwise 3x3 with its batch norm (eval) and ReLU6, compiled as a user's model: one
+    # partition, the depthwise direct kernel with the whole epilogue (no implicit GEMM takes a grouped
+    # convolution); a mean over its channels after it stays a partition of its own (a depthwise thread
+    # holds a few channels), where a one-group convolution's would join it
+    import torch
+    from conftest import builtin_partitions
+
+    from kevin_backend.backend.task import extract_task
+
+    block = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False), torch.nn.BatchNorm2d(32),
+                                torch.nn.ReLU6()).eval()
+    with torch.no_grad():
+        block[1].running_mean.uniform_(-1, 1), block[1].running_var.uniform_(0.5, 2)
+    model = torch.nn.Sequential(block, *([_ChannelMean()] if reduce else [])).eval()
+    plan = builtin_partitions(model, torch.randn(2, 32, 12, 12))
+    convs = [p for p in plan.partitions if "aten.convolution.default" in p.ops]
+    (part,) = convs
+    assert "aten.hardtanh.default" in part.ops or "aten.clamp_max.default" in part.ops or "aten.clamp.default" in part.ops, part.ops
+    assert not any("mean" in op or "sum" in op for op in part.ops), part.ops
+    direct = plan_gemm(extract_task(part).source, arch="sm90")
+    assert isinstance(direct, DirectConv) and direct.depthwise and direct.fallback is None, direct
+    assert [t.channels for t in plan_tilings(direct)] == [8, 8, 4]
+    if reduce:
+        assert any(any("mean" in op or "sum" in op for op in p.ops) for p in plan.partitions if p is not part), plan.partitions
+
+
+class _ChannelMean(__import__("torch").nn.Module):
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return x.mean(1)

@@ -302,9 +302,10 @@ def test_on_ampere_each_planned_task_is_cutlass_2x_visitor_trees_too() -> None:
         if isinstance(plan, DirectConv):  # (a direct convolution first: its implicit GEMM's plan is CUTLASS 2.x's)
             assert "conv" in t.name, t.name
             # (no implicit GEMM on Ampere: a batch norm's four vectors, Hopper's alone; a transposed convolution of 3
-            # channels, which CUTLASS reads 4 at a time; the direct kernel is any GPU's)
+            # channels, which CUTLASS reads 4 at a time; a depthwise one; the direct kernel is any GPU's)
             if plan.fallback is None:
-                assert t.name in ("conv2d-stem-bn-silu-bf16-32x3x224x224", "conv-transpose2d-biasadd-clamp-f32-128x3x32x32"), t.name
+                assert t.name in ("conv2d-stem-bn-silu-bf16-32x3x224x224", "conv-transpose2d-biasadd-clamp-f32-128x3x32x32",
+                                  "conv2d-depthwise-bn-relu6-bf16-64x144x56x56"), t.name
                 planned[t.name] = plan
                 continue
             plan = plan.fallback
@@ -516,7 +517,7 @@ PLANNED = {
     "conv-transpose2d-sigmoid-scale-f32-128x64x16x16", "conv3d-softmax-f32-128x3x16x32x32", "conv2d-relu-bias-f32-128x128x32x32",
     "conv2d-silu-residual-bf16-32x256x64x64", "conv2d-relu-biasadd-f32-128x3x32x32", "conv2d-mish-mish-f32-128x3x32x32",
     "conv2d-multiply-leakyrelu-gelu-f32-128x3x32x32", "conv2d-stem-bn-silu-bf16-32x3x224x224",
-    "conv-transpose2d-biasadd-clamp-f32-128x3x32x32",
+    "conv-transpose2d-biasadd-clamp-f32-128x3x32x32", "conv2d-depthwise-bn-relu6-bf16-64x144x56x56",
 }
 
 

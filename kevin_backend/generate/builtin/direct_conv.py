@@ -31,10 +31,16 @@ k * dilation) / stride` of each window tap where that divides evenly and lies in
 filter read as C_in x C_out x window. An outer spatial dimension's taps that do not divide are
 skipped; the innermost dimension's multiply a zero (its positions differ in which taps divide).
 
-Declined, each with what it is: a grouped convolution, a filter or input made by ops (not an
-input), more than `MAX_TAPS` input values per output (input channels x window) or `MAX_CHANNELS`
-output channels, a reduction over other dimensions than the channels, an index (argmin), a value
-of another shape (a group norm's groups), an op outside the table.
+A depthwise convolution (one channel a group: MobileNet's 3x3 with its batch norm and ReLU6, a
+ConvNeXt's 7x7) takes any number of channels: a thread holds CB of them (8 where they divide) at
+its positions, reads each channel's own input and its filter words through the cache (a warp's
+threads read the same words), and runs the epilogue on those channels; a reduction over the
+channels is declined there.
+
+Declined, each with what it is: a grouped convolution of more than one channel a group, a filter or
+input made by ops (not an input), more than `MAX_TAPS` input values per output (input channels x
+window) or `MAX_CHANNELS` output channels, a reduction over other dimensions than the channels, an
+index (argmin), a value of another shape (a group norm's groups), an op outside the table.
 """
 
 from __future__ import annotations
@@ -74,14 +80,17 @@ _VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default, at
 
 @dataclass(frozen=True)
 class DirectTiling:
-    """A direct kernel's shape: threads a block, output positions a thread."""
+    """A direct kernel's shape: threads a block, output positions a thread, and (a depthwise
+    convolution's) output channels a thread; 0: all of them."""
 
     threads: int
     positions: int
+    channels: int = 0
 
     @property
     def name(self) -> str:
-        return f"direct {self.threads} threads x {self.positions} position{'s' if self.positions > 1 else ''}"
+        return (f"direct {self.threads} threads x {self.positions} position{'s' if self.positions > 1 else ''}"
+                + (f" x {self.channels} channel{'s' if self.channels > 1 else ''}" if self.channels else ""))
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,7 @@ class DirectConv:
     outputs: tuple[_Output, ...]
     ops: tuple[str, ...]  # the epilogue's ops, in words
     transposed: bool = False  # a transposed convolution: its filter C_in x C_out x window, its taps gathered
+    depthwise: bool = False  # one channel a group (groups = C_in = C_out): its filter C x 1 x window
     inputs: int = 0
     state: tuple[str, ...] = ()
     fallback: Any = None
@@ -138,19 +148,22 @@ class DirectConv:
     @property
     def channels(self) -> tuple[int, int]:
         """(input channels, output channels)."""
+        if self.depthwise:
+            return self.w.shape[0], self.w.shape[0]
         return (self.w.shape[0], self.w.shape[1]) if self.transposed else (self.w.shape[1], self.w.shape[0])
 
     @property
     def taps(self) -> int:
-        """Input values per output: input channels x window."""
-        return self.channels[0] * math.prod(self.w.shape[2:])
+        """Input values per output: input channels x window (a depthwise convolution's: the window)."""
+        return (1 if self.depthwise else self.channels[0]) * math.prod(self.w.shape[2:])
 
     def describe(self) -> str:
         cin, cout = self.channels
         window = "x".join(map(str, self.w.shape[2:]))
         positions = "x".join(map(str, (self.x.shape[0], *self.out_spatial)))
         stride = f", stride {'x'.join(map(str, self.stride))}" if self.transposed else ""
-        return (f"a direct {'transposed ' * self.transposed}{len(self.out_spatial)}-D convolution {cin} -> {cout} channels, "
+        kind = "transposed " if self.transposed else "depthwise " if self.depthwise else ""
+        return (f"a direct {kind}{len(self.out_spatial)}-D convolution {cin} -> {cout} channels, "
                 f"window {window}{stride}, "
                 f"{positions} positions, {str(self.x.dtype).replace('torch.', '')}"
                 + (", its bias" if self.bias else "") + (f", then {', '.join(dict.fromkeys(self.ops))}" if self.ops else "")
@@ -163,6 +176,9 @@ def direct_tilings(plan: DirectConv) -> tuple[DirectTiling, ...]:
     values a thread (a bf16 stem's 32 channels at two positions took 240 registers), and where
     two positions hold more than 32, one position first (its registers leave room for threads)."""
     _, cout = plan.channels
+    if plan.depthwise:  # (a few channels a thread: 8 where they divide the channels)
+        few = next(c for c in (8, 4, 2, 1) if cout % c == 0)
+        return (DirectTiling(128, 1, few), DirectTiling(128, 2, few), DirectTiling(256, 1, max(1, few // 2)))
     fits = [t for t in (DirectTiling(128, 2), DirectTiling(256, 1), DirectTiling(64, 4)) if t.positions * cout <= 64]
     return tuple(sorted(fits, key=lambda t: t.positions * cout > 32))
 
@@ -180,10 +196,12 @@ def _tensor(node: Any, placeholders: list[fx.Node], metas: list[Any], what: str)
     return _Tensor(placeholders.index(node), meta.dtype, tuple(meta.shape), tuple(meta.stride()))
 
 
-def takes(weight_shape: tuple[int, ...], transposed: bool = False) -> bool:
-    """Whether a filter of `weight_shape` (C_out, C_in, window...; a transposed convolution's
-    C_in, C_out, window...) is few enough values per output and few enough output channels for the
-    direct kernel."""
+def takes(weight_shape: tuple[int, ...], transposed: bool = False, groups: int = 1) -> bool:
+    """Whether a filter of `weight_shape` (C_out, C_in / groups, window...; a transposed
+    convolution's C_in, C_out, window...) is few enough values per output and few enough output
+    channels for the direct kernel: one group, or one channel a group (depthwise: any channels)."""
+    if groups != 1:
+        return not transposed and weight_shape[0] == groups and weight_shape[1] == 1 and math.prod(weight_shape[2:]) <= MAX_TAPS
     cin, cout = (weight_shape[0], weight_shape[1]) if transposed else (weight_shape[1], weight_shape[0])
     return cin * math.prod(weight_shape[2:]) <= MAX_TAPS and cout <= MAX_CHANNELS
 
@@ -200,10 +218,13 @@ class _Epilogue:
     per position kept as a channel of 1, "R": one per position, the channels' dimension gone,
     "lazy": an op of the task's other tensors alone, written where it is read) and its code."""
 
-    def __init__(self, conv: fx.Node, placeholders: list[fx.Node], metas: list[Any]) -> None:
+    def __init__(self, conv: fx.Node, placeholders: list[fx.Node], metas: list[Any], depthwise: bool = False) -> None:
         self.conv, self.placeholders, self.metas = conv, placeholders, metas
         self.out = tuple(conv.meta["val"].shape)
         self.cout = self.out[1]
+        # a thread's channels: all of them, or (depthwise) CB of them from c0 on, CB the kernel's constant
+        self.depthwise = depthwise
+        self.count, self.channel = ("CB", "(c0 + c)") if depthwise else (str(self.cout), "c")
         self.form: dict[fx.Node, str] = {conv: "C"}
         self.var: dict[fx.Node, str] = {conv: "acc[p]"}
         self.lines: list[str] = []
@@ -236,7 +257,7 @@ class _Epilogue:
             steps = (steps[0], 0, *steps[1:])
         if form != "C" and steps[1]:
             raise Unsupported(f"{node.name} varies over the channels where a value per position reads it")
-        return f"kevin_ld(p_in{index}, {_offset(steps, 'c')})"
+        return f"kevin_ld(p_in{index}, {_offset(steps, self.channel)})"
 
     def value(self, arg: fx.Node, form: str, target: tuple[int, ...]) -> str:
         """`arg`'s expression where a value of `form` reads it (at channel `c` over the channels)."""
@@ -295,8 +316,8 @@ class _Epilogue:
         self.ops.append(op_name(node).split(".")[1])
         if form == "C":
             expr = pointwise_expr(node, lambda a: self.value(a, "C", target))
-            self.lines += [f"float {name}[{self.cout}];", "#pragma unroll",
-                           f"for (int c = 0; c < {self.cout}; ++c) {name}[c] = {expr};"]
+            self.lines += [f"float {name}[{self.count}];", "#pragma unroll",
+                           f"for (int c = 0; c < {self.count}; ++c) {name}[c] = {expr};"]
         else:
             expr = pointwise_expr(node, lambda a: self.value(a, form, target))
             self.lines.append(f"const float {name} = {expr};")
@@ -308,6 +329,8 @@ class _Epilogue:
         dims = reduced_dims(node, len(self.out))
         if self.form.get(source) != "C" or dims != (1,):
             raise Unsupported(f"{node.target} over dims {list(dims)}: the direct kernel reduces over the channels alone")
+        if self.depthwise:
+            raise Unsupported(f"{node.target} over a depthwise convolution's channels (a thread holds a few of them)")
         keep = bool(node.args[2]) if len(node.args) > 2 else bool(node.kwargs.get("keepdim", False))
         combine = REDUCTION_COMBINE[kind].format(a=name, b=f"{self.var[source]}[c]")
         self.lines += [f"float {name} = {REDUCTION_INIT[kind]};", "#pragma unroll", f"for (int c = 0; c < {self.cout}; ++c) {name} = {combine};"]
@@ -333,18 +356,19 @@ def plan_direct(graph: fx.Graph, metas: list[Any]) -> DirectConv:
         raise Unsupported(f"{len(convs)} convolutions (the direct kernel takes one)")
     (conv,) = convs
     x, w, b, stride, padding, dilation, transposed, _, groups = conv.args  # (output padding: in the output's size)
-    if groups != 1:
-        raise Unsupported(f"a convolution of {groups} groups")
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     xt, wt = _tensor(x, placeholders, metas, "input"), _tensor(w, placeholders, metas, "filter")
+    depthwise = groups != 1 and takes(wt.shape, bool(transposed), groups) and xt.shape[1] == groups
+    if groups != 1 and not depthwise:
+        raise Unsupported(f"a convolution of {groups} groups (the direct kernel takes one group, or one channel a group)")
     bt = _tensor(b, placeholders, metas, "bias") if b is not None else None
     if len({t.dtype for t in (xt, wt, bt) if t}) != 1:
         raise Unsupported("the convolution's input, filter and bias are of different dtypes")
     cout, taps = (wt.shape[1], wt.shape[0] * math.prod(wt.shape[2:])) if transposed else (wt.shape[0], math.prod(wt.shape[1:]))
-    if not takes(wt.shape, bool(transposed)):
+    if not depthwise and not takes(wt.shape, bool(transposed)):
         raise Unsupported(f"{taps} input values per output and {cout} output channels: the direct kernel takes at most "
                           f"{MAX_TAPS} and {MAX_CHANNELS} (an implicit GEMM's K pays beyond)")
-    epilogue = _Epilogue(conv, placeholders, metas)
+    epilogue = _Epilogue(conv, placeholders, metas, depthwise)
     output = next(n for n in graph.nodes if n.op == "output")
     for node in graph.nodes:  # (before the convolution too: views and ops of the other tensors alone)
         if node.op not in ("placeholder", "output") and node is not conv:
@@ -363,7 +387,7 @@ def plan_direct(graph: fx.Graph, metas: list[Any]) -> DirectConv:
         outputs.append(_Output(epilogue.var[node], val.dtype, tuple(val.shape), tuple(val.stride()), form == "C", steps))
     return DirectConv(xt, wt, bt, tuple(sorted(epilogue.operands.values(), key=lambda t: t.index)),
                       tuple(conv.meta["val"].shape[2:]), tuple(stride), tuple(padding), tuple(dilation),
-                      tuple(epilogue.lines), tuple(outputs), tuple(epilogue.ops), bool(transposed))
+                      tuple(epilogue.lines), tuple(outputs), tuple(epilogue.ops), bool(transposed), depthwise)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -457,12 +481,44 @@ def _taps(plan: DirectConv, positions: int) -> list[str]:
     return lines
 
 
+def _depthwise_taps(plan: DirectConv, positions: int) -> list[str]:
+    """A depthwise convolution's multiply-adds: for each window tap, each of the thread's CB
+    channels, its filter word (read through the cache) times its own input channel's values."""
+    window, spatial = plan.w.shape[2:], plan.x.shape[2:]
+    dims, last = len(window), len(window) - 1
+    lines, depth = [], 0
+    for d in range(dims - 1):
+        pad = "    " * depth
+        lines += [f"{pad}#pragma unroll", f"{pad}for (int k{d} = 0; k{d} < {window[d]}; ++k{d}) {{"]
+        lines += [pad + "    " + line for line in _outer_index(plan, d, spatial[d])]
+        depth += 1
+    pad = "    " * depth
+    filt = " + ".join([f"(c0 + c) * {plan.w.stride[0]}LL", *(f"k{d} * {plan.w.stride[2 + d]}LL" for d in range(dims))])
+    base = " + ".join([f"n * {plan.x.stride[0]}LL", f"(c0 + c) * {plan.x.stride[1]}LL",
+                       *(f"i{d} * {plan.x.stride[2 + d]}LL" for d in range(dims - 1))])
+    index, guard = _inner_index(plan, positions, spatial[last])
+    lines += [f"{pad}#pragma unroll", f"{pad}for (int k{last} = 0; k{last} < {window[last]}; ++k{last}) {{",
+              f"{pad}    #pragma unroll",
+              f"{pad}    for (int c = 0; c < CB; ++c) {{",
+              f"{pad}        const float wv = kevin_ld(p_in{plan.w.index}, {filt});",
+              f"{pad}        #pragma unroll",
+              f"{pad}        for (int p = 0; p < {positions}; ++p) {{",
+              *(f"{pad}            {line}" for line in index),
+              f"{pad}            const float xv = ({guard}) ? kevin_ld(p_in{plan.x.index}, {base} + il * {plan.x.stride[-1]}LL) : 0.0f;",
+              f"{pad}            acc[p][c] = fmaf(xv, wv, acc[p][c]);",
+              f"{pad}        }}", f"{pad}    }}", f"{pad}}}"]
+    for d in reversed(range(depth)):
+        lines.append("    " * d + "}")
+    return lines
+
+
 def _stores(plan: DirectConv) -> list[str]:
     _, cout = plan.channels
+    count, channel = ("CB", "(c0 + c)") if plan.depthwise else (cout, "c")
     lines = []
     for k, o in enumerate(plan.outputs):
         if o.per_channel:
-            lines += ["#pragma unroll", f"for (int c = 0; c < {cout}; ++c) kevin_st(p_out{k}, {_offset(o.steps, 'c')}, {o.var}[c]);"]
+            lines += ["#pragma unroll", f"for (int c = 0; c < {count}; ++c) kevin_st(p_out{k}, {_offset(o.steps, channel)}, {o.var}[c]);"]
         else:
             lines.append(f"kevin_st(p_out{k}, {_offset(o.steps, '0')}, {o.var});")
     return lines
@@ -474,22 +530,30 @@ def _kernel(plan: DirectConv, tiling: DirectTiling) -> tuple[str, int]:
     _, cout = plan.channels
     spatial = plan.out_spatial
     chunks = -(-spatial[-1] // positions)
-    total = plan.x.shape[0] * math.prod(spatial[:-1]) * chunks
+    blocks = cout // tiling.channels if plan.depthwise else 1  # (a depthwise thread's channels: CB from c0 on)
+    total = plan.x.shape[0] * math.prod(spatial[:-1]) * chunks * blocks
     tensors = {t.index: t for t in (plan.x, plan.w, plan.bias, *plan.operands) if t is not None}
     params = [f"const {C_TYPES[tensors[i].dtype]}* __restrict__ p_in{i}" for i in plan.reads] + \
              [f"{C_TYPES[o.dtype]}* __restrict__ p_out{k}" for k, o in enumerate(plan.outputs)]
     index = [f"const int ol = (int)(t % {chunks}) * {positions}; long long r = t / {chunks};"]
     for d in reversed(range(len(spatial) - 1)):
         index.append(f"const int o{d} = (int)(r % {spatial[d]}); r /= {spatial[d]};")
+    if plan.depthwise:
+        index.append(f"const int c0 = (int)(r % {blocks}) * CB; r /= {blocks};")
     index.append("const long long n = r;")
-    init = "bs[c]" if plan.bias is not None else "0.0f"
-    body = [*_filter_fill(plan, threads),
+    if plan.depthwise:  # (no shared memory: a warp's threads read the same filter words, from the cache)
+        count, fill = "CB", [f"constexpr int CB = {tiling.channels};"]
+        init = f"kevin_ld(p_in{plan.bias.index}, (c0 + c) * {plan.bias.stride[0]}LL)" if plan.bias is not None else "0.0f"
+    else:
+        count, fill = str(cout), _filter_fill(plan, threads)
+        init = "bs[c]" if plan.bias is not None else "0.0f"
+    body = [*fill,
             f"const long long t = (long long)blockIdx.x * {threads} + threadIdx.x;",
             f"if (t >= {total}LL) return;", *index,
-            f"float acc[{positions}][{cout}];", "#pragma unroll",
+            f"float acc[{positions}][{count}];", "#pragma unroll",
             f"for (int p = 0; p < {positions}; ++p) {{", "    #pragma unroll",
-            f"    for (int c = 0; c < {cout}; ++c) acc[p][c] = {init};", "}",
-            *_taps(plan, positions),
+            f"    for (int c = 0; c < {count}; ++c) acc[p][c] = {init};", "}",
+            *(_depthwise_taps(plan, positions) if plan.depthwise else _taps(plan, positions)),
             "#pragma unroll", f"for (int p = 0; p < {positions}; ++p) {{",
             f"    if (ol + p >= {spatial[-1]}) break;",
             *("    " + line for line in (*plan.body, *_stores(plan))), "}"]

@@ -230,6 +230,15 @@ CONV: tuple[SuiteTask, ...] = (
        [("x", _randn("batch_size, 3, height, width", "bf16")), ("weight", _randn("32, 3, 3, 3", "bf16")),
         ("mean", _randn("32, 1, 1", "f32")), ("invstd", "torch.rand(32, 1, 1) + 0.5"), ("gamma", _randn("32, 1, 1", "bf16")),
         ("beta", _randn("32, 1, 1", "bf16"))]),
+    # MobileNetV2's depthwise 3x3 of an expanded stage (144 channels at 56x56, channels-last bf16) with its
+    # inference batch norm and ReLU6: the direct kernel's depthwise form
+    _t("conv2d-depthwise-bn-relu6-bf16-64x144x56x56", "conv", "MobileNetV2's depthwise 3x3 convolution (144 channels, "
+       "padding 1) of channels-last bf16 activations, its inference batch norm, then ReLU6.", "[64, 144, 56, 56] bfloat16",
+       {"batch_size": 64, "channels": 144, "height": 56, "width": 56},
+       "y = F.conv2d(x, weight, padding=1, groups=channels)\nreturn F.hardtanh((y - mean) * scale + shift, 0.0, 6.0)",
+       [("x", _randn("batch_size, channels, height, width", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
+        ("weight", _randn("channels, 1, 3, 3", "bf16")), ("mean", _randn("channels, 1, 1", "bf16")),
+        ("scale", "torch.rand(channels, 1, 1, dtype=torch.bfloat16) + 0.5"), ("shift", _randn("channels, 1, 1", "bf16"))]),
     # KernelBench's ConvTranspose2d of 3 -> 16 channels with its bias, clamps and scaling: the direct
     # kernel's transposed form (CUTLASS reads channels 4 at a time)
     _conv("conv-transpose2d-biasadd-clamp-f32-128x3x32x32", "KernelBench's ConvTranspose2d 3 -> 16 channels (3x3, stride 2, "
