@@ -287,3 +287,20 @@ def test_the_compile_time_benchmark_runs_its_models_each_in_a_process_of_its_own
     assert 0 < row["search_seconds"] < row["compile_seconds"]
     assert data["summary"]["median_compile_seconds"] == row["compile_seconds"] and data["turns"] == 1
     assert "median compile" in done.stdout and "l2norm" in done.stdout
+
+
+def test_a_kept_kernel_is_named_in_the_report_by_its_programs_first_line(kevin_dir: Path) -> None:
+    # the built-in writer's programs say what their kernel is on their docstring's first line (the
+    # plan and the variant): the report shows it beside the kept kernel, without the writer's name
+    class Named(_Writer):
+        def generate(self, conversations: Any, sampling: Any) -> list[Reply]:
+            doc = '"""Written by kevin\'s built-in writer: an L2 norm over rows of 32, one warp a row.\n\nMore lines."""\n'
+            return [Reply(r.text.replace("```python\n", "```python\n" + doc, 1)) for r in super().generate(conversations, sampling)]
+
+    generator = SearchGenerator(Named(), _Accepting(), SearchConfig(trajectories=1, turns=1), Config(cache_dir=kevin_dir),
+                                log=TrajectoryLog(kevin_dir / "log.jsonl"))
+    _compile(_Norm(), torch.randn(8, 32), generator, kevin_dir)
+    (record,) = kevin_backend.last_report().records()
+    assert record.status is Status.GENERATED and record.detail == "an L2 norm over rows of 32, one warp a row", record
+    assert "(an L2 norm over rows of 32, one warp a row)" in str(kevin_backend.last_report())
+    assert json.loads(json.dumps(kevin_backend.last_report().as_dict()))["graphs"][0]["partitions"][0]["detail"] == record.detail

@@ -53,6 +53,7 @@ from kevin_backend.backend.report import (
     PartitionRecord,
     SearchTime,
     Status,
+    kernel_summary,
 )
 from kevin_backend.backend.task import extract_task
 from kevin_backend.runtime.counters import counters
@@ -284,8 +285,8 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
             out_vals = _fake_outputs(partition, key.digest)
         except Exception as exc:
             return record(Status.FALLBACK, FallbackReason.KERNEL_MISMATCH, _short(exc), search=search, **ids), None
-        return (record(status, speedup_vs_inductor=speedup, roofline_fraction=record_fraction(entry.judge_record),
-                       search=search, **ids),
+        return (record(status, detail=kernel_summary(entry.kernel_source), speedup_vs_inductor=speedup,
+                       roofline_fraction=record_fraction(entry.judge_record), search=search, **ids),
                 _Swap(partition, key.digest, out_vals))
 
     def _generate(self, partition: Partition, kind: str, task: KernelTask, key: CacheKey,

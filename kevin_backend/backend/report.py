@@ -10,6 +10,7 @@ the process's own GPU memory cache gave back before the searches (`cached_memory
 
 from __future__ import annotations
 
+import ast
 import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ __all__ = [
     "CompileReport",
     "last_report",
     "SearchTime",
+    "kernel_summary",
 ]
 
 
@@ -194,6 +196,22 @@ class CompileReport:
         totals = ", ".join(f"{v} {k}" for k, v in self.summary().items()) or "no partitions"
         lines.append(f"  total: {totals}")
         return "\n".join(lines)
+
+
+def kernel_summary(source: str | None, limit: int = 160) -> str:
+    """What a kept kernel is, for the report: the first line of its program's docstring (the
+    built-in writer names its kernel and variant there: "a direct 2-D convolution 3 -> 16 channels,
+    ..., direct 256 threads x 1 position"), without the writer's name; "" where the program has none."""
+    if not source:
+        return ""
+    try:
+        doc = ast.get_docstring(ast.parse(source))
+    except (SyntaxError, ValueError):
+        return ""
+    text = (doc or "").strip()
+    line = text.splitlines()[0].strip() if text else ""
+    line = line.removeprefix("Written by kevin's built-in writer: ").rstrip(".")
+    return line if len(line) <= limit else line[:limit - 3].rstrip() + "..."
 
 
 def short_op(name: str) -> str:
