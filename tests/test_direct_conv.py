@@ -310,3 +310,13 @@ def test_a_compiled_mobilenet_depthwise_block_is_one_direct_kernel(hopper_with_c
 class _ChannelMean(__import__("torch").nn.Module):
     def forward(self, x):  # type: ignore[no-untyped-def]
         return x.mean(1)
+
+
+def test_a_depthwise_kernel_of_a_channels_last_input_runs_its_threads_along_the_channels() -> None:
+    # a warp's threads take neighbouring channel blocks of one position where the channels are innermost in
+    # memory (each thread's 8 the next ones), and neighbouring positions of one channel block otherwise
+    last = _kernel("depthwise7x7-channels-last-bf16", positions=1)
+    plain = _kernel("depthwise-bn-relu6-f32", positions=1)
+    assert "const int c0 = (int)(t % 6) * CB; long long r = t / 6;" in last and "constexpr int CB = 8;" in last
+    assert "const int ol = (int)(t % 15) * 1; long long r = t / 15;" in plain and "const int c0 = (int)(r % 4) * CB;" in plain
+    assert "__shared__" not in last and "kevin_ld(p_in1, (c0 + c) * 49LL" in last  # (the filter words through the cache)

@@ -535,10 +535,15 @@ def _kernel(plan: DirectConv, tiling: DirectTiling) -> tuple[str, int]:
     tensors = {t.index: t for t in (plan.x, plan.w, plan.bias, *plan.operands) if t is not None}
     params = [f"const {C_TYPES[tensors[i].dtype]}* __restrict__ p_in{i}" for i in plan.reads] + \
              [f"{C_TYPES[o.dtype]}* __restrict__ p_out{k}" for k, o in enumerate(plan.outputs)]
-    index = [f"const int ol = (int)(t % {chunks}) * {positions}; long long r = t / {chunks};"]
+    # a warp's threads along the positions (coalesced in a plain layout), or, a depthwise convolution of a
+    # channels-last input, along its channels first (each thread's CB channels the next ones in memory)
+    channels_inner = plan.depthwise and plan.x.stride[1] == 1
+    index = [f"const int c0 = (int)(t % {blocks}) * CB; long long r = t / {blocks};"] if channels_inner else []
+    index.append(f"const int ol = (int)(r % {chunks}) * {positions}; r /= {chunks};" if channels_inner else
+                 f"const int ol = (int)(t % {chunks}) * {positions}; long long r = t / {chunks};")
     for d in reversed(range(len(spatial) - 1)):
         index.append(f"const int o{d} = (int)(r % {spatial[d]}); r /= {spatial[d]};")
-    if plan.depthwise:
+    if plan.depthwise and not channels_inner:
         index.append(f"const int c0 = (int)(r % {blocks}) * CB; r /= {blocks};")
     index.append("const long long n = r;")
     if plan.depthwise:  # (no shared memory: a warp's threads read the same filter words, from the cache)
