@@ -213,6 +213,12 @@ def _steps(shape: tuple[int, ...], stride: tuple[int, ...], target: tuple[int, .
     return tuple(0 if size == 1 else step for size, step in zip(target, steps))
 
 
+def _thread_channels(depthwise: bool, cout: int) -> tuple[str, str]:
+    """A thread's output channels in the kernel's code: how many (all `cout`, or a depthwise
+    thread's CB) and the channel index of its `c`-th (`c`, or CB of them from c0 on)."""
+    return ("CB", "(c0 + c)") if depthwise else (str(cout), "c")
+
+
 class _Epilogue:
     """Reads the nodes after the convolution: each value's form ("C": over the channels, "K": one
     per position kept as a channel of 1, "R": one per position, the channels' dimension gone,
@@ -224,7 +230,7 @@ class _Epilogue:
         self.cout = self.out[1]
         # a thread's channels: all of them, or (depthwise) CB of them from c0 on, CB the kernel's constant
         self.depthwise = depthwise
-        self.count, self.channel = ("CB", "(c0 + c)") if depthwise else (str(self.cout), "c")
+        self.count, self.channel = _thread_channels(depthwise, self.cout)
         self.form: dict[fx.Node, str] = {conv: "C"}
         self.var: dict[fx.Node, str] = {conv: "acc[p]"}
         self.lines: list[str] = []
@@ -441,80 +447,80 @@ def _inner_index(plan: DirectConv, positions: int, size: int) -> tuple[list[str]
             f"tl >= 0 && tl % {stride} == 0 && il < {size}")
 
 
-def _taps(plan: DirectConv, positions: int) -> list[str]:
-    """The multiply-adds: for each input channel and window tap, the positions' input values, then
-    each output channel's filter word times each."""
-    cin, cout = plan.channels
+def _window(plan: DirectConv, depth: int, body: list[str]) -> list[str]:
+    """The window's loops, indented `depth` levels: each outer spatial dimension's taps (its input
+    index i{d}; a tap outside the input, or transposed one that does not divide, skipped), then the
+    innermost dimension's taps around `body` (which reads k{last}), closed."""
     window, spatial = plan.w.shape[2:], plan.x.shape[2:]
-    dims = len(window)
-    last = dims - 1
-    lines = [f"for (int ci = 0; ci < {cin}; ++ci) {{"]
-    depth = 1
-    for d in range(dims - 1):  # the outer window dims: a row of input at a time
+    last, start = len(window) - 1, depth
+    lines = []
+    for d in range(last):  # (a row of input at a time)
         pad = "    " * depth
         lines += [f"{pad}#pragma unroll", f"{pad}for (int k{d} = 0; k{d} < {window[d]}; ++k{d}) {{"]
         lines += [pad + "    " + line for line in _outer_index(plan, d, spatial[d])]
         depth += 1
     pad = "    " * depth
-    tap = "ci"
-    for d in range(dims):
-        tap = f"({tap} * {window[d]} + k{d})"
-    base = " + ".join([f"n * {plan.x.stride[0]}LL", f"ci * {plan.x.stride[1]}LL",
-                       *(f"i{d} * {plan.x.stride[2 + d]}LL" for d in range(dims - 1))])
-    index, guard = _inner_index(plan, positions, spatial[last])
     lines += [f"{pad}#pragma unroll", f"{pad}for (int k{last} = 0; k{last} < {window[last]}; ++k{last}) {{",
-              f"{pad}    const float* wt = ws + {tap} * {cout};",
-              f"{pad}    float xv[{positions}];",
-              f"{pad}    #pragma unroll",
-              f"{pad}    for (int p = 0; p < {positions}; ++p) {{",
-              *(f"{pad}        {line}" for line in index),
-              f"{pad}        xv[p] = ({guard}) ? kevin_ld(p_in{plan.x.index}, {base} + il * {plan.x.stride[-1]}LL) : 0.0f;",
-              f"{pad}    }}",
-              f"{pad}    #pragma unroll",
-              f"{pad}    for (int c = 0; c < {cout}; ++c) {{",
-              f"{pad}        const float wv = wt[c];",
-              f"{pad}        #pragma unroll",
-              f"{pad}        for (int p = 0; p < {positions}; ++p) acc[p][c] = fmaf(xv[p], wv, acc[p][c]);",
-              f"{pad}    }}", f"{pad}}}"]
-    for d in reversed(range(depth)):
-        lines.append("    " * d + "}")
-    return lines
+              *(f"{pad}    {line}" for line in body), f"{pad}}}"]
+    return lines + ["    " * d + "}" for d in reversed(range(start, depth))]
+
+
+def _input_value(plan: DirectConv, positions: int, channel: str) -> tuple[list[str], str]:
+    """The lines finding position `ol + p`'s input index `il` at the current taps, and the input's
+    value there in input channel `channel` (a zero outside the input)."""
+    spatial = plan.x.shape[2:]
+    base = " + ".join([f"n * {plan.x.stride[0]}LL", f"{channel} * {plan.x.stride[1]}LL",
+                       *(f"i{d} * {plan.x.stride[2 + d]}LL" for d in range(len(spatial) - 1))])
+    index, guard = _inner_index(plan, positions, spatial[-1])
+    return index, f"({guard}) ? kevin_ld(p_in{plan.x.index}, {base} + il * {plan.x.stride[-1]}LL) : 0.0f"
+
+
+def _taps(plan: DirectConv, positions: int) -> list[str]:
+    """The multiply-adds: for each input channel and window tap, the positions' input values, then
+    each output channel's filter word times each."""
+    cin, cout = plan.channels
+    tap = "ci"
+    for d, size in enumerate(plan.w.shape[2:]):
+        tap = f"({tap} * {size} + k{d})"
+    index, value = _input_value(plan, positions, "ci")
+    body = [f"const float* wt = ws + {tap} * {cout};",
+            f"float xv[{positions}];",
+            "#pragma unroll",
+            f"for (int p = 0; p < {positions}; ++p) {{",
+            *(f"    {line}" for line in index),
+            f"    xv[p] = {value};",
+            "}",
+            "#pragma unroll",
+            f"for (int c = 0; c < {cout}; ++c) {{",
+            "    const float wv = wt[c];",
+            "    #pragma unroll",
+            f"    for (int p = 0; p < {positions}; ++p) acc[p][c] = fmaf(xv[p], wv, acc[p][c]);",
+            "}"]
+    return [f"for (int ci = 0; ci < {cin}; ++ci) {{", *_window(plan, 1, body), "}"]
 
 
 def _depthwise_taps(plan: DirectConv, positions: int) -> list[str]:
     """A depthwise convolution's multiply-adds: for each window tap, each of the thread's CB
     channels, its filter word (read through the cache) times its own input channel's values."""
-    window, spatial = plan.w.shape[2:], plan.x.shape[2:]
-    dims, last = len(window), len(window) - 1
-    lines, depth = [], 0
-    for d in range(dims - 1):
-        pad = "    " * depth
-        lines += [f"{pad}#pragma unroll", f"{pad}for (int k{d} = 0; k{d} < {window[d]}; ++k{d}) {{"]
-        lines += [pad + "    " + line for line in _outer_index(plan, d, spatial[d])]
-        depth += 1
-    pad = "    " * depth
+    dims = len(plan.w.shape) - 2
     filt = " + ".join([f"(c0 + c) * {plan.w.stride[0]}LL", *(f"k{d} * {plan.w.stride[2 + d]}LL" for d in range(dims))])
-    base = " + ".join([f"n * {plan.x.stride[0]}LL", f"(c0 + c) * {plan.x.stride[1]}LL",
-                       *(f"i{d} * {plan.x.stride[2 + d]}LL" for d in range(dims - 1))])
-    index, guard = _inner_index(plan, positions, spatial[last])
-    lines += [f"{pad}#pragma unroll", f"{pad}for (int k{last} = 0; k{last} < {window[last]}; ++k{last}) {{",
-              f"{pad}    #pragma unroll",
-              f"{pad}    for (int c = 0; c < CB; ++c) {{",
-              f"{pad}        const float wv = kevin_ld(p_in{plan.w.index}, {filt});",
-              f"{pad}        #pragma unroll",
-              f"{pad}        for (int p = 0; p < {positions}; ++p) {{",
-              *(f"{pad}            {line}" for line in index),
-              f"{pad}            const float xv = ({guard}) ? kevin_ld(p_in{plan.x.index}, {base} + il * {plan.x.stride[-1]}LL) : 0.0f;",
-              f"{pad}            acc[p][c] = fmaf(xv, wv, acc[p][c]);",
-              f"{pad}        }}", f"{pad}    }}", f"{pad}}}"]
-    for d in reversed(range(depth)):
-        lines.append("    " * d + "}")
-    return lines
+    index, value = _input_value(plan, positions, "(c0 + c)")
+    body = ["#pragma unroll",
+            "for (int c = 0; c < CB; ++c) {",
+            f"    const float wv = kevin_ld(p_in{plan.w.index}, {filt});",
+            "    #pragma unroll",
+            f"    for (int p = 0; p < {positions}; ++p) {{",
+            *(f"        {line}" for line in index),
+            f"        const float xv = {value};",
+            "        acc[p][c] = fmaf(xv, wv, acc[p][c]);",
+            "    }",
+            "}"]
+    return _window(plan, 0, body)
 
 
 def _stores(plan: DirectConv) -> list[str]:
     _, cout = plan.channels
-    count, channel = ("CB", "(c0 + c)") if plan.depthwise else (cout, "c")
+    count, channel = _thread_channels(plan.depthwise, cout)
     lines = []
     for k, o in enumerate(plan.outputs):
         if o.per_channel:

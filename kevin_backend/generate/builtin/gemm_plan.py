@@ -26,8 +26,8 @@ view in place (`gemm_chain.batched_operands`). A convolution (`conv_plan.py`): a
 channels-last input is the GEMM of its rows of channels; other 1-D, 2-D and 3-D ones and
 transposed 1-D and 2-D ones, of one group, are CUTLASS's implicit GEMM (`conv_kernel.py`), with
 their bias and a function after; one of few input channels (transposed or not, of any dimensions),
-or a depthwise one, is first a direct kernel with its whole epilogue (`direct_conv.py`: a `DirectConv`, the implicit GEMM's
-plan its `fallback`, tried after, where there is one). 16-bit rows of
+or a depthwise one, is first a direct kernel with its whole epilogue (`direct_conv.py`: a
+`DirectConv`, the implicit GEMM's plan its `fallback`, tried after, where there is one). 16-bit rows of
 N that TMA cannot store (an LM head's 50257 logits) are stored directly, for a plain linear
 combination; rows TMA cannot read, or other epilogues of such rows, go to CUTLASS 2.x's sm80
 kernel (`gemm_kernel_sm80.py`), which packs rows of odd length first. Each thing it cannot take
