@@ -15,7 +15,8 @@ from kevin_backend.config import override
 from test_prewarm import TESTS, _lines, plugin_env  # noqa: F401 (plugin_env: the fixture)
 
 
-def test_prewarm_of_a_bench_model_covers_what_the_bench_compiles(tmp_path: Path, plugin_env: Path) -> None:
+def test_prewarm_of_a_bench_model_covers_what_the_bench_compiles(tmp_path: Path, plugin_env: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     # GPT-2's training step breaks into several graphs (each with its own compile report): the
     # prewarm must take the partitions of all of them, not only the last one's
     from kevin_backend.backend.report import collecting_reports
@@ -28,10 +29,12 @@ def test_prewarm_of_a_bench_model_covers_what_the_bench_compiles(tmp_path: Path,
     with override(KEVIN_CPU_KERNELS=True):
         assert main(args) == 0
     generated = _lines(plugin_env)
-    assert len(generated) >= 8  # inference, and the training step's forward and backward graphs
-    for workload in ("infer", "train"):  # the bench's own steps now find every partition in the cache
-        torch._dynamo.reset()
-        model, inputs = make_model("gpt2", workload, device="cpu", size="tiny")
+    # inference, and the training step's forward and backward graphs, in float32 and in bfloat16
+    # (kevin bench's default dtypes: each dtype's partitions are tasks of their own)
+    assert len(generated) >= 16
+    for workload, dtype in (("infer", torch.float32), ("train", torch.float32), ("infer", torch.bfloat16), ("train", torch.bfloat16)):
+        torch._dynamo.reset()  # the bench's own steps now find every partition in the cache
+        model, inputs = make_model("gpt2", workload, device="cpu", dtype=dtype, size="tiny")
         with override(KEVIN_CPU_KERNELS=True), collecting_reports() as reports:
             compiled = torch.compile(model, backend="kevin", options={"mode": "cache", "cache_dir": str(cache_dir)})
             if workload == "infer":
@@ -42,8 +45,10 @@ def test_prewarm_of_a_bench_model_covers_what_the_bench_compiles(tmp_path: Path,
         if workload == "train":
             assert len(reports) > 1  # graph breaks: this test is about them
         statuses = [r.status.value for report in reports for r in report.records()]
-        assert statuses and set(statuses) == {"hit"}, (workload, statuses)
+        assert statuses and set(statuses) == {"hit"}, (workload, dtype, statuses)
     assert main(["--cache-dir", str(cache_dir), "prewarm", "--bench-model", "nope"]) == 2
+    assert main(["--cache-dir", str(cache_dir), "prewarm", "--bench-model", "gpt2", "--bench-dtype", "bf16"]) == 2
+    assert "--bench-dtype: unknown dtype 'bf16'; valid dtypes: float32, bfloat16, float16" in capsys.readouterr().err
 
 
 def test_a_budgeted_prewarm_profiles_ranks_and_searches_in_order(tmp_path: Path, plugin_env: Path,
@@ -111,14 +116,14 @@ def test_a_budgeted_prewarm_of_a_bench_model_times_it_end_to_end_before_and_afte
     out_json = tmp_path / "summary.json"
     with override(KEVIN_CPU_KERNELS=True):
         assert main(["--cache-dir", str(tmp_path / "cache"), "prewarm", "--bench-model", "mlp", "--bench-size", "tiny",
-                     "--no-train", "--generator", "prewarm_helpers:reference", "--workers", "1", "--budget", "30m",
-                     "--json", str(out_json)]) == 0
+                     "--bench-dtype", "float32", "--no-train", "--generator", "prewarm_helpers:reference", "--workers", "1",
+                     "--budget", "30m", "--json", str(out_json)]) == 0
     out = capsys.readouterr()
     data = json.loads(out_json.read_text())
     (before,), (after,) = data["end_to_end"]["before"], data["end_to_end"]["after"]
-    assert before["model"] == after["model"] == "mlp" and before["workload"] == "infer"
+    assert before["model"] == after["model"] == "mlp" and before["workload"] == "infer" and after["dtype"] == "float32"
     assert before["error"] is None and after["error"] is None
     assert before["kernels"] == [] and len(after["kernels"]) == data["kernels"] > 0
     assert all(r["timings"][c]["median_ms"] > 0 for r in (before, after) for c in ("inductor", "kevin"))
-    assert "| model | workload | Inductor ms | kevin ms before | kevin ms after |" in out.out
-    assert "timing mlp end to end" in out.err
+    assert "| model | workload | dtype | Inductor ms | kevin ms before | kevin ms after |" in out.out
+    assert "| mlp | infer | float32 |" in out.out and "timing mlp end to end (cpu, float32, infer)" in out.err

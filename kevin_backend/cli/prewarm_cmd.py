@@ -60,6 +60,9 @@ def register(subparsers: argparse._SubParsersAction, parents: list[argparse.Argu
                    help="a model of kevin bench: mlp, cnn, gpt2, llama or all (repeatable; inference and training step)")
     p.add_argument("--bench-size", choices=("full", "small", "tiny"), default="full",
                    help="size of the bench models: full, small (the same layers at a small batch) or tiny (default: full)")
+    p.add_argument("--bench-dtype", default="float32,bfloat16", metavar="LIST",
+                   help="comma-separated dtypes of the bench models: float32, bfloat16, float16 (default: float32,bfloat16, "
+                        "as kevin bench runs them; each dtype's partitions are tasks of their own)")
     p.add_argument("--kernelbench", action="append", default=[], type=Path, metavar="DIR",
                    help="a folder of KernelBench tasks, each Model compiled as kevin bench --kernelbench runs it (repeatable)")
     p.add_argument("--tasks", action="append", default=[], type=Path, metavar="DIR", help="a folder of KernelBench tasks, each task whole (repeatable)")
@@ -215,10 +218,14 @@ def _measure_models(names: list[str], args: argparse.Namespace, config: Config, 
     device = "cuda" if gpus and gpus[0] is not None else "cpu"
     workloads = ["infer"] if args.no_train else ["infer", "train"]
     # on a GPU, enough paired rounds for an interval that tells a tie from a change
-    settings = BenchSettings(device=device, size=args.bench_size, repeats=7 if device == "cuda" else 3, trials=10 if device == "cuda" else 5, warmup=2,
-                             kevin_options={**kevin_options(config), "record_pending": False})
-    print(f"kevin prewarm: timing {', '.join(names)} end to end ({device}, {', '.join(workloads)})", file=sys.stderr, flush=True)
-    return run_models(names, workloads, settings)
+    rows: list[Any] = []
+    for dtype in args.bench_dtypes:
+        settings = BenchSettings(device=device, size=args.bench_size, dtype=dtype, repeats=7 if device == "cuda" else 3,
+                                 trials=10 if device == "cuda" else 5, warmup=2,
+                                 kevin_options={**kevin_options(config), "record_pending": False})
+        print(f"kevin prewarm: timing {', '.join(names)} end to end ({device}, {dtype}, {', '.join(workloads)})", file=sys.stderr, flush=True)
+        rows += run_models(names, workloads, settings)
+    return tuple(rows)
 
 
 def _end_to_end(before: tuple[Any, ...], after: tuple[Any, ...]) -> str:
@@ -231,12 +238,12 @@ def _end_to_end(before: tuple[Any, ...], after: tuple[Any, ...]) -> str:
     def x(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}x"
 
-    later = {(r.model, r.workload): r for r in after}
-    lines = ["| model | workload | Inductor ms | kevin ms before | kevin ms after | kevin x Inductor before | after "
-             "| kernels run after |", "|---|---|---|---|---|---|---|---|"]
+    later = {(r.model, r.workload, r.dtype): r for r in after}
+    lines = ["| model | workload | dtype | Inductor ms | kevin ms before | kevin ms after | kevin x Inductor before | after "
+             "| kernels run after |", "|---|---|---|---|---|---|---|---|---|"]
     for b in before:
-        a = later.get((b.model, b.workload))
-        lines.append(f"| {b.model} | {b.workload} | {ms(b.ms('inductor'))} | {ms(b.ms('kevin'))} | {ms(a.ms('kevin') if a else None)} | "
+        a = later.get((b.model, b.workload, b.dtype))
+        lines.append(f"| {b.model} | {b.workload} | {b.dtype} | {ms(b.ms('inductor'))} | {ms(b.ms('kevin'))} | {ms(a.ms('kevin') if a else None)} | "
                      f"{x(b.speedup('kevin', 'inductor'))}{interval(b)} | {x(a.speedup('kevin', 'inductor') if a else None)}{interval(a)} | "
                      f"{len(a.kernels) if a else '-'} |")
     return "\n".join(lines)
@@ -302,6 +309,13 @@ def _check_usage(args: argparse.Namespace, config: Config) -> Config:
         if unknown or not spec:
             raise CommandError(f"unknown bench model {', '.join(map(repr, unknown or [spec]))}; valid models: "
                                f"{', '.join(MODELS)} or all", EXIT_USAGE)
+    from kevin_backend.bench.common import DTYPES
+
+    args.bench_dtypes = list(dict.fromkeys(n.strip() for n in args.bench_dtype.split(",") if n.strip()))
+    unknown = [n for n in args.bench_dtypes if n not in DTYPES]
+    if unknown or not args.bench_dtypes:
+        raise CommandError(f"--bench-dtype: unknown dtype {', '.join(map(repr, unknown or [args.bench_dtype]))}; "
+                           f"valid dtypes: {', '.join(DTYPES)}", EXIT_USAGE)
     if args.revisit_before is not None:
         import datetime
 
@@ -340,7 +354,8 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
             items += from_model(spec, config, cache, train=not args.no_train)
         names = [n for spec in args.bench_model for n in (MODELS if spec == "all" else spec.split(","))]
         for name in dict.fromkeys(names):
-            items += from_bench(name, config, cache, train=not args.no_train, size=args.bench_size)
+            for dtype in args.bench_dtypes:
+                items += from_bench(name, config, cache, train=not args.no_train, size=args.bench_size, dtype=dtype)
         for folder in args.kernelbench:
             items += from_kernelbench(folder, config, cache)
         for folder in args.tasks:

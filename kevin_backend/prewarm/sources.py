@@ -33,7 +33,7 @@ class SourceError(ValueError):
 class WorkItem:
     key: CacheKey
     task: KernelTask
-    origin: str  # "pending", "model:FILE:FACTORY", "bench:NAME:WORKLOAD", "kernelbench:FILE", "folder:FILE", "revisit"
+    origin: str  # "pending", "model:FILE:FACTORY", "bench:NAME:WORKLOAD:DTYPE", "kernelbench:FILE", "folder:FILE", "revisit"
     occurrences: int = 1  # how often the model's steps run this partition (a repeated layer: once per layer)
 
     @property
@@ -125,10 +125,11 @@ def from_model(spec: str, config: Config, cache: KernelCache, train: bool = True
     return _record(model, inputs, steps, config, cache, f"model:{spec}")
 
 
-def from_bench(name: str, config: Config, cache: KernelCache, train: bool = True, size: str = "full") -> list[WorkItem]:
-    """A model of `kevin bench` (mlp, cnn, gpt2, llama), for each workload exactly as the bench
-    runs it: inference under no_grad, and a training step (the model returns its loss), so the
-    partitions prewarmed are the ones the bench meets."""
+def from_bench(name: str, config: Config, cache: KernelCache, train: bool = True, size: str = "full",
+               dtype: str = "float32") -> list[WorkItem]:
+    """A model of `kevin bench` (mlp, cnn, gpt2, llama) in `dtype`, for each workload exactly as
+    the bench runs it: inference under no_grad, and a training step (the model returns its loss),
+    so the partitions prewarmed are the ones the bench meets."""
     from kevin_backend.bench.models import MODELS, WORKLOADS, make_model
 
     if name not in MODELS:
@@ -137,10 +138,10 @@ def from_bench(name: str, config: Config, cache: KernelCache, train: bool = True
     device = "cuda" if torch.cuda.is_available() else "cpu"
     for workload in WORKLOADS if train else ("infer",):
         try:
-            model, inputs = make_model(name, workload, device=device, size=size)
+            model, inputs = make_model(name, workload, device=device, dtype=getattr(torch, dtype), size=size)
         except ImportError as exc:
             raise SourceError(f"bench model {name!r} needs a package that is missing: {exc}") from exc
-        items += _record(model, inputs, (workload,), config, cache, f"bench:{name}:{workload}")
+        items += _record(model, inputs, (workload,), config, cache, f"bench:{name}:{workload}:{dtype}")
         del model, inputs
     return items
 
