@@ -64,4 +64,16 @@ DIRECT_TASKS = {
                                             f"torch.randn(48, 1, 7, 7, {BF16}), torch.randn(48, {BF16})"),
     "depthwise-strided-silu-f16": task("F.silu(F.conv2d(v[0], v[1], v[2], stride=2, padding=1, groups=20))",
                                        f"torch.randn(3, 20, 17, 16, {F16}), torch.randn(20, 1, 3, 3, {F16}), torch.randn(20, {F16})"),
+    # grouped (a thread holds its group's output channels, reads its group's input channels): ResNeXt's
+    # 3x3 of 8 groups of 4 channels with its inference batch norm and ReLU; a channels-last bf16 one whose
+    # groups double their one input channel (a depth multiplier of 2) with a bias and GELU; a strided f16
+    # 1-D one of 4 groups (6 -> 12 channels a group) with its bias and SiLU
+    "grouped-bn-relu-f32": task("torch.relu((F.conv2d(v[0], v[1], padding=1, groups=8) - v[2]) * v[3] + v[4])",
+                                "torch.randn(3, 32, 13, 11), torch.randn(32, 4, 3, 3), torch.randn(32, 1, 1), "
+                                "torch.rand(32, 1, 1) + 0.5, torch.randn(32, 1, 1)"),
+    "grouped-multiplier-channels-last-bf16": task("F.gelu(F.conv2d(v[0], v[1], v[2], padding=2, groups=12))",
+                                                  f"torch.randn(2, 12, 15, 14, {BF16}).contiguous(memory_format=torch.channels_last), "
+                                                  f"torch.randn(24, 1, 5, 5, {BF16}), torch.randn(24, {BF16})"),
+    "grouped1d-strided-silu-f16": task("F.silu(F.conv1d(v[0], v[1], v[2], stride=2, padding=1, groups=4))",
+                                       f"torch.randn(3, 24, 37, {F16}), torch.randn(48, 6, 3, {F16}), torch.randn(48, {F16})"),
 }

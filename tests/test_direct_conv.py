@@ -34,6 +34,9 @@ EXPECTED = {
     "depthwise-bn-relu6-f32": (["sub", "mul", "add", "hardtanh"], [True]),
     "depthwise7x7-channels-last-bf16": ([], [True]),
     "depthwise-strided-silu-f16": (["_to_copy", "sigmoid", "mul", "_to_copy"], [True]),
+    "grouped-bn-relu-f32": (["sub", "mul", "add", "relu"], [True]),
+    "grouped-multiplier-channels-last-bf16": (["gelu"], [True]),
+    "grouped1d-strided-silu-f16": (["_to_copy", "sigmoid", "mul", "_to_copy"], [True]),
 }
 
 
@@ -51,7 +54,7 @@ def test_a_convolution_of_few_input_channels_is_one_direct_kernel_with_its_whole
     assert tilings[:len(direct)] == tuple(direct) and len(direct) >= 2
     # (the implicit GEMM's plan reads no product of two tensors before the convolution, nor these transposed
     # convolutions: 3 input channels, 3 dimensions, a dilation; nor grouped ones: none after the direct variants)
-    if name == "viewed-bias-sigmoid-f32" or name.startswith(("transpose", "depthwise")):
+    if name == "viewed-bias-sigmoid-f32" or name.startswith(("transpose", "depthwise", "grouped")):
         assert plan.fallback is None and len(tilings) == len(direct)
         return
     assert plan.fallback is not None and len(tilings) > len(direct)
@@ -66,10 +69,15 @@ def _graph(source: str):  # type: ignore[no-untyped-def]
 
 DECLINED = {
     "576 input values per output": ("torch.relu(F.conv_transpose2d(v[0], v[1]))", "torch.randn(2, 64, 8, 8), torch.randn(64, 16, 3, 3)"),
-    "a convolution of 3 groups": ("torch.relu(F.conv2d(v[0], v[1], groups=3))", "torch.randn(2, 3, 8, 8), torch.randn(15, 1, 3, 3)"),
+    # groups of 64 input channels (576 values per output), and a transposed grouped one
+    "a convolution of 2 groups": ("torch.relu(F.conv2d(v[0], v[1], groups=2))", "torch.randn(2, 128, 8, 8), torch.randn(32, 64, 3, 3)"),
+    "a transposed convolution of 2 groups": ("torch.relu(F.conv_transpose2d(v[0], v[1], groups=2))",
+                                             "torch.randn(2, 8, 8, 8), torch.randn(8, 2, 3, 3)"),
     "input values per output": ("torch.relu(F.conv2d(v[0], v[1]))", "torch.randn(2, 64, 8, 8), torch.randn(16, 64, 3, 3)"),
     "reduces over the channels alone": ("F.conv2d(v[0], v[1]).amax(-1)", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
-    "over a depthwise convolution's channels": ("F.conv2d(v[0], v[1], groups=8).amax(1)", "torch.randn(2, 8, 8, 8), torch.randn(8, 1, 3, 3)"),
+    "over a depthwise or grouped convolution's channels": ("F.conv2d(v[0], v[1], groups=8).amax(1)",
+                                                           "torch.randn(2, 8, 8, 8), torch.randn(8, 1, 3, 3)"),
+    "sum.dim_IntList over a depthwise or grouped": ("F.conv2d(v[0], v[1], groups=2).sum(1)", "torch.randn(2, 8, 8, 8), torch.randn(16, 4, 3, 3)"),
     "the index of a min or max": ("torch.min(F.conv2d(v[0], v[1]), dim=1)[1]", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
     "makes a value of shape": ("F.group_norm(F.conv2d(v[0], v[1]), 4)", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
     "computed in the graph": ("F.conv2d(v[0], v[1] * 2.0)", "torch.randn(2, 3, 8, 8), torch.randn(16, 3, 3, 3)"),
@@ -320,3 +328,41 @@ def test_a_depthwise_kernel_of_a_channels_last_input_runs_its_threads_along_the_
     assert "const int c0 = (int)(t % 6) * CB; long long r = t / 6;" in last and "constexpr int CB = 8;" in last
     assert "const int ol = (int)(t % 15) * 1; long long r = t / 15;" in plain and "const int c0 = (int)(r % 4) * CB;" in plain
     assert "__shared__" not in last and "kevin_ld(p_in1, (c0 + c) * 49LL" in last  # (the filter words through the cache)
+
+
+def test_a_compiled_resnext_grouped_block_is_one_direct_kernel(hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
+    # ResNeXt's grouped 3x3 (32 groups of 4 channels) with its batch norm (eval) and ReLU, compiled as a
+    # user's model: one partition, the grouped direct kernel with the whole epilogue (CUTLASS's implicit
+    # GEMM takes no grouped convolution), a thread holding its group's 4 output channels
+    import torch
+    from conftest import builtin_partitions
+
+    from kevin_backend.backend.task import extract_task
+
+    block = torch.nn.Sequential(torch.nn.Conv2d(128, 128, 3, padding=1, groups=32, bias=False), torch.nn.BatchNorm2d(128),
+                                torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        block[1].running_mean.uniform_(-1, 1), block[1].running_var.uniform_(0.5, 2)
+    plan = builtin_partitions(block, torch.randn(2, 128, 10, 10))
+    (part,) = [p for p in plan.partitions if "aten.convolution.default" in p.ops]
+    assert "aten.relu.default" in part.ops, part.ops
+    direct = plan_gemm(extract_task(part).source, arch="sm90")
+    assert isinstance(direct, DirectConv) and direct.grouped and not direct.depthwise and direct.fallback is None, direct
+    assert direct.groups == 32 and direct.channels == (4, 128) and direct.taps == 36
+    assert [t.channels for t in plan_tilings(direct)] == [4, 4, 4]
+    assert "grouped 2-D convolution 128 -> 128 channels in 32 groups" in direct.describe()
+
+
+def test_a_grouped_kernel_reads_its_groups_input_channels_and_filter_words() -> None:
+    # a thread's CB output channels from c0 on (its group's), the group's input channels from (c0 / CB) x
+    # C_in / groups, the whole filter in shared memory (C_out x C_in / groups x window words) read at c0 + c
+    cuda = _kernel("grouped-bn-relu-f32", positions=1)
+    assert "constexpr int CB = 4;" in cuda and "__shared__ __align__(16) float ws[1152];" in cuda  # 32 x 4 x 3 x 3
+    assert "const int c0 = (int)(r % 8) * CB; r /= 8;" in cuda
+    assert "(c0 / CB * 4 + ci) * 143LL" in cuda and "for (int ci = 0; ci < 4; ++ci)" in cuda
+    assert "const float wv = wt[(c0 + c)];" in cuda and "float acc[1][CB];" in cuda
+    multiplier = _kernel("grouped-multiplier-channels-last-bf16", positions=1)
+    assert "constexpr int CB = 2;" in multiplier and "acc[p][c] = bs[c0 + c]" in multiplier
+    # (a channels-last input: a warp's threads along the groups of one position, its reads and stores coalesced)
+    assert "const int c0 = (int)(t % 12) * CB; long long r = t / 12;" in multiplier
+    assert "const int c0 = (int)(r % 8) * CB; r /= 8;" in cuda  # (a plain one: along the positions)

@@ -95,8 +95,9 @@ def test_a_k_by_n_weight_is_read_as_it_lies() -> None:
      "does not broadcast to the iteration space"),  # (a value apart from the product's: not the writer's kernel after it)
     # convolutions: 1-D, 2-D, 3-D and transposed 1-D and 2-D ones of one group, their own bias and
     # functions after; a tensor after them (its elements lie channel by channel, not as the kernel's
-    # rows), groups, a transposed 3-D or dilated one, a transposed one of channels the kernel cannot read whole: declined
-    ("F.conv2d(v[0], v[1], groups=2)", f"torch.randn(2, 16, 8, 8, {BF16}), torch.randn(32, 8, 3, 3, {BF16})",
+    # rows), groups of many channels (few a group are the direct kernel's), a transposed 3-D or dilated one, a
+    # transposed one of channels the kernel cannot read whole: declined
+    ("F.conv2d(v[0], v[1], groups=2)", f"torch.randn(2, 128, 8, 8, {BF16}), torch.randn(32, 64, 3, 3, {BF16})",
      "a 2-D convolution, kernel 3x3, stride [1, 1], padding [0, 0], dilation [1, 1], 2 group(s)"),
     ("F.conv_transpose3d(v[0], v[1], stride=2)", f"torch.randn(2, 16, 4, 4, 4, {BF16}), torch.randn(16, 8, 3, 3, 3, {BF16})",
      "a transposed 3-D convolution, kernel 3x3x3"),
@@ -302,10 +303,10 @@ def test_on_ampere_each_planned_task_is_cutlass_2x_visitor_trees_too() -> None:
         if isinstance(plan, DirectConv):  # (a direct convolution first: its implicit GEMM's plan is CUTLASS 2.x's)
             assert "conv" in t.name, t.name
             # (no implicit GEMM on Ampere: a batch norm's four vectors, Hopper's alone; a transposed convolution of 3
-            # channels, which CUTLASS reads 4 at a time; a depthwise one; the direct kernel is any GPU's)
+            # channels, which CUTLASS reads 4 at a time; a depthwise or grouped one; the direct kernel is any GPU's)
             if plan.fallback is None:
                 assert t.name in ("conv2d-stem-bn-silu-bf16-32x3x224x224", "conv-transpose2d-biasadd-clamp-f32-128x3x32x32",
-                                  "conv2d-depthwise-bn-relu6-bf16-64x144x56x56"), t.name
+                                  "conv2d-depthwise-bn-relu6-bf16-64x144x56x56", "conv2d-grouped-bn-relu-bf16-64x128x56x56"), t.name
                 planned[t.name] = plan
                 continue
             plan = plan.fallback
@@ -518,6 +519,7 @@ PLANNED = {
     "conv2d-silu-residual-bf16-32x256x64x64", "conv2d-relu-biasadd-f32-128x3x32x32", "conv2d-mish-mish-f32-128x3x32x32",
     "conv2d-multiply-leakyrelu-gelu-f32-128x3x32x32", "conv2d-stem-bn-silu-bf16-32x3x224x224",
     "conv-transpose2d-biasadd-clamp-f32-128x3x32x32", "conv2d-depthwise-bn-relu6-bf16-64x144x56x56",
+    "conv2d-grouped-bn-relu-bf16-64x128x56x56",
 }
 
 

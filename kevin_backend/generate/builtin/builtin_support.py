@@ -6,8 +6,9 @@ and what a reduction must share with the other reductions of its kernel.
 Matmuls (mm, addmm, bmm, baddbmm) it declares where its CUTLASS GEMM can run (`gemm_available`: CUTLASS's
 headers found, a GPU of compute capability 8.0 or later: `gemm_arch`), each in a partition of its own with the epilogue that follows it
 (`epilogue_only`: no prologue, no other partition merged in, no reduction), and convolutions alike
-(its plan declines those it cannot write: grouped ones, transposed 3-D ones of many channels; Inductor
-keeps them; a depthwise one is the direct kernel's), except that
+(its plan declines those it cannot write: grouped ones of many channels a group, transposed 3-D
+ones of many channels; Inductor keeps them; a depthwise or grouped one of few channels a group is
+the direct kernel's), except that
 a convolution the direct kernel may take (`direct_conv.py`) shares its partition with the reductions
 over its channels that follow it (`reduction_key`), and is declared without CUTLASS too
 (`direct_available`). The
@@ -87,7 +88,7 @@ class BuiltinSupport:
         if node.op == "call_function" and node.target is aten.convolution.default and _direct(node) and node.args[8] == 1:
             # (a convolution the direct kernel takes: its reductions over the channels share its
             # kernel, as KernelBench's min or softmax over them after a 3 -> 16 convolution; not a
-            # depthwise one's, whose threads hold a few channels each)
+            # depthwise or grouped one's, whose threads hold a few channels each)
             return tuple(node.meta["val"].shape), (1,)
         if node.op == "call_function" and node.target in _GEMM_OPS:
             return ("gemm", node.name)  # (no reduction shares a kernel with a matmul)
@@ -102,14 +103,13 @@ class BuiltinSupport:
 
 def _direct(conv: fx.Node) -> bool:
     """Whether a convolution node is one the direct kernel may take (`direct_conv.plan_direct`:
-    one group, transposed or not, few input values per output and few output channels; or a
-    depthwise one, one channel a group)."""
+    one group, transposed or not, few input values per output and few output channels; a
+    depthwise one, one channel a group; or a grouped one of few channels a group)."""
     w, val, groups = conv.args[1], conv.meta.get("val"), conv.args[8]
     shape = getattr(w.meta.get("val"), "shape", None) if isinstance(w, fx.Node) else None
     if shape is None or not isinstance(val, torch.Tensor) or not isinstance(groups, int):
         return False
-    return (all(isinstance(d, int) for d in (*shape, *val.shape)) and takes(tuple(shape), bool(conv.args[6]), groups)
-            and (groups == 1 or val.shape[1] == groups))
+    return all(isinstance(d, int) for d in (*shape, *val.shape)) and takes(tuple(shape), bool(conv.args[6]), groups)
 
 
 def no_matmul_reason(op: str) -> str:

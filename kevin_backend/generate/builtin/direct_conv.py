@@ -34,13 +34,17 @@ skipped; the innermost dimension's multiply a zero (its positions differ in whic
 A depthwise convolution (one channel a group: MobileNet's 3x3 with its batch norm and ReLU6, a
 ConvNeXt's 7x7) takes any number of channels: a thread holds CB of them (8 where they divide) at
 its positions, reads each channel's own input and its filter words through the cache (a warp's
-threads read the same words), and runs the epilogue on those channels; a reduction over the
-channels is declined there.
+threads read the same words), and runs the epilogue on those channels. A grouped one (ResNeXt's
+32 groups of 4 channels, ShuffleNet's, a level-1 problem's `groups=4`) is the kernel above for one
+group: a thread holds its group's CB output channels (c0 on) and reads the group's input channels
+alone, the filter (C_out x C_in / groups x window) in shared memory. A reduction over the channels
+is declined for both (a thread holds a few of them).
 
-Declined, each with what it is: a grouped convolution of more than one channel a group, a filter or
-input made by ops (not an input), more than `MAX_TAPS` input values per output (input channels x
-window) or `MAX_CHANNELS` output channels, a reduction over other dimensions than the channels, an
-index (argmin), a value of another shape (a group norm's groups), an op outside the table.
+Declined, each with what it is: a transposed grouped convolution, a filter or input made by ops
+(not an input), more than `MAX_TAPS` input values per output (a group's input channels x window) or
+`MAX_CHANNELS` output channels a thread (a group's), a filter of more than `MAX_TAPS x MAX_CHANNELS`
+words in shared memory, a reduction over other dimensions than the channels, an index (argmin), a
+value of another shape (a group norm's groups), an op outside the table.
 """
 
 from __future__ import annotations
@@ -80,8 +84,8 @@ _VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default, at
 
 @dataclass(frozen=True)
 class DirectTiling:
-    """A direct kernel's shape: threads a block, output positions a thread, and (a depthwise
-    convolution's) output channels a thread; 0: all of them."""
+    """A direct kernel's shape: threads a block, output positions a thread, and (a depthwise or
+    grouped convolution's) output channels a thread; 0: all of them."""
 
     threads: int
     positions: int
@@ -136,6 +140,7 @@ class DirectConv:
     ops: tuple[str, ...]  # the epilogue's ops, in words
     transposed: bool = False  # a transposed convolution: its filter C_in x C_out x window, its taps gathered
     depthwise: bool = False  # one channel a group (groups = C_in = C_out): its filter C x 1 x window
+    groups: int = 1  # more than one (and not depthwise): grouped, its filter C_out x C_in / groups x window
     inputs: int = 0
     state: tuple[str, ...] = ()
     fallback: Any = None
@@ -146,8 +151,13 @@ class DirectConv:
         return tuple(sorted({t.index for t in (self.x, self.w, self.bias, *self.operands) if t is not None}))
 
     @property
+    def grouped(self) -> bool:
+        """Of more than one group, and not depthwise: a thread holds one group's output channels."""
+        return self.groups > 1 and not self.depthwise
+
+    @property
     def channels(self) -> tuple[int, int]:
-        """(input channels, output channels)."""
+        """(input channels an output reads: a grouped convolution's group's, output channels)."""
         if self.depthwise:
             return self.w.shape[0], self.w.shape[0]
         return (self.w.shape[0], self.w.shape[1]) if self.transposed else (self.w.shape[1], self.w.shape[0])
@@ -162,8 +172,10 @@ class DirectConv:
         window = "x".join(map(str, self.w.shape[2:]))
         positions = "x".join(map(str, (self.x.shape[0], *self.out_spatial)))
         stride = f", stride {'x'.join(map(str, self.stride))}" if self.transposed else ""
-        kind = "transposed " if self.transposed else "depthwise " if self.depthwise else ""
-        return (f"a direct {kind}{len(self.out_spatial)}-D convolution {cin} -> {cout} channels, "
+        kind = "transposed " if self.transposed else "depthwise " if self.depthwise else "grouped " if self.grouped else ""
+        cin = cin * self.groups if self.grouped else cin
+        groups = f" in {self.groups} groups" if self.grouped else ""
+        return (f"a direct {kind}{len(self.out_spatial)}-D convolution {cin} -> {cout} channels{groups}, "
                 f"window {window}{stride}, "
                 f"{positions} positions, {str(self.x.dtype).replace('torch.', '')}"
                 + (", its bias" if self.bias else "") + (f", then {', '.join(dict.fromkeys(self.ops))}" if self.ops else "")
@@ -179,8 +191,10 @@ def direct_tilings(plan: DirectConv) -> tuple[DirectTiling, ...]:
     if plan.depthwise:  # (a few channels a thread: 8 where they divide the channels)
         few = next(c for c in (8, 4, 2, 1) if cout % c == 0)
         return (DirectTiling(128, 1, few), DirectTiling(128, 2, few), DirectTiling(256, 1, max(1, few // 2)))
-    fits = [t for t in (DirectTiling(128, 2), DirectTiling(256, 1), DirectTiling(64, 4)) if t.positions * cout <= 64]
-    return tuple(sorted(fits, key=lambda t: t.positions * cout > 32))
+    group = cout // plan.groups if plan.grouped else 0  # (a grouped convolution's thread: its group's channels)
+    fits = [DirectTiling(threads, positions, group) for threads, positions in ((128, 2), (256, 1), (64, 4))
+            if positions * (group or cout) <= 64]
+    return tuple(sorted(fits, key=lambda t: t.positions * (group or cout) > 32))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -199,11 +213,18 @@ def _tensor(node: Any, placeholders: list[fx.Node], metas: list[Any], what: str)
 def takes(weight_shape: tuple[int, ...], transposed: bool = False, groups: int = 1) -> bool:
     """Whether a filter of `weight_shape` (C_out, C_in / groups, window...; a transposed
     convolution's C_in, C_out, window...) is few enough values per output and few enough output
-    channels for the direct kernel: one group, or one channel a group (depthwise: any channels)."""
+    channels for the direct kernel: one group; one channel a group (depthwise: any channels); or,
+    not transposed, groups of few channels whose filter fits in shared memory."""
+    window = math.prod(weight_shape[2:])
     if groups != 1:
-        return not transposed and weight_shape[0] == groups and weight_shape[1] == 1 and math.prod(weight_shape[2:]) <= MAX_TAPS
+        cout, cin = weight_shape[0], weight_shape[1]
+        if transposed or cout % groups:
+            return False
+        if cout == groups and cin == 1:  # (depthwise)
+            return window <= MAX_TAPS
+        return cin * window <= MAX_TAPS and cout // groups <= MAX_CHANNELS and cout * cin * window <= MAX_TAPS * MAX_CHANNELS
     cin, cout = (weight_shape[0], weight_shape[1]) if transposed else (weight_shape[1], weight_shape[0])
-    return cin * math.prod(weight_shape[2:]) <= MAX_TAPS and cout <= MAX_CHANNELS
+    return cin * window <= MAX_TAPS and cout <= MAX_CHANNELS
 
 
 def _steps(shape: tuple[int, ...], stride: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
@@ -213,10 +234,10 @@ def _steps(shape: tuple[int, ...], stride: tuple[int, ...], target: tuple[int, .
     return tuple(0 if size == 1 else step for size, step in zip(target, steps))
 
 
-def _thread_channels(depthwise: bool, cout: int) -> tuple[str, str]:
-    """A thread's output channels in the kernel's code: how many (all `cout`, or a depthwise
-    thread's CB) and the channel index of its `c`-th (`c`, or CB of them from c0 on)."""
-    return ("CB", "(c0 + c)") if depthwise else (str(cout), "c")
+def _thread_channels(blocked: bool, cout: int) -> tuple[str, str]:
+    """A thread's output channels in the kernel's code: how many (all `cout`, or a depthwise or
+    grouped thread's CB) and the channel index of its `c`-th (`c`, or CB of them from c0 on)."""
+    return ("CB", "(c0 + c)") if blocked else (str(cout), "c")
 
 
 class _Epilogue:
@@ -224,13 +245,13 @@ class _Epilogue:
     per position kept as a channel of 1, "R": one per position, the channels' dimension gone,
     "lazy": an op of the task's other tensors alone, written where it is read) and its code."""
 
-    def __init__(self, conv: fx.Node, placeholders: list[fx.Node], metas: list[Any], depthwise: bool = False) -> None:
+    def __init__(self, conv: fx.Node, placeholders: list[fx.Node], metas: list[Any], blocked: bool = False) -> None:
         self.conv, self.placeholders, self.metas = conv, placeholders, metas
         self.out = tuple(conv.meta["val"].shape)
         self.cout = self.out[1]
-        # a thread's channels: all of them, or (depthwise) CB of them from c0 on, CB the kernel's constant
-        self.depthwise = depthwise
-        self.count, self.channel = _thread_channels(depthwise, self.cout)
+        # a thread's channels: all of them, or (depthwise, grouped) CB of them from c0 on, CB the kernel's constant
+        self.blocked = blocked
+        self.count, self.channel = _thread_channels(blocked, self.cout)
         self.form: dict[fx.Node, str] = {conv: "C"}
         self.var: dict[fx.Node, str] = {conv: "acc[p]"}
         self.lines: list[str] = []
@@ -335,8 +356,8 @@ class _Epilogue:
         dims = reduced_dims(node, len(self.out))
         if self.form.get(source) != "C" or dims != (1,):
             raise Unsupported(f"{node.target} over dims {list(dims)}: the direct kernel reduces over the channels alone")
-        if self.depthwise:
-            raise Unsupported(f"{node.target} over a depthwise convolution's channels (a thread holds a few of them)")
+        if self.blocked:
+            raise Unsupported(f"{node.target} over a depthwise or grouped convolution's channels (a thread holds a few of them)")
         keep = bool(node.args[2]) if len(node.args) > 2 else bool(node.kwargs.get("keepdim", False))
         combine = REDUCTION_COMBINE[kind].format(a=name, b=f"{self.var[source]}[c]")
         self.lines += [f"float {name} = {REDUCTION_INIT[kind]};", "#pragma unroll", f"for (int c = 0; c < {self.cout}; ++c) {name} = {combine};"]
@@ -364,17 +385,19 @@ def plan_direct(graph: fx.Graph, metas: list[Any]) -> DirectConv:
     x, w, b, stride, padding, dilation, transposed, _, groups = conv.args  # (output padding: in the output's size)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     xt, wt = _tensor(x, placeholders, metas, "input"), _tensor(w, placeholders, metas, "filter")
-    depthwise = groups != 1 and takes(wt.shape, bool(transposed), groups) and xt.shape[1] == groups
-    if groups != 1 and not depthwise:
-        raise Unsupported(f"a convolution of {groups} groups (the direct kernel takes one group, or one channel a group)")
+    if groups != 1 and not takes(wt.shape, bool(transposed), groups):
+        raise Unsupported(f"a {'transposed ' if transposed else ''}convolution of {groups} groups, filter {list(wt.shape)} (the "
+                          f"direct kernel takes one group, one channel a group, or groups of at most {MAX_TAPS} input values "
+                          f"and {MAX_CHANNELS} output channels, not transposed)")
+    depthwise = groups != 1 and wt.shape[0] == groups and wt.shape[1] == 1
     bt = _tensor(b, placeholders, metas, "bias") if b is not None else None
     if len({t.dtype for t in (xt, wt, bt) if t}) != 1:
         raise Unsupported("the convolution's input, filter and bias are of different dtypes")
     cout, taps = (wt.shape[1], wt.shape[0] * math.prod(wt.shape[2:])) if transposed else (wt.shape[0], math.prod(wt.shape[1:]))
-    if not depthwise and not takes(wt.shape, bool(transposed)):
+    if groups == 1 and not takes(wt.shape, bool(transposed)):
         raise Unsupported(f"{taps} input values per output and {cout} output channels: the direct kernel takes at most "
                           f"{MAX_TAPS} and {MAX_CHANNELS} (an implicit GEMM's K pays beyond)")
-    epilogue = _Epilogue(conv, placeholders, metas, depthwise)
+    epilogue = _Epilogue(conv, placeholders, metas, blocked=groups != 1)
     output = next(n for n in graph.nodes if n.op == "output")
     for node in graph.nodes:  # (before the convolution too: views and ops of the other tensors alone)
         if node.op not in ("placeholder", "output") and node is not conv:
@@ -393,7 +416,7 @@ def plan_direct(graph: fx.Graph, metas: list[Any]) -> DirectConv:
         outputs.append(_Output(epilogue.var[node], val.dtype, tuple(val.shape), tuple(val.stride()), form == "C", steps))
     return DirectConv(xt, wt, bt, tuple(sorted(epilogue.operands.values(), key=lambda t: t.index)),
                       tuple(conv.meta["val"].shape[2:]), tuple(stride), tuple(padding), tuple(dilation),
-                      tuple(epilogue.lines), tuple(outputs), tuple(epilogue.ops), bool(transposed), depthwise)
+                      tuple(epilogue.lines), tuple(outputs), tuple(epilogue.ops), bool(transposed), depthwise, groups)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -479,10 +502,11 @@ def _taps(plan: DirectConv, positions: int) -> list[str]:
     """The multiply-adds: for each input channel and window tap, the positions' input values, then
     each output channel's filter word times each."""
     cin, cout = plan.channels
+    count, channel = _thread_channels(plan.grouped, cout)  # (grouped: the group's CB output channels from c0 on)
     tap = "ci"
     for d, size in enumerate(plan.w.shape[2:]):
         tap = f"({tap} * {size} + k{d})"
-    index, value = _input_value(plan, positions, "ci")
+    index, value = _input_value(plan, positions, f"(c0 / CB * {cin} + ci)" if plan.grouped else "ci")
     body = [f"const float* wt = ws + {tap} * {cout};",
             f"float xv[{positions}];",
             "#pragma unroll",
@@ -491,8 +515,8 @@ def _taps(plan: DirectConv, positions: int) -> list[str]:
             f"    xv[p] = {value};",
             "}",
             "#pragma unroll",
-            f"for (int c = 0; c < {cout}; ++c) {{",
-            "    const float wv = wt[c];",
+            f"for (int c = 0; c < {count}; ++c) {{",
+            f"    const float wv = wt[{channel}];",
             "    #pragma unroll",
             f"    for (int p = 0; p < {positions}; ++p) acc[p][c] = fmaf(xv[p], wv, acc[p][c]);",
             "}"]
@@ -520,7 +544,7 @@ def _depthwise_taps(plan: DirectConv, positions: int) -> list[str]:
 
 def _stores(plan: DirectConv) -> list[str]:
     _, cout = plan.channels
-    count, channel = _thread_channels(plan.depthwise, cout)
+    count, channel = _thread_channels(plan.groups != 1, cout)
     lines = []
     for k, o in enumerate(plan.outputs):
         if o.per_channel:
@@ -536,25 +560,30 @@ def _kernel(plan: DirectConv, tiling: DirectTiling) -> tuple[str, int]:
     _, cout = plan.channels
     spatial = plan.out_spatial
     chunks = -(-spatial[-1] // positions)
-    blocks = cout // tiling.channels if plan.depthwise else 1  # (a depthwise thread's channels: CB from c0 on)
+    blocked = plan.groups != 1  # (a depthwise or grouped thread's channels: CB from c0 on)
+    blocks = cout // tiling.channels if blocked else 1
     total = plan.x.shape[0] * math.prod(spatial[:-1]) * chunks * blocks
     tensors = {t.index: t for t in (plan.x, plan.w, plan.bias, *plan.operands) if t is not None}
     params = [f"const {C_TYPES[tensors[i].dtype]}* __restrict__ p_in{i}" for i in plan.reads] + \
              [f"{C_TYPES[o.dtype]}* __restrict__ p_out{k}" for k, o in enumerate(plan.outputs)]
-    # a warp's threads along the positions (coalesced in a plain layout), or, a depthwise convolution of a
-    # channels-last input, along its channels first (each thread's CB channels the next ones in memory)
-    channels_inner = plan.depthwise and plan.x.stride[1] == 1
+    # a warp's threads along the positions (coalesced in a plain layout), or, a depthwise or grouped
+    # convolution of a channels-last input, along its channel blocks first (each thread's CB channels the
+    # next ones in memory, and its group's input channels)
+    channels_inner = blocked and plan.x.stride[1] == 1
     index = [f"const int c0 = (int)(t % {blocks}) * CB; long long r = t / {blocks};"] if channels_inner else []
     index.append(f"const int ol = (int)(r % {chunks}) * {positions}; r /= {chunks};" if channels_inner else
                  f"const int ol = (int)(t % {chunks}) * {positions}; long long r = t / {chunks};")
     for d in reversed(range(len(spatial) - 1)):
         index.append(f"const int o{d} = (int)(r % {spatial[d]}); r /= {spatial[d]};")
-    if plan.depthwise and not channels_inner:
+    if blocked and not channels_inner:
         index.append(f"const int c0 = (int)(r % {blocks}) * CB; r /= {blocks};")
     index.append("const long long n = r;")
     if plan.depthwise:  # (no shared memory: a warp's threads read the same filter words, from the cache)
         count, fill = "CB", [f"constexpr int CB = {tiling.channels};"]
         init = f"kevin_ld(p_in{plan.bias.index}, (c0 + c) * {plan.bias.stride[0]}LL)" if plan.bias is not None else "0.0f"
+    elif plan.grouped:  # (the whole filter in shared memory, a thread reading its group's words)
+        count, fill = "CB", [f"constexpr int CB = {tiling.channels};", *_filter_fill(plan, threads)]
+        init = "bs[c0 + c]" if plan.bias is not None else "0.0f"
     else:
         count, fill = str(cout), _filter_fill(plan, threads)
         init = "bs[c]" if plan.bias is not None else "0.0f"

@@ -239,6 +239,15 @@ CONV: tuple[SuiteTask, ...] = (
        [("x", _randn("batch_size, channels, height, width", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
         ("weight", _randn("channels, 1, 3, 3", "bf16")), ("mean", _randn("channels, 1, 1", "bf16")),
         ("scale", "torch.rand(channels, 1, 1, dtype=torch.bfloat16) + 0.5"), ("shift", _randn("channels, 1, 1", "bf16"))]),
+    # ResNeXt-50's grouped 3x3 of its first stage (32 groups of 4 channels at 56x56, channels-last bf16) with
+    # its inference batch norm and ReLU: the direct kernel's grouped form
+    _t("conv2d-grouped-bn-relu-bf16-64x128x56x56", "conv", "ResNeXt-50's grouped 3x3 convolution (128 channels in 32 groups, "
+       "padding 1) of channels-last bf16 activations, its inference batch norm, then ReLU.", "[64, 128, 56, 56] bfloat16",
+       {"batch_size": 64, "channels": 128, "groups": 32, "height": 56, "width": 56},
+       "y = F.conv2d(x, weight, padding=1, groups=groups)\nreturn torch.relu((y - mean) * scale + shift)",
+       [("x", _randn("batch_size, channels, height, width", "bf16") + ".contiguous(memory_format=torch.channels_last)"),
+        ("weight", _randn("channels, channels // groups, 3, 3", "bf16")), ("mean", _randn("channels, 1, 1", "bf16")),
+        ("scale", "torch.rand(channels, 1, 1, dtype=torch.bfloat16) + 0.5"), ("shift", _randn("channels, 1, 1", "bf16"))]),
     # KernelBench's ConvTranspose2d of 3 -> 16 channels with its bias, clamps and scaling: the direct
     # kernel's transposed form (CUTLASS reads channels 4 at a time)
     _conv("conv-transpose2d-biasadd-clamp-f32-128x3x32x32", "KernelBench's ConvTranspose2d 3 -> 16 channels (3x3, stride 2, "
