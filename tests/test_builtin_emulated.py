@@ -98,6 +98,10 @@ CASES: list[SuiteTask] = [
     _task("transpose-contiguous-f32", "chain1", "x.transpose(1, 2).contiguous()", [(3, 10, 7)], "f32"),
     _task("permute-mul-f16", "chain2", "x.permute(0, 2, 1) * y", [(3, 10, 7), (3, 7, 10)], "f16"),
     _task("view-merge-softmax-f32", "norm", "torch.softmax(x.view(6, 70), -1)", [(6, 7, 10)], "f32"),
+    # a batch of one viewed in (as a compiled model at batch size 1 views a matmul's rows back): the same
+    # elements in the same order
+    _task("view-batch-of-one-gelu-f32", "chain3+", "F.gelu(x.view(1, 12, 40)) * y", [(12, 40), (1, 12, 40)], "f32"),
+    _task("view-batch-of-one-tanh-bf16", "chain2", "torch.tanh(x.view(1, 12, 40) * 0.5) + 1.0", [(12, 40)], "bf16"),
     _task("batchnorm-inference-f32", "norm", "F.batch_norm(x, y, z.abs() + 0.5, w, v, training=False, eps=1e-5)",
           [(2, 8, 5, 4), (8,), (8,), (8,), (8,)], "f32"),
     _task("instancenorm-f32", "norm", "F.instance_norm(x)", [(2, 3, 9, 11)], "f32"),

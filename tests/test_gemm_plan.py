@@ -580,6 +580,16 @@ def test_every_convolution_of_the_benchmarks_resnet_in_inference_is_planned(hopp
     assert sum("aten.relu.default" in p.ops for p in parts) == 17 and all(p.spec.epilogue.wide for p in plans)
 
 
+def test_a_batch_of_one_viewed_back_from_the_products_rows_keeps_the_writers_kernel_after_it() -> None:
+    # GPT-2's MLP up projection in training at batch size 1 (kevin bench's small size), as the compiled
+    # graph has it: the product's rows viewed back as [1, tokens, 3072] before the tanh GELU, the
+    # pre-activation returned too (the backward reads it); a view that adds a dimension of 1 moves no value
+    source = task("(lambda y: (y, F.gelu(y.view(1, 16, 48), approximate='tanh')))(torch.addmm(v[0], v[1], v[2]))",
+                  f"torch.randn(48, {BF16}), torch.randn(16, 32, {BF16}), torch.randn(32, 48, {BF16})")
+    plan = plan_gemm(source, arch="sm90")
+    assert isinstance(plan, GemmTail), plan
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 @pytest.mark.parametrize("workload", ["infer", "train"])

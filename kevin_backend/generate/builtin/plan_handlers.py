@@ -124,6 +124,11 @@ def _plan_nll(p: PlanBuilder, node: fx.Node, var: str) -> None:
         p.final = (items[0], FinalReduce(_NLL_REDUCTIONS[reduction], t, ignore, out_dtype))
 
 
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` without its dimensions of size 1 (which order no element)."""
+    return tuple(d for d in shape if d != 1)
+
+
 def _plan_view(p: PlanBuilder, node: fx.Node, var: str) -> None:
     """A view that keeps every value where it is: the same value under another name (a row
     value with or without its size-1 dimensions, or expanded along the last one)."""
@@ -140,7 +145,7 @@ def _plan_view(p: PlanBuilder, node: fx.Node, var: str) -> None:
     if p.kinds[src] is Kind.ROW and numel(out_shape) == numel(src_shape):
         pass  # a row value seen with or without its size-1 dimensions
     elif (node.target is aten.view.default and p.kinds[src] is Kind.FULL and numel(out_shape) == numel(p.shape)
-          and (src_shape == p.shape or src in p.spaces)):
+          and (src_shape == p.shape or src in p.spaces or _squeezed(src_shape) == _squeezed(p.shape))):
         # a full value seen in another shape, element for element in the iteration space's order
         # (a group norm's statistics over [N, G, C/G, HW], then its affine over [N, C, H, W]):
         # ops there read their other operands through that shape (`_plan_pointwise_in_space`)
