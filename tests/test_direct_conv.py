@@ -366,3 +366,32 @@ def test_a_grouped_kernel_reads_its_groups_input_channels_and_filter_words() -> 
     # (a channels-last input: a warp's threads along the groups of one position, its reads and stores coalesced)
     assert "const int c0 = (int)(t % 12) * CB; long long r = t / 12;" in multiplier
     assert "const int c0 = (int)(r % 8) * CB; r /= 8;" in cuda  # (a plain one: along the positions)
+
+
+@pytest.mark.parametrize("name", sorted(__import__("level2_conv_tasks").PUBLISHED))
+def test_more_level2_problems_are_planned_or_declined_with_the_reason(hopper_with_cutlass, name: str) -> None:  # type: ignore[no-untyped-def]
+    # level-2 problems in the published set's habits (transposed 3-D convolutions of 32 -> 64 channels,
+    # poolings, norms and reductions over other dimensions after the convolution, grouped convolutions),
+    # compiled as a user's model (a batch of 2): the convolution's partition is the direct kernel's, or its
+    # plan says why not, or the convolution is left to Inductor alone; none of them fails
+    from conftest import builtin_partitions
+    from level2_conv_tasks import PUBLISHED
+
+    from kevin_backend.backend.task import extract_task
+    from kevin_backend.generate.builtin.plan import Declined
+    from kevin_backend.types import load_program
+
+    source, outcome = PUBLISHED[name]
+    module = load_program(source, "kevin_published_" + name.replace("-", "_"))
+    model = module.Model(*module.get_init_inputs()).eval()
+    plan = builtin_partitions(model, *(t[:2] for t in module.get_inputs()))
+    convs = [p for p in plan.partitions if "aten.convolution.default" in p.ops]
+    if outcome == "inductor":
+        assert not convs and any(o.node == "convolution" for o in plan.left_out), plan
+        return
+    (part,) = convs
+    planned = plan_gemm(extract_task(part).source, arch="sm90")
+    if outcome == "direct":
+        assert isinstance(planned, DirectConv), planned
+    else:
+        assert isinstance(planned, Declined) and outcome.removeprefix("declined: ") in planned.reason, planned

@@ -128,3 +128,26 @@ def test_kernelbench_level2_problems_compute_their_convolutions_partition() -> N
         for k, (g, w) in enumerate(zip(got, want)):
             _close(g, w, f"{name}, {variant}, output {k}")
     assert len(whole) >= 5 and any("transpose" in n for n in whole), whole
+
+
+def test_more_level2_problems_compute_their_convolutions_partition() -> None:
+    """The published-habit problems the direct kernel takes whole (its outcome "direct", nothing after
+    the convolution that the kernel leaves out), each compared with the problem's model in float64."""
+    from level2_conv_tasks import PUBLISHED
+
+    from kevin_backend.generate.builtin.direct_conv import DirectConv
+    from kevin_backend.generate.builtin.gemm_plan import plan_gemm
+
+    _emulator_or_skip()
+    whole: list[str] = []
+    for name, (source, outcome) in sorted(PUBLISHED.items()):
+        source = _smaller(source)
+        if outcome != "direct" or not isinstance(plan_gemm(source, arch="sm90"), DirectConv):
+            continue  # (a pooling after it, a batch norm in training mode: their own partitions)
+        whole.append(name)
+        model, inputs, want = _reference(source)
+        variant, program = _variants(source)[0]
+        got = _emulated(program, model, inputs)
+        for k, (g, w) in enumerate(zip(got, want)):
+            _close(g, w, f"{name}, {variant}, output {k}")
+    assert {"conv2d-min-tanh-tanh", "conv2d-divide-leakyrelu", "conv3d-leakyrelu-sum-clamp-gelu", "conv2d-grouped-relu"} <= set(whole), whole
