@@ -142,6 +142,12 @@ for step in $steps; do
            #     --platform manylinux_2_28_x86_64 -d .whl nvidia-cutlass==4.2.0.0   (6 MiB))
       timeout "${GEMM_LIMIT:-560}" python3 benchmarks/bench_gemm.py ${GEMM_TASKS:+--tasks $GEMM_TASKS} --json "$OUT/gemm.json" 2>&1 \
         | tee "$OUT/gemm.log" | tail -40 ;;
+    cudnn-peer)  # cuDNN's fused graphs (a convolution and its pointwise epilogue) beside Inductor on the GEMM suite's
+                 # convolutions (needs cuDNN's frontend and its driver bindings in .whl, 18 MiB:
+                 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+                 #     --platform manylinux_2_28_x86_64 -d .whl nvidia-cudnn-frontend==1.32.0 cuda-bindings==13.4.4 cuda-pathfinder==1.9.1)
+      timeout "${CUDNN_LIMIT:-560}" python3 benchmarks/cudnn_peer.py ${CUDNN_TASKS:+--tasks $CUDNN_TASKS} --json "$OUT/cudnn_peer.json" 2>&1 \
+        | tee "$OUT/cudnn_peer.log" | tail -30 ;;
     dynamic) python3 benchmarks/bench_dynamic.py --json "$OUT/dynamic.json" 2>&1 | tee "$OUT/dynamic.log" | tail -30 ;;  # 3 sizes, dynamic=True
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
