@@ -1,5 +1,5 @@
 """Shared fixtures: isolated kernel and Inductor caches, fresh Dynamo state, graph capture, torch's
-share of the cores under pytest-xdist."""
+share of the cores under pytest-xdist; a benchmark script loaded as a module."""
 
 from __future__ import annotations
 
@@ -15,6 +15,20 @@ import kevin_backend
 from kevin_backend.runtime.counters import counters
 
 HAS_CUDA = torch.cuda.is_available()
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str) -> Any:
+    """benchmarks/NAME.py as a module (`bench_NAME` in sys.modules: dataclasses look their module up)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 # The graph-level check (backend/graph_check.py) times every compiled graph with and without its
 # kernels and may drop them: tests of other stages keep it off so that what they assert does not

@@ -5,29 +5,15 @@ GPU with cuDNN's frontend installed, a graph built, run, checked against the tas
 from __future__ import annotations
 
 import importlib.util
-import sys
-from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
+from conftest import load_benchmark
 from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 TASKS = {task.name: task for task in GEMM_SUITE}
-
-
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = module  # (dataclasses look their module up)
-    spec.loader.exec_module(module)
-    return module
-
-
-peer = _load("cudnn_peer")
+peer = load_benchmark("cudnn_peer")
 
 
 @pytest.mark.parametrize(("name", "steps"), [

@@ -112,22 +112,30 @@ def test_kernelbench_level2_problems_compute_their_convolutions_partition() -> N
     takes it whole (a convolution and its epilogue with nothing after it that the kernel leaves out)."""
     from level2_conv_tasks import LEVEL2
 
+    _emulator_or_skip()
+    # (poolings and instance norms after the convolution: the partitioner's cut, in test_direct_conv.py)
+    whole = _taken_whole_and_matching({name: source for name, (source, _, _) in LEVEL2.items()})
+    assert len(whole) >= 5 and any("transpose" in n for n in whole), whole
+
+
+def _taken_whole_and_matching(sources: dict[str, str]) -> list[str]:
+    """The problems the direct kernel takes whole (at `_smaller`'s sizes), each one's first variant
+    emulated and compared with its model in float64."""
     from kevin_backend.generate.builtin.direct_conv import DirectConv
     from kevin_backend.generate.builtin.gemm_plan import plan_gemm
 
-    _emulator_or_skip()
-    whole: list[str] = []
-    for name, (source, _, _) in sorted(LEVEL2.items()):
+    whole = []
+    for name, source in sorted(sources.items()):
         source = _smaller(source)
         if not isinstance(plan_gemm(source, arch="sm90"), DirectConv):
-            continue  # (poolings and instance norms after the convolution: the partitioner's cut, in test_direct_conv.py)
+            continue
         whole.append(name)
         model, inputs, want = _reference(source)
         variant, program = _variants(source)[0]
         got = _emulated(program, model, inputs)
         for k, (g, w) in enumerate(zip(got, want)):
             _close(g, w, f"{name}, {variant}, output {k}")
-    assert len(whole) >= 5 and any("transpose" in n for n in whole), whole
+    return whole
 
 
 def test_more_level2_problems_compute_their_convolutions_partition() -> None:
@@ -135,19 +143,7 @@ def test_more_level2_problems_compute_their_convolutions_partition() -> None:
     the convolution that the kernel leaves out), each compared with the problem's model in float64."""
     from level2_conv_tasks import PUBLISHED
 
-    from kevin_backend.generate.builtin.direct_conv import DirectConv
-    from kevin_backend.generate.builtin.gemm_plan import plan_gemm
-
     _emulator_or_skip()
-    whole: list[str] = []
-    for name, (source, outcome) in sorted(PUBLISHED.items()):
-        source = _smaller(source)
-        if outcome != "direct" or not isinstance(plan_gemm(source, arch="sm90"), DirectConv):
-            continue  # (a pooling after it, a batch norm in training mode: their own partitions)
-        whole.append(name)
-        model, inputs, want = _reference(source)
-        variant, program = _variants(source)[0]
-        got = _emulated(program, model, inputs)
-        for k, (g, w) in enumerate(zip(got, want)):
-            _close(g, w, f"{name}, {variant}, output {k}")
+    # (a pooling after it, a batch norm in training mode: their own partitions)
+    whole = _taken_whole_and_matching({name: source for name, (source, outcome) in PUBLISHED.items() if outcome == "direct"})
     assert {"conv2d-min-tanh-tanh", "conv2d-divide-leakyrelu", "conv3d-leakyrelu-sum-clamp-gelu", "conv2d-grouped-relu"} <= set(whole), whole

@@ -6,34 +6,20 @@ left to the GPU run, which checks its outputs against the task's reference befor
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from conftest import BENCHMARKS, load_benchmark
 from kevin_backend.generate.builtin.roofline_suite import ROOFLINE_SUITE
 from kevin_backend.types import load_program
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 TASKS = {task.name: task for task in ROOFLINE_SUITE}
-
-
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = module  # (dataclasses look their module up)
-    spec.loader.exec_module(module)
-    return module
-
-
-peer = _load("quack_peer")
-tables = _load("tables")
+peer = load_benchmark("quack_peer")
+tables = load_benchmark("tables")
 
 TAKEN = {
     "layernorm-last-bf16-1Mx64", "layernorm-last-bf16-16384x8192",
@@ -216,7 +202,7 @@ def test_which_prints_every_task() -> None:
 
 @pytest.fixture(scope="module")
 def bench() -> Any:
-    return _load("bench_builtin")
+    return load_benchmark("bench_builtin")
 
 
 def test_the_bench_columns_and_summary(bench: Any) -> None:
@@ -279,7 +265,7 @@ def test_a_result_without_quack_renders_as_before() -> None:
     assert set(blocks) == {"tasks", "goals"} and "QuACK" not in blocks["tasks"] + blocks["goals"]
     assert blocks["tasks"].splitlines()[0] == ("| task | kind | correct | kernel ms | Inductor ms | x Inductor | MB moved "
                                                "| kernel % of copy | Inductor % of copy | variant |")
-    for path in sorted((BENCH / "results").glob("builtin_roofline_*.json")):  # every stored run: no QuACK in it
+    for path in sorted((BENCHMARKS / "results").glob("builtin_roofline_*.json")):  # every stored run: no QuACK in it
         data = json.loads(path.read_text())["data"]
         assert set(tables.builtin_roofline(data)) == {"tasks", "goals"}, path.name
 
