@@ -222,7 +222,7 @@ def build_graph(recipe: Recipe, inputs: list[torch.Tensor], out: torch.Tensor, h
         if isinstance(a, int):
             return values[a]
         if a[0] == "number":
-            held.append(torch.full((1,) * out.dim(), a[1], device=out.device, dtype=torch.float32))
+            held.append(torch.full((1,) * x.dim(), a[1], device=out.device, dtype=torch.float32))  # (x: 4-D for a 1-D one too)
             return tensor(held[-1])
         value = inputs[a[1]].reshape(a[2])
         if flat:
