@@ -470,6 +470,31 @@ def gemm_suite(data: dict[str, Any]) -> dict[str, str]:
     return {"tasks": _table(header, rows), "summary": summary}
 
 
+def cudnn_peer(data: dict[str, Any]) -> dict[str, str]:
+    """cudnn_peer.py's run: each convolution's cuDNN fused graph (its steps, or why none ran) timed
+    beside eager and Inductor in the same process; the geomean over Inductor and the worst task."""
+    def ms(value: Any) -> str:
+        return "-" if value is None else f"{value:.4f}"
+
+    rows, ran = [], []
+    for r in data["rows"]:
+        if r.get("cudnn") == "ran":
+            ran.append(r)
+            rows.append([r["task"], r["recipe"], ms(r["cudnn_ms"]), ms(r["inductor_ms"]), ms(r["eager_ms"]), f"{r['x_inductor']:.3f}x"])
+        else:
+            rows.append([r["task"], f"{r.get('cudnn', '-')}: {r.get('cudnn_note', '')}", "-", "-", "-", "-"])
+    if ran:
+        worst = min(ran, key=lambda r: r["x_inductor"])
+        summary = (f"{len(ran)} of {len(data['rows'])} graphs ran: geomean {_geomean([r['x_inductor'] for r in ran]):.3f}x Inductor, "
+                   f"worst {worst['x_inductor']:.3f}x ({worst['task']}); {sum(r['x_inductor'] >= 1.0 for r in ran)} at or above "
+                   f"Inductor; cuDNN {data.get('cudnn', '?')}, frontend {data.get('frontend', '?')}, TF32 "
+                   f"{'allowed' if data.get('allow_tf32') else 'off'}\n")
+    else:
+        summary = f"no graph ran of {len(data['rows'])}\n"
+    header = ["task", "cuDNN graph", "cuDNN ms", "Inductor ms", "eager ms", "x Inductor"]
+    return {"tasks": _table(header, rows), "summary": summary}
+
+
 def isolation_verdicts(data: list[dict[str, Any]]) -> dict[str, str]:
     """The judge's GPU cases with each candidate in its own process: each run's verdict per case and,
     for accepted ones, the per-call times of the candidate, Inductor and eager under one protocol."""
@@ -528,6 +553,7 @@ KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
     "inductor_forms": inductor_forms,
     "gpu_tests": gpu_tests,
     "gemm_suite": gemm_suite,
+    "cudnn_peer": cudnn_peer,
     "isolation_verdicts": isolation_verdicts,
     "isolation_speed": isolation_speed,
 }

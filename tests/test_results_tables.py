@@ -165,3 +165,20 @@ def test_the_gemm_suite_table_takes_each_task_from_the_last_run_that_judged_it()
     blocks = tables.gemm_suite({"runs": runs + [{"tree": "ccc", "rows": [conv]}]})
     assert blocks["summary"].splitlines()[1] == ("matmuls: 2 tasks, geomean 1.396x Inductor, worst 1.300x (a); "
                                                  "convolutions: 1 tasks, geomean 0.250x Inductor, worst 0.250x (c)")
+
+
+def test_the_cudnn_peer_table_says_what_ran_and_why_not() -> None:
+    def ran(task: str, x: float) -> dict:
+        return {"task": task, "recipe": "conv stride 1x1 -> add -> relu", "cudnn": "ran", "cudnn_ms": 1.0, "inductor_ms": x,
+                "eager_ms": 2.0, "x_inductor": x}
+
+    data = {"cudnn": 91000, "frontend": "1.32.0", "allow_tf32": True,
+            "rows": [ran("a", 1.2), ran("b", 0.5), {"task": "c", "cudnn": "not taken", "cudnn_note": "amax after the convolution"},
+                     {"task": "d", "cudnn": "failed", "cudnn_note": "cudnnGraphNotSupportedError: no engine"}]}
+    blocks = tables.cudnn_peer(data)
+    lines = blocks["tasks"].splitlines()[2:]
+    assert lines[0] == "| a | conv stride 1x1 -> add -> relu | 1.0000 | 1.2000 | 2.0000 | 1.200x |"
+    assert lines[3] == "| d | failed: cudnnGraphNotSupportedError: no engine | - | - | - | - |"
+    assert blocks["summary"] == ("2 of 4 graphs ran: geomean 0.775x Inductor, worst 0.500x (b); 1 at or above Inductor; "
+                                 "cuDNN 91000, frontend 1.32.0, TF32 allowed\n")
+    assert tables.cudnn_peer({"rows": data["rows"][2:]})["summary"] == "no graph ran of 2\n"
