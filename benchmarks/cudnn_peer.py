@@ -1,6 +1,6 @@
 """cuDNN's fused graphs as a measured peer of the GEMM suite's convolutions: the convolution and its
 pointwise epilogue as one cuDNN graph (cuDNN's frontend, `nvidia-cudnn-frontend`: a convolution
-node, then add, sub, mul, div, ReLU, clamps, sigmoid, tanh, softplus, leaky ReLU, GELU as pointwise
+node, a transposed one as cuDNN's data gradient of a convolution, then add, sub, mul, div, ReLU, clamps, sigmoid, tanh, softplus, leaky ReLU, GELU as pointwise
 nodes), which cuDNN runs as one fused kernel where it has an engine for it; the answer to which of
 CUTLASS's implicit GEMM and cuDNN's fused graphs to use for a convolution with its epilogue.
 
@@ -16,8 +16,8 @@ writer's own reading): one convolution of the task's input and filter (its bias,
 add), then pointwise ops of its value, of the task's other tensors (a vector over the channels, a
 tensor of the output's size, viewed as they broadcast) and of numbers (float32 tensors of one
 element). A cast (`_to_copy`) is left to cuDNN's float32 intermediates; the output takes the
-task's dtype and layout. Declined, with the reason: transposed convolutions, reductions (a min or
-softmax over the channels, a group norm), more than one output, an op outside the table.
+task's dtype and layout. Declined, with the reason: reductions (a min or softmax over the channels,
+a group norm), more than one output, an op outside the table.
 
 On the GPU, every timing is the project's timer (`measure/timer.make_timer`, the judge's
 protocol: queued calls, the L2 cache flushed), cuDNN's graph, eager and Inductor's default compile
@@ -74,10 +74,12 @@ class Recipe:
     groups: int
     steps: tuple[Step, ...]
     out_dtype: torch.dtype
+    transposed: bool = False  # cuDNN's data gradient of a convolution (filter C_in x C_out x window)
+    out_shape: tuple[int, ...] = ()  # the convolution's output (a transposed one's: its output padding in it)
 
     def describe(self) -> str:
         ops = [s.op + (f"({dict(s.params)})" if s.params else "") for s in self.steps[1:]]
-        conv = f"conv stride {'x'.join(map(str, self.stride))}" + (f", {self.groups} groups" if self.groups > 1 else "")
+        conv = f"{'transposed ' if self.transposed else ''}conv stride {'x'.join(map(str, self.stride))}" + (f", {self.groups} groups" if self.groups > 1 else "")
         return " -> ".join([conv, *ops])
 
 
@@ -102,8 +104,8 @@ def conv_recipe(source: str) -> Recipe | Declined:
         return Declined(f"{len(convs)} convolutions (the graph holds one)")
     (conv,) = convs
     x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
-    if transposed:
-        return Declined("a transposed convolution (cuDNN's data gradient; not built here)")
+    if transposed and groups != 1:
+        return Declined("a transposed convolution of groups")
     if x not in placeholders or w not in placeholders:
         return Declined("a convolution of values computed in the task")
     index: dict[Any, int] = {conv: 0}
@@ -146,7 +148,7 @@ def conv_recipe(source: str) -> Recipe | Declined:
         return Declined("the output is not the epilogue's last value")
     val = result.meta["val"]
     return Recipe(placeholders.index(x), placeholders.index(w), tuple(stride), tuple(padding), tuple(dilation), int(groups),
-                  tuple(steps), val.dtype)
+                  tuple(steps), val.dtype, bool(transposed), tuple(conv.meta["val"].shape))
 
 
 class _Refused(Exception):
@@ -230,10 +232,17 @@ def build_graph(recipe: Recipe, inputs: list[torch.Tensor], out: torch.Tensor, h
         held.append(value)
         return tensor(value)
 
-    lift = (lambda v: [0, *v]) if flat else list
-    values: list[Any] = [graph.conv_fprop(image=tensor(x), weight=tensor(w), padding=lift(recipe.padding), stride=[1, *recipe.stride]
-                                          if flat else list(recipe.stride), dilation=[1, *recipe.dilation] if flat else list(recipe.dilation),
-                                          compute_data_type=cudnn.data_type.FLOAT)]
+    padding = [0, *recipe.padding] if flat else list(recipe.padding)
+    stride = [1, *recipe.stride] if flat else list(recipe.stride)
+    dilation = [1, *recipe.dilation] if flat else list(recipe.dilation)
+    if recipe.transposed:  # (the data gradient of the convolution whose filter it is: its output's dims given)
+        dims = [recipe.out_shape[0], recipe.out_shape[1], *([1] if flat else []), *recipe.out_shape[2:]]
+        conv = graph.conv_dgrad(loss=tensor(x), filter=tensor(w), padding=padding, stride=stride, dilation=dilation,
+                                compute_data_type=cudnn.data_type.FLOAT, out_dims=dims)
+    else:
+        conv = graph.conv_fprop(image=tensor(x), weight=tensor(w), padding=padding, stride=stride, dilation=dilation,
+                                compute_data_type=cudnn.data_type.FLOAT)
+    values: list[Any] = [conv]
     for step in recipe.steps[1:]:
         a = [operand(v) for v in step.args]
         p = dict(step.params)
