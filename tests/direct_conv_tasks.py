@@ -74,6 +74,16 @@ DIRECT_TASKS = {
     "grouped-multiplier-channels-last-bf16": task("F.gelu(F.conv2d(v[0], v[1], v[2], padding=2, groups=12))",
                                                   f"torch.randn(2, 12, 15, 14, {BF16}).contiguous(memory_format=torch.channels_last), "
                                                   f"torch.randn(24, 1, 5, 5, {BF16}), torch.randn(24, {BF16})"),
+    # ResNeXt's form channels-last in bf16: each thread's group's 4 input channels read at once, its 4 output
+    # channels stored at once
+    "grouped-channels-last-relu-bf16": task("torch.relu(F.conv2d(v[0], v[1], v[2], padding=1, groups=8))",
+                                            f"torch.randn(2, 32, 9, 10, {BF16}).contiguous(memory_format=torch.channels_last), "
+                                            f"torch.randn(32, 4, 3, 3, {BF16}), torch.randn(32, {BF16})"),
+    # a depthwise one whose output is asked for channels-last as well: its 8 channels stored at once
+    "depthwise-channels-last-out-f16": task("torch.relu(F.conv2d(v[0], v[1], v[2], padding=1, groups=16))"
+                                            ".contiguous(memory_format=torch.channels_last)",
+                                            f"torch.randn(2, 16, 17, 18, {F16}).contiguous(memory_format=torch.channels_last), "
+                                            f"torch.randn(16, 1, 3, 3, {F16}), torch.randn(16, {F16})"),
     "grouped1d-strided-silu-f16": task("F.silu(F.conv1d(v[0], v[1], v[2], stride=2, padding=1, groups=4))",
                                        f"torch.randn(3, 24, 37, {F16}), torch.randn(48, 6, 3, {F16}), torch.randn(48, {F16})"),
 }

@@ -37,6 +37,8 @@ EXPECTED = {
     "grouped-bn-relu-f32": (["sub", "mul", "add", "relu"], [True]),
     "grouped-multiplier-channels-last-bf16": (["gelu"], [True]),
     "grouped1d-strided-silu-f16": (["_to_copy", "sigmoid", "mul", "_to_copy"], [True]),
+    "grouped-channels-last-relu-bf16": (["relu"], [True]),
+    "depthwise-channels-last-out-f16": (["relu"], [True]),
 }
 
 
@@ -363,7 +365,17 @@ def test_a_grouped_kernel_reads_its_groups_input_channels_and_filter_words() -> 
     assert "const float wv = wt[(c0 + c)];" in cuda and "float acc[1][CB];" in cuda
     multiplier = _kernel("grouped-multiplier-channels-last-bf16", positions=1)
     assert "constexpr int CB = 2;" in multiplier and "acc[p][c] = bs[c0 + c]" in multiplier
-    # (a channels-last input: a warp's threads along the groups of one position, its reads and stores coalesced)
+    # (a channels-last input: a warp's threads along the groups of one position, its reads and stores coalesced,
+    # a group's 4 input channels read a vector at a time; a depthwise one's 8 read, and stored where the
+    # output lies channels-last too)
+    last = _kernel("grouped-channels-last-relu-bf16", positions=1)
+    assert "kevin_ld4(p_in0, n * 2880LL + (c0 / CB * 4) * 1LL + i0 * 320LL + il * 32LL + 0, xs + 0);" in last
+    assert "% 8 == 0" in last and "kevin_ld(p_in0" not in last  # (the input's start checked, no scalar read of it)
+    depthwise = _kernel("depthwise7x7-channels-last-bf16", positions=1)
+    assert "kevin_ld8(p_in0," in depthwise and "% 16 == 0" in depthwise
+    stored = _kernel("depthwise-channels-last-out-f16", positions=1)  # (its output channels-last: 8 stored at once)
+    assert "kevin_ld8(p_in0," in stored and "kevin_st8(p_out0, n * 4896LL + c0 * 1LL + o0 * 288LL + (ol + p) * 16LL + 0," in stored
+    assert "kevin_ld4(p_in" not in _kernel("depthwise-bn-relu6-f32", positions=1)  # (a plain layout: one channel at a time)
     assert "const int c0 = (int)(t % 12) * CB; long long r = t / 12;" in multiplier
     assert "const int c0 = (int)(r % 8) * CB; r /= 8;" in cuda  # (a plain one: along the positions)
 

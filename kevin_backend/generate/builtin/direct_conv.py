@@ -488,14 +488,53 @@ def _window(plan: DirectConv, depth: int, body: list[str]) -> list[str]:
     return lines + ["    " * d + "}" for d in reversed(range(start, depth))]
 
 
-def _input_value(plan: DirectConv, positions: int, channel: str) -> tuple[list[str], str]:
-    """The lines finding position `ol + p`'s input index `il` at the current taps, and the input's
-    value there in input channel `channel` (a zero outside the input)."""
+def _input_at(plan: DirectConv, positions: int, channel: str) -> tuple[list[str], str, str]:
+    """The lines finding position `ol + p`'s input index `il` at the current taps, the condition of
+    reading it (else a zero) and the input's element offset there in input channel `channel`."""
     spatial = plan.x.shape[2:]
     base = " + ".join([f"n * {plan.x.stride[0]}LL", f"{channel} * {plan.x.stride[1]}LL",
                        *(f"i{d} * {plan.x.stride[2 + d]}LL" for d in range(len(spatial) - 1))])
     index, guard = _inner_index(plan, positions, spatial[-1])
-    return index, f"({guard}) ? kevin_ld(p_in{plan.x.index}, {base} + il * {plan.x.stride[-1]}LL) : 0.0f"
+    return index, guard, f"{base} + il * {plan.x.stride[-1]}LL"
+
+
+def _input_value(plan: DirectConv, positions: int, channel: str) -> tuple[list[str], str]:
+    """The lines finding position `ol + p`'s input index `il` at the current taps, and the input's
+    value there in input channel `channel` (a zero outside the input)."""
+    index, guard, at = _input_at(plan, positions, channel)
+    return index, f"({guard}) ? kevin_ld(p_in{plan.x.index}, {at}) : 0.0f"
+
+
+def _vector(dtype: torch.dtype, count: int, steps: tuple[int, ...]) -> int:
+    """Elements one vector access takes of `count` consecutive channels lying innermost (their step
+    1, every other step of the tensor a multiple of it): 8 of a 16-bit dtype (16 bytes), 4 (16 or
+    8 bytes); 0 where they are not read or stored so."""
+    if steps[1] != 1:
+        return 0
+    width = 8 if dtype != torch.float32 and count % 8 == 0 else 4 if count % 4 == 0 else 0
+    return width if width and all(s % width == 0 for k, s in enumerate(steps) if k != 1) else 0
+
+
+def _vector_lines(op: str, pointer: str, at: str, values: str, count: int, width: int) -> list[str]:
+    """`count` consecutive elements at `at` loaded into (or stored from) `values`, `width` at a time."""
+    return [f"kevin_{op}{width}({pointer}, {at} + {j}, {values} + {j});" for j in range(0, count, width)]
+
+
+def _vector_input(plan: DirectConv, count: int) -> int:
+    """The vector width of a depthwise or grouped thread's input channels (its CB, or its group's
+    `count`) of a channels-last input, 0 for scalar reads."""
+    return _vector(plan.x.dtype, count, plan.x.stride) if plan.groups != 1 else 0
+
+
+def _vector_taps(plan: DirectConv, positions: int, first: str, count: int, width: int, uses: list[str]) -> list[str]:
+    """A window tap's work at each position: the `count` input channels from `first` on read into
+    `xs`, `width` at a time (zeros outside the input), then the multiply-adds `uses`."""
+    index, guard, at = _input_at(plan, positions, first)
+    loads = _vector_lines("ld", f"p_in{plan.x.index}", at, "xs", count, width)
+    body = ["#pragma unroll", f"for (int p = 0; p < {positions}; ++p) {{", *index, f"float xs[{count}];",
+            f"if ({guard}) {{", *loads, "} else {", "#pragma unroll", f"for (int e = 0; e < {count}; ++e) xs[e] = 0.0f;", "}",
+            *uses, "}"]
+    return _window(plan, 0, body[:2] + ["    " + line for line in body[2:-1]] + body[-1:])
 
 
 def _taps(plan: DirectConv, positions: int) -> list[str]:
@@ -506,6 +545,11 @@ def _taps(plan: DirectConv, positions: int) -> list[str]:
     tap = "ci"
     for d, size in enumerate(plan.w.shape[2:]):
         tap = f"({tap} * {size} + k{d})"
+    width = _vector_input(plan, cin) if plan.grouped else 0
+    if width:  # (a channels-last input: each tap's group input channels read a vector at a time, then used)
+        return _vector_taps(plan, positions, f"(c0 / CB * {cin})", cin, width, [
+            "#pragma unroll", f"for (int ci = 0; ci < {cin}; ++ci) {{", f"    const float* wt = ws + {tap} * {cout};",
+            "    #pragma unroll", f"    for (int c = 0; c < {count}; ++c) acc[p][c] = fmaf(xs[ci], wt[{channel}], acc[p][c]);", "}"])
     index, value = _input_value(plan, positions, f"(c0 / CB * {cin} + ci)" if plan.grouped else "ci")
     body = [f"const float* wt = ws + {tap} * {cout};",
             f"float xv[{positions}];",
@@ -523,11 +567,15 @@ def _taps(plan: DirectConv, positions: int) -> list[str]:
     return [f"for (int ci = 0; ci < {cin}; ++ci) {{", *_window(plan, 1, body), "}"]
 
 
-def _depthwise_taps(plan: DirectConv, positions: int) -> list[str]:
+def _depthwise_taps(plan: DirectConv, positions: int, count: int, width: int) -> list[str]:
     """A depthwise convolution's multiply-adds: for each window tap, each of the thread's CB
-    channels, its filter word (read through the cache) times its own input channel's values."""
+    (`count`) channels, its filter word (read through the cache) times its own input channel's
+    values (of a channels-last input: read `width` channels at a time)."""
     dims = len(plan.w.shape) - 2
     filt = " + ".join([f"(c0 + c) * {plan.w.stride[0]}LL", *(f"k{d} * {plan.w.stride[2 + d]}LL" for d in range(dims))])
+    if width:  # (a channels-last input: the thread's CB channels at a position, read a vector at a time)
+        return _vector_taps(plan, positions, "c0", count, width, [
+            "#pragma unroll", f"for (int c = 0; c < CB; ++c) acc[p][c] = fmaf(xs[c], kevin_ld(p_in{plan.w.index}, {filt}), acc[p][c]);"])
     index, value = _input_value(plan, positions, "(c0 + c)")
     body = ["#pragma unroll",
             "for (int c = 0; c < CB; ++c) {",
@@ -542,12 +590,17 @@ def _depthwise_taps(plan: DirectConv, positions: int) -> list[str]:
     return _window(plan, 0, body)
 
 
-def _stores(plan: DirectConv) -> list[str]:
+def _stores(plan: DirectConv, block: int) -> list[str]:
+    """Each output stored at position `ol + p`: a value over the channels, each of the thread's
+    (a depthwise or grouped thread's `block` channels lying innermost: a vector at a time), or one."""
     _, cout = plan.channels
     count, channel = _thread_channels(plan.groups != 1, cout)
     lines = []
     for k, o in enumerate(plan.outputs):
-        if o.per_channel:
+        width = _vector(o.dtype, block, o.steps) if plan.groups != 1 and o.per_channel else 0
+        if width:
+            lines += _vector_lines("st", f"p_out{k}", _offset(o.steps, "c0"), o.var, block, width)
+        elif o.per_channel:
             lines += ["#pragma unroll", f"for (int c = 0; c < {count}; ++c) kevin_st(p_out{k}, {_offset(o.steps, channel)}, {o.var}[c]);"]
         else:
             lines.append(f"kevin_st(p_out{k}, {_offset(o.steps, '0')}, {o.var});")
@@ -593,10 +646,11 @@ def _kernel(plan: DirectConv, tiling: DirectTiling) -> tuple[str, int]:
             f"float acc[{positions}][{count}];", "#pragma unroll",
             f"for (int p = 0; p < {positions}; ++p) {{", "    #pragma unroll",
             f"    for (int c = 0; c < {count}; ++c) acc[p][c] = {init};", "}",
-            *(_depthwise_taps(plan, positions) if plan.depthwise else _taps(plan, positions)),
+            *(_depthwise_taps(plan, positions, tiling.channels, _vector_input(plan, tiling.channels)) if plan.depthwise
+              else _taps(plan, positions)),
             "#pragma unroll", f"for (int p = 0; p < {positions}; ++p) {{",
             f"    if (ol + p >= {spatial[-1]}) break;",
-            *("    " + line for line in (*plan.body, *_stores(plan))), "}"]
+            *("    " + line for line in (*plan.body, *_stores(plan, tiling.channels))), "}"]
     return (f"__global__ void __launch_bounds__({threads}) kevin_direct_conv({', '.join(params)}) {{\n"
             + "\n".join("    " + line for line in body) + "\n}\n"), total
 
@@ -614,6 +668,13 @@ def direct_extension(plan: DirectConv, tiling: DirectTiling) -> tuple[str, str]:
         checks.append(f'    TORCH_CHECK(in{i}.is_cuda() && in{i}.scalar_type() == {TORCH_DTYPES.get(t.dtype, "torch::kBool")} && '
                       f'in{i}.sizes() == torch::IntArrayRef({{{sizes}}}) && in{i}.strides() == torch::IntArrayRef({{{strides}}}), '
                       f'"kevin kernel: input {i} must be {str(t.dtype).replace("torch.", "")} of sizes [{sizes}] and strides [{strides}]");')
+    # (a channels-last depthwise or grouped thread's input channels read a vector at a time: the input's
+    # start on that vector's boundary, as torch allocates; a view that starts between fails here, never reads amiss)
+    width = _vector_input(plan, tiling.channels if plan.depthwise else plan.channels[0]) if plan.groups != 1 else 0
+    if width:
+        size = width * torch.empty((), dtype=plan.x.dtype).element_size()
+        checks.append(f'    TORCH_CHECK(reinterpret_cast<uintptr_t>({first}.data_ptr()) % {size} == 0, '
+                      f'"kevin kernel: input {plan.x.index} must start on a {size}-byte boundary (the kernel reads {width} channels at a time)");')
     allocs = [f"    auto out{k} = torch::empty_strided({{{', '.join(map(str, o.shape))}}}, {{{', '.join(map(str, o.stride))}}}, "
               f"{first}.options().dtype({TORCH_DTYPES[o.dtype]}));" for k, o in enumerate(plan.outputs)]
     args = [f"reinterpret_cast<const {C_TYPES[tensors[i].dtype]}*>(in{i}.data_ptr())" for i in plan.reads] + \
