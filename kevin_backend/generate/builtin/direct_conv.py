@@ -156,6 +156,11 @@ class DirectConv:
         return self.groups > 1 and not self.depthwise
 
     @property
+    def blocked(self) -> bool:
+        """Depthwise or grouped: a thread holds CB of the output channels, from c0 on."""
+        return self.groups != 1
+
+    @property
     def channels(self) -> tuple[int, int]:
         """(input channels an output reads: a grouped convolution's group's, output channels)."""
         if self.depthwise:
@@ -520,10 +525,10 @@ def _vector_lines(op: str, pointer: str, at: str, values: str, count: int, width
     return [f"kevin_{op}{width}({pointer}, {at} + {j}, {values} + {j});" for j in range(0, count, width)]
 
 
-def _vector_input(plan: DirectConv, count: int) -> int:
-    """The vector width of a depthwise or grouped thread's input channels (its CB, or its group's
-    `count`) of a channels-last input, 0 for scalar reads."""
-    return _vector(plan.x.dtype, count, plan.x.stride) if plan.groups != 1 else 0
+def _input_width(plan: DirectConv, tiling: DirectTiling) -> int:
+    """The vector width of a depthwise or grouped thread's input channels of a channels-last input
+    (a depthwise thread's CB, a grouped thread's group's input channels), 0 for scalar reads."""
+    return _vector(plan.x.dtype, tiling.channels if plan.depthwise else plan.channels[0], plan.x.stride) if plan.blocked else 0
 
 
 def _vector_taps(plan: DirectConv, positions: int, first: str, count: int, width: int, uses: list[str]) -> list[str]:
@@ -537,7 +542,7 @@ def _vector_taps(plan: DirectConv, positions: int, first: str, count: int, width
     return _window(plan, 0, body[:2] + ["    " + line for line in body[2:-1]] + body[-1:])
 
 
-def _taps(plan: DirectConv, positions: int) -> list[str]:
+def _taps(plan: DirectConv, positions: int, width: int) -> list[str]:
     """The multiply-adds: for each input channel and window tap, the positions' input values, then
     each output channel's filter word times each."""
     cin, cout = plan.channels
@@ -545,7 +550,6 @@ def _taps(plan: DirectConv, positions: int) -> list[str]:
     tap = "ci"
     for d, size in enumerate(plan.w.shape[2:]):
         tap = f"({tap} * {size} + k{d})"
-    width = _vector_input(plan, cin) if plan.grouped else 0
     if width:  # (a channels-last input: each tap's group input channels read a vector at a time, then used)
         return _vector_taps(plan, positions, f"(c0 / CB * {cin})", cin, width, [
             "#pragma unroll", f"for (int ci = 0; ci < {cin}; ++ci) {{", f"    const float* wt = ws + {tap} * {cout};",
@@ -594,10 +598,10 @@ def _stores(plan: DirectConv, block: int) -> list[str]:
     """Each output stored at position `ol + p`: a value over the channels, each of the thread's
     (a depthwise or grouped thread's `block` channels lying innermost: a vector at a time), or one."""
     _, cout = plan.channels
-    count, channel = _thread_channels(plan.groups != 1, cout)
+    count, channel = _thread_channels(plan.blocked, cout)
     lines = []
     for k, o in enumerate(plan.outputs):
-        width = _vector(o.dtype, block, o.steps) if plan.groups != 1 and o.per_channel else 0
+        width = _vector(o.dtype, block, o.steps) if plan.blocked and o.per_channel else 0
         if width:
             lines += _vector_lines("st", f"p_out{k}", _offset(o.steps, "c0"), o.var, block, width)
         elif o.per_channel:
@@ -613,7 +617,7 @@ def _kernel(plan: DirectConv, tiling: DirectTiling) -> tuple[str, int]:
     _, cout = plan.channels
     spatial = plan.out_spatial
     chunks = -(-spatial[-1] // positions)
-    blocked = plan.groups != 1  # (a depthwise or grouped thread's channels: CB from c0 on)
+    blocked = plan.blocked  # (a depthwise or grouped thread's channels: CB from c0 on)
     blocks = cout // tiling.channels if blocked else 1
     total = plan.x.shape[0] * math.prod(spatial[:-1]) * chunks * blocks
     tensors = {t.index: t for t in (plan.x, plan.w, plan.bias, *plan.operands) if t is not None}
@@ -646,8 +650,8 @@ def _kernel(plan: DirectConv, tiling: DirectTiling) -> tuple[str, int]:
             f"float acc[{positions}][{count}];", "#pragma unroll",
             f"for (int p = 0; p < {positions}; ++p) {{", "    #pragma unroll",
             f"    for (int c = 0; c < {count}; ++c) acc[p][c] = {init};", "}",
-            *(_depthwise_taps(plan, positions, tiling.channels, _vector_input(plan, tiling.channels)) if plan.depthwise
-              else _taps(plan, positions)),
+            *(_depthwise_taps(plan, positions, tiling.channels, _input_width(plan, tiling)) if plan.depthwise
+              else _taps(plan, positions, _input_width(plan, tiling))),
             "#pragma unroll", f"for (int p = 0; p < {positions}; ++p) {{",
             f"    if (ol + p >= {spatial[-1]}) break;",
             *("    " + line for line in (*plan.body, *_stores(plan, tiling.channels))), "}"]
@@ -670,7 +674,7 @@ def direct_extension(plan: DirectConv, tiling: DirectTiling) -> tuple[str, str]:
                       f'"kevin kernel: input {i} must be {str(t.dtype).replace("torch.", "")} of sizes [{sizes}] and strides [{strides}]");')
     # (a channels-last depthwise or grouped thread's input channels read a vector at a time: the input's
     # start on that vector's boundary, as torch allocates; a view that starts between fails here, never reads amiss)
-    width = _vector_input(plan, tiling.channels if plan.depthwise else plan.channels[0]) if plan.groups != 1 else 0
+    width = _input_width(plan, tiling)
     if width:
         size = width * torch.empty((), dtype=plan.x.dtype).element_size()
         checks.append(f'    TORCH_CHECK(reinterpret_cast<uintptr_t>({first}.data_ptr()) % {size} == 0, '
