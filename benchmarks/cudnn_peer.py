@@ -305,7 +305,7 @@ def _check_and_time(recipe: Recipe, model: torch.nn.Module, inputs: list[Any], s
                     device: torch.device, trials: int, rounds: int) -> dict[str, Any]:
     import cudnn
 
-    from kevin_backend.measure.compare import compare_outputs, output_list
+    from kevin_backend.measure.compare import compare_outputs, exact_outputs, output_list
     from kevin_backend.measure.timer import make_timer
 
     with torch.no_grad():
@@ -319,10 +319,9 @@ def _check_and_time(recipe: Recipe, model: torch.nn.Module, inputs: list[Any], s
         except Exception as exc:  # noqa: BLE001 - cuDNN's refusal (no engine for the graph) is the finding
             said = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
             return {"cudnn": "failed", "cudnn_note": said}
-        wide = __import__("copy").deepcopy(model).double()
-        exact = output_list(wide(*[v.double() if v.is_floating_point() else v for v in inputs]))
+        exact = exact_outputs(model, inputs, want, device)
         bad = compare_outputs([out], want, exact)
-        del wide, exact
+        del exact
         if bad is not None:
             return {"cudnn": "wrong", "cudnn_note": f"{bad.reason}: {bad.message or ''} ({bad.bad_elements} of {bad.total_elements} elements)"}
         compiled = torch.compile(model)

@@ -310,24 +310,6 @@ def bind(call: QuackCall) -> Callable[[], list[torch.Tensor]]:
 # -- on a GPU -----------------------------------------------------------------------------------
 
 
-def _exact(model: torch.nn.Module, inputs: list[Any], want: list[Any], device: torch.device) -> list[Any] | None:
-    """The task in float64 on upcast copies of its inputs (the judge's exact reference), or None
-    when the GPU has not the memory for it (eager then stands in, with KernelBench's tolerances)."""
-    from kevin_backend.measure.compare import output_list
-    from kevin_backend.measure.inputs import clone_layout
-
-    floats = sum(t.numel() for t in [*inputs, *want] if isinstance(t, torch.Tensor) and t.is_floating_point())
-    if device.type == "cuda" and 8 * floats * 3 > 0.8 * torch.cuda.mem_get_info(device)[0]:
-        return None  # no room for the inputs, outputs and a temporary the size of either, in float64
-    values = [clone_layout(v, dtype=torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in inputs]
-    try:
-        return output_list(model(*values))
-    except torch.OutOfMemoryError:
-        return None
-    finally:
-        del values
-
-
 def refused_by_shape(task: Any) -> bool:
     """Whether QuACK's operation is the task's, on rows in place, and only the row's length or
     alignment (this module's reading of QuACK's launch) refuses it: what `--check-refusals` tries."""
@@ -345,7 +327,7 @@ def measure_task(task: Any, device: torch.device, copy_gbps: float | None, trial
     task must move (`measure/roofline.task_bytes`, as the judge counts them). With `try_refused`, a
     task refused for its row's length or alignment alone is run once anyway, untimed, and
     `quack_refusal` says whether QuACK failed as this module predicts."""
-    from kevin_backend.measure.compare import compare_outputs, output_list
+    from kevin_backend.measure.compare import compare_outputs, exact_outputs, output_list
     from kevin_backend.measure.roofline import task_bytes
     from kevin_backend.measure.timer import make_timer
     from kevin_backend.types import load_program
@@ -362,7 +344,7 @@ def measure_task(task: Any, device: torch.device, copy_gbps: float | None, trial
     try:
         with torch.no_grad():
             want = output_list(model(*inputs))
-            exact = _exact(model, inputs, want, device)
+            exact = exact_outputs(model, inputs, want, device)
             call = build_call(FORMS[task.name], inputs, want)
             try:
                 run = bind(call)

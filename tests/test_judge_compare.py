@@ -196,3 +196,29 @@ def test_a_timed_call_checked_against_a_stand_in_allows_the_stand_ins_own_error(
     assert timed_output_wrong(_Remote(got), None, [got], [want], None, 3) == ""
     wrong = timed_output_wrong(_Remote(got), None, [got], [want], [want.double()], 3)
     assert "timed call 3 of a batch returned a wrong output" in wrong, wrong
+
+
+def test_a_peers_exact_reference_upcasts_a_copy_of_the_model_and_keeps_the_input_layouts() -> None:
+    """`exact_outputs`, a benchmark's float64 check of a peer (QuACK, cuDNN's graphs): a model with
+    float32 parameters runs as a float64 copy on float64 copies of channels-last inputs (its
+    outputs the float64 convolution's), and the model itself stays float32."""
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+
+        def forward(self, x: torch.Tensor, scale: int) -> torch.Tensor:
+            assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+            return torch.relu(self.conv(x)) * scale
+
+    torch.manual_seed(3)
+    model = Model()
+    x = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)
+    want = compare.output_list(model(x, 3))
+    exact = compare.exact_outputs(model, [x, 3], want, torch.device("cpu"))
+    assert exact is not None and exact[0].dtype == torch.float64
+    assert model.conv.weight.dtype == torch.float32 and x.dtype == torch.float32
+    w, b = model.conv.weight.double(), model.conv.bias.double()
+    by_hand = torch.relu(torch.nn.functional.conv2d(x.double(), w, b, padding=1)) * 3
+    assert torch.equal(exact[0], by_hand)
+    assert (exact[0] - want[0].double()).abs().max() < 1e-4
