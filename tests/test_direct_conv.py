@@ -10,7 +10,8 @@ import re
 import pytest
 
 from direct_conv_tasks import DIRECT_TASKS
-from kevin_backend.generate.builtin.direct_conv import MAX_TAPS, DirectTiling, direct_extension, plan_direct
+from kevin_backend.generate.builtin.direct_conv import MAX_TAPS, DirectTiling, plan_direct
+from kevin_backend.generate.builtin.direct_conv_source import direct_extension
 from kevin_backend.generate.builtin.gemm_plan import DirectConv, gemm_turn, plan_gemm, plan_tilings, write_gemm_program
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.plan import Declined

@@ -55,7 +55,8 @@ from kevin_backend.generate.builtin import builtin_support
 from kevin_backend.generate.builtin.gemm_kernel import (gemm_cpp_source, gemm_cuda_flags, gemm_cuda_source, gemm_unaligned,
                                                          tilings_for)
 from kevin_backend.generate.builtin.conv_plan import plan_conv
-from kevin_backend.generate.builtin.direct_conv import DirectConv, DirectTiling, direct_extension, direct_tilings, plan_direct
+from kevin_backend.generate.builtin.direct_conv import DirectConv, DirectTiling, direct_tilings, plan_direct
+from kevin_backend.generate.builtin.direct_conv_source import direct_extension
 from kevin_backend.generate.builtin.gemm_chain import (MATMULS, ChainTiling, GemmChain, batched_operands, chain_cut, chain_tilings,
                                                         decompose_baddbmm, with_parameters)
 from kevin_backend.generate.builtin.gemm_reading import DTYPES, RESHAPES, GemmPlan, gemm_spec, read_epilogue, read_outputs
