@@ -408,3 +408,27 @@ def test_more_level2_problems_are_planned_or_declined_with_the_reason(hopper_wit
         assert isinstance(planned, DirectConv), planned
     else:
         assert isinstance(planned, Declined) and outcome.removeprefix("declined: ") in planned.reason, planned
+
+
+def test_a_depthwise_or_grouped_output_of_a_channels_last_input_is_written_channels_last() -> None:
+    # eager on a GPU makes a channels-last input's convolution channels-last, while the meta tensors the
+    # plan reads say plain: the kernel allocates its output channels-last, so that a warp along the channel
+    # blocks stores consecutive vectors (MobileNetV2's depthwise 3x3 and ResNeXt's grouped 3x3, as the suite has them)
+    import torch
+
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+
+    suite = {t.name: t.source for t in GEMM_SUITE}
+    for name, block, step in (("conv2d-depthwise-bn-relu6-bf16-64x144x56x56", 8, 144), ("conv2d-grouped-bn-relu-bf16-64x128x56x56", 4, 128)):
+        plan = plan_gemm(suite[name], arch="sm90")
+        assert isinstance(plan, DirectConv) and plan.blocked
+        (out,) = plan.outputs
+        assert out.stride == (56 * 56 * step, 1, 56 * step, step), out
+        cuda, _ = direct_extension(plan, plan_tilings(plan)[0])
+        assert f"kevin_st{block}(p_out0, n * {56 * 56 * step}LL + c0 * 1LL + o0 * {56 * step}LL + (ol + p) * {step}LL + 0," in cuda
+        assert f"torch::empty_strided({{64, {step}, 56, 56}}, {{{56 * 56 * step}, 1, {56 * step}, {step}}}" in cuda
+    # a plain input's keeps the plain layout, as does a 1-D one (eager keeps it plain) and a one-group convolution's
+    for name in ("depthwise-bn-relu6-f32", "grouped1d-strided-silu-f16", "channels-last-scale-mean-f16"):
+        plan = plan_gemm(DIRECT_TASKS[name], arch="sm90")
+        assert isinstance(plan, DirectConv)
+        assert all(o.stride == torch.empty(o.shape, device="meta").stride() for o in plan.outputs), (name, plan.outputs)

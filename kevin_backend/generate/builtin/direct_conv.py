@@ -380,6 +380,17 @@ def _offset(steps: tuple[int, ...], channel: str) -> str:
     return " + ".join(terms) or "0"
 
 
+def _laid_out(val: Any, x: _Tensor) -> tuple[int, ...]:
+    """A depthwise or grouped convolution's output strides: channels-last where its input is (as
+    eager makes it on a GPU; the meta tensors the plan reads say plain), so that a warp along the
+    channel blocks stores consecutive vectors; else the meta's."""
+    form = {4: torch.channels_last, 5: torch.channels_last_3d}.get(len(x.shape))
+    xm = torch.empty_strided(x.shape, x.stride, device="meta")
+    if form is None or xm.is_contiguous() or not xm.is_contiguous(memory_format=form) or not val.is_contiguous():
+        return tuple(val.stride())
+    return tuple(torch.empty(tuple(val.shape), device="meta", memory_format=form).stride())
+
+
 def plan_direct(graph: fx.Graph, metas: list[Any]) -> DirectConv:
     """The direct kernel's plan of a graph whose product is its one convolution, or Unsupported."""
     convs = [n for n in graph.nodes if n.op == "call_function" and n.target is aten.convolution.default]
@@ -415,9 +426,9 @@ def plan_direct(graph: fx.Graph, metas: list[Any]) -> DirectConv:
         if val.dtype not in _DTYPES:
             raise Unsupported(f"the task returns a value of {val.dtype}")
         form = epilogue.form[node]
-        steps = tuple(val.stride())
-        steps = (steps[0], 0, *steps[1:]) if form == "R" else (steps[0], 0, *steps[2:]) if form == "K" else steps
-        outputs.append(_Output(epilogue.var[node], val.dtype, tuple(val.shape), tuple(val.stride()), form == "C", steps))
+        layout = _laid_out(val, xt) if form == "C" and groups != 1 and tuple(val.shape) == epilogue.out else tuple(val.stride())
+        steps = (layout[0], 0, *layout[1:]) if form == "R" else (layout[0], 0, *layout[2:]) if form == "K" else layout
+        outputs.append(_Output(epilogue.var[node], val.dtype, tuple(val.shape), layout, form == "C", steps))
     return DirectConv(xt, wt, bt, tuple(sorted(epilogue.operands.values(), key=lambda t: t.index)),
                       tuple(conv.meta["val"].shape[2:]), tuple(stride), tuple(padding), tuple(dilation),
                       tuple(epilogue.lines), tuple(outputs), tuple(epilogue.ops), bool(transposed), depthwise, groups)
