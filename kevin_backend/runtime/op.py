@@ -9,7 +9,8 @@ caches the backend has used (or the default one). Its fake implementation runs t
 reference program on fake tensors, so output shapes follow symbolic sizes too.
 
 The kernel itself decides, call by call, whether it takes the inputs or its partition's Inductor
-code does (`registry.LoadedKernel`); outputs are always contiguous, in the fake and the real
+code does (`registry.LoadedKernel`); outputs are laid out as the reference lays them out (eager's
+layouts: a channels-last convolution's output channels-last), in the fake and the real
 implementation alike.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from kevin_backend.runtime.registry import as_output_list, loaded_kernels, lookup
+from kevin_backend.runtime.registry import fresh_outputs, loaded_kernels, lookup
 
 __all__ = ["launch"]
 
@@ -34,13 +35,7 @@ def launch(key: str, inputs: list[torch.Tensor], check_sizes: bool = True) -> li
 
 
 def _launch_fake(key: str, inputs: list[torch.Tensor], check_sizes: bool = True) -> list[torch.Tensor]:
-    outputs = as_output_list(lookup(key).reference(*inputs))
-    fresh: list[torch.Tensor] = []
-    for o in outputs:
-        if any(torch._C._is_alias_of(o, t) for t in (*inputs, *fresh)):
-            o = o.clone()
-        fresh.append(o)
-    return fresh
+    return fresh_outputs(lookup(key).reference, inputs)
 
 
 _LIB.impl("launch", launch, "CompositeExplicitAutograd")
