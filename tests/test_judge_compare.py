@@ -168,6 +168,8 @@ def test_the_replay_check_tells_a_stale_output_from_rounding() -> None:
     # float32-exact kernel's few elements 12.6 times past the float32 bound are its reference's error
     tf32 = Mismatch(0, "MISMATCH", 25, 115200, (10, 0, 5, 25), -0.686122, -0.686363, 0.000145, 0.0014, 0.0014, 12.6)
     assert stale(tf32) and not stale(tf32, stand_in=True)
+    wider = Mismatch(0, "MISMATCH", 157, 115200, (0, 0, 21, 21), -0.665249, -0.665036, 0.00408, 0.000143, 0.000143, 39.2)
+    assert stale(wider) and not stale(wider, stand_in=True)  # (the same, on another draw: 0.14% of the elements)
     assert stale(Mismatch(0, "MISMATCH", 10, n, (0, 0), 1.0, 2.0, 0.01, 1.0, 1.0, 100.0), stand_in=True)  # few, but farther
     assert stale(Mismatch(0, "MISMATCH", n // 100, n, (0, 0), 1.0, 1.02, 0.01, 0.02, 0.02, 2.0), stand_in=True)  # many
     assert stale(Mismatch(0, "NAN_INF", 1, n))
