@@ -364,6 +364,10 @@ def test_a_grouped_kernel_reads_its_groups_input_channels_and_filter_words() -> 
     assert "const int c0 = (int)(r % 8) * CB; r /= 8;" in cuda
     assert "(c0 / CB * 4 + ci) * 143LL" in cuda and "for (int ci = 0; ci < 4; ++ci)" in cuda
     assert "const float wv = wt[(c0 + c)];" in cuda and "float acc[1][CB];" in cuda
+    # (a block fills the whole filter once, then computes 8 rounds of its threads' outputs)
+    assert "for (int round = 0; round < 8; ++round) {" in cuda and "const long long t = ((long long)blockIdx.x * 8 + round) * 256" in cuda
+    assert "const long long blocks = (" in cuda and "+ 2047) / 2048;" in cuda
+    assert "int round = 0" not in _kernel("depthwise-bn-relu6-f32", positions=1) + _kernel("conv3d-softmax-f32")
     multiplier = _kernel("grouped-multiplier-channels-last-bf16", positions=1)
     assert "constexpr int CB = 2;" in multiplier and "acc[p][c] = bs[c0 + c]" in multiplier
     # (a channels-last input: a warp's threads along the groups of one position, its reads and stores coalesced,

@@ -240,8 +240,11 @@ def _kernel(plan: DirectConv, tiling: DirectTiling) -> tuple[str, int]:
     else:
         count, fill = str(cout), _filter_fill(plan, threads)
         init = "bs[c]" if plan.bias is not None else "0.0f"
-    body = [*fill,
-            f"const long long t = (long long)blockIdx.x * {threads} + threadIdx.x;",
+    # (a grouped block fills the whole filter, C_out x C_in / groups x window words, then computes ROUNDS
+    # of its threads' outputs: one round left a 64-thread block 72 words to fill for 16 outputs a thread)
+    rounds = _rounds(plan)
+    first = f"((long long)blockIdx.x * {rounds} + round) * {threads}" if rounds > 1 else f"(long long)blockIdx.x * {threads}"
+    work = [f"const long long t = {first} + threadIdx.x;",
             f"if (t >= {total}LL) return;", *index,
             f"float acc[{positions}][{count}];", "#pragma unroll",
             f"for (int p = 0; p < {positions}; ++p) {{", "    #pragma unroll",
@@ -251,8 +254,16 @@ def _kernel(plan: DirectConv, tiling: DirectTiling) -> tuple[str, int]:
             "#pragma unroll", f"for (int p = 0; p < {positions}; ++p) {{",
             f"    if (ol + p >= {spatial[-1]}) break;",
             *("    " + line for line in (*plan.body, *_stores(plan, tiling.channels))), "}"]
+    body = [*fill, *([f"for (int round = 0; round < {rounds}; ++round) {{", *("    " + line for line in work), "}"]
+                     if rounds > 1 else work)]
     return (f"__global__ void __launch_bounds__({threads}) kevin_direct_conv({', '.join(params)}) {{\n"
             + "\n".join("    " + line for line in body) + "\n}\n"), total
+
+
+def _rounds(plan: DirectConv) -> int:
+    """Rounds of a block's threads after one fill of the filter: 8 for a grouped convolution's whole
+    filter, 1 otherwise (a one-group filter serves each thread's every output channel)."""
+    return 8 if plan.grouped else 1
 
 
 def direct_extension(plan: DirectConv, tiling: DirectTiling) -> tuple[str, str]:
@@ -286,7 +297,7 @@ def direct_extension(plan: DirectConv, tiling: DirectTiling) -> tuple[str, str]:
             f"    const c10::cuda::CUDAGuard guard({first}.device());\n"
             f"    cudaStream_t stream = c10::cuda::getCurrentCUDAStream({first}.get_device()).stream();\n"
             + "\n".join(allocs) + "\n"
-            f"    const long long blocks = ({total}LL + {tiling.threads - 1}) / {tiling.threads};\n"
+            f"    const long long blocks = ({total}LL + {tiling.threads * _rounds(plan) - 1}) / {tiling.threads * _rounds(plan)};\n"
             f"    if (blocks > 0) kevin_direct_conv<<<(unsigned)blocks, {tiling.threads}, 0, stream>>>({', '.join(args)});\n"
             f"    return {ret};\n}}\n")
     # (the precise math whatever the outputs' dtype: the multiply-adds take the time, and a fast tanh's
