@@ -58,6 +58,18 @@ def test_the_ops_outputs_lie_as_its_fake_says_channels_last_where_eagers_do() ->
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         (fake,) = _launch_fake("f" * 16, [mode.from_tensor(x)])
     assert fake.stride() == made[0].stride()
+    # (symbolic sizes, as a dynamic compile traces: the same format, so the compiled code's stride checks hold)
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()) as mode:
+        (symbolic,) = _launch_fake("f" * 16, [mode.from_tensor(x, static_shapes=False)])
+        assert any(isinstance(n, torch.SymInt) for n in symbolic.shape)
+        assert symbolic.is_contiguous(memory_format=torch.channels_last) and not symbolic.is_contiguous()
+    # a reference that does not run on fake tensors (an output shape set by the values): every output
+    # contiguous, in its fake and real calls alike
+    spec3 = TensorSpec((2, 8, 6, 6), x.stride(), "float32", "cpu")
+    odd = runtime.LoadedKernel("c" * 16, (spec3,), kernel=reference, reference=lambda t: reference(t) + t.sum().item() * 0)
+    assert odd.output_formats() == [] and odd([x])[0].is_contiguous()
     spec2 = TensorSpec((4, 6), (6, 1), "float32", "cpu")
     viewed = runtime.LoadedKernel("b" * 16, (spec2,), kernel=lambda t: (t * 2).t(), reference=lambda t: (t * 2).t())
     out = viewed([torch.randn(4, 6)])[0]

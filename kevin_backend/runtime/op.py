@@ -9,9 +9,9 @@ caches the backend has used (or the default one). Its fake implementation runs t
 reference program on fake tensors, so output shapes follow symbolic sizes too.
 
 The kernel itself decides, call by call, whether it takes the inputs or its partition's Inductor
-code does (`registry.LoadedKernel`); outputs are laid out as the reference lays them out (eager's
-layouts: a channels-last convolution's output channels-last), in the fake and the real
-implementation alike.
+code does (`registry.LoadedKernel`); each output has one memory format, contiguous or channels-last
+as the reference's output for the verified inputs (`LoadedKernel.output_formats`), in the fake and
+the real implementation alike.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def launch(key: str, inputs: list[torch.Tensor], check_sizes: bool = True) -> li
 
 
 def _launch_fake(key: str, inputs: list[torch.Tensor], check_sizes: bool = True) -> list[torch.Tensor]:
-    return fresh_outputs(lookup(key).reference, inputs)
+    return fresh_outputs(lookup(key), inputs)
 
 
 _LIB.impl("launch", launch, "CompositeExplicitAutograd")

@@ -8,10 +8,11 @@ A `LoadedKernel` runs only on inputs exactly like those it was verified on (shap
 dtypes). Other inputs (another size under `dynamic=True`) run Inductor's code for the partition:
 its reference program compiled by Inductor with symbolic sizes, once, on the first such call. A
 kernel that raises is disabled and replaced the same way, with the reason logged; where Inductor
-cannot compile or run the reference, the reference runs eagerly. Outputs are contiguous, or
-channels-last where the reference's output lies channels-last (as eager lays out a convolution of a
-channels-last input: `output_formats`), in the real implementation and the op's fake one alike; an
-output in another layout is copied into its own.
+cannot compile or run the reference, the reference runs eagerly. Each output has one memory
+format for every call (`LoadedKernel.output_formats`): channels-last where the reference's output
+for the verified inputs lies channels-last (as eager lays out a convolution of a channels-last
+input), else contiguous. The op's fake implementation and every real call (the kernel's, Inductor's
+code, the reference's) give it; an output in another layout is copied into it.
 
 The backend hands the runtime each compile's cache with the compile's `Config` (`use_cache`):
 a kernel is built under that config's cache folder (its build folder and precompiled header),
@@ -39,7 +40,7 @@ from kevin_backend.toolchain.build import Builder, answering_load_inline
 from kevin_backend.toolchain.static_rules import check_program, check_task_program
 from kevin_backend.types import TensorSpec, load_program
 
-__all__ = ["KernelMismatch", "LoadedKernel", "RejectedProgram", "check_entry", "entry_violations", "as_output_list", "fresh_outputs", "kernel_calls", "output_formats", "load_entry", "loaded_kernels", "prebuild",
+__all__ = ["KernelMismatch", "LoadedKernel", "RejectedProgram", "check_entry", "entry_violations", "as_output_list", "fresh_outputs", "kernel_calls", "load_entry", "loaded_kernels", "prebuild",
            "register", "lookup", "use_cache"]
 
 log = logging.getLogger("kevin_backend")
@@ -66,8 +67,8 @@ class LoadedKernel:
     # first such call (None: not yet; False: Inductor failed, the reference runs eagerly)
     _other: Any = field(default=None, init=False, repr=False)
     _expected: tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, str], ...] = field(init=False, repr=False)
-    # the outputs' memory formats by the inputs' sizes, strides, dtypes and devices (None: not known)
-    _formats: dict[tuple[Any, ...], list[torch.memory_format] | None] = field(default_factory=dict, init=False, repr=False)
+    # each output's memory format (`output_formats`; None: not yet found)
+    _formats: list[torch.memory_format] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._expected = tuple((s.shape, s.stride, s.torch_dtype, s.device) for s in self.inputs)
@@ -167,16 +168,21 @@ class LoadedKernel:
         self._plain = all(a is b for a, b in zip(fresh, raw))
         return fresh
 
+    def output_formats(self) -> list[torch.memory_format]:
+        """Each output's memory format, the same for every call and for the op's fake
+        implementation (so the code compiled around the op reads what it gets, whatever the sizes):
+        channels-last (3-D) where the reference's output for inputs like the verified ones lies so
+        and not plainly too, else contiguous. Found once, from a run on fake tensors; where that
+        run fails, every output is contiguous."""
+        if self._formats is None:
+            self._formats = _reference_formats(self.reference, self.inputs, self.digest)
+        return self._formats
+
     def _conformed(self, outputs: list[torch.Tensor], inputs: Sequence[Any]) -> list[torch.Tensor]:
-        """`outputs` in the memory formats the op's fake implementation gives them for `inputs`
-        (what the code around the op was compiled for): one in another layout is copied."""
-        key = tuple((tuple(t.shape), t.stride(), t.dtype, t.device.type) if isinstance(t, torch.Tensor) else repr(t) for t in inputs)
-        if key not in self._formats:
-            self._formats[key] = output_formats(self.reference, inputs, self.digest)
-        formats = self._formats[key]
-        if formats is None or len(formats) != len(outputs):
-            formats = [torch.contiguous_format] * len(outputs)
-        return [o if o.is_contiguous(memory_format=f) else o.contiguous(memory_format=f) for o, f in zip(outputs, formats)]
+        """`outputs` in their memory formats (`output_formats`): one in another layout is copied."""
+        formats = self.output_formats()
+        return [o if o.is_contiguous(memory_format=f) else o.contiguous(memory_format=f)
+                for o, f in ((o, formats[k] if k < len(formats) else torch.contiguous_format) for k, o in enumerate(outputs))]
 
 
 # The judge verifies kernels on inputs that start on fresh allocations; an input that starts
@@ -210,43 +216,39 @@ def as_output_list(out: Any) -> list[torch.Tensor]:
 
 
 def _format(t: torch.Tensor) -> torch.memory_format:
-    """Channels-last (3-D) where `t` lies so and not plainly too (eager's layout of a convolution
-    of a channels-last input and of the ops after it), else contiguous; where symbolic sizes leave
-    it open, contiguous."""
-    from torch._prims_common import is_channels_last_contiguous_or_false, is_contiguous_or_false
-
+    """Channels-last (3-D) where `t` lies so and not plainly too, else contiguous."""
     form = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
-    if form is not None and is_channels_last_contiguous_or_false(t) and not is_contiguous_or_false(t):
-        return form
-    return torch.contiguous_format
+    return form if form is not None and t.is_contiguous(memory_format=form) and not t.is_contiguous() else torch.contiguous_format
 
 
-def fresh_outputs(reference: Callable[..., Any], inputs: Sequence[Any]) -> list[torch.Tensor]:
-    """The op's outputs for `inputs` as its fake implementation gives them: the reference's, each
-    contiguous or channels-last (`_format`), one that aliases an input or an earlier output cloned."""
+def _reference_formats(reference: Callable[..., Any], specs: Sequence[TensorSpec], digest: str) -> list[torch.memory_format]:
+    """The memory formats of the reference's outputs on fake tensors laid out as `specs` (outside
+    any fake mode the caller runs in: the op's fake implementation asks too); all contiguous,
+    said once, where that run fails."""
+    from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+
+    try:
+        with unset_fake_temporarily(), FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
+            fakes = [torch.empty_strided(s.shape, s.stride, dtype=s.torch_dtype, device=s.device) for s in specs]
+            return [_format(o) for o in as_output_list(reference(*fakes))]
+    except Exception as exc:  # noqa: BLE001 - every output then contiguous, in the fake and the real calls alike
+        log.warning("kevin kernel %s: its reference did not run on fake tensors (%s: %s); its outputs are made contiguous",
+                    digest, type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
+        return []
+
+
+def fresh_outputs(kernel: LoadedKernel, inputs: Sequence[Any]) -> list[torch.Tensor]:
+    """The op's outputs for `inputs` (fake tensors) as its fake implementation gives them: the
+    reference's, each in its memory format (`LoadedKernel.output_formats`), one that aliases an
+    input or an earlier output cloned, as the real op copies it."""
+    formats = kernel.output_formats()
     fresh: list[torch.Tensor] = []
-    for o in as_output_list(reference(*inputs)):
-        o = o.contiguous(memory_format=_format(o))
+    for k, o in enumerate(as_output_list(kernel.reference(*inputs))):
+        o = o.contiguous(memory_format=formats[k] if k < len(formats) else torch.contiguous_format)
         if any(torch._C._is_alias_of(o, t) for t in (*inputs, *fresh) if isinstance(t, torch.Tensor)):
             o = o.clone()
         fresh.append(o)
     return fresh
-
-
-def output_formats(reference: Callable[..., Any], inputs: Sequence[Any], digest: str = "") -> list[torch.memory_format] | None:
-    """The memory formats of the op's outputs for inputs like `inputs`, from the reference run on
-    fake tensors (as the op's fake implementation runs it); None, said once, where that run fails
-    (the outputs are then made contiguous)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    try:
-        with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
-            fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in inputs]
-            return [_format(o) for o in fresh_outputs(reference, fakes)]
-    except Exception as exc:  # noqa: BLE001 - the outputs are then made contiguous
-        log.warning("kevin kernel %s: its reference did not run on fake tensors (%s: %s); its outputs are made contiguous",
-                    digest, type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
-        return None
 
 
 _lock = threading.Lock()
