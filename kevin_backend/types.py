@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["TensorSpec", "KernelTask", "dtype_from_name", "load_program", "placement_device"]
+__all__ = ["TensorSpec", "KernelTask", "channels_last_form", "dtype_from_name", "load_program", "placement_device"]
 
 
 def dtype_from_name(name: str) -> torch.dtype:
@@ -156,3 +156,10 @@ def load_program(source: str, module_name: str) -> types.ModuleType:
     code = compile(source, module.__file__, "exec")
     exec(code, module.__dict__)  # noqa: S102 - task programs are ours; candidates are judged first
     return module
+
+
+def channels_last_form(t: torch.Tensor) -> torch.memory_format | None:
+    """`torch.channels_last` (4-D) or `torch.channels_last_3d` (5-D) where `t` lies so (a tensor
+    may lie plainly too, as one of a single channel does), else None."""
+    form = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
+    return form if form is not None and t.is_contiguous(memory_format=form) else None

@@ -38,7 +38,7 @@ from kevin_backend.measure.inputs import clone_layout
 from kevin_backend.runtime.counters import counters
 from kevin_backend.toolchain.build import Builder, answering_load_inline
 from kevin_backend.toolchain.static_rules import check_program, check_task_program
-from kevin_backend.types import TensorSpec, load_program
+from kevin_backend.types import TensorSpec, channels_last_form, load_program
 
 __all__ = ["KernelMismatch", "LoadedKernel", "RejectedProgram", "check_entry", "entry_violations", "as_output_list", "fresh_outputs", "kernel_calls", "load_entry", "loaded_kernels", "prebuild",
            "register", "lookup", "use_cache"]
@@ -217,8 +217,8 @@ def as_output_list(out: Any) -> list[torch.Tensor]:
 
 def _format(t: torch.Tensor) -> torch.memory_format:
     """Channels-last (3-D) where `t` lies so and not plainly too, else contiguous."""
-    form = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
-    return form if form is not None and t.is_contiguous(memory_format=form) and not t.is_contiguous() else torch.contiguous_format
+    form = channels_last_form(t)
+    return form if form is not None and not t.is_contiguous() else torch.contiguous_format
 
 
 def _reference_formats(reference: Callable[..., Any], specs: Sequence[TensorSpec], digest: str) -> list[torch.memory_format]:

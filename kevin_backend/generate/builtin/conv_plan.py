@@ -41,6 +41,7 @@ from kevin_backend.generate.builtin.gemm_reading import (DTYPES, GemmPlan, TreeO
                                                          read_epilogue, read_outputs, wide_operand)
 from kevin_backend.generate.builtin.gemm_tail import GemmTail, has_tail, plan_tail
 from kevin_backend.generate.builtin.ops import Unsupported
+from kevin_backend.types import channels_last_form
 
 __all__ = ["plan_conv", "read_conv"]
 
@@ -53,8 +54,7 @@ def _convolutions(graph: fx.Graph) -> list[fx.Node]:
 
 def _channels_last(value: torch.Tensor) -> bool:
     """Whether a 4-D or 5-D tensor lies channels-last (channels innermost)."""
-    layout = {4: torch.channels_last, 5: torch.channels_last_3d}.get(value.dim())
-    return layout is not None and value.is_contiguous(memory_format=layout)
+    return channels_last_form(value) is not None
 
 
 def plan_conv(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan | GemmTail:

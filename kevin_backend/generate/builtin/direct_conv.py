@@ -62,6 +62,7 @@ from kevin_backend.generate.builtin.ops import Unsupported, float_literal, is_po
 from kevin_backend.generate.builtin.plan import Reduction
 from kevin_backend.generate.builtin.plan_builder import aligned
 from kevin_backend.generate.builtin.rows_kernel import REDUCTION_COMBINE, REDUCTION_INIT
+from kevin_backend.types import channels_last_form
 
 __all__ = ["DirectConv", "DirectTiling", "plan_direct", "direct_tilings", "takes", "MAX_TAPS", "MAX_CHANNELS"]
 
@@ -385,9 +386,9 @@ def _laid_out(val: Any, x: _Tensor) -> tuple[int, ...]:
     """A depthwise or grouped convolution's output strides: channels-last where its input is (as
     eager makes it on a GPU; the meta tensors the plan reads say plain), so that a warp along the
     channel blocks stores consecutive vectors; else the meta's."""
-    form = {4: torch.channels_last, 5: torch.channels_last_3d}.get(len(x.shape))
     xm = torch.empty_strided(x.shape, x.stride, device="meta")
-    if form is None or xm.is_contiguous() or not xm.is_contiguous(memory_format=form) or not val.is_contiguous():
+    form = channels_last_form(xm)
+    if form is None or xm.is_contiguous() or not val.is_contiguous():
         return tuple(val.stride())
     return tuple(torch.empty(tuple(val.shape), device="meta", memory_format=form).stride())
 
