@@ -82,6 +82,17 @@ def clone_layout(t: torch.Tensor, device: torch.device | str | None = None, dtyp
     return out
 
 
+def perturbed_copy(t: torch.Tensor, dtype: torch.dtype, relative: float, generator: torch.Generator) -> torch.Tensor:
+    """`clone_layout(t)` in `dtype` (no storage before it), each element of the region it spans
+    times 1 + relative or 1 - relative, the sign drawn from `generator` (one draw per element of
+    memory: a stride-0 broadcast stays one row, perturbed once)."""
+    out = clone_layout(t, dtype=dtype, keep_offset=False)
+    region = _region(out)
+    factor = torch.empty_like(region).bernoulli_(0.5, generator=generator)
+    region.mul_(factor.mul_(2 * relative).add_(1 - relative))
+    return out
+
+
 def to_device(value: Any, device: torch.device | str) -> Any:
     """`value` on `device` with its layout; non-tensors and tensors already there as they are."""
     if not isinstance(value, torch.Tensor) or value.device == torch.device(device):
