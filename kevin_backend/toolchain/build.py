@@ -258,8 +258,9 @@ class Builder:
         self.jobs = max(1, jobs or (os.cpu_count() or 1))
         self.timeout = timeout
         # at most `jobs` builds at once however many callers build at once (evaluate_many per
-        # task, several tasks at a time): more would only slow every one of them towards its timeout
-        self._slots = threading.BoundedSemaphore(self.jobs)
+        # task, several tasks at a time): more would only slow every one of them towards its timeout;
+        # a turn's own build before any build ahead (`BuildSlots`)
+        self._slots = BuildSlots(self.jobs)
 
     def _folder(self, spec: BuildSpec) -> Path:
         return self.root / spec.digest
@@ -315,7 +316,7 @@ class Builder:
             hit = self.cached(spec)
             if hit is not None:
                 return dataclasses.replace(hit, seconds=time.perf_counter() - start)
-            with self._slots:
+            with self._slots.taken(background):
                 niceness = BACKGROUND_NICENESS if background else 0
                 return self._build_fast(spec, start, niceness) if spec.fast else self._build_whole(spec, start, niceness)
 
@@ -414,6 +415,49 @@ def _run_worker(folder: Path, env: dict[str, str], timeout: float, niceness: int
 # A build ahead of its turn runs at this niceness: the turn's own build, started at the same time
 # (the engine hands the foreseen programs over as it judges a turn), gets the cores first.
 BACKGROUND_NICENESS = 10
+# Slots builds ahead leave free for turns' own builds (a search of several tasks foresees more
+# programs than there are slots: without these, a new turn's build would queue behind them).
+FOREGROUND_SLOTS = 2
+
+
+class BuildSlots:
+    """At most `jobs` builds at once. A turn's own build takes the next free slot; a build ahead
+    of its turn (`background`) takes one only while no turn's build waits for a slot, and at most
+    `jobs - FOREGROUND_SLOTS` of them run at once (at least one), so a turn's build never waits
+    for more than builds ahead already running to end when the builder has more than that."""
+
+    def __init__(self, jobs: int, reserved: int = FOREGROUND_SLOTS) -> None:
+        self.jobs = jobs
+        self.ahead_limit = max(1, jobs - reserved)
+        self._changed = threading.Condition()
+        self._running = 0
+        self._ahead = 0
+        self._waiting = 0  # turns' own builds waiting for a slot
+
+    @contextlib.contextmanager
+    def taken(self, background: bool = False) -> Iterator[None]:
+        with self._changed:
+            if background:
+                self._changed.wait_for(lambda: self._running < self.jobs and not self._waiting
+                                       and self._ahead < self.ahead_limit)
+                self._ahead += 1
+            else:
+                self._waiting += 1
+                self._changed.wait_for(lambda: self._running < self.jobs)
+                self._waiting -= 1
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._ahead -= background
+                self._changed.notify_all()
+
+    def counts(self) -> tuple[int, int, int]:
+        """(builds running, of them ahead of their turn, turns' builds waiting)."""
+        with self._changed:
+            return self._running, self._ahead, self._waiting
 
 # Compiler output that says the machine, not the source, failed.
 _MACHINE_FAILURES = ("no space left on device", "cannot allocate memory", "virtual memory exhausted",
