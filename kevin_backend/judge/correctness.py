@@ -1,9 +1,9 @@
 """Correctness on one input set: the references (`reference_sets.py`), the candidate in its own
 process on memory poisoned with NaN under the audit (`audit.py`), its inputs (the judge's shared
 copies) fingerprinted after, and
-the comparison (`measure/compare.py`); a float32 output that fails is compared once more with
-the output's conditioning (the second opinion: honest rounding of a sum that cancels is past
-eager's error and the cap there); a candidate wrong on non-contiguous inputs is run once more on
+the comparison (`measure/compare.py`); an output that fails is compared once more with its
+conditioning (the second opinion: honest rounding where a sum cancels is past eager's error and
+the cap there); a candidate wrong on non-contiguous inputs is run once more on
 contiguous copies, to say whether it ignores their strides.
 """
 
@@ -58,10 +58,13 @@ def check_input_set(run: Run, index: int, seed: int, exact_model: list[torch.nn.
 
 def _second_opinion(run: Run, index: int, ref: ReferenceSet, got: list[Any], exact: list[Any],
                     exact_model: list[torch.nn.Module], bad: Mismatch) -> Mismatch | None:
-    """The comparison again with the outputs' conditioning (`run_conditioned`): None where the
-    failure was float32 rounding of a sum that cancels (noted), else the mismatch that stands."""
+    """The comparison again with the failed output's conditioning (`run_conditioned`): None where
+    the failure was rounding where a sum cancels (noted), else the mismatch that stands."""
+    failed = ref.want[bad.output] if bad.output < len(ref.want) else None
+    if not isinstance(failed, torch.Tensor) or not failed.is_floating_point():
+        return bad
     run.phase("exact")
-    conditioned = run_conditioned(run, ref.inputs, exact_model, ref.want, exact)
+    conditioned = run_conditioned(run, ref.inputs, exact_model, ref.want, exact, failed.dtype)
     run.ledger.observe()
     if conditioned is None:
         return bad
@@ -72,7 +75,7 @@ def _second_opinion(run: Run, index: int, ref: ReferenceSet, got: list[Any], exa
         run.ledger.notes.append(
             f"input set {index}: output {bad.output} passed on the second opinion ({bad.bad_elements} of "
             f"{bad.total_elements} elements past the first bound, at most {bad.worst_ratio:.2f} times it, "
-            "within float32 rounding of the output's conditioning)")
+            "within rounding of the output's conditioning)")
     return again
 
 

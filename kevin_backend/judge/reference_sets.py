@@ -1,9 +1,8 @@
 """The references a candidate is compared with, per input set: the eager reference in the task's
 dtype (a set whose reference is not finite is made again without its zeros, -0 and subnormals,
 or with narrower scales) and the exact reference, the same model in float64 (float32 for a
-half-precision task) when that fits the memory the judge may take (`measure/memory.py`); for a
-float32 output that fails, the conditioning run of the comparison's second opinion
-(`measure/compare.py`).
+half-precision task) when that fits the memory the judge may take (`measure/memory.py`); for an
+output that fails, the conditioning run of the comparison's second opinion (`measure/compare.py`).
 """
 
 from __future__ import annotations
@@ -19,8 +18,7 @@ from kevin_backend.measure.inputs import MIXED_RANGES, InputSet, clone_layout, f
 
 __all__ = ["ReferenceSet", "exact_bytes", "make_reference_set", "plan_exact", "run_conditioned", "run_eager", "run_exact"]
 
-# The second opinion's conditioning run: each float input times 1 +- one float32 ulp, two draws.
-CONDITIONING_ULP = 2.0 ** -23
+# The second opinion's conditioning run: each float input times 1 +- the output dtype's unit roundoff, two draws.
 CONDITIONING_DRAWS = 2
 
 
@@ -167,24 +165,26 @@ def run_exact(run: Run, inputs: InputSet, exact_model: list[torch.nn.Module]) ->
 
 
 def run_conditioned(run: Run, inputs: InputSet, exact_model: list[torch.nn.Module], want: Sequence[Any],
-                    exact: Sequence[Any]) -> list[Any] | None:
-    """The second opinion's conditioning run (`measure/compare.py`): the float64 reference on
-    copies of the inputs perturbed by one float32 ulp of random sign (seeded by the set), twice;
-    at each element of a float32 output, the draw farther from `exact`. None where there is no
-    float64 run, no float32 output, or it would not fit the judge's memory (noted): the first
-    comparison's verdict then stands."""
-    outputs = [i for i, v in enumerate(want) if isinstance(v, torch.Tensor) and v.dtype == torch.float32]
-    if run.exact_dtype != torch.float64 or not exact_model or not outputs:
+                    exact: Sequence[Any], dtype: torch.dtype) -> list[Any] | None:
+    """The second opinion's conditioning run for the outputs of `dtype` (`measure/compare.py`):
+    the exact reference on copies of the inputs, each element moved by the unit roundoff of
+    `dtype` (half its ulp) of a random sign (seeded by the set), twice; at each element of such
+    an output, the draw farther from `exact` (None at other outputs). None where the exact run is
+    no wider than `dtype`, or it would not fit the judge's memory (noted): the first comparison's
+    verdict then stands."""
+    outputs = [i for i, v in enumerate(want) if isinstance(v, torch.Tensor) and v.dtype == dtype]
+    wider = run.exact_dtype is not None and torch.finfo(run.exact_dtype).eps < torch.finfo(dtype).eps
+    if not wider or not exact_model or not outputs:
         return None
-    sizes = exact_bytes(run, inputs, want, max(0, run.reference_temps), torch.float64)
+    assert run.exact_dtype is not None
+    sizes = exact_bytes(run, inputs, want, max(0, run.reference_temps), run.exact_dtype)
     if sizes is None or not run.ledger.fits(sizes[0] + sizes[1] + _float_inputs_bytes(inputs.values) * 2):
-        run.ledger.notes.append("no second opinion on a failed float32 output: its conditioning run would not fit "
-                                "the judge's memory")
+        run.ledger.notes.append("no second opinion on a failed output: its conditioning run would not fit the judge's memory")
         return None
     generator = torch.Generator(device=run.device).manual_seed(inputs.seed)
     farthest: list[Any] = [None] * len(want)
     for _ in range(CONDITIONING_DRAWS):
-        values = [perturbed_copy(v, torch.float64, CONDITIONING_ULP, generator)
+        values = [perturbed_copy(v, run.exact_dtype, torch.finfo(dtype).eps / 2, generator)
                   if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in inputs.values]
         try:
             with torch.no_grad():
