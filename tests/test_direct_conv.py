@@ -284,7 +284,10 @@ def test_without_cutlass_a_gpu_still_gets_the_direct_convolution(monkeypatch: py
 def test_wide_outputs_take_fewer_positions_a_thread_first() -> None:
     # (16 channels: two positions first; 24 and 32: one first, at most two; the registers a thread holds)
     names = {name: [t.name for t in plan_tilings(plan_gemm(DIRECT_TASKS[name], arch="sm90")) if isinstance(t, DirectTiling)]
-             for name in ("min-tanh-f32", "strided-relu-residual-bf16", "stem-bn-silu-bf16")}
+             for name in ("min-tanh-f32", "strided-relu-residual-bf16", "stem-bn-silu-bf16", "grouped-bn-relu-f32")}
+    # (a grouped convolution's thread holds its group's 4 channels: four positions first, as on an H200)
+    assert names.pop("grouped-bn-relu-f32") == ["direct 64 threads x 4 positions x 4 channels", "direct 128 threads x 2 positions x 4 channels",
+                                                "direct 256 threads x 1 position x 4 channels"]
     assert names == {"min-tanh-f32": ["direct 128 threads x 2 positions", "direct 256 threads x 1 position", "direct 64 threads x 4 positions"],
                      "strided-relu-residual-bf16": ["direct 256 threads x 1 position", "direct 128 threads x 2 positions"],
                      "stem-bn-silu-bf16": ["direct 256 threads x 1 position", "direct 128 threads x 2 positions"]}, names
@@ -313,7 +316,7 @@ def test_a_compiled_mobilenet_depthwise_block_is_one_direct_kernel(hopper_with_c
     assert not any("mean" in op or "sum" in op for op in part.ops), part.ops
     direct = plan_gemm(extract_task(part).source, arch="sm90")
     assert isinstance(direct, DirectConv) and direct.depthwise and direct.fallback is None, direct
-    assert [(t.positions, t.channels) for t in plan_tilings(direct)] == [(2, 8), (4, 8), (1, 8), (1, 4)]
+    assert [(t.positions, t.channels) for t in plan_tilings(direct)] == [(4, 8), (2, 8), (1, 8), (1, 4)]
     if reduce:
         assert any(any("mean" in op or "sum" in op for op in p.ops) for p in plan.partitions if p is not part), plan.partitions
 
