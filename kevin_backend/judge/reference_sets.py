@@ -178,7 +178,9 @@ def run_conditioned(run: Run, inputs: InputSet, exact_model: list[torch.nn.Modul
         return None
     assert run.exact_dtype is not None
     sizes = exact_bytes(run, inputs, want, max(0, run.reference_temps), run.exact_dtype)
-    if sizes is None or not run.ledger.fits(sizes[0] + sizes[1] + _float_inputs_bytes(inputs.values) * 2):
+    # (at its peak: an exact run on perturbed copies of the inputs, the farthest draw so far, and two
+    # more outputs' worth while the draws are compared)
+    if sizes is None or not run.ledger.fits(sizes[0] + 3 * sizes[1] + _float_inputs_bytes(inputs.values) * 2):
         run.ledger.notes.append("no second opinion on a failed output: its conditioning run would not fit the judge's memory")
         return None
     generator = torch.Generator(device=run.device).manual_seed(inputs.seed)
