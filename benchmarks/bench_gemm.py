@@ -165,7 +165,9 @@ def main() -> int:
         row = {"task": name, "plan": plans[name].describe(), "tiling": tiling, "peer": peer, "verdict": result.reason.name,
                "kernel_ms": t.kernel_ms, "inductor_ms": t.inductor_ms, "eager_ms": t.eager_ms, "peer_ms": peer_ms,
                "x_peer": (peer_ms / t.kernel_ms) if t.kernel_ms and peer_ms else None,
-               "exact": result.exact, "seconds": round(time.perf_counter() - began, 1), "feedback": result.feedback[:300]}
+               "exact": result.exact, "seconds": round(time.perf_counter() - began, 1), "feedback": result.feedback[:300],
+               # the input sets that passed only on the comparison's second opinion (`measure/compare.py`)
+               "second_opinion": [n for n in (result.memory or {}).get("notes", []) if "second opinion" in n]}
         row["x_inductor"] = row["x_peer"] if peer == "inductor" else None
         rows.append(row)
         save()
@@ -181,7 +183,8 @@ def main() -> int:
             row = judged(name, tiling.name, "inductor", judge, source)
             mine.append(row)
             x = f"{row['x_peer']:.3f}x Inductor" if row["x_peer"] else "-"
-            print(f"[{count}/{len(programs)}] {name} {tiling.name}: {row['verdict']} {x} ({row['seconds']} s)", flush=True)
+            print(f"[{count}/{len(programs)}] {name} {tiling.name}: {row['verdict']} {x} ({row['seconds']} s)"
+                  + "".join(f"\n    {note}" for note in row["second_opinion"]), flush=True)
         accepted = [r for r in mine if r["verdict"] == "ACCEPTED"]
         if not accepted:
             continue

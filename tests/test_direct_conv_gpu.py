@@ -49,7 +49,8 @@ def test_each_direct_convolution_is_accepted_against_an_exact_reference(tmp_path
         t = result.timings
         speed = f"{t.inductor_ms / t.kernel_ms:.2f}x Inductor" if t.kernel_ms and t.inductor_ms else "-"
         print(f"{name} {tiling}: {result.reason.name} kernel {t.kernel_ms} ms, Inductor {t.inductor_ms} ms, eager {t.eager_ms} ms "
-              f"({speed}), exact {result.exact}; {result.feedback[:300]}")
+              f"({speed}), exact {result.exact}; {result.feedback[:300]}"
+              + "".join(f"\n    {n}" for n in (result.memory or {}).get("notes", []) if "second opinion" in n))
         if result.reason.name != "ACCEPTED":
             wrong.append(f"{name} {tiling}: {result.reason.name}: {result.feedback[:1500]}")
         elif result.exact == "eager":  # (these tasks are small: the judge's float64 run takes each)
