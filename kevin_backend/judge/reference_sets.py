@@ -192,9 +192,9 @@ def run_conditioned(run: Run, inputs: InputSet, exact_model: list[torch.nn.Modul
             with torch.no_grad():
                 out = output_list(exact_model[0](*values))
             sync(run.device)
+        except torch.OutOfMemoryError:
+            raise
         except (RuntimeError, NotImplementedError) as exc:  # (the exact run itself succeeded on these inputs)
-            if isinstance(exc, torch.OutOfMemoryError):
-                raise
             run.ledger.notes.append(f"no second opinion: the conditioning run failed ({type(exc).__name__})")
             return None
         finally:

@@ -178,11 +178,18 @@ class LoadedKernel:
             self._formats = _reference_formats(self.reference, self.inputs, self.digest)
         return self._formats
 
+    def output_format(self, k: int) -> torch.memory_format:
+        """Output `k`'s memory format (`output_formats`; contiguous past their count)."""
+        formats = self.output_formats()
+        return formats[k] if k < len(formats) else torch.contiguous_format
+
     def _conformed(self, outputs: list[torch.Tensor], inputs: Sequence[Any]) -> list[torch.Tensor]:
         """`outputs` in their memory formats (`output_formats`): one in another layout is copied."""
-        formats = self.output_formats()
-        return [o if o.is_contiguous(memory_format=f) else o.contiguous(memory_format=f)
-                for o, f in ((o, formats[k] if k < len(formats) else torch.contiguous_format) for k, o in enumerate(outputs))]
+        conformed = []
+        for k, o in enumerate(outputs):
+            form = self.output_format(k)
+            conformed.append(o if o.is_contiguous(memory_format=form) else o.contiguous(memory_format=form))
+        return conformed
 
 
 # The judge verifies kernels on inputs that start on fresh allocations; an input that starts
@@ -241,10 +248,9 @@ def fresh_outputs(kernel: LoadedKernel, inputs: Sequence[Any]) -> list[torch.Ten
     """The op's outputs for `inputs` (fake tensors) as its fake implementation gives them: the
     reference's, each in its memory format (`LoadedKernel.output_formats`), one that aliases an
     input or an earlier output cloned, as the real op copies it."""
-    formats = kernel.output_formats()
     fresh: list[torch.Tensor] = []
     for k, o in enumerate(as_output_list(kernel.reference(*inputs))):
-        o = o.contiguous(memory_format=formats[k] if k < len(formats) else torch.contiguous_format)
+        o = o.contiguous(memory_format=kernel.output_format(k))
         if any(torch._C._is_alias_of(o, t) for t in (*inputs, *fresh) if isinstance(t, torch.Tensor)):
             o = o.clone()
         fresh.append(o)
