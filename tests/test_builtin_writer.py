@@ -641,6 +641,45 @@ def test_a_gemm_searchs_later_programs_are_all_foreseen_at_its_first_turn(name: 
     assert len(set(written[:len(tilings)])) == len(tilings)  # (each tiling once, then the fastest again)
 
 
+@pytest.mark.parametrize("name", ["linear-gelu-f32-128x1024x512", "attn-vit-softmax-f16-8x12x197x64"])
+@pytest.mark.parametrize("turns", [2, 3, 5])
+def test_a_gemm_search_foresees_only_what_its_turns_left_can_write(name: str, turns: int,
+                                                                   hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
+    # told how many turns the search has left, a GEMM trajectory foresees only the tilings those
+    # turns can reach, whatever the verdicts: every later turn's program among them, and a
+    # two-turn search a program or two (not every tiling: eight tasks' builds of tilings no turn
+    # takes would hold the slots their own next builds wait for)
+    import itertools
+
+    from kevin_backend.generate.builtin.gemm_plan import plan_gemm, plan_tilings
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+
+    source = next(t.source for t in GEMM_SUITE if t.name == name)
+    tilings = plan_tilings(plan_gemm(source))
+    assert len(tilings) > 3
+    policy = BuiltinPolicy()
+    for verdicts in itertools.product([0.04, None], repeat=turns):
+        turns_done: list[Turn] = []
+        written: list[str] = []
+        foreseen: list[list[str]] = []  # at each turn, the programs foreseen for the turns after it
+        for k, ms in enumerate(verdicts):
+            messages = build_messages(source, "NVIDIA H200", turns_done, 100_000)
+            earlier = [EarlierTurn(s.reply, s.result) for s in turns_done]
+            (reply,) = policy.generate_after([messages], [earlier], Sampling())
+            (program,) = re.findall(r"```python\n(.*?)```", reply.text, re.S)
+            # (a new tiling foreseen at every turn before; else the fastest again, built already)
+            assert program in written or all(program in ahead for ahead in foreseen), (verdicts, k, reply.extra["variant"])
+            ahead = policy.foresee([messages], [[*earlier, EarlierTurn(reply, None)]], turns - k - 1)
+            assert program not in ahead and len(ahead) <= 2 * (turns - k - 1), (verdicts, k, len(ahead))
+            foreseen.append(ahead)
+            written.append(program)
+            turns_done.append(Turn.of(reply, _feedback(ms)))
+    messages = build_messages(source, "NVIDIA H200", [], 100_000)
+    (reply,) = policy.generate([messages], Sampling())
+    everything = policy.foresee([messages], [[EarlierTurn(reply, None)]])
+    assert len(policy.foresee([messages], [[EarlierTurn(reply, None)]], 1)) <= 2 < len(everything) == len(tilings) - 1
+
+
 def test_every_ranking_rule_says_why() -> None:
     from kevin_backend.generate.builtin.variant_ranking import POINTWISE_ORDERS, ROW_GROUPS, ROW_PLACEMENTS
 

@@ -168,14 +168,16 @@ class _Foreseeing(_Writer):
         super().__init__(said)
         self.turn = 0
         self.earlier: list[Any] = []
+        self.turns_left: list[Any] = []
 
     def generate(self, conversations: Any, sampling: Any) -> list[Reply]:
         self.said.append("write")
         self.turn += 1
         return [Reply(f"```python\n# turn {self.turn}\nclass ModelNew:\n    pass\n```\n") for _ in conversations]
 
-    def foresee(self, conversations: Any, earlier: Any) -> list[str]:
+    def foresee(self, conversations: Any, earlier: Any, turns_left: Any = None) -> list[str]:
         self.earlier.append(earlier)
+        self.turns_left.append(turns_left)
         return [f"# turn {self.turn + 1}\nclass ModelNew:\n    pass\n"]
 
 
@@ -193,6 +195,7 @@ def test_a_foreseeing_writers_next_programs_are_built_while_its_turn_is_judged()
     first, second = writer.earlier
     assert [len(t) for t in first] == [1] and first[0][0].result is None  # this turn's reply, not judged yet
     assert [len(t) for t in second] == [2] and second[0][0].result.reason is Reason.ACCEPTED and second[0][1].result is None
+    assert writer.turns_left == [2, 1]  # (the turns the search takes after the reply at hand)
 
 
 def test_the_judge_builds_ahead_in_the_background(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -260,6 +263,6 @@ def test_a_compiles_later_tasks_first_programs_are_built_before_their_searches()
     tasks = [KernelTask(f"t{i}", f"{TASK}\n# task {i}\n", (), (), (), f"h{i}") for i in range(2)]
     generator.foresee(tasks, CacheKey("g", (), "NVIDIA H200", "9.0", "2.11", "13.0"))
     assert said == ["build ahead # turn 1"]  # (the same program from both tasks: handed over once)
-    assert writer.earlier == [[[], []], [[], []]]  # each task: two trajectories, no turn yet
+    assert writer.earlier == [[[], []], [[], []]] and writer.turns_left == [3, 3]  # each task: two trajectories, no turn yet
     Engine(writer, _Judge(said), SearchConfig(trajectories=1, turns=1)).build_first_turns([TASK])  # (a judge that builds nothing ahead)
     assert said == ["build ahead # turn 1"]

@@ -217,7 +217,7 @@ class Engine:
                 raise PolicyError(f"policy {self.policy_name} returned {len(replies)} replies for {len(live)} conversations")
             # 3. the judge on every reply, several at once (the next turns' foreseen programs built meanwhile)
             if turn + 1 < cfg.turns:
-                self._build_ahead(conversations, live, replies)
+                self._build_ahead(conversations, live, replies, cfg.turns - turn - 1)
             t0 = time.perf_counter()
             verdicts = self._judge_all(task_source, replies)
             lost = [i for i, v in enumerate(verdicts) if v[1] is not None and v[1].judge_side and v[1].reason is not Reason.NO_GPU]
@@ -279,15 +279,15 @@ class Engine:
             log.exception("the judge could not prepare its workers")
 
     def _build_ahead(self, conversations: Sequence[Sequence[Message]], live: Sequence[_Trajectory],
-                     replies: Sequence[Reply]) -> None:
-        """The programs a `Foreseeing` policy says the next turns may bring, handed to a judge that
-        builds ahead (`BuildingAhead`), in the background; the search never waits for them."""
+                     replies: Sequence[Reply], turns_left: int) -> None:
+        """The programs a `Foreseeing` policy says the `turns_left` next turns may bring, handed to
+        a judge that builds ahead (`BuildingAhead`), in the background; the search never waits for them."""
         if not isinstance(self.policy, Foreseeing) or not isinstance(self.judge, BuildingAhead):
             return
         try:
             earlier = [[*(EarlierTurn(s.reply, s.result) for s in t.turns), EarlierTurn(reply, None)]
                        for t, reply in zip(live, replies)]
-            programs = [p for p in self.policy.foresee(conversations, earlier) if p]
+            programs = [p for p in self.policy.foresee(conversations, earlier, turns_left) if p]
             if programs:
                 self.judge.build_ahead(programs)
         except Exception:  # noqa: BLE001 - a guess that failed: the builds happen in their turn
@@ -304,7 +304,8 @@ class Engine:
             for source in task_sources:
                 first = build_messages(source, self.gpu, [], self.config.max_prompt_tokens, self._count, capability=self.capability)
                 conversations = [first] * self.config.trajectories
-                programs += [p for p in self.policy.foresee(conversations, [[] for _ in conversations]) if p and p not in programs]
+                programs += [p for p in self.policy.foresee(conversations, [[] for _ in conversations], self.config.turns)
+                             if p and p not in programs]
             if programs:
                 self.judge.build_ahead(programs)
         except Exception:  # noqa: BLE001 - a guess that failed: the builds happen in their turn

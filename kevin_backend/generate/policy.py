@@ -123,10 +123,13 @@ class Foreseeing(Protocol):
     built in the background while it judges the turn at hand, so that a later turn finds its
     build done; a program it never writes costs a build and nothing else."""
 
-    def foresee(self, conversations: Sequence[Sequence[Message]], earlier: Sequence[Sequence[EarlierTurn]]) -> list[str]:
+    def foresee(self, conversations: Sequence[Sequence[Message]], earlier: Sequence[Sequence[EarlierTurn]],
+                turns_left: int | None = None) -> list[str]:
         """Programs (as a reply's code block holds them) the trajectories may write next, given
         `conversations` and each trajectory's turns so far (`earlier[i]`, this turn's reply last,
-        its verdict not known yet: None); empty when it cannot tell."""
+        its verdict not known yet: None); empty when it cannot tell. `turns_left`: how many turns
+        the search takes after those in `earlier` (None: not known), so that nothing is foreseen
+        that no turn can write."""
         ...
 
 

@@ -107,11 +107,15 @@ class BuiltinPolicy:
         return Reply(text, completion_tokens=len(text) // 4, extra={"variant": choice})
 
 
-    def foresee(self, conversations: Sequence[Sequence[Message]], earlier: Sequence[Sequence[EarlierTurn]]) -> list[str]:
+    def foresee(self, conversations: Sequence[Sequence[Message]], earlier: Sequence[Sequence[EarlierTurn]],
+                turns_left: int | None = None) -> list[str]:
         """The programs each trajectory writes next if this turn's variant (the last of `earlier[i]`,
         its verdict unknown) is rejected, if it is the fastest so far, and if it is correct but
-        slower than the fastest: the next turn's program is one of them whatever the judge says."""
+        slower than the fastest: the next turn's program is one of them whatever the judge says.
+        A GEMM's: every tiling the `turns_left` next turns can reach (`gemm_ahead`)."""
         programs: list[str] = []
+        if turns_left is not None and turns_left < 1:
+            return programs
         for index, (messages, turns) in enumerate(zip(conversations, earlier, strict=True)):
             source = task_from_messages(list(messages))
             plan = _plan(source) if source is not None else None
@@ -119,7 +123,7 @@ class BuiltinPolicy:
             if gemm is not None:  # (a GEMM: every tiling not tried yet)
                 if isinstance(gemm, GEMM_PLANS):
                     # (before its first turn: that turn's program, as `generate` writes it)
-                    later = gemm_ahead(source, gemm, _history(turns)) if turns else [gemm_turn(source, gemm, index, [])[1]]  # type: ignore[arg-type]
+                    later = gemm_ahead(source, gemm, _history(turns), index, turns_left) if turns else [gemm_turn(source, gemm, index, [])[1]]  # type: ignore[arg-type]
                     programs += [p for p in later if p not in programs]
                 continue
             if plan is None or isinstance(plan, Declined) or not turns:

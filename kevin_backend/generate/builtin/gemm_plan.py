@@ -468,17 +468,13 @@ def gemm_turn(source: str, plan: AnyGemm, index: int, history: list[tuple[str, f
     float32 one of a 16-bit end (`GemmTail.kept_first`)."""
     tilings = plan_tilings(plan)
     names = [t.name for t in tilings]
-    tried = {name for name, _ in history}
-    wide = [t.name for t in tilings if isinstance(t, (WideEnd, KeptEnd))]
-    narrow = [name for name in names if name not in wide]
-    failed = any(ms is None for _, ms in history)
-    order = [narrow[(index + k) % len(narrow)] for k in range(len(narrow))]
-    first = failed or (isinstance(plan, GemmTail) and plan.kept_first)
-    untried = [name for name in (wide + order if first else order + wide) if name not in tried]
+    untried = _untried(plan, tilings, index, {name for name, _ in history}, any(ms is None for _, ms in history))
     timed = [(ms, name) for name, ms in history if ms is not None and name in names]
     if untried:
-        choice, why = untried[0], f"{len(tried & set(names))} of {len(names)} tilings tried"
-        if first and choice in wide:
+        choice, why = untried[0], f"{len({name for name, _ in history} & set(names))} of {len(names)} tilings tried"
+        wide = [t.name for t in tilings if isinstance(t, (WideEnd, KeptEnd))]
+        failed = any(ms is None for _, ms in history)
+        if choice in wide and (failed or (isinstance(plan, GemmTail) and plan.kept_first)):
             kind = type(tilings[names.index(choice)])
             why += ("; a turn was not accepted" if failed else "; the tail's value is a float32 one of the 16-bit end") + \
                 ": the end kept " + ("in float32" if kind is WideEnd else "beside the tail's value, in one kernel")
@@ -489,6 +485,17 @@ def gemm_turn(source: str, plan: AnyGemm, index: int, history: list[tuple[str, f
     return choice, _turn_program(source, plan, tilings, names.index(choice)), why
 
 
+def _untried(plan: AnyGemm, tilings: tuple[Any, ...], index: int, tried: set[str], failed: bool) -> list[str]:
+    """The tilings not tried yet, in the order `gemm_turn` takes them: the narrow ones from the
+    trajectory's start (`index`), the wide ends (`WideEnd`, `KeptEnd`) after them, or before them
+    once a turn was not accepted (`failed`) or where the tail's value is a float32 one."""
+    wide = [t.name for t in tilings if isinstance(t, (WideEnd, KeptEnd))]
+    narrow = [t.name for t in tilings if t.name not in wide]
+    order = [narrow[(index + k) % len(narrow)] for k in range(len(narrow))]
+    first = failed or (isinstance(plan, GemmTail) and plan.kept_first)
+    return [name for name in (wide + order if first else order + wide) if name not in tried]
+
+
 def _turn_program(source: str, plan: AnyGemm, tilings: tuple[Any, ...], number: int) -> str:
     """The program of a search's turn in tiling `tilings[number]` (its extension named by the task
     and the number, so a program written ahead is the very one its turn writes)."""
@@ -496,11 +503,30 @@ def _turn_program(source: str, plan: AnyGemm, tilings: tuple[Any, ...], number: 
     return write_gemm_program(plan, tilings[number], name=f"kevin_gemm_{digest}_{number}", task_source=source)
 
 
-def gemm_ahead(source: str, plan: AnyGemm, history: list[tuple[str, Any]]) -> list[str]:
+def gemm_ahead(source: str, plan: AnyGemm, history: list[tuple[str, Any]], index: int = 0,
+               turns_left: int | None = None) -> list[str]:
     """The programs a GEMM search's later turns may write, whatever the judge says of the turns
-    before: one per tiling this trajectory has not tried (`history`: the tilings' names so far, the
-    last one's verdict still unknown); `gemm_turn` writes one of them, or one built already (the
-    fastest again). Built ahead while a turn is judged, a change of tiling finds its program built."""
+    before (`history`: the tilings' names and verdicts so far, the last one's verdict still
+    unknown); `gemm_turn` writes one of them, or one built already (the fastest again). Built ahead
+    while a turn is judged, a change of tiling finds its program built. With `turns_left`, only the
+    tilings the next that many turns can reach, whichever turns are accepted, nearest turn first
+    (a two-turn search of eight tasks foresees a program or two each, not every tiling: builds that
+    no turn takes would hold the build slots the next turns' own builds wait for); else every
+    tiling not tried yet."""
     tilings = plan_tilings(plan)
-    tried = {name for name, _ in history}
-    return [_turn_program(source, plan, tilings, j) for j, t in enumerate(tilings) if t.name not in tried]
+    tried = [name for name, _ in history]
+    if turns_left is None:
+        return [_turn_program(source, plan, tilings, j) for j, t in enumerate(tilings) if t.name not in tried]
+    names = [t.name for t in tilings]
+    failed_before = any(ms is None for _, ms in history[:-1])
+    # The choice depends on the tilings tried and on whether a turn was refused, which once true
+    # stays true: the first refusal's turn (none, the current one, or one of the next) sets a path.
+    paths = [(set(tried), refused_at) for refused_at in range(-1, turns_left)]
+    reached: list[str] = []
+    for turn in range(1, turns_left + 1):
+        for seen, refused_at in paths:
+            untried = _untried(plan, tilings, index, seen, failed_before or 0 <= refused_at < turn)
+            if untried:
+                seen.add(untried[0])
+                reached += [] if untried[0] in reached else [untried[0]]
+    return [_turn_program(source, plan, tilings, names.index(name)) for name in reached]
