@@ -88,6 +88,11 @@ MUTATIONS = (
               "[write-a-file-of-the-judges]",
               "tests/test_judge_isolation.py::test_the_candidates_process_is_the_first_the_out_of_memory_killer_picks"),
              "the candidate's process keeps root's capabilities, writes anywhere, connects over TCP"),
+    Mutation("inputs-carry-their-rounding", "kevin_backend/measure/precision.py",
+             "            came = _narrower(came, self.carried.get(t))\n",
+             "            came = _narrower(came, self.carried.get(t, t.dtype if t.dtype in SIXTEEN_BIT else None))\n",
+             ("tests/test_carried_precision.py::test_the_tracker_marks_what_a_16_bit_rounding_went_into",),
+             "a float32 output computed from 16-bit inputs held only to the 16-bit bound (their float64 copies are exact)"),
 )
 
 

@@ -21,6 +21,7 @@ from kevin_backend.judge.reference_sets import ReferenceSet, make_reference_set,
 from kevin_backend.judge.shared_values import arena_bytes
 from kevin_backend.measure.compare import Mismatch, compare_outputs
 from kevin_backend.measure.inputs import InputSet, layout_text, tensor_bytes
+from kevin_backend.measure.precision import output_precision
 
 __all__ = ["SPECIAL_SET", "check_input_set"]
 
@@ -45,7 +46,7 @@ def check_input_set(run: Run, index: int, seed: int, exact_model: list[torch.nn.
     got = candidate_forward(run, ref.inputs.values, after=ref.after)
     run.ledger.observe()
     run.phase("compare")
-    bad = compare_outputs(got, ref.want, exact)
+    bad = compare_outputs(got, ref.want, exact, precision=run.precision)
     run.compare_bytes = run.ledger.taken()  # (a comparison of the same outputs again takes as much)
     if bad is not None and bad.reason == "MISMATCH" and bad.total_elements and exact is not None:
         bad = _second_opinion(run, index, ref, got, exact, exact_model, bad)
@@ -64,12 +65,13 @@ def _second_opinion(run: Run, index: int, ref: ReferenceSet, got: list[Any], exa
     if not isinstance(failed, torch.Tensor) or not failed.is_floating_point():
         return bad
     run.phase("exact")
-    conditioned = run_conditioned(run, ref.inputs, exact_model, ref.want, exact, failed.dtype)
+    carried = run.precision[bad.output] if run.precision is not None and bad.output < len(run.precision) else None
+    conditioned = run_conditioned(run, ref.inputs, exact_model, ref.want, exact, carried or failed.dtype)
     run.ledger.observe()
     if conditioned is None:
         return bad
     run.phase("compare")
-    again = compare_outputs(got, ref.want, exact, conditioned=conditioned)
+    again = compare_outputs(got, ref.want, exact, conditioned=conditioned, precision=run.precision)
     scrub(conditioned)
     if again is None:
         run.ledger.notes.append(
@@ -87,6 +89,7 @@ def _size_the_task(run: Run, ref: ReferenceSet, exact_model: list[torch.nn.Modul
     run.ledger.output_bytes = sum(output_bytes)
     run.ledger.task_bytes = sum(tensor_bytes(v) for v in ref.inputs.tensors) + sum(output_bytes)
     run.exact_dtype = plan_exact(run, ref.inputs, ref.want, max(0, run.reference_temps))
+    run.precision = output_precision(run.reference, ref.inputs.values)
     if run.exact_dtype is not None and (not exact_model or getattr(exact_model[0], "kevin_dtype", None) != run.exact_dtype):
         run.phase("exact")
         exact_model.clear()
@@ -150,7 +153,7 @@ def _layout_diagnosis(run: Run, inputs: InputSet, strided: list[tuple[int, torch
     except Verdict:
         return ""
     run.phase("compare")
-    if compare_outputs(again, want, exact) is None:
+    if compare_outputs(again, want, exact, precision=run.precision) is None:
         return (f"The kernel is right when every input is contiguous and wrong on the task's own layouts ({names}). "
                 "Read each input through its strides (and storage offset), or make it contiguous first.")
     return f"Some inputs are not contiguous ({names}); a kernel must address them by their strides."

@@ -32,6 +32,8 @@ class Run:
     ledger: MemoryLedger
     announce: Callable[[str], None]
     exact_dtype: torch.dtype | None = None  # decided on the first input set
+    # per output, the 16-bit dtype whose rounding the task leaves in it (`measure/precision.py`), from the first set
+    precision: tuple[torch.dtype | None, ...] | None = None
     output_bytes: tuple[int, ...] = ()
     candidate_ran: bool = False
     reference_temps: int = 0  # the most eager allocated beyond its outputs, in bytes

@@ -44,6 +44,7 @@ from kevin_backend.judge.shared_values import arena_bytes
 from kevin_backend.locks import gpu_hold
 from kevin_backend.measure.memory import MemoryLedger
 from kevin_backend.measure.inputs import fingerprint, make_input_set
+from kevin_backend.measure.precision import task_precision
 from kevin_backend.types import load_program
 
 PROTOCOL = ("{rounds} rounds after a warm-up round; per round, {trials} calls back to back on fresh input slots ({cold}), "
@@ -123,13 +124,16 @@ def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
                         "compile_backend": job.compile_backend})
         phase("inputs")  # (shared: another worker's timing must not see it fill the GPU's memory)
         with gpu_hold(job.gpu_lock, shared=True):
-            stride = arena_bytes(make_input_set(task, job.seed, device).values)
+            first = make_input_set(task, job.seed, device).values
+            stride = arena_bytes(first)
+            precision = task_precision(task, first)  # (what rounding the task leaves in each output: the check's bound)
+            del first
             kernel.ledger.task_bytes = 2 * stride  # (its inputs and about as much output)
             kernel.ledger.output_bytes = stride
             slots = make_slots(stride, device, launcher.folder, lambda count, n: n <= slot_memory(device), private=False)
             kernel.share(slots.arena)
             reference.share(slots.arena)
-        return _rounds(job, phase, device, task, kernel, reference, slots)
+        return _rounds(job, phase, device, task, kernel, reference, slots, precision)
     except Verdict as v:
         reason = v.outcome.get("reason", "")
         if reason in ("INFRA", "RESOURCE"):
@@ -153,7 +157,7 @@ def _run(job: RetimeJob, phase: _Phases) -> dict[str, Any]:
 
 
 def _rounds(job: RetimeJob, phase: _Phases, device: torch.device, task: Any, kernel: RemoteModel,
-            reference: RemoteModel, slots: Any) -> dict[str, Any]:
+            reference: RemoteModel, slots: Any, precision: tuple[torch.dtype | None, ...] | None = None) -> dict[str, Any]:
     """Round 0 warms both up (Inductor compiles in its process); then `job.rounds` rounds, each on
     fresh values in every slot, the kernel and Inductor in alternating order; each round one of
     the kernel's calls, chosen after its reply, is compared with Inductor's on the same inputs."""
@@ -177,7 +181,7 @@ def _rounds(job: RetimeJob, phase: _Phases, device: torch.device, task: Any, ker
             phase("check")
             if fingerprint(slot_bytes(slots)) != before:  # (a process that rewrites them could steer Inductor)
                 raise _Ended(_kernel_failure("the kernel's process changed the timing's inputs"))
-            _check(kernel, reference, replies, slots)
+            _check(kernel, reference, replies, slots, precision)
     return {
         "status": "ok", "kernel_ms": kernel_ms, "inductor_ms": inductor_ms, "trials": slots.count, "device": str(device),
         "protocol": PROTOCOL.format(trials=slots.count, rounds=job.rounds, cold="cold" if slots.cold else "within L2",
@@ -185,7 +189,8 @@ def _rounds(job: RetimeJob, phase: _Phases, device: torch.device, task: Any, ker
     }
 
 
-def _check(kernel: RemoteModel, reference: RemoteModel, replies: dict[str, dict[str, Any]], slots: Any) -> None:
+def _check(kernel: RemoteModel, reference: RemoteModel, replies: dict[str, dict[str, Any]], slots: Any,
+           precision: tuple[torch.dtype | None, ...] | None = None) -> None:
     """One random call of the kernel's batch against Inductor's on the same inputs, and the
     kernel still in use (a kernel that raised inside the runtime is disabled: its reference ran)."""
     disabled = replies["kernel"].get("disabled")
@@ -194,7 +199,7 @@ def _check(kernel: RemoteModel, reference: RemoteModel, replies: dict[str, dict[
     j = secrets.randbelow(slots.count)
     got = kernel.read(replies["kernel"]["outputs"][j], "a timed call")
     want = reference.read(replies["inductor"]["outputs"][j], "Inductor's call")
-    wrong = timed_output_wrong(kernel, replies["kernel"]["outputs"][j], got, want, None, j)
+    wrong = timed_output_wrong(kernel, replies["kernel"]["outputs"][j], got, want, None, j, precision)
     if wrong:
         raise _Ended(_kernel_failure(wrong))
 

@@ -33,7 +33,7 @@ import secrets
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -228,7 +228,7 @@ def _check_round(run: Run, slots: Slots, reply: dict[str, Any], got: dict[int, l
         if _exact_fits(run, kept[j], want):
             exact = run_exact(run, kept[j], run.state.exact_model if run.state is not None else [])
         run.phase("timed-compare")
-        wrong = timed_output_wrong(run.model, outputs[j], got.pop(j), want, exact, j)
+        wrong = timed_output_wrong(run.model, outputs[j], got.pop(j), want, exact, j, run.precision)
         del want, exact
         if wrong:
             raise Verdict(error("REPLAYED_OUTPUT", "timing", wrong))
@@ -252,12 +252,13 @@ def _exact_fits(run: Run, inputs: InputSet, want: list[Any]) -> bool:
 
 
 def timed_output_wrong(remote: Any, desc: Any, got: list[Any], want: list[Any], exact: list[Any] | None,
-                       j: int) -> str:
+                       j: int, precision: Sequence[torch.dtype | None] | None = None) -> str:
     """Why timed call `j`'s output (`got`, read at once after the reply) fails, or "": wrong
-    beyond rounding on its fresh inputs, or changed when read again (work still running)."""
+    beyond rounding on its fresh inputs (`precision`: as `compare_outputs` takes it), or changed
+    when read again (work still running)."""
     from kevin_backend.judge.replay_check import mismatch_text, stale
 
-    bad = compare_outputs(got, want, exact)
+    bad = compare_outputs(got, want, exact, precision=precision)
     if bad is not None and stale(bad, stand_in=exact is None):
         return (f"timed call {j} of a batch returned a wrong output (its inputs were fresh values): it does not "
                 f"compute every call ({mismatch_text(bad)})")

@@ -414,7 +414,9 @@ def _smoke_test(kernel: LoadedKernel, task_module: Any) -> None:
         inputs = list(task_module.get_inputs())
         got = as_output_list(kernel.kernel(*[clone_layout(t) if isinstance(t, torch.Tensor) else t for t in inputs]))
         want = as_output_list(kernel.reference(*inputs))
-    bad = compare_outputs(got, want, None)
+    from kevin_backend.measure.precision import task_precision
+
+    bad = compare_outputs(got, want, None, precision=task_precision(task_module, inputs))  # (the rounding the task leaves in each output)
     if bad is None:
         return
     if not bad.total_elements:
