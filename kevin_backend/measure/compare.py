@@ -56,7 +56,7 @@ Why these terms:
 A float32 output that a 16-bit rounding went into on its way (a bfloat16 matmul's result converted
 to float32 and scaled, in a mixed-precision backward) is only as precise as that rounding: eager's
 own error there is up to 2^-8 of the element, past the float32 cap, and eager failed its own bound
-at 4 to 53 of 512 elements on GPT-2's bfloat16 partitions. Given `precision` (per output, the
+at 3 to 53 of 512 elements on GPT-2's bfloat16 partitions. Given `precision` (per output, the
 16-bit dtype the task's arithmetic leaves in it: `precision.py`), such an output is held to that
 dtype's bound, its rounding of E to that dtype.
 
