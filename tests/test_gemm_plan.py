@@ -630,3 +630,28 @@ def test_the_matmuls_of_the_benchmarks_transformers_are_planned(name: str, workl
         got[type(plan).__name__ if not isinstance(plan, Declined) else plan.reason] += 1
     declined = {k: v for k, v in got.items() if k not in ("GemmPlan", "GemmTail", "GemmChain", "GemmHead")}
     assert got["GemmTail"] >= 1 and not declined, got
+
+
+def test_a_tied_lm_heads_weight_gradient_is_copied_into_row_major_then_multiplied() -> None:
+    # GPT-2's tied LM head in a bfloat16 training step: its weight gradient reads the logits
+    # gradient (tokens x vocabulary) as its transpose, an input of strides (1, 50257) to the
+    # partition, and adds the embedding's gradient. The GEMM kernel takes a row-major left operand
+    # only: the writer's tiled kernel copies it first (the H100 declined this partition, Inductor's
+    # 2.25 ms the largest of the step's partitions)
+    from kevin_backend.generate.builtin.gemm_plan import GemmHead, own_variant, plan_tilings
+
+    source = task("v[0] @ v[1] + v[2]", f"torch.randn(4096, 50257, {BF16}).t(), torch.randn(4096, 768, {BF16}), "
+                                        f"torch.randn(50257, 768, {BF16})")
+    plan = plan_gemm(source, arch="sm90")
+    assert isinstance(plan, GemmHead), plan
+    (read,) = plan.head.inputs
+    assert (read.shape, read.stride) == ((50257, 4096), (1, 50257)) and plan.reads == (0,)
+    assert own_variant(plan.head).describe().startswith("32 x 32 tiles through shared memory"), own_variant(plan.head)
+    assert isinstance(plan.gemm, GemmPlan) and plan.gemm.spec.epilogue.residual, plan.gemm
+    program = write_gemm_program(plan, plan_tilings(plan)[0], task_source=source)
+    assert check_program(program) == () and program.count("load_inline(") == 2
+    # a row-major left operand, or a weight read transposed: no copy
+    inputs = f"torch.randn(50257, 4096, {BF16}), torch.randn(4096, 768, {BF16}), torch.randn(50257, 768, {BF16})"
+    assert isinstance(plan_gemm(task("v[0] @ v[1] + v[2]", inputs), arch="sm90"), GemmPlan)
+    linear = task("F.linear(v[0], v[1], v[2])", f"torch.randn(4096, 768, {BF16}), torch.randn(3072, 768, {BF16}), torch.randn(3072, {BF16})")
+    assert isinstance(plan_gemm(linear, arch="sm90"), GemmPlan)

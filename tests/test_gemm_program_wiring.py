@@ -317,6 +317,10 @@ _AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel befor
                           f"torch.randn(2, 12, 64, {F16}), torch.randn(64, {F16}), torch.randn(64, {F16}), "
                           f"torch.randn(96, 64, {F16}), torch.randn(96, {F16})"),
     "cast-prologue-bf16": ("torch.relu(v[0].to(torch.bfloat16) @ v[1])", f"torch.randn(24, 64), torch.randn(64, 96, {BF16})"),
+    # a left operand given as the transpose of a row-major matrix (a tied LM head's weight gradient
+    # reads the logits gradient so), copied into row-major by the writer's kernel, then the GEMM
+    "layout-cast-prologue-bf16": ("v[0] @ v[1] + v[2]", f"torch.randn(64, 24, {BF16}).t(), torch.randn(64, 96, {BF16}), "
+                                                         f"torch.randn(24, 96, {BF16})"),
     "softmax-small-bf16": ("torch.softmax(F.linear(v[0], v[1], v[2]), -1)",
                            f"torch.randn(24, 64, {BF16}), torch.randn(96, 64, {BF16}), torch.randn(96, {BF16})"),
     "prenorm-sum-f32": ("torch.sigmoid(F.layer_norm(v[0], (64,)) @ v[1]).sum(-1)", "torch.randn(24, 64), torch.randn(64, 96)"),

@@ -60,7 +60,8 @@ from kevin_backend.generate.builtin.direct_conv_source import direct_extension
 from kevin_backend.generate.builtin.gemm_chain import (MATMULS, ChainTiling, GemmChain, batched_operands, chain_cut, chain_tilings,
                                                         decompose_baddbmm, with_parameters)
 from kevin_backend.generate.builtin.gemm_reading import DTYPES, RESHAPES, GemmPlan, gemm_spec, read_epilogue, read_outputs
-from kevin_backend.generate.builtin.gemm_tail import GemmHead, GemmTail, KeptEnd, WideEnd, has_tail, head_of, plan_head, plan_tail
+from kevin_backend.generate.builtin.gemm_tail import (GemmHead, GemmTail, KeptEnd, WideEnd, copy_strided_left_operand, has_tail, head_of,
+                                                      plan_head, plan_tail)
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.program import extension
 from kevin_backend.generate.builtin.variant_ranking import preferred_order
@@ -100,6 +101,8 @@ def plan_gemm(task_source: str, arch: str | None = None) -> AnyGemm | Declined:
             return with_parameters(chain, count, tuple(names))
         if not matmuls:  # (a convolution; a reduction after it: the writer's own kernel, as after a GEMM)
             return _named(_plan_convolution(gm.graph, metas, arch), count, tuple(names))
+        if len(matmuls) == 1:  # (a left operand of another layout: copied first, by the writer's kernel)
+            copy_strided_left_operand(gm.graph, metas)
         if len(matmuls) == 1 and head_of(gm.graph) is not None:  # a left operand ops compute: the writer's kernel first
             return _named(plan_head(gm.graph, metas, _read_with_tail), count, tuple(names))
         return _named(_read_with_tail(gm.graph, metas), count, tuple(names))

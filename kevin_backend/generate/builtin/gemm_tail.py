@@ -29,7 +29,7 @@ from kevin_backend.generate.builtin.graph_nodes import REDUCTIONS
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.plan import Plan
 
-__all__ = ["GemmHead", "GemmTail", "KeptEnd", "WideEnd", "has_tail", "head_of", "plan_head", "plan_tail"]
+__all__ = ["GemmHead", "GemmTail", "KeptEnd", "WideEnd", "copy_strided_left_operand", "has_tail", "head_of", "plan_head", "plan_tail"]
 
 aten = torch.ops.aten
 # Reductions that exponentiate their operand: a 16-bit end's rounding (half an ulp of a logit of
@@ -138,6 +138,29 @@ def head_of(graph: fx.Graph) -> fx.Node | None:
     while isinstance(a, fx.Node) and a.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.expand.default):
         a = a.args[0]
     return a if isinstance(a, fx.Node) and a.op == "call_function" else None
+
+
+def copy_strided_left_operand(graph: fx.Graph, metas: list[Any]) -> bool:
+    """Where the task's mm or addmm reads a 2-D input that is not row-major as its left operand (the
+    transpose of a logits gradient, as a tied LM head's weight gradient has it: strides (1, M)),
+    a copy into row-major put before it, so the writer's own kernel makes the operand the GEMM
+    reads (`plan_head`); the GEMM kernel itself takes a row-major left operand only. True where one
+    was put in."""
+    mm = the_matmul(graph)
+    if mm.target not in (aten.mm.default, aten.addmm.default):
+        return False
+    a = mm.args[1] if mm.target is aten.addmm.default else mm.args[0]
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if not isinstance(a, fx.Node) or a not in placeholders:
+        return False
+    value = metas[placeholders.index(a)]
+    if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.is_contiguous():
+        return False
+    with graph.inserting_before(mm):
+        copy = graph.call_function(aten.clone.default, (a,), {"memory_format": torch.contiguous_format})
+    copy.meta["val"] = torch.empty(tuple(value.shape), dtype=value.dtype, device="meta")
+    mm.replace_input_with(a, copy)
+    return True
 
 
 def plan_head(graph: fx.Graph, metas: list[Any], plan_rest: Callable[[fx.Graph, list[Any]], Any]) -> GemmHead:
