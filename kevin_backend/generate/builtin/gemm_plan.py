@@ -471,12 +471,12 @@ def gemm_turn(source: str, plan: AnyGemm, index: int, history: list[tuple[str, f
     float32 one of a 16-bit end (`GemmTail.kept_first`)."""
     tilings = plan_tilings(plan)
     names = [t.name for t in tilings]
-    untried = _untried(plan, tilings, index, {name for name, _ in history}, any(ms is None for _, ms in history))
+    tried, failed = {name for name, _ in history}, any(ms is None for _, ms in history)
+    untried = _untried(plan, tilings, index, tried, failed)
     timed = [(ms, name) for name, ms in history if ms is not None and name in names]
     if untried:
-        choice, why = untried[0], f"{len({name for name, _ in history} & set(names))} of {len(names)} tilings tried"
+        choice, why = untried[0], f"{len(tried & set(names))} of {len(names)} tilings tried"
         wide = [t.name for t in tilings if isinstance(t, (WideEnd, KeptEnd))]
-        failed = any(ms is None for _, ms in history)
         if choice in wide and (failed or (isinstance(plan, GemmTail) and plan.kept_first)):
             kind = type(tilings[names.index(choice)])
             why += ("; a turn was not accepted" if failed else "; the tail's value is a float32 one of the 16-bit end") + \
