@@ -67,7 +67,7 @@ MUTATIONS = (
               "tests/test_decide_runs.py::test_a_cache_decision_counts_the_spread_between_runs"),
              "a re-timing's bound counts its rounds' noise only, not the runs' spread"),
     Mutation("timed-outputs-unchecked", "kevin_backend/judge/timing_phase.py",
-             "        wrong = timed_output_wrong(run.model, outputs[j], got.pop(j), want, exact, j)\n",
+             "        wrong = timed_output_wrong(run.model, outputs[j], got.pop(j), want, exact, j, run.precision)\n",
              "        wrong = ''\n",
              ("tests/test_judge_isolation.py::test_a_kernel_that_computes_only_when_audited_is_caught_in_the_timed_calls",
               "tests/test_judge_runner.py::test_output_cached_by_input_pointer_is_caught"),
