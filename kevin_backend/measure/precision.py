@@ -69,12 +69,11 @@ class Carried(TorchDispatchMode):
         came: torch.dtype | None = None
         for t in inputs:
             came = _narrower(came, self.carried.get(t))
-        name = func.overloadpacket.__name__
+        moved = getattr(func, "is_view", False) or func.overloadpacket.__name__ in _EXACT
         for t in tree_leaves(out):
             if not isinstance(t, torch.Tensor) or not t.is_floating_point():
                 continue
             mark = came
-            moved = getattr(func, "is_view", False) or name in _EXACT
             if t.dtype in SIXTEEN_BIT and not (moved and all(x.dtype == t.dtype for x in inputs)):
                 mark = _narrower(mark, t.dtype)
             if mark is not None:
