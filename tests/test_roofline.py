@@ -234,13 +234,13 @@ def test_a_judge_record_with_and_without_a_roofline_loads() -> None:
 def test_the_judge_builds_the_roofline_from_the_workers_facts() -> None:
     verdict = {"stage": "timing", "reason": "ACCEPTED", "kernel_ms": 0.5, "eager_ms": 1.0, "inductor_ms": 0.6,
                "roofline": {"bytes": 2_000_000_000, "flops": 0, "copy_gbps": 5000.0}}
-    outcome = outcome_of(verdict, "roofline", "", False, 60.0, 0)
+    outcome = outcome_of(verdict, "roofline", "", False, 60.0, 0, False)
     assert outcome.roofline == verdict["roofline"]
     roofline = roofline_of(outcome, JudgeTimings(0.5, 1.0, 0.6, 10))
     assert roofline is not None and roofline.kernel_gbps == pytest.approx(4000) and roofline.kernel_fraction == pytest.approx(0.8)
     assert roofline.inductor_fraction == pytest.approx(4000 / 0.6 * 0.5 / 5000)
     # none without a copy bandwidth, for a rejected run, or from facts it cannot read
-    assert roofline_of(outcome_of({**verdict, "roofline": None}, "", "", False, 60.0, 0), JudgeTimings(0.5)) is None
+    assert roofline_of(outcome_of({**verdict, "roofline": None}, "", "", False, 60.0, 0, False), JudgeTimings(0.5)) is None
     assert roofline_of(RunOutcome("correctness", "MISMATCH", roofline=verdict["roofline"]), JudgeTimings(0.5)) is None
     assert roofline_of(RunOutcome("timing", "ACCEPTED", roofline={"bytes": "?"}), JudgeTimings(0.5)) is None
 

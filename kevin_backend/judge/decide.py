@@ -156,7 +156,7 @@ class RetimeConfig:
     runs: int = 2  # runs, each in a fresh worker process with a fresh compile of Inductor's side
     trials: int = 25  # trials per side per round; a round's time is their median
     warmup: int = 3  # untimed calls before each side's trials in every round
-    timeout: float = 600.0  # seconds for the whole worker, waiting for the GPU lock included
+    timeout: float = 600.0  # seconds for the kernel's phases, and for each of the judge's steps (the GPU lock's wait included)
     seed: int = 11  # the input set: the judge's first (its timing set)
     device: str | None = None  # "cuda:1"; None: the current device
     build_root: str | None = None  # the judge's build cache: the kernel's load_inline is answered from it
@@ -254,14 +254,15 @@ def retime_in_sandbox(task_source: str, kernel_source: str, config: RetimeConfig
     )
     kills = host_oom_kills()
     try:
-        end = sandbox.run_worker_process("kevin_backend.judge.retime_worker", job, config.timeout)
+        end = sandbox.run_worker_process("kevin_backend.judge.retime_worker", job, config.timeout, RETIME_CANDIDATE_PHASES)
     except OSError as exc:
         return RetimeOutcome.judge_failure(f"the re-timing worker did not start: {exc}")
     if end.timed_out:
-        if end.phase in RETIME_CANDIDATE_PHASES:
+        if end.hung:
             return RetimeOutcome.kernel_failure(f"the kernel did not finish its re-timing in {config.timeout:.0f} s "
                                                 f"(step '{end.phase}')", end.phase)
-        return RetimeOutcome.judge_failure(f"the re-timing's step '{end.phase}' did not finish in {config.timeout:.0f} s",
+        return RetimeOutcome.judge_failure(f"the re-timing's step '{end.phase}' did not finish within its limits "
+                                           f"({config.timeout:.0f} s a step)",
                                            end.phase)
     if end.verdict is None:
         after = host_oom_kills()

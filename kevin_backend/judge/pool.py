@@ -13,7 +13,7 @@ its first job). A job
 phase lines and one verdict line, as a single run does (`sandbox.py` reads them the same way). A
 worker is retired, and a fresh one started at once (its start overlaps the next jobs), when:
 
-- it crashed, hung (killed as a group at the job's time limit) or reported a CUDA fault;
+- it crashed, hung (killed as a group when the job's `PhaseClock` ran out) or reported a CUDA fault;
 - the verdict is one of the judge's own failures (INFRA, RESOURCE, NO_GPU); a verdict on the
   candidate leaves it in order, since the candidate ran in a process of its own;
 - the worker found the kept references' parameters changed after a candidate (an out-of-bounds
@@ -28,7 +28,6 @@ be read as the next one's answer.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import queue
 import secrets
@@ -40,6 +39,7 @@ import time
 from typing import Any
 
 from kevin_backend.judge.job import Job
+from kevin_backend.judge.phases import END, PhaseClock, follow
 from kevin_backend.judge.sandbox import RunConfig, RunOutcome, job_of, outcome_of, worker_env
 
 __all__ = ["WorkerPool", "CLEAN_REASONS", "describe"]
@@ -51,9 +51,6 @@ CLEAN_REASONS = frozenset({"ACCEPTED", "MISMATCH", "NAN_INF", "SHAPE_MISMATCH", 
 # Candidates run in processes of their own (`candidate_process.py`), so a worker is in order after
 # any verdict on a candidate; after one of the judge's own failures it is replaced.
 _JUDGE_REASONS = frozenset({"INFRA", "RESOURCE", "NO_GPU"})
-
-_EOF = object()
-
 
 class _Worker:
     """One serving worker process and the threads that read its output."""
@@ -75,15 +72,16 @@ class _Worker:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.put(line.rstrip("\n"))
-        self.lines.put(_EOF)
+        self.lines.put(END)
 
     def _read_err(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.errors.append(line.rstrip("\n"))
 
-    def run(self, job: Job, token: str, timeout: float) -> tuple[dict[str, Any] | None, str, str, bool]:
-        """(verdict or None, last phase, stderr since the job began, timed out)."""
+    def run(self, job: Job, token: str, timeout: float) -> tuple[dict[str, Any] | None, str, str, bool, bool]:
+        """(verdict or None, last phase, stderr since the job began, stopped at its clock, the
+        candidate's own time ran out)."""
         self.errors.clear()
         self.jobs += 1
         assert self.proc.stdin is not None
@@ -91,28 +89,14 @@ class _Worker:
             self.proc.stdin.write(job.to_json(token) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            return None, "start", "\n".join(self.errors), False
-        deadline = time.monotonic() + timeout
-        phase = "start"
-        prefix, phase_prefix = f"{token} ", f"{token} phase "
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                self.kill()
-                return None, phase, "\n".join(self.errors), True
-            if line is _EOF:
-                self.proc.wait()
-                time.sleep(0.05)  # the stderr reader's last lines
-                return None, phase, "\n".join(self.errors), False
-            if line.startswith(phase_prefix):
-                phase = line[len(phase_prefix):].strip()
-            elif line.startswith(prefix):
-                try:
-                    verdict = json.loads(line[len(prefix):])
-                except ValueError:
-                    verdict = None
-                return (verdict if isinstance(verdict, dict) else None), phase, "\n".join(self.errors), False
+            return None, "start", "\n".join(self.errors), False, False
+        end = follow(lambda seconds: self.lines.get(timeout=seconds), token, PhaseClock(timeout))
+        if end.timed_out:
+            self.kill()
+        elif end.verdict is None:  # the worker's output ended
+            self.proc.wait()
+            time.sleep(0.05)  # the stderr reader's last lines
+        return end.verdict, end.phase, "\n".join(self.errors), end.timed_out, end.hung
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -171,8 +155,8 @@ class WorkerPool:
         job = job_of(task_source, candidate_source, config)
         keep = False
         try:
-            verdict, phase, err, timed_out = worker.run(job, token, config.timeout)
-            outcome = outcome_of(verdict, phase, err, timed_out, config.timeout, worker.proc.returncode)
+            verdict, phase, err, timed_out, hung = worker.run(job, token, config.timeout)
+            outcome = outcome_of(verdict, phase, err, timed_out, config.timeout, worker.proc.returncode, hung)
             keep, why = self._keep(worker, verdict, outcome)
             if not keep:
                 self.retired.append(why)

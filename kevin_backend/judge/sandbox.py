@@ -9,18 +9,19 @@ is the judge's (INFRA, or RESOURCE when memory ran out), never a verdict on the 
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
+import queue
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from kevin_backend.config import child_env
 from kevin_backend.judge.job import Job, WireJob
-from kevin_backend.judge.phases import CANDIDATE_PHASES
+from kevin_backend.judge.phases import CANDIDATE_PHASES, END, WHOLE_RUN_LIMITS, PhaseClock, follow
 
 __all__ = ["RunConfig", "RunOutcome", "WorkerExit", "job_of", "outcome_of", "run_in_sandbox", "run_worker_process", "worker_env",
            "tail"]
@@ -32,7 +33,7 @@ class RunConfig:
     salt: int = 0  # salts every input set's seed (`Job.salt`); 0 in a Judge's config: a fresh one per evaluation
     trials: int = 100
     warmup: int = 10
-    timeout: float = 300.0  # seconds for the whole run
+    timeout: float = 300.0  # seconds for the candidate's phases, and for each of the judge's steps (`PhaseClock`)
     inductor: bool = True  # also time the Inductor-compiled reference
     eager: bool = True  # also time the eager reference
     build_root: str | None = None  # the judge's build cache: candidates' load_inline is answered from it
@@ -104,52 +105,78 @@ def job_of(task_source: str, candidate_source: str, config: RunConfig) -> Job:
 @dataclass(frozen=True)
 class WorkerExit:
     """How a one-shot sandboxed worker ended: its verdict line (None if it printed none), the
-    last phase it announced, its stderr, whether it was killed at the time limit, its status."""
+    last phase it announced, its stderr, whether it was stopped at its clock and, if so, whether
+    the candidate's own time ran out (`hung`), its status."""
 
     verdict: dict[str, Any] | None
     phase: str
     err: str
     timed_out: bool
     returncode: int | None
+    hung: bool = False
 
 
-def run_worker_process(module: str, job: WireJob, timeout: float) -> WorkerExit:
+def run_worker_process(module: str, job: WireJob, timeout: float,
+                       candidate_phases: frozenset[str] = CANDIDATE_PHASES) -> WorkerExit:
     """Run `python -m module` in a session of its own with `job` (its JSON line) on its stdin; killed as a
-    group at `timeout`. The verdict line carries a token only the worker knows, so text the
+    group when its `PhaseClock` runs out (`timeout` for the candidate's phases together, and for each
+    of the judge's own steps). The verdict line carries a token only the worker knows, so text the
     candidate prints cannot pose as a verdict. Raises OSError when the process cannot start."""
     token = secrets.token_hex(16)
+    clock = PhaseClock(timeout, candidate_phases)
     proc = subprocess.Popen(
         [sys.executable, "-m", module],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True, env=worker_env(),
     )
-    timed_out = False
+    lines: queue.Queue[Any] = queue.Queue()
+    errors: list[str] = []
+    readers = [threading.Thread(target=_read_lines, args=(proc.stdout, lines.put, END), daemon=True),
+               threading.Thread(target=_read_lines, args=(proc.stderr, errors.append), daemon=True)]
+    for reader in readers:
+        reader.start()
     try:
-        out, err = proc.communicate(job.to_json(token), timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        assert proc.stdin is not None
+        proc.stdin.write(job.to_json(token))
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
+    end = follow(lambda seconds: lines.get(timeout=seconds), token, clock)
+    if end.timed_out:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        out, err = proc.communicate()
-    return WorkerExit(_verdict(out, token), _last_phase(out, token), err or "", timed_out, proc.returncode)
+    proc.wait()
+    for reader in readers:
+        reader.join(timeout=5)
+    return WorkerExit(end.verdict, end.phase, "\n".join(errors), end.timed_out, proc.returncode, end.hung)
+
+
+def _read_lines(stream: Any, put: Callable[[Any], None], end: Any = None) -> None:
+    """Each line of `stream`, without its newline, to `put` as it comes; then `end`, if given."""
+    for line in stream:
+        put(line.rstrip("\n"))
+    if end is not None:
+        put(end)
 
 
 def run_in_sandbox(task_source: str, candidate_source: str, config: RunConfig = RunConfig()) -> RunOutcome:
     """Run `candidate_source` against `task_source` in a fresh worker process (a `WorkerPool`
     runs many in a few long-lived ones)."""
     end = run_worker_process("kevin_backend.judge.run_worker", job_of(task_source, candidate_source, config), config.timeout)
-    return outcome_of(end.verdict, end.phase, end.err, end.timed_out, config.timeout, end.returncode)
+    return outcome_of(end.verdict, end.phase, end.err, end.timed_out, config.timeout, end.returncode, end.hung)
 
 
 def outcome_of(verdict: dict[str, Any] | None, phase: str, err: str, timed_out: bool, timeout: float,
-               returncode: int | None) -> RunOutcome:
-    """A worker's end as a verdict: its verdict line, or whose failure its death or hang was."""
+               returncode: int | None, hung: bool) -> RunOutcome:
+    """A worker's end as a verdict: its verdict line, or whose failure its death or hang was (a
+    stop at the clock is a HANG only when the candidate's own time ran out, `hung`)."""
     if timed_out:
-        if phase not in CANDIDATE_PHASES:
-            return RunOutcome("run", "INFRA", f"the judge's step '{phase}' did not finish in {timeout:.0f} s", phase=phase)
-        return RunOutcome("run", "HANG", f"the run did not finish in {timeout:.0f} s", phase=phase)
+        if not hung:
+            return RunOutcome("run", "INFRA", f"the judge's step '{phase}' did not finish within the run's limits "
+                              f"({timeout:.0f} s a step, {WHOLE_RUN_LIMITS * timeout:.0f} s in all)", phase=phase)
+        return RunOutcome("run", "HANG", f"the candidate's code did not finish in {timeout:.0f} s", phase=phase)
     if verdict is None:
         text = err.lower()
         code = returncode if returncode is not None else 0
@@ -176,27 +203,6 @@ def outcome_of(verdict: dict[str, Any] | None, phase: str, err: str, timed_out: 
         roofline=verdict.get("roofline") if isinstance(verdict.get("roofline"), dict) else None,
         phase_seconds=verdict.get("phase_seconds") if isinstance(verdict.get("phase_seconds"), dict) else None,
     )
-
-
-def _last_phase(text: str, token: str) -> str:
-    prefix = f"{token} phase "
-    for line in reversed((text or "").splitlines()):
-        if line.startswith(prefix):
-            return line[len(prefix):].strip()
-    return "start"
-
-
-def _verdict(text: str, token: str) -> dict[str, Any] | None:
-    prefix = f"{token} "
-    for line in reversed((text or "").strip().splitlines()):
-        if not line.startswith(prefix):
-            continue
-        try:
-            value = json.loads(line[len(prefix):])
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
-    return None
 
 
 def tail(text: str, lines: int = 8) -> str:
