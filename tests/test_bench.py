@@ -437,13 +437,18 @@ def test_the_kernels_a_model_runs_are_listed(tmp_path: Path) -> None:
     from kevin_backend.bench.runs import measure_model
 
     settings = BenchSettings(device="cpu", size="tiny", repeats=1, trials=1, warmup=0, isolate=False, kevin_options={
-        "cache_dir": str(tmp_path / "kevin"), "mode": "generate", "cpu_kernels": True, "generator": ReferenceGenerator()})
+        "cache_dir": str(tmp_path / "kevin"), "mode": "generate", "cpu_kernels": True, "generator": ReferenceGenerator(),
+        "graph_check": True, "margin": -0.99})  # (a negative margin: the check keeps the stand-in kernels)
     (row,) = measure_model("mlp", ["infer"], settings)
     assert row.error is None, row.error
     assert row.kernels and all("ops [" in k for k in row.kernels), row.kernels
     assert row.kernels[0].split()[0] in ("inference", "forward")
     table = markdown(BenchReport({"device": "cpu"}, (row,)))
     assert f"- mlp tiny float32 infer: {row.kernels[0]}" in table
+    # the graph-level check's finding is kept with the row and said under the table
+    assert row.graph_checks and row.graph_checks[0].startswith("graph check (") and " kept" in row.graph_checks[0], row.graph_checks
+    assert f"- mlp tiny float32 infer: {row.graph_checks[0]}" in table
+    assert BenchReport.from_dict(BenchReport({"device": "cpu"}, (row,)).as_dict()).models[0].graph_checks == row.graph_checks
 
 
 def test_kevin_over_inductor_is_paired_round_by_round_with_its_interval() -> None:

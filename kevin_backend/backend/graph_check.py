@@ -8,8 +8,8 @@ the kernels that make it faster:
 
     variants     with several kernels, each alone against none (Inductor alone); then, from the
                  best one alone, the others added while the graph gets faster, and each kept one
-                 dropped when the graph is as fast without it (`choose`); one kernel, more than
-                 MAX_ALONE, or dynamic shapes: all kernels against none
+                 dropped when the graph is as fast without it; then the rest together
+                 (`choose`); one kernel, more than MAX_ALONE, or dynamic shapes: all against none
     when         on the graph's first call, outside Dynamo's compile (a training graph's backward
                  is compiled by its first backward, and its kernels are known only then)
     inputs       copies of the first call's arguments (the graph may write into its inputs: the
@@ -60,6 +60,7 @@ ROUNDS = 7  # interleaved rounds per comparison
 TRIALS = 10  # timed steps per round (the median counts)
 MAX_ALONE = 12  # beyond this many kernels, only all or none
 CONFIDENCE = 0.95  # per step of the choice: no kernel kept by noise in 95% of checks (`choose`)
+TOGETHER_SHARE = 0.5  # of the first step's error rate: for the kernels not kept, tried together (`choose`)
 
 Compiled = Callable[..., Any]
 
@@ -107,6 +108,10 @@ def choose(digests: Sequence[str], variant: Callable[[frozenset[str]], Callable[
                  graph with it beats the graph without it; Bonferroni over these comparisons
         drop     each kept kernel but the last added leaves when the graph with it no longer
                  beats the graph without it; Bonferroni over these comparisons
+        together the kernels not kept and not surely slower alone, all at once, join when the
+                 graph with them beats the graph with the kept ones (or none): small gains show
+                 summed that do not alone; the screen and this share the first step's error
+                 rate (TOGETHER_SHARE)
 
     Each step's comparisons are a family whose chance of keeping a kernel by noise is at most
     1 - CONFIDENCE. With one kernel, more than MAX_ALONE, or `alone` off: all against none."""
@@ -120,27 +125,55 @@ def choose(digests: Sequence[str], variant: Callable[[frozenset[str]], Callable[
         return GraphOutcome([], {d: why for d in every}, f"{len(every)} dropped: {why}", pairs.rounds)
     dropped: dict[str, str] = {}
     winners = _screen(pairs, sorted(every), dropped)
-    kept = _add(pairs, winners, dropped)
-    kept = _drop(pairs, kept, dropped)
+    kept = _drop(pairs, _add(pairs, winners, dropped), dropped)
+    joined = _rest_together(pairs, frozenset(kept), dropped)
     how = (f"{pairs.count} paired comparisons, {CONFIDENCE:.0%} per step with Holm's or Bonferroni's correction; "
            f"the best alone: {_words(winners[0][1])}" if winners else f"{pairs.count} paired comparisons")
+    if joined:
+        how = f"{len(joined)} of them only together, {pairs.last}; {how}"
+        kept += sorted(joined)
     summary = (f"all {len(every)} kept ({how})" if len(kept) == len(every) else
                f"{len(kept)} of {len(every)} kept ({how})" if kept else
-               f"all {len(every)} dropped: none makes the graph faster alone ({how})")
+               f"all {len(every)} dropped: none makes the graph faster alone or with the others ({how})")
     return GraphOutcome(sorted(kept), dropped, summary, pairs.rounds)
+
+
+def _rest_together(pairs: "_Pairs", kept: frozenset[str], dropped: dict[str, str]) -> frozenset[str]:
+    """The kernels not kept and not surely slower alone (the screen's rounds show no loss beyond
+    the noise), all joined at once to those kept (or to none): each may save too little of the
+    graph's time to show alone, while together they show. Decided on fresh rounds at the
+    share of the first step's error rate the screen left (TOGETHER_SHARE), so that tied kernels
+    are kept by noise no more often than before. The ones that joined (taken out of `dropped`);
+    if none did, each hopeful one's reason says so too."""
+    hopeful = frozenset(d for d in dropped if not pairs.slower.get(d, False))
+    if not hopeful:
+        return frozenset()
+    verdict = pairs.decide(kept | hopeful, kept, 1 - (1 - CONFIDENCE) * TOGETHER_SHARE)
+    words = _words(verdict, _JOINED if kept else "Inductor/kevin")
+    if verdict.keep:
+        pairs.last = f"the graph with them: {words}"
+        for d in hopeful:
+            del dropped[d]
+        return hopeful
+    for d in hopeful:
+        dropped[d] += f"; with the others not slower alone ({len(hopeful)}): {words}"
+    return frozenset()
 
 
 def _screen(pairs: "_Pairs", digests: list[str], dropped: dict[str, str]) -> list[tuple[str, Any]]:
     """Each kernel alone against none, with Holm's step-down correction: the comparisons taken
-    from the strongest evidence down, the i-th (from 0) of m at 1 - (1 - CONFIDENCE) / (m - i),
-    stopping at the first that fails. The winners with their decisions, best first."""
+    from the strongest evidence down, the i-th (from 0) of m at 1 - a / (m - i), with a the step's
+    error rate less the share `_rest_together` keeps, stopping at the first that fails. The winners
+    with their decisions, best first."""
     from kevin_backend.judge.decide import decide
 
     timed = {d: pairs.times(frozenset([d]), frozenset()) for d in digests}
     order = sorted(digests, key=lambda d: -_evidence(*timed[d], pairs.margin))
     winners: list[tuple[str, Any]] = []
     for i, d in enumerate(order):
-        verdict = decide(*timed[d], margin=pairs.margin, confidence=1 - (1 - CONFIDENCE) / (len(order) - i))
+        share = (1 - CONFIDENCE) * (1 - TOGETHER_SHARE)
+        verdict = decide(*timed[d], margin=pairs.margin, confidence=1 - share / (len(order) - i))
+        pairs.slower[d] = decide(timed[d][1], timed[d][0], margin=0.0, confidence=CONFIDENCE).keep
         if verdict.keep and len(winners) == i:
             winners.append((d, verdict))
         else:
@@ -189,6 +222,8 @@ class _Pairs:
         self._steps: dict[frozenset[str], Callable[[], Any]] = {}
         self.rounds: dict[str, list[float]] = {}  # "<comparison>. <set>" -> per-round median ms
         self.count = 0
+        self.last = ""  # the last comparison, in words
+        self.slower: dict[str, bool] = {}  # the screen's: the graph with the kernel alone surely slower
 
     def _step(self, kept: frozenset[str]) -> Callable[[], Any]:
         if kept not in self._steps:

@@ -108,6 +108,8 @@ def _models_table(rows: Sequence[ModelResult]) -> list[str]:
         lines += ["", "Errors:", *notes]
     kept = [f"- {_label(r)} {r.workload}: " + "; ".join(r.kernels) for r in rows if r.kernels]
     lines += ["", "Kevin kernels run:", *kept] if kept else ["", "Kevin kernels run: none (Inductor's code ran every partition)"]
+    checks = [f"- {_label(r)} {r.workload}: {line}" for r in rows for line in getattr(r, "graph_checks", ())]
+    lines += ["", "Graph checks:", *checks] if checks else []
     described = dict.fromkeys((r.model, r.size, r.description) for r in rows)
     lines += ["", "Models: " + "; ".join(f"{m}{f' ({size})' if size else ''}: {d}" for m, size, d in described)]
     return lines

@@ -182,6 +182,8 @@ class ModelResult(_Timed):
     size: str = ""  # the model's size (models.SIZES) and dtype, when the run says
     dtype: str = ""
     kernels: tuple[str, ...] = ()  # the partitions kevin kernels run, one line each (runner.kept_kernels)
+    # what each graph-level check found, and each kernel it dropped with the reason (runs.graph_checks)
+    graph_checks: tuple[str, ...] = ()
     # infer only: the largest |output - eager output| of each compiled model (a sanity check:
     # compiled code reorders floating-point sums, so small differences are expected)
     deviation: dict[str, float] = field(default_factory=dict)
@@ -190,6 +192,7 @@ class ModelResult(_Timed):
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "workload": self.workload, "description": self.description, "size": self.size,
                 "dtype": self.dtype, **self._common_dict(), "deviation": dict(self.deviation), "kernels": list(self.kernels),
+                "graph_checks": list(self.graph_checks),
                 "trials": self.trials}
 
     @classmethod
@@ -197,6 +200,7 @@ class ModelResult(_Timed):
         return cls(model=str(data["model"]), workload=str(data["workload"]), description=str(data.get("description", "")),
                    size=str(data.get("size", "")), dtype=str(data.get("dtype", "")),
                    kernels=tuple(str(k) for k in data.get("kernels") or ()),
+                   graph_checks=tuple(str(k) for k in data.get("graph_checks") or ()),
                    deviation={k: float(v) for k, v in (data.get("deviation") or {}).items()},
                    trials=None if data.get("trials") is None else int(data["trials"]), **cls._common_from(data))
 

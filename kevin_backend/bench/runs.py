@@ -100,6 +100,7 @@ def _measure_workload(name: str, workload: str, settings: BenchSettings, order: 
     first_call: dict[str, float] = {}
     outputs: dict[str, Any] = {}
     kept: list[str] = []
+    checks: list[str] = []
     for compiler in ("eager", *order):
         sync(device)
         start = time.perf_counter()
@@ -108,7 +109,7 @@ def _measure_workload(name: str, workload: str, settings: BenchSettings, order: 
         sync(device)
         first_call[compiler] = time.perf_counter() - start
         if compiler == "kevin":
-            kept = kept_kernels(reports)
+            kept, checks = kept_kernels(reports), graph_checks(reports)
         if isinstance(out, torch.Tensor):
             outputs[compiler] = out
     deviation = {c: _deviation(outputs[c], outputs["eager"]) for c in order if c in outputs and "eager" in outputs}
@@ -118,7 +119,7 @@ def _measure_workload(name: str, workload: str, settings: BenchSettings, order: 
     return ModelResult(
         model=name, workload=workload, description=describe(name, settings.size), size=settings.size, dtype=settings.dtype,
         timings=tuple(Timing(c, rounds[c], first_call[c]) for c in COMPILERS),
-        kevin=stats, deviation=deviation, kernels=tuple(kept), trials=trials,
+        kevin=stats, deviation=deviation, kernels=tuple(kept), graph_checks=tuple(checks), trials=trials,
     )
 
 
@@ -135,6 +136,21 @@ def kept_kernels(reports: Sequence[Any]) -> list[str]:
                     ops = ", ".join(dict.fromkeys(short_op(o) for o in r.ops))
                     speed = f", {r.speedup_vs_inductor:.2f}x Inductor" if r.speedup_vs_inductor else ""
                     lines.append(f"{graph.kind} {(r.key or '')[:12]} {len(r.ops)} ops [{ops}]{speed}")
+    return lines
+
+
+def graph_checks(reports: Sequence[Any]) -> list[str]:
+    """What each graph-level check found (its note: how many kernels it kept, from which
+    comparisons), then one line per kernel it dropped: its graph, key, ops and the reason."""
+    from kevin_backend.backend.report import Status, short_op
+
+    lines = [note for report in reports for note in report.notes if note.startswith("graph check")]
+    for report in reports:
+        for graph in report.graphs:
+            for r in graph.partitions:
+                if r.status is Status.DROPPED:
+                    ops = ", ".join(dict.fromkeys(short_op(o) for o in r.ops))
+                    lines.append(f"dropped: {graph.kind} {(r.key or '')[:12]} [{ops}]: {r.detail}")
     return lines
 
 
