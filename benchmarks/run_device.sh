@@ -114,9 +114,12 @@ for step in $steps; do
       python3 -m kevin_backend.cli.main prewarm --no-seed --policy builtin --tasks "${RAY_TASKS:-examples/kernelbench}" --ray auto \
         --trajectories 1 --turns 2 --json "$OUT/ray_prewarm.json" 2>&1 | tee "$OUT/ray_prewarm.log" | tail -20
       python3 -m ray.scripts.scripts stop --force >/dev/null ;;
-    prewarm-budget)  # profile-guided prewarm of a bench model's steps with the built-in writer (BUDGET, BUDGET_MODEL)
+    prewarm-budget)  # profile-guided prewarm of a bench model's steps with the built-in writer (BUDGET, BUDGET_MODEL;
+                     # BUDGET_DTYPE, BUDGET_SIZE: the model's; PER_GPU: searches side by side); then, with the same
+                     # KEVIN_CACHE_DIR, `bench` with BENCH_MODELS, BENCH_DTYPES and BENCH_SIZES alike times what it kept
       export KEVIN_CACHE_DIR=${KEVIN_CACHE_DIR:-$(mktemp -d)}
       python3 -m kevin_backend.cli.main prewarm --no-seed --policy builtin --bench-model "${BUDGET_MODEL:-gpt2}" \
+        ${BUDGET_DTYPE:+--bench-dtype $BUDGET_DTYPE} ${BUDGET_SIZE:+--bench-size $BUDGET_SIZE} ${PER_GPU:+--per-gpu $PER_GPU} \
         --budget "${BUDGET:-6m}" --trajectories 1 --turns 2 --json "$OUT/prewarm_budget.json" 2>&1 | tee "$OUT/prewarm_budget.log" | tail -60 ;;
     roofline-backend)  # the roofline suite's tasks as models, compiled by the backend in generate mode (ROOFLINE_TASKS: some;
                        # AT_ONCE tasks side by side, each in its own process: about 45 s a task alone)
