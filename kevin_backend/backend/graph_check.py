@@ -19,7 +19,8 @@ the kernels that make it faster:
     timing       interleaved rounds (`measure.interleave.interleaved`), decided on the paired
                  rounds by `judge.decide.decide`: a variant beats another when the lower
                  confidence bound of the other's time over its own exceeds 1 + min(margin, 0),
-                 the confidence corrected for the number of comparisons (Holm, Bonferroni)
+                 the confidence corrected for the number of comparisons (Holm, Bonferroni);
+                 a comparison still open after its rounds is measured again (LOOKS)
     stored       <cache_dir>/graph_checks/<key>.json, keyed by the graph's code, its inputs'
                  layouts, the GPU and the versions; reused while the kernel cache is unchanged,
                  so the next compile does not measure again
@@ -57,6 +58,7 @@ __all__ = ["GraphOutcome", "GraphCheck", "choose", "graph_key", "load_outcome", 
 log = logging.getLogger("kevin_backend")
 
 ROUNDS = 7  # interleaved rounds per comparison
+LOOKS = 2  # a comparison still open after its rounds is measured again, at most this many times in all (`_Pairs.decide`)
 TRIALS = 10  # timed steps per round (the median counts)
 MAX_ALONE = 12  # beyond this many kernels, only all or none
 CONFIDENCE = 0.95  # per step of the choice: no kernel kept by noise in 95% of checks (`choose`)
@@ -241,9 +243,21 @@ class _Pairs:
         return list(got["with"]), list(got["without"])
 
     def decide(self, faster: frozenset[str], slower: frozenset[str], confidence: float) -> Any:
+        """The claim that `faster` beats `slower`, at `confidence` over LOOKS looks: a comparison
+        still open after its rounds (the gain above the threshold, its bound not) is measured
+        again and decided on all its rounds; each look at its share of the error rate."""
         from kevin_backend.judge.decide import decide
 
-        return decide(*self.times(faster, slower), margin=self.margin, confidence=confidence)
+        each = 1 - (1 - confidence) / LOOKS
+        with_ms, without_ms = self.times(faster, slower)
+        verdict = decide(with_ms, without_ms, margin=self.margin, confidence=each)
+        for _ in range(LOOKS - 1):
+            if verdict.keep or verdict.ratio <= verdict.needed:
+                break
+            more_with, more_without = self.times(faster, slower)
+            with_ms, without_ms = with_ms + more_with, without_ms + more_without
+            verdict = decide(with_ms, without_ms, margin=self.margin, confidence=each)
+        return verdict
 
 
 def _evidence(faster_ms: Sequence[float], slower_ms: Sequence[float], margin: float) -> float:
