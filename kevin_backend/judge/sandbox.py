@@ -102,6 +102,9 @@ def job_of(task_source: str, candidate_source: str, config: RunConfig) -> Job:
     )
 
 
+_EXIT_WAIT = 30.0  # seconds a worker may take to exit after its verdict (or its end) before it is stopped
+
+
 @dataclass(frozen=True)
 class WorkerExit:
     """How a one-shot sandboxed worker ended: its verdict line (None if it printed none), the
@@ -142,11 +145,15 @@ def run_worker_process(module: str, job: WireJob, timeout: float,
     except (BrokenPipeError, OSError):
         pass
     end = follow(lambda seconds: lines.get(timeout=seconds), token, clock)
-    if end.timed_out:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+    if not end.timed_out:
+        try:  # its verdict said, the worker exits; one that does not is stopped with the rest of its group
+            proc.wait(timeout=max(_EXIT_WAIT, clock.left()))
+        except subprocess.TimeoutExpired:
             pass
+    try:  # nothing the run started outlives it
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     proc.wait()
     for reader in readers:
         reader.join(timeout=5)
