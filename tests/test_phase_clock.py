@@ -5,7 +5,10 @@ replayed on a clock the test moves."""
 
 from __future__ import annotations
 
+import os
 import queue
+import time
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +87,31 @@ def test_the_verdict_is_the_workers_token_line_and_an_end_is_no_verdict() -> Non
     assert (end.verdict, end.phase, end.timed_out) == ({"reason": "MISMATCH"}, "candidate", False)
     end = follow(replay(t, [(1.0, "tok phase candidate"), (1.0, END)]), "tok", PhaseClock(10.0, now=t))
     assert (end.verdict, end.timed_out, end.hung) == (None, False, False)
+
+
+LINGERING = '''
+import json, subprocess, sys, time
+token = json.loads(sys.stdin.readline())["token"]
+child = subprocess.Popen(["sleep", "300"])
+open(sys.argv[0] + ".pid", "w").write(str(child.pid))
+print(f"{token} phase candidate", flush=True)
+print(token + ' {"reason": "ACCEPTED"}', flush=True)
+time.sleep(300)
+'''
+
+
+def test_a_worker_that_lingers_after_its_verdict_is_stopped_with_what_it_started(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.judge import sandbox
+    from kevin_backend.judge.job import Job
+
+    (tmp_path / "lingering_worker.py").write_text(LINGERING)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setattr(sandbox, "_EXIT_WAIT", 1.0)
+    start = time.monotonic()
+    end = sandbox.run_worker_process("lingering_worker", Job(task="", candidate="", seeds=(1,), trials=1, warmup=0), timeout=3.0)
+    assert end.verdict == {"reason": "ACCEPTED"} and not end.timed_out
+    assert time.monotonic() - start < 30
+    child = int((tmp_path / "lingering_worker.py.pid").read_text())
+    status = Path(f"/proc/{child}/status")
+    assert not status.exists() or "zombie" in status.read_text(), status.read_text()
