@@ -138,12 +138,9 @@ def run_worker_process(module: str, job: WireJob, timeout: float,
                threading.Thread(target=_read_lines, args=(proc.stderr, errors.append), daemon=True)]
     for reader in readers:
         reader.start()
-    try:
-        assert proc.stdin is not None
-        proc.stdin.write(job.to_json(token))
-        proc.stdin.close()
-    except (BrokenPipeError, OSError):
-        pass
+    # the job is written beside the reading: a worker that hangs before it reads a job larger than
+    # the pipe holds must still be stopped at its clock
+    threading.Thread(target=_write_job, args=(proc.stdin, job.to_json(token)), daemon=True).start()
     end = follow(lambda seconds: lines.get(timeout=seconds), token, clock)
     if not end.timed_out:
         try:  # its verdict said, the worker exits; one that does not is stopped with the rest of its group
@@ -158,6 +155,14 @@ def run_worker_process(module: str, job: WireJob, timeout: float,
     for reader in readers:
         reader.join(timeout=5)
     return WorkerExit(end.verdict, end.phase, "\n".join(errors), end.timed_out, proc.returncode, end.hung)
+
+
+def _write_job(stream: Any, text: str) -> None:
+    try:
+        stream.write(text)
+        stream.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass
 
 
 def _read_lines(stream: Any, put: Callable[[Any], None], end: Any = None) -> None:
