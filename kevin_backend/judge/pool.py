@@ -84,12 +84,8 @@ class _Worker:
         candidate's own time ran out)."""
         self.errors.clear()
         self.jobs += 1
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(job.to_json(token) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            return None, "start", "\n".join(self.errors), False, False
+        # written beside the reading: a worker stuck before it reads (its start) is stopped at the clock
+        threading.Thread(target=self._send, args=(job.to_json(token) + "\n",), daemon=True).start()
         end = follow(lambda seconds: self.lines.get(timeout=seconds), token, PhaseClock(timeout))
         if end.timed_out:
             self.kill()
@@ -97,6 +93,14 @@ class _Worker:
             self.proc.wait()
             time.sleep(0.05)  # the stderr reader's last lines
         return end.verdict, end.phase, "\n".join(self.errors), end.timed_out, end.hung
+
+    def _send(self, line: str) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(line)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # a worker that died: its output's end says so
 
     def alive(self) -> bool:
         return self.proc.poll() is None
