@@ -223,6 +223,29 @@ def test_an_open_comparison_is_measured_again_and_a_tie_is_still_kept_rarely() -
     assert _one_kernel_kept(0.0, RUNS) <= FAMILY_RATE
 
 
+def test_a_short_step_is_timed_more_times_a_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from kevin_backend.backend import graph_check
+    from kevin_backend.measure import interleave
+
+    assert graph_check.round_trials(1.7) == 30 and graph_check.round_trials(5.0) == graph_check.TRIALS
+    assert graph_check.round_trials(0.01) == graph_check.MAX_TRIALS and graph_check.round_trials(float("nan")) == graph_check.TRIALS
+    asked: list[int] = []
+    real = interleave.timer
+
+    def spy(device: Any, trials: int = 10, warmup: int = 3) -> Any:
+        asked.append(trials)
+        return real(device, trials, warmup)
+
+    monkeypatch.setattr(interleave, "timer", spy)
+    steps = {"with": lambda: time.sleep(0.001), "without": lambda: time.sleep(0.001)}
+    rounds = graph_check._measure(steps, torch.device("cpu"), adapt=True)  # (as on a GPU, where it adapts by default)
+    assert len(rounds["with"]) == graph_check.ROUNDS
+    # the probe, then the rounds' timer: a 1 ms step gets more than TRIALS calls a round, at most 50
+    assert asked[0] == 3 and graph_check.TRIALS < asked[-1] <= 50, asked
+
+
 def test_a_corrupt_stored_outcome_is_measured_again(tmp_path: Path) -> None:
     (tmp_path / "k.json").write_text("{not json")
     assert load_outcome(tmp_path, "k") is None

@@ -16,7 +16,8 @@ the kernels that make it faster:
                  model's own tensors are never touched), with the same requires_grad
     one step     the compiled graph called, then backward through its outputs that need
                  gradients: a training graph's forward and backward both count
-    timing       interleaved rounds (`measure.interleave.interleaved`), decided on the paired
+    timing       interleaved rounds (`measure.interleave.interleaved`), on a GPU of about ROUND_MS of
+                 steps each (`round_trials`), decided on the paired
                  rounds by `judge.decide.decide`: a variant beats another when the lower
                  confidence bound of the other's time over its own exceeds 1 + min(margin, 0),
                  the confidence corrected for the number of comparisons (Holm, Bonferroni);
@@ -59,7 +60,9 @@ log = logging.getLogger("kevin_backend")
 
 ROUNDS = 7  # interleaved rounds per comparison
 LOOKS = 2  # a comparison still open after its rounds is measured again, at most this many times in all (`_Pairs.decide`)
-TRIALS = 10  # timed steps per round (the median counts)
+TRIALS = 10  # timed steps per round at least (the median counts)
+ROUND_MS = 50.0  # a round times about this long of each variant's steps: a short graph gets more trials
+MAX_TRIALS = 200
 MAX_ALONE = 12  # beyond this many kernels, only all or none
 CONFIDENCE = 0.95  # per step of the choice: no kernel kept by noise in 95% of checks (`choose`)
 TOGETHER_SHARE = 0.5  # of the first step's error rate: for the kernels not kept, tried together (`choose`)
@@ -507,9 +510,26 @@ def _gpu_lock(cache: KernelStore, device: torch.device) -> Path | None:
     return gpu_lock_path(root, device.index)
 
 
-def _measure(steps: dict[str, Callable[[], Any]], device: torch.device, lock: Path | None = None) -> dict[str, Sequence[float]]:
+def _measure(steps: dict[str, Callable[[], Any]], device: torch.device, lock: Path | None = None,
+             adapt: bool | None = None) -> dict[str, Sequence[float]]:
+    """Each step's per-round medians over ROUNDS interleaved rounds. With `adapt` (by default on
+    a GPU) a round's trials follow the steps' length (`round_trials`, from a probe of each); on
+    the CPU, where the rounds of a compiled test model are short and the timing costs its host,
+    TRIALS."""
     from kevin_backend.measure.interleave import interleaved, timer
     from kevin_backend.locks import gpu_hold
 
     with gpu_hold(lock, shared=False):  # alone on the GPU while the variants are timed
-        return interleaved(steps, device, ROUNDS, measure=timer(device, TRIALS, 2))
+        trials = TRIALS
+        if device.type == "cuda" if adapt is None else adapt:
+            trials = round_trials(min(timer(device, 3, 1)(step) for step in steps.values()))
+        return interleaved(steps, device, ROUNDS, measure=timer(device, trials, 2))
+
+
+def round_trials(step_ms: float) -> int:
+    """Timed steps per round for a step of `step_ms`: a round of about ROUND_MS, from TRIALS to
+    MAX_TRIALS: a 1.7 ms inference step is timed 30 times a round, as long as a 5 ms training
+    step's 10 take, where 10 calls of it would make a round of 17 ms."""
+    if not math.isfinite(step_ms) or step_ms <= 0:
+        return TRIALS
+    return max(TRIALS, min(MAX_TRIALS, math.ceil(ROUND_MS / step_ms)))
