@@ -40,7 +40,7 @@ from typing import Any
 
 from kevin_backend.judge.job import Job
 from kevin_backend.judge.phases import END, PhaseClock, follow
-from kevin_backend.judge.sandbox import RunConfig, RunOutcome, job_of, outcome_of, worker_env
+from kevin_backend.judge.sandbox import RunConfig, RunOutcome, job_of, outcome_of, read_lines, worker_env, write_job
 
 __all__ = ["WorkerPool", "CLEAN_REASONS", "describe"]
 
@@ -65,19 +65,8 @@ class _Worker:
         self.lines: queue.Queue[Any] = queue.Queue()
         self.errors: collections.deque[str] = collections.deque(maxlen=200)
         self.jobs = 0
-        threading.Thread(target=self._read_out, daemon=True).start()
-        threading.Thread(target=self._read_err, daemon=True).start()
-
-    def _read_out(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(END)
-
-    def _read_err(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.errors.append(line.rstrip("\n"))
+        threading.Thread(target=read_lines, args=(self.proc.stdout, self.lines.put, END), daemon=True).start()
+        threading.Thread(target=read_lines, args=(self.proc.stderr, self.errors.append), daemon=True).start()
 
     def run(self, job: Job, token: str, timeout: float) -> tuple[dict[str, Any] | None, str, str, bool, bool]:
         """(verdict or None, last phase, stderr since the job began, stopped at its clock, the
@@ -85,7 +74,7 @@ class _Worker:
         self.errors.clear()
         self.jobs += 1
         # written beside the reading: a worker stuck before it reads (its start) is stopped at the clock
-        threading.Thread(target=self._send, args=(job.to_json(token) + "\n",), daemon=True).start()
+        threading.Thread(target=write_job, args=(self.proc.stdin, job.to_json(token) + "\n", False), daemon=True).start()
         end = follow(lambda seconds: self.lines.get(timeout=seconds), token, PhaseClock(timeout))
         if end.timed_out:
             self.kill()
@@ -93,14 +82,6 @@ class _Worker:
             self.proc.wait()
             time.sleep(0.05)  # the stderr reader's last lines
         return end.verdict, end.phase, "\n".join(self.errors), end.timed_out, end.hung
-
-    def _send(self, line: str) -> None:
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(line)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            pass  # a worker that died: its output's end says so
 
     def alive(self) -> bool:
         return self.proc.poll() is None

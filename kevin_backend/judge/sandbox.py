@@ -10,8 +10,8 @@ is the judge's (INFRA, or RESOURCE when memory ran out), never a verdict on the 
 from __future__ import annotations
 
 import os
-import secrets
 import queue
+import secrets
 import signal
 import subprocess
 import sys
@@ -24,7 +24,7 @@ from kevin_backend.judge.job import Job, WireJob
 from kevin_backend.judge.phases import CANDIDATE_PHASES, END, WHOLE_RUN_LIMITS, PhaseClock, follow
 
 __all__ = ["RunConfig", "RunOutcome", "WorkerExit", "job_of", "outcome_of", "run_in_sandbox", "run_worker_process", "worker_env",
-           "tail"]
+           "read_lines", "write_job", "tail"]
 
 
 @dataclass(frozen=True)
@@ -134,13 +134,13 @@ def run_worker_process(module: str, job: WireJob, timeout: float,
     )
     lines: queue.Queue[Any] = queue.Queue()
     errors: list[str] = []
-    readers = [threading.Thread(target=_read_lines, args=(proc.stdout, lines.put, END), daemon=True),
-               threading.Thread(target=_read_lines, args=(proc.stderr, errors.append), daemon=True)]
+    readers = [threading.Thread(target=read_lines, args=(proc.stdout, lines.put, END), daemon=True),
+               threading.Thread(target=read_lines, args=(proc.stderr, errors.append), daemon=True)]
     for reader in readers:
         reader.start()
     # the job is written beside the reading: a worker that hangs before it reads a job larger than
     # the pipe holds must still be stopped at its clock
-    threading.Thread(target=_write_job, args=(proc.stdin, job.to_json(token)), daemon=True).start()
+    threading.Thread(target=write_job, args=(proc.stdin, job.to_json(token)), daemon=True).start()
     end = follow(lambda seconds: lines.get(timeout=seconds), token, clock)
     if not end.timed_out:
         try:  # its verdict said, the worker exits; one that does not is stopped with the rest of its group
@@ -157,15 +157,20 @@ def run_worker_process(module: str, job: WireJob, timeout: float,
     return WorkerExit(end.verdict, end.phase, "\n".join(errors), end.timed_out, proc.returncode, end.hung)
 
 
-def _write_job(stream: Any, text: str) -> None:
+def write_job(stream: Any, text: str, close: bool = True) -> None:
+    """`text` to a worker's stdin, then closed (a one-shot worker) or flushed (a pool's, which
+    reads more jobs); a worker that died is said by its output's end, not here."""
     try:
         stream.write(text)
-        stream.close()
+        if close:
+            stream.close()
+        else:
+            stream.flush()
     except (BrokenPipeError, OSError, ValueError):
         pass
 
 
-def _read_lines(stream: Any, put: Callable[[Any], None], end: Any = None) -> None:
+def read_lines(stream: Any, put: Callable[[Any], None], end: Any = None) -> None:
     """Each line of `stream`, without its newline, to `put` as it comes; then `end`, if given."""
     for line in stream:
         put(line.rstrip("\n"))
