@@ -240,10 +240,16 @@ def test_a_short_step_is_timed_more_times_a_round(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(interleave, "timer", spy)
     steps = {"with": lambda: time.sleep(0.001), "without": lambda: time.sleep(0.001)}
-    rounds = graph_check._measure(steps, torch.device("cpu"), adapt=True)  # (as on a GPU, where it adapts by default)
+    timing = graph_check._Timing(torch.device("cpu"), adapt=True)  # (as on a GPU, where it adapts by default)
+    rounds = timing(steps)
     assert len(rounds["with"]) == graph_check.ROUNDS
     # the probe, then the rounds' timer: a 1 ms step gets more than TRIALS calls a round, at most 50
     assert asked[0] == 3 and graph_check.TRIALS < asked[-1] <= 50, asked
+    # the check's next comparison keeps the count, without a probe of its own
+    asked.clear()
+    timing(steps)
+    assert asked == [timing.trials] and graph_check.TRIALS < asked[0], asked
+    assert graph_check._Timing(torch.device("cpu")).adapt is False
 
 
 def test_a_corrupt_stored_outcome_is_measured_again(tmp_path: Path) -> None:
@@ -326,7 +332,7 @@ def test_a_check_that_fails_keeps_none_of_the_kernels(kevin_dir: Path, monkeypat
     def broken(*_: Any, **__: Any) -> Any:
         raise RuntimeError("the timer broke")
 
-    monkeypatch.setattr(graph_check, "_measure", broken)
+    monkeypatch.setattr(graph_check._Timing, "__call__", broken)
     model, inputs = make_example("mlp")
     eager = copy.deepcopy(model)
     with torch.no_grad():
@@ -497,6 +503,6 @@ def test_the_check_times_its_rounds_holding_the_judges_gpu_lock_alone(tmp_path: 
 
     seen: list[bool] = []
     steps = {"all": lambda: seen.append(others_can_share()), "none": lambda: seen.append(others_can_share())}
-    graph_check._measure(steps, torch.device("cpu"), lock)
+    graph_check._Timing(torch.device("cpu"), lock)(steps)
     assert seen and not any(seen)  # every timed call ran with the lock held alone
     assert others_can_share()  # and it is free again

@@ -131,11 +131,11 @@ def choose(digests: Sequence[str], variant: Callable[[frozenset[str]], Callable[
     dropped: dict[str, str] = {}
     winners = _screen(pairs, sorted(every), dropped)
     kept = _drop(pairs, _add(pairs, winners, dropped), dropped)
-    joined = _rest_together(pairs, frozenset(kept), dropped)
+    joined, together = _rest_together(pairs, frozenset(kept), dropped)
     how = (f"{pairs.count} paired comparisons, {CONFIDENCE:.0%} per step with Holm's or Bonferroni's correction; "
            f"the best alone: {_words(winners[0][1])}" if winners else f"{pairs.count} paired comparisons")
     if joined:
-        how = f"{len(joined)} of them only together, {pairs.last}; {how}"
+        how = f"{len(joined)} of them only together, the graph with them: {together}; {how}"
         kept += sorted(joined)
     summary = (f"all {len(every)} kept ({how})" if len(kept) == len(every) else
                f"{len(kept)} of {len(every)} kept ({how})" if kept else
@@ -143,26 +143,25 @@ def choose(digests: Sequence[str], variant: Callable[[frozenset[str]], Callable[
     return GraphOutcome(sorted(kept), dropped, summary, pairs.rounds)
 
 
-def _rest_together(pairs: "_Pairs", kept: frozenset[str], dropped: dict[str, str]) -> frozenset[str]:
+def _rest_together(pairs: "_Pairs", kept: frozenset[str], dropped: dict[str, str]) -> tuple[frozenset[str], str]:
     """The kernels not kept and not surely slower alone (the screen's rounds show no loss beyond
     the noise), all joined at once to those kept (or to none): each may save too little of the
     graph's time to show alone, while together they show. Decided on fresh rounds at the
     share of the first step's error rate the screen left (TOGETHER_SHARE), so that tied kernels
-    are kept by noise no more often than before. The ones that joined (taken out of `dropped`);
-    if none did, each hopeful one's reason says so too."""
+    are kept by noise no more often than before. The ones that joined (taken out of `dropped`)
+    and the comparison in words; if none did, each hopeful one's reason says so too."""
     hopeful = frozenset(d for d in dropped if not pairs.slower.get(d, False))
     if not hopeful:
-        return frozenset()
+        return frozenset(), ""
     verdict = pairs.decide(kept | hopeful, kept, 1 - (1 - CONFIDENCE) * TOGETHER_SHARE)
     words = _words(verdict, _JOINED if kept else "Inductor/kevin")
     if verdict.keep:
-        pairs.last = f"the graph with them: {words}"
         for d in hopeful:
             del dropped[d]
-        return hopeful
+        return hopeful, words
     for d in hopeful:
         dropped[d] += f"; with the others not slower alone ({len(hopeful)}): {words}"
-    return frozenset()
+    return frozenset(), words
 
 
 def _screen(pairs: "_Pairs", digests: list[str], dropped: dict[str, str]) -> list[tuple[str, Any]]:
@@ -175,8 +174,8 @@ def _screen(pairs: "_Pairs", digests: list[str], dropped: dict[str, str]) -> lis
     timed = {d: pairs.times(frozenset([d]), frozenset()) for d in digests}
     order = sorted(digests, key=lambda d: -_evidence(*timed[d], pairs.margin))
     winners: list[tuple[str, Any]] = []
+    share = (1 - CONFIDENCE) * (1 - TOGETHER_SHARE)
     for i, d in enumerate(order):
-        share = (1 - CONFIDENCE) * (1 - TOGETHER_SHARE)
         verdict = decide(*timed[d], margin=pairs.margin, confidence=1 - share / (len(order) - i))
         pairs.slower[d] = decide(timed[d][1], timed[d][0], margin=0.0, confidence=CONFIDENCE).keep
         if verdict.keep and len(winners) == i:
@@ -227,7 +226,6 @@ class _Pairs:
         self._steps: dict[frozenset[str], Callable[[], Any]] = {}
         self.rounds: dict[str, list[float]] = {}  # "<comparison>. <set>" -> per-round median ms
         self.count = 0
-        self.last = ""  # the last comparison, in words
         self.slower: dict[str, bool] = {}  # the screen's: the graph with the kernel alone surely slower
 
     def _step(self, kept: frozenset[str]) -> Callable[[], Any]:
@@ -432,7 +430,7 @@ class GraphCheck:
                 return step
 
             lock = _gpu_lock(self._cache, device)
-            outcome = choose(digests, variant, lambda steps: _measure(steps, device, lock), self._margin,
+            outcome = choose(digests, variant, _Timing(device, lock), self._margin,
                              alone=self._other_sizes is None)
         except Exception as exc:  # noqa: BLE001 - the check's failure: nothing says the kernels help
             return self._failed(exc, compiled, compile_variant)
@@ -510,20 +508,27 @@ def _gpu_lock(cache: KernelStore, device: torch.device) -> Path | None:
     return gpu_lock_path(root, device.index)
 
 
-def _measure(steps: dict[str, Callable[[], Any]], device: torch.device, lock: Path | None = None,
-             adapt: bool | None = None) -> dict[str, Sequence[float]]:
-    """Each step's per-round medians over ROUNDS interleaved rounds. With `adapt` (by default on
-    a GPU) a round's trials follow the steps' length (`round_trials`, from a probe of each); on
-    the CPU, where the rounds of a compiled test model are short and the timing costs its host,
-    TRIALS."""
-    from kevin_backend.measure.interleave import interleaved, timer
-    from kevin_backend.locks import gpu_hold
+class _Timing:
+    """The check's timer: each step's per-round medians over ROUNDS interleaved rounds. With
+    `adapt` (by default on a GPU) a round's trials follow the graph's step length
+    (`round_trials`), probed once a check, on its first comparison (its variants differ by a few
+    kernels); on the CPU, where the rounds of a compiled test model are short and the timing costs
+    its host, TRIALS."""
 
-    with gpu_hold(lock, shared=False):  # alone on the GPU while the variants are timed
-        trials = TRIALS
-        if device.type == "cuda" if adapt is None else adapt:
-            trials = round_trials(min(timer(device, 3, 1)(step) for step in steps.values()))
-        return interleaved(steps, device, ROUNDS, measure=timer(device, trials, 2))
+    def __init__(self, device: torch.device, lock: Path | None = None, adapt: bool | None = None) -> None:
+        self.device, self.lock = device, lock
+        self.adapt = device.type == "cuda" if adapt is None else adapt
+        self.trials: int | None = None
+
+    def __call__(self, steps: dict[str, Callable[[], Any]]) -> dict[str, Sequence[float]]:
+        from kevin_backend.measure.interleave import interleaved, timer
+        from kevin_backend.locks import gpu_hold
+
+        with gpu_hold(self.lock, shared=False):  # alone on the GPU while the variants are timed
+            if self.trials is None:
+                probe = min(timer(self.device, 3, 1)(step) for step in steps.values()) if self.adapt else math.nan
+                self.trials = round_trials(probe)
+            return interleaved(steps, self.device, ROUNDS, measure=timer(self.device, self.trials, 2))
 
 
 def round_trials(step_ms: float) -> int:
