@@ -109,6 +109,7 @@ def test_a_build_ahead_runs_its_compilers_at_a_lower_priority(tmp_path: Path, mo
 
     monkeypatch.setattr(build_module, "build_fast", fake_build_fast)
     monkeypatch.setattr(build_module, "ensure_pch", lambda root, toolchain: tmp_path / "pch.h")
+    monkeypatch.setattr(build_module, "pch_built", lambda root, toolchain: True)
     monkeypatch.setattr(build_module.Toolchain, "detect", staticmethod(lambda: None))
     cuda = "__global__ void k(float* x) { x[0] = 1.0f; }\ntorch::Tensor f(torch::Tensor x) { k<<<1, 1>>>(x.data_ptr<float>()); return x; }\n"
     specs = [build_module.BuildSpec("kevin_probe", "torch::Tensor f(torch::Tensor x);", f"#include <torch/extension.h>\n{cuda}// {i}\n",
@@ -130,3 +131,77 @@ def test_a_failed_host_pass_stops_the_device_pass() -> None:
     assert not timed_out and [code for _, code in results] == [2, -9, 0] and time.monotonic() - start < 30, results
     results, _ = _run_each([["true"], ["sleep", "0.2"]], 120, stops={0: 1})
     assert [code for _, code in results] == [0, 0]
+
+
+@needs_nvcc
+def test_the_device_part_compiles_while_the_host_part_waits_for_its_header(tmp_path: Path) -> None:
+    # a first build of a cache: the host part includes the precompiled header being made, the
+    # device part does not; so the device part's steps run while the host part waits
+    import time
+
+    source = tmp_path / "device.cu"
+    source.write_text(KERNEL)
+    keep = tmp_path / "keep"
+    seen: list[str] = []
+
+    def header_made(seconds: float) -> None:  # (the header "ready" once the device pass has made its PTX)
+        deadline = time.monotonic() + min(seconds, 120)
+        while not list(keep.glob("*.ptx")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen.append("ptx before the host part" if list(keep.glob("*.ptx")) else "no ptx")
+
+    marker = tmp_path / "host_ran"
+    host = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('ran')"]
+    results, timed_out = compile_parts(_nvcc(source, tmp_path / "chained.o"), host, keep, "_kevin_0", 300, host_ready=header_made)
+    assert not timed_out and [code for _, code in results] == [0, 0], results
+    assert seen == ["ptx before the host part"] and marker.read_text() == "ran"
+    assert "kevin_launch" in _defined(tmp_path / "chained.o")
+
+    def no_header(seconds: float) -> None:
+        raise RuntimeError("the precompiled header could not be made")
+
+    marker.unlink()
+    with pytest.raises(RuntimeError, match="could not be made"):
+        compile_parts(_nvcc(source, tmp_path / "again.o"), host, tmp_path / "keep2", "_kevin_0", 300, host_ready=no_header)
+    assert not marker.exists()  # (the host part never ran without its header)
+
+
+def test_a_first_build_makes_the_header_beside_its_device_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the builder starts the header's build and hands the build a wait for it: the build itself
+    # (its device part) starts before the header is made; with the header made, no wait
+    import threading
+
+    from kevin_backend.toolchain import build as build_module
+
+    made = threading.Event()
+    release = threading.Event()
+    calls: list[tuple[bool, object]] = []
+
+    def slow_header(root: Path, toolchain: object) -> Path:
+        release.wait(30)
+        made.set()
+        return tmp_path / "pch.h"
+
+    def fake_build_fast(*args, pch_ready=None, **kwargs) -> FastOutcome:  # type: ignore[no-untyped-def]
+        calls.append((made.is_set(), pch_ready))
+        release.set()
+        if pch_ready is not None:
+            pch_ready(30)  # (as the host part does)
+            calls.append((made.is_set(), "waited"))
+        return FastOutcome(False, True, "stopped here", "")
+
+    built = {"done": False}
+    monkeypatch.setattr(build_module, "build_fast", fake_build_fast)
+    monkeypatch.setattr(build_module, "ensure_pch", slow_header)
+    monkeypatch.setattr(build_module, "pch_built", lambda root, toolchain: built["done"])
+    monkeypatch.setattr(build_module, "pch_header", lambda root, toolchain: tmp_path / "pch.h")
+    monkeypatch.setattr(build_module.Toolchain, "detect", staticmethod(lambda: None))
+    cuda = "__global__ void k(float* x) { x[0] = 1.0f; }\ntorch::Tensor f(torch::Tensor x) { k<<<1, 1>>>(x.data_ptr<float>()); return x; }\n"
+    specs = [build_module.BuildSpec("kevin_probe", "torch::Tensor f(torch::Tensor x);", f"#include <torch/extension.h>\n{cuda}// {i}\n",
+                                    ("f",), arch="9.0") for i in range(2)]
+    builder = build_module.Builder(tmp_path / "builds")
+    builder.build(specs[0])
+    assert calls[0][0] is False and callable(calls[0][1]) and calls[1] == (True, "waited"), calls
+    built["done"], calls[:] = True, []
+    builder.build(specs[1])
+    assert calls == [(True, None)], calls

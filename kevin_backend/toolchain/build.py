@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -48,7 +48,8 @@ from kevin_backend.config import child_env
 from kevin_backend.toolchain.candidate import InlineExtension
 from kevin_backend.toolchain.build_errors import SourceFile, trim_compiler_output
 from kevin_backend.toolchain.cutlass_headers import CutlassHeaders, find_cutlass
-from kevin_backend.toolchain.fast_build import FAST_BUILD_VERSION, Toolchain, build_arch, build_fast, ensure_pch, fast_sources, niced
+from kevin_backend.toolchain.fast_build import (FAST_BUILD_VERSION, Toolchain, build_arch, build_fast, ensure_pch, fast_sources, niced,
+                                                 pch_built, pch_header)
 from kevin_backend.toolchain.host_device import SplitError
 from kevin_backend.locks import file_lock
 
@@ -363,14 +364,18 @@ class Builder:
                                fast_fallback=f"the split cannot take it: {exc}")
         assert spec.arch is not None
         toolchain = Toolchain.detect()
-        pch = ensure_pch(self.pch_root, toolchain)
+        # A first build of this cache makes the precompiled header beside its device part (which
+        # does not include it): its host part waits for the header, its device part does not.
+        header = None if pch_built(self.pch_root, toolchain) else _in_background(ensure_pch, self.pch_root, toolchain)
+        pch = pch_header(self.pch_root, toolchain) if header else ensure_pch(self.pch_root, toolchain)
         work = folder / "build"
         shutil.rmtree(work, ignore_errors=True)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "spec.json").write_text(json.dumps(_spec_dict(spec)))
         built = folder / f"{spec.module_name}.so"
         outcome = build_fast(sources, work, built, spec.arch, pch, spec.extra_cflags, spec.extra_cuda_cflags,
-                             spec.cuda_sources, self.timeout, toolchain, include_dirs=spec.include_dirs, niceness=niceness)
+                             spec.cuda_sources, self.timeout, toolchain, include_dirs=spec.include_dirs, niceness=niceness,
+                             pch_ready=header.result if header else None)
         error = outcome.error
         infra = "" if outcome.ok else judge_side_build_failure(outcome.log, outcome.timed_out)
         if not outcome.ok:
@@ -489,6 +494,20 @@ def light_cuda_sources(cuda: str) -> str:
     if "PYBIND11" in cuda or "pybind11" in cuda or "py::" in cuda:
         return cuda
     return _EXTENSION_INCLUDE.sub("#include <torch/types.h>", cuda)
+
+
+def _in_background(fn: Callable[..., Any], *args: Any) -> "concurrent.futures.Future[Any]":
+    """`fn(*args)` run in a thread of its own, its future returned."""
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for it
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="kevin-pch", daemon=True).start()
+    return future
 
 
 def _default_pch_root(root: Path) -> Path:

@@ -260,9 +260,6 @@ def _run(argv: list[str], text: bytes, timeout: float | None = None) -> tuple[st
             return out.decode(errors="replace"), errors.read().decode(errors="replace"), None
     return out.decode(errors="replace"), None, None
 
-    tokens = _mark_device(_tokens(done.stdout.decode(errors="replace")))
-    return CppSource(kind, tokens, tuple(refused), tuple(redefined))
-
 
 @functools.lru_cache(maxsize=1)
 def header_macros() -> frozenset[str]:

@@ -28,6 +28,7 @@ instantiations, nor when only the host part failed).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -42,7 +43,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from kevin_backend.config import child_env, cuda_toolkit_dirs
 from kevin_backend.toolchain.build_errors import SourceFile, parse_errors, trim_compiler_output
@@ -52,7 +53,7 @@ from kevin_backend.locks import file_lock
 # Part of every fast build's cache key: bump it when what this module produces changes.
 FAST_BUILD_VERSION = 3
 
-__all__ = ["FAST_BUILD_VERSION", "Toolchain", "FastSources", "FastOutcome", "fast_sources", "ensure_pch", "build_fast", "ops_namespace",
+__all__ = ["FAST_BUILD_VERSION", "Toolchain", "FastSources", "FastOutcome", "fast_sources", "ensure_pch", "pch_header", "pch_built", "build_fast", "ops_namespace",
            "build_arch", "cuda_home_of", "device_command", "nvcc_chains", "NvccChains", "niced", "compile_parts"]
 
 # Headers every host part gets, precompiled once. The adapter turns a candidate's function into
@@ -204,13 +205,23 @@ def fast_sources(cpp_sources: str, cuda_sources: str, functions: Sequence[str], 
     return FastSources(split.device, host, namespace, split.templated)
 
 
+def pch_header(root: Path, toolchain: Toolchain) -> Path:
+    """Where `ensure_pch` keeps the precompiled header for `toolchain` under `root`, built or not."""
+    # the header's own text is part of the folder's name: a changed header is a new one
+    return Path(root) / "pch" / f"{toolchain.digest}-{hashlib.sha256(_PCH_HEADER.encode()).hexdigest()[:8]}" / "kevin_pch.h"
+
+
+def pch_built(root: Path, toolchain: Toolchain) -> bool:
+    """Whether `ensure_pch` has already made the header under `root` (or found that it could not)."""
+    return (pch_header(root, toolchain).parent / "done").exists()
+
+
 def ensure_pch(root: Path, toolchain: Toolchain, timeout: float = 900.0) -> Path:
     """The precompiled header for `toolchain` under `root` (built on first use, under a file lock,
     so concurrent builders and processes build it once). Returns the header to `-include`; its
     `.gch` sits beside it when the precompile succeeded (otherwise g++ reads the header itself)."""
-    # the header's own text is part of the folder's name: a changed header is a new one
-    folder = Path(root) / "pch" / f"{toolchain.digest}-{hashlib.sha256(_PCH_HEADER.encode()).hexdigest()[:8]}"
-    header = folder / "kevin_pch.h"
+    header = pch_header(root, toolchain)
+    folder = header.parent
     done = folder / "done"
     if done.exists():
         return header
@@ -326,14 +337,29 @@ def nvcc_chains(command: Sequence[str], keep: Path, module_id: str) -> NvccChain
 
 
 def compile_parts(device_cmd: Sequence[str], host_cmd: Sequence[str], keep: Path, module_id: str, timeout: float,
-                  niceness: int = 0) -> tuple[list[tuple[str, int]], bool]:
+                  niceness: int = 0, host_ready: Callable[[float], object] | None = None) -> tuple[list[tuple[str, int]], bool]:
     """The device part's nvcc (its two chains at once where `nvcc_chains` takes it) beside the
-    host part's compiler: [(the device part's output, status), (the host part's)], timed out."""
+    host part's compiler: [(the device part's output, status), (the host part's)], timed out.
+    `host_ready(seconds)`, where given, is waited for (at most the seconds left) before the host
+    part's compiler starts, while the device part already compiles: a precompiled header the host
+    part includes, made meanwhile; what it raises is raised here once the device part ends."""
     start = time.monotonic()
     chains = nvcc_chains(device_cmd, keep, module_id)
+    device_cmds = list(chains.first) if chains else [device_cmd]
     # (where the host pass fails, nvcc would stop there: so does the device pass)
-    results, timed_out = _run_each([*chains.first, host_cmd] if chains else [device_cmd, host_cmd], timeout, niceness,
-                                   stops={0: 1} if chains else None)
+    stops = {0: 1} if chains else None
+    if host_ready is None:
+        results, timed_out = _run_each([*device_cmds, host_cmd], timeout, niceness, stops=stops)
+    else:
+        def host_part() -> tuple[list[tuple[str, int]], bool]:
+            host_ready(timeout)
+            return _run_each([host_cmd], max(1.0, timeout - (time.monotonic() - start)), niceness)
+
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kevin-host-part") as pool:
+            host = pool.submit(host_part)
+            results, timed_out = _run_each(device_cmds, timeout, niceness, stops=stops)
+            host_results, host_timed_out = host.result()
+        results, timed_out = results + host_results, timed_out or host_timed_out
     if chains is None or timed_out:
         return results if chains is None else [("".join(out for out, _ in results[:2]), 1), results[2]], timed_out
     # each chain stops at its first failure: nvcc's own output, in nvcc's order
@@ -347,10 +373,12 @@ def compile_parts(device_cmd: Sequence[str], host_cmd: Sequence[str], keep: Path
 
 def build_fast(sources: FastSources, work: Path, output: Path, arch: str, pch: Path,
                extra_cflags: Sequence[str], extra_cuda_cflags: Sequence[str], cuda_text: str,
-               timeout: float, toolchain: Toolchain | None = None, include_dirs: Sequence[str] = (), niceness: int = 0) -> FastOutcome:
+               timeout: float, toolchain: Toolchain | None = None, include_dirs: Sequence[str] = (), niceness: int = 0,
+               pch_ready: Callable[[float], object] | None = None) -> FastOutcome:
     """Compile the device and host parts at once, link them into `output`; `include_dirs` (the
     header libraries', CUTLASS's) go to both compilers; `niceness`: the compilers' (a build ahead
-    of its turn yields the cores to the turn's own)."""
+    of its turn yields the cores to the turn's own); `pch_ready`: where the precompiled header
+    `pch` is still being made, waited for before the host part compiles (`compile_parts`)."""
     tc = toolchain or Toolchain.detect()
     work.mkdir(parents=True, exist_ok=True)
     (work / "device.cu").write_text(sources.device)
@@ -362,7 +390,7 @@ def build_fast(sources: FastSources, work: Path, output: Path, arch: str, pch: P
                 *(f"-I{d}" for d in (*tc.include_dirs, *include_dirs)), "-c", str(work / "host.cpp"), "-o", str(work / "host.o")]
     start = time.monotonic()
     module_id = "_kevin_" + hashlib.sha256(f"{work}\n{sources.device}".encode()).hexdigest()[:16]
-    results, timed_out = compile_parts(device_cmd, host_cmd, work / "nvcc", module_id, timeout, niceness)
+    results, timed_out = compile_parts(device_cmd, host_cmd, work / "nvcc", module_id, timeout, niceness, pch_ready)
     log = "".join(out for out, _ in results)
     if timed_out:
         return FastOutcome(False, True, f"build timed out after {timeout:.0f} s", log, True)
