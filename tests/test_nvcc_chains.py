@@ -160,7 +160,15 @@ def test_the_device_part_compiles_while_the_host_part_waits_for_its_header(tmp_p
     def no_header(seconds: float) -> None:
         raise RuntimeError("the precompiled header could not be made")
 
+    def header_late(seconds: float) -> None:
+        import concurrent.futures
+
+        raise concurrent.futures.TimeoutError()
+
     marker.unlink()
+    results, timed_out = compile_parts(_nvcc(source, tmp_path / "late.o"), host, tmp_path / "keep3", "_kevin_0", 300,
+                                       host_ready=header_late)
+    assert timed_out and "not made within 300 s" in results[-1][0] and not marker.exists(), results
     with pytest.raises(RuntimeError, match="could not be made"):
         compile_parts(_nvcc(source, tmp_path / "again.o"), host, tmp_path / "keep2", "_kevin_0", 300, host_ready=no_header)
     assert not marker.exists()  # (the host part never ran without its header)

@@ -342,7 +342,8 @@ def compile_parts(device_cmd: Sequence[str], host_cmd: Sequence[str], keep: Path
     host part's compiler: [(the device part's output, status), (the host part's)], timed out.
     `host_ready(seconds)`, where given, is waited for (at most the seconds left) before the host
     part's compiler starts, while the device part already compiles: a precompiled header the host
-    part includes, made meanwhile; what it raises is raised here once the device part ends."""
+    part includes, made meanwhile (not made in time: the build timed out); what else it raises is
+    raised here once the device part ends."""
     start = time.monotonic()
     chains = nvcc_chains(device_cmd, keep, module_id)
     device_cmds = list(chains.first) if chains else [device_cmd]
@@ -352,7 +353,10 @@ def compile_parts(device_cmd: Sequence[str], host_cmd: Sequence[str], keep: Path
         results, timed_out = _run_each([*device_cmds, host_cmd], timeout, niceness, stops=stops)
     else:
         def host_part() -> tuple[list[tuple[str, int]], bool]:
-            host_ready(timeout)
+            try:
+                host_ready(timeout)
+            except concurrent.futures.TimeoutError:
+                return [(f"the host part's precompiled header was not made within {timeout:.0f} s", -1)], True
             return _run_each([host_cmd], max(1.0, timeout - (time.monotonic() - start)), niceness)
 
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kevin-host-part") as pool:
