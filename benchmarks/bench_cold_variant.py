@@ -14,7 +14,8 @@ For one task of the GEMM suite, in a fresh build folder and a fresh kernel cache
                this host: where a cold build's time goes
   host         the CPUs and the load they carried
 
-Usage: python benchmarks/bench_cold_variant.py [--task NAME] [--tilings 2] [--json FILE]
+Usage: python benchmarks/bench_cold_variant.py [--task NAME] [--tilings 2] [--phases-only] [--json FILE]
+(--phases-only: nvcc's phases alone, on a machine without a GPU)
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="mlp-up-gelu-f16-8192x768x3072")
     parser.add_argument("--tilings", type=int, default=2, help="variants judged cold, one after the other")
+    parser.add_argument("--phases-only", action="store_true", help="nvcc's phases alone (no GPU needed)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     cache = Path(tempfile.mkdtemp(prefix="kevin_cold_"))
@@ -63,15 +65,21 @@ def main() -> None:
     from kevin_backend.generate.builtin.gemm_plan import plan_gemm, plan_tilings, write_gemm_program
     from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
     from kevin_backend.judge.judge import Judge
-    from kevin_backend.judge.result import RunConfig
+    from kevin_backend.judge.sandbox import RunConfig
     from kevin_backend.toolchain.fast_build import Toolchain, pch_header
 
     task = next(t for t in GEMM_SUITE if t.name == args.task)
     plan = plan_gemm(task.source, "sm90")
     tilings = plan_tilings(plan)
     programs = [(t.name, write_gemm_program(plan, t, task_source=task.source)) for t in tilings[:args.tilings + 1]]
-    report: dict[str, object] = {"task": task.name, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                 "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+    report: dict[str, object] = {"task": task.name, "torch": torch.__version__, "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+    if args.phases_only:
+        report["nvcc_ms"] = nvcc_phases(programs[0][1])
+        print("nvcc phases (ms):", report["nvcc_ms"], flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1))
+        return
+    report["gpu"] = torch.cuda.get_device_name()
     with Judge(cache / "builds", RunConfig(trials=20)) as judge:
         done = pch_header(judge.builder.pch_root, Toolchain.detect()).parent / "done"
         rows = []

@@ -426,6 +426,18 @@ def gpu_tests(data: list[dict[str, Any]]) -> dict[str, str]:
     return {"groups": _table(["group", "files", "passed", "failed", "seconds"], rows)}
 
 
+def cold_variant(data: dict[str, Any]) -> dict[str, str]:
+    """bench_cold_variant.py's run: nvcc's phases for the program's device part (`phases`), and
+    where the GPU judged them, each variant's build and judgement (`variants`)."""
+    ms = data["nvcc_ms"]
+    blocks = {"phases": _table(["nvcc phase", "seconds"], [[k, f"{v / 1000:.2f}"] for k, v in ms.items()])}
+    if data.get("variants"):
+        blocks["variants"] = _table(["variant", "how", "build s", "judged s", "verdict", "load"],
+                                    [[r["variant"], r["how"], f"{r['build_s']:.1f}", f"{r['judged_s']:.1f}", r["verdict"],
+                                      f"{r['load']:.1f}"] for r in data["variants"]])
+    return blocks
+
+
 def gemm_suite(data: dict[str, Any]) -> dict[str, str]:
     """bench_gemm's runs (`runs`: each its tree and the JSON it wrote): each task's best accepted
     tiling against Inductor, from the last run that judged the task, and the peers against that
@@ -553,6 +565,7 @@ KINDS: dict[str, Callable[[Any], dict[str, str]]] = {
     "inductor_forms": inductor_forms,
     "gpu_tests": gpu_tests,
     "gemm_suite": gemm_suite,
+    "cold_variant": cold_variant,
     "cudnn_peer": cudnn_peer,
     "isolation_verdicts": isolation_verdicts,
     "isolation_speed": isolation_speed,
