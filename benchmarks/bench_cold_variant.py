@@ -81,6 +81,7 @@ def main() -> None:
         return
     report["gpu"] = torch.cuda.get_device_name()
     with Judge(cache / "builds", RunConfig(trials=20)) as judge:
+        judge.prepare()  # (as a search does: the judge's workers start beside the first build)
         done = pch_header(judge.builder.pch_root, Toolchain.detect()).parent / "done"
         rows = []
         for i, (name, program) in enumerate(programs[:-1]):
