@@ -435,6 +435,12 @@ def cold_variant(data: dict[str, Any]) -> dict[str, str]:
         blocks["variants"] = _table(["variant", "how", "build s", "judged s", "verdict", "load"],
                                     [[r["variant"], r["how"], f"{r['build_s']:.1f}", f"{r['judged_s']:.1f}", r["verdict"],
                                       f"{r['load']:.1f}"] for r in data["variants"]])
+        cold = [r["judged_s"] for r in data["variants"] if r["how"] == "cold"]
+        blocks["summary"] = (f"{data.get('gpu', '')}, {data['cpus']} CPUs: the first variant of a fresh cache judged in "
+                             f"{data['variants'][0]['judged_s']:.1f} s (its build {data['variants'][0]['build_s']:.1f} s, the precompiled "
+                             f"header done {data.get('pch_done_after_s', float('nan')):.1f} s after its judgement began); a new variant cold "
+                             f"{', '.join(f'{c:.1f}' for c in cold)} s; a change of tiling built ahead "
+                             f"{data['variants'][-1]['judged_s']:.1f} s (goals: 60 s and 10 s).\n")
     return blocks
 
 
