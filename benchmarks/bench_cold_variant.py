@@ -85,12 +85,8 @@ def main() -> None:
         done = pch_header(judge.builder.pch_root, Toolchain.detect()).parent / "done"
         rows = []
         for i, (name, program) in enumerate(programs[:-1]):
-            start = time.perf_counter()
             began = time.time()
-            result = judge.judge(task.source, program)
-            rows.append({"variant": name, "how": "first of a fresh cache" if i == 0 else "cold",
-                         "build_s": round(result.build_seconds or 0, 1), "judged_s": round(time.perf_counter() - start, 1),
-                         "verdict": result.reason.name, "load": os.getloadavg()[0]})
+            rows.append(_judged(judge, task.source, name, program, "first of a fresh cache" if i == 0 else "cold"))
             if i == 0 and done.exists():
                 report["pch_done_after_s"] = round(done.stat().st_mtime - began, 1)
             print(rows[-1], flush=True)
@@ -99,17 +95,21 @@ def main() -> None:
         judge.build_ahead([program])
         while not any(judge.builder.cached(s) for s in _specs(program)):  # (the build ahead, in the background)
             time.sleep(0.2)
-        ahead = time.perf_counter() - start
-        start = time.perf_counter()
-        result = judge.judge(task.source, program)
-        rows.append({"variant": name, "how": f"built ahead in {ahead:.1f} s", "build_s": round(result.build_seconds or 0, 1),
-                     "judged_s": round(time.perf_counter() - start, 1), "verdict": result.reason.name, "load": os.getloadavg()[0]})
+        rows.append(_judged(judge, task.source, name, program, f"built ahead in {time.perf_counter() - start:.1f} s"))
         print(rows[-1], flush=True)
         report["variants"] = rows
     report["nvcc_ms"] = nvcc_phases(programs[0][1])
     print("nvcc phases (ms):", report["nvcc_ms"], flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
+
+
+def _judged(judge, task: str, name: str, program: str, how: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """`program` judged: its row (the build's seconds, the whole judgement's, the verdict, the load)."""
+    start = time.perf_counter()
+    result = judge.judge(task, program)
+    return {"variant": name, "how": how, "build_s": round(result.build_seconds or 0, 1),
+            "judged_s": round(time.perf_counter() - start, 1), "verdict": result.reason.name, "load": os.getloadavg()[0]}
 
 
 def _specs(program: str) -> list:  # type: ignore[type-arg]

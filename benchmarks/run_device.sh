@@ -154,8 +154,8 @@ for step in $steps; do
     dynamic) python3 benchmarks/bench_dynamic.py --json "$OUT/dynamic.json" 2>&1 | tee "$OUT/dynamic.log" | tail -30 ;;  # 3 sizes, dynamic=True
     build) python3 benchmarks/bench_build.py --json "$OUT/build.json" 2>&1 | tee "$OUT/build.log" | tail -12 ;;
     compile) python3 benchmarks/bench_e2e.py --compile-only --json "$OUT/compile.json" 2>&1 | tee "$OUT/compile.log" | tail -20 ;;
-    cold-variant)  # a new CUTLASS variant judged cold, alone on the host: the precompiled header apart, each variant's build
-                   # and judgement, a change of tiling built ahead, nvcc's phases (COLD_TASK: a GEMM suite task)
+    cold-variant)  # a new CUTLASS variant judged cold, alone on the host: the first of a fresh cache (its precompiled header
+                   # made beside it), a next one, a change of tiling built ahead, nvcc's phases (COLD_TASK: a GEMM suite task)
       lscpu | grep -E "^CPU\(s\)|^Thread|^Core|^Socket|^Model name" | tee "$OUT/cold_variant.log"
       python3 benchmarks/bench_cold_variant.py ${COLD_TASK:+--task $COLD_TASK} --json "$OUT/cold_variant.json" 2>&1 | tee -a "$OUT/cold_variant.log" | tail -12 ;;
     bench)  # kevin bench: eager / Inductor / kevin (mode cache, this machine's kernel cache and the seed cache);

@@ -110,6 +110,7 @@ def test_a_build_ahead_runs_its_compilers_at_a_lower_priority(tmp_path: Path, mo
     monkeypatch.setattr(build_module, "build_fast", fake_build_fast)
     monkeypatch.setattr(build_module, "ensure_pch", lambda root, toolchain: tmp_path / "pch.h")
     monkeypatch.setattr(build_module, "pch_built", lambda root, toolchain: True)
+    monkeypatch.setattr(build_module, "pch_header", lambda root, toolchain: tmp_path / "pch.h")
     monkeypatch.setattr(build_module.Toolchain, "detect", staticmethod(lambda: None))
     cuda = "__global__ void k(float* x) { x[0] = 1.0f; }\ntorch::Tensor f(torch::Tensor x) { k<<<1, 1>>>(x.data_ptr<float>()); return x; }\n"
     specs = [build_module.BuildSpec("kevin_probe", "torch::Tensor f(torch::Tensor x);", f"#include <torch/extension.h>\n{cuda}// {i}\n",

@@ -367,7 +367,7 @@ class Builder:
         # A first build of this cache makes the precompiled header beside its device part (which
         # does not include it): its host part waits for the header, its device part does not.
         header = None if pch_built(self.pch_root, toolchain) else _in_background(ensure_pch, self.pch_root, toolchain)
-        pch = pch_header(self.pch_root, toolchain) if header else ensure_pch(self.pch_root, toolchain)
+        pch = pch_header(self.pch_root, toolchain)
         work = folder / "build"
         shutil.rmtree(work, ignore_errors=True)
         folder.mkdir(parents=True, exist_ok=True)
@@ -497,7 +497,8 @@ def light_cuda_sources(cuda: str) -> str:
 
 
 def _in_background(fn: Callable[..., Any], *args: Any) -> "concurrent.futures.Future[Any]":
-    """`fn(*args)` run in a thread of its own, its future returned."""
+    """`fn(*args)` run in a daemon thread of its own, its future returned (an executor's threads
+    would hold the interpreter's exit until a header of up to 15 minutes is made)."""
     future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
     def run() -> None:
