@@ -407,6 +407,44 @@ def test_cross_entropy_as_inductor_decomposes_it_is_one_kernel(reduction: str, d
     assert torch.allclose(got.double().reshape(want.shape), want.double(), rtol=tol, atol=tol), (got, want)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_training_steps_cross_entropy_returns_what_its_backward_keeps(dtype: torch.dtype, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A causal LM's training step (transformers' loss: the logits in float32, targets ignored at
+    -100) hands the backend a forward that also returns what its backward keeps: each row's max,
+    each row's log of its sum of exponentials, and the count of targets not ignored (nll's total
+    weight). The writer takes it as one row kernel and the final launch, which stores the count
+    beside the mean, and every output matches the partition's own program. Without the count
+    (read as the fold's total weight), the int64 mask stays in the task and the writer declines
+    it: Inductor kept the whole loss."""
+    from kevin_backend.backend.task import extract_task
+
+    def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(logits.float(), targets)
+
+    torch.manual_seed(0)
+    rows, classes = 37, 300
+    logits = torch.randn(rows, classes).to(dtype).requires_grad_()
+    targets = torch.randint(0, classes, (rows,))
+    targets[::5] = -100
+    (part,) = builtin_partitions(loss, logits, targets, training=True).partitions
+    task = extract_task(part)
+    assert len(task.outputs) == 4 and "aten.gather.default" in part.ops
+    plan = plan_task(task.source)
+    assert isinstance(plan, Plan), plan
+    assert plan.final is not None and plan.final.op == "mean" and plan.final.count_at is not None
+    assert [shape for shape, _ in returned(plan)] == [tuple(o.shape) for o in task.outputs]
+    program = write_program(plan, variant_named(plan, preferred_order(plan)[0]))
+    inputs = [targets if n.meta["val"].dtype is torch.int64 else logits.detach() for n in part.inputs]
+    got = emulate(program, inputs, returned(plan), workdir=tmp_path)
+    want = load_program(task.source, "emulated_ce").Model()(*inputs)
+    assert len(got) == len(want) == 4
+    for g, w in zip(got, want):
+        assert torch.allclose(g.double().reshape(w.shape), w.double(), rtol=1e-4, atol=1e-4), (g, w)
+    count = got[plan.final.count_at]
+    assert count.item() == (targets != -100).sum().item() == 29
+    torch.testing.assert_close(got[-1].double(), loss(logits.detach(), targets).double(), rtol=1e-4, atol=1e-4)
+
+
 def test_softplus_as_inductor_decomposes_it_calls_the_writers_own_softplus_helper(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Inductor hands the backend softplus as `where(x > 20, x, log1p(exp(x)))` over float32. The
     plan computes log1p(exp(x)) by the helper the writer's own softplus calls (`kevin_log1p_exp`:

@@ -40,6 +40,7 @@ class DecomposedNll:
     reduction: int  # nll_loss_forward's: 0 none, 1 mean, 2 sum
     result: fx.Node  # the loss: `loss`, `total` or `mean` above
     nodes: frozenset[fx.Node]  # every node of the pattern (the log-probabilities' not)
+    count: fx.Node | None = None  # a mean's `sum(ne(targets, ignore)).to(dtype)`: nll_loss_forward's total weight
 
 
 def _is_zero_scalar(node: Any) -> bool:
@@ -104,13 +105,28 @@ def match_decomposed_nll(gather: fx.Node) -> DecomposedNll | None:
                 and len(count.args[0].args) == 1 and _ignore_mask(count.args[0].args[0], targets) == (targets, ignore):
             reduction, result = 1, mean
             nodes |= {mean, count, count.args[0], count.args[0].args[0]}
+            return DecomposedNll(log_probs, targets, ignore, reduction, result, frozenset(nodes), count)  # type: ignore[arg-type]
     return DecomposedNll(log_probs, targets, ignore, reduction, result, frozenset(nodes))  # type: ignore[arg-type]
+
+
+def _weight_read(graph: fx.Graph, found: DecomposedNll, dtype: torch.dtype) -> bool:
+    """Whether `found`'s count is read beyond its mean, all after the mean (so the total weight,
+    made where the mean was, comes first), in the log-probabilities' dtype."""
+    count = found.count
+    value = node_value(count) if count is not None else None
+    if count is None or value is None or value.dtype != dtype:
+        return False
+    others = [u for u in count.users if u not in found.nodes]
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    return bool(others) and all(order[u] > order[found.result] for u in others)
 
 
 def fold_decomposed_nll(graph: fx.Graph) -> int:
     """Each `DecomposedNll` in `graph` replaced by the `nll_loss_forward` it came from (a partition's
     task, traced, reads like the backend's graph); the pattern's nodes are left for dead-code
-    elimination. Returns how many were folded."""
+    elimination. A mean's count of targets not ignored, read elsewhere too (a training step keeps
+    it for the backward), becomes the total weight the same call returns, where its dtype is the
+    log-probabilities' (nll_loss_forward's). Returns how many were folded."""
     folded = 0
     for node in list(graph.nodes):
         found = match_decomposed_nll(node) if node.target is aten.gather.default else None
@@ -125,5 +141,10 @@ def fold_decomposed_nll(graph: fx.Graph) -> int:
         loss = torch.empty((lp.shape[0],) if found.reduction == 0 else (), dtype=lp.dtype, device="meta")
         nll.meta["val"], item.meta["val"] = (loss, torch.empty((), dtype=lp.dtype, device="meta")), loss  # (loss, total weight)
         found.result.replace_all_uses_with(item)
+        if _weight_read(graph, found, lp.dtype):
+            with graph.inserting_after(item):
+                weight = graph.call_function(operator.getitem, (nll, 1))
+            weight.meta["val"] = nll.meta["val"][1]
+            found.count.replace_all_uses_with(weight)  # type: ignore[union-attr]
         folded += 1
     return folded

@@ -10,28 +10,37 @@ from __future__ import annotations
 import torch
 
 from kevin_backend.generate.builtin.codegen import C_TYPES, TORCH_DTYPES
-from kevin_backend.generate.builtin.final_reduction import FinalReductionWriter
+from kevin_backend.generate.builtin.final_reduction import FinalReductionWriter, returned_order
 from kevin_backend.generate.builtin.plan import Kind, Plan
 from kevin_backend.generate.builtin.variant_fit import pointwise_width
 from kevin_backend.generate.builtin.variants import Variant
 
-__all__ = ["HostWriter", "launch_args", "returned"]
+__all__ = ["HostWriter", "launch_args", "returned", "output_names"]
+
+
+def output_names(plan: Plan) -> list[str]:
+    """The host function's tensor for each of the plan's outputs: `out{j}`, the j-th returned
+    (a final reduction's per-row values go into the workspace `rowvals` instead)."""
+    order = returned_order(plan)
+    return ["rowvals" if plan.final is not None and k == plan.final.loss else f"out{order.index(k)}"
+            for k in range(len(plan.outputs))]
 
 
 def launch_args(plan: Plan) -> str:
     """A kernel's arguments in the host function: the inputs' and outputs' pointers (a plan with
     a final reduction writes its per-row values into the workspace `rowvals`)."""
-    outs = ["rowvals" if plan.final is not None else f"out{k}" for k in range(len(plan.outputs))]
     return ", ".join([*(f"reinterpret_cast<const {C_TYPES[i.dtype]}*>({i.var}.data_ptr())" for i in plan.inputs),
-                      *(f"reinterpret_cast<{C_TYPES[o.dtype]}*>({name}.data_ptr())" for name, o in zip(outs, plan.outputs))])
+                      *(f"reinterpret_cast<{C_TYPES[o.dtype]}*>({name}.data_ptr())" for name, o in zip(output_names(plan), plan.outputs))])
 
 
 def returned(plan: Plan) -> list[tuple[tuple[int, ...], torch.dtype]]:
-    """(shape, dtype) of each tensor the program returns: the plan's outputs, or the scalar of its
-    final reduction."""
-    if plan.final is not None:
-        return [((), plan.final.dtype)]
-    return [(o.shape, o.dtype) for o in plan.outputs]
+    """(shape, dtype) of each tensor the program returns, in order: the plan's outputs, a final
+    reduction's scalar in its per-row values' place, and its count where the task returns it."""
+    final = plan.final
+    if final is None:
+        return [(o.shape, o.dtype) for o in plan.outputs]
+    return [((), final.dtype) if k in (-1, final.loss) else (plan.outputs[k].shape, plan.outputs[k].dtype)
+            for k in returned_order(plan)]
 
 
 class HostWriter:
@@ -72,7 +81,7 @@ class HostWriter:
         plan = self.plan
         return " && ".join([*(f"reinterpret_cast<uintptr_t>({i.var}.data_ptr()) % 16 == 0" for i in plan.inputs
                               if not plan.is_rows or i.kind is Kind.FULL),
-                            *(f"reinterpret_cast<uintptr_t>(out{k}.data_ptr()) % 16 == 0" for k, o in enumerate(plan.outputs)
+                            *(f"reinterpret_cast<uintptr_t>({name}.data_ptr()) % 16 == 0" for name, o in zip(output_names(plan), plan.outputs)
                               if not plan.is_rows or o.kind is Kind.FULL)])
 
     def rows_launch(self) -> str:
@@ -121,8 +130,9 @@ class HostWriter:
             launch = self.pointwise_launch()
         after = FinalReductionWriter(plan).launch() if plan.final is not None else ""
         params = ", ".join(f"torch::Tensor {i.var}" for i in plan.inputs)
-        ret = "out0" if len(plan.outputs) == 1 else "{" + ", ".join(f"out{k}" for k in range(len(plan.outputs))) + "}"
-        returns = "torch::Tensor" if len(plan.outputs) == 1 else "std::vector<torch::Tensor>"
+        count = len(returned(plan))
+        ret = "out0" if count == 1 else "{" + ", ".join(f"out{k}" for k in range(count)) + "}"
+        returns = "torch::Tensor" if count == 1 else "std::vector<torch::Tensor>"
         return (
             f"{returns} kevin_run({params}) {{\n" + "\n".join(self.checks()) + "\n"
             f"    const c10::cuda::CUDAGuard guard({self.first}.device());\n"

@@ -95,12 +95,16 @@ class PlanNode:
 @dataclass(frozen=True)
 class FinalReduce:
     """A reduction over the rows after the row kernel (cross-entropy's mean over the targets):
-    the plan's one output is then the per-row value (float32, one per row), and a last launch
-    reduces it to the scalar the task returns."""
+    the plan's output `loss` is then the per-row value (float32, one per row), and a last launch
+    reduces it to the scalar the task returns in its place. The task may also return the count
+    of rows whose target is not ignored (nll_loss_forward's total weight, which a training step
+    keeps for its backward), a scalar the last launch writes too, returned at `count_at`."""
     op: str  # "mean": the sum over the rows whose target is not `ignore`, over their count; "sum"
     target: str  # the int64 targets' input var
     ignore: int  # the ignored class index
-    dtype: torch.dtype  # the scalar's dtype
+    dtype: torch.dtype  # the scalar's dtype (and the count's)
+    loss: int = 0  # the per-row loss's index in the plan's outputs
+    count_at: int | None = None  # the count's index among the returned tensors; None: not returned
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ class PlanBuilder:
         self.indices: set[fx.Node] = set()  # int64 positions (index reductions): outputs only
         self.targets: set[fx.Node] = set()  # int64 inputs: read only as class targets (nll_loss_forward)
         self.final: tuple[fx.Node, FinalReduce] | None = None
+        self.final_count: fx.Node | None = None  # the final reduction's total weight, where the task returns it
         self.spaces: dict[fx.Node, tuple[int, ...]] = {}  # FULL values seen in another shape of the same order
         self.kinds: dict[fx.Node, Kind] = {}
         self.names: dict[fx.Node, str] = {}
@@ -112,12 +113,17 @@ class PlanBuilder:
             inputs.append(PlanInput(f"in{i}", i, t.dtype, tuple(t.shape), tuple(t.stride()), kind, view))
         outputs = []
         rows = numel(tuple(shape[d] for d in range(len(shape)) if d not in self.reduced))
-        if self.final is not None:
-            if len(outs) != 1 or outs[0] is not self.final[0]:
-                raise Unsupported("a cross-entropy loss returned with other outputs")
-            outputs.append(PlanOutput(self.names[outs[0]], torch.float32, (rows,), Kind.ROW))
-            outs = []
-        for o in outs:
+        final = self.final[1] if self.final is not None else None
+        if self.final is not None and self.final[0] not in outs:
+            raise Unsupported("a cross-entropy's loss that is not returned")
+        for at, o in enumerate(outs):
+            if final is not None and o is self.final[0]:  # type: ignore[index]
+                final = dataclasses.replace(final, loss=len(outputs))
+                outputs.append(PlanOutput(self.names[o], torch.float32, (rows,), Kind.ROW))
+                continue
+            if final is not None and o is self.final_count:
+                final = dataclasses.replace(final, count_at=at)
+                continue
             if o not in self.names or o.op == "placeholder":
                 raise Unsupported("an output that is an input or unknown")
             v = node_value(o)
@@ -139,7 +145,6 @@ class PlanBuilder:
         if not self.reducing:  # a pointwise kernel computes every value per element
             nodes = [dataclasses.replace(n, kind=Kind.FULL) for n in nodes]
         reduced = self.reduced if self.reducing and self.reduced != (len(shape) - 1,) else ()
-        final = self.final[1] if self.final is not None else None
         return Plan(tuple(inputs), tuple(nodes), tuple(outputs), shape, tuple(self.ops), reduced, final)
 
 

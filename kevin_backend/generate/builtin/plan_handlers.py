@@ -119,9 +119,11 @@ def _plan_nll(p: PlanBuilder, node: fx.Node, var: str) -> None:
     p.names[node], p.kinds[node] = var, Kind.ROW
     if _NLL_REDUCTIONS[reduction] != "none":
         items = [u for u in node.users if u.target is operator.getitem and u.args[1] == 0]
-        if len(items) != 1 or any(u.target is operator.getitem and u.args[1] == 1 for u in node.users):
-            raise Unsupported("nll_loss's total weight read")
+        weights = [u for u in node.users if u.target is operator.getitem and u.args[1] == 1]
+        if len(items) != 1 or len(weights) > 1 or any(w.op != "output" for u in weights for w in u.users):
+            raise Unsupported("nll_loss's total weight read by another op than the task's return")
         p.final = (items[0], FinalReduce(_NLL_REDUCTIONS[reduction], t, ignore, out_dtype))
+        p.final_count = weights[0] if weights else None
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
