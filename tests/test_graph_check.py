@@ -322,6 +322,78 @@ def test_a_kernel_that_slows_its_graph_is_dropped_reported_stored_and_not_measur
         assert sum(runtime.kernel_calls().values()) == calls
 
 
+def test_kernels_kept_in_one_process_are_timed_again_once_in_the_next(kevin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first compile keeps its kernels (a margin that keeps any) and stores them as one
+    process's finding. The first compile of another process times them again, kept against
+    none, and counts it; the one after that trusts the outcome of two processes and times
+    nothing. Within one process a stored outcome is never timed again."""
+    from kevin_backend.backend import graph_check
+
+    model, inputs = make_example("mlp")
+    options = _options(kevin_dir, ReferenceGenerator(), margin=-0.99)
+
+    def compile_and_run() -> dict[str, Any]:
+        torch._dynamo.reset()
+        counters.reset()
+        with torch.no_grad():
+            torch.compile(model, backend="kevin", options=options)(*inputs)
+        (path,) = list((kevin_dir / "graph_checks").glob("*.json"))
+        return json.loads(path.read_text())
+
+    first = compile_and_run()
+    assert first["kept"] and first["confirmed"] == 1 and first["process"] == graph_check.PROCESS
+    assert counters["graph_checks"] == 1
+    again = compile_and_run()  # the same process: the outcome stands
+    assert counters["graph_checks"] == 0 and counters["graph_checks_confirmed"] == 0 and counters["graph_checks_stored"] == 1
+    assert again["confirmed"] == 1
+
+    monkeypatch.setattr(graph_check, "PROCESS", "another process")
+    calls = sum(runtime.kernel_calls().values())
+    second = compile_and_run()
+    assert counters["graph_checks_confirmed"] == 1 and counters["graph_checks"] == 0
+    assert second["kept"] == first["kept"] and second["confirmed"] == 2 and second["process"] == "another process"
+    assert "confirmed in another process" in second["summary"]
+    assert sum(runtime.kernel_calls().values()) > calls  # they run (Inductor's cache may have served the code)
+
+    monkeypatch.setattr(graph_check, "PROCESS", "a third process")
+    compile_and_run()
+    assert counters["graph_checks_confirmed"] == 0 and counters["graph_checks_stored"] == 1
+
+
+def test_kernels_kept_in_another_process_that_slow_the_graph_here_are_dropped(kevin_dir: Path) -> None:
+    """A stored outcome says another process kept these kernels (the record as it would be had
+    that process's rounds been taken while its GPU was idle and this one's host is busy). Here
+    they make the graph slower: the first call times them against none, drops them all with
+    the reason, stores that, and they never run."""
+    model, inputs = make_example("mlp")
+    eager = copy.deepcopy(model)
+    options = _options(kevin_dir, SlowGenerator())
+    with torch.no_grad():
+        torch.compile(model, backend="kevin", options=options)(*inputs)  # finds them slower: dropped
+    (path,) = list((kevin_dir / "graph_checks").glob("*.json"))
+    record = json.loads(path.read_text())
+    assert record["dropped"] and not record["kept"]
+    path.write_text(json.dumps({**record, "kept": sorted(record["dropped"]), "dropped": {}, "confirmed": 1,
+                                "process": "another process", "summary": "all kept"}))
+
+    torch._dynamo.reset()
+    counters.reset()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="kevin", options=options)
+        assert_close_tree(compiled(*inputs), eager(*inputs))
+        calls = sum(runtime.kernel_calls().values())
+        for _ in range(3):
+            assert_close_tree(compiled(*inputs), eager(*inputs))
+    assert sum(runtime.kernel_calls().values()) == calls  # no kernel runs after the check
+    assert counters["graph_checks_confirmed"] == 1 and counters["graph_checks_stored"] == 0
+    report = kevin_backend.last_report()
+    dropped = [r for r in report.records() if r.status is Status.DROPPED]
+    assert dropped and all("kept by the check in another process, not here" in r.detail for r in dropped), str(report)
+    stored = json.loads(path.read_text())
+    assert not stored["kept"] and sorted(stored["dropped"]) == sorted(record["dropped"])
+    assert "not confirmed" in stored["summary"]
+
+
 def test_a_check_that_fails_keeps_none_of_the_kernels(kevin_dir: Path, monkeypatch: pytest.MonkeyPatch,
                                                      caplog: pytest.LogCaptureFixture) -> None:
     """The check's own machinery fails (here its timing raises): nothing says the kernels make

@@ -25,6 +25,11 @@ the kernels that make it faster:
     stored       <cache_dir>/graph_checks/<key>.json, keyed by the graph's code, its inputs'
                  layouts, the GPU and the versions; reused while the kernel cache is unchanged,
                  so the next compile does not measure again
+    confirmed    kernels kept by one process's rounds are timed once more, kept against none, by
+                 the first compile in another process (`confirm`): a machine's state drifts between
+                 processes (clocks, the host's load, a step bound by its launches), and repeats in
+                 one process are weaker evidence than repeats across them. They stay only if they
+                 hold there too (CONFIRMATIONS processes in all); a set dropped stays dropped
 
 A failure of the check itself (memory, an exception) keeps none of the kernels: Inductor's code
 runs the graph, the report and the log say why, and the failure is never stored. Under dynamic
@@ -39,6 +44,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -54,7 +60,7 @@ from kevin_backend.cache.kernel_store import KernelStore
 from kevin_backend.cache.key import DeviceInfo, tensors_device
 from kevin_backend.runtime.counters import counters
 
-__all__ = ["GraphOutcome", "GraphCheck", "choose", "graph_key", "load_outcome", "store_outcome"]
+__all__ = ["GraphOutcome", "GraphCheck", "choose", "confirm", "graph_key", "load_outcome", "store_outcome"]
 
 log = logging.getLogger("kevin_backend")
 
@@ -66,6 +72,8 @@ MAX_TRIALS = 200
 MAX_ALONE = 12  # beyond this many kernels, only all or none
 CONFIDENCE = 0.95  # per step of the choice: no kernel kept by noise in 95% of checks (`choose`)
 TOGETHER_SHARE = 0.5  # of the first step's error rate: for the kernels not kept, tried together (`choose`)
+CONFIRMATIONS = 2  # processes whose rounds must keep a graph's kernels before its stored outcome stands unmeasured
+PROCESS = secrets.token_hex(8)  # this process, as a stored outcome names the one that measured it last
 
 Compiled = Callable[..., Any]
 
@@ -79,19 +87,30 @@ class GraphOutcome:
     summary: str
     rounds_ms: dict[str, list[float]] = field(default_factory=dict)  # variant -> per-round median ms
     cache_fingerprint: str = ""
+    confirmed: int = 1  # processes whose rounds kept the kernels (`confirm`)
+    process: str = PROCESS  # the process that measured it last
 
     def as_dict(self) -> dict[str, Any]:
         return {"kept": self.kept, "dropped": self.dropped, "summary": self.summary, "rounds_ms": self.rounds_ms,
-                "cache_fingerprint": self.cache_fingerprint, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+                "cache_fingerprint": self.cache_fingerprint, "confirmed": self.confirmed, "process": self.process,
+                "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "GraphOutcome":
-        kept, dropped = data["kept"], data["dropped"]
+        kept, dropped, confirmed = data["kept"], data["dropped"], data.get("confirmed", 1)
         if not (isinstance(kept, list) and all(isinstance(k, str) for k in kept) and isinstance(dropped, dict)
                 and all(isinstance(k, str) and isinstance(v, str) for k, v in dropped.items())):
             raise ValueError("kept must be a list of digests and dropped a mapping of digests to reasons")
+        if not isinstance(confirmed, int) or isinstance(confirmed, bool) or confirmed < 1:
+            raise ValueError(f"confirmed must be a count of processes, not {confirmed!r}")
         return cls(kept, dropped, str(data.get("summary", "")), dict(data.get("rounds_ms", {})),
-                   str(data.get("cache_fingerprint", "")))
+                   str(data.get("cache_fingerprint", "")), confirmed, str(data.get("process", "")))
+
+    @property
+    def unconfirmed(self) -> bool:
+        """Kernels kept on fewer processes' rounds than CONFIRMATIONS, none of them this one:
+        the first compile here times them again (`confirm`)."""
+        return bool(self.kept) and self.confirmed < CONFIRMATIONS and self.process != PROCESS
 
 
 # -- the choice ------------------------------------------------------------------------------
@@ -141,6 +160,25 @@ def choose(digests: Sequence[str], variant: Callable[[frozenset[str]], Callable[
                f"{len(kept)} of {len(every)} kept ({how})" if kept else
                f"all {len(every)} dropped: none makes the graph faster alone or with the others ({how})")
     return GraphOutcome(sorted(kept), dropped, summary, pairs.rounds)
+
+
+def confirm(stored: GraphOutcome, digests: Sequence[str], variant: Callable[[frozenset[str]], Callable[[], Any]],
+            measure: Callable[[dict[str, Callable[[], Any]]], dict[str, Sequence[float]]], margin: float) -> GraphOutcome:
+    """A stored outcome that kept kernels, timed again in this process: the graph with the kernels
+    it runs (`digests`, the kept ones) against Inductor alone, as `choose` decides one set against
+    none. Held: the outcome counts one more process. Not held: every kernel is dropped with the
+    reason, and the outcome needs no confirming again."""
+    every = frozenset(digests)
+    if not every:  # (none of them runs here: nothing to time)
+        return stored
+    pairs = _Pairs(variant, measure, min(margin, 0.0))
+    verdict = pairs.decide(every, frozenset(), CONFIDENCE)
+    if verdict.keep:
+        return replace(stored, confirmed=stored.confirmed + 1, process=PROCESS, rounds_ms={**stored.rounds_ms, **pairs.rounds},
+                       summary=f"{stored.summary}; confirmed in another process: the graph with them, {_words(verdict)}")
+    why = f"kept by the check in another process, not here: the graph with them, {_words(verdict)}"
+    dropped = {**stored.dropped, **{d: why for d in every}}
+    return GraphOutcome([], dropped, f"{len(every)} dropped, not confirmed: {why}", pairs.rounds, stored.cache_fingerprint)
 
 
 def _rest_together(pairs: "_Pairs", kept: frozenset[str], dropped: dict[str, str]) -> tuple[frozenset[str], str]:
@@ -358,10 +396,13 @@ class GraphCheck:
     def __init__(self, compiled: Compiled, compile_variant: Callable[[dict[str, str] | None], Compiled],
                  report: CompileReport, store: Path | None, key: str, cache: KernelStore, margin: float,
                  sizes: list[tuple[int, Any]], outcome: GraphOutcome | None = None, other_sizes: Compiled | None = None) -> None:
-        self.chosen: Compiled | None = compiled if outcome is not None else None
+        # a stored outcome stands as it is, unless its kernels were kept by another process's rounds alone
+        self._confirming = outcome is not None and outcome.unconfirmed
+        measuring = outcome is None or self._confirming
+        self.chosen: Compiled | None = None if measuring else compiled
         self._all = compiled
         # (it holds the compile's example inputs: let go once the check no longer needs it)
-        self._compile_variant: Callable[[dict[str, str] | None], Compiled] | None = compile_variant if outcome is None else None
+        self._compile_variant: Callable[[dict[str, str] | None], Compiled] | None = compile_variant if measuring else None
         self._report = report
         self._store = store
         self._key = key
@@ -396,7 +437,12 @@ class GraphCheck:
         return self.chosen(*args)
 
     def _kernels(self) -> list[str]:
-        return sorted({r.key for r in self._report.records() if r.key and r.status in (Status.HIT, Status.GENERATED)})
+        """The kernels this compile put in the graph; for a stored outcome timed again, the ones
+        it kept where the compile left no record of them (Inductor's own cache served its code)."""
+        found = sorted({r.key for r in self._report.records() if r.key and r.status in (Status.HIT, Status.GENERATED)})
+        if not found and self._confirming and self.outcome is not None:
+            return sorted(self.outcome.kept)
+        return found
 
     def _check(self, args: Sequence[Any]) -> Compiled:
         # the steps it times draw random numbers (dropout): the model's own stream of them must
@@ -406,7 +452,7 @@ class GraphCheck:
 
     def _checked(self, args: Sequence[Any]) -> Compiled:
         started = time.perf_counter()
-        counters.add("graph_checks")
+        counters.add("graph_checks_confirmed" if self._confirming else "graph_checks")
         compile_variant = self._compile_variant
         assert compile_variant is not None
         compiled: dict[frozenset[str], Compiled] = {}  # the variants compiled so far, by their kept kernels
@@ -430,8 +476,10 @@ class GraphCheck:
                 return step
 
             lock = _gpu_lock(self._cache, device)
-            outcome = choose(digests, variant, _Timing(device, lock), self._margin,
-                             alone=self._other_sizes is None)
+            if self._confirming and self.outcome is not None:
+                outcome = confirm(self.outcome, digests, variant, _Timing(device, lock), self._margin)
+            else:
+                outcome = choose(digests, variant, _Timing(device, lock), self._margin, alone=self._other_sizes is None)
         except Exception as exc:  # noqa: BLE001 - the check's failure: nothing says the kernels help
             return self._failed(exc, compiled, compile_variant)
         outcome.cache_fingerprint = _fingerprint(self._cache)

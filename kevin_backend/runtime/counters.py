@@ -26,6 +26,7 @@ class Counters:
         "dropped",  # kernels left out because their graph ran slower with them
         "graph_checks",  # graphs timed with and without their kernels
         "graph_checks_stored",  # graphs whose stored outcome was reused
+        "graph_checks_confirmed",  # stored outcomes that kept kernels, timed again in another process
         "compile_fallbacks",
         "runtime_loads",
         "runtime_size_fallbacks",
