@@ -407,19 +407,20 @@ def test_cross_entropy_as_inductor_decomposes_it_is_one_kernel(reduction: str, d
     assert torch.allclose(got.double().reshape(want.shape), want.double(), rtol=tol, atol=tol), (got, want)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_a_training_steps_cross_entropy_returns_what_its_backward_keeps(dtype: torch.dtype, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("dtype", "upcast"), [(torch.bfloat16, True), (torch.float32, True), (torch.bfloat16, False)])
+def test_a_training_steps_cross_entropy_returns_what_its_backward_keeps(dtype: torch.dtype, upcast: bool, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A causal LM's training step (transformers' loss: the logits in float32, targets ignored at
     -100) hands the backend a forward that also returns what its backward keeps: each row's max,
     each row's log of its sum of exponentials, and the count of targets not ignored (nll's total
     weight). The writer takes it as one row kernel and the final launch, which stores the count
     beside the mean, and every output matches the partition's own program. Without the count
     (read as the fold's total weight), the int64 mask stays in the task and the writer declines
-    it: Inductor kept the whole loss."""
+    it: Inductor kept the whole loss. Without the upcast (the loss in bfloat16), the count is a
+    bfloat16 scalar too."""
     from kevin_backend.backend.task import extract_task
 
     def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(logits.float(), targets)
+        return torch.nn.functional.cross_entropy(logits.float() if upcast else logits, targets)
 
     torch.manual_seed(0)
     rows, classes = 37, 300
@@ -438,11 +439,12 @@ def test_a_training_steps_cross_entropy_returns_what_its_backward_keeps(dtype: t
     got = emulate(program, inputs, returned(plan), workdir=tmp_path)
     want = load_program(task.source, "emulated_ce").Model()(*inputs)
     assert len(got) == len(want) == 4
+    tol = 1e-4 if upcast else FALLBACK_RTOL[dtype]
     for g, w in zip(got, want):
-        assert torch.allclose(g.double().reshape(w.shape), w.double(), rtol=1e-4, atol=1e-4), (g, w)
+        assert g.dtype == w.dtype and torch.allclose(g.double().reshape(w.shape), w.double(), rtol=tol, atol=tol), (g, w)
     count = got[plan.final.count_at]
     assert count.item() == (targets != -100).sum().item() == 29
-    torch.testing.assert_close(got[-1].double(), loss(logits.detach(), targets).double(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got[-1].double(), loss(logits.detach(), targets).double(), rtol=tol, atol=tol)
 
 
 def test_softplus_as_inductor_decomposes_it_calls_the_writers_own_softplus_helper(tmp_path) -> None:  # type: ignore[no-untyped-def]
