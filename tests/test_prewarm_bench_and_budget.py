@@ -105,14 +105,20 @@ def test_budget_ranking_and_parsing() -> None:
 
 
 def test_a_budgeted_prewarm_of_a_bench_model_times_it_end_to_end_before_and_after(tmp_path: Path, plugin_env: Path,
-                                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+                                                                                 capsys: pytest.CaptureFixture[str],
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """With bench models as the source, the budgeted run times each model's step as `kevin bench`
     does before profiling and after the searches: kevin ran no kernel before, and the kernels the
-    searches stored after."""
+    searches stored after. The first turns' builds are asked for before the first timing."""
     import json
 
+    from kevin_backend.cli import prewarm_cmd
     from kevin_backend.cli.main import main
 
+    order: list[str] = []
+    build_first, measure = prewarm_cmd._build_first_turns, prewarm_cmd._measure_models
+    monkeypatch.setattr(prewarm_cmd, "_build_first_turns", lambda *a: (order.append("build"), build_first(*a))[1])
+    monkeypatch.setattr(prewarm_cmd, "_measure_models", lambda *a: (order.append("time"), measure(*a))[1])
     out_json = tmp_path / "summary.json"
     with override(KEVIN_CPU_KERNELS=True):
         assert main(["--cache-dir", str(tmp_path / "cache"), "prewarm", "--bench-model", "mlp", "--bench-size", "tiny",
@@ -127,3 +133,47 @@ def test_a_budgeted_prewarm_of_a_bench_model_times_it_end_to_end_before_and_afte
     assert all(r["timings"][c]["median_ms"] > 0 for r in (before, after) for c in ("inductor", "kevin"))
     assert "| model | workload | dtype | Inductor ms | kevin ms before | kevin ms after |" in out.out
     assert "| mlp | infer | float32 |" in out.out and "timing mlp end to end (cpu, float32, infer)" in out.err
+    assert order == ["build", "time", "time"]
+
+
+def test_a_budgeted_prewarm_builds_its_gemm_searches_first_programs_before_timing(tmp_path: Path, hopper_with_cutlass,  # type: ignore[no-untyped-def]
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the built-in writer, the budget's prewarm hands the judge of its cache's build folder
+    each GEMM search's first programs (one per trajectory, the very ones the workers' searches
+    then write) to build in the background, before it times the models; a pointwise task's
+    (seconds to build) are not foreseen. A user's generator or a model's policy: nothing."""
+    import re
+
+    from kevin_backend.cli.prewarm_cmd import _build_first_turns
+    from kevin_backend.config import build_root
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+    from kevin_backend.generate.builtin.suite import SUITE
+    from kevin_backend.generate.builtin.builtin_policy import BuiltinPolicy
+    from kevin_backend.generate.policy import Sampling
+    from kevin_backend.generate.prompts import build_messages
+    from kevin_backend.judge.judge import Judge
+    from kevin_backend.prewarm.sources import WorkItem
+    from kevin_backend.types import KernelTask, TensorSpec
+
+    handed: list[tuple[Path, list[str]]] = []
+    monkeypatch.setattr(Judge, "build_ahead", lambda judge, programs: handed.append((judge.builder.root, list(programs))))
+    spec = TensorSpec((64, 64), (64, 1), "float16", "cuda")
+    gemm = next(t.source for t in GEMM_SUITE if t.name == "mlp-up-gelu-f16-8192x768x3072")
+    pointwise = next(t.source for t in SUITE if t.name == "gated-f32")
+    key = type("Key", (), {"gpu": "NVIDIA H200", "capability": "9.0", "digest": "k" * 32})()
+    todo = [WorkItem(key, KernelTask(f"t{i}", source, (spec,), (spec,), (), f"{i}" * 32), "bench:gpt2:train:bfloat16")  # type: ignore[arg-type]
+            for i, source in enumerate((pointwise, gemm))]
+    cache_dir = tmp_path / "cache"
+    setup = {"cache_dir": str(cache_dir), "policy": "builtin", "generator": None, "search": {"trajectories": 2, "turns": 2, "beam": None}}
+
+    _build_first_turns(todo, setup)
+    ((root, programs),) = handed
+    assert root == build_root(cache_dir)
+    messages = build_messages(gemm, "NVIDIA H200", [], 100_000)
+    written = [re.findall(r"```python\n(.*?)```", r.text, re.S)[0] for r in BuiltinPolicy().generate([messages] * 2, Sampling())]
+    assert programs == written and len(set(programs)) == 2 and all("cutlass" in p for p in programs)
+
+    handed.clear()
+    _build_first_turns(todo, {**setup, "generator": "prewarm_helpers:reference"})
+    _build_first_turns(todo, {**setup, "policy": "openai"})
+    assert handed == []

@@ -21,6 +21,7 @@ With `--budget 30m` the run is profile-guided (`prewarm/profile.py`): each parti
 code is timed once, the partitions are searched in order of expected gain (the share of the
 model's time times the distance from the roofline) until the budget is spent, the rest stay
 pending, and a table gives each partition's expected and measured gain and the model's totals.
+With the built-in writer, its searches' first programs are built in the background meanwhile.
 
 Every argument is checked first (the policy's name, the generator's module and factory, the
 files and folders, the counts), so a usage error is one line and nothing has been compiled yet.
@@ -249,6 +250,29 @@ def _end_to_end(before: tuple[Any, ...], after: tuple[Any, ...]) -> str:
     return "\n".join(lines)
 
 
+def _build_first_turns(todo: list[Any], setup: dict[str, Any]) -> None:
+    """With the built-in writer: the programs its searches' first turns will bring (a CUTLASS
+    GEMM's, a minute or more to build), built from now on in the background, below the searches'
+    own builds in priority, while the models are timed and the partitions profiled. The searches
+    then find them built or building (`Judge.build_ahead`). A user's generator and a model's
+    policy are left alone: their programs cannot be foreseen."""
+    from kevin_backend.generate.writers import resolve_policy_name
+
+    config = Config(cache_dir=Path(setup["cache_dir"]), policy=setup.get("policy") or "auto")
+    if not todo or setup.get("generator") or resolve_policy_name(str(config.policy), config) != "builtin":
+        return
+    try:
+        from kevin_backend.generate.kernel_generator import ForeseeingGenerator
+        from kevin_backend.prewarm.gpu_worker import make_generator
+
+        generator = make_generator(setup)  # (the workers' own: the same programs, the same build folder)
+        if isinstance(generator, ForeseeingGenerator):
+            generator.foresee([item.task for item in todo], todo[0].key)
+    except Exception as exc:  # noqa: BLE001 - each search builds its own programs anyway
+        print(f"kevin prewarm: building the first turns' programs ahead failed ({type(exc).__name__}: {exc}); "
+              "each search builds its own", file=sys.stderr)
+
+
 def _profile_and_rank(todo: list[Any], gpus: list[int | None], budget_s: float) -> tuple[list[Any], list[Any], float]:
     """(the items in order of expected gain, their ranked profiles, the searches' deadline): each
     partition's Inductor code timed once on the first worker's device, within the budget."""
@@ -404,6 +428,7 @@ def _prewarm(args: argparse.Namespace, config: Config) -> int:
         summary = prewarm_ray(todo, setup, args.ray, cache, workers=args.workers, progress=print_progress)
     elif args.budget is not None:
         bench = [n for spec in args.bench_model for n in (MODELS if spec == "all" else spec.split(","))]
+        _build_first_turns(todo, setup)
         before = _measure_models(list(dict.fromkeys(bench)), args, config, gpus) if bench else ()
         todo, ranked, deadline = _profile_and_rank(todo, gpus, args.budget_seconds)
         summary = prewarm_local(todo, setup, gpus, progress=print_progress, deadline=deadline)
