@@ -39,6 +39,11 @@ def slow() -> _Logged:
     return _Logged(delay=1.5)
 
 
+def stuck() -> _Logged:
+    """A search that runs for minutes (a worker's lifeline is tested while it is in one)."""
+    return _Logged(delay=300.0)
+
+
 def mlp() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.LayerNorm(64), torch.nn.GELU(), torch.nn.Linear(64, 16))

@@ -140,7 +140,7 @@ def choose(digests: Sequence[str], variant: Callable[[frozenset[str]], Callable[
     Each step's comparisons are a family whose chance of keeping a kernel by noise is at most
     1 - CONFIDENCE. With one kernel, more than MAX_ALONE, or `alone` off: all against none."""
     every = frozenset(digests)
-    pairs = _Pairs(variant, measure, min(margin, 0.0))
+    pairs = _paired(variant, measure, margin)
     if len(every) == 1 or len(every) > MAX_ALONE or not alone:
         whole = pairs.decide(every, frozenset(), CONFIDENCE)
         if whole.keep:
@@ -162,6 +162,13 @@ def choose(digests: Sequence[str], variant: Callable[[frozenset[str]], Callable[
     return GraphOutcome(sorted(kept), dropped, summary, pairs.rounds)
 
 
+def _paired(variant: Callable[[frozenset[str]], Callable[[], Any]],
+            measure: Callable[[dict[str, Callable[[], Any]]], dict[str, Sequence[float]]], margin: float) -> "_Pairs":
+    """The comparisons of a check with the margin min(`margin`, 0): the graph must be faster with
+    the kernels, no more (a positive margin is the partitions' own), no less unless told so."""
+    return _Pairs(variant, measure, min(margin, 0.0))
+
+
 def confirm(stored: GraphOutcome, digests: Sequence[str], variant: Callable[[frozenset[str]], Callable[[], Any]],
             measure: Callable[[dict[str, Callable[[], Any]]], dict[str, Sequence[float]]], margin: float) -> GraphOutcome:
     """A stored outcome that kept kernels, timed again in this process: the graph with the kernels
@@ -171,7 +178,7 @@ def confirm(stored: GraphOutcome, digests: Sequence[str], variant: Callable[[fro
     every = frozenset(digests)
     if not every:  # (none of them runs here: nothing to time)
         return stored
-    pairs = _Pairs(variant, measure, min(margin, 0.0))
+    pairs = _paired(variant, measure, margin)
     verdict = pairs.decide(every, frozenset(), CONFIDENCE)
     if verdict.keep:
         return replace(stored, confirmed=stored.confirmed + 1, process=PROCESS, rounds_ms={**stored.rounds_ms, **pairs.rounds},

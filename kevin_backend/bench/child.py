@@ -33,6 +33,9 @@ def _run(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
+    from kevin_backend.lifeline import die_with_parent
+
+    die_with_parent()  # a killed bench leaves no timing running
     job = json.loads(sys.stdin.read())
     token = job.pop("token")
     try:

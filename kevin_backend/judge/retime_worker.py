@@ -224,7 +224,9 @@ def _sync(device: torch.device) -> None:
 
 def main() -> int:
     from kevin_backend.judge.fork_server import make_undumpable
+    from kevin_backend.lifeline import die_with_parent
 
+    die_with_parent()  # a killed search leaves no re-timing running
     make_undumpable()
     job, token = RetimeJob.from_json(sys.stdin.read())
 

@@ -276,6 +276,9 @@ def serve(prepare: str | None = None) -> int:
 
 
 def main() -> int:
+    from kevin_backend.lifeline import die_with_parent
+
+    die_with_parent()  # a judge that was killed leaves no job running on its GPU
     args = sys.argv[1:]
     if "--serve" in args:
         at = args.index("--prepare") + 1 if "--prepare" in args else 0

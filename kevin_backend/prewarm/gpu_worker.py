@@ -81,6 +81,9 @@ def time_spent(generator: KernelGenerator) -> dict[str, float]:
 
 
 def main() -> int:
+    from kevin_backend.lifeline import die_with_parent
+
+    die_with_parent()  # a killed prewarm leaves no search running
     import torch
 
     from kevin_backend.cache.store import KernelCache

@@ -13,6 +13,9 @@ from pathlib import Path
 
 
 def main(folder: str) -> int:
+    from kevin_backend.lifeline import die_with_parent
+
+    die_with_parent()  # (and its compilers, in its process group)
     from torch.utils.cpp_extension import load_inline
 
     root = Path(folder)
