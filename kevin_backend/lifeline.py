@@ -9,7 +9,8 @@ parent leaves them running: a search for minutes more, on the GPU the user's nex
 shares. So each helper watches its parent and, once that has gone, ends itself and the process
 group it leads (its own compilers and workers). The watch is a thread comparing `os.getppid()`
 with the parent it started under, not PR_SET_PDEATHSIG, which fires when the parent's *thread*
-that started the helper ends: the judge's pool starts workers from threads that end before them.
+that started the helper ends: the judge's pool starts a worker from whichever thread ran the job
+before, and the builder from its pool's threads.
 """
 
 from __future__ import annotations

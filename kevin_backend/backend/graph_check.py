@@ -181,7 +181,8 @@ def confirm(stored: GraphOutcome, digests: Sequence[str], variant: Callable[[fro
     pairs = _paired(variant, measure, margin)
     verdict = pairs.decide(every, frozenset(), CONFIDENCE)
     if verdict.keep:
-        return replace(stored, confirmed=stored.confirmed + 1, process=PROCESS, rounds_ms={**stored.rounds_ms, **pairs.rounds},
+        rounds = {**stored.rounds_ms, **{f"confirmed: {name}": ms for name, ms in pairs.rounds.items()}}
+        return replace(stored, confirmed=stored.confirmed + 1, process=PROCESS, rounds_ms=rounds,
                        summary=f"{stored.summary}; confirmed in another process: the graph with them, {_words(verdict)}")
     why = f"kept by the check in another process, not here: the graph with them, {_words(verdict)}"
     dropped = {**stored.dropped, **{d: why for d in every}}
