@@ -1,7 +1,7 @@
 """The layer rule: each folder of kevin_backend is one level, and a module imports only modules of
 its own folder and of the levels below it (docs/ARCHITECTURE.md, *Layers*).
 
-    foundation   config, types, locks, placement, version, example_models
+    foundation   config, types, locks, lifeline, placement, version, example_models
     toolchain    building C++/CUDA              measure   timing, inputs, comparison, roofline
     cache        keys and the on-disk store     (these three are peers: none imports another)
     runtime      the op, loading a kept kernel, counters
@@ -27,7 +27,7 @@ from test_imports import PACKAGE, import_graph, module_files
 
 # (level, folders or top-level modules); a higher level may import any lower one
 LAYERS: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (0, ("config", "types", "locks", "placement", "version", "example_models")),
+    (0, ("config", "types", "locks", "lifeline", "placement", "version", "example_models")),
     (1, ("toolchain",)),
     (1, ("measure",)),
     (1, ("cache",)),
