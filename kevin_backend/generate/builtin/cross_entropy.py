@@ -93,7 +93,7 @@ def match_decomposed_nll(gather: fx.Node) -> DecomposedNll | None:
             or not _is_zero_scalar(loss.args[2]):
         return None
     nodes = {mask, safe.args[2], safe, index, gather, squeeze, neg, loss.args[0], loss.args[2], loss}
-    reduction, result = 0, loss
+    reduction, result, counted = 0, loss, None
     total = _sole_user(loss, aten.sum.default)
     if total is not None and len(total.args) == 1:
         reduction, result = 2, total
@@ -103,10 +103,9 @@ def match_decomposed_nll(gather: fx.Node) -> DecomposedNll | None:
         if isinstance(count, fx.Node) and count.target is torch.ops.prims.convert_element_type.default \
                 and isinstance(count.args[0], fx.Node) and count.args[0].target is aten.sum.default \
                 and len(count.args[0].args) == 1 and _ignore_mask(count.args[0].args[0], targets) == (targets, ignore):
-            reduction, result = 1, mean
+            reduction, result, counted = 1, mean, count
             nodes |= {mean, count, count.args[0], count.args[0].args[0]}
-            return DecomposedNll(log_probs, targets, ignore, reduction, result, frozenset(nodes), count)  # type: ignore[arg-type]
-    return DecomposedNll(log_probs, targets, ignore, reduction, result, frozenset(nodes))  # type: ignore[arg-type]
+    return DecomposedNll(log_probs, targets, ignore, reduction, result, frozenset(nodes), counted)  # type: ignore[arg-type]
 
 
 def _weight_read(graph: fx.Graph, found: DecomposedNll, dtype: torch.dtype) -> bool:

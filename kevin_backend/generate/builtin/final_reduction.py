@@ -44,12 +44,12 @@ class FinalReductionWriter:
         final: FinalReduce = self.final
         target = next(i for i in self.plan.inputs if i.var == final.target)
         stride = target.read_stride[0]
-        counted = final.op == "mean" or final.count_at is not None
-        count = f"cnt += (p_t[r * {stride}LL] != {final.ignore}LL) ? 1.0f : 0.0f;" if counted else ""
+        returned = final.count_at is not None
+        count = f"cnt += (p_t[r * {stride}LL] != {final.ignore}LL) ? 1.0f : 0.0f;" if final.op == "mean" or returned else ""
         return cuda_code("final_reduction.cuh", ctype=C_TYPES[final.dtype], rows=self.plan.rows, count=count,
                          result="acc / cnt" if final.op == "mean" else "acc",
-                         count_param=f", {C_TYPES[final.dtype]}* __restrict__ p_cnt" if final.count_at is not None else "",
-                         store_count=" kevin_st(p_cnt, 0, cnt);" if final.count_at is not None else "")
+                         count_param=f", {C_TYPES[final.dtype]}* __restrict__ p_cnt" if returned else "",
+                         store_count=" kevin_st(p_cnt, 0, cnt);" if returned else "")
 
     def launch(self) -> str:
         """The host function's launch of `kevin_final`, after the rows kernel's."""
