@@ -192,8 +192,10 @@ class _Captured(Exception):
 
 def builtin_partitions(fn: Any, *inputs: Any, training: bool = False) -> Any:
     """The built-in writer's partition plan of `fn`'s forward graph as the kevin pass gets it:
-    after Inductor's decompositions and its own post-grad passes (which turn `scalar_tensor(0)`
-    into `full([], 0)`). The compile stops there: no code is generated. `training`: with
+    after Inductor's decompositions (which turn `scalar_tensor(0)` into `full([], 0)`), in the
+    post-grad stage's first custom pass as the backend's own, before Inductor's post-grad
+    patterns (on a GPU, those fold a softmax's max and sum into `prepare_softmax_online`, which
+    the backend never sees). The compile stops there: no code is generated. `training`: with
     gradients on, so the graph is a training step's forward (what it keeps for its backward among
     the outputs)."""
     import torch._inductor.config as inductor_config
@@ -209,7 +211,7 @@ def builtin_partitions(fn: Any, *inputs: Any, training: bool = False) -> Any:
 
     torch._dynamo.reset()
     try:
-        with torch.set_grad_enabled(training), inductor_config.patch(post_grad_custom_post_pass=grab):
+        with torch.set_grad_enabled(training), inductor_config.patch(post_grad_custom_pre_pass=grab):
             torch.compile(fn, dynamic=False)(*inputs)
     except Exception as exc:  # (Dynamo wraps the pass's exception)
         if not plans:
