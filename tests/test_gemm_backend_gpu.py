@@ -54,6 +54,34 @@ def test_a_compiled_linear_is_searched_with_the_cutlass_gemm(kevin_dir: Path) ->
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="needs a Hopper GPU (sm_90a)")
+def test_a_kept_cutlass_gemm_runs_in_the_compiled_model(kevin_dir: Path) -> None:
+    """A bf16 Linear + GELU whose CUTLASS kernel is kept (margin -0.5: whatever its speed, so this is a
+    test of the kernel in the model, not of a race) runs in the compiled model, its output eager's."""
+    from kevin_backend.runtime.registry import kernel_calls
+    from kevin_backend.toolchain.cutlass_headers import find_cutlass
+
+    if find_cutlass() is None:
+        pytest.skip("needs CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(approximate="tanh")).cuda().to(torch.bfloat16)
+    x = torch.randn(8, 512, 1024, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(model, backend="kevin", options={
+            "mode": "generate", "cache_dir": str(kevin_dir), "policy": "builtin", "trajectories": 1, "turns": 1,
+            "margin": -0.5, "seed_cache": False})(x)
+        want = model(x)
+    report = kevin_backend.last_report()
+    print(report)
+    (gemm,) = [r for r in report.records() if "aten.addmm.default" in r.ops]
+    assert gemm.status is Status.GENERATED, (gemm.status, gemm.reason, gemm.detail)
+    assert "tile" in gemm.detail, gemm.detail  # (the report names the CUTLASS kernel's tile and cluster)
+    assert kernel_calls().get(gemm.key or "", 0) >= 1, "the compiled model ran the partition's reference, not the kernel"
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="needs a Hopper GPU (sm_90a)")
 def test_a_compiled_cnns_convolutions_are_searched_with_their_batch_norm(kevin_dir: Path) -> None:
     from kevin_backend.example_models import make_example
     from kevin_backend.toolchain.cutlass_headers import find_cutlass
