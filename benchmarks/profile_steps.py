@@ -1,12 +1,12 @@
 """Where a bench model's step spends its time under Inductor: the GPU kernels of one step, by total
-time, with their share of the step; and whether the step is bound by the GPU or by the CPU's
-launches (the host time to issue a step against the step's time with the GPU waited for).
+time, with their share of the step; and how much of the step the GPU is busy (its kernels' time
+against the step's with the GPU waited for; the rest is the host's: launches, Python, the wait).
 
     python benchmarks/profile_steps.py --models gpt2,llama --dtype bfloat16 --json out.json
 
 What it is for: which kernels a kevin kernel would have to replace to move a model's step (a
-partition's share of the step bounds what a faster kernel for it can gain), and whether a kevin
-kernel's longer host path could show at all."""
+partition's share of the step bounds what a faster kernel for it can gain), and whether the host's
+time, where a kevin kernel's longer host path would show, is the step's."""
 
 from __future__ import annotations
 
@@ -87,9 +87,10 @@ def main() -> None:
             torch._dynamo.reset()
             r = profile(name, workload, dtype, args.size, args.top)
             results.append(r)
-            print(f"\n{name} {workload} {r['dtype']} {r['size']}: step {r['step_ms']:.3f} ms, host {r['host_ms']:.3f} ms to issue it "
-                  f"({'bound by the launches' if r['host_ms'] >= 0.9 * r['step_ms'] else 'bound by the GPU'}), "
-                  f"GPU kernels {r['kernels_ms']:.3f} ms")
+            busy = r["kernels_ms"] / r["step_ms"]
+            print(f"\n{name} {workload} {r['dtype']} {r['size']}: step {r['step_ms']:.3f} ms, host {r['host_ms']:.3f} ms to issue it, "
+                  f"GPU kernels {r['kernels_ms']:.3f} ms: the GPU busy {100 * busy:.0f}% of the step"
+                  + (" (bound by the host: launches, Python, the wait)" if busy < 0.8 else ""))
             for k in r["kernels"]:
                 print(f"  {k['ms_per_step']:8.4f} ms {100 * k['ms_per_step'] / r['kernels_ms']:5.1f}%  x{k['calls_per_step']:<4g} {k['kernel']}")
     if args.json:
