@@ -1,8 +1,11 @@
-"""Where a bench model's step spends its time under Inductor: the GPU kernels of one step, by total
-time, with their share of the step; and how much of the step the GPU is busy (its kernels' time
-against the step's with the GPU waited for; the rest is the host's: launches, Python, the wait).
+"""Where a bench model's step spends its time: its GPU kernels by time, and the GPU's busy share.
+
+One step under Inductor (or kevin, with its cache's kernels): the GPU kernels by total time, each
+with its share; and how much of the step the GPU is busy (its kernels' time against the step's
+with the GPU waited for; the rest is the host's: launches, Python, the wait).
 
     python benchmarks/profile_steps.py --models gpt2,llama --dtype bfloat16 --json out.json
+    python benchmarks/profile_steps.py --compiler kevin --cache-dir DIR   # kevin's step, the cache's kernels in it
 
 What it is for: which kernels a kevin kernel would have to replace to move a model's step (a
 partition's share of the step bounds what a faster kernel for it can gain), and whether the host's
@@ -49,9 +52,11 @@ def _times(step: Any, n: int = 30) -> tuple[float, float]:
     return statistics.median(host), statistics.median(full)
 
 
-def profile(name: str, workload: str, dtype: torch.dtype, size: str, top: int) -> dict[str, Any]:
+def profile(name: str, workload: str, dtype: torch.dtype, size: str, top: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One step of `name` compiled by Inductor, or by kevin with `options` (its cache's kernels)."""
     model, inputs = make_model(name, workload, "cuda", dtype, size)
-    step = _step(torch.compile(model), inputs, workload == "train")
+    compiled = torch.compile(model) if options is None else torch.compile(model, backend="kevin", options=options)
+    step = _step(compiled, inputs, workload == "train")
     for _ in range(5):
         step()
     host_ms, step_ms = _times(step)
@@ -78,24 +83,27 @@ def main() -> None:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--size", default="full")
     p.add_argument("--top", type=int, default=15)
+    p.add_argument("--compiler", choices=("inductor", "kevin"), default="inductor")
+    p.add_argument("--cache-dir", help="kevin's cache (with --compiler kevin; default: KEVIN_CACHE_DIR's)")
     p.add_argument("--json")
     args = p.parse_args()
     dtype = getattr(torch, args.dtype)
+    options = None if args.compiler == "inductor" else {"mode": "cache", **({"cache_dir": args.cache_dir} if args.cache_dir else {})}
     results = []
     for name in args.models.split(","):
         for workload in args.workloads.split(","):
             torch._dynamo.reset()
-            r = profile(name, workload, dtype, args.size, args.top)
+            r = profile(name, workload, dtype, args.size, args.top, options)
             results.append(r)
             busy = r["kernels_ms"] / r["step_ms"]
-            print(f"\n{name} {workload} {r['dtype']} {r['size']}: step {r['step_ms']:.3f} ms, host {r['host_ms']:.3f} ms to issue it, "
+            print(f"\n{args.compiler}: {name} {workload} {r['dtype']} {r['size']}: step {r['step_ms']:.3f} ms, host {r['host_ms']:.3f} ms to issue it, "
                   f"GPU kernels {r['kernels_ms']:.3f} ms: the GPU busy {100 * busy:.0f}% of the step"
                   + (" (bound by the host: launches, Python, the wait)" if busy < 0.8 else ""))
             for k in r["kernels"]:
                 print(f"  {k['ms_per_step']:8.4f} ms {100 * k['ms_per_step'] / r['kernels_ms']:5.1f}%  x{k['calls_per_step']:<4g} {k['kernel']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}, f, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "compiler": args.compiler, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":
