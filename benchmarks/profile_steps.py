@@ -23,20 +23,7 @@ from typing import Any
 import torch
 
 from kevin_backend.bench.models import make_model
-
-
-def _step(model: Any, inputs: tuple[Any, ...], train: bool) -> Any:
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def run() -> None:
-        if train:
-            for p in params:
-                p.grad = None
-            model(*inputs).backward()
-        else:
-            with torch.no_grad():
-                model(*inputs)
-    return run
+from kevin_backend.bench.runs import model_step
 
 
 def _times(step: Any, n: int = 30) -> tuple[float, float]:
@@ -56,7 +43,7 @@ def profile(name: str, workload: str, dtype: torch.dtype, size: str, top: int, o
     """One step of `name` compiled by Inductor, or by kevin with `options` (its cache's kernels)."""
     model, inputs = make_model(name, workload, "cuda", dtype, size)
     compiled = torch.compile(model) if options is None else torch.compile(model, backend="kevin", options=options)
-    step = _step(compiled, inputs, workload == "train")
+    step = model_step(compiled, inputs, workload == "train")
     for _ in range(5):
         step()
     host_ms, step_ms = _times(step)

@@ -182,6 +182,32 @@ class ReferenceGenerator:
         )
 
 
+# The slow stand-in's kernel: the reference after a sleep, so a graph check drops it for certain
+_SLOW = '''
+import time
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *init_inputs):
+        super().__init__()
+        self.reference = Model(*init_inputs)
+
+    def forward(self, *inputs):
+        time.sleep(0.02)  # far beyond what a loaded CPU adds to the MLP's own time (4 ms was not, once)
+        return self.reference(*inputs)
+'''
+
+
+class SlowGenerator(ReferenceGenerator):
+    """ReferenceGenerator's entries, each kernel 20 ms slower than its reference: what the graph
+    check must drop."""
+
+    def generate(self, task: Any, key: Any) -> Any:
+        entry = super().generate(task, key)
+        return type(entry)(**{**entry.__dict__, "kernel_source": task.source + _SLOW})
+
+
 def assert_close_tree(got: Any, want: Any, atol: float = 1e-5, rtol: float = 1e-4) -> None:
     torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
 

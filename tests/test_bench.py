@@ -457,8 +457,7 @@ def test_a_training_check_made_on_the_second_call_is_what_the_row_says(tmp_path:
     first compiles the backward). The row reads the check's note and its drops after the timed
     calls: once the row listed kernels the check had dropped as run, and no note (Llama's
     training step in kevin bench, 4 hit and 4 dropped, no line saying why)."""
-    from test_graph_check import SlowGenerator
-
+    from conftest import SlowGenerator
     from kevin_backend.bench import runs
     from kevin_backend.bench.common import BenchSettings
     from kevin_backend.example_models import make_example

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import kevin_backend
-from conftest import ReferenceGenerator, assert_close_tree
+from conftest import ReferenceGenerator, SlowGenerator, assert_close_tree
 from kevin_backend.runtime import registry as runtime
 from kevin_backend.backend.graph_check import GraphOutcome, choose, load_outcome
 from kevin_backend.backend.report import Status
@@ -265,28 +265,6 @@ def test_a_corrupt_stored_outcome_is_measured_again(tmp_path: Path) -> None:
 # -- through the backend, on the CPU (cached kernels for CPU tensors) --------------------------
 
 # A kernel that computes its partition right but slowly: the graph is slower with it.
-_SLOW = '''
-import time
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, *init_inputs):
-        super().__init__()
-        self.reference = Model(*init_inputs)
-
-    def forward(self, *inputs):
-        time.sleep(0.02)  # far beyond what a loaded CPU adds to the MLP's own time (4 ms was not, once)
-        return self.reference(*inputs)
-'''
-
-
-class SlowGenerator(ReferenceGenerator):
-    def generate(self, task: Any, key: Any) -> Any:
-        entry = super().generate(task, key)
-        return type(entry)(**{**entry.__dict__, "kernel_source": task.source + _SLOW})
-
-
 def _options(cache_dir: Path, generator: Any, **extra: Any) -> dict[str, Any]:
     return {"cache_dir": str(cache_dir), "mode": "generate", "cpu_kernels": True, "generator": generator,
             "graph_check": True, **extra}

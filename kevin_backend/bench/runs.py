@@ -65,7 +65,9 @@ def kevin_options(config: Config) -> dict[str, Any]:
     return options
 
 
-def _step(model: Any, inputs: tuple[Any, ...], train: bool) -> Callable[[], Any]:
+def model_step(model: Any, inputs: tuple[Any, ...], train: bool) -> Callable[[], Any]:
+    """One step of a bench model as kevin bench times it: a training step's forward and backward
+    (its gradients cleared first), or inference under no_grad (returning the output)."""
     if train:
         params = [p for p in model.parameters() if p.requires_grad]
 
@@ -96,7 +98,7 @@ def _measure_workload(name: str, workload: str, settings: BenchSettings, order: 
     model, inputs = make_model(name, workload, device, settings.torch_dtype, settings.size)
     before = counters.snapshot()
     models = {"eager": model, **{c: compile_model(copy.deepcopy(model), c, settings) for c in order}}
-    steps = {c: _step(m, inputs, train) for c, m in models.items()}
+    steps = {c: model_step(m, inputs, train) for c, m in models.items()}
     first_call: dict[str, float] = {}
     outputs: dict[str, Any] = {}
     kevin_reports: list[Any] = []
