@@ -7,12 +7,14 @@ then judged one at a time on the GPU (Hopper's kernels; `--arch sm80`: CUTLASS 2
 any GPU from compute capability 8.0): correctness on fresh inputs, the kernel timed beside
 Inductor's default compile of the same task. The table has each task's best tiling.
 
-Usage: python benchmarks/bench_gemm.py [--tasks NAME,...] [--trials 20] [--first N] [--extra-tilings] [--arch sm80] [--json FILE]
+Usage: python benchmarks/bench_gemm.py [--tasks NAME,...] [--trials 20] [--first N] [--extra-tilings] [--orders]
+       [--arch sm80] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -36,6 +38,18 @@ EXTRA_TILINGS = (
     GemmTiling((128, 128, 64), (1, 2, 1), "pingpong"),
     GemmTiling((128, 128, 64), (2, 1, 1), "pingpong"),
 )
+
+# The order of the tiles' work tried with --orders, on a task's first tiling: CTAs four and eight
+# tiles side by side (their operands' rows shared in L2), and the raster along M, then along N
+# (CUTLASS's heuristic picks one of the two: that variant is the first tiling again, a control)
+ORDERS = ((4, ""), (8, ""), (1, "m"), (1, "n"))
+
+
+def order_variants(tiling: object) -> tuple:
+    """`tiling` with each of `ORDERS` (a Hopper GEMM's tiling; none for any other kind)."""
+    if not isinstance(tiling, GemmTiling):
+        return ()
+    return tuple(dataclasses.replace(tiling, swizzle=swizzle, raster=raster) for swizzle, raster in ORDERS)
 
 
 def max_autotune_numerics() -> dict[str, str]:
@@ -95,6 +109,8 @@ def main() -> int:
                         help="each task's first N tilings only, as a search of N turns tries them (default: all)")
     parser.add_argument("--extra-tilings", action="store_true",
                         help=f"also try the 16-bit tilings the search does not ({len(EXTRA_TILINGS)}: other clusters, ping-pong 128x128)")
+    parser.add_argument("--orders", action="store_true",
+                        help=f"also try each task's first tiling with {len(ORDERS)} other orders of its tiles' work (swizzle, raster)")
     parser.add_argument("--arch", choices=("sm90", "sm80"), default="",
                         help="the GEMM kernels to plan: Hopper's (sm90) or CUTLASS 2.x's (sm80, Ampere's, which run on Hopper too); "
                              "default: the GPU's")
@@ -135,7 +151,8 @@ def main() -> int:
     sources = {t.name: t.source for t in tasks}
     def tilings(plan: AnyGemm) -> tuple:
         extra = args.extra_tilings and isinstance(plan, GemmPlan) and plan.spec.dtype != "float32"
-        return plan_tilings(plan)[:args.first or None] + (EXTRA_TILINGS if extra else ())
+        own = plan_tilings(plan)[:args.first or None]
+        return own + (EXTRA_TILINGS if extra else ()) + (order_variants(own[0]) if args.orders and own else ())
 
     programs = {(name, tiling.name): write_gemm_program(plan, tiling, task_source=sources[name])
                 for name, plan in plans.items() for tiling in tilings(plan)}

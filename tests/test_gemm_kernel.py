@@ -207,6 +207,8 @@ def test_what_the_sm80_kernel_cannot_build_is_refused_with_its_reason(make, mess
     (lambda: GemmTiling(splits=4), "2 or more"),
     (lambda: GemmTiling((128, 128, 64), (1, 1, 1), "pingpong", "streamk"), "cooperative schedule's"),
     (lambda: GemmTiling(scheduler="dynamic"), "one of persistent, splitk, streamk"),
+    (lambda: GemmTiling(swizzle=3), "a swizzle of 1, 2, 4 or 8"),
+    (lambda: GemmTiling(raster="k"), "a raster along 'm', 'n' or ''"),
 ])
 def test_what_cannot_be_built_is_refused_with_its_reason(make, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match=message):
@@ -285,6 +287,19 @@ def test_a_long_reduction_into_a_small_output_tries_split_k_and_stream_k_first()
     assert "CollectiveEpilogue, void>;" in persistent and "args.scheduler" not in persistent
 
 
+def test_the_order_of_the_tiles_work_is_the_tile_schedulers_arguments() -> None:
+    spec = GemmSpec("bfloat16", Epilogue(bias=True))
+    swizzled = GemmTiling(swizzle=8, raster="m")
+    assert swizzled.name == "cooperative tile 128x128x64 cluster 1x2 swizzle 8 along M"
+    source = gemm_device_source(spec, swizzled)
+    assert "args.scheduler.max_swizzle_size = 8;" in source and "raster_order)::AlongM;" in source
+    assert "CollectiveEpilogue, void>;" in source  # (the persistent scheduler's arguments, read at run time)
+    streamk = gemm_device_source(spec, GemmTiling((128, 128, 64), (1, 1, 1), scheduler="streamk", raster="n"))
+    assert "decomposition_mode)::StreamK;" in streamk and "raster_order)::AlongN;" in streamk and "max_swizzle_size" not in streamk
+    # the default order is CUTLASS's own: no line, the name and the source as before
+    assert GemmTiling(swizzle=1, raster="").name == "cooperative tile 128x128x64 cluster 1x2"
+
+
 def test_rows_tma_cannot_take_are_named() -> None:
     assert gemm_unaligned(4096, 4096, 4096) == ""
     assert gemm_unaligned(4096, 50257, 1024) == "rows not 16-byte aligned (N = 50257: not multiples of 8)"
@@ -328,7 +343,9 @@ def test_the_kernel_compiles_for_sm90a_through_the_fast_builds_nvcc_command(epil
     headers = find_cutlass()
     if headers is None or shutil.which("nvcc") is None:
         pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
-    (tmp_path / "gemm.cu").write_text(gemm_device_source(GemmSpec("bfloat16", epilogue), GemmTiling()))
+    # (the tree's in CUTLASS's order of tiles, the other's with a swizzle and a raster of its own)
+    tiling = GemmTiling() if epilogue.tree else GemmTiling(swizzle=8, raster="m")
+    (tmp_path / "gemm.cu").write_text(gemm_device_source(GemmSpec("bfloat16", epilogue), tiling))
     command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "9.0", GEMM_CUDA_FLAGS,
                              tuple(str(d) for d in headers.includes))
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)

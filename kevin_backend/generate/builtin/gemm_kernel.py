@@ -256,9 +256,17 @@ class GemmTiling:
     # "streamk" (CUTLASS's stream-K: the K iterations of all tiles shared evenly among the SMs)
     scheduler: str = "persistent"
     splits: int = 1
+    # the order the work's tiles are visited (CUTLASS's tile scheduler, read at run time): `swizzle`
+    # tiles (1, 2, 4 or 8) side by side across the raster's direction, so CTAs running at once
+    # share their operands' rows in L2, and the raster along M or N ("": CUTLASS's heuristic, along
+    # the output's longer side of tiles)
+    swizzle: int = 1
+    raster: str = ""
 
     def __post_init__(self) -> None:
         m, n, k = self.tile
+        if self.swizzle not in (1, 2, 4, 8) or self.raster not in ("", "m", "n"):
+            raise ValueError(f"swizzle {self.swizzle}, raster {self.raster!r}: a swizzle of 1, 2, 4 or 8, a raster along 'm', 'n' or ''")
         if self.schedule not in _SCHEDULES:
             raise ValueError(f"schedule {self.schedule!r}: one of {', '.join(_SCHEDULES)}")
         if self.scheduler not in _SCHEDULERS:
@@ -278,7 +286,8 @@ class GemmTiling:
     @property
     def name(self) -> str:
         work = {"persistent": "", "streamk": " stream-K", "splitk": f" split-K {self.splits}"}[self.scheduler]
-        return f"{self.schedule} tile {'x'.join(map(str, self.tile))} cluster {'x'.join(map(str, self.cluster[:2]))}{work}"
+        order = (f" swizzle {self.swizzle}" if self.swizzle > 1 else "") + (f" along {self.raster.upper()}" if self.raster else "")
+        return f"{self.schedule} tile {'x'.join(map(str, self.tile))} cluster {'x'.join(map(str, self.cluster[:2]))}{work}{order}"
 
 
 # The host function's declaration, for load_inline's cpp_sources (an absent bias or residual: an empty tensor)
@@ -392,11 +401,17 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
 
 
 def _scheduler_args(tiling: GemmTiling) -> str:
+    """The lines setting the tile scheduler's arguments that differ from CUTLASS's defaults."""
+    lines = ""
+    if tiling.swizzle > 1:
+        lines += f"    args.scheduler.max_swizzle_size = {tiling.swizzle};\n"
+    if tiling.raster:
+        lines += f"    args.scheduler.raster_order = decltype(args.scheduler.raster_order)::Along{tiling.raster.upper()};\n"
     if tiling.scheduler == "persistent":
-        return ""
+        return lines
     mode = "SplitK" if tiling.scheduler == "splitk" else "StreamK"
     return (f"    args.scheduler.splits = {tiling.splits};\n"
-            f"    args.scheduler.decomposition_mode = decltype(args.scheduler.decomposition_mode)::{mode};\n")
+            f"    args.scheduler.decomposition_mode = decltype(args.scheduler.decomposition_mode)::{mode};\n") + lines
 
 
 def _tree(epi: Epilogue) -> tuple[str, str, str]:
