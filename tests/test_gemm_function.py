@@ -30,6 +30,9 @@ def run_statements(body: str, v: torch.Tensor, *operands: torch.Tensor) -> torch
            "expm1f": torch.expm1, "sqrtf": torch.sqrt, "rsqrtf": torch.rsqrt, "fabsf": torch.abs, "sinf": torch.sin,
            "cosf": torch.cos, "fminf": pair(torch.minimum), "fmaxf": pair(torch.maximum), "powf": pair(torch.pow),
            "round_bf16": rounded(torch.bfloat16), "round_f16": rounded(torch.float16), "INFINITY": math.inf,
+           # the built-in writer's helpers (cuda/device_helpers.cuh), as their precise forms compute them
+           "KEVIN_EXPF": torch.exp, "KEVIN_LOGF": torch.log, "kevin_tanh": torch.tanh, "kevin_sigmoid": torch.sigmoid,
+           "kevin_silu": F.silu, "kevin_gelu_erf": F.gelu, "kevin_gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
            **{f"a{j}": a.float() for j, a in enumerate(operands)}}
     text = body.replace("static_cast<float>(cutlass::bfloat16_t(", "round_bf16((").replace(
         "static_cast<float>(cutlass::half_t(", "round_f16((")

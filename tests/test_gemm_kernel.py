@@ -35,8 +35,14 @@ def test_the_epilogue_names_its_activation_and_its_bias(activation: str) -> None
     function = "    return static_cast<T>(v * 2.0f);" if activation == "function" else ""
     source = gemm_device_source(GemmSpec("bfloat16", Epilogue(bias=True, activation=activation, alpha=0.5, function=function)),
                                 GemmTiling())
-    assert ("struct KevinEpilogueFn" in source) == (activation == "function")
-    assert _fusion(source).startswith(f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{ACTIVATIONS[activation]}, ElementD,")
+    # an activation of the built-in writer's helpers (SiLU, sigmoid) is a function calling them
+    own = {"silu": "kevin_silu", "sigmoid": "kevin_sigmoid"}.get(activation)
+    assert ("struct KevinEpilogueFn" in source) == (activation == "function" or own is not None)
+    assert (own is None) or f"return static_cast<T>({own}(v));" in source
+    named = ACTIVATIONS["function"] if own else ACTIVATIONS[activation]
+    assert _fusion(source).startswith(f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{named}, ElementD,")
+    # the helpers sit before the kernel's namespace; the program, not the device part, asks for fast math
+    assert source.index("kevin_silu(float x)") < source.index("namespace kevin_gemm {") and "KEVIN_FAST_MATH 1" not in source
     assert "args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);" in source
     assert "args.epilogue.thread.alpha = 0.5f;" in source and "args.epilogue.thread.beta = 0.0f;" in source
     assert "using ElementC = void;" in source  # no residual: C is never read
@@ -58,7 +64,7 @@ def test_rows_of_n_not_16_byte_aligned_are_stored_directly_as_a_plain_linear_com
 
 def test_a_residual_is_read_as_c_and_scaled_by_beta() -> None:
     source = gemm_device_source(GemmSpec("float16", Epilogue(residual=True, beta=2.0, activation="silu")), GemmTiling())
-    assert _fusion(source) == ("cutlass::epilogue::fusion::LinCombEltAct<cutlass::epilogue::thread::SiLu, ElementD, float, "
+    assert _fusion(source) == ("cutlass::epilogue::fusion::LinCombEltAct<KevinEpilogueFn, ElementD, float, "
                                "ElementC, float>".replace("ElementC", "cutlass::half_t"))
     assert "using ElementC = cutlass::half_t;" in source and "args.epilogue.thread.beta = 2.0f;" in source
     assert "static_cast<Element const*>(residual), stride_c" in source and "bias_ptr" not in source

@@ -1,6 +1,8 @@
 """The elementwise chain after a GEMM's linear part, written as one function of one value: the C++
 statements of `gemm_kernel.Epilogue.function`, which the CUTLASS kernel applies to every output
-element in its epilogue (`gemm_kernel.KevinEpilogueFn`), in float32.
+element in its epilogue (`gemm_kernel.KevinEpilogueFn`), in float32. Exp, log, tanh, sigmoid, SiLU
+and GELU are the built-in writer's helpers (`KEVIN_EXPF`, `kevin_silu`, ...: cuda/device_helpers.cuh),
+the device's fast forms where every output of the program is 16-bit, else the precise ones.
 
     body = elementwise_function(pre, out, torch.bfloat16)
     # float t0 = v * 0.5f; ... return static_cast<T>(t5);
@@ -49,8 +51,8 @@ def _number(value: Any) -> str:
 
 def _gelu(x: str, approximate: str) -> str:
     if approximate == "tanh":
-        return f"0.5f * {x} * (1.0f + tanhf(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x})))"
-    return f"0.5f * {x} * (1.0f + erff({x} * 0.7071067811865476f))"
+        return f"kevin_gelu_tanh({x})"
+    return f"kevin_gelu_erf({x})"
 
 
 def _binary(op: str) -> Callable[[list[str], dict[str, Any]], str]:
@@ -69,20 +71,20 @@ _OPS: dict[Any, Callable[[list[str], dict[str, Any]], str]] = {
     aten.div.Tensor: _binary("/"), aten.div.Scalar: _binary("/"),
     aten.neg.default: lambda a, kw: f"(-{a[0]})",
     aten.abs.default: lambda a, kw: f"fabsf({a[0]})",
-    aten.exp.default: lambda a, kw: f"expf({a[0]})",
-    aten.log.default: lambda a, kw: f"logf({a[0]})",
+    aten.exp.default: lambda a, kw: f"KEVIN_EXPF({a[0]})",
+    aten.log.default: lambda a, kw: f"KEVIN_LOGF({a[0]})",
     aten.log1p.default: lambda a, kw: f"log1pf({a[0]})",
     aten.expm1.default: lambda a, kw: f"expm1f({a[0]})",
-    aten.tanh.default: lambda a, kw: f"tanhf({a[0]})",
+    aten.tanh.default: lambda a, kw: f"kevin_tanh({a[0]})",
     aten.erf.default: lambda a, kw: f"erff({a[0]})",
     aten.sqrt.default: lambda a, kw: f"sqrtf({a[0]})",
     aten.rsqrt.default: lambda a, kw: f"rsqrtf({a[0]})",
     aten.reciprocal.default: lambda a, kw: f"(1.0f / {a[0]})",
     aten.sin.default: lambda a, kw: f"sinf({a[0]})",
     aten.cos.default: lambda a, kw: f"cosf({a[0]})",
-    aten.sigmoid.default: lambda a, kw: f"(1.0f / (1.0f + expf(-{a[0]})))",
+    aten.sigmoid.default: lambda a, kw: f"kevin_sigmoid({a[0]})",
     aten.relu.default: lambda a, kw: f"fmaxf({a[0]}, 0.0f)",
-    aten.silu.default: lambda a, kw: f"({a[0]} / (1.0f + expf(-{a[0]})))",
+    aten.silu.default: lambda a, kw: f"kevin_silu({a[0]})",
     aten.gelu.default: lambda a, kw: _gelu(a[0], kw.get("approximate", "none")),
     aten.hardtanh.default: lambda a, kw: f"fminf(fmaxf({a[0]}, {a[1] if len(a) > 1 else '-1.0f'}), {a[2] if len(a) > 2 else '1.0f'})",
     aten.clamp_min.default: lambda a, kw: f"fmaxf({a[0]}, {a[1]})",
@@ -101,7 +103,7 @@ def _softplus(x: str, beta: str) -> str:
     """log(1 + exp(beta x)) / beta, in the form that does not overflow (torch's threshold returns
     x itself where beta x > 20; this agrees with it there to float32's rounding)."""
     bx = f"({beta} * {x})"
-    return f"((fmaxf({bx}, 0.0f) + log1pf(expf(-fabsf({bx})))) / {beta})"
+    return f"((fmaxf({bx}, 0.0f) + log1pf(KEVIN_EXPF(-fabsf({bx})))) / {beta})"
 
 
 def _power(x: str, exponent: str) -> str:

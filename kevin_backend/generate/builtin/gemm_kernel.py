@@ -31,6 +31,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from kevin_backend.generate.builtin.codegen import cuda_code
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import ELEMENTS, ENTRY_POINTS, F32_TILINGS, SM80_TILINGS, Sm80Tiling, sm80_device_source, sm80_tilings, source_operand
 
 __all__ = ["F32_TILINGS", "SM80_TILINGS", "Sm80Tiling", "tilings_for", "gemm_cuda_flags", "SM80_CUDA_FLAGS", "ACTIVATIONS", "OPERAND_KINDS", "Epilogue", "GEMM_CPP_SOURCE", "gemm_cpp_source", "GEMM_CUDA_FLAGS", "GEMM_TILINGS", "GemmSpec", "GemmTiling",
@@ -69,6 +70,25 @@ template <class T, int N> struct KevinEpilogueFn<cutlass::Array<T, N>> {{
   }}
 }};
 """
+
+# Activations the built-in writer's helpers compute (cuda/device_helpers.cuh) in place of CUTLASS's
+# functors, whose sigmoid is a precise exp and an IEEE division: some twenty instructions an element
+# in an epilogue that no mainloop overlaps (the cooperative schedule's). A program whose every output
+# is 16-bit defines KEVIN_FAST_MATH (`gemm_plan.write_gemm_program`), as the writer's own kernels do,
+# and the helpers then take the device's exp and division, a few float32 ulps.
+_OWN_ACTIVATIONS = {"silu": "kevin_silu", "sigmoid": "kevin_sigmoid"}
+# The helpers, ahead of the kernel's namespace (an epilogue's function calls them): the macros that
+# rename expf and logf under fast math end with them, before the host part's headers; KEVIN_EXPF and
+# KEVIN_LOGF are the exp and log a function calls, the device's under fast math, else the precise ones.
+MATH_HELPERS = cuda_code("device_helpers.cuh") + """
+#undef expf
+#undef logf
+#ifndef KEVIN_EXPF
+#define KEVIN_EXPF(x) expf(x)
+#define KEVIN_LOGF(x) logf(x)
+#endif
+"""
+FAST_MATH = "#define KEVIN_FAST_MATH 1\n"
 
 # What a tree's operand is (`Epilogue.operands`): one value per output column (a bias over N: CUTLASS's
 # row broadcast), one per output row (a column of M values: its column broadcast), or one per element
@@ -348,11 +368,30 @@ def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tu
     return shared + GEMM_TILINGS
 
 
+def _functor(epi: Epilogue) -> tuple[str, str]:
+    """The functor of the epilogue's elementwise function (its own statements, or an activation the
+    built-in writer's helpers compute: `_OWN_ACTIVATIONS`) and the activation CUTLASS is given
+    (that functor's name, else CUTLASS's own)."""
+    body = epi.function or (f"    return static_cast<T>({_OWN_ACTIVATIONS[epi.activation]}(v));"
+                            if epi.activation in _OWN_ACTIVATIONS else "")
+    return (_FUNCTION.format(body=body), ACTIVATIONS["function"]) if body else ("", ACTIVATIONS[epi.activation])
+
+
+def _with_helpers(device: str) -> str:
+    """`device` with the math helpers (`MATH_HELPERS`) ahead of its namespace."""
+    start = device.index("\nnamespace kevin_gemm {")
+    return device[:start] + MATH_HELPERS + device[start:]
+
+
 def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     """The device part: the kernel's types and `extern "C" int kevin_gemm_run(...)` (0 on success,
     else CUTLASS's status), `kevin_gemm_workspace(m, n, k, batch)` the bytes of workspace it needs."""
+    return _with_helpers(_device_source(spec, tiling))
+
+
+def _device_source(spec: GemmSpec, tiling: Any) -> str:
     epi = spec.epilogue
-    functor = _FUNCTION.format(body=epi.function) if epi.function else ""
+    functor, activation = _functor(epi)
     if spec.sm80:
         if not isinstance(tiling, Sm80Tiling) and spec.convolution is None:
             raise ValueError(f"a {spec.dtype} GEMM on the sm80 kernel takes an Sm80Tiling, not {tiling!r}")
@@ -360,10 +399,10 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
             from kevin_backend.generate.builtin.conv_kernel import conv_device_source  # (it reads GemmSpec)
 
             functor, fusion, thread_args = _tree(epi) if epi.tree else (functor, "", "")
-            return conv_device_source(spec, tiling, ACTIVATIONS[epi.activation], functor, (fusion, thread_args))
+            return conv_device_source(spec, tiling, activation, functor, (fusion, thread_args))
         if epi.tree:  # (CUTLASS 2.x's visitor tree: `Sm80EVT`, the same functor)
             functor = _tree(epi)[0]
-        return sm80_device_source(spec.dtype, spec.output, ACTIVATIONS[epi.activation], functor, epi.alpha, epi.beta, epi.bias,
+        return sm80_device_source(spec.dtype, spec.output, activation, functor, epi.alpha, epi.beta, epi.bias,
                                   epi.residual, spec.weight, tiling, *spec.alignments, pack=spec.pad_k, tree=epi.operands)
     if not isinstance(tiling, GemmTiling):
         raise ValueError(f"a 16-bit GEMM takes a GemmTiling, not {tiling!r}")
@@ -380,9 +419,9 @@ def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
         thread_args = (f"    args.epilogue.thread.alpha = {float(epi.alpha)!r}f;\n"
                        f"    args.epilogue.thread.beta = {float(epi.beta) if epi.residual else 0.0!r}f;\n")
     else:
-        fusion = (f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{ACTIVATIONS[epi.activation]}, ElementD, float, Element, "
+        fusion = (f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{activation}, ElementD, float, Element, "
                   f"{source_element}, float>" if epi.bias else
-                  f"cutlass::epilogue::fusion::LinCombEltAct<{ACTIVATIONS[epi.activation]}, ElementD, float, {source_element}, float>")
+                  f"cutlass::epilogue::fusion::LinCombEltAct<{activation}, ElementD, float, {source_element}, float>")
         thread_args = (f"    args.epilogue.thread.alpha = {float(epi.alpha)!r}f;\n"
                        f"    args.epilogue.thread.beta = {float(epi.beta) if epi.residual else 0.0!r}f;\n"
                        + ("    args.epilogue.thread.bias_ptr = static_cast<Element const*>(bias);\n" if epi.bias else ""))
@@ -495,9 +534,9 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
     if spec.convolution is not None:  # (a convolution's: `conv_kernel.py`)
         from kevin_backend.generate.builtin.conv_kernel import conv_cuda_source
 
-        functor, fusion, thread_args = _tree(epi) if epi.tree else (_FUNCTION.format(body=epi.function) if epi.function else "", "", "")
-        return conv_cuda_source(spec, tiling, ACTIVATIONS[epi.activation], functor, _SCALARS[spec.dtype], params,
-                                (fusion, thread_args))
+        functor, activation = _functor(epi)
+        functor, fusion, thread_args = _tree(epi) if epi.tree else (functor, "", "")
+        return _with_helpers(conv_cuda_source(spec, tiling, activation, functor, _SCALARS[spec.dtype], params, (fusion, thread_args)))
     align, n_align = spec.alignments if spec.sm80 else (8, 1 if spec.direct_store else 8)
     if spec.sm80 and spec.weight == "kn":
         n_align = max(align, n_align)  # (w's rows are N long)

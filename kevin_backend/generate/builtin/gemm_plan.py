@@ -52,7 +52,7 @@ import torch
 import torch.fx as fx
 
 from kevin_backend.generate.builtin import builtin_support
-from kevin_backend.generate.builtin.gemm_kernel import (gemm_cpp_source, gemm_cuda_flags, gemm_cuda_source, gemm_unaligned,
+from kevin_backend.generate.builtin.gemm_kernel import (FAST_MATH, gemm_cpp_source, gemm_cuda_flags, gemm_cuda_source, gemm_unaligned,
                                                          tilings_for)
 from kevin_backend.generate.builtin.conv_plan import plan_conv
 from kevin_backend.generate.builtin.direct_conv import DirectConv, DirectTiling, direct_tilings, plan_direct
@@ -356,10 +356,12 @@ def write_gemm_program(plan: AnyGemm, tiling: Any, name: str | None = None, task
             f"a {family} GEMM with its epilogue ({plan.describe()})")
     functions = [f"gemm_epilogue{j}" for j in range(len(plans))] if chained else ["gemm_epilogue"]
     body = "".join(f"        {line}\n" for line in lines)
+    # every output 16-bit: the epilogues' exp, log and division the device's (`gemm_kernel.MATH_HELPERS`)
+    fast = FAST_MATH if all(p.spec.output in ("float16", "bfloat16") for p in plans) else ""
     return (
         f'"""Written by kevin\'s built-in writer: {what}, {tiling.name}."""\n'
         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
-        f"cuda_source = r'''{''.join(devices)}{''.join(hosts)}'''\n\n"
+        f"cuda_source = r'''{fast}{''.join(devices)}{''.join(hosts)}'''\n\n"
         f"cpp_source = '{' '.join(declarations)}'\n\n"
         f"ext = load_inline(name='{name}', cpp_sources=cpp_source, cuda_sources=cuda_source, functions={functions!r},\n"
         f"                  extra_cuda_cflags={list(gemm_cuda_flags(plans[0].spec))!r})\n\n"
