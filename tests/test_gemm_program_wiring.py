@@ -740,6 +740,10 @@ def test_a_float32_output_of_a_16_bit_product_is_stored_by_the_gemm_or_cast_afte
     assert isinstance(plan, GemmPlan) and plan.spec.output == "float32" and "stored in float32" in plan.describe(), plan
     program = write_gemm_program(plan, plan_tilings(plan)[0])
     assert "using ElementD = float;" in program
+    # a float32 output keeps the precise math; the same product stored in bfloat16 takes the device's
+    assert "#define KEVIN_FAST_MATH" not in program and "kevin_silu(float x)" in program
+    narrow = plan_gemm(source.replace(".float()", ""), arch=arch)
+    assert narrow.spec.output == "bfloat16" and "cuda_source = r'''#define KEVIN_FAST_MATH 1\n" in write_gemm_program(narrow, plan_tilings(narrow)[0])
     new = _load(program, plan, monkeypatch)
     reference = load_program(source, "kevin_test_gemm_wiring_task")
     values = reference.get_inputs()
