@@ -7,7 +7,7 @@ then judged one at a time on the GPU (Hopper's kernels; `--arch sm80`: CUTLASS 2
 any GPU from compute capability 8.0): correctness on fresh inputs, the kernel timed beside
 Inductor's default compile of the same task. The table has each task's best tiling.
 
-Usage: python benchmarks/bench_gemm.py [--tasks NAME,...] [--trials 20] [--first N] [--extra-tilings] [--orders]
+Usage: python benchmarks/bench_gemm.py [--tasks NAME,...] [--trials 20] [--first N] [--extra-tilings] [--orders] [--precise]
        [--arch sm80] [--json FILE]
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
+from kevin_backend.generate.builtin.gemm_kernel import FAST_MATH, GemmTiling
 from kevin_backend.generate.builtin.gemm_plan import GEMM_PLANS, AnyGemm, GemmPlan, plan_gemm, plan_tilings, write_gemm_program
 from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE, epilogue_share
 
@@ -43,6 +43,8 @@ EXTRA_TILINGS = (
 # tiles side by side (their operands' rows shared in L2), and the raster along M, then along N
 # (CUTLASS's heuristic picks one of the two: that variant is the first tiling again, a control)
 ORDERS = ((4, ""), (8, ""), (1, "m"), (1, "n"))
+# the name of a tiling's variant with the precise math (--precise: not the table's best, a comparison)
+PRECISE = " (precise math)"
 
 
 def order_variants(tiling: object) -> tuple:
@@ -111,6 +113,9 @@ def main() -> int:
                         help=f"also try the 16-bit tilings the search does not ({len(EXTRA_TILINGS)}: other clusters, ping-pong 128x128)")
     parser.add_argument("--orders", action="store_true",
                         help=f"also try each task's first tiling with {len(ORDERS)} other orders of its tiles' work (swizzle, raster)")
+    parser.add_argument("--precise", action="store_true",
+                        help="also judge each task's first tiling with the precise math where its program takes the device's "
+                             "(every output 16-bit: gemm_kernel.FAST_MATH), beside it in the same run")
     parser.add_argument("--arch", choices=("sm90", "sm80"), default="",
                         help="the GEMM kernels to plan: Hopper's (sm90) or CUTLASS 2.x's (sm80, Ampere's, which run on Hopper too); "
                              "default: the GPU's")
@@ -156,6 +161,12 @@ def main() -> int:
 
     programs = {(name, tiling.name): write_gemm_program(plan, tiling, task_source=sources[name])
                 for name, plan in plans.items() for tiling in tilings(plan)}
+    if args.precise:  # (the first tiling's program without fast math, its extension renamed)
+        for name, plan in plans.items():
+            first = tilings(plan)[0].name
+            fast = programs[(name, first)]
+            if FAST_MATH in fast:
+                programs[(name, first + PRECISE)] = fast.replace(FAST_MATH, "", 1).replace("load_inline(name='", "load_inline(name='precise_", 1)
     builds = Path(args.builds) if args.builds else Path(__import__("tempfile").mkdtemp(prefix="kevin-gemm-"))
     judge = Judge(builds, RunConfig(trials=args.trials))
     specs = [BuildSpec.of(ext, capability) for p in programs.values() for ext in Candidate.parse(p).extensions]
@@ -195,14 +206,14 @@ def main() -> int:
     for name, plan in plans.items():
         source = next(t.source for t in tasks if t.name == name)
         mine = []
-        for tiling in tilings(plan):
+        for tiling in [t.name for t in tilings(plan)] + [t for n, t in programs if n == name and t.endswith(PRECISE)]:
             count += 1
-            row = judged(name, tiling.name, "inductor", judge, source)
+            row = judged(name, tiling, "inductor", judge, source)
             mine.append(row)
             x = f"{row['x_peer']:.3f}x Inductor" if row["x_peer"] else "-"
-            print(f"[{count}/{len(programs)}] {name} {tiling.name}: {row['verdict']} {x} ({row['seconds']} s)"
+            print(f"[{count}/{len(programs)}] {name} {tiling}: {row['verdict']} {x} ({row['seconds']} s)"
                   + "".join(f"\n    {note}" for note in row["second_opinion"]), flush=True)
-        accepted = [r for r in mine if r["verdict"] == "ACCEPTED"]
+        accepted = [r for r in mine if r["verdict"] == "ACCEPTED" and not r["tiling"].endswith(PRECISE)]
         if not accepted:
             continue
         best = min(accepted, key=lambda r: r["kernel_ms"])
@@ -215,7 +226,7 @@ def main() -> int:
             print(f"  {name} best tiling against {peer}: {row['verdict']} {x} ({row['seconds']} s)", flush=True)
     best_rows = {}
     for row in rows:
-        if row["peer"] == "inductor" and row["verdict"] == "ACCEPTED" and (
+        if row["peer"] == "inductor" and row["verdict"] == "ACCEPTED" and not row["tiling"].endswith(PRECISE) and (
                 row["task"] not in best_rows or row["kernel_ms"] < best_rows[row["task"]]["kernel_ms"]):
             best_rows[row["task"]] = row
     peer_x = {(r["task"], r["peer"]): r["x_peer"] for r in rows if r["peer"] != "inductor" and r["verdict"] == "ACCEPTED"}
