@@ -144,3 +144,17 @@ def test_an_input_read_twice_is_one_operand_per_shape_it_is_read_in() -> None:
     acc = x @ w.t()
     got = run_statements(both.spec.epilogue.function, acc, s.view(1, 64), s.view(64, 1))
     torch.testing.assert_close(got, acc * s + s.view(64, 1), rtol=1e-5, atol=1e-5)  # (the product unrounded)
+
+
+def test_the_functions_math_is_the_built_in_writers_helpers() -> None:
+    # exp, sigmoid, SiLU, tanh and GELU are the helpers a 16-bit program computes with the device's fast
+    # forms (cuda/device_helpers.cuh): never the precise expf and IEEE division written out in the function
+    plan = _plan("(lambda y: (F.silu(y) * 2.0 + torch.exp(y * 0.01)) * torch.tanh(F.gelu(y)))(F.linear(v[0], v[1], v[2]))",
+                 LINEAR_BF16)
+    body = plan.spec.epilogue.function
+    assert all(helper in body for helper in ("KEVIN_EXPF(", "kevin_tanh(", "kevin_gelu_erf(")), body
+    assert "kevin_silu(" in body or "kevin_sigmoid(" in body, body
+    assert not re.search(r"(?<![_A-Z])(expf|tanhf|erff)\(", body), body
+    v = torch.linspace(-6, 6, 4001)
+    want = (F.silu(v) * 2.0 + torch.exp(v * 0.01)) * torch.tanh(F.gelu(v))  # (the chain rounds to bfloat16 between ops)
+    torch.testing.assert_close(run_statements(body, v), want, rtol=1e-2, atol=1e-2)
