@@ -447,11 +447,19 @@ def cold_variant(data: dict[str, Any]) -> dict[str, str]:
 def gemm_suite(data: dict[str, Any]) -> dict[str, str]:
     """bench_gemm's runs (`runs`: each its tree and the JSON it wrote): each task's best accepted
     tiling against Inductor, from the last run that judged the task, and the peers against that
-    tiling in the same run; the geomean and the worst task."""
+    tiling in the same run; the geomean and the worst task; the tasks whose last run accepted no
+    tiling; where a run judged a tiling with the precise math too (bench_gemm --precise), the
+    two side by side (`math`: not among the best, a comparison)."""
     best: dict[str, tuple[str, dict[str, Any]]] = {}
     peers: dict[tuple[str, str], float] = {}
     order: list[str] = []  # (the tasks in the order the runs first judged them)
+    precise = " (precise math)"
+    fast = {(run["tree"], r["task"], r["tiling"]): r for run in data["runs"] for r in run["rows"] if r["peer"] == "inductor"}
+    math_rows = [[r["task"], tree, t[:-len(precise)], f"{fast[(tree, r['task'], t[:-len(precise)])]['x_peer']:.3f}x",
+                  f"{r['x_peer']:.3f}x"] for (tree, _, t), r in fast.items() if t.endswith(precise) and r["x_peer"]
+                 and (fast.get((tree, r["task"], t[:-len(precise)])) or {}).get("x_peer")]
     for run in data["runs"]:
+        run = dict(run, rows=[r for r in run["rows"] if not r["tiling"].endswith(precise)])
         judged = {r["task"] for r in run["rows"]}
         order += [r["task"] for r in run["rows"] if r["task"] not in order]
         for task in judged:
@@ -478,6 +486,9 @@ def gemm_suite(data: dict[str, Any]) -> dict[str, str]:
                f"{sum(x >= 1.0 for x in xs)} of {len(xs)} at or above Inductor; "
                + (f"against the peers {min(against):.3f}x to {max(against):.3f}x\n" if against else "no peer timed\n")
                ) if worst else "no task accepted\n"
+    refused = [t for t in dict.fromkeys(order) if t not in best]
+    if refused:
+        summary += f"no tiling accepted in the last run that judged it: {', '.join(refused)}\n"
     # (the issue's goals are apart: the matmuls' geomean, the convolutions'; a table of both says each)
     kinds = {kind: {t: r["x_peer"] for t, (_, r) in best.items() if ("convolution" in r["plan"]) == (kind == "convolutions")}
              for kind in ("matmuls", "convolutions")}
@@ -485,7 +496,10 @@ def gemm_suite(data: dict[str, Any]) -> dict[str, str]:
         summary += "; ".join(f"{kind}: {len(x)} tasks, geomean {_geomean(list(x.values())):.3f}x Inductor, worst "
                              f"{min(x.values()):.3f}x ({min(x, key=x.__getitem__)})" for kind, x in kinds.items()) + "\n"
     header = ["task", "run", "plan", "best tiling", "kernel ms", "Inductor ms", "x Inductor", "x max-autotune", "x cuBLASLt"]
-    return {"tasks": _table(header, rows), "summary": summary}
+    blocks = {"tasks": _table(header, rows), "summary": summary}
+    if math_rows:
+        blocks["math"] = _table(["task", "run", "tiling", "x Inductor, the program's math", "x Inductor, precise math"], math_rows)
+    return blocks
 
 
 def cudnn_peer(data: dict[str, Any]) -> dict[str, str]:

@@ -34,7 +34,7 @@ def test_the_results_folder_holds_the_stored_runs() -> None:
         "builtin_dims_h200.json", "builtin_roofline_h200.json", "builtin_roofline_h200_run10.json",
         "builtin_roofline_h200_run11.json", "builtin_roofline_h200_run13_crossentropy_bf16.json", "builtin_roofline_h200_run4.json", "builtin_roofline_h200_run5_clusters_first.json",
         "builtin_roofline_h200_run6.json", "builtin_roofline_h200_run7.json", "builtin_roofline_h200_run8.json",
-        "builtin_roofline_h200_run9.json", "cli_startup_2cpu.json", "cold_variant_h100_c91f2b4.json", "cold_variant_h100_e1c3c68.json", "cold_variant_phases_2cpu.json", "cudnn_peer_h100_1d27afa.json", "cudnn_peer_h200_1d27afa.json", "gemm_conv_h200_624a848.json", "gemm_conv_h200_81c8c46.json", "gemm_suite_h100_1d27afa.json", "gemm_suite_h100_cf0ee46.json", "gemm_suite_h100_de18051.json", "gemm_suite_h100_ea61210.json", "gemm_suite_h200_90306a1.json", "gemm_suite_h200_cd5cd0f.json", "gemm_suite_h200_ddcf3f9.json", "gemm_suite_h200_e688c71.json", "gemm_suite_h200_f136917.json", "gpu_tests_0012c83_h200.json", "gpu_tests_16bit_h200.json", "gpu_tests_1d27afa_h100.json", "gpu_tests_1d27afa_h200.json", "gpu_tests_1ef6dee_h200.json", "gpu_tests_5eca883_h200.json", "gpu_tests_81c8c46_h200.json", "gpu_tests_8466961_h100.json", "gpu_tests_9e249fa_h200.json", "gpu_tests_b9da417_h200.json", "gpu_tests_ddcf3f9_h200.json", "gpu_tests_e688c71_h200.json", "gpu_tests_ea61210_h100.json", "gpu_tests_f136917_h200.json", "gpu_tests_memory_h200.json", "gpu_tests_retime_sequential_h200.json", "inductor_forms_h200.json", "isolation_gpu_tests_h200.json", "isolation_judge_cases_h200.json", "isolation_speed_h200.json",
+        "builtin_roofline_h200_run9.json", "cli_startup_2cpu.json", "cold_variant_h100_c91f2b4.json", "cold_variant_h100_e1c3c68.json", "cold_variant_phases_2cpu.json", "cudnn_peer_h100_1d27afa.json", "cudnn_peer_h200_1d27afa.json", "gemm_conv_h200_624a848.json", "gemm_conv_h200_81c8c46.json", "gemm_suite_h100_0ef9d03.json", "gemm_suite_h100_1d27afa.json", "gemm_suite_h100_cf0ee46.json", "gemm_suite_h100_de18051.json", "gemm_suite_h100_ea61210.json", "gemm_suite_h200_90306a1.json", "gemm_suite_h200_97fc419.json", "gemm_suite_h200_cd5cd0f.json", "gemm_suite_h200_ddcf3f9.json", "gemm_suite_h200_e688c71.json", "gemm_suite_h200_f136917.json", "gpu_tests_0012c83_h200.json", "gpu_tests_16bit_h200.json", "gpu_tests_1d27afa_h100.json", "gpu_tests_1d27afa_h200.json", "gpu_tests_1ef6dee_h200.json", "gpu_tests_5eca883_h200.json", "gpu_tests_81c8c46_h200.json", "gpu_tests_8466961_h100.json", "gpu_tests_9e249fa_h200.json", "gpu_tests_b9da417_h200.json", "gpu_tests_ddcf3f9_h200.json", "gpu_tests_e688c71_h200.json", "gpu_tests_ea61210_h100.json", "gpu_tests_f136917_h200.json", "gpu_tests_memory_h200.json", "gpu_tests_retime_sequential_h200.json", "inductor_forms_h200.json", "isolation_gpu_tests_h200.json", "isolation_judge_cases_h200.json", "isolation_speed_h200.json",
         "isolation_speed_h200_run2.json", "isolation_speed_h200_run3.json", "isolation_speed_h200_run4.json", "judge_corpus_h200.json",
         "judge_speed_h200.json", "kevin_bench_gpt2_bf16_h100_387c252.json", "kevin_bench_gpt2_bf16_h100_387c252_second.json", "kevin_bench_gpt2_bf16_h100_95fdf32.json", "kevin_bench_gpt2_bf16_h100_95fdf32_second.json", "kevin_bench_gpt2_bf16_h100_a3f236d.json", "kevin_bench_gpt2_bf16_h100_empty_6d08784.json",
         "kevin_bench_llama_bf16_h100_387c252.json", "kevin_bench_llama_bf16_h100_95fdf32.json",
@@ -167,6 +167,14 @@ def test_the_gemm_suite_table_takes_each_task_from_the_last_run_that_judged_it()
     blocks = tables.gemm_suite({"runs": runs + [{"tree": "ccc", "rows": [conv]}]})
     assert blocks["summary"].splitlines()[1] == ("matmuls: 2 tasks, geomean 1.396x Inductor, worst 1.300x (a); "
                                                  "convolutions: 1 tasks, geomean 0.250x Inductor, worst 0.250x (c)")
+    # a precise-math row is a comparison, never the best; a task whose last run accepted nothing is named
+    refused = dict(row("b", "t1", "inductor", 2.0, 0.5), verdict="MISMATCH")
+    runs.append({"tree": "ddd", "rows": [row("a", "t3", "inductor", 1.2, 1.6), row("a", "t3 (precise math)", "inductor", 9.0, 0.2),
+                                         refused]})
+    blocks = tables.gemm_suite({"runs": runs})
+    assert blocks["tasks"].splitlines()[2:] == ["| a | ddd | p | t3 | 1.6000 | 1.9200 | 1.200x | - | - |"]
+    assert blocks["summary"].splitlines()[-1] == "no tiling accepted in the last run that judged it: b"
+    assert blocks["math"].splitlines()[2:] == ["| a | ddd | t3 | 1.200x | 9.000x |"]
 
 
 def test_the_cudnn_peer_table_says_what_ran_and_why_not() -> None:
