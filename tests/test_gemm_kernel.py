@@ -340,18 +340,21 @@ def test_the_static_rules_take_the_program() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("epilogue", [Epilogue(bias=True, activation="gelu"), _TREE], ids=["bias-gelu", "tree"])
+@pytest.mark.parametrize("epilogue", [Epilogue(bias=True, activation="silu"), _TREE], ids=["bias-silu-fast-math", "tree"])
 def test_the_kernel_compiles_for_sm90a_through_the_fast_builds_nvcc_command(epilogue: Epilogue, tmp_path: Path) -> None:
     """The device part, with the program's flags, through `device_command` (which builds the
     arch-specific form the flags ask for): about a minute of nvcc."""
+    from kevin_backend.generate.builtin.gemm_kernel import FAST_MATH
     from kevin_backend.toolchain.fast_build import Toolchain, device_command
 
     headers = find_cutlass()
     if headers is None or shutil.which("nvcc") is None:
         pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
-    # (the tree's in CUTLASS's order of tiles, the other's with a swizzle and a raster of its own)
+    # (the tree's in CUTLASS's order of tiles and precise math; the other's with a swizzle and a raster
+    # of its own, its SiLU the helpers' under the fast math a 16-bit program defines)
     tiling = GemmTiling() if epilogue.tree else GemmTiling(swizzle=8, raster="m")
-    (tmp_path / "gemm.cu").write_text(gemm_device_source(GemmSpec("bfloat16", epilogue), tiling))
+    fast = "" if epilogue.tree else FAST_MATH
+    (tmp_path / "gemm.cu").write_text(fast + gemm_device_source(GemmSpec("bfloat16", epilogue), tiling))
     command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "9.0", GEMM_CUDA_FLAGS,
                              tuple(str(d) for d in headers.includes))
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
