@@ -20,6 +20,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -52,6 +53,21 @@ def order_variants(tiling: object) -> tuple:
     if not isinstance(tiling, GemmTiling):
         return ()
     return tuple(dataclasses.replace(tiling, swizzle=swizzle, raster=raster) for swizzle, raster in ORDERS)
+
+
+def candidate_programs(plans: dict[str, AnyGemm], sources: dict[str, str], tilings: Callable[[AnyGemm], tuple],
+                       precise: bool = False) -> dict[tuple[str, str], str]:
+    """Each task's program in each of its tilings (`tilings(plan)`), by (task, tiling's name); with
+    `precise`, also its first tiling's with the precise math where its program takes the device's
+    (named with `PRECISE`: the program without `FAST_MATH`, its extension renamed)."""
+    programs = {(name, tiling.name): write_gemm_program(plan, tiling, task_source=sources[name])
+                for name, plan in plans.items() for tiling in tilings(plan)}
+    for name, plan in plans.items() if precise else ():
+        first = tilings(plan)[0].name
+        fast = programs[(name, first)]
+        if FAST_MATH in fast:
+            programs[(name, first + PRECISE)] = fast.replace(FAST_MATH, "", 1).replace("load_inline(name='", "load_inline(name='precise_", 1)
+    return programs
 
 
 def max_autotune_numerics() -> dict[str, str]:
@@ -159,14 +175,7 @@ def main() -> int:
         own = plan_tilings(plan)[:args.first or None]
         return own + (EXTRA_TILINGS if extra else ()) + (order_variants(own[0]) if args.orders and own else ())
 
-    programs = {(name, tiling.name): write_gemm_program(plan, tiling, task_source=sources[name])
-                for name, plan in plans.items() for tiling in tilings(plan)}
-    if args.precise:  # (the first tiling's program without fast math, its extension renamed)
-        for name, plan in plans.items():
-            first = tilings(plan)[0].name
-            fast = programs[(name, first)]
-            if FAST_MATH in fast:
-                programs[(name, first + PRECISE)] = fast.replace(FAST_MATH, "", 1).replace("load_inline(name='", "load_inline(name='precise_", 1)
+    programs = candidate_programs(plans, sources, tilings, args.precise)
     builds = Path(args.builds) if args.builds else Path(__import__("tempfile").mkdtemp(prefix="kevin-gemm-"))
     judge = Judge(builds, RunConfig(trials=args.trials))
     specs = [BuildSpec.of(ext, capability) for p in programs.values() for ext in Candidate.parse(p).extensions]

@@ -87,3 +87,26 @@ def test_max_autotune_is_named_in_the_judges_numerics() -> None:
     numerics = _bench().max_autotune_numerics()
     config = json.loads(numerics["inductor_config"])
     assert config.get("max_autotune") is True and "triton.cudagraphs" not in config, config
+
+
+def test_the_precise_math_and_the_orders_are_variants_of_the_first_tiling() -> None:
+    # --precise: the first tiling's program again without the fast math, its extension renamed (a
+    # float32 program has none to drop); --orders: the first tiling in each other order of its tiles
+    from kevin_backend.generate.builtin.gemm_kernel import FAST_MATH
+    from kevin_backend.generate.builtin.gemm_plan import plan_gemm, plan_tilings
+
+    bench = _bench()
+    half = "dtype=torch.float16"
+    sources = {"f16": task("F.silu(F.linear(v[0], v[1], v[2]))",
+                           f"torch.randn(64, 32, {half}), torch.randn(48, 32, {half}), torch.randn(48, {half})"),
+               "f32": task("F.silu(F.linear(v[0], v[1], v[2]))", "torch.randn(64, 32), torch.randn(48, 32), torch.randn(48)")}
+    plans = {name: plan_gemm(source, arch="sm90") for name, source in sources.items()}
+    programs = bench.candidate_programs(plans, sources, lambda plan: plan_tilings(plan)[:2], precise=True)
+    first = plan_tilings(plans["f16"])[0].name
+    assert sorted(programs) == sorted([(n, t.name) for n in plans for t in plan_tilings(plans[n])[:2]] + [("f16", first + bench.PRECISE)])
+    fast, precise = programs[("f16", first)], programs[("f16", first + bench.PRECISE)]
+    assert FAST_MATH in fast and FAST_MATH not in precise and "load_inline(name='precise_kevin_gemm_" in precise
+    assert precise.replace("precise_", "", 1) == fast.replace(FAST_MATH, "", 1)
+    orders = bench.order_variants(plan_tilings(plans["f16"])[0])
+    assert [(t.swizzle, t.raster) for t in orders] == list(bench.ORDERS) and len({t.name for t in orders}) == len(orders)
+    assert bench.order_variants(plan_tilings(plans["f32"])[0]) == ()  # (CUTLASS 2.x's float32 kernel has no tile scheduler)
