@@ -454,10 +454,12 @@ def gemm_suite(data: dict[str, Any]) -> dict[str, str]:
     peers: dict[tuple[str, str], float] = {}
     order: list[str] = []  # (the tasks in the order the runs first judged them)
     precise = " (precise math)"
-    fast = {(run["tree"], r["task"], r["tiling"]): r for run in data["runs"] for r in run["rows"] if r["peer"] == "inductor"}
-    math_rows = [[r["task"], tree, t[:-len(precise)], f"{fast[(tree, r['task'], t[:-len(precise)])]['x_peer']:.3f}x",
-                  f"{r['x_peer']:.3f}x"] for (tree, _, t), r in fast.items() if t.endswith(precise) and r["x_peer"]
-                 and (fast.get((tree, r["task"], t[:-len(precise)])) or {}).get("x_peer")]
+    judged = {(run["tree"], r["task"], r["tiling"]): r for run in data["runs"] for r in run["rows"] if r["peer"] == "inductor"}
+    math_rows = []
+    for (tree, task, tiling), r in judged.items():
+        base = judged.get((tree, task, tiling[:-len(precise)])) if tiling.endswith(precise) else None
+        if base and base["x_peer"] and r["x_peer"]:
+            math_rows.append([task, tree, base["tiling"], f"{base['x_peer']:.3f}x", f"{r['x_peer']:.3f}x"])
     for run in data["runs"]:
         run = dict(run, rows=[r for r in run["rows"] if not r["tiling"].endswith(precise)])
         judged = {r["task"] for r in run["rows"]}

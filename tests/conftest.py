@@ -182,21 +182,10 @@ class ReferenceGenerator:
         )
 
 
-# The slow stand-in's kernel: the reference after a sleep, so a graph check drops it for certain
-_SLOW = '''
-import time
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, *init_inputs):
-        super().__init__()
-        self.reference = Model(*init_inputs)
-
-    def forward(self, *inputs):
-        time.sleep(0.02)  # far beyond what a loaded CPU adds to the MLP's own time (4 ms was not, once)
-        return self.reference(*inputs)
-'''
+# The slow stand-in's kernel: the reference kernel after a sleep, so a graph check drops it for certain
+# (20 ms: far beyond what a loaded CPU adds to the MLP's own time; 4 ms was not, once)
+_SLOW = "\nimport time\n" + _CPU_KERNEL.replace("        return self.reference(*inputs)",
+                                                "        time.sleep(0.02)\n        return self.reference(*inputs)")
 
 
 class SlowGenerator(ReferenceGenerator):

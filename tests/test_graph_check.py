@@ -264,7 +264,6 @@ def test_a_corrupt_stored_outcome_is_measured_again(tmp_path: Path) -> None:
 
 # -- through the backend, on the CPU (cached kernels for CPU tensors) --------------------------
 
-# A kernel that computes its partition right but slowly: the graph is slower with it.
 def _options(cache_dir: Path, generator: Any, **extra: Any) -> dict[str, Any]:
     return {"cache_dir": str(cache_dir), "mode": "generate", "cpu_kernels": True, "generator": generator,
             "graph_check": True, **extra}
