@@ -27,6 +27,7 @@ import torch
 from kevin_backend.generate.builtin.gemm_kernel import FAST_MATH, GemmTiling
 from kevin_backend.generate.builtin.gemm_plan import GEMM_PLANS, AnyGemm, GemmPlan, plan_gemm, plan_tilings, write_gemm_program
 from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE, epilogue_share
+from kevin_backend.generate.builtin.gemm_tail import KeptEnd, WideEnd
 
 
 
@@ -53,6 +54,17 @@ def order_variants(tiling: object) -> tuple:
     if not isinstance(tiling, GemmTiling):
         return ()
     return tuple(dataclasses.replace(tiling, swizzle=swizzle, raster=raster) for swizzle, raster in ORDERS)
+
+
+def first_tilings(plan: AnyGemm, n: int) -> tuple:
+    """The variants a search of `n` turns tries first (`plan_tilings`; all of them where `n` is 0),
+    and the wide ends among the first `n` of their kind (`WideEnd`, `KeptEnd`), which a search turns
+    to once a turn is refused: a softmax after a 16-bit GEMM is refused on its rounded end."""
+    own = plan_tilings(plan)
+    if not n:
+        return own
+    wide = [t for t in own if isinstance(t, (WideEnd, KeptEnd))]
+    return own[:n] + tuple(t for t in wide[:n] if t not in own[:n])
 
 
 def candidate_programs(plans: dict[str, AnyGemm], sources: dict[str, str], tilings: Callable[[AnyGemm], tuple],
@@ -124,7 +136,7 @@ def main() -> int:
     parser.add_argument("--peers", default="max-autotune,cublaslt",
                         help="peers timed against each task's best tiling, in the same judge (comma-separated; '' for none)")
     parser.add_argument("--first", type=int, default=0,
-                        help="each task's first N tilings only, as a search of N turns tries them (default: all)")
+                        help="each task's first N tilings only, as a search of N turns tries them, and its first N wide ends (default: all)")
     parser.add_argument("--extra-tilings", action="store_true",
                         help=f"also try the 16-bit tilings the search does not ({len(EXTRA_TILINGS)}: other clusters, ping-pong 128x128)")
     parser.add_argument("--orders", action="store_true",
@@ -172,7 +184,7 @@ def main() -> int:
     sources = {t.name: t.source for t in tasks}
     def tilings(plan: AnyGemm) -> tuple:
         extra = args.extra_tilings and isinstance(plan, GemmPlan) and plan.spec.dtype != "float32"
-        own = plan_tilings(plan)[:args.first or None]
+        own = first_tilings(plan, args.first)
         return own + (EXTRA_TILINGS if extra else ()) + (order_variants(own[0]) if args.orders and own else ())
 
     programs = candidate_programs(plans, sources, tilings, args.precise)

@@ -110,3 +110,21 @@ def test_the_precise_math_and_the_orders_are_variants_of_the_first_tiling() -> N
     orders = bench.order_variants(plan_tilings(plans["f16"])[0])
     assert [(t.swizzle, t.raster) for t in orders] == list(bench.ORDERS) and len({t.name for t in orders}) == len(orders)
     assert bench.order_variants(plan_tilings(plans["f32"])[0]) == ()  # (CUTLASS 2.x's float32 kernel has no tile scheduler)
+
+
+def test_a_short_run_judges_the_wide_ends_a_refused_turn_leads_to() -> None:
+    """`--first 2` of a softmax after a 16-bit GEMM: its first two tilings and their ends in
+    float32, which a search tries once a turn is refused (the narrow end's rounding, exponentiated,
+    is past the judge's bound); a plain GEMM's first two only."""
+    from kevin_backend.generate.builtin.gemm_plan import plan_gemm, plan_tilings
+    from kevin_backend.generate.builtin.gemm_tail import WideEnd
+
+    half = "dtype=torch.float16"
+    inputs = f"torch.randn(64, 32, {half}), torch.randn(48, 32, {half})"
+    bench = _bench()
+    softmax = plan_gemm(task("torch.softmax(v[0] @ v[1].t(), dim=-1)", inputs), arch="sm90")
+    first = bench.first_tilings(softmax, 2)
+    assert [type(t) for t in first[2:]] == [WideEnd, WideEnd] and [t.tiling for t in first[2:]] == list(first[:2])
+    assert bench.first_tilings(softmax, 0) == plan_tilings(softmax)
+    plain = plan_gemm(task("torch.relu(v[0] @ v[1].t())", inputs), arch="sm90")
+    assert bench.first_tilings(plain, 2) == plan_tilings(plain)[:2]

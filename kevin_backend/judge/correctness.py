@@ -20,6 +20,7 @@ from kevin_backend.judge.judged_run import Run, scrub
 from kevin_backend.judge.reference_sets import ReferenceSet, make_reference_set, plan_exact, run_conditioned, run_exact
 from kevin_backend.judge.shared_values import arena_bytes
 from kevin_backend.measure.compare import Mismatch, compare_outputs
+from kevin_backend.measure.exact_run import ExactModel
 from kevin_backend.measure.inputs import InputSet, layout_text, tensor_bytes
 from kevin_backend.measure.precision import output_precision
 
@@ -93,7 +94,7 @@ def _size_the_task(run: Run, ref: ReferenceSet, exact_model: list[torch.nn.Modul
     if run.exact_dtype is not None and (not exact_model or getattr(exact_model[0], "kevin_dtype", None) != run.exact_dtype):
         run.phase("exact")
         exact_model.clear()
-        model = copy.deepcopy(run.reference).to(run.exact_dtype)
+        model = ExactModel(copy.deepcopy(run.reference).to(run.exact_dtype), run.exact_dtype)
         model.kevin_dtype = run.exact_dtype  # a worker keeps it for the task's next candidates
         exact_model.append(model)
         if run.state is not None:

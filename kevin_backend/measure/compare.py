@@ -2,7 +2,7 @@
 grounded in float64. One rule for the judge, the backend's load check and `kevin bench`.
 
 Each output is compared with an *exact* run of the reference (the task's model on its inputs
-upcast to float64) and may differ from it by what the problem's own eager computation, in the
+upcast to float64; a dtype the model names, rounded to and kept wide: `exact_run.py`) and may differ from it by what the problem's own eager computation, in the
 task's dtype, would suggest is rounding:
 
     E = exact output (float64), W = eager output (task dtype), G = candidate output
@@ -145,8 +145,9 @@ class OutputCheck:
 def exact_outputs(model: torch.nn.Module, inputs: Sequence[Any], want: Sequence[Any], device: torch.device) -> list[Any] | None:
     """A task's outputs in float64 (a copy of the model with its floating parameters and buffers
     upcast, on upcast copies of the inputs, their layouts kept): the exact reference the judge
-    compares with, for a benchmark's own check of a peer; None where the GPU has not the memory
-    for it (eager then stands in, with KernelBench's tolerances)."""
+    compares with, for a benchmark's own check of a peer and the runtime's load check; None where
+    the GPU has not the memory for it or an op has no float64 kernel (eager then stands in, with
+    KernelBench's tolerances)."""
     import copy
 
     from kevin_backend.measure.inputs import clone_layout
@@ -155,12 +156,14 @@ def exact_outputs(model: torch.nn.Module, inputs: Sequence[Any], want: Sequence[
     floats = sum(t.numel() for t in [*inputs, *want, *state] if isinstance(t, torch.Tensor) and t.is_floating_point())
     if device.type == "cuda" and 8 * floats * 3 > 0.8 * torch.cuda.mem_get_info(device)[0]:
         return None  # no room for the inputs, outputs, state and a temporary the size of either, in float64
-    wide = copy.deepcopy(model).double() if state else model
+    from kevin_backend.measure.exact_run import ExactModel
+
+    wide = ExactModel(copy.deepcopy(model).double() if state else model, torch.float64)
     values = [clone_layout(v, dtype=torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in inputs]
     try:
         with torch.no_grad():
             return output_list(wide(*values))
-    except torch.OutOfMemoryError:
+    except (RuntimeError, NotImplementedError):  # (out of memory, an op without a float64 kernel)
         return None
     finally:
         del values, wide
