@@ -2,8 +2,9 @@
 grounded in float64. One rule for the judge, the backend's load check and `kevin bench`.
 
 Each output is compared with an *exact* run of the reference (the task's model on its inputs
-upcast to float64; a dtype the model names, rounded to and kept wide: `exact_run.py`) and may differ from it by what the problem's own eager computation, in the
-task's dtype, would suggest is rounding:
+upcast to float64; a dtype the model names, rounded to and kept wide: `exact_run.py`) and may
+differ from it by what the problem's own eager computation, in the task's dtype, would suggest is
+rounding:
 
     E = exact output (float64), W = eager output (task dtype), G = candidate output
     s = mean |E|                      the output's scale
