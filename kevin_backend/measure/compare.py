@@ -81,6 +81,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from kevin_backend.measure import compare_fused
+from kevin_backend.measure.exact_run import ExactModel
 
 __all__ = ["Bound", "BOUNDS", "FALLBACK_RTOL", "OutputCheck", "Mismatch", "compare_outputs", "exact_outputs", "output_list", "CHUNK"]
 
@@ -157,8 +158,6 @@ def exact_outputs(model: torch.nn.Module, inputs: Sequence[Any], want: Sequence[
     floats = sum(t.numel() for t in [*inputs, *want, *state] if isinstance(t, torch.Tensor) and t.is_floating_point())
     if device.type == "cuda" and 8 * floats * 3 > 0.8 * torch.cuda.mem_get_info(device)[0]:
         return None  # no room for the inputs, outputs, state and a temporary the size of either, in float64
-    from kevin_backend.measure.exact_run import ExactModel
-
     wide = ExactModel(copy.deepcopy(model).double() if state else model, torch.float64)
     values = [clone_layout(v, dtype=torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in inputs]
     try:
