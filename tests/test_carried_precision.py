@@ -26,14 +26,15 @@ def _tensor(shape, stride, dtype, device):
     return torch.as_strided(torch.randn(extent, device=device).to(dtype), shape, stride)
 
 '''
-# The backward's matmul (GPT-2's MLP down projection's input gradient, 8 x 64 tokens, d 768):
+# The backward's matmul (GPT-2's MLP down projection's input gradient, d 768,
+# on 2 x 32 tokens: eager's bfloat16 product is slow on a CPU and the judge runs it some 27 times):
 # the bfloat16 product converted to float32, then scaled by the layer norm's weight and its inverse
 # deviation, as the training step's graph has it.
 BACKWARD = _HEAD + '''
 class Model(nn.Module):
     def forward(self, arg0, arg1, arg2, arg3):
         v0 = torch.ops.aten.mm.default(arg0, arg1)
-        v1 = torch.ops.aten.reshape.default(v0, [8, 64, 768])
+        v1 = torch.ops.aten.reshape.default(v0, [2, 32, 768])
         v2 = torch.ops.prims.convert_element_type.default(v1, torch.float32)
         v3 = torch.ops.aten.mul.Tensor(v2, arg2)
         v4 = torch.ops.aten.mul.Tensor(v3, 768)
@@ -43,10 +44,10 @@ class Model(nn.Module):
 
 def get_inputs():
     return [
-        _tensor((512, 3072), (3072, 1), torch.bfloat16, 'cpu'),
+        _tensor((64, 3072), (3072, 1), torch.bfloat16, 'cpu'),
         _tensor((3072, 768), (768, 1), torch.bfloat16, 'cpu'),
         _tensor((768,), (1,), torch.float32, 'cpu'),
-        _tensor((8, 64, 768), (49152, 768, 1), torch.float32, 'cpu'),
+        _tensor((2, 32, 768), (24576, 768, 1), torch.float32, 'cpu'),
     ]
 
 
@@ -159,7 +160,7 @@ def _backward_kernel(values: list, round_product: bool, product_in: torch.dtype 
         product = torch.zeros(a.shape[0], b.shape[1])
         for k in range(0, a.shape[1], 256):
             product = (product + a[:, k:k + 256].float() @ b[k:k + 256].float()).to(product_in).float()
-    v2 = (_bf16(product) if round_product else product).reshape(8, 64, 768)
+    v2 = (_bf16(product) if round_product else product).reshape(2, 32, 768)
     v3 = v2 * gamma
     outs = [v2, v3, v3 * 768, v3 * rstd]
     return [torch.where(o.abs() < zero_below, torch.zeros_like(o), o) for o in outs]
@@ -216,7 +217,7 @@ class ModelNew(nn.Module):
         a = (arg0.view(torch.int16).numpy().astype(np.int32) << 16).view(np.float32)
         b = (arg1.view(torch.int16).numpy().astype(np.int32) << 16).view(np.float32)
         p = a @ b
-        v2 = ({ROUND}).reshape(8, 64, 768)
+        v2 = ({ROUND}).reshape(2, 32, 768)
         v3 = v2 * arg2.numpy()
         return tuple(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for v in (v2, v3, v3 * 768, v3 * arg3.numpy()))
 '''
