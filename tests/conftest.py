@@ -36,11 +36,25 @@ def load_benchmark(name: str) -> Any:
 os.environ.setdefault("KEVIN_GRAPH_CHECK", "0")
 
 
+FULL = os.environ.get("KEVIN_TESTS_FULL") == "1"
+"""The full tier: tests marked `full` run too (see `full_tier`)."""
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    later = pytest.mark.skip(reason="in the full tier only (KEVIN_TESTS_FULL=1)")
     for item in items:
         if item.get_closest_marker("gpu") is not None and not HAS_CUDA:
             item.add_marker(skip)
+        if item.get_closest_marker("full") is not None and not FULL:
+            item.add_marker(later)
+
+
+def full_tier(*values: Any, keep: Any = ()) -> list[Any]:
+    """`values` of a parametrisation, those not in `keep` marked `full`: the default run takes a
+    covering subset of a large matrix (every pair of settings at least once), the full tier all."""
+    return [v if v in keep else pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.full)
+            for v in values]
 
 
 # Policies of the tests' stand-in generators (ReferenceGenerator below, test_generate_mode's

@@ -19,6 +19,7 @@ from kevin_backend.generate.builtin.gemm_kernel import (ACTIVATIONS, GEMM_CPP_SO
                                                          tilings_for)
 from kevin_backend.toolchain.cutlass_headers import find_cutlass
 from kevin_backend.toolchain.static_rules import check_program
+from conftest import FULL, full_tier
 
 
 def _fusion(source: str) -> str:
@@ -339,6 +340,7 @@ def test_the_static_rules_take_the_program() -> None:
         assert check_program(_program(GemmSpec("bfloat16", epilogue), GemmTiling())) == ()
 
 
+@pytest.mark.full
 @pytest.mark.slow
 @pytest.mark.parametrize("epilogue", [Epilogue(bias=True, activation="silu"), _TREE], ids=["bias-silu-fast-math", "tree"])
 def test_the_kernel_compiles_for_sm90a_through_the_fast_builds_nvcc_command(epilogue: Epilogue, tmp_path: Path) -> None:
@@ -364,7 +366,8 @@ def test_the_kernel_compiles_for_sm90a_through_the_fast_builds_nvcc_command(epil
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("epilogue", [Epilogue(bias=True, activation="gelu"), _TREE], ids=["bias-gelu", "tree"])
+@pytest.mark.parametrize("epilogue", full_tier(Epilogue(bias=True, activation="gelu"), _TREE, keep=(Epilogue(bias=True, activation="gelu"),)),
+                         ids=["bias-gelu", "tree"])
 def test_the_sm80_kernel_compiles_for_an_ampere_gpu_through_the_fast_builds_nvcc_command(epilogue: Epilogue, tmp_path: Path) -> None:
     """The 16-bit sm80 kernel's device part for sm_80 with its program's flags (about 11 s of nvcc)."""
     from kevin_backend.generate.builtin.gemm_kernel import SM80_CUDA_FLAGS, SM80_TILINGS
@@ -654,6 +657,7 @@ def test_on_hopper_a_convolution_is_also_cutlass_3xs_implicit_gemm_tried_in_turn
     assert SM80_TILINGS[0] in tilings_for(spec)
 
 
+@pytest.mark.full
 @pytest.mark.slow
 def test_hoppers_convolution_compiles_for_sm_90a(tmp_path: Path) -> None:
     """CUTLASS 3.x's implicit GEMM with its bias and ReLU, with CUTLASS's utility headers (about a minute of nvcc)."""
@@ -713,6 +717,7 @@ def test_a_transposed_convolution_is_the_strided_gradient_kernel() -> None:
     assert check_program(_program(spec, SM80_TILINGS[0])) == ()
 
 
+@pytest.mark.full
 @pytest.mark.slow
 def test_the_convolution_compiles_for_an_ampere_gpu(tmp_path: Path) -> None:
     """The implicit GEMM's device part for sm_80 with its program's flags (about 15 s of nvcc)."""
@@ -747,13 +752,15 @@ def test_a_float32_convolution_of_few_channels_tries_a_narrow_tile_first_in_thre
     assert [t.name for t in narrow] == ["3xtf32 tile 128x32x32 stages 4"] + [t.name for t in F32_TILINGS]
     assert tilings_for(GemmSpec("float32", Epilogue(bias=True), align=4, out_align=4), (115200, 16, 27)) == F32_TILINGS
     assert all("cutlass::arch::OpMultiplyAddFastF32," in gemm_cuda_source(conv, t) for t in narrow[:2])
-    headers = find_cutlass()
-    if headers is None or shutil.which("nvcc") is None:
-        pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
     # (and a transposed one's, the strided gradient kernel: the suite's 4x4 of stride 2 into 32 channels)
     transposed = GemmSpec("float32", Epilogue(bias=True, activation="sigmoid"), align=4, out_align=4,
                           convolution=Conv((4, 4), (1, 1), (2, 2), transposed=True))
     assert tilings_for(transposed, (131072, 32, 1024))[0] == narrow[0]
+    headers = find_cutlass()
+    if headers is None or shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
+    if not FULL:
+        pytest.skip("the two compiles (40 s of nvcc on a CPU) in the full tier only (KEVIN_TESTS_FULL=1)")
     for j, spec in enumerate((conv, transposed)):
         (tmp_path / f"conv{j}.cu").write_text(gemm_device_source(dataclasses.replace(spec, arch="sm80"), narrow[0]))
         command = device_command(Toolchain.detect(), tmp_path / f"conv{j}.cu", tmp_path / f"conv{j}.o", "8.0", SM80_CUDA_FLAGS,

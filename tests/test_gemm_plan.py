@@ -10,6 +10,7 @@ from kevin_backend.generate.builtin.gemm_kernel import GemmTiling
 from kevin_backend.generate.builtin.gemm_plan import DirectConv, GemmPlan, GemmTail, plan_gemm, write_gemm_program
 from kevin_backend.generate.builtin.plan import Declined
 from kevin_backend.toolchain.static_rules import check_program
+from conftest import full_tier
 
 
 def task(forward: str, inputs: str) -> str:
@@ -591,8 +592,9 @@ def test_a_batch_of_one_viewed_back_from_the_products_rows_keeps_the_writers_ker
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
-@pytest.mark.parametrize("workload", ["infer", "train"])
+@pytest.mark.parametrize(("workload", "name"), full_tier(("infer", "gpt2"), ("infer", "llama"), ("train", "gpt2"), ("train", "llama"),
+                                                   keep=(("infer", "gpt2"), ("train", "llama"))),
+                         ids=["infer-gpt2", "infer-llama", "train-gpt2", "train-llama"])
 def test_the_matmuls_of_the_benchmarks_transformers_are_planned(name: str, workload: str, hopper_with_cutlass) -> None:  # type: ignore[no-untyped-def]
     # `kevin bench`'s GPT-2 and Llama in bfloat16, every graph the kevin pass gets (the backward's
     # too): each matmul's partition is a CUTLASS GEMM, most with the writer's kernel after it where

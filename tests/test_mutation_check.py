@@ -1,6 +1,6 @@
-"""The mutation check (`tools/mutation_check.py`) in CI: every defect it puts back into a copy of
-the project turns one of its tests red, and the unchanged copy passes them. The mutations run in
-two parts, this file's and tests/test_mutation_check_part2.py's, so that pytest-xdist can run the
+"""The mutation check (`tools/mutation_check.py`), in the full tier (KEVIN_TESTS_FULL=1): every
+defect it puts back into a copy of the project turns one of its tests red, and the unchanged copy
+passes them. The mutations run in two parts, this file's and tests/test_mutation_check_part2.py's, so that pytest-xdist can run the
 halves side by side (each file runs on one worker)."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,6 +34,7 @@ def check_part(k: int, n: int = 2) -> None:
     assert killed == names and len(names) >= 4, done.stdout
 
 
+@pytest.mark.full  # (minutes of pytest runs on copies of the project: the full tier)
 def test_every_mutation_is_killed_by_its_tests_first_half() -> None:
     assert len(_tool().MUTATIONS) >= 8
     check_part(1)
