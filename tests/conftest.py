@@ -98,6 +98,29 @@ def one_share_of_the_cores() -> Any:
     torch.set_num_threads(threads)
 
 
+_POOL: Any = None
+
+
+def pooled_run(task_source: str, candidate_source: str, config: Any) -> Any:
+    """A verdict from this test process's warm judge worker: the pool's path (the product's: the
+    judge's workers serve job after job, each candidate in a process forked for it), without the
+    seconds a fresh worker and its fork server spend importing torch for every verdict. Tests of
+    the one-shot worker's own start, clock and death call `run_in_sandbox`."""
+    global _POOL
+    from kevin_backend.judge.pool import WorkerPool
+
+    if _POOL is None:
+        _POOL = WorkerPool(size=1)
+    return _POOL.run(task_source, candidate_source, config)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_the_pool() -> Any:
+    yield
+    if _POOL is not None:
+        _POOL.close()
+
+
 @pytest.fixture(scope="session")
 def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One Inductor cache for the session, away from the user's."""

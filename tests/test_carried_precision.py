@@ -10,11 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kevin_backend.judge.sandbox import RunConfig, run_in_sandbox
+from kevin_backend.judge.sandbox import RunConfig
 from kevin_backend.measure import compare
 from kevin_backend.measure.inputs import make_input_set
 from kevin_backend.measure.precision import carried_precision, output_precision, task_precision
 from kevin_backend.types import load_program
+from conftest import pooled_run
 
 _HEAD = '''
 import torch
@@ -225,8 +226,8 @@ class ModelNew(nn.Module):
 
 @pytest.mark.parametrize("rounding, accepted", [("_bf16(p)", True), ("p", True), ("_cut(p)", False)])
 def test_the_judge_takes_the_backward_kernel_at_its_precision(rounding: str, accepted: bool) -> None:
-    out = run_in_sandbox(BACKWARD, NUMPY_BACKWARD.replace("{ROUND}", rounding),
-                         RunConfig(seeds=(1, 2), trials=2, warmup=1, timeout=240, inductor=False))
+    out = pooled_run(BACKWARD, NUMPY_BACKWARD.replace("{ROUND}", rounding),
+                     RunConfig(seeds=(1, 2), trials=2, warmup=1, timeout=240, inductor=False))
     if accepted:
         assert (out.stage, out.reason) == ("timing", "ACCEPTED"), (out.reason, out.feedback, out.mismatch)
     else:

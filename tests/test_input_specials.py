@@ -14,10 +14,11 @@ from kevin_backend.generate.builtin.suite import SUITE
 from kevin_backend.judge.job import Job
 from kevin_backend.judge.judged_run import Run
 from kevin_backend.judge.reference_sets import make_reference_set
-from kevin_backend.judge.sandbox import RunConfig, run_in_sandbox
+from kevin_backend.judge.sandbox import RunConfig
 from kevin_backend.measure.inputs import make_input_set
 from kevin_backend.measure.memory import MemoryLedger
 from kevin_backend.types import load_program
+from conftest import pooled_run
 
 ROWS, COLS = 1024, 1000  # 1,024,000 elements: every quarter holds thousands of specials
 
@@ -175,7 +176,7 @@ HONEST = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_candidate_wrong_only_at_zeros_or_subnormals_is_rejected_on_the_special_set(case: str) -> None:
     task, body = CASES[case]
-    out = run_in_sandbox(_task_source(task), _candidate(body), CONFIG)
+    out = pooled_run(_task_source(task), _candidate(body), CONFIG)
     assert out.reason == "MISMATCH", (out.reason, out.feedback)
     assert out.mismatch is not None and out.mismatch["trial"] == 2 and out.mismatch["max_abs_error"] > 0.5, out.mismatch
     assert "Input set 2 has zeros, negative zeros and subnormals" in out.feedback, out.feedback
@@ -183,12 +184,12 @@ def test_a_candidate_wrong_only_at_zeros_or_subnormals_is_rejected_on_the_specia
 
 @pytest.mark.parametrize("task", list(HONEST), ids=["one-at-zero", "atan2"])
 def test_the_same_ops_written_right_are_accepted(task: str) -> None:
-    out = run_in_sandbox(_task_source(task), _candidate(HONEST[task]), CONFIG)
+    out = pooled_run(_task_source(task), _candidate(HONEST[task]), CONFIG)
     assert out.reason == "ACCEPTED", (out.reason, out.feedback)
 
 
 def test_a_task_computing_one_over_x_gets_its_verdict_without_the_specials_noted() -> None:
-    out = run_in_sandbox(_task_source("1.0 / x"), _candidate("        return torch.from_numpy(np.float32(1) / a)\n"), CONFIG)
+    out = pooled_run(_task_source("1.0 / x"), _candidate("        return torch.from_numpy(np.float32(1) / a)\n"), CONFIG)
     assert out.reason == "ACCEPTED", (out.reason, out.feedback)
     notes = " ".join((out.memory or {}).get("notes", []))
     assert "zeros, -0 and subnormals" in notes and "checked without them" in notes, notes

@@ -8,6 +8,7 @@ import pytest
 
 from kevin_backend.judge.sandbox import RunConfig, run_in_sandbox
 from kevin_backend.judge.timing_phase import MAX_SLOTS, MIN_ROUNDS, plan_slots
+from conftest import pooled_run
 
 TASK = '''
 import torch
@@ -43,8 +44,10 @@ HONEST = candidate(NUMPY + "        return torch.from_numpy((1.0 / (1.0 + np.exp
 FAST = RunConfig(seeds=(1, 2, 3), trials=5, warmup=1, timeout=120, inductor=False)
 
 
-def judge(source: str, config: RunConfig = FAST):
-    return run_in_sandbox(TASK, source, config)
+def judge(source: str, config: RunConfig = FAST, task: str = TASK):
+    """The verdict of this process's warm judge worker (the one-shot worker's own start, clock and
+    death are tested through `run_in_sandbox`)."""
+    return pooled_run(task, source, config)
 
 
 def test_honest_candidate_is_accepted_and_timed() -> None:
@@ -140,7 +143,7 @@ def test_larger_inputs_catch_a_kernel_tied_to_one_size() -> None:
     # correct at the task's size only: it hard-codes 64 rows
     source = candidate(NUMPY + "        r = (1.0 / (1.0 + np.exp(-a[:64])) * b[:64] + 1.0).astype(np.float32)\n        return torch.from_numpy(r)\n")
     assert judge(source).reason == "ACCEPTED"
-    bigger = run_in_sandbox(TASK, source, RunConfig(seeds=(5,), trials=2, warmup=0, timeout=120, inductor=False, grow=2))
+    bigger = judge(source, RunConfig(seeds=(5,), trials=2, warmup=0, timeout=120, inductor=False, grow=2))
     assert bigger.reason == "SHAPE_MISMATCH"
 
 
@@ -185,10 +188,10 @@ AS_DENSE = _LAYOUT_CANDIDATE.format(body=(
 
 
 def test_inputs_arrive_with_the_task_layouts_and_a_stride_ignoring_kernel_is_told_which() -> None:
-    out = run_in_sandbox(LAYOUT_TASK, BY_STRIDES, FAST)
+    out = judge(BY_STRIDES, task=LAYOUT_TASK)
     assert out.reason == "ACCEPTED", out.feedback
     assert out.device == "cpu" and out.memory is not None and out.memory["exact"] == "float64"
-    bad = run_in_sandbox(LAYOUT_TASK, AS_DENSE, FAST)
+    bad = judge(AS_DENSE, task=LAYOUT_TASK)
     assert bad.reason in ("MISMATCH", "NAN_INF"), bad.feedback
     assert "right when every input is contiguous" in bad.feedback
     assert "input 0: shape [64, 48], strides (1, 64)" in bad.feedback
@@ -368,8 +371,7 @@ class ModelNew(nn.Module):
 def test_a_candidate_that_knows_the_seeds_is_caught_when_the_inputs_are_salted() -> None:
     """With the seeds as they are (salt 0), the memorizer is ACCEPTED: every input it is shown it
     made itself. Salted (the judge draws a fresh salt per evaluation), it has seen none of them."""
-    known = run_in_sandbox(TASK, MEMORIZER, FAST)
-    salted = run_in_sandbox(TASK, MEMORIZER, RunConfig(seeds=(1, 2, 3), trials=5, warmup=1, timeout=120, inductor=False,
-                                                       salt=123_457))
+    known = judge(MEMORIZER)
+    salted = judge(MEMORIZER, RunConfig(seeds=(1, 2, 3), trials=5, warmup=1, timeout=120, inductor=False, salt=123_457))
     assert known.reason == "ACCEPTED", (known.reason, known.feedback)
     assert salted.reason == "MISMATCH", (salted.reason, salted.feedback)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
 from kevin_backend.judge.judged_run import Run
 from kevin_backend.judge.reference_sets import run_conditioned
-from kevin_backend.judge.sandbox import RunConfig, run_in_sandbox
+from kevin_backend.judge.sandbox import RunConfig
 from kevin_backend.measure import compare
 from kevin_backend.measure.inputs import make_input_set
 from kevin_backend.measure.memory import MemoryLedger
@@ -25,6 +25,7 @@ from kevin_backend.types import load_program
 
 sys.path.insert(0, str(Path(__file__).parent))
 from direct_conv_tasks import DIRECT_TASKS  # noqa: E402
+from conftest import pooled_run  # noqa: E402
 
 TASK = DIRECT_TASKS["viewed-bias-sigmoid-f32"]
 
@@ -53,7 +54,7 @@ CONFIG = RunConfig(seeds=(11, 25), trials=3, warmup=1, timeout=240, inductor=Fal
 
 
 def test_an_honest_float32_kernel_past_the_first_bound_on_a_cancelling_sum_is_accepted_by_the_second_opinion() -> None:
-    out = run_in_sandbox(TASK, HONEST, CONFIG)
+    out = pooled_run(TASK, HONEST, CONFIG)
     assert (out.stage, out.reason) == ("timing", "ACCEPTED"), (out.reason, out.feedback, out.mismatch)
     notes = (out.memory or {}).get("notes", [])
     second = [n for n in notes if "second opinion" in n]
@@ -62,7 +63,7 @@ def test_an_honest_float32_kernel_past_the_first_bound_on_a_cancelling_sum_is_ac
 
 
 def test_a_kernel_of_half_precision_filters_is_refused_after_the_second_opinion() -> None:
-    out = run_in_sandbox(TASK, HALF_FILTER, CONFIG)
+    out = pooled_run(TASK, HALF_FILTER, CONFIG)
     assert out.reason == "MISMATCH", (out.reason, out.feedback)
     assert out.mismatch["bad_elements"] > 1000 and out.mismatch["trial"] == 0, out.mismatch
     assert not [n for n in (out.memory or {}).get("notes", []) if "passed on the second opinion" in n]
@@ -221,7 +222,7 @@ def test_a_bfloat16_kernel_rounding_as_eager_does_is_accepted_by_the_judge_on_th
     """Through the sandboxed judge on the CPU (its exact run in float64): both input sets fail the
     first bound at 1 and 8 of 802816 elements (up to 8.8 times it) and pass on the second opinion,
     noted in the verdict's memory notes."""
-    out = run_in_sandbox(BLOCK, EAGER_LIKE, RunConfig(seeds=(1, 2), trials=3, warmup=1, timeout=240, inductor=False))
+    out = pooled_run(BLOCK, EAGER_LIKE, RunConfig(seeds=(1, 2), trials=3, warmup=1, timeout=240, inductor=False))
     assert (out.stage, out.reason) == ("timing", "ACCEPTED"), (out.reason, out.feedback, out.mismatch)
     notes = [n for n in (out.memory or {}).get("notes", []) if "passed on the second opinion" in n]
     assert len(notes) == 2 and notes[0].startswith("input set 0") and notes[1].startswith("input set 1"), notes
