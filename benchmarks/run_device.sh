@@ -29,7 +29,7 @@ for step in $steps; do
       done
       wait
       for i in "${!lanes[@]}"; do grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/lane$i.log" | tail -6; done ;;
-    cpu) python3 -m pytest -q -m "not gpu" -x tests 2>&1 | tee "$OUT/cpu_tests.log" | tail -5 ;;
+    cpu) KEVIN_TESTS_FULL=1 python3 -m pytest -q -m "not gpu" -x tests 2>&1 | tee "$OUT/cpu_tests.log" | tail -5 ;;
     overhead) python3 benchmarks/bench_op_overhead.py --json "$OUT/overhead.json" ;;
     judge-gpu)  # the judge's pool, re-timing, eval over a folder, fast-build styles (host parts linked), and the GPU tests that assert kernels ran
       # JUDGE_GPU_TESTS: some of the files only (one device call has 10 minutes)
