@@ -53,8 +53,7 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 def full_tier(*values: Any, keep: Any = ()) -> list[Any]:
     """`values` of a parametrisation, those not in `keep` marked `full`: the default run takes a
     covering subset of a large matrix (every pair of settings at least once), the full tier all."""
-    return [v if v in keep else pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.full)
-            for v in values]
+    return [pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=() if v in keep else pytest.mark.full) for v in values]
 
 
 # Policies of the tests' stand-in generators (ReferenceGenerator below, test_generate_mode's

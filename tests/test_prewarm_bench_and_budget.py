@@ -12,27 +12,31 @@ import torch
 
 from kevin_backend.cache.store import KernelCache
 from kevin_backend.config import override
+from conftest import full_tier
 from test_prewarm import TESTS, _lines, plugin_env  # noqa: F401 (plugin_env: the fixture)
 
 
-def test_prewarm_of_a_bench_model_covers_what_the_bench_compiles(tmp_path: Path, plugin_env: Path,
+@pytest.mark.parametrize("dtypes", full_tier("float32", None, keep=("float32",)), ids=["float32", "bench-default-dtypes"])
+def test_prewarm_of_a_bench_model_covers_what_the_bench_compiles(dtypes: str | None, tmp_path: Path, plugin_env: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     # GPT-2's training step breaks into several graphs (each with its own compile report): the
-    # prewarm must take the partitions of all of them, not only the last one's
+    # prewarm must take the partitions of all of them, not only the last one's. Without
+    # --bench-dtype (the full tier), kevin bench's default dtypes: float32 and bfloat16, each
+    # dtype's partitions tasks of their own
     from kevin_backend.backend.report import collecting_reports
     from kevin_backend.bench.models import make_model
     from kevin_backend.cli.main import main
 
     cache_dir = tmp_path / "cache"
     args = ["--cache-dir", str(cache_dir), "prewarm", "--bench-model", "gpt2", "--bench-size", "tiny",
-            "--generator", "prewarm_helpers:reference"]
+            "--generator", "prewarm_helpers:reference", *(["--bench-dtype", dtypes] if dtypes else [])]
     with override(KEVIN_CPU_KERNELS=True):
         assert main(args) == 0
     generated = _lines(plugin_env)
-    # inference, and the training step's forward and backward graphs, in float32 and in bfloat16
-    # (kevin bench's default dtypes: each dtype's partitions are tasks of their own)
-    assert len(generated) >= 16
-    for workload, dtype in (("infer", torch.float32), ("train", torch.float32), ("infer", torch.bfloat16), ("train", torch.bfloat16)):
+    # inference, and the training step's forward and backward graphs, in each dtype
+    steps = [(w, d) for d in ((torch.float32,) if dtypes else (torch.float32, torch.bfloat16)) for w in ("infer", "train")]
+    assert len(generated) >= 4 * len(steps)
+    for workload, dtype in steps:
         torch._dynamo.reset()  # the bench's own steps now find every partition in the cache
         model, inputs = make_model("gpt2", workload, device="cpu", dtype=dtype, size="tiny")
         with override(KEVIN_CPU_KERNELS=True), collecting_reports() as reports:
