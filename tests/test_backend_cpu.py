@@ -47,6 +47,17 @@ def _matrix_id(case: tuple[str, str, bool, bool]) -> str:
     return f"{name}-{kind}-{'training' if train else 'inference'}-{'dynamic' if dynamic else 'static'}"
 
 
+def test_the_default_cases_cover_every_pair_of_settings() -> None:
+    """The six cases the default run takes (the full tier: all 24) hold every value of each setting
+    beside every value of each other setting."""
+    import itertools
+
+    assert _PAIRWISE <= set(_MATRIX)
+    for i, j in itertools.combinations(range(4), 2):
+        wanted = {(m[i], m[j]) for m in _MATRIX}
+        assert wanted == {(c[i], c[j]) for c in _PAIRWISE}, (i, j)
+
+
 @pytest.mark.parametrize(("name", "kind", "train", "dynamic"), full_tier(*_MATRIX, keep=_PAIRWISE), ids=map(_matrix_id, _MATRIX))
 def test_matches_eager(name: str, kind: str, train: bool, dynamic: bool, kevin_dir: Path) -> None:
     model, inputs = make_example(name)
