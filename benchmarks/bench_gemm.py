@@ -128,9 +128,25 @@ class Model(nn.Module):  # the same inputs, through cuBLASLt's fused epilogue: a
 """
 
 
+def select_tasks(names: str, matmuls: bool = False, part: int = 1, parts: int = 1) -> list:
+    """The suite tasks a run takes: those `names` lists (comma-separated, in that order: a run cut
+    short has judged those first), every one but the convolutions with `matmuls`, all where neither
+    says; then every `parts`-th of them from the `part`-th (1-based)."""
+    order = [n for n in names.split(",") if n]
+    unknown = set(order) - {t.name for t in GEMM_SUITE}
+    if unknown:
+        raise SystemExit(f"bench_gemm: no suite task {', '.join(sorted(unknown))}")
+    tasks = sorted((t for t in GEMM_SUITE if t.name in order or (matmuls and t.category != "conv") or not (order or matmuls)),
+                   key=lambda t: order.index(t.name) if t.name in order else len(order))
+    return tasks[part - 1::parts]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default="", help="suite task names, comma-separated (default: all)")
+    parser.add_argument("--matmuls", action="store_true", help="every suite task but the convolutions (with --tasks: those too)")
+    parser.add_argument("--part", default="1/1", help="I/N: every N-th of the tasks from the I-th, in the suite's order "
+                        "(a run over several device calls)")
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--builds", default="", help="the judge's build folder (default: a fresh temporary one)")
     parser.add_argument("--peers", default="max-autotune,cublaslt",
@@ -150,6 +166,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     args.peers = [p for p in args.peers.split(",") if p]
+    part, _, parts = args.part.partition("/")
+    if not (part.isdigit() and parts.isdigit() and 1 <= int(part) <= int(parts)):
+        parser.error(f"--part {args.part!r}: I/N with 1 <= I <= N")
+    part, parts = int(part), int(parts)
     unknown = set(args.peers) - {"max-autotune", "cublaslt"}
     if unknown:
         parser.error(f"unknown peers: {', '.join(sorted(unknown))} (max-autotune, cublaslt)")
@@ -170,9 +190,7 @@ def main() -> int:
     if find_cutlass() is None:
         print("bench_gemm: CUTLASS's headers are not installed (pip install 'kevin_backend[cutlass]')", file=sys.stderr)
         return 2
-    wanted = set(filter(None, args.tasks.split(",")))
-    order = list(filter(None, args.tasks.split(",")))  # (in the order given: a run cut short has judged those first)
-    tasks = sorted((t for t in GEMM_SUITE if not wanted or t.name in wanted), key=lambda t: order.index(t.name) if wanted else 0)
+    tasks = select_tasks(args.tasks, args.matmuls, part, parts)
     plans: dict[str, AnyGemm] = {}
     declined: dict[str, str] = {}
     for t in tasks:

@@ -128,3 +128,18 @@ def test_a_short_run_judges_the_wide_ends_a_refused_turn_leads_to() -> None:
     assert bench.first_tilings(softmax, 0) == plan_tilings(softmax)
     plain = plan_gemm(task("torch.relu(v[0] @ v[1].t())", inputs), arch="sm90")
     assert bench.first_tilings(plain, 2) == plan_tilings(plain)[:2]
+
+
+def test_a_run_takes_the_matmul_tasks_in_parts_that_cover_them_once() -> None:
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+
+    bench = _bench()
+    matmuls = [t.name for t in bench.select_tasks("", matmuls=True)]
+    assert matmuls == [t.name for t in GEMM_SUITE if t.category != "conv"] and len(matmuls) >= 30
+    halves = [[t.name for t in bench.select_tasks("", True, part, 2)] for part in (1, 2)]
+    assert sorted(halves[0] + halves[1]) == sorted(matmuls) and abs(len(halves[0]) - len(halves[1])) <= 1
+    assert len(bench.select_tasks("")) == len(GEMM_SUITE)  # (neither: every task, the convolutions too)
+    named = [t.name for t in bench.select_tasks("mm-relu-f16-8192x8192x8192,conv1d-gelu-f16-64x512x1024", True)]
+    assert named[:2] == ["mm-relu-f16-8192x8192x8192", "conv1d-gelu-f16-64x512x1024"] and len(named) == len(matmuls) + 1
+    with pytest.raises(SystemExit, match="no suite task mm-nothing"):
+        bench.select_tasks("mm-nothing")

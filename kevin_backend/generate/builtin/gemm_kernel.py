@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kevin_backend.generate.builtin.codegen import cuda_code
+from kevin_backend.generate.builtin.gpu_properties import FULL_ROUNDS, slot_share
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import ELEMENTS, ENTRY_POINTS, F32_TILINGS, SM80_TILINGS, Sm80Tiling, sm80_device_source, sm80_tilings, source_operand
 
 __all__ = ["F32_TILINGS", "SM80_TILINGS", "Sm80Tiling", "tilings_for", "gemm_cuda_flags", "SM80_CUDA_FLAGS", "ACTIVATIONS", "OPERAND_KINDS", "Epilogue", "GEMM_CPP_SOURCE", "gemm_cpp_source", "GEMM_CUDA_FLAGS", "GEMM_TILINGS", "GemmSpec", "GemmTiling",
@@ -344,9 +345,11 @@ def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tu
     (`gemm_kernel_sm80.sm80_tilings`: float32's, and 16-bit ones on sm80) or the sm90 16-bit ones;
     a convolution's: Hopper's own and CUTLASS 2.x's in turn where Hopper's takes it
     (`conv_kernel.SM90_CONV_TILINGS`; Hopper's alone for a tree of more operands than 2.x's
-    reads), else CUTLASS 2.x's (a float32 one of few channels: a narrow tile first). A 16-bit GEMM whose output has fewer 128 x 128 tiles than the GPU has SMs, over a
-    K long enough to share (a long reduction into a small output), tries split-K and stream-K
-    first: one CTA a tile would leave most SMs idle."""
+    reads), else CUTLASS 2.x's (a float32 one of few channels: a narrow tile first). A 16-bit GEMM
+    whose output has fewer 128 x 128 tiles than the GPU has SMs, over a K long enough to share (a
+    long reduction into a small output), tries split-K and stream-K first: one CTA a tile would
+    leave most SMs idle. The others in `GEMM_TILINGS` order, but those whose rounds of tiles leave
+    more of the SMs' slots idle than `FULL_ROUNDS` allows after the rest (`gpu_properties.slot_share`)."""
     if spec.sm80:
         if spec.convolution is not None:  # (on Hopper, its own convolution's and CUTLASS 2.x's in turn)
             from kevin_backend.generate.builtin.conv_kernel import SM90_CONV_TILINGS, conv_tree_refusal, sm90_conv_fits
@@ -361,7 +364,7 @@ def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tu
     m, n, k = shape
     tiles = -(-m // 128) * -(-n // 128)
     if tiles >= _SMS or k < 1024:
-        return GEMM_TILINGS
+        return tuple(sorted(GEMM_TILINGS, key=lambda t: -min(FULL_ROUNDS, slot_share(t.tile, t.cluster, m, n))))
     splits = max(2, min(16, _SMS // tiles, k // 512))
     shared = (GemmTiling((128, 128, 64), (1, 1, 1), "cooperative", "splitk", splits),
               GemmTiling((128, 128, 64), (1, 1, 1), "cooperative", "streamk"))
