@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kevin_backend.generate.builtin.codegen import cuda_code
+from kevin_backend.generate.builtin.gemm_host import CLASSIC_OPERANDS, HOST, PACK_CALLS
 from kevin_backend.generate.builtin.gpu_properties import FULL_ROUNDS, slot_share
 from kevin_backend.generate.builtin.gemm_kernel_sm80 import ELEMENTS, ENTRY_POINTS, F32_TILINGS, SM80_TILINGS, Sm80Tiling, sm80_device_source, sm80_tilings, source_operand
 
@@ -545,7 +546,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
         n_align = max(align, n_align)  # (w's rows are N long)
     if spec.pad_k:  # (x and w packed first: rows of any length)
         align, n_align = 1, spec.alignments[1]
-    pack = _PACK_CALLS.format(w_strides="k, 1" if spec.weight == "nk" else "1, n") if spec.pad_k else ""
+    pack = PACK_CALLS.format(w_strides="k, 1" if spec.weight == "nk" else "1, n") if spec.pad_k else ""
     scalar = _SCALARS[spec.dtype]
     epi = spec.epilogue
     if epi.tree:
@@ -561,8 +562,8 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
                     "    const void* bias_ptr = vectors;\n"
                     f"    const void* residual_ptr = {'nullptr' if source is None else f'a{source}.data_ptr()'};\n")
     else:
-        operands = _CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
-    host = _HOST.format(
+        operands = CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
+    host = HOST.format(
         scalar=scalar, stored=_SCALARS[spec.output], align=align, n_align=n_align,
         params=params, operands=operands, pack=pack,
         n="w.size(-2)" if spec.weight == "nk" else "w.size(-1)", kdim=-1 if spec.weight == "nk" else -2,
@@ -586,61 +587,6 @@ def gemm_cpp_source(spec: GemmSpec) -> str:
     operands = "".join(f", torch::Tensor a{j}" for j in range(len(spec.epilogue.operands)))
     returned = "std::vector<torch::Tensor>" if spec.epilogue.after else "torch::Tensor"
     return f"{returned} gemm_epilogue(torch::Tensor x, torch::Tensor w{operands});"
-
-
-_CLASSIC_OPERANDS = """    const void* bias_ptr = nullptr;
-    const void* residual_ptr = nullptr;
-    if ({bias:d}) {{
-        TORCH_CHECK(bias.numel() == n && bias.scalar_type() == {scalar}, "gemm_epilogue: a bias of N values");
-        bias = bias.contiguous();
-        bias_ptr = bias.data_ptr();
-    }}
-    if ({residual:d}) {{
-        TORCH_CHECK(residual.numel() == batch * m * n && residual.scalar_type() == {scalar}, "gemm_epilogue: a residual the output's size");
-        residual = residual.contiguous();
-        residual_ptr = residual.data_ptr();
-    }}
-"""
-
-# x and w packed into rows of K rounded up to 8 (`GemmSpec.pad_k`), w's (row, column) strides as N x K
-_PACK_CALLS = """    // rows of odd length: x and w copied into rows of K rounded up to 8, zeros after K (w as N x K)
-    k_run = (k + 7) / 8 * 8;
-    auto xp = torch::empty({{batch * m, k_run}}, xs.options()), wp = torch::empty({{batch * n, k_run}}, ws.options());
-    int packed = kevin_gemm_pack(xs.data_ptr(), xp.data_ptr(), static_cast<int>(batch), m, k, k_run, m * k, k, 1, stream);
-    if (packed == 0) packed = kevin_gemm_pack(ws.data_ptr(), wp.data_ptr(), static_cast<int>(batch), n, k, k_run, n * k, {w_strides}, stream);
-    TORCH_CHECK(packed == 0, "gemm_epilogue: packing x and w: CUDA error ", packed);
-    a_ptr = xp.data_ptr();
-    b_ptr = wp.data_ptr();
-"""
-
-_HOST = """
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-
-torch::Tensor gemm_epilogue({params}) {{
-    // w of 3 dimensions: a batch of products, x (any leading dimensions) holding as many
-    const int64_t k = x.size(-1), n = {n}, batch = w.dim() == 3 ? w.size(0) : 1, m = x.numel() / k / batch;
-    TORCH_CHECK(x.is_cuda() && w.is_cuda() && x.scalar_type() == {scalar} && w.scalar_type() == {scalar},
-                "gemm_epilogue: x and w on the GPU, of the kernel's dtype");
-    TORCH_CHECK((w.dim() == 2 || w.dim() == 3) && w.size({kdim}) == k && x.numel() == batch * m * k,
-                "gemm_epilogue: w is {shape} (a batch of them: x holding as many products' rows)");
-    TORCH_CHECK(k % {align} == 0 && n % {n_align} == 0, "gemm_epilogue: K a multiple of {align}, N of {n_align} (the kernel's aligned rows)");
-    auto xs = x.contiguous(), ws = w.contiguous();
-    auto out_sizes = x.sizes().vec();
-    out_sizes.back() = n;
-    auto out = torch::empty(out_sizes, x.options().dtype({stored}));
-{operands}    if (m == 0 || n == 0) return out;
-    cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
-    const void* a_ptr = xs.data_ptr();
-    const void* b_ptr = ws.data_ptr();
-    int64_t k_run = k;
-{pack}    auto workspace = torch::empty({{static_cast<int64_t>(kevin_gemm_workspace(m, n, k_run, batch))}}, x.options().dtype(torch::kUInt8));
-    int status = kevin_gemm_run(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k_run), static_cast<int>(batch), a_ptr, b_ptr,
-                                bias_ptr, residual_ptr, out.data_ptr(), workspace.data_ptr(), stream);
-    TORCH_CHECK(status == 0, "gemm_epilogue: CUTLASS status ", status);
-    return out;
-}}
-"""
 
 
 _DEVICE = """#include <cutlass/cutlass.h>
