@@ -293,6 +293,25 @@ def test_tilings_whose_last_round_leaves_sms_idle_come_after_those_that_fill_the
     assert tilings_for(GemmSpec("float16"), (4096, 50257, 768)) == GEMM_TILINGS  # (a ragged N: 99% of the slots)
 
 
+def test_rows_padded_to_16_bytes_are_stored_by_tma_and_checked_as_the_padded_problem() -> None:
+    # an LM head's logits over 50257 classes, read only by their loss's kernel: TMA stores rows of a
+    # 16-byte multiple (50264 bf16 values, 50260 floats), the output a view of the first N columns
+    spec = GemmSpec("bfloat16", Epilogue(), "nk", row_pad=True)
+    source = gemm_cuda_source(spec, GemmTiling())
+    assert "gemm.can_implement(kevin_gemm::padded_problem(args))" in source and "gemm.initialize(args," in source
+    assert "(cute::get<1>(args.problem_shape) + kAlignD - 1) / kAlignD * kAlignD" in source
+    assert "stride_d = cute::make_stride(int64_t(n + kAlignD - 1) / kAlignD * kAlignD," in source
+    assert "constexpr int kAlignD = 0 ?" in source and "NoSmemWarpSpecialized" not in source  # (TMA's store, not a direct one)
+    assert "out_sizes.back() = (n + 7) / 8 * 8;" in source and ".narrow(-1, 0, n);" in source and "n % 1 == 0" in source
+    wide = gemm_cuda_source(dataclasses.replace(spec, store="float32"), GemmTiling())
+    assert "out_sizes.back() = (n + 3) / 4 * 4;" in wide
+    plain = gemm_cuda_source(GemmSpec("bfloat16", Epilogue(), "nk"), GemmTiling())
+    assert "padded_problem" not in plain and ".narrow(" not in plain and "out_sizes.back() = n;" in plain
+    for bad in (dict(epilogue=Epilogue(bias=True)), dict(weight="kn"), dict(direct_store=True), dict(dtype="float32")):
+        with pytest.raises(ValueError):
+            dataclasses.replace(spec, **bad)
+
+
 def test_a_long_reduction_into_a_small_output_tries_split_k_and_stream_k_first() -> None:
     from kevin_backend.generate.builtin.gemm_kernel import GEMM_TILINGS, tilings_for
 

@@ -68,7 +68,12 @@ def _kernel(plan: Any, calls: list[tuple[torch.Tensor, ...]]) -> Any:
         if e.residual:
             y = y + e.beta * residual.reshape(y.shape).float()
         activation = (lambda z: run_statements(e.function, z)) if e.function else _ACTIVATIONS[e.activation]
-        return activation(y).to(stored).reshape(*x.shape[:-1], -1)  # (x's leading sizes, N)
+        out = activation(y).to(stored).reshape(*x.shape[:-1], -1)  # (x's leading sizes, N)
+        if plan.spec.row_pad:  # (its rows padded to 16 bytes, the output a view of their first N columns)
+            from kevin_backend.generate.builtin.gemm_tail import padded_rows
+
+            out = padded_rows(out).copy_(out)
+        return out
 
     return gemm_epilogue
 
@@ -313,6 +318,10 @@ def test_a_chain_runs_its_kernels_in_order_each_reading_the_ends_before_it(name:
 
 
 _AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel before or after it
+    # an LM head's logits over 37 (odd) classes, read only by their loss: the GEMM stores them in rows
+    # padded to 16 bytes, the loss's kernel reads the rows where they lie
+    "lm-head-log-softmax-loss-bf16": ("F.cross_entropy(F.linear(v[0], v[1]).float(), v[2])",
+                                      f"torch.randn(6, 16, {BF16}), torch.randn(37, 16, {BF16}), torch.randint(0, 37, (6,))"),
     "prenorm-small-f16": ("F.linear(F.layer_norm(v[0], (64,), v[1], v[2]), v[3], v[4])",
                           f"torch.randn(2, 12, 64, {F16}), torch.randn(64, {F16}), torch.randn(64, {F16}), "
                           f"torch.randn(96, 64, {F16}), torch.randn(96, {F16})"),
@@ -364,7 +373,7 @@ _AROUND = {  # small tasks whose GEMM has the built-in writer's own kernel befor
 
 @pytest.mark.parametrize("name", ["linear-sigmoid-sum-f32-128x1024x512", "linear-groupnorm-hardtanh-f32-128x1024x512",
                                   "linear-max-sub-gelu-f32-128x1024x512", *_AROUND,
-                                  "softmax-small-bf16-wide"])
+                                  "softmax-small-bf16-wide", "lm-head-log-softmax-loss-bf16-wide"])
 def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     wide = name.endswith("-wide")  # (the variant storing the GEMM's end in float32)
     name = name.removesuffix("-wide")
@@ -413,6 +422,9 @@ def test_the_writers_own_kernels_run_around_the_gemm(name: str, monkeypatch: pyt
     assert ("dtype(at::kFloat)" in program) == (wide or "f32" in name) or "conv" in name  # (a convolution's output: x's options)
     if wide:
         tail = tail.wide
+    if "lm-head" in name:  # (logits read only by their loss: stored by TMA in rows padded to 16 bytes, read where they lie)
+        assert tail.gemm.spec.row_pad and not tail.gemm.spec.direct_store and tail.tail.inputs[-1].stride == (40, 1), tail
+        assert "its rows padded to 16 bytes" in plan.describe() and ".narrow(-1, 0, n)" in program
     own = {kind: (write_program(part, own_variant(part)), returned(part), part.inputs)
            for kind, part in (("_head", head and head.head), ("_tail", tail and tail.tail)) if part is not None}
     gemm = _kernel(tail.gemm if tail else (head.gemm if head else plan), [])

@@ -49,8 +49,8 @@ torch::Tensor gemm_epilogue({params}) {{
     TORCH_CHECK(k % {align} == 0 && n % {n_align} == 0, "gemm_epilogue: K a multiple of {align}, N of {n_align} (the kernel's aligned rows)");
     auto xs = x.contiguous(), ws = w.contiguous();
     auto out_sizes = x.sizes().vec();
-    out_sizes.back() = n;
-    auto out = torch::empty(out_sizes, x.options().dtype({stored}));
+    out_sizes.back() = {out_row};
+    auto out = torch::empty(out_sizes, x.options().dtype({stored})){narrow};
 {operands}    if (m == 0 || n == 0) return out;
     cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
     const void* a_ptr = xs.data_ptr();

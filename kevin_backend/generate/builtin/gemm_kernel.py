@@ -117,6 +117,18 @@ _MORE_MN = "cutlass::epilogue::fusion::Sm90AuxLoad<0, TileShape, {t}, cutlass::l
 _SCHEDULERS = {"persistent": "void", "splitk": "cutlass::gemm::StreamKScheduler", "streamk": "cutlass::gemm::StreamKScheduler"}
 
 _SCALARS = {"float16": "at::kHalf", "bfloat16": "at::kBFloat16", "float32": "at::kFloat"}
+_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+# CUTLASS's check wants N a multiple of the store's 16 bytes, and TMA wants only the rows' stride so:
+# a GEMM storing rows padded to 16 bytes (`GemmSpec.row_pad`; TMA stores the first N columns of each)
+# is checked as the problem of the padded N, the same in all else (w's rows are K long: N x K)
+_PADDED_CHECK = """static typename Gemm::Arguments padded_problem(typename Gemm::Arguments args) {
+    cute::get<1>(args.problem_shape) = (cute::get<1>(args.problem_shape) + kAlignD - 1) / kAlignD * kAlignD;
+    return args;
+}
+"""
+# the output's strides: packed rows, or rows padded to 16 bytes (`GemmSpec.row_pad`)
+_STRIDE_D = "cute::make_stride(int64_t(n), cute::Int<1>{}, int64_t(m) * n)"
+_PADDED_D = "cute::make_stride(int64_t(n + kAlignD - 1) / kAlignD * kAlignD, cute::Int<1>{}, int64_t(m) * ((n + kAlignD - 1) / kAlignD * kAlignD))"
 _SCHEDULES = {
     "cooperative": ("cutlass::gemm::KernelTmaWarpSpecializedCooperative", "cutlass::epilogue::TmaWarpSpecializedCooperative"),
     "pingpong": ("cutlass::gemm::KernelTmaWarpSpecializedPingpong", "cutlass::epilogue::TmaWarpSpecialized"),
@@ -194,6 +206,9 @@ class GemmSpec:
     # from registers, without shared memory or TMA (CUTLASS's NoSmemWarpSpecialized epilogue), which
     # computes a plain linear combination (alpha, a residual) only
     direct_store: bool = False
+    # or (an end only the writer's own kernel after the GEMM reads: an LM head's logits before their
+    # loss) stored by TMA into rows padded to 16 bytes, the output a view of their first N columns
+    row_pad: bool = False
     # the kernels: "sm90" (Hopper's TMA and wgmma, built for sm_90a; float32 and convolutions still on
     # the sm80 kernel) or "sm80" (`gemm_kernel_sm80.py`: Ampere's and Ada's, built for the GPU it is
     # on; on Hopper for rows TMA cannot read)
@@ -218,8 +233,11 @@ class GemmSpec:
             raise ValueError("a direct store is a 16-bit kernel's plain linear combination: no bias, activation or tree")
         if self.arch not in ("sm90", "sm80"):
             raise ValueError(f"arch {self.arch!r}: 'sm90' or 'sm80'")
-        if self.sm80 and self.direct_store:
-            raise ValueError("the sm80 kernel stores any row: no direct store")
+        if self.sm80 and (self.direct_store or self.row_pad):
+            raise ValueError("the sm80 kernel stores any row: no direct store or padded rows")
+        if self.row_pad and (self.direct_store or self.weight != "nk" or e.bias or e.residual or e.tree or e.activation != "identity" or self.convolution):
+            raise ValueError("padded rows: a 16-bit GEMM's plain product (alpha) of an N x K weight, stored by TMA, no bias, residual, "
+                             "activation or tree")
         if e.after and (self.sm80 or self.convolution is not None or self.dtype == "float32"):
             raise ValueError("a value kept beside the output: Hopper's 16-bit GEMM stores it, no other kernel")
         if self.convolution is not None and ((e.bias and e.residual) or self.pad_k or self.direct_store or self.store
@@ -390,7 +408,11 @@ def _with_helpers(device: str) -> str:
 def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     """The device part: the kernel's types and `extern "C" int kevin_gemm_run(...)` (0 on success,
     else CUTLASS's status), `kevin_gemm_workspace(m, n, k, batch)` the bytes of workspace it needs."""
-    return _with_helpers(_device_source(spec, tiling))
+    device = _with_helpers(_device_source(spec, tiling))
+    if spec.row_pad:  # (CUTLASS's check of the problem as the padded one its TMA stores: `_PADDED_CHECK`)
+        device = device.replace("gemm.can_implement(args)", "gemm.can_implement(kevin_gemm::padded_problem(args))").replace(
+            "}  // namespace kevin_gemm", _PADDED_CHECK + "}  // namespace kevin_gemm")
+    return device
 
 
 def _device_source(spec: GemmSpec, tiling: Any) -> str:
@@ -432,7 +454,7 @@ def _device_source(spec: GemmSpec, tiling: Any) -> str:
     tm, tn, tk = tiling.tile
     cm, cn, _ = tiling.cluster
     return _DEVICE.format(functor=functor, element=element, output=ELEMENTS[spec.output], source_element=source_element,
-                          store_align="1" if spec.direct_store else "0", fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
+                          store_align="1" if spec.direct_store else "0", stride_d=_PADDED_D if spec.row_pad else _STRIDE_D, fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
                           epilogue_types=_STAGED_TYPES.format(epilogue_schedule=epilogue_schedule) if epi.after_staged else "",
                           epilogue_tile="EpilogueTile" if epi.after_staged else "cutlass::epilogue::collective::EpilogueTileAuto",
                           mainloop_schedule=mainloop_schedule, epilogue_schedule=epilogue_schedule,
@@ -541,7 +563,7 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
         functor, activation = _functor(epi)
         functor, fusion, thread_args = _tree(epi) if epi.tree else (functor, "", "")
         return _with_helpers(conv_cuda_source(spec, tiling, activation, functor, _SCALARS[spec.dtype], params, (fusion, thread_args)))
-    align, n_align = spec.alignments if spec.sm80 else (8, 1 if spec.direct_store else 8)
+    align, n_align = spec.alignments if spec.sm80 else (8, 1 if spec.direct_store or spec.row_pad else 8)
     if spec.sm80 and spec.weight == "kn":
         n_align = max(align, n_align)  # (w's rows are N long)
     if spec.pad_k:  # (x and w packed first: rows of any length)
@@ -565,7 +587,8 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
         operands = CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
     host = HOST.format(
         scalar=scalar, stored=_SCALARS[spec.output], align=align, n_align=n_align,
-        params=params, operands=operands, pack=pack,
+        params=params, operands=operands, pack=pack, out_row=f"(n + {16 // _BYTES[spec.output] - 1}) / {16 // _BYTES[spec.output]} * "
+        f"{16 // _BYTES[spec.output]}" if spec.row_pad else "n", narrow=".narrow(-1, 0, n)" if spec.row_pad else "",
         n="w.size(-2)" if spec.weight == "nk" else "w.size(-1)", kdim=-1 if spec.weight == "nk" else -2,
         shape="N x K" if spec.weight == "nk" else "K x N")
     if epi.after:  # (both returned: the output, then the kept value)
@@ -633,7 +656,7 @@ static typename Gemm::Arguments arguments(int m, int n, int k, int batch, void c
     typename Kernel::StrideA stride_a = cute::make_stride(int64_t(k), cute::Int<1>{{}}, int64_t(m) * k);
     typename Kernel::StrideB stride_b = {stride_b};
     typename Kernel::StrideC stride_c = cute::make_stride(int64_t(n), cute::Int<1>{{}}, int64_t(m) * n);
-    typename Kernel::StrideD stride_d = cute::make_stride(int64_t(n), cute::Int<1>{{}}, int64_t(m) * n);
+    typename Kernel::StrideD stride_d = {stride_d};
     typename Gemm::Arguments args{{
         cutlass::gemm::GemmUniversalMode::kGemm, {{m, n, k, batch}},
         {{static_cast<Element const*>(x), stride_a, static_cast<Element const*>(w), stride_b}},

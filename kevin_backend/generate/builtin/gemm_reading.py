@@ -72,6 +72,7 @@ class GemmPlan:
                  *(["its value kept beside the output, a function of it stored"] if e.after else []),
                  *([f"stored in {self.spec.store}"] if self.spec.output != self.spec.dtype else []),
                  *(["its rows stored directly (N unaligned)"] if self.spec.direct_store else []),
+                 *(["its rows padded to 16 bytes (N unaligned)"] if self.spec.row_pad else []),
                  *(["x and w packed into rows of 8 first (rows of odd length)"] if self.spec.pad_k else []),
                  *([self.spec.convolution.describe() + (" (1-D, as height 1)" if self.conv1d else "")] if self.spec.convolution else []),
                  *([f"{self.views[-1].count(',') + 1} views of it returned"] if self.views and not self.conv and not self.spec.convolution else [])]

@@ -29,7 +29,7 @@ from kevin_backend.generate.builtin.graph_nodes import REDUCTIONS
 from kevin_backend.generate.builtin.ops import Unsupported
 from kevin_backend.generate.builtin.plan import Plan
 
-__all__ = ["GemmHead", "GemmTail", "KeptEnd", "WideEnd", "copy_strided_left_operand", "has_tail", "head_of", "plan_head", "plan_tail"]
+__all__ = ["GemmHead", "GemmTail", "KeptEnd", "WideEnd", "copy_strided_left_operand", "has_tail", "head_of", "padded_rows", "plan_head", "plan_tail"]
 
 aten = torch.ops.aten
 # Reductions that exponentiate their operand: a 16-bit end's rounding (half an ulp of a logit of
@@ -248,15 +248,17 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
             env[n] = gemm_graph.node_copy(n, lambda i: env[i])
     gemm_graph.output(env[end])
     gemm = read(gemm_graph, list(metas))
+    (output,) = [n for n in nodes if n.op == "output"]
+    values = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    if gemm.spec.direct_store and end not in values:  # (an end only the tail reads: TMA's store into padded rows)
+        gemm = dataclasses.replace(gemm, spec=dataclasses.replace(gemm.spec, direct_store=False, row_pad=True))
 
     rest = [n for n in nodes if n.op == "call_function" and n not in head]
     outside = [i for n in rest for i in n.all_input_nodes if i not in rest]
     if any(i in head and i is not end and i.op != "placeholder" for i in outside):
         raise Unsupported("the reduction reads a value of the matmul's epilogue before its end")
     used = [p for p in placeholders if p in outside]
-    (output,) = [n for n in nodes if n.op == "output"]
     several = isinstance(output.args[0], (list, tuple))
-    values = list(output.args[0]) if several else [output.args[0]]
     ends = tuple(i for i, v in enumerate(values) if v is end)  # (the task's outputs that are the end itself)
     computed = [v for v in values if v is not end]
     if not computed:
@@ -268,6 +270,8 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
         env[end] = value_placeholder(tail_graph, "y0", end, stored)  # (the GEMM's output)
         if end_layout is not None:
             env[end].meta["val"] = env[end].meta["val"].contiguous(memory_format=end_layout)
+        if gemm.spec.row_pad:  # (the end as the GEMM leaves it: rows padded to 16 bytes)
+            env[end].meta["val"] = padded_rows(env[end].meta["val"])
         for n in rest:
             env[n] = tail_graph.node_copy(n, lambda i: env[i])
         if ends:  # (the others: the tail's outputs)
@@ -298,6 +302,18 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
     if dtype in (torch.float16, torch.bfloat16) and any(n.target in _MAGNIFYING for n in rest) and gemm.spec.can_end_in_float32:
         wide = GemmTail(dataclasses.replace(gemm, spec=dataclasses.replace(gemm.spec, store="float32")), after(torch.float32), reads)
     return GemmTail(gemm, after(dtype), reads, wide)
+
+
+def padded_rows(value: torch.Tensor) -> torch.Tensor:
+    """A tensor of `value`'s shape and dtype whose last dimension's rows are padded to 16 bytes (the
+    end of a GEMM with `GemmSpec.row_pad`: the first N columns of rows of N rounded up)."""
+    *lead, n = value.shape
+    per = 16 // value.element_size()
+    strides, step = [1], -(-n // per) * per
+    for size in reversed(lead):
+        strides.insert(0, step)
+        step *= size
+    return torch.empty_strided(value.shape, tuple(strides), dtype=value.dtype, device=value.device)
 
 
 def _kept(end: fx.Node, computed: list[fx.Node], gemm_graph: fx.Graph, metas: list[Any],
