@@ -258,7 +258,6 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
     if any(i in head and i is not end and i.op != "placeholder" for i in outside):
         raise Unsupported("the reduction reads a value of the matmul's epilogue before its end")
     used = [p for p in placeholders if p in outside]
-    several = isinstance(output.args[0], (list, tuple))
     ends = tuple(i for i, v in enumerate(values) if v is end)  # (the task's outputs that are the end itself)
     computed = [v for v in values if v is not end]
     if not computed:
