@@ -585,10 +585,11 @@ def gemm_cuda_source(spec: GemmSpec, tiling: Any) -> str:
                     f"    const void* residual_ptr = {'nullptr' if source is None else f'a{source}.data_ptr()'};\n")
     else:
         operands = CLASSIC_OPERANDS.format(scalar=scalar, bias=epi.bias, residual=epi.residual)
+    per = 16 // _BYTES[spec.output]  # (a padded row's elements per 16 bytes: `GemmSpec.row_pad`)
     host = HOST.format(
         scalar=scalar, stored=_SCALARS[spec.output], align=align, n_align=n_align,
-        params=params, operands=operands, pack=pack, out_row=f"(n + {16 // _BYTES[spec.output] - 1}) / {16 // _BYTES[spec.output]} * "
-        f"{16 // _BYTES[spec.output]}" if spec.row_pad else "n", narrow=".narrow(-1, 0, n)" if spec.row_pad else "",
+        params=params, operands=operands, pack=pack, out_row=f"(n + {per - 1}) / {per} * {per}" if spec.row_pad else "n",
+        narrow=".narrow(-1, 0, n)" if spec.row_pad else "",
         n="w.size(-2)" if spec.weight == "nk" else "w.size(-1)", kdim=-1 if spec.weight == "nk" else -2,
         shape="N x K" if spec.weight == "nk" else "K x N")
     if epi.after:  # (both returned: the output, then the kept value)
