@@ -218,8 +218,8 @@ torch::Tensor f(torch::Tensor w, torch::Tensor y) {
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_device_parts_compile_with_nvcc(tmp_path: Path) -> None:
     """The device parts compile as the fast build compiles them (sm_90, torch-free but for c10's
-    light headers), two at a time: every templated KernelBench candidate's, a third of the styles'
-    and an eighth of the plain candidates' (the plain split path again: each part is five seconds
+    light headers), two at a time: every templated KernelBench candidate's, a quarter of the styles'
+    and a twelfth of the plain candidates' (the plain split path again: each part is five seconds
     of nvcc on a CI core); all 89 in the full tier (KEVIN_TESTS_FULL=1 or KEVIN_TESTS_EVERY_NVCC=1)."""
     toolchain = Toolchain.detect()
     every = FULL or os.environ.get("KEVIN_TESTS_EVERY_NVCC") == "1"
@@ -229,11 +229,11 @@ def test_device_parts_compile_with_nvcc(tmp_path: Path) -> None:
         outcome = _split(entry)
         if isinstance(outcome, str):
             continue
-        if i < len(STYLE_ENTRIES) and i % 3 and not every:
+        if i < len(STYLE_ENTRIES) and i % 4 and not every:
             continue
         if i >= len(STYLE_ENTRIES) and not outcome.templated and not every:
             plain += 1
-            if plain % 8 != 1:
+            if plain % 12 != 1:
                 continue
         folder = tmp_path / f"{i:03d}"
         folder.mkdir()
