@@ -15,7 +15,7 @@ from kevin_backend.measure import compare
 from kevin_backend.measure.inputs import make_input_set
 from kevin_backend.measure.precision import carried_precision, output_precision, task_precision
 from kevin_backend.types import load_program
-from conftest import pooled_run
+from conftest import full_tier, pooled_run
 
 _HEAD = '''
 import torch
@@ -224,7 +224,7 @@ class ModelNew(nn.Module):
 '''
 
 
-@pytest.mark.parametrize("rounding, accepted", [("_bf16(p)", True), ("p", True), ("_cut(p)", False)])
+@pytest.mark.parametrize("rounding, accepted", full_tier(("_bf16(p)", True), ("p", True), ("_cut(p)", False), keep=(("_bf16(p)", True), ("_cut(p)", False))))
 def test_the_judge_takes_the_backward_kernel_at_its_precision(rounding: str, accepted: bool) -> None:
     out = pooled_run(BACKWARD, NUMPY_BACKWARD.replace("{ROUND}", rounding),
                      RunConfig(seeds=(1, 2), trials=2, warmup=1, timeout=240, inductor=False))
