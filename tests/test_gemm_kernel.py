@@ -142,6 +142,18 @@ def test_the_sm80_kernels_accesses_are_as_wide_as_the_rows_allow(dtype: str, n: 
     assert sm80_alignment(dtype, n, k, weight) == expected
 
 
+def test_a_16_bit_product_stored_in_float32_by_the_sm80_kernel_stores_16_bytes_at_a_time() -> None:
+    # rows of N = 512 halves: 8 values an access; the same rows in float32 (a softmax's end kept
+    # unrounded for the writer's kernel after it) 4 values, still 16 bytes, and the program writes
+    from kevin_backend.generate.builtin.gemm_kernel import SM80_TILINGS
+
+    for out_align, expected in ((8, 4), (2, 2), (1, 1), (0, 4)):
+        spec = GemmSpec("float16", store="float32", arch="sm80", out_align=out_align)
+        assert spec.alignments == (8, expected), (out_align, spec.alignments)
+        assert f"constexpr int kAlignD = {expected};" in gemm_cuda_source(spec, SM80_TILINGS[0])
+    assert GemmSpec("float16", arch="sm80", out_align=8).alignments == (8, 8)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_on_the_sm80_kernel_a_tree_is_cutlass_2xs_visitor_tree_over_the_same_function(dtype: str) -> None:
     from kevin_backend.generate.builtin.gemm_kernel import F32_TILINGS, SM80_TILINGS

@@ -268,9 +268,11 @@ class GemmSpec:
 
     @property
     def alignments(self) -> tuple[int, int]:
-        """The sm80 kernel's elements per access of x and w, and of the output."""
+        """The sm80 kernel's elements per access of x and w, and of the output (16 bytes at most: an
+        `out_align` read from N for 16-bit values, halved where the product is stored in float32)."""
         align = self.align or (4 if self.dtype == "float32" else 8)
-        return align, self.out_align or min(align, 16 // (4 if self.output == "float32" else 2))
+        widest = 16 // (4 if self.output == "float32" else 2)
+        return align, min(self.out_align or align, widest)
 
     @property
     def sm80(self) -> bool:

@@ -30,7 +30,8 @@ or a depthwise one, is first a direct kernel with its whole epilogue (`direct_co
 `DirectConv`, the implicit GEMM's plan its `fallback`, tried after, where there is one). 16-bit rows of
 N that TMA cannot store (an LM head's 50257 logits) are stored directly, for a plain linear
 combination; rows TMA cannot read, or other epilogues of such rows, go to CUTLASS 2.x's sm80
-kernel (`gemm_kernel_sm80.py`), which packs rows of odd length first. Each thing it cannot take
+kernel (`gemm_kernel_sm80.py`), which packs rows of odd length first. On Hopper such rows with
+nothing fused after the product (a bare LM head) are declined: cuBLAS's is faster. Each thing it cannot take
 declines the task with the reason: another dtype than float16, bfloat16 or float32, a grouped
 convolution, a float32 product exponentiated after it, and so on. A plan is for a GPU
 (`plan_gemm`'s `arch`, by default the one here): Hopper's ("sm90"), or Ampere's and Ada's ("sm80":
@@ -52,7 +53,7 @@ import torch
 import torch.fx as fx
 
 from kevin_backend.generate.builtin import builtin_support
-from kevin_backend.generate.builtin.gemm_kernel import (FAST_MATH, gemm_cpp_source, gemm_cuda_flags, gemm_cuda_source, gemm_unaligned,
+from kevin_backend.generate.builtin.gemm_kernel import (FAST_MATH, Epilogue, gemm_cpp_source, gemm_cuda_flags, gemm_cuda_source, gemm_unaligned,
                                                          tilings_for)
 from kevin_backend.generate.builtin.conv_plan import plan_conv
 from kevin_backend.generate.builtin.direct_conv import DirectConv, DirectTiling, direct_tilings, plan_direct
@@ -132,11 +133,23 @@ def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPl
     values besides its end; a float32 end it cannot store)."""
     read = functools.partial(_read_gemm, arch=arch)
     try:
-        return read(graph, metas)
+        plan = read(graph, metas)
     except Unsupported:
         if not has_tail(graph):
             raise
         return plan_tail(graph, metas, read, read_tree=functools.partial(_read_gemm, arch=arch, tree=True))
+    if arch == "sm90" and _bare_unaligned(plan):
+        raise Unsupported(f"an output of {plan.n} columns (not 16-byte rows) and nothing fused after the product: on Hopper "
+                          "such rows are stored without TMA, element by element, which costs more than cuBLAS takes for the "
+                          "whole product (an LM head's logits: every tiling at half Inductor's speed or less, "
+                          "benchmarks/RESULTS.md), so Inductor's matmul stays")
+    return plan
+
+
+def _bare_unaligned(plan: GemmPlan) -> bool:
+    """A 16-bit product with nothing fused after it (no scale, bias, residual, function, nor a
+    float32 store) whose output rows are not 16 bytes: TMA cannot store them."""
+    return plan.spec.dtype != "float32" and plan.n % 8 != 0 and plan.spec.epilogue == Epilogue() and not plan.spec.store
 
 
 def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
