@@ -643,6 +643,44 @@ int main() {
     assert torch.frombuffer(bytearray((tmp_path / "out.bin").read_bytes()), dtype=torch.float32).isnan().all()
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_silu_keeps_its_tiny_values_far_below_zero(tmp_path: Path, fast: bool) -> None:
+    """silu(x) = x e^x far below zero is a normal float32 (and bfloat16) down to x = -91: the helper
+    matches float64 there, where x / (1 + e^-x) gave -0 once e^-x overflowed (x < -88.7), and
+    everywhere else; NaN and the infinities as PyTorch's (silu(-inf) is NaN)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not installed")
+    xs = torch.cat([torch.linspace(-110, 30, 14001), torch.tensor([-88.72, -89.0, -91.0, 0.0, -0.0, 1e-30, -1e-30, 3e38, -3e38])])
+    (tmp_path / "xs.bin").write_bytes(xs.numpy().tobytes())
+    main = """
+#include <cstdio>
+#include <vector>
+int main() {
+    std::vector<float> x(%d), r(%d);
+    FILE* f = fopen("xs.bin", "rb"); if (fread(x.data(), 4, x.size(), f) != x.size()) return 2; fclose(f);
+    for (size_t i = 0; i < x.size(); ++i) r[i] = kevin_silu(x[i]);
+    f = fopen("out.bin", "wb"); fwrite(r.data(), 4, r.size(), f); fclose(f);
+    return 0;
+}
+""" % (xs.numel(), xs.numel())
+    (tmp_path / "silu.cu").write_text(("#define KEVIN_FAST_MATH 1\n" if fast else "") + DEVICE_HELPERS + main)
+    build = subprocess.run([nvcc, "-x", "cu", "-std=c++17", "-O2", *_TORCH_FLAGS, "silu.cu", "-o", "silu"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-4000:]
+    assert subprocess.run(["./silu"], cwd=tmp_path, timeout=60).returncode == 0
+    got = torch.frombuffer(bytearray((tmp_path / "out.bin").read_bytes()), dtype=torch.float32).double()
+    want = torch.nn.functional.silu(xs.double()).float().double()  # (float64's, rounded to float32: subnormals included)
+    err = (got - want).abs()
+    bad = err > 1e-6 * want.abs() + 2.0 ** -133  # (bfloat16's smallest subnormal: from x = -97 down, e^-|x| underflows)
+    assert not bool(bad.any()), list(zip(xs[bad][:5].tolist(), got[bad][:5].tolist(), want[bad][:5].tolist()))
+    specials = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    (tmp_path / "xs.bin").write_bytes(torch.cat([specials, xs[3:]]).numpy().tobytes())
+    assert subprocess.run(["./silu"], cwd=tmp_path, timeout=60).returncode == 0
+    head = torch.frombuffer(bytearray((tmp_path / "out.bin").read_bytes()), dtype=torch.float32)[:3]
+    torch.testing.assert_close(head, torch.nn.functional.silu(specials), equal_nan=True)
+
+
 def test_fast_math_activation_chains_take_one_multi_function_instruction_a_transcendental(tmp_path: Path) -> None:
     """The suite's 16-bit activation chains are bound by the multi-function unit (on the H200 the
     GELU-softplus-sigmoid-tanh chain took 1.09 ms at 7 of its instructions an element, the

@@ -14,6 +14,10 @@ __host__ __device__ __forceinline__ float kevin_square(float x) { return x * x; 
 __host__ __device__ __forceinline__ float kevin_cube(float x) { return x * x * x; }
 // IEEE division: rsqrtf is a 2-ulp approximation on the device and does not exist on the host.
 __host__ __device__ __forceinline__ float kevin_rsqrt(float x) { return 1.0f / sqrtf(x); }
+// KEVIN_SILU_FORM: silu(x) = x e / (1 + e) below zero, x / (1 + e) above, with e = e^-|x| <= 1: the
+// exponent never overflows and the divisor stays in [1, 2]. x / (1 + e^-x) is -0 from x = -88.7 down
+// (e^-x overflows), and with the device's fast division from x = -87.3 down (0 for divisors above 2^126),
+// where x e^x is still a normal float32 and bfloat16 down to x = -91.
 #if defined(KEVIN_FAST_MATH)
 // Every output of the kernel is 16-bit: exp, log and division by the device's intrinsics (a few
 // float32 ulps, far below one float16 or bfloat16 rounding); on the host (tests) the same
@@ -42,7 +46,10 @@ __host__ __device__ __forceinline__ float kevin_tanh(float x) {
 }
 // sigmoid(x) = (1 + tanh(x / 2)) / 2: an absolute error near 2^-12 (below x = -16 it is 0, not e^x)
 __host__ __device__ __forceinline__ float kevin_sigmoid(float x) { return fmaf(0.5f, kevin_tanh(0.5f * x), 0.5f); }
-__host__ __device__ __forceinline__ float kevin_silu(float x) { return KEVIN_DIVF(x, 1.0f + KEVIN_EXPF(-x)); }
+__host__ __device__ __forceinline__ float kevin_silu(float x) {  // (`KEVIN_SILU_FORM`)
+    float e = KEVIN_EXPF(-fabsf(x));
+    return KEVIN_DIVF(x < 0.0f ? x * e : x, 1.0f + e);
+}
 // log(1 + t) for t in [0, 1]: t q(t), q of degree 7 fitted to log(1 + t) / t (relative error
 // below 7e-7 in float32)
 __host__ __device__ __forceinline__ float kevin_log1p_unit(float t) {
@@ -67,7 +74,10 @@ __host__ __device__ __forceinline__ float kevin_log1p_exp(float x) {
 #endif
 #else
 __host__ __device__ __forceinline__ float kevin_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__host__ __device__ __forceinline__ float kevin_silu(float x) { return x / (1.0f + expf(-x)); }
+__host__ __device__ __forceinline__ float kevin_silu(float x) {  // (`KEVIN_SILU_FORM`)
+    float e = expf(-fabsf(x));
+    return (x < 0.0f ? x * e : x) / (1.0f + e);
+}
 __host__ __device__ __forceinline__ float kevin_tanh(float x) { return tanhf(x); }
 __host__ __device__ __forceinline__ float kevin_log1p_exp(float x) { return log1pf(expf(x)); }
 #endif
