@@ -410,11 +410,7 @@ def _with_helpers(device: str) -> str:
 def gemm_device_source(spec: GemmSpec, tiling: Any) -> str:
     """The device part: the kernel's types and `extern "C" int kevin_gemm_run(...)` (0 on success,
     else CUTLASS's status), `kevin_gemm_workspace(m, n, k, batch)` the bytes of workspace it needs."""
-    device = _with_helpers(_device_source(spec, tiling))
-    if spec.row_pad:  # (CUTLASS's check of the problem as the padded one its TMA stores: `_PADDED_CHECK`)
-        device = device.replace("gemm.can_implement(args)", "gemm.can_implement(kevin_gemm::padded_problem(args))").replace(
-            "}  // namespace kevin_gemm", _PADDED_CHECK + "}  // namespace kevin_gemm")
-    return device
+    return _with_helpers(_device_source(spec, tiling))
 
 
 def _device_source(spec: GemmSpec, tiling: Any) -> str:
@@ -457,6 +453,8 @@ def _device_source(spec: GemmSpec, tiling: Any) -> str:
     cm, cn, _ = tiling.cluster
     return _DEVICE.format(functor=functor, element=element, output=ELEMENTS[spec.output], source_element=source_element,
                           store_align="1" if spec.direct_store else "0", stride_d=_PADDED_D if spec.row_pad else _STRIDE_D, fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
+                          # (CUTLASS's check of the problem as the padded one its TMA stores: `_PADDED_CHECK`)
+                          padded_check=_PADDED_CHECK if spec.row_pad else "", checked="kevin_gemm::padded_problem(args)" if spec.row_pad else "args",
                           epilogue_types=_STAGED_TYPES.format(epilogue_schedule=epilogue_schedule) if epi.after_staged else "",
                           epilogue_tile="EpilogueTile" if epi.after_staged else "cutlass::epilogue::collective::EpilogueTileAuto",
                           mainloop_schedule=mainloop_schedule, epilogue_schedule=epilogue_schedule,
@@ -666,6 +664,6 @@ static typename Gemm::Arguments arguments(int m, int n, int k, int batch, void c
         {{{{}}, {c_ptr}, stride_c, static_cast<ElementD*>(out), stride_d}}}};
 {thread_args}{scheduler_args}    return args;
 }}
-}}  // namespace kevin_gemm
+{padded_check}}}  // namespace kevin_gemm
 
 """ + ENTRY_POINTS

@@ -155,7 +155,7 @@ def sm80_device_source(dtype: str, output: str, activation: str, functor: str, a
     weight = "nk" if pack else weight
     if tree:
         return _tree_source(fields, output, functor, align, out_align, weight, tree) + (PACK if pack else "")
-    return _DEVICE.format(**fields, functor=functor, output=ELEMENTS[output], align=align, out_align=out_align,
+    return _DEVICE.format(**fields, functor=functor, output=ELEMENTS[output], align=align, out_align=out_align, checked="args",
                           activation=activation, alpha=f"{float(alpha)!r}f",
                           beta=f"{float(beta) if residual else 1.0 if bias else 0.0!r}f", c_ptr=c_ptr,
                           ldc="0" if bias else "n", c_batch="0" if bias else "int64_t(m) * n",
@@ -224,7 +224,8 @@ extern "C" int kevin_gemm_pack(void const* src, void* dst, int batch, int64_t ro
 
 
 # The entry points every GEMM program's device part ends with (the sm90 kernels' too), around
-# `kevin_gemm::Gemm` and `kevin_gemm::arguments` (a format string: braces doubled)
+# `kevin_gemm::Gemm` and `kevin_gemm::arguments` (a format string: braces doubled); `checked`: the
+# arguments CUTLASS's check reads ("args"; a GEMM storing padded rows checks the padded problem)
 ENTRY_POINTS = """extern "C" size_t kevin_gemm_workspace(int m, int n, int k, int batch) {{
     return kevin_gemm::Gemm::get_workspace_size(kevin_gemm::arguments(m, n, k, batch, nullptr, nullptr, nullptr, nullptr, nullptr));
 }}
@@ -233,7 +234,7 @@ extern "C" int kevin_gemm_run(int m, int n, int k, int batch, void const* x, voi
                               void* out, void* workspace, cudaStream_t stream) {{
     kevin_gemm::Gemm gemm;
     auto args = kevin_gemm::arguments(m, n, k, batch, x, w, bias, residual, out);
-    cutlass::Status status = gemm.can_implement(args);
+    cutlass::Status status = gemm.can_implement({checked});
     if (status != cutlass::Status::kSuccess) return static_cast<int>(status);
     status = gemm.initialize(args, workspace, stream);
     if (status != cutlass::Status::kSuccess) return static_cast<int>(status);
@@ -306,7 +307,7 @@ def _tree_source(fields: dict[str, Any], output: str, functor: str, align: int, 
         vectors += j != source
     nodes = "".join(f",\n    {_TREE_NODES[kind][0]}" for kind in tree)
     return _DEVICE_TREE.format(
-        **fields, functor=functor, output=ELEMENTS[output], align=align, out_align=out_align, nodes=nodes,
+        **fields, functor=functor, output=ELEMENTS[output], align=align, out_align=out_align, nodes=nodes, checked="args",
         layout_b="cutlass::layout::ColumnMajor" if weight == "nk" else "cutlass::layout::RowMajor", ldb="k" if weight == "nk" else "n",
         vectors="    void const* const* vectors = static_cast<void const* const*>(bias);\n" if vectors else "",
         children="".join(f"{c}, " for c in children))
