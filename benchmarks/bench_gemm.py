@@ -163,6 +163,9 @@ def main() -> int:
     parser.add_argument("--arch", choices=("sm90", "sm80"), default="",
                         help="the GEMM kernels to plan: Hopper's (sm90) or CUTLASS 2.x's (sm80, Ampere's, which run on Hopper too); "
                              "default: the GPU's")
+    parser.add_argument("--cudnn-tf32", choices=("on", "off"), default="on",
+                        help="the numerics the tasks are planned, judged and timed under: cuDNN's float32 convolutions in TF32 "
+                             "(on: torch's default, under which the writer declines a float32 implicit GEMM) or in float32 (off)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     args.peers = [p for p in args.peers.split(",") if p]
@@ -194,7 +197,7 @@ def main() -> int:
     plans: dict[str, AnyGemm] = {}
     declined: dict[str, str] = {}
     for t in tasks:
-        plan = plan_gemm(t.source, arch=args.arch)
+        plan = plan_gemm(t.source, arch=args.arch, conv_tf32=args.cudnn_tf32 == "on")
         if isinstance(plan, GEMM_PLANS):
             plans[t.name] = plan
         else:
@@ -208,6 +211,9 @@ def main() -> int:
     programs = candidate_programs(plans, sources, tilings, args.precise)
     builds = Path(args.builds) if args.builds else Path(__import__("tempfile").mkdtemp(prefix="kevin-gemm-"))
     judge = Judge(builds, RunConfig(trials=args.trials))
+    numerics = {"cudnn_tf32": args.cudnn_tf32 == "on"}  # (the judge's workers apply them to eager, Inductor and the peers)
+    if not numerics["cudnn_tf32"]:
+        judge = judge.configured(numerics=tuple(numerics.items()))
     specs = [BuildSpec.of(ext, capability) for p in programs.values() for ext in Candidate.parse(p).extensions]
     start = time.perf_counter()
     built = judge.builder.build_many(specs)
@@ -221,7 +227,7 @@ def main() -> int:
         if args.json:
             args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "arch": args.arch,
                                              "build_seconds": [r.seconds for r in built], "build_wall_s": build_wall,
-                                             "rows": rows, "declined": declined}, indent=1))
+                                             "rows": rows, "declined": declined, "numerics": numerics}, indent=1))
 
     def judged(name: str, tiling: str, peer: str, judge_: Judge, task_source: str) -> dict:
         began = time.perf_counter()
@@ -240,7 +246,7 @@ def main() -> int:
         save()
         return row
 
-    autotuned = judge.configured(numerics=tuple(sorted(max_autotune_numerics().items())))
+    autotuned = judge.configured(numerics=tuple(sorted({**max_autotune_numerics(), **numerics}.items())))
     count = 0
     for name, plan in plans.items():
         source = next(t.source for t in tasks if t.name == name)

@@ -346,7 +346,7 @@ def test_a_graphs_later_partitions_are_foreseen_before_its_first_search(kevin_di
     said: list[str] = []
 
     class Foreseeing(ReferenceGenerator):
-        def foresee(self, tasks: Any, key: Any) -> None:
+        def foresee(self, tasks: Any, keys: Any) -> None:
             said.append("foresee " + " ".join(t.name for t in tasks))
             raise RuntimeError("a foresight that fails")
 

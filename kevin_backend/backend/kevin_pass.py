@@ -203,7 +203,7 @@ class KevinPass(PassBase):  # type: ignore[misc, valid-type]
         try:
             generator = self._generator()
             if isinstance(generator, ForeseeingGenerator):
-                generator.foresee([f.task for f in missing[1:]], missing[0].key)
+                generator.foresee([f.task for f in missing[1:]], [f.key for f in missing[1:]])
         except Exception as exc:  # noqa: BLE001 - each search builds its own programs anyway
             log.info("kevin: building the later partitions' first programs ahead failed: %s", exc)
 

@@ -267,7 +267,7 @@ def _build_first_turns(todo: list[Any], setup: dict[str, Any]) -> None:
 
         generator = make_generator(setup)  # (the workers' own: the same programs, the same build folder)
         if isinstance(generator, ForeseeingGenerator):
-            generator.foresee([item.task for item in todo], todo[0].key)
+            generator.foresee([item.task for item in todo], [item.key for item in todo])
     except Exception as exc:  # noqa: BLE001 - each search builds its own programs anyway
         print(f"kevin prewarm: building the first turns' programs ahead failed ({type(exc).__name__}: {exc}); "
               "each search builds its own", file=sys.stderr)

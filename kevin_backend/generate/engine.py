@@ -166,8 +166,10 @@ Progress = Callable[[str, dict[str, Any]], None]  # (event, details): "turn", "d
 class Engine:
     def __init__(self, policy: Policy, judge: Judging, config: SearchConfig = SearchConfig(),
                  on_record: Callable[[TurnRecord, "SearchContext"], None] | None = None,
-                 gpu: str = "", capability: str = "", progress: Progress | None = None) -> None:
+                 gpu: str = "", capability: str = "", progress: Progress | None = None,
+                 numerics: tuple[tuple[str, Any], ...] = ()) -> None:
         self.policy = policy
+        self.numerics = numerics  # the task's cache key's settings, which its message states (`prompts.task_message`)
         self.judge = judge
         self.config = config
         self.on_record = on_record
@@ -193,7 +195,8 @@ class Engine:
                 break
             # 1. the conversations, earlier reasoning dropped, cut at the token budget
             conversations = [
-                build_messages(task_source, self.gpu, t.turns, cfg.max_prompt_tokens, self._count, capability=self.capability)
+                build_messages(task_source, self.gpu, t.turns, cfg.max_prompt_tokens, self._count, capability=self.capability,
+                               numerics=self.numerics)
                 for t in live
             ]
             # 2. one batched policy call
@@ -302,7 +305,8 @@ class Engine:
         programs: list[str] = []
         try:
             for source in task_sources:
-                first = build_messages(source, self.gpu, [], self.config.max_prompt_tokens, self._count, capability=self.capability)
+                first = build_messages(source, self.gpu, [], self.config.max_prompt_tokens, self._count, capability=self.capability,
+                                       numerics=self.numerics)
                 conversations = [first] * self.config.trajectories
                 programs += [p for p in self.policy.foresee(conversations, [[] for _ in conversations], self.config.turns)
                              if p and p not in programs]

@@ -76,17 +76,21 @@ class SearchGenerator:
         if numerics and isinstance(judge, ConfigurableJudging):  # judged under the settings the key names
             judge = judge.configured(numerics=tuple(numerics))
         engine = Engine(self.policy, judge, self.search, on_record=self.log.write, gpu=gpu,
-                        capability=capability, progress=self.progress)
+                        capability=capability, progress=self.progress, numerics=tuple(numerics))
         result = engine.search(task.source, task.name)
         self.results.append(result)
         return result
 
-    def foresee(self, tasks: Sequence[KernelTask], key: CacheKey) -> None:
-        """`tasks` will be searched after the present one (`kernel_generator.ForeseeingGenerator`):
-        the programs their first turns bring are built now, in the background, where the policy
-        can say them (`Engine.build_first_turns`)."""
-        engine = Engine(self.policy, self.judge, self.search, gpu=key.gpu, capability=key.capability)
-        engine.build_first_turns([task.source for task in tasks])
+    def foresee(self, tasks: Sequence[KernelTask], keys: Sequence[CacheKey]) -> None:
+        """`tasks` will be searched after the present one (`kernel_generator.ForeseeingGenerator`),
+        each under its key in `keys`: the programs their first turns bring are built now, in the
+        background, where the policy can say them (`Engine.build_first_turns`; one engine for the
+        tasks of one device and numerics, as their messages state them)."""
+        groups: dict[tuple[str, str, tuple[tuple[str, Any], ...]], list[str]] = {}
+        for task, key in zip(tasks, keys, strict=True):
+            groups.setdefault((key.gpu, key.capability, tuple(key.numerics)), []).append(task.source)
+        for (gpu, capability, numerics), sources in groups.items():
+            Engine(self.policy, self.judge, self.search, gpu=gpu, capability=capability, numerics=numerics).build_first_turns(sources)
 
     def generate(self, task: KernelTask, key: CacheKey) -> CacheEntry:
         """The search's decision; raises PolicyError when the policy never answered and

@@ -49,8 +49,8 @@ class AccountedGenerator(Protocol):
 class ForeseeingGenerator(Protocol):
     """A generator told, before a compile's first search, which tasks it will be asked next."""
 
-    def foresee(self, tasks: Sequence[KernelTask], key: CacheKey) -> None:
-        """Prepare for `tasks` (searched after the present one, on the device `key` names): build
-        what their first turns need, in the background; returns at once. A failure here is met,
-        and reported, when the task is searched."""
+    def foresee(self, tasks: Sequence[KernelTask], keys: Sequence[CacheKey]) -> None:
+        """Prepare for `tasks` (searched after the present one, each under its key in `keys`: the
+        device and the numerics): build what their first turns need, in the background; returns
+        at once. A failure here is met, and reported, when the task is searched."""
         ...

@@ -24,7 +24,7 @@ import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from kevin_backend.generate.policy import Message, Reply, split_reasoning
 from kevin_backend.judge.result import JudgeResult, Mismatch, Reason
@@ -37,6 +37,7 @@ __all__ = [
     "feedback_for",
     "system_message",
     "task_message",
+    "numerics_in",
     "assistant_message",
     "build_messages",
     "approx_tokens",
@@ -52,7 +53,7 @@ __all__ = [
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 
 # Bump when the code that fills the templates changes what a prompt says (it is hashed in too).
-_RENDER_SCHEMA = 4
+_RENDER_SCHEMA = 5
 
 SUMMARY_CHARS = 800  # an explicit `Summary:` is cut at this length
 DERIVED_SUMMARY_CHARS = 400  # a summary derived from the reply's prose is cut at this length
@@ -353,13 +354,49 @@ def _libraries(cutlass: CutlassHeaders | None | str) -> str:
                   cute_example=", and CuTe's layouts and tensors in <cute/tensor.hpp>" if headers.cute else "")
 
 
+# The settings of a cache key's numerics (`cache.key.NUMERICS_DOC`) that decide which math a kernel
+# may match, as the task message names them: (the computation, the switch that sets it)
+_TF32_SWITCHES = {
+    "matmul_tf32": ("float32 matmuls", "torch.backends.cuda.matmul.allow_tf32"),
+    "cudnn_tf32": ("float32 convolutions", "torch.backends.cudnn.allow_tf32"),
+}
+_TF32_SAID = re.compile(r"(float32 matmuls|float32 convolutions) (in TF32|in full float32)")
+
+
+def _numerics(numerics: Mapping[str, object] | Sequence[tuple[str, object]]) -> str:
+    """What the task says of the numerics it is judged and timed under: whether float32 matmuls
+    and convolutions run in TF32 (of the settings the task's cache key names), and deterministic
+    algorithms where they are asked for; nothing when none of them is named."""
+    settings = dict(numerics)
+    said = [f"{what} {'in TF32' if settings[name] else 'in full float32'} ({switch} = {bool(settings[name])})"
+            for name, (what, switch) in _TF32_SWITCHES.items() if name in settings]
+    if settings.get("deterministic_algorithms"):
+        said.append("deterministic algorithms only (torch.use_deterministic_algorithms(True)): the same inputs give "
+                    "the same outputs bit for bit")
+    return render("numerics", settings="; ".join(said)) if said else ""
+
+
+def numerics_in(messages: Sequence[Message]) -> dict[str, bool]:
+    """The TF32 settings (`matmul_tf32`, `cudnn_tf32`) a conversation's task message states, as
+    `task_message` wrote them; those it does not state are absent."""
+    names = {what: name for name, (what, _) in _TF32_SWITCHES.items()}
+    for m in messages:
+        if m["role"] == "user" and m["content"].lstrip().startswith("Here is a PyTorch program"):
+            after = m["content"].rpartition("\nTarget GPU: ")[2]  # (past the program, which may say anything)
+            line = next((ln for ln in after.splitlines() if ln.startswith("Numerics: ")), "")
+            return {names[what]: how == "in TF32" for what, how in _TF32_SAID.findall(line)}
+    return {}
+
+
 def task_message(task_source: str, gpu: str, capability: str = "", omitted: int = 0,
-                 cutlass: CutlassHeaders | None | str = FIND) -> Message:
-    """The task: the program, the target GPU, the header libraries the build has (`cutlass`: the
-    headers, None for none, FIND for those found here), the rules and the reply format; with a
-    note when `omitted` earlier turns were left out of the conversation."""
+                 cutlass: CutlassHeaders | None | str = FIND,
+                 numerics: Mapping[str, object] | Sequence[tuple[str, object]] = ()) -> Message:
+    """The task: the program, the target GPU, the numerics it runs under (`numerics`: its cache
+    key's settings), the header libraries the build has (`cutlass`: the headers, None for none,
+    FIND for those found here), the rules and the reply format; with a note when `omitted` earlier
+    turns were left out of the conversation."""
     content = render("task", program=task_source.strip("\n"), target=_target(gpu, capability),
-                     libraries=_libraries(cutlass))
+                     numerics=_numerics(numerics), libraries=_libraries(cutlass))
     if omitted:
         content += "\n\n" + render("omitted", count=omitted)
     return {"role": "user", "content": content}
@@ -398,6 +435,7 @@ def build_messages(
     *,
     capability: str = "",
     cutlass: CutlassHeaders | None | str = FIND,
+    numerics: Mapping[str, object] | Sequence[tuple[str, object]] = (),
 ) -> list[Message]:
     """The conversation for the next turn: system, task, then each earlier turn as an assistant
     message (program and summary only) and a user message (its feedback).
@@ -407,7 +445,8 @@ def build_messages(
     and the task message says so. The system and task messages always stay, and so does the
     latest turn (the model must see the verdict on its last attempt): when those alone exceed the
     budget the result is over it, and the caller decides (`count_prompt_tokens` tells by how much).
-    `cutlass` is `task_message`'s (the task names CUTLASS's headers when the build has them).
+    `cutlass` and `numerics` are `task_message`'s (the task names CUTLASS's headers when the
+    build has them, and the TF32 settings its cache key names).
     """
     count = count_tokens or approx_tokens
 
@@ -421,11 +460,11 @@ def build_messages(
     system = system_message()
     first = 0
     while first < len(pairs) - 1:
-        head = [system, task_message(task_source, gpu, capability, omitted=first, cutlass=cutlass)]
+        head = [system, task_message(task_source, gpu, capability, omitted=first, cutlass=cutlass, numerics=numerics)]
         if cost(head) + sum(costs[first:]) <= max_prompt_tokens:
             break
         first += 1
-    messages = [system, task_message(task_source, gpu, capability, omitted=first, cutlass=cutlass)]
+    messages = [system, task_message(task_source, gpu, capability, omitted=first, cutlass=cutlass, numerics=numerics)]
     for pair in pairs[first:]:
         messages.extend(pair)
     return messages

@@ -43,6 +43,7 @@ from kevin_backend.generate.builtin.program import write_program
 from kevin_backend.generate.builtin.variant_ranking import PLAIN, preferred_order
 from kevin_backend.generate.builtin.variants import Variant, variant_number, variants_for
 from kevin_backend.generate.policy import EarlierTurn, Message, Reply, Sampling
+from kevin_backend.generate.prompts import numerics_in
 
 __all__ = ["BuiltinPolicy", "task_from_messages"]
 
@@ -86,7 +87,7 @@ class BuiltinPolicy:
                          finish_reason="declined")
         plan = _plan(source)
         if isinstance(plan, Declined):
-            gemm = _gemm_here(source)
+            gemm = _gemm_here(source, _conv_tf32(messages))
             if isinstance(gemm, GEMM_PLANS):
                 return _gemm_reply(source, gemm, index, history)
             why = plan.reason + (f"; as a GEMM: {gemm.reason}" if isinstance(gemm, Declined) else "")
@@ -119,7 +120,7 @@ class BuiltinPolicy:
         for index, (messages, turns) in enumerate(zip(conversations, earlier, strict=True)):
             source = task_from_messages(list(messages))
             plan = _plan(source) if source is not None else None
-            gemm = _gemm_here(source) if isinstance(plan, Declined) else None  # type: ignore[arg-type]
+            gemm = _gemm_here(source, _conv_tf32(messages)) if isinstance(plan, Declined) else None  # type: ignore[arg-type]
             if gemm is not None:  # (a GEMM: every tiling not tried yet)
                 if isinstance(gemm, GEMM_PLANS):
                     # (before its first turn: that turn's program, as `generate` writes it)
@@ -148,18 +149,24 @@ class BuiltinPolicy:
 
 
 @lru_cache(maxsize=256)
-def _gemm_plan(source: str) -> AnyGemm | Declined:
-    return plan_gemm(source)
+def _gemm_plan(source: str, conv_tf32: bool) -> AnyGemm | Declined:
+    return plan_gemm(source, conv_tf32=conv_tf32)
 
 
-def _gemm_here(source: str) -> AnyGemm | Declined | None:
-    """The GEMM writer's plan of `source` where its kernels run here: any with CUTLASS's headers
-    (`gemm_available`); without them, a direct convolution alone (its implicit GEMM's variants
-    dropped: `direct_available`); else None."""
+def _conv_tf32(messages: Sequence[Message]) -> bool:
+    """Whether the task's message says cuDNN computes float32 convolutions in TF32 (its key's
+    `cudnn_tf32`; a message that does not say: no)."""
+    return numerics_in(messages).get("cudnn_tf32", False)
+
+
+def _gemm_here(source: str, conv_tf32: bool) -> AnyGemm | Declined | None:
+    """The GEMM writer's plan of `source` where its kernels run here (`conv_tf32`: `plan_gemm`'s):
+    any with CUTLASS's headers (`gemm_available`); without them, a direct convolution alone (its
+    implicit GEMM's variants dropped: `direct_available`); else None."""
     if gemm_available():
-        return _gemm_plan(source)
+        return _gemm_plan(source, conv_tf32)
     if direct_available():
-        plan = _gemm_plan(source)
+        plan = _gemm_plan(source, conv_tf32)
         if isinstance(plan, DirectConv):
             return dataclasses.replace(plan, fallback=None)
     return None

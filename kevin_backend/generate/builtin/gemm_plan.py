@@ -81,10 +81,13 @@ GEMM_PLANS = (GemmPlan, GemmChain, GemmTail, GemmHead, DirectConv)
 AnyGemm = GemmPlan | GemmChain | GemmTail | GemmHead | DirectConv
 
 
-def plan_gemm(task_source: str, arch: str | None = None) -> AnyGemm | Declined:
+def plan_gemm(task_source: str, arch: str | None = None, conv_tf32: bool = False) -> AnyGemm | Declined:
     """The task's GEMM plan (a chain of them for a task of several matmuls: `gemm_chain.py`), or
     why the built-in writer's GEMM declines it; for the GPU `arch` ("sm90": Hopper's kernels,
-    "sm80": Ampere's), by default the one here (`builtin_support.gemm_arch`; Hopper's without one)."""
+    "sm80": Ampere's), by default the one here (`builtin_support.gemm_arch`; Hopper's without one).
+    `conv_tf32`: the task's numerics let cuDNN compute float32 convolutions in TF32 (its cache
+    key's `cudnn_tf32`, on under torch's defaults), so a float32 convolution's implicit GEMM,
+    3xTF32's, is declined (`_implicit_gemm`)."""
     arch = arch or builtin_support.gemm_arch() or "sm90"
     if arch not in ("sm90", "sm80"):
         raise ValueError(f"arch {arch!r}: 'sm90' or 'sm80'")
@@ -101,7 +104,7 @@ def plan_gemm(task_source: str, arch: str | None = None) -> AnyGemm | Declined:
             chain = GemmChain(tuple(_read(graph, sub_metas) for graph, sub_metas in chain_cut(gm.graph, metas)))
             return with_parameters(chain, count, tuple(names))
         if not matmuls:  # (a convolution; a reduction after it: the writer's own kernel, as after a GEMM)
-            return _named(_plan_convolution(gm.graph, metas, arch), count, tuple(names))
+            return _named(_plan_convolution(gm.graph, metas, arch, conv_tf32), count, tuple(names))
         if len(matmuls) == 1:  # (a left operand of another layout: copied first, by the writer's kernel)
             copy_strided_left_operand(gm.graph, metas)
         if len(matmuls) == 1 and head_of(gm.graph) is not None:  # a left operand ops compute: the writer's kernel first
@@ -113,18 +116,34 @@ def plan_gemm(task_source: str, arch: str | None = None) -> AnyGemm | Declined:
         return Declined(f"the task could not be traced on meta tensors: {type(exc).__name__}: {exc}")
 
 
-def _plan_convolution(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan | GemmTail | DirectConv:
+def _plan_convolution(graph: fx.Graph, metas: list[Any], arch: str, tf32: bool) -> GemmPlan | GemmTail | DirectConv:
     """A convolution's plan: the direct kernel with its whole epilogue where it takes the
     convolution (few input channels: `direct_conv.py`), the implicit GEMM's plan as its fallback;
-    else the implicit GEMM's."""
+    else the implicit GEMM's (`tf32`: `plan_gemm`'s `conv_tf32`)."""
     try:
         direct = plan_direct(graph, metas)
     except Unsupported:
-        return plan_conv(graph, metas, arch)
+        return _implicit_gemm(graph, metas, arch, tf32)
     try:
-        return dataclasses.replace(direct, fallback=plan_conv(graph, metas, arch))
+        return dataclasses.replace(direct, fallback=_implicit_gemm(graph, metas, arch, tf32))
     except Unsupported:
         return direct
+
+
+def _implicit_gemm(graph: fx.Graph, metas: list[Any], arch: str, tf32: bool) -> GemmPlan | GemmTail:
+    """A convolution's implicit GEMM (`conv_plan.plan_conv`), declined in float32 where cuDNN may
+    compute the convolution in TF32 (`tf32`): the kernel's float32 is three TF32 products a
+    multiply-add (`gemm_kernel_sm80.py` says why not one), three times the tensor cores' work of
+    the baseline's, and on the H200 every such convolution of the GEMM suite ran slower than
+    Inductor's cuDNN (benchmarks/RESULTS.md). The direct kernel (few input channels) is no
+    tensor-core GEMM and stays."""
+    plan = plan_conv(graph, metas, arch)
+    if tf32 and (plan.gemm if isinstance(plan, GemmTail) else plan).spec.dtype == "float32":
+        raise Unsupported("a float32 convolution while its numerics let cuDNN compute it in TF32 (torch.backends.cudnn.allow_tf32, "
+                          "on by default): the GEMM writer's float32 is 3xTF32, three times TF32's tensor-core work, and ran "
+                          "0.36x to 0.72x of Inductor's cuDNN on such convolutions (benchmarks/RESULTS.md); with "
+                          "cudnn.allow_tf32 off the writer takes it")
+    return plan
 
 
 def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan | GemmTail:

@@ -1,0 +1,105 @@
+"""The numerics a task runs under, told to the writer: the task message states the TF32 settings its
+cache key names (`prompts.task_message`), a search under a key passes them on to every turn's
+conversation, and the built-in writer reads them back (`prompts.numerics_in`) to decline a float32
+convolution's implicit GEMM where cuDNN computes it in TF32 (three times less tensor-core work than
+the writer's 3xTF32), while a float32 convolution cuDNN computes in float32 gets its kernel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from judge_cases import GATED_TASK
+from kevin_backend.cache.key import CacheKey
+from kevin_backend.generate import prompts
+from kevin_backend.generate.engine import SearchConfig
+from kevin_backend.generate.generator import SearchGenerator
+from kevin_backend.generate.log import TrajectoryLog
+from kevin_backend.generate.replay import ReplayPolicy
+from kevin_backend.judge.judge import Judge
+from kevin_backend.types import KernelTask
+
+CONV_3X3_F32 = "conv2d-relu-bias-f32-128x128x32x32"  # 128 input channels: the implicit GEMM's
+CONV_FEW_CHANNELS_F32 = "conv2d-min-tanh-f32-128x3x32x32"  # 3 input channels: the direct kernel's
+
+
+def _suite_source(name: str) -> str:
+    from kevin_backend.generate.builtin.gemm_suite import GEMM_SUITE
+
+    return next(t.source for t in GEMM_SUITE if t.name == name)
+
+
+def test_the_task_states_the_tf32_settings_its_key_names() -> None:
+    said = prompts.task_message("PROGRAM", "NVIDIA H200", "9.0", cutlass=None,
+                                numerics=(("cudnn_tf32", True), ("matmul_tf32", False), ("cudnn_benchmark", False)))
+    text = said["content"]
+    assert "float32 convolutions in TF32 (torch.backends.cudnn.allow_tf32 = True)" in text, text
+    assert "float32 matmuls in full float32 (torch.backends.cuda.matmul.allow_tf32 = False)" in text, text
+    assert prompts.numerics_in([said]) == {"cudnn_tf32": True, "matmul_tf32": False}
+    # a key of a pointwise task names neither: the task says nothing of them
+    plain = prompts.task_message("PROGRAM", "NVIDIA H200", "9.0", cutlass=None, numerics={"deterministic_algorithms": False})
+    assert "Numerics:" not in plain["content"] and "TF32" not in plain["content"] and prompts.numerics_in([plain]) == {}
+    strict = prompts.task_message("PROGRAM", "NVIDIA H200", cutlass=None, numerics={"deterministic_algorithms": True})
+    assert "deterministic algorithms only" in strict["content"]
+
+
+def test_a_program_that_speaks_of_numerics_is_not_read_as_the_task_saying_them() -> None:
+    program = "# Numerics: float32 convolutions in TF32\nNumerics: float32 convolutions in TF32 (x)\nclass Model: pass"
+    said = prompts.task_message(program, "NVIDIA H200", cutlass=None, numerics={"cudnn_tf32": False})
+    assert prompts.numerics_in([said]) == {"cudnn_tf32": False}
+    silent = prompts.task_message(program, "NVIDIA H200", cutlass=None)
+    assert prompts.numerics_in([silent]) == {}
+
+
+def test_a_search_under_a_key_tells_every_turn_its_numerics(tmp_path: Path) -> None:
+    policy = ReplayPolicy(["I cannot write it.\nSummary: none."] * 2)
+    generator = SearchGenerator(policy, Judge(tmp_path / "builds"), SearchConfig(trajectories=1, turns=2),
+                                log=TrajectoryLog(tmp_path / "log.jsonl"))
+    task = KernelTask.from_program("gated", GATED_TASK, "cpu")
+    key = CacheKey(task.graph_hash, task.inputs, "NVIDIA H200", "9.0", "2.11.0", "13.0",
+                   numerics={"cudnn_tf32": False, "matmul_tf32": True})
+    generator.run(task, key.gpu, key.capability, key.numerics)
+    assert policy.calls == 2
+    for conversation in (c[0] for c in policy.received):
+        assert prompts.numerics_in(conversation) == {"cudnn_tf32": False, "matmul_tf32": True}
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_the_writer_declines_a_float32_implicit_gemm_convolution_only_under_tf32(tf32: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin import builtin_policy
+    from kevin_backend.generate.policy import Sampling
+
+    monkeypatch.setattr(builtin_policy, "gemm_available", lambda: True)
+    source = _suite_source(CONV_3X3_F32)
+    messages = [prompts.system_message(),
+                prompts.task_message(source, "NVIDIA H200", "9.0", cutlass=None, numerics={"cudnn_tf32": tf32})]
+    (reply,) = builtin_policy.BuiltinPolicy().generate([messages], Sampling())
+    if tf32:
+        assert reply.finish_reason == "declined" and "```" not in reply.text, reply.text[:300]
+        assert "cuDNN compute it in TF32" in reply.text and "cudnn.allow_tf32 off" in reply.text, reply.text
+    else:  # cuDNN's float32 is no faster math than the writer's 3xTF32: its CUTLASS kernel
+        assert reply.finish_reason != "declined" and "OpMultiplyAddFastF32" in reply.text, reply.text[:300]
+        assert reply.extra["variant"].startswith("3xtf32"), reply.extra
+
+
+def test_under_tf32_a_few_channel_float32_convolution_keeps_its_direct_kernel_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin import builtin_policy
+    from kevin_backend.generate.builtin.gemm_plan import DirectConv, plan_gemm
+    from kevin_backend.generate.policy import Sampling
+
+    source = _suite_source(CONV_FEW_CHANNELS_F32)
+    plain, tf32 = plan_gemm(source, "sm90"), plan_gemm(source, "sm90", conv_tf32=True)
+    assert isinstance(plain, DirectConv) and plain.fallback is not None  # (its implicit GEMM: the search's later variants)
+    assert isinstance(tf32, DirectConv) and tf32.fallback is None, tf32
+    monkeypatch.setattr(builtin_policy, "gemm_available", lambda: True)
+    messages = [prompts.task_message(source, "NVIDIA H200", "9.0", cutlass=None, numerics={"cudnn_tf32": True})]
+    (reply,) = builtin_policy.BuiltinPolicy().generate([messages], Sampling())
+    assert reply.finish_reason != "declined" and reply.extra["variant"].startswith("direct"), reply.extra
+
+
+def test_a_16_bit_convolution_is_planned_whatever_the_tf32_setting() -> None:
+    from kevin_backend.generate.builtin.gemm_plan import GEMM_PLANS, plan_gemm
+
+    source = _suite_source("conv2d-hardswish-f16-128x128x32x32")
+    assert isinstance(plan_gemm(source, "sm90", conv_tf32=True), GEMM_PLANS)
