@@ -2,7 +2,7 @@
 with CUTLASS's headers: the backend gives the partitions (the weight's transpose and the
 activations' views outside it; each convolution with its batch norm and ReLU) to the built-in
 writer's CUTLASS kernels, the judge checks and times them, and the model's output stays right
-whatever is kept."""
+whatever is kept. A float32 convolution is declined where cuDNN computes it in TF32.
 
 from __future__ import annotations
 
@@ -98,3 +98,30 @@ def test_a_compiled_cnns_convolutions_are_searched_with_their_batch_norm(kevin_d
         assert conv.search is not None and (conv.search.candidates or 0) >= 1, conv.search
         for failure in ("MISMATCH", "COMPILE", "NAN_INF", "RUNTIME_ERROR", "ILLEGAL"):
             assert failure not in conv.detail, conv.detail
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="needs a Hopper GPU (sm_90a)")
+@pytest.mark.parametrize("tf32", [True, False])
+def test_a_float32_convolution_is_searched_only_where_cudnn_computes_it_in_float32(kevin_dir: Path, tf32: bool) -> None:
+    """A float32 3x3 convolution of 64 channels with its ReLU: under torch's default (cuDNN's float32
+    convolutions in TF32, which the partition's cache key names) the writer is told so and declines
+    it without building anything; with cudnn.allow_tf32 off it writes its 3xTF32 kernel."""
+    from kevin_backend.toolchain.cutlass_headers import find_cutlass
+
+    if find_cutlass() is None:
+        pytest.skip("needs CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
+    model = torch.nn.Sequential(torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU()).cuda().eval()
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        report = _searched(model, torch.randn(32, 64, 28, 28, device="cuda"), kevin_dir, 2e-2 if tf32 else 1e-3)
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+    (conv,) = [r for r in report.records() if "aten.convolution.default" in r.ops]
+    assert conv.status in (Status.GENERATED, Status.INDUCTOR), (conv.status, conv.reason, conv.detail)
+    candidates = (conv.search.candidates or 0) if conv.search is not None else 0
+    if tf32:  # (the same partition without TF32, below, is searched: the writer is what declined here)
+        assert candidates == 0 and conv.status is Status.INDUCTOR, (conv.search, conv.reason, conv.detail)
+    else:
+        assert candidates >= 1, (conv.search, conv.reason, conv.detail)
