@@ -14,6 +14,7 @@ import pytest
 
 from kevin_backend.generate.engine import Engine, SearchConfig
 from kevin_backend.generate.policy import Reply
+from kevin_backend.generate.prompts import numerics_in
 from kevin_backend.judge import decide
 from kevin_backend.judge.decide import RetimeConfig, RetimeOutcome, retime_runs
 from kevin_backend.judge.pool import WorkerPool
@@ -169,6 +170,7 @@ class _Foreseeing(_Writer):
         self.turn = 0
         self.earlier: list[Any] = []
         self.turns_left: list[Any] = []
+        self.numerics: list[Any] = []  # what each foreseen conversation's task says of its numerics
 
     def generate(self, conversations: Any, sampling: Any) -> list[Reply]:
         self.said.append("write")
@@ -178,6 +180,7 @@ class _Foreseeing(_Writer):
     def foresee(self, conversations: Any, earlier: Any, turns_left: Any = None) -> list[str]:
         self.earlier.append(earlier)
         self.turns_left.append(turns_left)
+        self.numerics += [numerics_in(c) for c in conversations]
         return [f"# turn {self.turn + 1}\nclass ModelNew:\n    pass\n"]
 
 
@@ -261,8 +264,10 @@ def test_a_compiles_later_tasks_first_programs_are_built_before_their_searches()
     writer = _Foreseeing(said)
     generator = SearchGenerator(writer, _BuildingJudge(said), SearchConfig(trajectories=2, turns=3, roofline_stop=None))
     tasks = [KernelTask(f"t{i}", f"{TASK}\n# task {i}\n", (), (), (), f"h{i}") for i in range(2)]
-    generator.foresee(tasks, CacheKey("g", (), "NVIDIA H200", "9.0", "2.11", "13.0"))
-    assert said == ["build ahead # turn 1"]  # (the same program from both tasks: handed over once)
+    keys = [CacheKey("g", (), "NVIDIA H200", "9.0", "2.11", "13.0", numerics={"cudnn_tf32": on}) for on in (True, False)]
+    generator.foresee(tasks, keys)
+    assert said == ["build ahead # turn 1"] * 2  # (one engine for each task's numerics; the same program)
+    assert writer.numerics == [{"cudnn_tf32": True}] * 2 + [{"cudnn_tf32": False}] * 2  # each task's own, as its search would say them
     assert writer.earlier == [[[], []], [[], []]] and writer.turns_left == [3, 3]  # each task: two trajectories, no turn yet
     Engine(writer, _Judge(said), SearchConfig(trajectories=1, turns=1)).build_first_turns([TASK])  # (a judge that builds nothing ahead)
-    assert said == ["build ahead # turn 1"]
+    assert said == ["build ahead # turn 1"] * 2

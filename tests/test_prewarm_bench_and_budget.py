@@ -164,7 +164,7 @@ def test_a_budgeted_prewarm_builds_its_gemm_searches_first_programs_before_timin
     spec = TensorSpec((64, 64), (64, 1), "float16", "cuda")
     gemm = next(t.source for t in GEMM_SUITE if t.name == "mlp-up-gelu-f16-8192x768x3072")
     pointwise = next(t.source for t in SUITE if t.name == "gated-f32")
-    key = type("Key", (), {"gpu": "NVIDIA H200", "capability": "9.0", "digest": "k" * 32})()
+    key = type("Key", (), {"gpu": "NVIDIA H200", "capability": "9.0", "digest": "k" * 32, "numerics": ()})()
     todo = [WorkItem(key, KernelTask(f"t{i}", source, (spec,), (spec,), (), f"{i}" * 32), "bench:gpt2:train:bfloat16")  # type: ignore[arg-type]
             for i, source in enumerate((pointwise, gemm))]
     cache_dir = tmp_path / "cache"
