@@ -166,6 +166,9 @@ def main() -> int:
     parser.add_argument("--cudnn-tf32", choices=("on", "off"), default="on",
                         help="the numerics the tasks are planned, judged and timed under: cuDNN's float32 convolutions in TF32 "
                              "(on: torch's default, under which the writer declines a float32 implicit GEMM) or in float32 (off)")
+    parser.add_argument("--matmul-tf32", choices=("on", "off"), default="off",
+                        help="the same for cuBLAS's float32 matmuls: in float32 (off: torch's default) or in TF32 (on: "
+                             "torch.set_float32_matmul_precision('high'), as torch.compile suggests)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     args.peers = [p for p in args.peers.split(",") if p]
@@ -211,8 +214,9 @@ def main() -> int:
     programs = candidate_programs(plans, sources, tilings, args.precise)
     builds = Path(args.builds) if args.builds else Path(__import__("tempfile").mkdtemp(prefix="kevin-gemm-"))
     judge = Judge(builds, RunConfig(trials=args.trials))
-    numerics = {"cudnn_tf32": args.cudnn_tf32 == "on"}  # (the judge's workers apply them to eager, Inductor and the peers)
-    if not numerics["cudnn_tf32"]:
+    # (the judge's workers apply them to eager, Inductor and the peers)
+    numerics = {"cudnn_tf32": args.cudnn_tf32 == "on", "matmul_tf32": args.matmul_tf32 == "on"}
+    if not numerics["cudnn_tf32"] or numerics["matmul_tf32"]:
         judge = judge.configured(numerics=tuple(numerics.items()))
     specs = [BuildSpec.of(ext, capability) for p in programs.values() for ext in Candidate.parse(p).extensions]
     start = time.perf_counter()

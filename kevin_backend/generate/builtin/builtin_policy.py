@@ -17,7 +17,9 @@ A task that is one matmul with its epilogue, a chain of them, or one with a redu
 ops computing its left operand, or a convolution with its epilogue (`gemm_plan.plan_gemm`), where
 its CUTLASS GEMM runs (`builtin_support.gemm_available`), gets that kernel, its tilings searched the same way
 (`gemm_plan.gemm_turn`; a convolution of few input channels: its direct kernel's variants first,
-`direct_conv.py`). A task it cannot write (see `planner.plan_task`) gets a reply without
+`direct_conv.py`; a float32 one's implicit GEMM declined where the task message says cuDNN
+computes float32 convolutions in TF32: `prompts.numerics_in`). A task it cannot write (see
+`planner.plan_task`) gets a reply without
 code that says why, with `finish_reason="declined"`, which ends that trajectory.
 
 It is `Foreseeing`: while a turn is judged, `foresee` says the programs each trajectory would write
