@@ -200,7 +200,7 @@ def main() -> int:
     plans: dict[str, AnyGemm] = {}
     declined: dict[str, str] = {}
     for t in tasks:
-        plan = plan_gemm(t.source, arch=args.arch, conv_tf32=args.cudnn_tf32 == "on")
+        plan = plan_gemm(t.source, arch=args.arch, conv_tf32=args.cudnn_tf32 == "on", matmul_tf32=args.matmul_tf32 == "on")
         if isinstance(plan, GEMM_PLANS):
             plans[t.name] = plan
         else:

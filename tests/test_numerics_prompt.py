@@ -2,7 +2,9 @@
 cache key names (`prompts.task_message`), a search under a key passes them on to every turn's
 conversation, and the built-in writer reads them back (`prompts.numerics_in`) to decline a float32
 convolution's implicit GEMM where cuDNN computes it in TF32 (three times less tensor-core work than
-the writer's 3xTF32), while a float32 convolution cuDNN computes in float32 gets its kernel."""
+the writer's 3xTF32), while a float32 convolution cuDNN computes in float32 gets its kernel; and to
+try each float32 GEMM tile in one TF32 product, then in 3xTF32, where cuBLAS computes float32
+matmuls in TF32."""
 
 from __future__ import annotations
 
@@ -103,3 +105,66 @@ def test_a_16_bit_convolution_is_planned_whatever_the_tf32_setting() -> None:
 
     source = _suite_source("conv2d-hardswish-f16-128x128x32x32")
     assert isinstance(plan_gemm(source, "sm90", conv_tf32=True), GEMM_PLANS)
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_under_tf32_matmuls_a_float32_gemm_tries_each_tile_in_tf32_then_in_3xtf32(tf32: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kevin_backend.generate.builtin import builtin_policy
+    from kevin_backend.generate.builtin.gemm_plan import plan_gemm, plan_tilings
+    from kevin_backend.generate.policy import Sampling
+
+    source = _suite_source("linear-gelu-f32-128x1024x512")
+    names = [t.name for t in plan_tilings(plan_gemm(source, "sm90", matmul_tf32=tf32))]
+    if tf32:
+        assert names[:4] == ["tf32 tile 64x64x32 stages 4", "3xtf32 tile 64x64x32 stages 4",
+                             "tf32 tile 128x64x32 stages 3", "3xtf32 tile 128x64x32 stages 3"], names
+    else:
+        assert names and all(n.startswith("3xtf32") for n in names), names
+    monkeypatch.setattr(builtin_policy, "gemm_available", lambda: True)
+    messages = [prompts.task_message(source, "NVIDIA H200", "9.0", cutlass=None, numerics={"matmul_tf32": tf32})]
+    replies = builtin_policy.BuiltinPolicy().generate([messages] * 2, Sampling())  # (two trajectories: the first two variants)
+    assert [r.extra["variant"] for r in replies] == names[:2]
+    first = replies[0].text
+    assert ("cutlass::arch::OpMultiplyAddFastF32" not in first) == tf32 and "cutlass::arch::OpMultiplyAdd" in first
+    assert "cutlass::arch::OpMultiplyAddFastF32" in replies[1].text
+
+
+def test_tf32_is_a_float32_gemms_alone() -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import GemmSpec
+    from kevin_backend.generate.builtin.gemm_kernel_sm80 import Sm80Tiling
+    from kevin_backend.generate.builtin.gemm_plan import GemmTail, plan_gemm
+
+    with pytest.raises(ValueError, match="TF32 is a float32 GEMM's"):
+        GemmSpec("bfloat16", tf32=True)
+    with pytest.raises(ValueError, match="a 16-bit tiling has none"):
+        Sm80Tiling((128, 128, 32), 4, (64, 64, 32), half=True, tf32=True)
+    # a float32 convolution (cuDNN's TF32 is `cudnn_tf32`'s) and a 16-bit GEMM keep their tilings
+    conv = plan_gemm(_suite_source("conv2d-groupnorm-scale-f32-128x128x32x32"), "sm90", matmul_tf32=True)
+    assert isinstance(conv, GemmTail) and not conv.gemm.spec.tf32
+    half = plan_gemm(_suite_source("mlp-up-gelu-f16-8192x768x3072"), "sm90", matmul_tf32=True)
+    assert not half.spec.tf32
+
+
+@pytest.mark.slow
+def test_a_tf32_gemm_compiles_for_an_ampere_gpu_through_the_fast_builds_nvcc_command(tmp_path: Path) -> None:
+    """One TF32 product a multiply-add: CUTLASS 2.x's float32 mainloop with `OpMultiplyAdd` (about 11 s of nvcc)."""
+    import shutil
+    import subprocess
+
+    from kevin_backend.generate.builtin.gemm_kernel import SM80_CUDA_FLAGS, Epilogue, GemmSpec, gemm_device_source
+    from kevin_backend.generate.builtin.gemm_kernel_sm80 import TF32_TILINGS
+    from kevin_backend.toolchain.cutlass_headers import find_cutlass
+    from kevin_backend.toolchain.fast_build import Toolchain, device_command
+
+    headers = find_cutlass()
+    if headers is None or shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
+    source = gemm_device_source(GemmSpec("float32", Epilogue(bias=True, activation="gelu"), "nk", 4, tf32=True), TF32_TILINGS[0])
+    assert "cutlass::arch::OpMultiplyAdd>" in source and "FastF32" not in source
+    (tmp_path / "gemm.cu").write_text(source)
+    command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "8.0", SM80_CUDA_FLAGS,
+                             tuple(str(d) for d in headers.includes))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    symbols = subprocess.run(["nm", "-C", str(tmp_path / "gemm.o")], capture_output=True, text=True).stdout
+    assert "kevin_gemm_run" in symbols and "MmaMultistage" in symbols

@@ -18,7 +18,8 @@ ops computing its left operand, or a convolution with its epilogue (`gemm_plan.p
 its CUTLASS GEMM runs (`builtin_support.gemm_available`), gets that kernel, its tilings searched the same way
 (`gemm_plan.gemm_turn`; a convolution of few input channels: its direct kernel's variants first,
 `direct_conv.py`; a float32 one's implicit GEMM declined where the task message says cuDNN
-computes float32 convolutions in TF32: `prompts.numerics_in`). A task it cannot write (see
+computes float32 convolutions in TF32: `prompts.numerics_in`; a float32 GEMM's TF32 tilings
+tried where it says cuBLAS computes float32 matmuls in TF32). A task it cannot write (see
 `planner.plan_task`) gets a reply without
 code that says why, with `finish_reason="declined"`, which ends that trajectory.
 
@@ -89,7 +90,7 @@ class BuiltinPolicy:
                          finish_reason="declined")
         plan = _plan(source)
         if isinstance(plan, Declined):
-            gemm = _gemm_here(source, _conv_tf32(messages))
+            gemm = _gemm_here(source, _tf32(messages))
             if isinstance(gemm, GEMM_PLANS):
                 return _gemm_reply(source, gemm, index, history)
             why = plan.reason + (f"; as a GEMM: {gemm.reason}" if isinstance(gemm, Declined) else "")
@@ -122,7 +123,7 @@ class BuiltinPolicy:
         for index, (messages, turns) in enumerate(zip(conversations, earlier, strict=True)):
             source = task_from_messages(list(messages))
             plan = _plan(source) if source is not None else None
-            gemm = _gemm_here(source, _conv_tf32(messages)) if isinstance(plan, Declined) else None  # type: ignore[arg-type]
+            gemm = _gemm_here(source, _tf32(messages)) if isinstance(plan, Declined) else None  # type: ignore[arg-type]
             if gemm is not None:  # (a GEMM: every tiling not tried yet)
                 if isinstance(gemm, GEMM_PLANS):
                     # (before its first turn: that turn's program, as `generate` writes it)
@@ -151,24 +152,26 @@ class BuiltinPolicy:
 
 
 @lru_cache(maxsize=256)
-def _gemm_plan(source: str, conv_tf32: bool) -> AnyGemm | Declined:
-    return plan_gemm(source, conv_tf32=conv_tf32)
+def _gemm_plan(source: str, tf32: tuple[bool, bool]) -> AnyGemm | Declined:
+    return plan_gemm(source, conv_tf32=tf32[0], matmul_tf32=tf32[1])
 
 
-def _conv_tf32(messages: Sequence[Message]) -> bool:
-    """Whether the task's message says cuDNN computes float32 convolutions in TF32 (its key's
-    `cudnn_tf32`; a message that does not say: no)."""
-    return numerics_in(messages).get("cudnn_tf32", False)
+def _tf32(messages: Sequence[Message]) -> tuple[bool, bool]:
+    """Whether the task's message says cuDNN computes float32 convolutions in TF32, and cuBLAS
+    float32 matmuls (its key's `cudnn_tf32` and `matmul_tf32`; one it does not state: no)."""
+    said = numerics_in(messages)
+    return said.get("cudnn_tf32", False), said.get("matmul_tf32", False)
 
 
-def _gemm_here(source: str, conv_tf32: bool) -> AnyGemm | Declined | None:
-    """The GEMM writer's plan of `source` where its kernels run here (`conv_tf32`: `plan_gemm`'s):
+def _gemm_here(source: str, tf32: tuple[bool, bool]) -> AnyGemm | Declined | None:
+    """The GEMM writer's plan of `source` where its kernels run here (`tf32`: `plan_gemm`'s
+    `conv_tf32` and `matmul_tf32`):
     any with CUTLASS's headers (`gemm_available`); without them, a direct convolution alone (its
     implicit GEMM's variants dropped: `direct_available`); else None."""
     if gemm_available():
-        return _gemm_plan(source, conv_tf32)
+        return _gemm_plan(source, tf32)
     if direct_available():
-        plan = _gemm_plan(source, conv_tf32)
+        plan = _gemm_plan(source, tf32)
         if isinstance(plan, DirectConv):
             return dataclasses.replace(plan, fallback=None)
     return None

@@ -220,6 +220,9 @@ class GemmSpec:
     # a convolution's constants (`conv_kernel.Conv`): CUTLASS's implicit GEMM instead of a GEMM (2.x's;
     # on Hopper 3.x's too, as tilings of their own: `conv_kernel.ConvTiling`)
     convolution: Any = None
+    # a float32 GEMM whose task's numerics let cuBLAS compute it in TF32 (its key's `matmul_tf32`):
+    # its search tries TF32's tilings beside 3xTF32's (`gemm_kernel_sm80.sm80_tilings`)
+    tf32: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in ELEMENTS:
@@ -257,6 +260,8 @@ class GemmSpec:
             raise ValueError("float32 vectors read by a 16-bit kernel: Hopper's visitor tree reads them, not CUTLASS 2.x's")
         if self.pad_k and (self.dtype == "float32" or not self.sm80 or self.align not in (0, 8)):
             raise ValueError("packed rows are the sm80 kernel's for 16-bit values, read 8 at a time")
+        if self.tf32 and (self.dtype != "float32" or self.convolution is not None):
+            raise ValueError("TF32 is a float32 GEMM's: not a 16-bit one's nor a convolution's")
         if self.output != self.dtype and not self.can_end_in_float32:
             raise ValueError("the sm80 kernel reads its bias or residual in its output's dtype: a float32 end reads neither")
 
@@ -379,7 +384,7 @@ def tilings_for(spec: GemmSpec, shape: tuple[int, int, int] | None = None) -> tu
             older = () if e.wide or (e.tree and conv_tree_refusal(e.operands)) else sm80_tilings(spec.dtype, shape, convolution=True)
             own = SM90_CONV_TILINGS if sm90_conv_fits(spec) else ()
             return tuple(t for pair in itertools.zip_longest(own, older) for t in pair if t is not None)  # (one of each first)
-        return sm80_tilings(spec.dtype, shape)
+        return sm80_tilings(spec.dtype, shape, tf32=spec.tf32)
     if shape is None or spec.direct_store:  # (a direct store: each tile's output whole, no split)
         return GEMM_TILINGS
     m, n, k = shape

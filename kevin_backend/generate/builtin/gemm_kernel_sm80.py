@@ -4,10 +4,13 @@ Ada and Hopper as well (cp.async loads into shared memory, `mma.sync` on the ten
 Two uses:
 - float32 on any GPU, with three TF32 products per multiply-add (`OpMultiplyAddFastF32`: each
   operand split into a TF32 value and its remainder, the small cross terms kept), float32's
-  accuracy where one TF32 product has 10 mantissa bits; never plain TF32. (Not even for a
-  convolution, whose float32 eager computes in TF32 under torch's defaults: on the H200 the judge
-  refused plain TF32 on 4 of 5 float32 convolutions against float64, 5-35% past the bound on
-  0.02-35% of the elements, where cuDNN's own TF32 stayed within it);
+  accuracy where one TF32 product has 10 mantissa bits. Plain TF32 (`Sm80Tiling.tf32`, one
+  product, the operands rounded to nearest) only where the task's numerics let cuBLAS compute
+  float32 matmuls in TF32 (`GemmSpec.tf32`), and then beside 3xTF32's tilings, for the judge to
+  refuse if it must. (Not for a convolution, whose float32 eager computes in TF32 under torch's
+  defaults: on the H200 the judge refused plain TF32 on 4 of 5 float32 convolutions against
+  float64, 5-35% past the bound on 0.02-35% of the elements, where cuDNN's own TF32 stayed within
+  it; the writer declines those: `gemm_plan._implicit_gemm`);
 - float16 and bfloat16 (accumulated in float32) on GPUs without Hopper's TMA and wgmma: Ampere and
   Ada (`GemmSpec.arch` "sm80"); on Hopper the writer uses `gemm_kernel.py`'s sm90 kernels, and this
   one only for rows TMA cannot read.
@@ -27,10 +30,11 @@ zeros after K, w as N x K.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ELEMENTS", "ENTRY_POINTS", "PACK", "PACK_KERNEL", "mainloop_fields", "F32_TILINGS", "NARROW_CONV_TILINGS", "SM80_TILINGS", "Sm80Tiling", "sm80_alignment", "sm80_device_source", "sm80_tilings",
+__all__ = ["ELEMENTS", "ENTRY_POINTS", "PACK", "PACK_KERNEL", "mainloop_fields", "F32_TILINGS", "NARROW_CONV_TILINGS", "SM80_TILINGS", "Sm80Tiling", "TF32_TILINGS", "sm80_alignment", "sm80_device_source", "sm80_tilings",
            "source_operand"]
 
 
@@ -38,12 +42,13 @@ __all__ = ["ELEMENTS", "ENTRY_POINTS", "PACK", "PACK_KERNEL", "mainloop_fields",
 class Sm80Tiling:
     """A variant: the CTA's tile (M, N, K), the pipeline's stages, and each warp's tile (M, N, K),
     by default a quarter of the CTA's (four warps). `half` for 16-bit values (the mma's K is 16;
-    float32's 3xTF32 mma reads 8)."""
+    float32's 3xTF32 mma reads 8); `tf32` for float32 in one TF32 product (`OpMultiplyAdd`)."""
 
     tile: tuple[int, int, int] = (128, 128, 16)
     stages: int = 4
     warp: tuple[int, int, int] | None = None
     half: bool = False
+    tf32: bool = False
 
     def __post_init__(self) -> None:
         m, n, k = self.tile
@@ -51,6 +56,8 @@ class Sm80Tiling:
         if m % 32 or n % 32 or k not in ((32, 64) if self.half else (16, 32)) or not 2 <= self.stages <= 6:
             raise ValueError(f"tile {self.tile}, {self.stages} stages: M and N multiples of 32, K "
                              f"{'32 or 64' if self.half else '16 or 32'}, 2 to 6 stages")
+        if self.half and self.tf32:
+            raise ValueError("TF32 is float32's: a 16-bit tiling has none")
         if m % wm or n % wn or wk != k or wm % 16 or wn % 8 or (m // wm) * (n // wn) not in (1, 2, 4, 8):
             raise ValueError(f"warp tile {self.warps} of tile {self.tile}: dividing it along M and N, K whole, 1 to 8 warps")
 
@@ -62,7 +69,7 @@ class Sm80Tiling:
     @property
     def name(self) -> str:
         warp = f" warp {'x'.join(map(str, self.warps[:2]))}" if self.warp else ""
-        return f"{'sm80' if self.half else '3xtf32'} tile {'x'.join(map(str, self.tile))}{warp} stages {self.stages}"
+        return f"{'sm80' if self.half else 'tf32' if self.tf32 else '3xtf32'} tile {'x'.join(map(str, self.tile))}{warp} stages {self.stages}"
 
 
 # The search's variants for float32, in the order a search tries them: as the H200 ranked them on the
@@ -75,6 +82,9 @@ F32_TILINGS = (
     Sm80Tiling((128, 128, 16), 4),
     Sm80Tiling((256, 128, 16), 3),
 )
+
+# The same in one TF32 product a multiply-add, where the task's numerics allow TF32 (`sm80_tilings`)
+TF32_TILINGS = tuple(dataclasses.replace(t, tf32=True) for t in F32_TILINGS)
 
 # A float32 convolution of few output channels (32 at most: a level-2 task's 16 after 3 input
 # channels, which used a quarter of the 64-wide tile) tries a tile 32 wide first
@@ -93,9 +103,14 @@ SM80_TILINGS = (
 _SMS = 108
 
 
-def sm80_tilings(dtype: str, shape: tuple[int, int, int] | None = None, convolution: bool = False) -> tuple[Sm80Tiling, ...]:
+def sm80_tilings(dtype: str, shape: tuple[int, int, int] | None = None, convolution: bool = False,
+                 tf32: bool = False) -> tuple[Sm80Tiling, ...]:
     """The search's variants for `dtype` on this kernel, in order, for a GEMM of `shape` (M, N, K)
-    (a float32 `convolution`'s of few output channels: a narrow tile first)."""
+    (a float32 `convolution`'s of few output channels: a narrow tile first). `tf32`: a float32
+    GEMM whose task allows TF32 tries each tile in TF32, then in 3xTF32 (a refusal of the first
+    leaves the second its turn)."""
+    if dtype == "float32" and tf32 and not convolution:
+        return tuple(t for pair in zip(TF32_TILINGS, F32_TILINGS) for t in pair)
     if dtype == "float32":
         return (NARROW_CONV_TILINGS if convolution and shape is not None and shape[1] <= 32 else ()) + F32_TILINGS
     if shape is not None and -(-shape[0] // 128) * -(-shape[1] // 128) < _SMS:
@@ -119,14 +134,15 @@ ELEMENTS = {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t", "fl
 def mainloop_fields(dtype: str, tiling: Sm80Tiling) -> dict[str, Any]:
     """The fields every sm80 kernel's source (the GEMM's, the tree's, the convolution's) formats
     its mainloop with: the element, the CTA's and a warp's tiles, the stages, the mma's shape and
-    its operation (three TF32 products for float32); a tiling of the other kind is refused."""
+    its operation (three TF32 products for float32, one for a `tf32` tiling); a tiling of the other
+    kind is refused."""
     sixteen = dtype != "float32"
     if tiling.half != sixteen:
         raise ValueError(f"{dtype} on the sm80 kernel takes {'a float32' if tiling.half else 'a 16-bit'} tiling, not {tiling.name!r}")
     (tm, tn, tk), (wm, wn, wk) = tiling.tile, tiling.warps
     return dict(element=ELEMENTS[dtype], tm=tm, tn=tn, tk=tk, wm=wm, wn=wn, wk=wk, stages=tiling.stages,
                 instruction="16, 8, 16" if sixteen else "16, 8, 8",
-                operator="cutlass::arch::OpMultiplyAdd" if sixteen else "cutlass::arch::OpMultiplyAddFastF32")
+                operator="cutlass::arch::OpMultiplyAdd" if sixteen or tiling.tf32 else "cutlass::arch::OpMultiplyAddFastF32")
 
 
 def sm80_device_source(dtype: str, output: str, activation: str, functor: str, alpha: float, beta: float, bias: bool,

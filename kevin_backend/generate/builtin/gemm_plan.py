@@ -81,16 +81,39 @@ GEMM_PLANS = (GemmPlan, GemmChain, GemmTail, GemmHead, DirectConv)
 AnyGemm = GemmPlan | GemmChain | GemmTail | GemmHead | DirectConv
 
 
-def plan_gemm(task_source: str, arch: str | None = None, conv_tf32: bool = False) -> AnyGemm | Declined:
+def plan_gemm(task_source: str, arch: str | None = None, conv_tf32: bool = False, matmul_tf32: bool = False) -> AnyGemm | Declined:
     """The task's GEMM plan (a chain of them for a task of several matmuls: `gemm_chain.py`), or
     why the built-in writer's GEMM declines it; for the GPU `arch` ("sm90": Hopper's kernels,
     "sm80": Ampere's), by default the one here (`builtin_support.gemm_arch`; Hopper's without one).
     `conv_tf32`: the task's numerics let cuDNN compute float32 convolutions in TF32 (its cache
     key's `cudnn_tf32`, on under torch's defaults), so a float32 convolution's implicit GEMM,
-    3xTF32's, is declined (`_implicit_gemm`)."""
+    3xTF32's, is declined (`_implicit_gemm`). `matmul_tf32`: they let cuBLAS compute float32
+    matmuls in TF32 (the key's `matmul_tf32`), so a float32 GEMM's search tries TF32 too
+    (`GemmSpec.tf32`)."""
     arch = arch or builtin_support.gemm_arch() or "sm90"
     if arch not in ("sm90", "sm80"):
         raise ValueError(f"arch {arch!r}: 'sm90' or 'sm80'")
+    plan = _plan_gemm(task_source, arch, conv_tf32)
+    return _with_tf32(plan) if matmul_tf32 else plan
+
+
+def _with_tf32(plan: Any) -> Any:
+    """`plan` with each float32 GEMM in it (a convolution's aside) allowed TF32 (`GemmSpec.tf32`)."""
+    if isinstance(plan, GemmPlan):
+        float32 = plan.spec.dtype == "float32" and plan.spec.convolution is None
+        return dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, tf32=True)) if float32 else plan
+    if isinstance(plan, GemmChain):
+        return dataclasses.replace(plan, plans=tuple(_with_tf32(p) for p in plan.plans))
+    if isinstance(plan, GemmHead):
+        return dataclasses.replace(plan, gemm=_with_tf32(plan.gemm))
+    if isinstance(plan, GemmTail):
+        return dataclasses.replace(plan, gemm=_with_tf32(plan.gemm), wide=plan.wide and _with_tf32(plan.wide),
+                                   kept=plan.kept and _with_tf32(plan.kept))
+    return plan  # (Declined, a direct convolution)
+
+
+def _plan_gemm(task_source: str, arch: str, conv_tf32: bool) -> AnyGemm | Declined:
+    """`plan_gemm`'s plan before TF32 is allowed its float32 GEMMs."""
     _read, _read_with_tail = (functools.partial(f, arch=arch) for f in (_read_gemm, _read_gemm_with_tail))
     try:
         with TRACE_LOCK:
