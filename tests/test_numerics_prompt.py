@@ -168,3 +168,16 @@ def test_a_tf32_gemm_compiles_for_an_ampere_gpu_through_the_fast_builds_nvcc_com
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     symbols = subprocess.run(["nm", "-C", str(tmp_path / "gemm.o")], capture_output=True, text=True).stdout
     assert "kevin_gemm_run" in symbols and "MmaMultistage" in symbols
+
+
+def test_a_float32_softmax_after_a_product_is_planned_where_eagers_product_is_tf32s() -> None:
+    # declined under float32 matmuls (the 3xTF32 products less exact than eager's, the exponent
+    # magnifying it); where eager's product is TF32's too, the judge decides
+    from kevin_backend.generate.builtin.gemm_plan import GemmTail, plan_gemm
+    from kevin_backend.generate.builtin.plan import Declined
+
+    source = _suite_source("mm-softmax-f32-2048x1024x2048")
+    declined = plan_gemm(source, "sm90")
+    assert isinstance(declined, Declined) and "exponentiated after it" in declined.reason
+    planned = plan_gemm(source, "sm90", matmul_tf32=True)
+    assert isinstance(planned, GemmTail) and planned.gemm.spec.tf32, planned

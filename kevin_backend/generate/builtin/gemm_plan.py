@@ -93,7 +93,7 @@ def plan_gemm(task_source: str, arch: str | None = None, conv_tf32: bool = False
     arch = arch or builtin_support.gemm_arch() or "sm90"
     if arch not in ("sm90", "sm80"):
         raise ValueError(f"arch {arch!r}: 'sm90' or 'sm80'")
-    plan = _plan_gemm(task_source, arch, conv_tf32)
+    plan = _plan_gemm(task_source, arch, conv_tf32, matmul_tf32)
     return _with_tf32(plan) if matmul_tf32 else plan
 
 
@@ -112,9 +112,10 @@ def _with_tf32(plan: Any) -> Any:
     return plan  # (Declined, a direct convolution)
 
 
-def _plan_gemm(task_source: str, arch: str, conv_tf32: bool) -> AnyGemm | Declined:
+def _plan_gemm(task_source: str, arch: str, conv_tf32: bool, matmul_tf32: bool) -> AnyGemm | Declined:
     """`plan_gemm`'s plan before TF32 is allowed its float32 GEMMs."""
-    _read, _read_with_tail = (functools.partial(f, arch=arch) for f in (_read_gemm, _read_gemm_with_tail))
+    _read = functools.partial(_read_gemm, arch=arch)
+    _read_with_tail = functools.partial(_read_gemm_with_tail, arch=arch, tf32=matmul_tf32)
     try:
         with TRACE_LOCK:
             gm, metas, names = trace_with_parameters(task_source)
@@ -169,7 +170,7 @@ def _implicit_gemm(graph: fx.Graph, metas: list[Any], arch: str, tf32: bool) -> 
     return plan
 
 
-def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPlan | GemmTail:
+def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str, tf32: bool = False) -> GemmPlan | GemmTail:
     """The GEMM of a graph of one matmul, with the built-in writer's kernel after it where the GEMM
     kernel alone cannot compute the task (`gemm_tail.has_tail`: a reduction after the product,
     values besides its end; a float32 end it cannot store)."""
@@ -179,7 +180,7 @@ def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str) -> GemmPl
     except Unsupported:
         if not has_tail(graph):
             raise
-        return plan_tail(graph, metas, read, read_tree=functools.partial(_read_gemm, arch=arch, tree=True))
+        return plan_tail(graph, metas, read, read_tree=functools.partial(_read_gemm, arch=arch, tree=True), tf32=tf32)
     if arch == "sm90" and _bare_unaligned(plan):
         raise Unsupported(f"an output of {plan.n} columns (not 16-byte rows) and nothing fused after the product: on Hopper "
                           "such rows are stored without TMA, element by element, which costs more than cuBLAS takes for the "

@@ -220,11 +220,13 @@ def has_tail(graph: fx.Graph) -> bool:
 
 
 def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[Any]], Any],
-              end_layout: torch.memory_format | None = None, read_tree: Callable[[fx.Graph, list[Any]], Any] | None = None) -> GemmTail:
+              end_layout: torch.memory_format | None = None, read_tree: Callable[[fx.Graph, list[Any]], Any] | None = None,
+              tf32: bool = False) -> GemmTail:
     """The GEMM (`read` of the graph up to the end) and the built-in writer's plan of the rest,
     reading the end as the GEMM kernel leaves it: contiguous, or in `end_layout` (a convolution's
     output as it lies, channels innermost: `conv_plan.plan_conv`). Where the task returns the end
-    too, also the one GEMM keeping it (`GemmTail.kept`: `read_tree` reads the GEMM as a tree)."""
+    too, also the one GEMM keeping it (`GemmTail.kept`: `read_tree` reads the GEMM as a tree).
+    `tf32`: eager computes a float32 product in TF32 (the task's `matmul_tf32`)."""
     from kevin_backend.generate.builtin.planner import plan_graph
 
     nodes = list(graph.nodes)
@@ -294,8 +296,10 @@ def plan_tail(graph: fx.Graph, metas: list[Any], read: Callable[[fx.Graph, list[
     # product was off in 3 of 4.2M elements on the judge's inputs of mixed scales. Not so after a
     # convolution: eager's own float32 convolution is TF32's under torch's default numerics
     # (`cache.key`'s cudnn_tf32), and the judge's bound scales with eager's error; where a key turns
-    # TF32 off, the judge decides, and a task it fails falls back)
-    if dtype == torch.float32 and any(n.target in _MAGNIFYING for n in rest) and mm.target is not aten.convolution.default:
+    # TF32 off, the judge decides, and a task it fails falls back; so too where eager's matmul is
+    # TF32's, `tf32`)
+    if (dtype == torch.float32 and any(n.target in _MAGNIFYING for n in rest) and mm.target is not aten.convolution.default
+            and not tf32):
         raise Unsupported("a float32 product exponentiated after it (a softmax, a logsumexp): the float32 "
                           "kernel's 3xTF32 products are less exact than eager's, and the exponent magnifies it")
     if dtype in (torch.float16, torch.bfloat16) and any(n.target in _MAGNIFYING for n in rest) and gemm.spec.can_end_in_float32:
