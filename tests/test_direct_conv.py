@@ -272,7 +272,7 @@ def test_without_cutlass_a_gpu_still_gets_the_direct_convolution(monkeypatch: py
     # every later turn a direct variant (the implicit GEMM's dropped), foreseen alike
     history = [(name, 1.0) for name in ("direct 128 threads x 2 positions", "direct 256 threads x 1 position",
                                         "direct 64 threads x 4 positions")]
-    plan = builtin_policy._gemm_here(DIRECT_TASKS["min-tanh-f32"])
+    plan = builtin_policy._gemm_here(DIRECT_TASKS["min-tanh-f32"], (False, False))
     assert isinstance(plan, DirectConv) and plan.fallback is None
     assert gemm_turn(DIRECT_TASKS["min-tanh-f32"], plan, 0, history)[0].startswith("direct")
     assert all("cutlass" not in p.lower() for p in policy.foresee([messages], [()]))

@@ -2,7 +2,7 @@
 with CUTLASS's headers: the backend gives the partitions (the weight's transpose and the
 activations' views outside it; each convolution with its batch norm and ReLU) to the built-in
 writer's CUTLASS kernels, the judge checks and times them, and the model's output stays right
-whatever is kept. A float32 convolution is declined where cuDNN computes it in TF32.
+whatever is kept. A float32 convolution is declined where cuDNN computes it in TF32."""
 
 from __future__ import annotations
 
