@@ -213,7 +213,7 @@ def main() -> int:
 
     programs = candidate_programs(plans, sources, tilings, args.precise)
     builds = Path(args.builds) if args.builds else Path(__import__("tempfile").mkdtemp(prefix="kevin-gemm-"))
-    judge = Judge(builds, RunConfig(trials=args.trials))
+    base = judge = Judge(builds, RunConfig(trials=args.trials))  # (held: the views below share its worker pool, which it closes when let go)
     # (the judge's workers apply them to eager, Inductor and the peers)
     numerics = {"cudnn_tf32": args.cudnn_tf32 == "on", "matmul_tf32": args.matmul_tf32 == "on"}
     if not numerics["cudnn_tf32"] or numerics["matmul_tf32"]:

@@ -3,7 +3,7 @@ cache key names (`prompts.task_message`), a search under a key passes them on to
 conversation, and the built-in writer reads them back (`prompts.numerics_in`) to decline a float32
 convolution's implicit GEMM where cuDNN computes it in TF32 (three times less tensor-core work than
 the writer's 3xTF32), while a float32 convolution cuDNN computes in float32 gets its kernel; and to
-try each float32 GEMM tile in one TF32 product, then in 3xTF32, where cuBLAS computes float32
+try each float32 GEMM tile in 3xTF32, then in one TF32 product, where cuBLAS computes float32
 matmuls in TF32."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_a_16_bit_convolution_is_planned_whatever_the_tf32_setting() -> None:
 
 
 @pytest.mark.parametrize("tf32", [True, False])
-def test_under_tf32_matmuls_a_float32_gemm_tries_each_tile_in_tf32_then_in_3xtf32(tf32: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_under_tf32_matmuls_a_float32_gemm_tries_each_tile_in_3xtf32_then_in_tf32(tf32: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     from kevin_backend.generate.builtin import builtin_policy
     from kevin_backend.generate.builtin.gemm_plan import plan_gemm, plan_tilings
     from kevin_backend.generate.policy import Sampling
@@ -116,17 +116,17 @@ def test_under_tf32_matmuls_a_float32_gemm_tries_each_tile_in_tf32_then_in_3xtf3
     source = _suite_source("linear-gelu-f32-128x1024x512")
     names = [t.name for t in plan_tilings(plan_gemm(source, "sm90", matmul_tf32=tf32))]
     if tf32:
-        assert names[:4] == ["tf32 tile 64x64x32 stages 4", "3xtf32 tile 64x64x32 stages 4",
-                             "tf32 tile 128x64x32 stages 3", "3xtf32 tile 128x64x32 stages 3"], names
+        assert names[:4] == ["3xtf32 tile 64x64x32 stages 4", "tf32 tile 64x64x32 stages 4",
+                             "3xtf32 tile 128x64x32 stages 3", "tf32 tile 128x64x32 stages 3"], names
     else:
         assert names and all(n.startswith("3xtf32") for n in names), names
     monkeypatch.setattr(builtin_policy, "gemm_available", lambda: True)
     messages = [prompts.task_message(source, "NVIDIA H200", "9.0", cutlass=None, numerics={"matmul_tf32": tf32})]
     replies = builtin_policy.BuiltinPolicy().generate([messages] * 2, Sampling())  # (two trajectories: the first two variants)
     assert [r.extra["variant"] for r in replies] == names[:2]
-    first = replies[0].text
-    assert ("cutlass::arch::OpMultiplyAddFastF32" not in first) == tf32 and "cutlass::arch::OpMultiplyAdd" in first
-    assert "cutlass::arch::OpMultiplyAddFastF32" in replies[1].text
+    second = replies[1].text
+    assert ("cutlass::arch::OpMultiplyAddFastF32" not in second) == tf32 and "cutlass::arch::OpMultiplyAdd" in second
+    assert "cutlass::arch::OpMultiplyAddFastF32" in replies[0].text
 
 
 def test_tf32_is_a_float32_gemms_alone() -> None:
