@@ -299,6 +299,7 @@ def main() -> int:
     for name, reason in declined.items():
         print(f"declined {name}: {reason}")
     save()
+    base.close()  # (its workers, which the views shared)
     return 0
 
 

@@ -20,6 +20,7 @@ from kevin_backend.generate.builtin.gemm_kernel import (ACTIVATIONS, GEMM_CPP_SO
 from kevin_backend.toolchain.cutlass_headers import find_cutlass
 from kevin_backend.toolchain.static_rules import check_program
 from conftest import FULL, full_tier
+from cutlass_builds import compiled_symbols
 
 
 def _fusion(source: str) -> str:
@@ -396,21 +397,12 @@ def test_the_kernel_compiles_for_sm90a_through_the_fast_builds_nvcc_command(epil
     """The device part, with the program's flags, through `device_command` (which builds the
     arch-specific form the flags ask for): about a minute of nvcc."""
     from kevin_backend.generate.builtin.gemm_kernel import FAST_MATH
-    from kevin_backend.toolchain.fast_build import Toolchain, device_command
 
-    headers = find_cutlass()
-    if headers is None or shutil.which("nvcc") is None:
-        pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
     # (the tree's in CUTLASS's order of tiles and precise math; the other's with a swizzle and a raster
     # of its own, its SiLU the helpers' under the fast math a 16-bit program defines)
     tiling = GemmTiling() if epilogue.tree else GemmTiling(swizzle=8, raster="m")
     fast = "" if epilogue.tree else FAST_MATH
-    (tmp_path / "gemm.cu").write_text(fast + gemm_device_source(GemmSpec("bfloat16", epilogue), tiling))
-    command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "9.0", GEMM_CUDA_FLAGS,
-                             tuple(str(d) for d in headers.includes))
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    symbols = subprocess.run(["nm", str(tmp_path / "gemm.o")], capture_output=True, text=True).stdout
+    symbols = compiled_symbols(tmp_path, fast + gemm_device_source(GemmSpec("bfloat16", epilogue), tiling), "9.0", GEMM_CUDA_FLAGS)
     assert "kevin_gemm_run" in symbols and "MainloopSm90TmaGmmaWarpSpecialized" in symbols  # the wgmma mainloop, instantiated
 
 
@@ -422,17 +414,10 @@ def test_the_sm80_kernel_compiles_for_an_ampere_gpu_through_the_fast_builds_nvcc
     from kevin_backend.generate.builtin.gemm_kernel import SM80_CUDA_FLAGS, SM80_TILINGS
     from kevin_backend.toolchain.fast_build import Toolchain, device_command
 
-    headers = find_cutlass()
-    if headers is None or shutil.which("nvcc") is None:
-        pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
     spec = GemmSpec("float16", epilogue, "nk", 8, arch="sm80", out_align=1)
-    (tmp_path / "gemm.cu").write_text(gemm_device_source(spec, SM80_TILINGS[0]))
-    command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "8.0", SM80_CUDA_FLAGS,
-                             tuple(str(d) for d in headers.includes))
+    command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "8.0", SM80_CUDA_FLAGS, ())
     assert "-gencode=arch=compute_80,code=sm_80" in command
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    symbols = subprocess.run(["nm", "-C", str(tmp_path / "gemm.o")], capture_output=True, text=True).stdout
+    symbols = compiled_symbols(tmp_path, gemm_device_source(spec, SM80_TILINGS[0]), "8.0", SM80_CUDA_FLAGS)
     assert "kevin_gemm_run" in symbols and "MmaMultistage" in symbols  # Ampere's cp.async mainloop, instantiated
 
 
@@ -711,18 +696,9 @@ def test_on_hopper_a_convolution_is_also_cutlass_3xs_implicit_gemm_tried_in_turn
 def test_hoppers_convolution_compiles_for_sm_90a(tmp_path: Path) -> None:
     """CUTLASS 3.x's implicit GEMM with its bias and ReLU, with CUTLASS's utility headers (about a minute of nvcc)."""
     from kevin_backend.generate.builtin.conv_kernel import SM90_CONV_TILINGS, Conv
-    from kevin_backend.toolchain.fast_build import Toolchain, device_command
 
-    headers = find_cutlass()
-    if headers is None or shutil.which("nvcc") is None:
-        pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
     spec = GemmSpec("bfloat16", Epilogue(bias=True, activation="relu"), align=8, out_align=8, convolution=Conv((3, 3), (1, 1)))
-    (tmp_path / "conv.cu").write_text(gemm_device_source(spec, SM90_CONV_TILINGS[0]))
-    command = device_command(Toolchain.detect(), tmp_path / "conv.cu", tmp_path / "conv.o", "9.0", GEMM_CUDA_FLAGS,
-                             tuple(str(d) for d in headers.includes))
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    symbols = subprocess.run(["nm", "-C", str(tmp_path / "conv.o")], capture_output=True, text=True).stdout
+    symbols = compiled_symbols(tmp_path, gemm_device_source(spec, SM90_CONV_TILINGS[0]), "9.0", GEMM_CUDA_FLAGS, timeout=900)
     assert "kevin_conv_run" in symbols and "ConvUniversal" in symbols
 
 

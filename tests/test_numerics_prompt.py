@@ -148,25 +148,13 @@ def test_tf32_is_a_float32_gemms_alone() -> None:
 @pytest.mark.slow
 def test_a_tf32_gemm_compiles_for_an_ampere_gpu_through_the_fast_builds_nvcc_command(tmp_path: Path) -> None:
     """One TF32 product a multiply-add: CUTLASS 2.x's float32 mainloop with `OpMultiplyAdd` (about 11 s of nvcc)."""
-    import shutil
-    import subprocess
-
+    from cutlass_builds import compiled_symbols
     from kevin_backend.generate.builtin.gemm_kernel import SM80_CUDA_FLAGS, Epilogue, GemmSpec, gemm_device_source
     from kevin_backend.generate.builtin.gemm_kernel_sm80 import TF32_TILINGS
-    from kevin_backend.toolchain.cutlass_headers import find_cutlass
-    from kevin_backend.toolchain.fast_build import Toolchain, device_command
 
-    headers = find_cutlass()
-    if headers is None or shutil.which("nvcc") is None:
-        pytest.skip("needs nvcc and CUTLASS's headers (pip install 'kevin_backend[cutlass]')")
     source = gemm_device_source(GemmSpec("float32", Epilogue(bias=True, activation="gelu"), "nk", 4, tf32=True), TF32_TILINGS[0])
     assert "cutlass::arch::OpMultiplyAdd>" in source and "FastF32" not in source
-    (tmp_path / "gemm.cu").write_text(source)
-    command = device_command(Toolchain.detect(), tmp_path / "gemm.cu", tmp_path / "gemm.o", "8.0", SM80_CUDA_FLAGS,
-                             tuple(str(d) for d in headers.includes))
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    symbols = subprocess.run(["nm", "-C", str(tmp_path / "gemm.o")], capture_output=True, text=True).stdout
+    symbols = compiled_symbols(tmp_path, source, "8.0", SM80_CUDA_FLAGS)
     assert "kevin_gemm_run" in symbols and "MmaMultistage" in symbols
 
 
@@ -181,3 +169,18 @@ def test_a_float32_softmax_after_a_product_is_planned_where_eagers_product_is_tf
     assert isinstance(declined, Declined) and "exponentiated after it" in declined.reason
     planned = plan_gemm(source, "sm90", matmul_tf32=True)
     assert isinstance(planned, GemmTail) and planned.gemm.spec.tf32, planned
+
+
+def test_a_search_under_cudnns_tf32_keeps_inductor_with_the_writers_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # what the compile report and the cache say of such a convolution: Inductor's code, and why
+    from kevin_backend.cache.format import EntryKind
+    from kevin_backend.generate.builtin import builtin_policy
+
+    monkeypatch.setattr(builtin_policy, "gemm_available", lambda: True)
+    generator = SearchGenerator(builtin_policy.BuiltinPolicy(), Judge(tmp_path / "builds"), SearchConfig(trajectories=1, turns=2),
+                                log=TrajectoryLog(tmp_path / "log.jsonl"))
+    task = KernelTask.from_program("conv", _suite_source(CONV_3X3_F32), "cpu")
+    key = CacheKey(task.graph_hash, task.inputs, "NVIDIA H200", "9.0", "2.11.0", "13.0", numerics={"cudnn_tf32": True})
+    entry = generator.generate(task, key)
+    assert entry.kind is EntryKind.INDUCTOR and "cuDNN compute it in TF32" in entry.reason, entry.reason
+    assert len(generator.results[-1].records) == 1  # (one turn: the writer declined, nothing was built)

@@ -7,10 +7,11 @@ Two uses:
   accuracy where one TF32 product has 10 mantissa bits. Plain TF32 (`Sm80Tiling.tf32`, one
   product, the operands rounded to nearest) only where the task's numerics let cuBLAS compute
   float32 matmuls in TF32 (`GemmSpec.tf32`), and then after each of 3xTF32's tilings, for the
-  judge to refuse if it must (it refused 6 of 10 on an H100). (Not for a convolution, whose float32 eager computes in TF32 under torch's
-  defaults: on the H200 the judge refused plain TF32 on 4 of 5 float32 convolutions against
-  float64, 5-35% past the bound on 0.02-35% of the elements, where cuDNN's own TF32 stayed within
-  it; the writer declines those: `gemm_plan._implicit_gemm`);
+  judge to refuse if it must (it refused 6 of 10 on an H100). Not for a convolution, whose
+  float32 eager computes in TF32 under torch's defaults: on the H200 the judge refused plain TF32
+  on 4 of 5 float32 convolutions against float64, 5-35% past the bound on 0.02-35% of the
+  elements, where cuDNN's own TF32 stayed within it; the writer declines those
+  (`gemm_plan._implicit_gemm`);
 - float16 and bfloat16 (accumulated in float32) on GPUs without Hopper's TMA and wgmma: Ampere and
   Ada (`GemmSpec.arch` "sm80"); on Hopper the writer uses `gemm_kernel.py`'s sm90 kernels, and this
   one only for rows TMA cannot read.
