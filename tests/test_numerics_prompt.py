@@ -145,6 +145,7 @@ def test_tf32_is_a_float32_gemms_alone() -> None:
     assert not half.spec.tf32
 
 
+@pytest.mark.full
 @pytest.mark.slow
 def test_a_tf32_gemm_compiles_for_an_ampere_gpu_through_the_fast_builds_nvcc_command(tmp_path: Path) -> None:
     """One TF32 product a multiply-add: CUTLASS 2.x's float32 mainloop with `OpMultiplyAdd` (about 11 s of nvcc)."""
