@@ -93,28 +93,7 @@ def plan_gemm(task_source: str, arch: str | None = None, conv_tf32: bool = False
     arch = arch or builtin_support.gemm_arch() or "sm90"
     if arch not in ("sm90", "sm80"):
         raise ValueError(f"arch {arch!r}: 'sm90' or 'sm80'")
-    plan = _plan_gemm(task_source, arch, conv_tf32, matmul_tf32)
-    return _with_tf32(plan) if matmul_tf32 else plan
-
-
-def _with_tf32(plan: Any) -> Any:
-    """`plan` with each float32 GEMM in it (a convolution's aside) allowed TF32 (`GemmSpec.tf32`)."""
-    if isinstance(plan, GemmPlan):
-        float32 = plan.spec.dtype == "float32" and plan.spec.convolution is None
-        return dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, tf32=True)) if float32 else plan
-    if isinstance(plan, GemmChain):
-        return dataclasses.replace(plan, plans=tuple(_with_tf32(p) for p in plan.plans))
-    if isinstance(plan, GemmHead):
-        return dataclasses.replace(plan, gemm=_with_tf32(plan.gemm))
-    if isinstance(plan, GemmTail):
-        return dataclasses.replace(plan, gemm=_with_tf32(plan.gemm), wide=plan.wide and _with_tf32(plan.wide),
-                                   kept=plan.kept and _with_tf32(plan.kept))
-    return plan  # (Declined, a direct convolution)
-
-
-def _plan_gemm(task_source: str, arch: str, conv_tf32: bool, matmul_tf32: bool) -> AnyGemm | Declined:
-    """`plan_gemm`'s plan before TF32 is allowed its float32 GEMMs."""
-    _read = functools.partial(_read_gemm, arch=arch)
+    _read = functools.partial(_read_gemm, arch=arch, tf32=matmul_tf32)
     _read_with_tail = functools.partial(_read_gemm_with_tail, arch=arch, tf32=matmul_tf32)
     try:
         with TRACE_LOCK:
@@ -173,14 +152,14 @@ def _implicit_gemm(graph: fx.Graph, metas: list[Any], arch: str, tf32: bool) -> 
 def _read_gemm_with_tail(graph: fx.Graph, metas: list[Any], arch: str, tf32: bool = False) -> GemmPlan | GemmTail:
     """The GEMM of a graph of one matmul, with the built-in writer's kernel after it where the GEMM
     kernel alone cannot compute the task (`gemm_tail.has_tail`: a reduction after the product,
-    values besides its end; a float32 end it cannot store)."""
-    read = functools.partial(_read_gemm, arch=arch)
+    values besides its end; a float32 end it cannot store). `tf32`: `plan_gemm`'s `matmul_tf32`."""
+    read = functools.partial(_read_gemm, arch=arch, tf32=tf32)
     try:
         plan = read(graph, metas)
     except Unsupported:
         if not has_tail(graph):
             raise
-        return plan_tail(graph, metas, read, read_tree=functools.partial(_read_gemm, arch=arch, tree=True), tf32=tf32)
+        return plan_tail(graph, metas, read, read_tree=functools.partial(read, tree=True), tf32=tf32)
     if arch == "sm90" and _bare_unaligned(plan):
         raise Unsupported(f"an output of {plan.n} columns (not 16-byte rows) and nothing fused after the product: on Hopper "
                           "such rows are stored without TMA, element by element, which costs more than cuBLAS takes for the "
@@ -209,7 +188,9 @@ def _named(plan: Any, inputs: int, state: tuple[str, ...]) -> Any:
     return dataclasses.replace(plan, inputs=inputs, state=state)
 
 
-def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str, tree: bool = False) -> GemmPlan:
+def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str, tree: bool = False, tf32: bool = False) -> GemmPlan:
+    """The GEMM of a graph of one matmul and its epilogue (`tree`: read as a visitor tree; `tf32`:
+    a float32 product's search tries TF32 too, `GemmSpec.tf32`)."""
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     index = {p: i for i, p in enumerate(placeholders)}
     out, views = read_outputs(graph)
@@ -244,12 +225,14 @@ def _read_gemm(graph: fx.Graph, metas: list[Any], arch: str, tree: bool = False)
         except Unsupported:
             if tree or not (epilogue.bias and epilogue.residual):
                 raise
-            return _read_gemm(graph, metas, arch, tree=True)  # (CUTLASS 2.x's kernel reads one source; its tree reads both)
+            return _read_gemm(graph, metas, arch, tree=True, tf32=tf32)  # (CUTLASS 2.x's kernel reads one source; its tree reads both)
     if value.dtype != xv.dtype:  # (a float32 output of a 16-bit product, as a compiled model's residual stream for its norm)
         if spec.direct_store or not spec.can_end_in_float32:
             raise Unsupported(f"an output of {value.dtype} from {xv.dtype} inputs: the sm80 kernel beside a bias or a residual, "
                               "and a direct store, store the inputs' dtype")
         spec = dataclasses.replace(spec, store="float32")
+    if tf32 and spec.dtype == "float32":
+        spec = dataclasses.replace(spec, tf32=True)
     return GemmPlan(spec, m, n, k, len(placeholders), index[x], index[w], bias_in, residual_in, w_view, out_shape,
                     operands=operands, batch=batch, views=views)
 
