@@ -49,6 +49,52 @@ def test_comments_and_strings_do_not_trigger_cpp_rules() -> None:
     assert stripped.count("\n") == code.count("\n")
 
 
+def _blanked_by_hand(code: str) -> str:
+    """strip_cpp's rules spelled out a character at a time: a line comment to its line's end, a
+    block comment to its `*/` (or the source's end), a literal's contents to its closing quote, its
+    line's end or the source's (a backslash takes the character after it), newlines kept."""
+    out, i, n = list(code), 0, len(code)
+
+    def clear(a: int, b: int) -> None:
+        for k in range(a, min(b, n)):
+            out[k] = out[k] if out[k] == "\n" else " "
+
+    while i < n:
+        if code.startswith("//", i):
+            j = code.find("\n", i)
+            j = n if j < 0 else j
+        elif code.startswith("/*", i):
+            j = code.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+        elif code[i] in "\"'":
+            j = i + 1
+            while j < n and code[j] not in (code[i], "\n"):
+                j += 2 if code[j] == "\\" else 1
+            clear(i + 1, j)
+            i = j + 1
+            continue
+        else:
+            i += 1
+            continue
+        clear(i, j)
+        i = j
+    return "".join(out)
+
+
+def test_strip_cpp_blanks_what_the_rules_say_and_keeps_every_offset() -> None:
+    import random
+
+    cases = ['a = "x\\"y" + \'\\\'\' // tail "q"\nb', "/* a\n b */ c /* open", '"open\nnext', "1'000'000 + 'c'",
+             '"ends in a backslash\\', "x /*/ y */ z", 'u8"s" L\'w\' R"(raw)"', "// only\n// lines\n"]
+    rnd = random.Random(7)
+    cases += ["".join(rnd.choice("ab/*\"'\\\n x") for _ in range(rnd.randint(0, 16))) for _ in range(20000)]
+    for code in cases:
+        stripped = strip_cpp(code)
+        assert stripped == _blanked_by_hand(code), code
+        assert len(stripped) == len(code) and [i for i, c in enumerate(stripped) if c == "\n"] == [i for i, c in enumerate(code) if c == "\n"]
+    assert strip_cpp('f("a // b"); // c') == 'f("      ");     '
+
+
 def test_sources_must_be_readable() -> None:
     with pytest.raises(CandidateError, match="line 2"):
         Candidate.parse("import torch\nx = (\n")

@@ -15,38 +15,27 @@ __all__ = ["KERNEL_ATTRIBUTES", "KEYWORDS", "strip_cpp", "split_top_level", "top
 KERNEL_ATTRIBUTES = r"(?:(?:__launch_bounds__|__cluster_dims__|__maxnreg__)\s*\([^)]*\)\s*)*"
 
 
+# What strip_cpp blanks, leftmost first: a line comment, a block comment (to its end or the source's),
+# a string or char literal (its contents: to the closing quote, the line's end or the source's; a
+# backslash takes the character after it, a newline too)
+_BLANKED = re.compile(r"//[^\n]*|/\*[\s\S]*?(?:\*/|\Z)"
+                      r"|(?P<quote>[\"'])(?P<body>(?:\\[\s\S]?|(?!(?P=quote))[^\\\n])*)(?P<close>(?P=quote)?)")
+
+
+def _spaces(text: str) -> str:
+    """`text` as spaces, its newlines kept."""
+    return " " * len(text) if "\n" not in text else "\n".join(" " * len(line) for line in text.split("\n"))
+
+
 def strip_cpp(code: str) -> str:
     """C++ with comments and string/char literal contents blanked: same length, same offsets,
     so positions found in it hold in the original."""
-    out = list(code)
-    n = len(code)
+    def blank(m: re.Match[str]) -> str:
+        if m.group("quote") is None:
+            return _spaces(m.group(0))
+        return m.group("quote") + _spaces(m.group("body")) + m.group("close")
 
-    def clear(a: int, b: int) -> None:
-        for k in range(a, min(b, n)):
-            if out[k] != "\n":
-                out[k] = " "
-
-    i = 0
-    while i < n:
-        if code.startswith("//", i):
-            j = code.find("\n", i)
-            j = n if j < 0 else j
-            clear(i, j)
-            i = j
-        elif code.startswith("/*", i):
-            j = code.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            clear(i, j)
-            i = j
-        elif code[i] in "\"'":
-            quote, j = code[i], i + 1
-            while j < n and code[j] != quote and code[j] != "\n":
-                j += 2 if code[j] == "\\" else 1
-            clear(i + 1, j)
-            i = j + 1
-        else:
-            i += 1
-    return "".join(out)
+    return _BLANKED.sub(blank, code)
 
 
 # Keywords and the standard integer types: never a name a template argument or a parameter gives.
