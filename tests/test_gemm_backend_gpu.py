@@ -123,5 +123,6 @@ def test_a_float32_convolution_is_searched_only_where_cudnn_computes_it_in_float
     candidates = (conv.search.candidates or 0) if conv.search is not None else 0
     if tf32:  # (the same partition without TF32, below, is searched: the writer is what declined here)
         assert candidates == 0 and conv.status is Status.INDUCTOR, (conv.search, conv.reason, conv.detail)
+        assert "declined" in conv.detail and "cudnn.allow_tf32" in conv.detail, conv.detail
     else:
         assert candidates >= 1, (conv.search, conv.reason, conv.detail)

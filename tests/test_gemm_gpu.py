@@ -73,7 +73,8 @@ TASKS = {
     # rows no 4-byte copy reads, packed into rows of 8 first by the program's own kernel: K = 513 (the
     # suite's awkward sizes), and a K x N weight of N = 50257 (packed from its columns)
     "packed-odd-k-bias-tanh-bf16": next(t.source for t in GEMM_SUITE if t.name == "mm-bias-tanh-bf16-1000x513x4097"),
-    "packed-kn-odd-n-f16": task("v[0] @ v[1]", f"torch.randn(2048, 1024, {F16}), torch.randn(1024, 50257, {F16})"),
+    # (with a ReLU: a bare product of such rows is declined, gemm_plan._bare_unaligned)
+    "packed-kn-odd-n-f16": task("torch.relu(v[0] @ v[1])", f"torch.randn(2048, 1024, {F16}), torch.randn(1024, 50257, {F16})"),
     # visitor trees on the sm80 kernel (CUTLASS 2.x's Sm80EVT): a bias over N, a tensor of the output's
     # size and a column of M values; float32's (any GPU's): a tensor after a bias and a ReLU
     "sm80-tree-bias-gate-rows-bf16": task("F.relu(v[0] @ v[1].t() + v[2]) * v[3] + v[4]",

@@ -125,6 +125,27 @@ def test_patience_stops_trajectories_that_do_not_improve(judge: Judge) -> None:
     assert policy.calls == 3 and "improved" in result.stopped
 
 
+class _Declining:
+    """A writer that takes no task (as the built-in writer answers one it cannot write)."""
+
+    def generate(self, conversations, sampling):  # type: ignore[no-untyped-def]
+        return [Reply("I do not take this task: its convolution is cuDNN's in TF32.", finish_reason="declined") for _ in conversations]
+
+
+@pytest.mark.parametrize("turns", [1, 3])
+def test_a_declined_task_says_the_writers_reason_and_counts_no_candidate(judge: Judge, turns: int, tmp_path: Path) -> None:
+    # (in a one-turn search too, where the decline comes in the last turn)
+    task = KernelTask("gated", GATED_TASK, (TensorSpec((4,), (1,), "float32", "cuda"),), (), (), "h" * 64)
+    key = CacheKey("h" * 64, task.inputs, "NVIDIA H200", "9.0", "2.11.0", "13.0")
+    generator = SearchGenerator(_Declining(), judge, SearchConfig(trajectories=2, turns=turns), log=TrajectoryLog(tmp_path / "log.jsonl"))
+    entry = generator.generate(task, key)
+    (result,) = generator.results
+    assert len(result.records) == 2 and result.best is None and entry.kind is EntryKind.INDUCTOR
+    assert result.stopped == "the policy declined the task: I do not take this task: its convolution is cuDNN's in TF32.", result.stopped
+    assert "cuDNN's in TF32" in entry.reason, entry.reason
+    assert generator.search_account()["candidates"] == 0
+
+
 def _record(turn: int, reason: Reason, kernel: float | None, eager: float, inductor: float) -> TurnRecord:
     result = JudgeResult(Stage.TIMING, reason, timings=JudgeTimings(kernel, eager, inductor, 10))
     step = Turn(Reply("text"), f"# kernel {turn}", "", result, "")

@@ -265,6 +265,8 @@ class Engine:
                 break
             if cfg.beam is not None and turn + 1 < cfg.turns:
                 trajectories = self._beam(trajectories)
+        if not incomplete and trajectories and all(t.why == "declined" for t in trajectories):
+            stopped = self._stopped(trajectories, records)  # (declined in the last turn too: the writer's reason, not "all N turns")
         result = SearchResult(name, tuple(records), stopped, model_seconds, judge_seconds,
                               time.perf_counter() - start, self.policy_name, incomplete)
         if self.progress is not None:

@@ -129,7 +129,7 @@ class SearchGenerator:
         result = self.results[self._last]
         return {"writer_seconds": result.model_seconds, "judge_seconds": result.judge_seconds - result.decision_seconds,
                 "retime_seconds": result.decision_seconds, "turns": len({r.turn for r in result.records}),
-                "candidates": len(result.records)}
+                "candidates": sum(r.step.code is not None for r in result.records)}  # (a declined turn wrote none)
 
     def _update(self, result: SearchResult, **changes: Any) -> None:
         for i in range(len(self.results) - 1, -1, -1):
