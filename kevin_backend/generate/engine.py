@@ -190,9 +190,6 @@ class Engine:
         self._prepare_judge()
         for turn in range(cfg.turns):
             live = [t for t in trajectories if not t.done]
-            if not live:
-                stopped = self._stopped(trajectories, records)
-                break
             # 1. the conversations, earlier reasoning dropped, cut at the token budget
             conversations = [
                 build_messages(task_source, self.gpu, t.turns, cfg.max_prompt_tokens, self._count, capability=self.capability,
@@ -265,8 +262,9 @@ class Engine:
                 break
             if cfg.beam is not None and turn + 1 < cfg.turns:
                 trajectories = self._beam(trajectories)
-        if not incomplete and trajectories and all(t.why == "declined" for t in trajectories):
-            stopped = self._stopped(trajectories, records)  # (declined in the last turn too: the writer's reason, not "all N turns")
+            if all(t.done for t in trajectories):  # (the beam's too; in the last turn too: the reason, not "all N turns")
+                stopped = self._stopped(trajectories, records)
+                break
         result = SearchResult(name, tuple(records), stopped, model_seconds, judge_seconds,
                               time.perf_counter() - start, self.policy_name, incomplete)
         if self.progress is not None:
@@ -318,8 +316,8 @@ class Engine:
             log.exception("building the first turns' programs ahead failed")
 
     def _stopped(self, trajectories: Sequence[_Trajectory], records: Sequence[TurnRecord]) -> str:
-        """Why a search ended before its last turn: every trajectory stopped early (declined,
-        patience, or at the roofline); the most telling reason first."""
+        """Why a search ended with every trajectory stopped (declined, patience, or at the roofline),
+        whether before its last turn or in it; the most telling reason first."""
         cfg = self.config
         declined = [r for r in records if r.step.reply.finish_reason == "declined"]
         if declined:
