@@ -7,7 +7,7 @@ then judged one at a time on the GPU (Hopper's kernels; `--arch sm80`: CUTLASS 2
 any GPU from compute capability 8.0): correctness on fresh inputs, the kernel timed beside
 Inductor's default compile of the same task. The table has each task's best tiling.
 
-Usage: python benchmarks/bench_gemm.py [--tasks NAME,...] [--trials 20] [--first N] [--extra-tilings] [--orders] [--precise]
+Usage: python benchmarks/bench_gemm.py [--tasks NAME,...] [--trials 20] [--first N] [--extra-tilings] [--tail-tilings] [--orders] [--precise]
        [--arch sm80] [--json FILE]
 """
 
@@ -40,6 +40,17 @@ EXTRA_TILINGS = (
     GemmTiling((128, 128, 64), (1, 2, 1), "pingpong"),
     GemmTiling((128, 128, 64), (2, 1, 1), "pingpong"),
 )
+# ... and with --tail-tilings, the two fastest with the last waves of tiles shared by stream-K
+# (CUTLASS's hybrid: whole waves one tile a CTA, the K iterations of the last one or two shared
+# evenly among the SMs), and with an epilogue of 64 columns a subtile (CUTLASS's: 32)
+TAIL_TILINGS = (
+    GemmTiling((256, 128, 64), (2, 1, 1), "cooperative", "streamk"),
+    GemmTiling((128, 256, 64), (1, 2, 1), "cooperative", "streamk"),
+    GemmTiling((256, 128, 64), (1, 1, 1), "cooperative", "streamk"),
+    GemmTiling((256, 128, 64), (2, 1, 1), "cooperative", epilogue_n=64),
+    GemmTiling((128, 256, 64), (1, 2, 1), "cooperative", epilogue_n=64),
+    GemmTiling((256, 128, 64), (2, 1, 1), "cooperative", "streamk", epilogue_n=64),
+)
 
 # The order of the tiles' work tried with --orders, on a task's first tiling: CTAs four and eight
 # tiles side by side (their operands' rows shared in L2), and the raster along M, then along N
@@ -54,6 +65,15 @@ def order_variants(tiling: object) -> tuple:
     if not isinstance(tiling, GemmTiling):
         return ()
     return tuple(dataclasses.replace(tiling, swizzle=swizzle, raster=raster) for swizzle, raster in ORDERS)
+
+
+def hopper_takes(plan: AnyGemm, tiling: GemmTiling) -> bool:
+    """Whether `tiling`, one of the tilings the search does not try, applies to `plan`: a Hopper
+    16-bit GEMM's (not a float32 or sm80 kernel's, nor a convolution's), with an epilogue subtile
+    only where the output goes through shared memory."""
+    if not isinstance(plan, GemmPlan) or plan.spec.sm80 or plan.spec.convolution is not None:
+        return False
+    return not (tiling.epilogue_n and plan.spec.direct_store)
 
 
 def first_tilings(plan: AnyGemm, n: int) -> tuple:
@@ -155,6 +175,9 @@ def main() -> int:
                         help="each task's first N tilings only, as a search of N turns tries them, and its first N wide ends (default: all)")
     parser.add_argument("--extra-tilings", action="store_true",
                         help=f"also try the 16-bit tilings the search does not ({len(EXTRA_TILINGS)}: other clusters, ping-pong 128x128)")
+    parser.add_argument("--tail-tilings", action="store_true",
+                        help=f"also try the 16-bit tilings of TAIL_TILINGS ({len(TAIL_TILINGS)}: stream-K's last waves, "
+                             "a wider epilogue subtile)")
     parser.add_argument("--orders", action="store_true",
                         help=f"also try each task's first tiling with {len(ORDERS)} other orders of its tiles' work (swizzle, raster)")
     parser.add_argument("--precise", action="store_true",
@@ -207,9 +230,9 @@ def main() -> int:
             declined[t.name] = plan.reason
     sources = {t.name: t.source for t in tasks}
     def tilings(plan: AnyGemm) -> tuple:
-        extra = args.extra_tilings and isinstance(plan, GemmPlan) and plan.spec.dtype != "float32"
         own = first_tilings(plan, args.first)
-        return own + (EXTRA_TILINGS if extra else ()) + (order_variants(own[0]) if args.orders and own else ())
+        more = (EXTRA_TILINGS if args.extra_tilings else ()) + (TAIL_TILINGS if args.tail_tilings else ())
+        return own + tuple(t for t in more if t not in own and hopper_takes(plan, t)) + (order_variants(own[0]) if args.orders and own else ())
 
     programs = candidate_programs(plans, sources, tilings, args.precise)
     builds = Path(args.builds) if args.builds else Path(__import__("tempfile").mkdtemp(prefix="kevin-gemm-"))

@@ -3,6 +3,7 @@ computes, where cuBLASLt fuses that epilogue) and Inductor's max-autotune as jud
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -110,6 +111,25 @@ def test_the_precise_math_and_the_orders_are_variants_of_the_first_tiling() -> N
     orders = bench.order_variants(plan_tilings(plans["f16"])[0])
     assert [(t.swizzle, t.raster) for t in orders] == list(bench.ORDERS) and len({t.name for t in orders}) == len(orders)
     assert bench.order_variants(plan_tilings(plans["f32"])[0]) == ()  # (CUTLASS 2.x's float32 kernel has no tile scheduler)
+
+
+def test_the_tilings_the_search_does_not_try_go_only_where_hoppers_kernel_takes_them() -> None:
+    from kevin_backend.generate.builtin.gemm_kernel import Epilogue, GemmSpec, GemmTiling
+    from kevin_backend.generate.builtin.gemm_plan import plan_gemm
+
+    bench = _bench()
+    half = "dtype=torch.float16"
+    f16 = plan_gemm(task("F.silu(F.linear(v[0], v[1], v[2]))",
+                         f"torch.randn(64, 32, {half}), torch.randn(48, 32, {half}), torch.randn(48, {half})"), arch="sm90")
+    f32 = plan_gemm(task("F.silu(F.linear(v[0], v[1], v[2]))", "torch.randn(64, 32), torch.randn(48, 32), torch.randn(48)"), arch="sm90")
+    # a product whose output is stored from registers: no epilogue subtile to widen
+    direct = dataclasses.replace(f16, spec=GemmSpec("float16", Epilogue(), direct_store=True))
+    tail = bench.TAIL_TILINGS
+    assert {t.scheduler for t in tail} == {"streamk", "persistent"} and {t.epilogue_n for t in tail} == {0, 64}
+    assert all(bench.hopper_takes(f16, t) for t in tail + bench.EXTRA_TILINGS)
+    assert not any(bench.hopper_takes(f32, t) for t in tail)  # (CUTLASS 2.x's float32 kernel)
+    assert [t.name for t in tail if bench.hopper_takes(direct, t)] == [t.name for t in tail if not t.epilogue_n]
+    assert bench.hopper_takes(direct, GemmTiling((256, 128, 64), (2, 1, 1), scheduler="streamk"))
 
 
 def test_a_short_run_judges_the_wide_ends_a_refused_turn_leads_to() -> None:

@@ -357,6 +357,24 @@ def test_the_order_of_the_tiles_work_is_the_tile_schedulers_arguments() -> None:
     assert GemmTiling(swizzle=1, raster="").name == "cooperative tile 128x128x64 cluster 1x2"
 
 
+def test_the_epilogues_subtile_is_cutlasss_unless_the_tiling_names_its_columns() -> None:
+    spec = GemmSpec("bfloat16", Epilogue(bias=True))
+    auto = gemm_device_source(spec, GemmTiling((256, 128, 64), (2, 1, 1)))
+    assert "TileShape, ClusterShape,\n    cutlass::epilogue::collective::EpilogueTileAuto, float, float," in auto
+    wide = GemmTiling((256, 128, 64), (2, 1, 1), epilogue_n=64)
+    assert wide.name == "cooperative tile 256x128x64 cluster 2x1 epilogue 128x64"
+    assert "TileShape, ClusterShape,\n    Shape<_128, _64>, float, float," in gemm_device_source(spec, wide)
+    # one warp group's subtile is 64 rows; a kept value staged beside the output takes the same subtile
+    assert GemmTiling((64, 256, 64), (1, 2, 1), "pingpong", epilogue_n=64).epilogue_tile == "Shape<_64, _64>"
+    kept = gemm_device_source(GemmSpec("bfloat16", Epilogue(activation="function", operands=("n",), function=_TREE.function.split("\n")[0]
+                                                          + "\n    return static_cast<T>(t0);", after=1, after_staged=True)), wide)
+    assert "ElementD, Shape<_128, _64>, cutlass::epilogue::TmaWarpSpecializedCooperative, TileShape>());" in kept
+    with pytest.raises(ValueError, match="epilogue subtile of 48 columns"):
+        GemmTiling((128, 128, 64), epilogue_n=48)
+    with pytest.raises(ValueError, match="a direct store has no epilogue subtile"):
+        gemm_device_source(GemmSpec("bfloat16", Epilogue(), direct_store=True), wide)
+
+
 def test_rows_tma_cannot_take_are_named() -> None:
     assert gemm_unaligned(4096, 4096, 4096) == ""
     assert gemm_unaligned(4096, 50257, 1024) == "rows not 16-byte aligned (N = 50257: not multiples of 8)"

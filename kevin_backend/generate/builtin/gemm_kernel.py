@@ -107,7 +107,7 @@ _KEPT_STAGED = ("cutlass::epilogue::fusion::Sm90AuxStore<2, EpilogueTile, Elemen
                 "decltype(cutlass::epilogue::collective::detail::sm90_get_smem_store_op_for_accumulator<KeptStride, Element, EpilogueTile>()), "
                 "128 / cute::sizeof_bits_v<Element>>")
 _STAGED_TYPES = """using EpilogueTile = decltype(cutlass::epilogue::collective::detail::sm90_compute_tile_shape_or_override<
-    ElementD, cutlass::epilogue::collective::EpilogueTileAuto, {epilogue_schedule}, TileShape>());
+    ElementD, {epilogue_tile}, {epilogue_schedule}, TileShape>());
 using KeptStride = cute::Stride<int64_t, cute::Int<1>, int64_t>;
 """
 _KEPT = ("cutlass::epilogue::fusion::Sm90AuxStore<0, TileShape, Element, cutlass::FloatRoundStyle::round_to_nearest, "
@@ -309,6 +309,10 @@ class GemmTiling:
     # the output's longer side of tiles)
     swizzle: int = 1
     raster: str = ""
+    # the epilogue's subtile along N (the output stored through shared memory that many columns at
+    # a time; 0: CUTLASS's choice, 32 for a 16-bit output): fewer, wider subtiles, fewer of the
+    # epilogue's barriers and TMA stores a tile, for the shared memory of a wider one
+    epilogue_n: int = 0
 
     def __post_init__(self) -> None:
         m, n, k = self.tile
@@ -326,6 +330,8 @@ class GemmTiling:
             raise ValueError(f"a cooperative tile's M is a multiple of 128 (two warp groups of 64 rows): {self.tile}")
         if m % 64 or n % 8 or n > 256 or k % 16:
             raise ValueError(f"tile {self.tile}: M a multiple of 64, N of 8 up to 256, K of 16 (wgmma's shapes)")
+        if self.epilogue_n and (self.epilogue_n % 16 or n % self.epilogue_n):
+            raise ValueError(f"epilogue subtile of {self.epilogue_n} columns: a multiple of 16 that divides the tile's N ({n})")
         cm, cn, ck = self.cluster
         if ck != 1 or cm * cn > 4 or cm < 1 or cn < 1:
             raise ValueError(f"cluster {self.cluster}: (M, N, 1) of at most 4 CTAs (TMA multicast on Hopper)")
@@ -334,7 +340,20 @@ class GemmTiling:
     def name(self) -> str:
         work = {"persistent": "", "streamk": " stream-K", "splitk": f" split-K {self.splits}"}[self.scheduler]
         order = (f" swizzle {self.swizzle}" if self.swizzle > 1 else "") + (f" along {self.raster.upper()}" if self.raster else "")
-        return f"{self.schedule} tile {'x'.join(map(str, self.tile))} cluster {'x'.join(map(str, self.cluster[:2]))}{work}{order}"
+        epilogue = f" epilogue {self.epilogue_m}x{self.epilogue_n}" if self.epilogue_n else ""
+        return f"{self.schedule} tile {'x'.join(map(str, self.tile))} cluster {'x'.join(map(str, self.cluster[:2]))}{work}{order}{epilogue}"
+
+    @property
+    def epilogue_m(self) -> int:
+        """The epilogue subtile's rows: the cooperative schedule's two warp groups' 128, or one warp group's 64."""
+        return 128 if self.schedule == "cooperative" else 64
+
+    @property
+    def epilogue_tile(self) -> str:
+        """CUTLASS's epilogue tile: its own choice, or `epilogue_n` columns."""
+        if not self.epilogue_n:
+            return "cutlass::epilogue::collective::EpilogueTileAuto"
+        return f"Shape<_{self.epilogue_m}, _{self.epilogue_n}>"
 
 
 # The host function's declaration, for load_inline's cpp_sources (an absent bias or residual: an empty tensor)
@@ -438,6 +457,8 @@ def _device_source(spec: GemmSpec, tiling: Any) -> str:
     element = ELEMENTS[spec.dtype]
     mainloop_schedule, epilogue_schedule = _SCHEDULES[tiling.schedule]
     if spec.direct_store:
+        if tiling.epilogue_n:
+            raise ValueError(f"{tiling.name}: a direct store has no epilogue subtile (its output stored from registers)")
         epilogue_schedule = "cutlass::epilogue::NoSmemWarpSpecialized"
     reads_c = epi.residual or epi.source is not None
     source_element = element if reads_c else "void"
@@ -460,8 +481,9 @@ def _device_source(spec: GemmSpec, tiling: Any) -> str:
                           store_align="1" if spec.direct_store else "0", stride_d=_PADDED_D if spec.row_pad else _STRIDE_D, fusion=fusion, tm=tm, tn=tn, tk=tk, cm=cm, cn=cn,
                           # (CUTLASS's check of the problem as the padded one its TMA stores: `_PADDED_CHECK`)
                           padded_check=_PADDED_CHECK if spec.row_pad else "", checked="kevin_gemm::padded_problem(args)" if spec.row_pad else "args",
-                          epilogue_types=_STAGED_TYPES.format(epilogue_schedule=epilogue_schedule) if epi.after_staged else "",
-                          epilogue_tile="EpilogueTile" if epi.after_staged else "cutlass::epilogue::collective::EpilogueTileAuto",
+                          epilogue_types=_STAGED_TYPES.format(epilogue_schedule=epilogue_schedule, epilogue_tile=tiling.epilogue_tile)
+                          if epi.after_staged else "",
+                          epilogue_tile="EpilogueTile" if epi.after_staged else tiling.epilogue_tile,
                           mainloop_schedule=mainloop_schedule, epilogue_schedule=epilogue_schedule,
                           thread_args=thread_args, scheduler=_SCHEDULERS[tiling.scheduler],
                           scheduler_args=_scheduler_args(tiling), c_ptr="static_cast<Element const*>(residual)" if reads_c else "nullptr",
