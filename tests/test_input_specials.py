@@ -18,7 +18,7 @@ from kevin_backend.judge.sandbox import RunConfig
 from kevin_backend.measure.inputs import make_input_set
 from kevin_backend.measure.memory import MemoryLedger
 from kevin_backend.types import load_program
-from conftest import pooled_run
+from conftest import FULL, pooled_run
 
 ROWS, COLS = 1024, 1000  # 1,024,000 elements: every quarter holds thousands of specials
 
@@ -127,18 +127,19 @@ def _finite(values: list) -> bool:  # type: ignore[type-arg]
 def test_the_suites_special_sets_keep_their_specials_where_the_reference_stays_finite() -> None:
     """The built-in suite's tasks on their special set: a reference as finite as without the
     specials on every one (a task whose own values give NaN keeps them), and the specials dropped
-    only where the reference is not finite with them."""
+    only where the reference is not finite with them. Every third task (every one in the full tier)."""
     dropped, own_nan = [], []
-    for task in SUITE:
+    tasks = SUITE if FULL else SUITE[::3]
+    for task in tasks:
         ref = make_reference_set(_run(task.source), 13, mixed=False, special=True)
         if not _finite(ref.want):
             own_nan.append(task.name)
             assert not _finite(make_reference_set(_run(task.source), 13, mixed=False).want), task.name
         if not ref.inputs.special:
             dropped.append(task.name)
-    print(f"suite: {len(SUITE)} tasks, specials dropped on {len(dropped)}: {dropped}; "
+    print(f"suite: {len(tasks)} tasks, specials dropped on {len(dropped)}: {dropped}; "
           f"not finite on their own values: {own_nan}")
-    assert len(dropped) < len(SUITE) / 10
+    assert len(dropped) < len(tasks) / 10
 
 
 # ---- the real judge, in its sandboxed worker ------------------------------------------------
