@@ -498,7 +498,12 @@ def gemm_suite(data: dict[str, Any]) -> dict[str, str]:
         summary += "; ".join(f"{kind}: {len(x)} tasks, geomean {_geomean(list(x.values())):.3f}x Inductor, worst "
                              f"{min(x.values()):.3f}x ({min(x, key=x.__getitem__)})" for kind, x in kinds.items()) + "\n"
     header = ["task", "run", "plan", "best tiling", "kernel ms", "Inductor ms", "x Inductor", "x max-autotune", "x cuBLASLt"]
-    blocks = {"tasks": _table(header, rows), "summary": summary}
+    # (`tilings`: every tiling each run judged, in its order: the variants of one task side by side in one judge)
+    every = [[r["task"], run["tree"], r["tiling"], r["verdict"], "-" if r["kernel_ms"] is None else f"{r['kernel_ms']:.4f}",
+              "-" if r["inductor_ms"] is None else f"{r['inductor_ms']:.4f}", f"{r['x_peer']:.3f}x" if r["x_peer"] else "-"]
+             for run in data["runs"] for r in run["rows"] if r["peer"] == "inductor"]
+    blocks = {"tasks": _table(header, rows), "summary": summary,
+              "tilings": _table(["task", "run", "tiling", "verdict", "kernel ms", "Inductor ms", "x Inductor"], every)}
     if math_rows:
         blocks["math"] = _table(["task", "run", "tiling", "x Inductor, the program's math", "x Inductor, precise math"], math_rows)
     return blocks
