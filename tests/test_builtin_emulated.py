@@ -113,6 +113,9 @@ CASES: list[SuiteTask] = [
     _task("tiled-permute-bias-f32", "chain3+", "torch.relu(x.permute(0, 2, 1) + y) * z", [(3, 40, 33), (40,), (3, 33, 40)], "f32"),
     _task("tiled-transposed-input-bf16", "chain3+", "torch.sigmoid(m0) * x + 1.0", [(40, 48)], "bf16",
           ["torch.randn(48, 40, device='cuda', dtype=torch.bfloat16).t()"]),
+    # 16-bit values, the plane's sides even: 64 x 64 tiles read and written two values an access,
+    # partial tiles at the edges, an input read two along the output's rows and one broadcast over them
+    _task("tiled-pairs-permute-bias-f16", "chain3+", "torch.relu(x.permute(0, 2, 1) + y) * z", [(3, 70, 66), (70,), (3, 66, 70)], "f16"),
     # a full value seen in another shape of the same order: group norm's affine over [N, C, H, W]
     _task("groupnorm-affine-f32", "norm", "F.group_norm(x, 4, y, z, eps=1e-5)", [(2, 8, 5, 6), (8,), (8,)], "f32"),
     _task("groupnorm-affine-bf16", "norm", "F.group_norm(x, 2, y, z)", [(3, 6, 4, 9), (6,), (6,)], "bf16"),
@@ -183,7 +186,8 @@ def _variants(task: SuiteTask) -> list[tuple[SuiteTask, str]]:
     last = [order[-1]]
     if plan.is_rows and strided_rows(plan):  # rows across a warp: one thread per row, and rows in registers
         # (the cluster-spread ones: test_rows_across_memory_spread_over_a_cluster_match_pytorch)
-        extra = [v.name for v in VARIANTS_ROWS if v.columns and (v.threads == 1 or v.cache) and v.cluster == 1]
+        # (and the blocks of 256 such rows, a few threads each)
+        extra = [v.name for v in VARIANTS_ROWS if v.columns and (v.threads == 1 or v.cache or v.rows_per_block == 256) and v.cluster == 1]
         last = []  # (a 1024-thread block per row, over a few hundred rows, takes a minute to emulate)
     head = order[:2]
     if plan.is_rows and not strided_rows(plan) and order[0] != "t256":  # the ranked first, and the plain kernel in

@@ -252,7 +252,8 @@ def test_refinement_follows_the_timings_and_keeps_the_best() -> None:
     policy = BuiltinPolicy()
     turns: list[Turn] = []
     times = {"t256": 0.040, "t256-vector": 0.030, "t256-vector-items4": 0.031, "t128-vector-items2": None, "t512-vector": 0.032,
-             "t1024": 0.045, "t128": 0.041, "t256-tiled": 0.046, "t256-tiled-items2": 0.047}  # variant -> ms (None: wrong)
+             "t1024": 0.045, "t128": 0.041, "t256-tiled": 0.046, "t256-tiled-items2": 0.047,
+             "t256-tiled-vector": 0.048}  # variant -> ms (None: wrong)
     chosen = []
     for _ in range(len(VARIANTS_POINTWISE) + 1):
         messages = build_messages(source, "NVIDIA H200", turns, 100_000)
@@ -361,8 +362,16 @@ def test_variants_are_ranked_for_the_shape() -> None:
     # a transposed input: tiles (32 x 32, then 32 x 64), then more items per thread
     assert transposed[0].tiled and transposed[1].tiled and transposed[1].items == 2 and transposed[3].items > 1
     halves = _task("x.t() * y", "torch.randn(64, 96, device='cuda', dtype=torch.float16), torch.randn(96, 64, device='cuda', dtype=torch.float16)")
-    first, second = (POINTWISE[n] for n in preferred_order(plan_task(halves))[:2])
-    assert first.tiled and first.items == 1 and second.tiled and second.items == 2  # 16-bit values too (measured)
+    paired, first, second = (POINTWISE[n] for n in preferred_order(plan_task(halves))[:3])
+    # 16-bit values, the plane's sides even: the paired 64 x 64 tiles, then 32 x 32, then 32 x 64
+    assert paired.tiled and paired.vector and first.tiled and first.items == 1 and second.tiled and second.items == 2
+    program = write_program(plan_task(halves), paired)
+    assert "__shared__ float tile_in0[64][65];" in program and "kevin_ld2(p_in0," in program and "kevin_st2(p_out0," in program
+    assert "kevin_ld2(p_in1," in program  # the other input read two along the output's rows too
+    assert re.search(r"if \(.*data_ptr\(\)\) % 4 == 0.*\) \{\s*kevin_tiled_vec<<<", program)  # else the 32 x 32 kernel
+    odd = _task("x.t() * y", "torch.randn(64, 97, device='cuda', dtype=torch.float16), torch.randn(97, 64, device='cuda', dtype=torch.float16)")
+    assert preferred_order(plan_task(odd))[0] == "t256-tiled"  # an odd side: no pairs, the 32 x 32 tiles first
+    assert "kevin_tiled_vec" not in write_program(plan_task(odd), paired)  # (the variant is the 32 x 32 kernel there)
     program = write_program(plan_task(halves), second)
     assert "__shared__ float tile_in0[64][33];" in program and "for (int s = 0; s < 2; ++s)" in program
     # 32 x 32 tiles: no loop over tile halves and no unroll pragma (both measured slower on the H200)

@@ -15,7 +15,7 @@ from kevin_backend.generate.builtin.plan import Kind, Plan
 from kevin_backend.generate.builtin.variant_fit import pointwise_width
 from kevin_backend.generate.builtin.variants import Variant
 
-__all__ = ["HostWriter", "launch_args", "returned", "output_names"]
+__all__ = ["HostWriter", "aligned_pointers", "launch_args", "returned", "output_names"]
 
 
 def output_names(plan: Plan) -> list[str]:
@@ -31,6 +31,15 @@ def launch_args(plan: Plan) -> str:
     a final reduction writes its per-row values into the workspace `rowvals`)."""
     return ", ".join([*(f"reinterpret_cast<const {C_TYPES[i.dtype]}*>({i.var}.data_ptr())" for i in plan.inputs),
                       *(f"reinterpret_cast<{C_TYPES[o.dtype]}*>({name}.data_ptr())" for name, o in zip(output_names(plan), plan.outputs))])
+
+
+def aligned_pointers(plan: Plan, nbytes: int) -> str:
+    """C condition: every input's and output's data `nbytes`-aligned (a rows plan's per-element
+    operands only: its per-row values are read one at a time)."""
+    return " && ".join([*(f"reinterpret_cast<uintptr_t>({i.var}.data_ptr()) % {nbytes} == 0" for i in plan.inputs
+                          if not plan.is_rows or i.kind is Kind.FULL),
+                        *(f"reinterpret_cast<uintptr_t>({name}.data_ptr()) % {nbytes} == 0" for name, o in zip(output_names(plan), plan.outputs)
+                          if not plan.is_rows or o.kind is Kind.FULL)])
 
 
 def returned(plan: Plan) -> list[tuple[tuple[int, ...], torch.dtype]]:
@@ -76,13 +85,8 @@ class HostWriter:
         return allocs
 
     def aligned(self) -> str:
-        """C condition: the vector path's 16-byte aligned data (a row's per-element operands, for
-        row kernels)."""
-        plan = self.plan
-        return " && ".join([*(f"reinterpret_cast<uintptr_t>({i.var}.data_ptr()) % 16 == 0" for i in plan.inputs
-                              if not plan.is_rows or i.kind is Kind.FULL),
-                            *(f"reinterpret_cast<uintptr_t>({name}.data_ptr()) % 16 == 0" for name, o in zip(output_names(plan), plan.outputs)
-                              if not plan.is_rows or o.kind is Kind.FULL)])
+        """C condition: the vector path's 16-byte aligned data."""
+        return aligned_pointers(self.plan, 16)
 
     def rows_launch(self) -> str:
         """The rows kernel's grid (a cluster's blocks per row, or per `rows_per_block` rows

@@ -28,14 +28,14 @@ import torch
 
 from kevin_backend.generate.builtin.codegen import cuda_code, narrow_indices
 from kevin_backend.generate.builtin.final_reduction import FinalReductionWriter
-from kevin_backend.generate.builtin.host_function import HostWriter, launch_args
+from kevin_backend.generate.builtin.host_function import HostWriter, aligned_pointers, launch_args
 from kevin_backend.generate.builtin.plan import INDEXED, Plan
 from kevin_backend.generate.builtin.pointwise_kernel import PointwiseWriter
 from kevin_backend.generate.builtin.rounding import relax_rounding
 from kevin_backend.generate.builtin.row_reducers import row_reducers
 from kevin_backend.generate.builtin.rows_mappings import rows_kernel
 from kevin_backend.generate.builtin.split_rows import SplitRowsWriter
-from kevin_backend.generate.builtin.tiled_kernel import TiledWriter
+from kevin_backend.generate.builtin.tiled_kernel import TiledWriter, tiled_pairs
 from kevin_backend.generate.builtin.variant_fit import cached_values, can_vectorize, can_vectorize_rows, split_width, transposed_plane
 from kevin_backend.generate.builtin.variants import Variant
 
@@ -70,6 +70,12 @@ def device_code(plan: Plan, variant: Variant) -> DeviceCode:
     if variant.tiled and transposed_plane(plan) is not None:
         code, grid = TiledWriter(plan, span=max(1, variant.items)).kernel("kevin_tiled")
         launch = f"    kevin_tiled<<<(unsigned){grid}, 256, 0, stream>>>({launch_args(plan)});"
+        if variant.vector and tiled_pairs(plan):  # the paired tiles where every pointer is 4-byte aligned
+            paired, pairs_grid = TiledWriter(plan).pairs_kernel("kevin_tiled_vec")
+            launch = (f"    if ({aligned_pointers(plan, 4)}) {{\n"
+                      f"        kevin_tiled_vec<<<(unsigned){pairs_grid}, 256, 0, stream>>>({launch_args(plan)});\n"
+                      f"    }} else {{\n    {launch}\n    }}")
+            return DeviceCode("tiled pointwise", (code, paired, *final), False, launch)
         return DeviceCode("tiled pointwise", (code, *final), False, launch)
     vectorizable = variant.vector and can_vectorize(plan)
     kernels = (PointwiseWriter(plan, variant, vector=False).kernel("kevin_pointwise"),

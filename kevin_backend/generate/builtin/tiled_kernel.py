@@ -4,18 +4,49 @@ shared memory: read along the input's contiguous dimension, written along the ou
 coalesced.
 
     code, grid = TiledWriter(plan, span=2).kernel("kevin_tiled")
+    if tiled_pairs(plan):          # every value 16-bit, the plane's sides even
+        code, grid = TiledWriter(plan).pairs_kernel("kevin_tiled_vec")   # 64 x 64 tiles, two values an access
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+import torch
+
 from kevin_backend.generate.builtin.codegen import KernelWriter, closure, indented, node_code, references
 from kevin_backend.generate.builtin.index_math import contiguous_strides, index_terms, layout_in_space
+import re
+
 from kevin_backend.generate.builtin.plan import Plan
 from kevin_backend.generate.builtin.variant_fit import transposed_plane
 
-__all__ = ["TiledWriter"]
+__all__ = ["TiledWriter", "tiled_pairs", "PAIR_DTYPES"]
+
+PAIR_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def tiled_pairs(plan: Plan) -> bool:
+    """Whether the tiled kernel's paired form takes the plan: a transposed plane whose two sides
+    are even, every input it reads and every output 16-bit, each input that is read along the
+    plane's d_in (through the tiles) or along d_out (directly) at even offsets in the other
+    dimensions, so that two neighbouring values along that dimension are one 4-byte access from
+    a 4-byte aligned pointer (the host checks the pointers)."""
+    plane = transposed_plane(plan)
+    if plane is None:
+        return False
+    d_in, d_out = plane
+    shape = plan.shape
+    if shape[d_in] % 2 or shape[d_out] % 2 or any(o.dtype not in PAIR_DTYPES for o in plan.outputs):
+        return False
+    for inp in plan.inputs:
+        strides = layout_in_space(inp, shape)
+        if inp.dtype not in PAIR_DTYPES:
+            return False
+        along = d_in if strides[d_in] == 1 and strides[d_out] != 1 else d_out
+        if strides[along] == 1 and any(st % 2 for d, st in enumerate(strides) if d != along):
+            return False
+    return True
 
 
 class TiledWriter(KernelWriter):
@@ -104,6 +135,70 @@ class TiledWriter(KernelWriter):
         ins, outs = self.parameters()
         kernel = f"""
 __global__ void __launch_bounds__(256) {name}({ins}, {outs}) {{
+    {indented(self.lines, 4)}
+}}
+"""
+        return self.narrow(kernel), outer * tiles_in * tiles_out
+
+    def pairs_kernel(self, name: str) -> tuple[str, int]:
+        """The paired form (`tiled_pairs`): tiles of 64 x 64 of the plane, each thread's access two
+        neighbouring 16-bit values (a warp's load or store one 128-byte stretch, as the 32 x 32
+        float kernel's are: a 16-bit value a thread moves half of them), the tiles' inputs read two
+        along d_in, the outputs computed and written two along d_out, the other inputs read two
+        along d_out where they lie so (else a value each)."""
+        plan, shape = self.plan, self.plan.shape
+        n_in, n_out = shape[self.d_in], shape[self.d_out]
+        tiles_in, tiles_out = -(-n_in // 64), -(-n_out // 64)
+        outer = 1
+        for d in self.others:
+            outer *= shape[d]
+        self.lines = []
+        self.emit(*(f"__shared__ float tile_{i.var}[64][65];" for i in self.tiled))
+        self.emit("const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;",
+                  f"const long long t_out = blockIdx.x % {tiles_out}LL;",
+                  f"const long long t_in = (blockIdx.x / {tiles_out}LL) % {tiles_in}LL;",
+                  f"const long long outer = blockIdx.x / {tiles_out * tiles_in}LL;")
+        pairs, takes = [], []  # the direct inputs' loads before the pair's two values, each value's own
+        for inp in plan.inputs:
+            if inp.var not in self.used:
+                continue
+            strides = layout_in_space(inp, shape)
+            decl, load_at = self.offset(strides, inp.var)
+            if decl:
+                self.emit(decl)
+            v = inp.var
+            if inp in self.tiled:
+                self.emit(f"for (int j = ty; j < 64; j += 8) {{\n"
+                          f"        const long long i_in = t_in * 64 + 2 * tx, i_out = t_out * 64 + j;\n"
+                          f"        if (i_in < {n_in}LL && i_out < {n_out}LL) {{ float a, b; kevin_ld2(p_{v}, {load_at}, a, b); "
+                          f"tile_{v}[j][2 * tx] = a; tile_{v}[j][2 * tx + 1] = b; }}\n    }}")
+                takes.append(f"float {v} = tile_{v}[2 * tx + q][j];")
+            elif strides[self.d_out] == 1:
+                pairs.append(f"float {v}_p[2]; kevin_ld2(p_{v}, {load_at}, {v}_p[0], {v}_p[1]);")
+                takes.append(f"float {v} = {v}_p[q];")
+            elif strides[self.d_out] == 0:
+                pairs.append(f"const float {v} = kevin_ld(p_{v}, {load_at});")
+            else:
+                at_q = re.sub(r"\bi_out\b", "(i_out + q)", load_at)
+                takes.append(f"float {v} = kevin_ld(p_{v}, {at_q});")
+        out_decl, out_at = self.offset(contiguous_strides(shape), "out")
+        if out_decl:
+            self.emit(out_decl)
+        if self.tiled:
+            self.emit("__syncthreads();")
+        outs = [f"float o{k}_p[2];" for k in range(len(self.out_vars))]
+        body = [*takes, *(node_code(n) for n in self.nodes), *(f"o{k}_p[q] = {v};" for k, v in enumerate(self.out_vars))]
+        stores = [f"kevin_st2(p_out{k}, {out_at}, o{k}_p[0], o{k}_p[1]);" for k in range(len(self.out_vars))]
+        self.emit(f"for (int j = ty; j < 64; j += 8) {{\n"
+                  f"        const long long i_in = t_in * 64 + j, i_out = t_out * 64 + 2 * tx;\n"
+                  f"        if (i_in < {n_in}LL && i_out < {n_out}LL) {{\n"
+                  f"            {indented([*pairs, *outs], 12)}\n"
+                  f"            #pragma unroll\n            for (int q = 0; q < 2; ++q) {{\n"
+                  f"                {indented(body, 16)}\n            }}\n"
+                  f"            {indented(stores, 12)}\n        }}\n    }}")
+        ins, outs_params = self.parameters()
+        kernel = f"""
+__global__ void __launch_bounds__(256) {name}({ins}, {outs_params}) {{
     {indented(self.lines, 4)}
 }}
 """

@@ -53,6 +53,9 @@ class Variant:
             parts = [f"{self.threads} threads per block", "each row split over several blocks"]
         if self.tiled:
             parts = [f"32 x {32 * max(1, self.items)} tiles through shared memory", f"{self.threads} threads"]
+        if self.tiled and self.vector:  # (16-bit values: the paired tiles; else the 32 x 32 tiles again)
+            return f"64 x 64 tiles through shared memory, {self.threads} threads, two 16-bit values an access"
+
         if self.cluster > 1 and self.columns:
             parts = [f"a cluster of {self.cluster} blocks of {self.threads * self.rows_per_block} threads on "
                      f"{self.rows_per_block} rows across memory, each row's columns over the blocks (distributed shared memory)"]
@@ -77,6 +80,8 @@ VARIANTS_POINTWISE = (
     Variant(256, tiled=True),
     # tiles twice as long along the output's dimension: twice the loads in flight per thread
     Variant(256, tiled=True, items=2),
+    # 16-bit values: 64 x 64 tiles, two neighbouring values an access (`tiled_kernel.tiled_pairs`)
+    Variant(256, tiled=True, vector=True),
 )
 VARIANTS_ROWS = (
     Variant(256), Variant(256, cache=True), Variant(128, cache=True), Variant(32, rows_per_block=8, cache=True),
@@ -120,6 +125,9 @@ VARIANTS_ROWS = (
     Variant(32, rows_per_block=32, columns=True, cache=True, cluster=16),
     Variant(8, rows_per_block=32, columns=True, cache=True, cluster=8),
     Variant(8, rows_per_block=32, columns=True, cache=True, cluster=16),
+    # rows across memory of 16-bit values: 256 neighbouring rows a block, so a memory row's 512
+    # contiguous bytes are read by one block (32 rows, 64 bytes, by one warp), 4 or 2 threads a row
+    Variant(4, rows_per_block=256, columns=True), Variant(2, rows_per_block=256, columns=True),
 )
 
 

@@ -1,5 +1,5 @@
 //: Loads and stores of every element type as float (int64 targets as float, positions as int64),
-//: 4- and 8-wide loads and stores, and the online softmax's steps (a running max and a running sum of
+//: 2-, 4- and 8-wide loads and stores, and the online softmax's steps (a running max and a running sum of
 //: exp(x - max), a value or a chunk at a time, and the rescale of a sum to a larger max).
 __device__ __forceinline__ float kevin_ld(const float* p, long long i) { return p[i]; }
 __device__ __forceinline__ float kevin_ld(const __half* p, long long i) { return __half2float(p[i]); }
@@ -31,6 +31,19 @@ __device__ __forceinline__ void kevin_online_chunk(float& m, float& s, const flo
 }
 // a running sum of exp(x - m) rescaled to the larger max `to` (an empty sum stays 0)
 __device__ __forceinline__ float kevin_online_rescale(float s, float m, float to) { return s == 0.0f ? 0.0f : s * expf(m - to); }
+// two neighbouring 16-bit values in one 4-byte access (the offset even, the pointer 4-byte aligned)
+__device__ __forceinline__ void kevin_ld2(const __half* p, long long i, float& a, float& b) {
+    const __half2 t = *reinterpret_cast<const __half2*>(p + i); a = __low2float(t); b = __high2float(t);
+}
+__device__ __forceinline__ void kevin_ld2(const __nv_bfloat16* p, long long i, float& a, float& b) {
+    const __nv_bfloat162 t = *reinterpret_cast<const __nv_bfloat162*>(p + i); a = __low2float(t); b = __high2float(t);
+}
+__device__ __forceinline__ void kevin_st2(__half* p, long long i, float a, float b) {
+    *reinterpret_cast<__half2*>(p + i) = __halves2half2(__float2half_rn(a), __float2half_rn(b));
+}
+__device__ __forceinline__ void kevin_st2(__nv_bfloat16* p, long long i, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162*>(p + i) = __halves2bfloat162(__float2bfloat16_rn(a), __float2bfloat16_rn(b));
+}
 __device__ __forceinline__ void kevin_ld4(const float* p, long long i, float* v) {
     float4 t = *reinterpret_cast<const float4*>(p + i); v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
 }
