@@ -80,6 +80,9 @@ for step in $steps; do
           --turns ${TURNS:-2} --at-once ${AT_ONCE:-8} --trials ${TRIALS:-20} --peer-limit ${PEER_LIMIT:-240} \
           --json "$OUT/builtin_roofline_quack.json" 2>&1 | tee "$OUT/builtin_roofline_quack.log" | tail -80
       fi ;;
+    sweep)  # every variant of some roofline-suite tasks, side by side (SWEEP_TASKS: comma-separated; SWEEP_VARIANTS: some numbers)
+      timeout "${SWEEP_LIMIT:-540}" python3 benchmarks/sweep_variants.py --tasks "${SWEEP_TASKS:?SWEEP_TASKS: roofline-suite task names}" \
+        ${SWEEP_VARIANTS:+--variants $SWEEP_VARIANTS} --json "$OUT/sweep.json" 2>&1 | grep -v -i warn | tee "$OUT/sweep.log" | tail -120 ;;
     builtin-rows) python3 benchmarks/bench_builtin.py --categories reduction,norm --at-once 22 --turns ${TURNS:-3} --json "$OUT/builtin_rows.json" 2>&1 | tee "$OUT/builtin_rows.log" | tail -40 ;;
     seed)  # the seed cache: the bench models prewarmed with the built-in writer, killed once mid-run and resumed
       export KEVIN_CACHE_DIR=${SEED_CACHE:-$(mktemp -d)}
