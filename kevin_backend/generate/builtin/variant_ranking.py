@@ -48,7 +48,8 @@ POINTWISE_ORDERS = (
          "t128", "t256-vector", "t512-vector"),
         "the paired 64 x 64 tiles first: each access two 16-bit values, so a warp's loads and stores are the 128-byte "
         "stretches of the 32 x 32 float kernel (a float permute ran at 94% of the copy bandwidth on the H200, the same "
-        "kernel on 16-bit values at 69%, Inductor's at 101%), then the 32 x 32 tiles"),
+        "kernel on 16-bit values at 69%, Inductor's at 101%; the paired kernel itself not yet timed on a GPU), then the 32 x 32 "
+        "tiles"),
     PointwiseOrder(
         "an input transposed against the output (`transposed_plane`)", lambda plan: transposed_plane(plan) is not None,
         ("t256-tiled", "t256-tiled-items2", "t256", "t128-vector-items2", "t1024", "t256-vector-items4", "t128", "t256-vector",
