@@ -10,14 +10,13 @@ coalesced.
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import torch
 
 from kevin_backend.generate.builtin.codegen import KernelWriter, closure, indented, node_code, references
 from kevin_backend.generate.builtin.index_math import contiguous_strides, index_terms, layout_in_space
-import re
-
 from kevin_backend.generate.builtin.plan import Plan
 from kevin_backend.generate.builtin.variant_fit import transposed_plane
 

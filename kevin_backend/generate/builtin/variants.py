@@ -53,9 +53,8 @@ class Variant:
             parts = [f"{self.threads} threads per block", "each row split over several blocks"]
         if self.tiled:
             parts = [f"32 x {32 * max(1, self.items)} tiles through shared memory", f"{self.threads} threads"]
-        if self.tiled and self.vector:  # (16-bit values: the paired tiles; else the 32 x 32 tiles again)
-            return f"64 x 64 tiles through shared memory, {self.threads} threads, two 16-bit values an access"
-
+        if self.tiled and self.vector:  # (`tiled_kernel.tiled_pairs`; other plans get the 32 x 32 tiles again)
+            return f"64 x 64 tiles through shared memory where every value is 16-bit (two an access), {self.threads} threads"
         if self.cluster > 1 and self.columns:
             parts = [f"a cluster of {self.cluster} blocks of {self.threads * self.rows_per_block} threads on "
                      f"{self.rows_per_block} rows across memory, each row's columns over the blocks (distributed shared memory)"]
