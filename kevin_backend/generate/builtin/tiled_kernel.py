@@ -109,15 +109,7 @@ class TiledWriter(KernelWriter):
     def kernel(self, name: str) -> tuple[str, int]:
         """The kernel's code and its grid's size."""
         shape, wide, span = self.plan.shape, self.wide, self.span
-        tiles_in, tiles_out = self.tiles_in, self.tiles_out
-        outer = 1
-        for d in self.others:
-            outer *= shape[d]
-        self.emit(*(f"__shared__ float tile_{i.var}[{wide}][33];" for i in self.tiled))
-        self.emit("const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;",
-                  f"const long long t_out = blockIdx.x % {tiles_out}LL;",
-                  f"const long long t_in = (blockIdx.x / {tiles_out}LL) % {tiles_in}LL;",
-                  f"const long long outer = blockIdx.x / {tiles_out * tiles_in}LL;")
+        grid = self.begin(f"[{wide}][33]", self.tiles_in, self.tiles_out)
         tile_reads, loads_direct = self.reads()
         out_decl, out_at = self.offset(contiguous_strides(shape), "out")
         if out_decl:
@@ -131,13 +123,30 @@ class TiledWriter(KernelWriter):
                 f"        if (i_in < {shape[self.d_in]}LL && i_out < {shape[self.d_out]}LL) {{\n            {indented(body, 12)}\n"
                 "        }\n    }")
         self.emit(f"for (int s = 0; s < {span}; ++s) {{\n    {loop}\n    }}" if span > 1 else loop)
+        return self.finish(name), grid
+
+    def begin(self, extents: str, tiles_in: int, tiles_out: int) -> int:
+        """Emit each tile's shared array (`extents`, C's) and the block's place (its threads' lane
+        `tx` and warp `ty`, its tile `t_in`, `t_out`, its position `outer` in the other
+        dimensions); the grid's size."""
+        outer = 1
+        for d in self.others:
+            outer *= self.plan.shape[d]
+        self.emit(*(f"__shared__ float tile_{i.var}{extents};" for i in self.tiled))
+        self.emit("const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;",
+                  f"const long long t_out = blockIdx.x % {tiles_out}LL;",
+                  f"const long long t_in = (blockIdx.x / {tiles_out}LL) % {tiles_in}LL;",
+                  f"const long long outer = blockIdx.x / {tiles_out * tiles_in}LL;")
+        return outer * tiles_in * tiles_out
+
+    def finish(self, name: str) -> str:
+        """The kernel `name` of the lines emitted, its index math narrowed where it can be."""
         ins, outs = self.parameters()
-        kernel = f"""
+        return self.narrow(f"""
 __global__ void __launch_bounds__(256) {name}({ins}, {outs}) {{
     {indented(self.lines, 4)}
 }}
-"""
-        return self.narrow(kernel), outer * tiles_in * tiles_out
+""")
 
     def pairs_kernel(self, name: str) -> tuple[str, int]:
         """The paired form (`tiled_pairs`): tiles of 64 x 64 of the plane, each thread's access two
@@ -147,16 +156,7 @@ __global__ void __launch_bounds__(256) {name}({ins}, {outs}) {{
         along d_out where they lie so (else a value each)."""
         plan, shape = self.plan, self.plan.shape
         n_in, n_out = shape[self.d_in], shape[self.d_out]
-        tiles_in, tiles_out = -(-n_in // 64), -(-n_out // 64)
-        outer = 1
-        for d in self.others:
-            outer *= shape[d]
-        self.lines = []
-        self.emit(*(f"__shared__ float tile_{i.var}[64][65];" for i in self.tiled))
-        self.emit("const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;",
-                  f"const long long t_out = blockIdx.x % {tiles_out}LL;",
-                  f"const long long t_in = (blockIdx.x / {tiles_out}LL) % {tiles_in}LL;",
-                  f"const long long outer = blockIdx.x / {tiles_out * tiles_in}LL;")
+        grid = self.begin("[64][65]", -(-n_in // 64), -(-n_out // 64))
         pairs, takes = [], []  # the direct inputs' loads before the pair's two values, each value's own
         for inp in plan.inputs:
             if inp.var not in self.used:
@@ -195,10 +195,4 @@ __global__ void __launch_bounds__(256) {name}({ins}, {outs}) {{
                   f"            #pragma unroll\n            for (int q = 0; q < 2; ++q) {{\n"
                   f"                {indented(body, 16)}\n            }}\n"
                   f"            {indented(stores, 12)}\n        }}\n    }}")
-        ins, outs_params = self.parameters()
-        kernel = f"""
-__global__ void __launch_bounds__(256) {name}({ins}, {outs_params}) {{
-    {indented(self.lines, 4)}
-}}
-"""
-        return self.narrow(kernel), outer * tiles_in * tiles_out
+        return self.finish(name), grid
